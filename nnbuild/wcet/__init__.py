@@ -1,0 +1,53 @@
+"""WCET analyzers: one module per analyzer, chosen by the board's `wcet_tool`.
+
+Every analyzer takes the linked ELF, the entry function and the generator's flow facts, and returns
+a `WcetResult`. None of them may invent a number: a missing tool or an unbounded loop raises
+NNBuildError with one line naming the tool, or the function and address.
+
+Flow facts (`<model>.flowfacts.json`, written by the C generator beside the C file):
+{
+  "entry": "f1tenth_infer",
+  "loops": [{"function": "f1tenth_infer", "file": "f1tenth.c", "line": 57,
+             "max_iterations": 128, "layer": "dense_1"}],
+  "layers": [{"name": "dense_1", "type": "Dense", "function": "f1tenth_infer",
+              "file": "f1tenth.c", "first_line": 50, "last_line": 70}]
+}
+`max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip
+count); `line` is the line of the `for` keyword. Layer line ranges let analyzers split the bound
+per layer.
+"""
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+from nnbuild.errors import NNBuildError
+
+#: board "wcet_tool" value -> module under nnbuild.wcet
+ANALYZERS = {
+    "builtin-avr": "nnbuild.wcet.avr_ipet",
+    "otawa": "nnbuild.wcet.otawa",
+    "platin": "nnbuild.wcet.platin",
+}
+
+
+@dataclass
+class WcetResult:
+    """A sound upper bound on the cycles of one call of `entry`, and where it comes from."""
+
+    analyzer: str
+    entry: str
+    cycles: int
+    #: layer name -> cycles of the bound attributed to that layer's code
+    per_layer: Dict[str, int] = field(default_factory=dict)
+    #: anything the analyzer wants in the report (tool version, ILP status, ...)
+    details: dict = field(default_factory=dict)
+    tool_version: Optional[str] = None
+
+
+def analyzer_module(name):
+    """The module implementing analyzer `name`; it exposes analyze(elf, entry, flowfacts, board, workdir)."""
+    try:
+        return importlib.import_module(ANALYZERS[name])
+    except KeyError:
+        raise NNBuildError(f"unknown WCET analyzer '{name}' (known: {', '.join(sorted(ANALYZERS))})")
