@@ -1,0 +1,1 @@
+"""Gates and reports: semantic (max |C - reference|), memory, deadline; one report format."""

@@ -1,0 +1,19 @@
+"""Seeded check inputs: the corners of the declared input range first, then uniform random ones.
+
+The corners (all-min, all-max, zeros, alternating) push saturating activations and sign-dependent
+branches, which matters both for the semantic check and for measuring worst cases.
+"""
+
+import numpy as np
+
+
+def check_inputs(n_in, count, seed, input_range):
+    """float32 inputs [corners + count, n_in], reproducible from (count, seed, range)."""
+    lo, hi = (float(v) for v in input_range)
+    corners = [np.full(n_in, lo), np.full(n_in, hi)]
+    if lo < 0.0 < hi:
+        corners.append(np.zeros(n_in))
+    alternating = np.where(np.arange(n_in) % 2 == 0, lo, hi)
+    corners += [alternating, alternating[::-1].copy() if n_in % 2 == 0 else np.where(np.arange(n_in) % 2 == 0, hi, lo)]
+    random = np.random.default_rng(seed).uniform(lo, hi, size=(count, n_in))
+    return np.vstack([np.array(corners), random]).astype(np.float32)

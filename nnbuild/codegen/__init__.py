@@ -1,0 +1,68 @@
+"""C generators: one module per code shape, jinja2 templates beside them.
+
+`outputs()` is the single list of files a generation writes; the SCons emitter and the generator
+both use it, and generation fails if a declared file was not written.
+"""
+
+import importlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from nnbuild.errors import NNBuildError
+
+SHAPES = {
+    "mlp": "nnbuild.codegen.mlp",
+}
+PRECISIONS = ("float32",)
+#: How weights are stored: plain const arrays, or AVR flash read with ELPM (pgm_read_*_far).
+STORAGES = ("const", "avr-progmem-far")
+
+
+def outputs(name):
+    """Every file a generation of model `name` writes, in a fixed order (independent of the options)."""
+    return [f"{name}.h", f"{name}.c", f"{name}_weights.h", f"{name}_weights.c",
+            f"{name}.flowfacts.json", f"{name}.trace.json"]
+
+
+def shape_module(shape):
+    try:
+        return importlib.import_module(SHAPES[shape])
+    except KeyError:
+        raise NNBuildError(f"unknown code shape '{shape}' (shapes: {', '.join(sorted(SHAPES))})")
+
+
+def generate(model, outdir, *, shape="mlp", precision="float32", storage="const", passes_log=()):
+    """Render model into outdir; files appear all together (temp + rename) or not at all."""
+    if precision not in PRECISIONS:
+        raise NNBuildError(f"precision '{precision}' is not supported (supported: {', '.join(PRECISIONS)})")
+    if storage not in STORAGES:
+        raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
+    files = shape_module(shape).render(model, precision=precision, storage=storage,
+                                       passes_log=list(passes_log))
+    missing = set(outputs(model.name)) - set(files)
+    if missing:
+        raise NNBuildError(f"generator for shape '{shape}' did not produce {sorted(missing)}")
+    write_all(Path(outdir), files)
+    return [Path(outdir) / n for n in outputs(model.name)]
+
+
+def write_all(outdir, files):
+    """Write every file to a temporary name first, then rename: no partial outputs on failure."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    temps = []
+    try:
+        for name, text in files.items():
+            if not isinstance(text, str):
+                text = json.dumps(text, indent=1, sort_keys=True) + "\n"
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=outdir)
+            with os.fdopen(fd, "w", newline="\n") as f:
+                f.write(text)
+            temps.append((tmp, outdir / name))
+        for tmp, final in temps:
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)

@@ -1,0 +1,83 @@
+"""The pipeline's steps as library calls: the CLI, the SCons actions and the tests all use these."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from nnbuild import boards, codegen, frontends, passes
+from nnbuild.checks.inputs import check_inputs
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import reference
+
+
+def load_model(path, name=None):
+    """Front-end + default passes; `name` (the C prefix) overrides the file-derived one."""
+    model = frontends.load(path)
+    if name:
+        model.name = name
+    return passes.run(model)
+
+
+def generate(model_path, outdir, *, name=None, shape="mlp", precision="float32", storage="const"):
+    model, log = load_model(model_path, name)
+    return codegen.generate(model, outdir, shape=shape, precision=precision, storage=storage, passes_log=log)
+
+
+def write_reference(model_path, output, *, count, seed, input_range):
+    """Check inputs and the float64 reference outputs for them, in one .npz (x, y)."""
+    model, _ = load_model(model_path)
+    x = check_inputs(model.input_size, count, seed, input_range)
+    y = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
+    save_npz(output, x=x, y=np.asarray(y).reshape(len(x), -1))
+
+
+def run_cases(board, program, inputs, n_out, *, entry=None, harness=None):
+    """Run the check program on the board's simulator: (outputs, cycles or None)."""
+    simulator = board.get("simulator")
+    if simulator == "native":
+        from nnbuild.runners import native
+        return native.run_cases(program, inputs, n_out), None
+    if simulator == "simavr":
+        from nnbuild.runners import simavr
+        if not harness:
+            raise NNBuildError("a simavr run needs the harness (--harness)")
+        return simavr.run_cases(program, inputs, n_out, entry_symbol=entry, mcu=board["mcu"],
+                                freq=board["clock_hz"], harness=harness, nm=board.get("nm", "avr-nm"))
+    raise NNBuildError(f"board '{board['name']}' has no simulator nnbuild can run ({simulator})")
+
+
+def save_npz(path, **arrays):
+    """np.savez to a temp file then rename: a failed step leaves no output behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_json(path, obj):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def load_board(name_or_path):
+    """A board by name (toolchains/NAME.json) or by a path to its JSON file."""
+    if str(name_or_path).endswith(".json"):
+        with open(name_or_path) as f:
+            board = json.load(f)
+        board.setdefault("name", Path(name_or_path).stem)
+        return board
+    return boards.load_board(name_or_path)
