@@ -26,6 +26,12 @@ def outputs(name):
             f"{name}.flowfacts.json", f"{name}.trace.json"]
 
 
+def api(name):
+    """The C names every generated model exposes: header, entry point, I/O size macros."""
+    return {"header": f"{name}.h", "infer": f"{name}_infer",
+            "inputs_macro": f"{name.upper()}_INPUTS", "outputs_macro": f"{name.upper()}_OUTPUTS"}
+
+
 def shape_module(shape):
     try:
         return importlib.import_module(SHAPES[shape])

@@ -1,0 +1,3 @@
+from nnbuild.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""report.json: one record of what was built, measured and checked, and a short printed summary."""
+
+import json
+import platform
+import shutil
+import subprocess
+
+import numpy as np
+
+from nnbuild import __version__, pipeline
+from nnbuild.checks import memory
+from nnbuild.compilers import gcc
+
+
+def build_report(args):
+    board = pipeline.load_board(args.board)
+    semantic, size, trace = (read_json(p) for p in (args.semantic, args.size, args.trace))
+    cycles = np.load(args.run)["cycles"] if args.run else None
+    measured = int(cycles.max()) if cycles is not None and len(cycles) else None
+    target_run = "simavr" if "simavr" in semantic["runs"] else board["name"]
+    clock = board.get("clock_hz")
+    return {
+        "model": args.model,
+        "target": board["name"],
+        "board": board.get("description", board["name"]),
+        "precision": args.precision,
+        "shape": args.shape,
+        "opt": args.opt or board.get("opt"),
+        "clock_hz": clock,
+        "measured_cycles": measured,
+        "measured_ms": round(measured / clock * 1e3, 6) if measured and clock else None,
+        "measured_inputs": int(len(cycles)) if cycles is not None else None,
+        "max_abs_error": semantic["runs"][target_run]["max_abs_error"],
+        "max_abs_error_by_run": {k: v["max_abs_error"] for k, v in semantic["runs"].items()},
+        "tolerance": semantic["tolerance"],
+        "check_inputs": semantic["cases"],
+        "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
+        "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
+        "flash_capacity": size["flash_capacity"], "ram_capacity": size["ram_capacity"],
+        "layers": [{k: l[k] for k in ("name", "type", "activation", "inputs", "units", "lines")}
+                   for l in trace["layers"]],
+        "passes": trace["passes"],
+        "tool_versions": tool_versions(board),
+    }
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def tool_versions(board):
+    """Versions of what produced the numbers: compiler, simulator package, Python stack."""
+    import h5py
+    versions = {"nnbuild": __version__, "python": platform.python_version(),
+                "numpy": np.__version__, "h5py": h5py.__version__}
+    cc = shutil.which(board["cc"])
+    if cc:
+        versions[board["cc"]] = gcc.tool_version(cc)
+    if board.get("simulator") == "simavr":
+        versions["simavr"] = debian_version("simavr")
+    return versions
+
+
+def debian_version(package):
+    if not shutil.which("dpkg-query"):
+        return None
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def summary_text(r):
+    """A few PlatformIO-style lines: what was built, how fast, how exact, how big."""
+    clock = f" @ {r['clock_hz'] / 1e6:g} MHz" if r["clock_hz"] else ""
+    lines = [f"nnbuild: {r['model']} on {r['target']} ({r['board']}){clock}, {r['precision']}, "
+             f"shape {r['shape']}, {r['opt']}"]
+    if r["measured_cycles"] is not None:
+        lines.append(f"  measured : {r['measured_cycles']:,} cycles ({r['measured_ms']:.3f} ms), "
+                     f"max over {r['measured_inputs']} inputs")
+    errors = ", ".join(f"{e:.3g} ({k})" for k, e in sorted(r["max_abs_error_by_run"].items()))
+    lines.append(f"  max error: {errors} vs float64 reference, tolerance {r['tolerance']:g}")
+    lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
+    lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}")
+    return "\n".join(lines)

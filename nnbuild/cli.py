@@ -1,0 +1,202 @@
+"""Command line: `python -m nnbuild <step>`. Users run generate/check; SCons actions run the rest.
+
+Every failure the user can act on is one line `nnbuild: error: ...` on stderr and exit status 2.
+"""
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from nnbuild import codegen, pipeline
+from nnbuild.errors import NNBuildError
+
+DEFAULT_TOLERANCE = 1e-4
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except NNBuildError as error:
+        print(f"nnbuild: error: {error}", file=sys.stderr)
+        return 2
+
+
+def parser():
+    top = argparse.ArgumentParser(prog="nnbuild", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("generate", help="write the C code of a model")
+    p.add_argument("model")
+    p.add_argument("-o", "--outdir", required=True)
+    add_codegen_options(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("check", help="build the C, run it on FILE.npz inputs x, compare with outputs y")
+    p.add_argument("model")
+    p.add_argument("--data", required=True, help=".npz with inputs x and expected outputs y")
+    p.add_argument("--target", default="host")
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    p.add_argument("--opt", default=None, help="optimisation flag (board default otherwise)")
+    p.add_argument("--build-dir", default=None, help="keep the build here (default: a temp dir)")
+    add_codegen_options(p, storage=False)
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("reference", help="seeded check inputs and float64 reference outputs (.npz)")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--count", type=int, default=32)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--range", default="-1,1", help="input range lo,hi")
+    p.set_defaults(func=cmd_reference)
+
+    p = sub.add_parser("run", help="run a check program on the board's simulator")
+    p.add_argument("program")
+    p.add_argument("--board", required=True)
+    p.add_argument("--inputs", required=True, help=".npz with x (and y)")
+    p.add_argument("--entry", help="inference function (cycle measurement)")
+    p.add_argument("--harness", help="simavr harness executable")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compare", help="semantic gate: max |C - reference| <= tolerance")
+    p.add_argument("--reference", required=True)
+    p.add_argument("runs", nargs="+", metavar="LABEL=RUN.npz")
+    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("size", help="memory report and gate of a linked image")
+    p.add_argument("elf")
+    p.add_argument("--board", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_size)
+
+    p = sub.add_parser("report", help="merge the step results into report.json and print a summary")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--board", required=True)
+    p.add_argument("--precision", default="float32")
+    p.add_argument("--shape", default="mlp")
+    p.add_argument("--opt", default=None)
+    p.add_argument("--semantic", required=True)
+    p.add_argument("--size", required=True)
+    p.add_argument("--trace", required=True)
+    p.add_argument("--run", default=None, help="the target run (.npz with cycles)")
+    p.set_defaults(func=cmd_report)
+    return top
+
+
+def add_codegen_options(p, storage=True):
+    p.add_argument("--name", help="C prefix of the API (default: from the model file)")
+    p.add_argument("--shape", default="mlp", choices=sorted(codegen.SHAPES))
+    p.add_argument("--precision", default="float32", choices=codegen.PRECISIONS)
+    if storage:
+        p.add_argument("--storage", default=None, choices=codegen.STORAGES,
+                       help="weights storage (default: the --target board's)")
+        p.add_argument("--target", default="host", help="board whose weights storage to use")
+
+
+def cmd_generate(args):
+    storage = args.storage or pipeline.load_board(args.target).get("weights_storage", "const")
+    for path in pipeline.generate(args.model, args.outdir, name=args.name, shape=args.shape,
+                                  precision=args.precision, storage=storage):
+        print(path)
+
+
+def cmd_reference(args):
+    lo, hi = (float(v) for v in args.range.split(","))
+    pipeline.write_reference(args.model, args.output, count=args.count, seed=args.seed, input_range=(lo, hi))
+
+
+def cmd_run(args):
+    board = pipeline.load_board(args.board)
+    data = np.load(args.inputs)
+    x, n_out = data["x"], data["y"].reshape(len(data["y"]), -1).shape[1]
+    outputs, cycles = pipeline.run_cases(board, args.program, x, n_out, entry=args.entry, harness=args.harness)
+    arrays = {"outputs": outputs}
+    if cycles is not None:
+        arrays["cycles"] = np.asarray(cycles, dtype=np.int64)
+    pipeline.save_npz(args.output, **arrays)
+
+
+def cmd_compare(args):
+    from nnbuild.checks.semantic import gate_error, max_abs_error
+    expected = np.load(args.reference)["y"]
+    results = {"tolerance": args.tolerance, "cases": int(len(expected)), "runs": {}}
+    for spec in args.runs:
+        label, _, path = spec.partition("=")
+        error, worst = max_abs_error(np.load(path)["outputs"], expected)
+        results["runs"][label] = {"max_abs_error": error, "worst_case": worst}
+    for label, run in results["runs"].items():
+        gate_error(run["max_abs_error"], args.tolerance, f"{label} run vs float64 reference")
+    pipeline.save_json(args.output, results)
+
+
+def cmd_size(args):
+    from nnbuild.checks import memory
+    from nnbuild.compilers import gcc
+    board = pipeline.load_board(args.board)
+    use = memory.usage(board, gcc.section_sizes(board, args.elf))
+    memory.gate_memory(board, use)
+    pipeline.save_json(args.output, use)
+
+
+def cmd_report(args):
+    from nnbuild.checks import report
+    summary = report.build_report(args)
+    pipeline.save_json(args.output, summary)
+    print(report.summary_text(summary))
+
+
+def cmd_check(args):
+    """Semantic preservation against the training framework's own outputs (y of the .npz)."""
+    from nnbuild.checks.semantic import max_abs_error
+    from nnbuild.ir import reference
+    board = pipeline.load_board(args.target)
+    data = np.load(args.data)
+    x = np.asarray(data["x"], dtype=np.float32)
+    model, _ = pipeline.load_model(args.model, args.name)
+    x = x.reshape(len(x), -1)
+    workdir = Path(args.build_dir) if args.build_dir else Path(tempfile.mkdtemp(prefix="nnbuild-check-"))
+    program, harness = build_check_program(board, args, workdir)
+    outputs, cycles = pipeline.run_cases(board, program, x, model.output_size,
+                                         entry=f"{model.name}_infer", harness=harness)
+    ours = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
+    errors = {"framework": max_abs_error(outputs, data["y"])[0] if "y" in data else None,
+              "reference": max_abs_error(outputs, np.asarray(ours).reshape(len(x), -1))[0]}
+    where = "simavr" if board.get("simulator") == "simavr" else board["name"]
+    line = f"{model.name} on {where}: {len(x)} inputs"
+    if errors["framework"] is not None:
+        line += f", max |C - y| = {errors['framework']:.3g}"
+    line += f", max |C - reference| = {errors['reference']:.3g}"
+    if cycles is not None:
+        line += f", max {int(np.max(cycles)):,} cycles"
+    print(line)
+    worst = max(e for e in errors.values() if e is not None)
+    if not worst <= args.tolerance:
+        raise NNBuildError(f"max error {worst:.3g} > tolerance {args.tolerance:.3g}", path=args.model)
+
+
+def build_check_program(board, args, workdir):
+    """Generate, compile and link the check program for `board` (outside SCons)."""
+    from nnbuild.compilers import family
+    from nnbuild.runners import CHECK_MAIN, check_main_defines
+    model, _ = pipeline.load_model(args.model, args.name)
+    storage = board.get("weights_storage", "const")
+    files = pipeline.generate(args.model, workdir / "gen", name=model.name, shape=args.shape,
+                              precision=args.precision, storage=storage)
+    sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]
+    suffix = ".elf" if board.get("simulator") != "native" else ""
+    program = family(board).build_executable(
+        board, sources, workdir / f"check{suffix}", include_dirs=[workdir / "gen"], opt=args.opt,
+        defines=[d[2:] for d in check_main_defines(f"{model.name}.h", f"{model.name}_infer",
+                                                    model.input_size, model.output_size)])
+    harness = None
+    if board.get("simulator") == "simavr":
+        from nnbuild.runners import simavr
+        harness = simavr.build_harness(workdir / "simavr_run")
+    return program, harness

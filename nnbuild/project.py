@@ -1,0 +1,40 @@
+"""Examples as build inputs: `model=f1tenth` means firmware_examples/f1tenth/example.json.
+
+example.json keys: model (file, relative to the example dir), main (optional firmware main.c),
+deadline_ms, tolerance, input_range [lo, hi], check_inputs (count), seed.
+"""
+
+import json
+from pathlib import Path
+
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import c_identifier
+
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "firmware_examples"
+DEFAULTS = {"tolerance": 1e-4, "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1,
+            "deadline_ms": None}
+
+
+def available_examples(root=EXAMPLES_DIR):
+    return sorted(p.parent.name for p in Path(root).glob("*/example.json"))
+
+
+def resolve(model, root=EXAMPLES_DIR):
+    """An example name, or a model file path, as a dict of build inputs with defaults filled in."""
+    root = Path(root)
+    config_path = root / model / "example.json"
+    if config_path.is_file():
+        with open(config_path) as f:
+            config = {**DEFAULTS, **json.load(f)}
+        base = config_path.parent
+        config["name"] = c_identifier(model)
+        config["model"] = str(base / config["model"])
+        main = base / config.get("main", "main.c")
+        config["main"] = str(main) if main.is_file() else None
+        return config
+    path = Path(model)
+    if path.is_file():
+        return {**DEFAULTS, "name": c_identifier(path.stem if path.stem != "architecture" else path.parent.name),
+                "model": str(path), "main": None}
+    raise NNBuildError(f"model '{model}' is neither an example ({', '.join(available_examples(root))}) "
+                       "nor a model file")

@@ -1,0 +1,222 @@
+"""SCons tool `nnbuild_tool`: builders, emitter, scanner and the NNFirmware pseudo-builder.
+
+Thin by design: every step is a command-line action running `python -m nnbuild <step>`, so the
+library holds the logic, actions stay parallel-safe, and each step's signature is its command line.
+"""
+
+import atexit
+import os
+import sys
+from pathlib import Path
+
+import SCons.Builder
+import SCons.Errors
+import SCons.Scanner
+import SCons.Script
+
+from nnbuild import codegen, frontends
+from nnbuild.errors import NNBuildError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+STEP_LABELS = {
+    "NNGEN": "Generating C",
+    "NNREF": "Reference",
+    "NNRUN": "Running",
+    "NNCMP": "Semantic check",
+    "NNSIZE": "Memory report",
+    "NNREPORT": "Report",
+    "NNHARNESS": "Building harness",
+    "CC": "Compiling",
+    "LINK": "Linking",
+}
+
+
+def package_files(*subpackages):
+    """Sorted sources of the given subpackages: a step reruns when the code behind it changes."""
+    files = []
+    for sub in subpackages:
+        base = PACKAGE_DIR / sub if sub else PACKAGE_DIR
+        pattern = "**/*" if sub else "*.py"
+        files += [p for p in base.glob(pattern) if p.suffix in (".py", ".j2", ".c", ".h")]
+    return sorted(str(p) for p in files)
+
+
+def scan_model(node, env, path):
+    """Implicit dependencies of a model file (the Keras2C pair's weights.h5), never opening binaries."""
+    try:
+        return [env.File(p) for p in frontends.implicit_dependencies(str(node.srcnode().abspath))]
+    except (NNBuildError, OSError, ValueError):
+        return []
+
+
+def emit_generated(target, source, env):
+    """Every generated file, from the one list the generator itself checks (codegen.outputs)."""
+    outdir = target[0].dir
+    return [outdir.File(n) for n in codegen.outputs(env.subst("$NNGEN_NAME"))], source
+
+
+def purge_failed_targets():
+    """Delete every target of each failed action, so no failed output ever counts as up to date."""
+    for failure in SCons.Script.GetBuildFailures():
+        for node in failure.node.get_executor().get_all_targets():
+            if node.exists() and not node.isdir():
+                try:
+                    os.unlink(node.get_abspath())
+                except OSError:
+                    pass
+
+
+def comstr(env, key, verbose):
+    return None if verbose else f"[nnbuild] {STEP_LABELS[key]:<17} $TARGET"
+
+
+def generate(env, **kw):
+    env.SetDefault(NNBUILD_PYTHON=sys.executable, NNBUILD_VERBOSE=False)
+    env.PrependENVPath("PATH", os.environ.get("PATH", ""))
+    env.PrependENVPath("PYTHONPATH", str(PACKAGE_DIR.parent))
+    env.SetDefault(NN="$( $NNBUILD_PYTHON $) -m nnbuild")
+    verbose = bool(env["NNBUILD_VERBOSE"])
+    model_scanner = SCons.Scanner.Scanner(function=scan_model, name="nnmodel")
+    builders = {
+        "NNGenerate": SCons.Builder.Builder(
+            action=SCons.Action.Action(
+                "$NN generate $SOURCE -o ${TARGET.dir} --name $NNGEN_NAME --shape $NNGEN_SHAPE "
+                "--precision $NNGEN_PRECISION --storage $NNGEN_STORAGE", comstr(env, "NNGEN", verbose)),
+            emitter=emit_generated, source_scanner=model_scanner),
+        "NNReference": SCons.Builder.Builder(
+            action=SCons.Action.Action(
+                "$NN reference $SOURCE -o $TARGET --count $NN_COUNT --seed $NN_SEED --range $NN_RANGE",
+                comstr(env, "NNREF", verbose)),
+            source_scanner=model_scanner),
+    }
+    env.Append(BUILDERS=builders)
+    env.AddMethod(nn_firmware, "NNFirmware")
+    if not env.get("_NNBUILD_PURGE"):
+        atexit.register(purge_failed_targets)
+        env["_NNBUILD_PURGE"] = True
+
+
+def exists(env):
+    return True
+
+
+def fail(message):
+    raise SCons.Errors.UserError(f"nnbuild: {message}")
+
+
+def cross_env(env, board, opt, verbose):
+    """A compile/link environment for one board, from its data file (compiler family gcc)."""
+    from nnbuild.compilers import family
+    compilers = family(board)
+    try:
+        compilers.require_tool(board, path=env["ENV"]["PATH"])
+    except NNBuildError as error:
+        fail(str(error))
+    xenv = env.Clone()
+    xenv.Replace(CC=board["cc"], LINK=board["cc"], CCFLAGS=compilers.compile_flags(board, opt),
+                 CFLAGS=[], LINKFLAGS=compilers.link_flags(board, opt), LIBS=compilers.libs(board),
+                 CPPPATH=[], CPPDEFINES=[], PROGSUFFIX=board.get("program_suffix", ""))
+    if not verbose:
+        xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))
+    return xenv
+
+
+def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", precision="float32",
+                opt=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0)):
+    """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report.
+
+    Returns a dict of the main nodes (generated files, firmware, report) for aliases and tests.
+    """
+    from nnbuild import boards, runners
+    verbose = bool(env["NNBUILD_VERBOSE"])
+    try:
+        board = boards.load_board(target)
+        host = boards.load_board("host")
+    except NNBuildError as error:
+        fail(str(error))
+    bdir = env.Dir(build_dir)
+    model_node = env.File(model)
+    nn = lambda key: comstr(env, key, verbose)  # noqa: E731
+
+    gen = env.NNGenerate(bdir.Dir("gen").File(f"{name}.c"), model_node, NNGEN_NAME=name, NNGEN_SHAPE=shape,
+                         NNGEN_PRECISION=precision, NNGEN_STORAGE=board.get("weights_storage", "const"))
+    env.Depends(gen, package_files("codegen", "frontends", "ir", "passes") + [str(PACKAGE_DIR / "cli.py")])
+    header, code, _, weights_c = gen[:4]
+    trace = gen[5]
+
+    inputs = env.NNReference(bdir.File("inputs.npz"), model_node, NN_COUNT=count, NN_SEED=seed,
+                             NN_RANGE=f"{input_range[0]!r},{input_range[1]!r}")
+    env.Depends(inputs, package_files("frontends", "ir", "passes", "checks"))
+
+    def programs(penv, pboard, sub):
+        """Objects and the check program (and the firmware when there is a main.c) for one board."""
+        odir = bdir.Dir(sub) if sub else bdir
+        xenv = cross_env(penv, pboard, opt if pboard is board else None, verbose)
+        xenv.Append(CPPPATH=[header.dir])
+        objects = [xenv.Object(odir.Dir("obj").File(f"{Path(str(s)).stem}.o"), s)[0] for s in (code, weights_c)]
+        check_o = xenv.Object(odir.Dir("obj").File("check_main.o"), env.File(str(runners.CHECK_MAIN)),
+                              CPPDEFINES=check_defines(name))
+        xenv.Depends(check_o, header)
+        suffix = ".elf" if pboard.get("simulator") != "native" else ""
+        check = xenv.Program(odir.File(f"check{suffix}"), check_o + objects)
+        firmware = None
+        if main:
+            main_o = xenv.Object(odir.Dir("obj").File("main.o"), env.File(main))
+            firmware = xenv.Program(odir.File(f"firmware{suffix}"), main_o + objects)
+        return check[0], (firmware[0] if firmware else None)
+
+    check, firmware = programs(env, board, None)
+    runs = {}
+    run_deps = package_files("runners") + [str(PACKAGE_DIR / "pipeline.py")]
+    if board.get("simulator") == "native":
+        runs[board["name"]] = env.Command(bdir.File(f"run_{board['name']}.npz"), [check, inputs],
+                                          f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} -o $TARGET",
+                                          COMSTR=nn("NNRUN"))
+    else:
+        host_check, _ = programs(env, host, "host")
+        runs["host"] = env.Command(bdir.File("run_host.npz"), [host_check, inputs],
+                                   "$NN run ${SOURCES[0]} --board host --inputs ${SOURCES[1]} -o $TARGET",
+                                   COMSTR=nn("NNRUN"))
+        if board.get("simulator") == "simavr":
+            harness = env.Command(env.Dir("#build/tools").File("simavr_run"), env.File(str(runners.SIMAVR_RUN_SRC)),
+                                  "$( $NNBUILD_PYTHON $) -m nnbuild.runners.simavr build-harness -o $TARGET",
+                                  COMSTR=nn("NNHARNESS"))
+            runs["simavr"] = env.Command(
+                bdir.File("run_simavr.npz"), [check, inputs, harness],
+                f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} "
+                f"--entry {name}_infer --harness ${{SOURCES[2]}} -o $TARGET", COMSTR=nn("NNRUN"))
+    for run in runs.values():
+        env.Depends(run, run_deps)
+
+    labels = sorted(runs)
+    semantic = env.Command(bdir.File("semantic.json"), [inputs] + [runs[k] for k in labels],
+                           "$NN compare --reference ${SOURCES[0]} "
+                           + " ".join(f"{k}=${{SOURCES[{i + 1}]}}" for i, k in enumerate(labels))
+                           + f" --tolerance {tolerance!r} -o $TARGET", COMSTR=nn("NNCMP"))
+    image = firmware or check
+    size = env.Command(bdir.File("size.json"), image,
+                       f"$NN size $SOURCE --board {board['name']} -o $TARGET", COMSTR=nn("NNSIZE"))
+    target_run = runs.get("simavr") or runs.get(board["name"])
+    report_sources = [semantic, size, trace] + ([target_run] if target_run else [])
+    report = env.Command(
+        bdir.File("report.json"), report_sources,
+        f"$NN report -o $TARGET --model {name} --board {board['name']} --precision {precision} "
+        f"--shape {shape} " + (f"--opt={opt} " if opt else "")
+        + "--semantic ${SOURCES[0]} --size ${SOURCES[1]} --trace ${SOURCES[2]}"
+        + (" --run ${SOURCES[3]}" if target_run else ""), COMSTR=nn("NNREPORT"))
+    env.Depends([semantic, size, report], package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
+    env.Depends([check] + ([firmware] if firmware else []) + [size, report],
+                str(boards.board_path(board["name"])))
+    for node in (semantic, size, report):
+        env.NoCache(node)
+    return {"generated": gen, "inputs": inputs, "check": check, "firmware": firmware, "runs": runs,
+            "semantic": semantic, "size": size, "report": report, "board": board}
+
+
+def check_defines(name):
+    """Bind the generic check main to one model; sizes come from the generated header's macros,
+    so nothing opens the model file while SCons reads the build description."""
+    names = codegen.api(name)
+    return [("NN_HEADER", '\\"%s\\"' % names["header"]), ("NN_INFER", names["infer"]),
+            ("NN_IN", names["inputs_macro"]), ("NN_OUT", names["outputs_macro"])]
