@@ -75,6 +75,19 @@ def parser():
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_size)
 
+    p = sub.add_parser("wcet", help="static WCET bound of the inference function")
+    p.add_argument("elf")
+    p.add_argument("--board", required=True)
+    p.add_argument("--entry", required=True)
+    p.add_argument("--flowfacts", required=True)
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_wcet)
+
+    p = sub.add_parser("gate", help="fail when report.json shows a missed deadline or an unsound bound")
+    p.add_argument("report")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=cmd_gate)
+
     p = sub.add_parser("report", help="merge the step results into report.json and print a summary")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--model", required=True)
@@ -86,6 +99,9 @@ def parser():
     p.add_argument("--size", required=True)
     p.add_argument("--trace", required=True)
     p.add_argument("--run", default=None, help="the target run (.npz with cycles)")
+    p.add_argument("--wcet", default=None, help="wcet.json of the WCET step")
+    p.add_argument("--deadline", default=None, help="deadline, e.g. 100ms")
+    p.add_argument("--deadline-origin", default=None, help="where the deadline came from")
     p.set_defaults(func=cmd_report)
     return top
 
@@ -150,6 +166,33 @@ def cmd_report(args):
     summary = report.build_report(args)
     pipeline.save_json(args.output, summary)
     print(report.summary_text(summary))
+
+
+def cmd_wcet(args):
+    import dataclasses
+    from nnbuild import wcet
+    board = pipeline.load_board(args.board)
+    workdir = Path(args.output).parent / "wcet"
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = wcet.analyze(board, args.elf, args.entry, args.flowfacts, workdir)
+    pipeline.save_json(args.output, dataclasses.asdict(result))
+    print(f"WCET[{result.entry}] = {result.cycles} cycles ({result.analyzer})")
+
+
+def cmd_gate(args):
+    """The build's verdict from report.json: deadline met and bound sound, or one line and exit 2."""
+    from nnbuild.checks import deadline
+    from nnbuild.checks.report import read_json
+    report = read_json(args.report)
+    record = report.get("wcet")
+    if record:
+        deadline.gate_soundness(record)
+        deadline.gate_deadline(record)
+        print(deadline.bar(record))
+    elif report.get("deadline_ms") is not None and report.get("deadline_origin") == "command line":
+        raise NNBuildError(f"deadline {deadline.fmt_ms(report['deadline_ms'])} cannot be checked: "
+                           f"{report.get('wcet_unavailable')}")
+    pipeline.save_json(args.output, {"passed": True, "wcet": record})
 
 
 def cmd_check(args):

@@ -14,7 +14,7 @@ import SCons.Errors
 import SCons.Scanner
 import SCons.Script
 
-from nnbuild import codegen, frontends
+from nnbuild import codegen, frontends, wcet
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -26,6 +26,8 @@ STEP_LABELS = {
     "NNCMP": "Semantic check",
     "NNSIZE": "Memory report",
     "NNREPORT": "Report",
+    "NNWCET": "WCET analysis",
+    "NNGATE": "Deadline gate",
     "NNHARNESS": "Building harness",
     "CC": "Compiling",
     "LINK": "Linking",
@@ -123,7 +125,8 @@ def cross_env(env, board, opt, verbose):
 
 
 def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", precision="float32",
-                opt=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0)):
+                opt=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0),
+                deadline=None, deadline_origin=None):
     """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report.
 
     Returns a dict of the main nodes (generated files, firmware, report) for aliases and tests.
@@ -198,20 +201,32 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
     size = env.Command(bdir.File("size.json"), image,
                        f"$NN size $SOURCE --board {board['name']} -o $TARGET", COMSTR=nn("NNSIZE"))
     target_run = runs.get("simavr") or runs.get(board["name"])
-    report_sources = [semantic, size, trace] + ([target_run] if target_run else [])
+    wcet_node = None
+    if not wcet.unavailable_reason(board, env["ENV"]["PATH"]):
+        wcet_node = env.Command(bdir.File("wcet.json"), [check, gen[4]],
+                                f"$NN wcet ${{SOURCES[0]}} --board {board['name']} --entry {name}_infer "
+                                "--flowfacts ${SOURCES[1]} -o $TARGET", COMSTR=nn("NNWCET"))
+        env.Depends(wcet_node, package_files("wcet"))
+    report_sources = [semantic, size, trace, target_run, wcet_node]
+    flags = {"run": 3, "wcet": 4}
     report = env.Command(
-        bdir.File("report.json"), report_sources,
+        bdir.File("report.json"), [s for s in report_sources if s is not None],
         f"$NN report -o $TARGET --model {name} --board {board['name']} --precision {precision} "
         f"--shape {shape} " + (f"--opt={opt} " if opt else "")
+        + (f"--deadline {deadline} --deadline-origin '{deadline_origin}' " if deadline else "")
         + "--semantic ${SOURCES[0]} --size ${SOURCES[1]} --trace ${SOURCES[2]}"
-        + (" --run ${SOURCES[3]}" if target_run else ""), COMSTR=nn("NNREPORT"))
-    env.Depends([semantic, size, report], package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
+        + "".join(f" --{key} ${{SOURCES[{sum(1 for x in report_sources[:pos] if x is not None)}]}}"
+                  for key, pos in flags.items() if report_sources[pos] is not None),
+        COMSTR=nn("NNREPORT"))
+    gate = env.Command(bdir.File("gate.json"), report, "$NN gate $SOURCE -o $TARGET", COMSTR=nn("NNGATE"))
+    env.Depends([semantic, size, report, gate], package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
     env.Depends([check] + ([firmware] if firmware else []) + [size, report],
                 str(boards.board_path(board["name"])))
-    for node in (semantic, size, report):
+    for node in (semantic, size, report, gate):
         env.NoCache(node)
     return {"generated": gen, "inputs": inputs, "check": check, "firmware": firmware, "runs": runs,
-            "semantic": semantic, "size": size, "report": report, "board": board}
+            "semantic": semantic, "size": size, "wcet": wcet_node, "report": report, "gate": gate,
+            "board": board}
 
 
 def check_defines(name):

@@ -19,7 +19,7 @@ def build_report(args):
     measured = int(cycles.max()) if cycles is not None and len(cycles) else None
     target_run = "simavr" if "simavr" in semantic["runs"] else board["name"]
     clock = board.get("clock_hz")
-    return {
+    record = {
         "model": args.model,
         "target": board["name"],
         "board": board.get("description", board["name"]),
@@ -42,6 +42,28 @@ def build_report(args):
         "passes": trace["passes"],
         "tool_versions": tool_versions(board),
     }
+    record.update(wcet_fields(args, board, measured))
+    return record
+
+
+def wcet_fields(args, board, measured):
+    """The bound, deadline, margin and tightness; or why there is no bound on this board."""
+    from nnbuild.checks import deadline
+    deadline_ms = deadline.parse_deadline(args.deadline) if args.deadline else None
+    fields = {"deadline_ms": deadline_ms, "deadline_origin": args.deadline_origin if deadline_ms else None}
+    if not args.wcet:
+        why = f"no WCET analyzer for target {board['name']}"
+        if board.get("wcet_tool"):
+            why = f"WCET tool {board['wcet_tool']} not available for target {board['name']}"
+        return {**fields, "wcet": None, "wcet_unavailable": why}
+    wcet = read_json(args.wcet)
+    clock = board["clock_hz"]
+    label = f"{args.model} on {board['name']} @ {clock / 1e6:g} MHz"
+    record = deadline.verdict(wcet, deadline_ms, clock, measured, label)
+    record["per_layer"] = {k: {"cycles": v, "share": v / wcet["cycles"]} for k, v in wcet["per_layer"].items()}
+    return {**fields, "wcet": record, "analyzer": wcet["analyzer"], "wcet_cycles": wcet["cycles"],
+            "wcet_ms": record["wcet_ms"], "margin": record["margin"], "margin_ms": record["margin_ms"],
+            "bound_over_measured": record["bound_over_measured"]}
 
 
 def read_json(path):
@@ -79,6 +101,14 @@ def summary_text(r):
                      f"max over {r['measured_inputs']} inputs")
     errors = ", ".join(f"{e:.3g} ({k})" for k, e in sorted(r["max_abs_error_by_run"].items()))
     lines.append(f"  max error: {errors} vs float64 reference, tolerance {r['tolerance']:g}")
+    if r.get("wcet"):
+        w = r["wcet"]
+        tight = f", bound/measured {w['bound_over_measured']:.4f}" if w["bound_over_measured"] else ""
+        lines.append(f"  WCET     : {w['wcet_cycles']:,} cycles ({w['wcet_ms']:.3f} ms, {w['analyzer']}){tight}")
+        from nnbuild.checks.deadline import bar
+        lines.append(f"  {bar(w)}")
+    elif r.get("deadline_ms") is not None:
+        lines.append(f"  WCET     : not computed ({r['wcet_unavailable']}); deadline {r['deadline_ms']:g} ms not checked")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
     lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}")
     return "\n".join(lines)

@@ -30,6 +30,9 @@ ANALYZERS = {
     "platin": "nnbuild.wcet.platin",
 }
 
+#: analyzers that drive an external tool: the executable that must be on PATH
+EXTERNAL_COMMANDS = {"otawa": "owcet", "platin": "platin"}
+
 
 @dataclass
 class WcetResult:
@@ -51,3 +54,26 @@ def analyzer_module(name):
         return importlib.import_module(ANALYZERS[name])
     except KeyError:
         raise NNBuildError(f"unknown WCET analyzer '{name}' (known: {', '.join(sorted(ANALYZERS))})")
+
+
+def analyze(board, elf, entry, flowfacts, workdir):
+    """Run the board's analyzer; a board without one, or a missing tool, is one clear line."""
+    name = board.get("wcet_tool")
+    if not name:
+        raise NNBuildError(f"board '{board['name']}' has no WCET analyzer (no timing model)")
+    result = analyzer_module(name).analyze(elf, entry, flowfacts, board, workdir)
+    if result.cycles is None or result.cycles < 0:
+        raise NNBuildError(f"{name} returned no bound for {entry}")
+    return result
+
+
+def unavailable_reason(board, path=None):
+    """Why the board's analyzer cannot run here (None when it can): no analyzer, or tool not on PATH."""
+    import shutil
+    name = board.get("wcet_tool")
+    if not name:
+        return f"no WCET analyzer for target {board['name']} (no timing model)"
+    command = EXTERNAL_COMMANDS.get(name)
+    if command and not shutil.which(command, path=path):
+        return f"'{command}' ({name}) not found on PATH for target={board['name']}"
+    return None

@@ -1,0 +1,69 @@
+"""The deadline gate: a sound WCET bound against the deadline, in one verdict line.
+
+Deadline precedence (lowest to highest): the example's config, the board, the command line.
+"""
+
+import re
+
+from nnbuild.errors import NNBuildError
+
+_UNITS_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}
+
+
+def parse_deadline(text):
+    """'100ms', '0.5 s', '800us' or a bare number of milliseconds -> milliseconds."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise NNBuildError(f"deadline '{text}' is not a positive duration like 100ms, 800us or 0.1s")
+    return float(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
+
+
+def resolve_deadline(command_line=None, board=None, example=None):
+    """The deadline in ms that applies, and where it came from (None when nobody set one)."""
+    for origin, value in (("command line", command_line), ("board", (board or {}).get("deadline_ms")),
+                          ("example", (example or {}).get("deadline_ms"))):
+        if value not in (None, ""):
+            return parse_deadline(value), origin
+    return None, None
+
+
+def verdict(wcet, deadline_ms, clock_hz, measured_cycles, label):
+    """The gate's record: bound, deadline, margin, and bound/measured (the tightness)."""
+    wcet_ms = wcet["cycles"] / clock_hz * 1e3
+    record = {
+        "analyzer": wcet["analyzer"], "wcet_cycles": wcet["cycles"], "wcet_ms": wcet_ms,
+        "deadline_ms": deadline_ms, "margin_ms": None if deadline_ms is None else deadline_ms - wcet_ms,
+        "margin": None if deadline_ms is None else (deadline_ms - wcet_ms) / deadline_ms,
+        "measured_cycles": measured_cycles,
+        "bound_over_measured": (wcet["cycles"] / measured_cycles) if measured_cycles else None,
+        "met": None if deadline_ms is None else wcet_ms <= deadline_ms, "label": label,
+    }
+    return record
+
+
+def gate_soundness(record):
+    """A bound below a measured run is an analyzer bug: fail rather than certify it."""
+    measured = record["measured_cycles"]
+    if measured and record["wcet_cycles"] < measured:
+        raise NNBuildError(f"unsound WCET bound: {record['wcet_cycles']:,} cycles < measured {measured:,} "
+                           f"({record['label']}, analyzer {record['analyzer']})")
+
+
+def gate_deadline(record):
+    if record["deadline_ms"] is not None and not record["met"]:
+        raise NNBuildError(f"WCET {fmt_ms(record['wcet_ms'])} > deadline {fmt_ms(record['deadline_ms'])} "
+                           f"({record['label']})")
+
+
+def fmt_ms(ms):
+    return f"{ms:.4g} ms" if ms >= 0.01 else f"{ms * 1e3:.4g} us"
+
+
+def bar(record, width=10):
+    """`WCET: [====      ] 42% (41.2 ms of 100 ms deadline)`."""
+    if record["deadline_ms"] is None:
+        return f"WCET: {fmt_ms(record['wcet_ms'])} ({record['wcet_cycles']:,} cycles), no deadline set"
+    frac = record["wcet_ms"] / record["deadline_ms"]
+    filled = min(width, int(round(frac * width)))
+    return (f"WCET: [{'=' * filled}{' ' * (width - filled)}] {100 * frac:.0f}% "
+            f"({fmt_ms(record['wcet_ms'])} of {fmt_ms(record['deadline_ms'])} deadline)")
