@@ -1,0 +1,252 @@
+"""Cycle-exact AVR runs through the libsimavr harness (simavr_run.c), see wcet.md section 5.
+
+Firmware contract for run_cases (what check_main.c provides on AVR):
+  float nnbuild_in[n_in], nnbuild_out[n_out]; void nnbuild_ready(void) called before each
+  inference. The harness writes a case's inputs when the PC reaches nnbuild_ready and reads
+  the outputs at the next one; cycles count the entry function from its first instruction
+  through RET, excluding the CALL.
+
+CLI (the SCons build calls the first):
+  python -m nnbuild.runners.simavr build-harness -o PATH [--cc gcc]
+  python -m nnbuild.runners.simavr measure ELF --entry SYMBOL --mcu MCU --freq HZ
+                                   [--harness PATH] [--stop SYMBOL] [--nm avr-nm]
+"""
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import namedtuple
+from pathlib import Path
+
+import numpy as np
+
+from nnbuild.errors import NNBuildError
+from nnbuild.runners import IN_SYMBOL, OUT_SYMBOL, READY_SYMBOL, SIMAVR_RUN_SRC
+from nnbuild.runners.native import as_cases, describe_exit
+
+INSTALL_HINT = "libsimavr not found: apt-get install simavr libsimavr-dev"
+DEFAULT_MAX_CYCLES = 2_000_000_000
+RAM_OFFSET = 0x800000
+
+#: One harness output line: cycles and calls of a case (or of one call), and the raw out bytes.
+Record = namedtuple("Record", "cycles calls out")
+_RECORD_RE = re.compile(r"^cycles=(\d+) calls=(\d+) out=((?:[0-9a-f]{2})*)$")
+
+
+# --- building the harness -------------------------------------------------------------
+
+def _pkg_config_flags():
+    """cflags/libs from pkg-config when it knows simavr, else the Debian layout."""
+    if shutil.which("pkg-config"):
+        proc = subprocess.run(["pkg-config", "--cflags", "--libs", "simavr"],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            flags = proc.stdout.split()
+            cflags = [f for f in flags if not f.startswith(("-l", "-L"))]
+            libs = [f for f in flags if f.startswith(("-l", "-L"))]
+            return cflags, libs + ["-lelf"]
+    return ["-I/usr/include/simavr", "-I/usr/local/include/simavr"], ["-lsimavr", "-lelf"]
+
+
+def harness_command(dest, cc="gcc"):
+    """The compile line for simavr_run.c (-lelf kept for static libsimavr builds)."""
+    cflags, libs = _pkg_config_flags()
+    return [cc, "-O2", "-std=gnu99", "-Wall", "-Wextra", *cflags,
+            str(SIMAVR_RUN_SRC), "-o", str(dest), *libs]
+
+
+def _missing_simavr(stderr):
+    """True when the failure is an absent libsimavr/libelf rather than a bug in the source."""
+    return bool(re.search(r"(sim_avr\.h|sim_elf\.h|avr_mcu_section\.h).*No such file"
+                          r"|cannot find -l(simavr|elf)", stderr))
+
+
+def build_harness(dest, cc="gcc"):
+    """Compile simavr_run.c to `dest` (atomically, so parallel builds never see half a file)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        proc = subprocess.run(harness_command(tmp, cc), capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise NNBuildError(f"C compiler '{cc}' not found", path=dest) from None
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        if _missing_simavr(proc.stderr):
+            raise NNBuildError(INSTALL_HINT, path=dest)
+        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip())
+        raise NNBuildError(f"harness build failed: {first}", path=SIMAVR_RUN_SRC)
+    os.replace(tmp, dest)
+    return dest
+
+
+def default_harness(cc="gcc"):
+    """A harness cached per user and source version, for callers that do not pass one."""
+    digest = hashlib.sha256(SIMAVR_RUN_SRC.read_bytes() + cc.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"nnbuild-{os.getuid()}" / f"simavr_run-{digest}"
+    return path if path.exists() else build_harness(path, cc)
+
+
+# --- symbols --------------------------------------------------------------------------
+
+def symbol_table(elf, nm="avr-nm"):
+    """{name: (address, size or None)} from `nm -S`, addresses as nm prints them."""
+    try:
+        proc = subprocess.run([nm, "-S", str(elf)], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise NNBuildError(f"'{nm}' not found", path=elf) from None
+    if proc.returncode != 0:
+        raise NNBuildError(f"{nm} failed: {proc.stderr.strip()}", path=elf)
+    table = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            table[parts[3]] = (int(parts[0], 16), int(parts[1], 16))
+        elif len(parts) == 3:
+            table[parts[2]] = (int(parts[0], 16), None)
+    return table
+
+
+def symbol_addresses(elf, names, nm="avr-nm"):
+    """{name: address} for the requested symbols; a missing one is a one-line error."""
+    table = symbol_table(elf, nm)
+    missing = [n for n in names if n not in table]
+    if missing:
+        raise NNBuildError(f"symbol(s) not found: {', '.join(missing)}", path=elf)
+    return {n: table[n][0] for n in names}
+
+
+def _check_size(elf, table, name, n_floats):
+    """Catch a firmware built for another model before simulating garbage."""
+    size = table[name][1]
+    if size is not None and size != 4 * n_floats:
+        raise NNBuildError(f"{name} holds {size // 4} floats, expected {n_floats}", path=elf)
+
+
+# --- running --------------------------------------------------------------------------
+
+def parse_records(text):
+    """Parse harness stdout exactly; any stray line is an error, not silently skipped."""
+    records = []
+    for line in text.splitlines():
+        m = _RECORD_RE.match(line)
+        if not m:
+            raise NNBuildError(f"unexpected harness output line: {line!r}")
+        records.append(Record(int(m.group(1)), int(m.group(2)), bytes.fromhex(m.group(3))))
+    return records
+
+
+def _run_harness(harness, elf, args, stdin, timeout):
+    """Run the harness once; map every failure to one line naming the ELF."""
+    harness = default_harness() if harness is None else harness
+    cmd = [str(harness), str(elf), *[str(a) for a in args]]
+    if timeout:
+        cmd += ["--timeout", str(max(1, int(timeout)))]
+    try:
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, check=False,
+                              timeout=(timeout + 30) if timeout else None)
+    except FileNotFoundError:
+        raise NNBuildError(f"simavr harness not found: {harness}", path=elf) from None
+    except subprocess.TimeoutExpired:
+        raise NNBuildError(f"simavr_run: timeout after {timeout} s", path=elf) from None
+    if proc.returncode != 0:
+        raise NNBuildError(describe_exit(proc.returncode, proc.stderr), path=elf)
+    return parse_records(proc.stdout.decode("ascii", "replace"))
+
+
+def _target_args(mcu, freq, entry, max_cycles):
+    return ["--mcu", mcu, "--freq", int(freq), "--entry", hex(entry),
+            "--max-cycles", int(max_cycles)]
+
+
+def run_cases(elf, inputs, n_out, *, entry_symbol, mcu, freq, harness=None, nm="avr-nm",
+              max_cycles=DEFAULT_MAX_CYCLES, timeout=3600.0):
+    """Simulate each case on a check firmware; returns (float32 [N, n_out], int64 cycles [N]).
+
+    cycles[i] sums the outermost calls of `entry_symbol` during case i (one call for the
+    inference function itself); max_cycles bounds each case, timeout the whole run (s).
+    """
+    cases = as_cases(inputs, path=elf)
+    n, n_in, n_out = cases.shape[0], cases.shape[1], int(n_out)
+    if n == 0:
+        return np.zeros((0, n_out), np.float32), np.zeros(0, np.int64)
+    table = symbol_table(elf, nm)
+    addr = symbol_addresses(elf, [entry_symbol, READY_SYMBOL, IN_SYMBOL, OUT_SYMBOL], nm)
+    _check_size(elf, table, IN_SYMBOL, n_in)
+    _check_size(elf, table, OUT_SYMBOL, n_out)
+    args = _target_args(mcu, freq, addr[entry_symbol], max_cycles) + [
+        "--ready", hex(addr[READY_SYMBOL]), "--in", hex(addr[IN_SYMBOL]), "--n-in", n_in,
+        "--out", hex(addr[OUT_SYMBOL]), "--n-out", n_out]
+    records = _run_harness(harness, elf, args, cases.tobytes(), timeout)
+    if len(records) != n:
+        raise NNBuildError(f"simavr_run reported {len(records)} of {n} cases", path=elf)
+    for i, rec in enumerate(records):
+        if rec.calls == 0:
+            raise NNBuildError(f"{entry_symbol} was never called in case {i}", path=elf)
+    outputs = np.frombuffer(b"".join(r.out for r in records), dtype="<f4")
+    cycles = np.array([r.cycles for r in records], dtype=np.int64)
+    return outputs.astype(np.float32).reshape(n, n_out), cycles
+
+
+def measure_calls(elf, entry_symbol, *, mcu, freq, harness=None, nm="avr-nm", stop_symbol="_exit",
+                  max_cycles=DEFAULT_MAX_CYCLES, timeout=3600.0):
+    """Cycles of every outermost call of `entry_symbol` in a self-driving firmware (int64 [calls]).
+
+    The run ends when the firmware sleeps with interrupts off or reaches `stop_symbol`
+    (avr-libc's `_exit`, which main's return reaches); max_cycles bounds the whole run.
+    """
+    names = [entry_symbol] + ([stop_symbol] if stop_symbol else [])
+    addr = symbol_addresses(elf, names, nm)
+    args = _target_args(mcu, freq, addr[entry_symbol], max_cycles)
+    if stop_symbol:
+        args += ["--stop", hex(addr[stop_symbol])]
+    records = _run_harness(harness, elf, args, b"", timeout)
+    return np.array([r.cycles for r in records], dtype=np.int64)
+
+
+# --- CLI ------------------------------------------------------------------------------
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m nnbuild.runners.simavr",
+                                description="libsimavr harness: build it, or measure a function.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build-harness", help="compile simavr_run.c")
+    b.add_argument("-o", "--output", required=True, help="harness executable to write")
+    b.add_argument("--cc", default="gcc", help="host C compiler (default gcc)")
+    m = sub.add_parser("measure", help="print the cycles of each call of a function")
+    m.add_argument("elf")
+    m.add_argument("--entry", required=True, help="function symbol to time")
+    m.add_argument("--mcu", required=True)
+    m.add_argument("--freq", required=True, type=int)
+    m.add_argument("--harness", help="prebuilt simavr_run (default: build and cache one)")
+    m.add_argument("--stop", default="_exit", help="symbol that ends the run (default _exit)")
+    m.add_argument("--nm", default="avr-nm")
+    m.add_argument("--max-cycles", type=int, default=DEFAULT_MAX_CYCLES)
+    return p
+
+
+def main(argv=None):
+    """CLI entry: errors print one line and exit 1."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build-harness":
+            build_harness(args.output, args.cc)
+        else:
+            cycles = measure_calls(args.elf, args.entry, mcu=args.mcu, freq=args.freq,
+                                   harness=args.harness, nm=args.nm, stop_symbol=args.stop,
+                                   max_cycles=args.max_cycles)
+            for c in cycles:
+                print(int(c))
+    except NNBuildError as exc:
+        print(f"nnbuild: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
