@@ -1,0 +1,228 @@
+"""Built-in AVR WCET analyser: whole-program IPET over the linked ELF (board wcet_tool 'builtin-avr').
+
+analyze(elf, entry, flowfacts, board, workdir) -> WcetResult. Regions (functions, call targets and
+tail-jump targets) are analysed bottom-up and context-insensitively: a call costs the CALL plus the
+callee's WCET, charged to the calling block. The bound counts from the entry's first instruction
+through its RET, excluding the CALL that invokes it.
+
+CLI: python -m nnbuild.wcet.avr_ipet ELF --entry FN --flowfacts F.json [--board B.json] [--json OUT]
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import scipy
+
+from nnbuild.errors import NNBuildError
+from nnbuild.wcet import WcetResult
+from nnbuild.wcet import avr_cfg as C
+from nnbuild.wcet import avr_decode as D
+from nnbuild.wcet import avr_ilp as I
+from nnbuild.wcet import avr_loops as L
+from nnbuild.wcet import avr_timing as T
+
+ANALYZER = "builtin-avr"
+
+
+@dataclass
+class RegionResult:
+    start: int
+    name: str
+    cycles: int
+    #: layer name (None = not in any layer: inherits the caller's layer) -> cycles
+    breakdown: Counter
+    info: dict = field(default_factory=dict)
+
+
+def load_flowfacts(flowfacts):
+    """The flow-facts dict from a dict or a JSON path."""
+    if isinstance(flowfacts, dict):
+        return flowfacts
+    try:
+        with open(flowfacts) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise NNBuildError(f"cannot read flow facts: {exc}", path=flowfacts)
+
+
+def layer_map(facts):
+    """(basename, line) -> layer name from the flow facts' layer line ranges."""
+    out = {}
+    for lay in facts.get("layers", []):
+        base = os.path.basename(lay["file"])
+        for line in range(int(lay["first_line"]), int(lay["last_line"]) + 1):
+            out[(base, line)] = lay["name"]
+    return out
+
+
+def indirect_targets(facts, prog):
+    """Optional 'indirect' flow facts: {address or function+offset, targets: [symbol|address]}."""
+    out = {}
+    for ent in facts.get("indirect", []):
+        addr = ent.get("address")
+        addr = int(addr, 0) if isinstance(addr, str) else addr
+        if addr is None:
+            addr = prog.address_of(ent["function"]) + int(ent.get("offset", 0))
+        out[addr] = [t if isinstance(t, int) else prog.address_of(t) for t in ent["targets"]]
+    return out
+
+
+class Analyzer:
+    """Memoised bottom-up analysis of every region reachable from the entry."""
+
+    def __init__(self, prog, fam, facts, table, workdir):
+        self.prog, self.fam, self.facts, self.table = prog, fam, facts, table
+        self.layers = layer_map(facts)
+        self.indirect = indirect_targets(facts, prog)
+        self.workdir = workdir
+        self.done, self.stack = {}, []
+        self.matched = set()
+
+    def layer(self, insn):
+        return self.layers.get((os.path.basename(insn.file), insn.line)) if insn.file else None
+
+    def region(self, addr):
+        if addr in self.done:
+            return self.done[addr]
+        if addr in self.stack:
+            chain = " -> ".join(self.prog.describe(a) for a in self.stack[self.stack.index(addr):] + [addr])
+            raise NNBuildError(f"builtin-avr: recursion in {self.prog.function_of(addr)} at "
+                               f"{self.prog.describe(addr)} ({chain}): no bound")
+        self.stack.append(addr)
+        try:
+            res = self._analyse(addr)
+        finally:
+            self.stack.pop()
+        self.done[addr] = res
+        return res
+
+    def _callee(self, target):
+        """Worst of the callee regions (several only for indirect calls)."""
+        targets = target if isinstance(target, tuple) else (target,)
+        return max((self.region(t) for t in targets), key=lambda r: r.cycles)
+
+    def _analyse(self, addr):
+        prog, fam = self.prog, self.fam
+        region = C.build_region(prog, addr, fam, self.indirect)
+        cost = {}
+        for n, b in region.blocks.items():
+            cost[n] = C.block_base_cycles(b, fam, prog) + sum(self._callee(t).cycles for _, t in b.calls)
+        for k, t in region.tails.items():
+            cost[k] = self.region(t.target).cycles
+        loops = L.find_loops(region, prog)
+        self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
+        L.apply_table(region, loops, prog, self.table)
+        L.apply_auto(region, loops)
+        L.require_bounds(region, loops, prog)
+        label = f"{prog.function_of(addr)}_{addr:x}".replace(".", "_")
+        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label)
+        info["blocks"] = len(region.blocks)
+        info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
+                         for l in loops]
+        bd = self._breakdown(region, counts)
+        if sum(bd.values()) != cycles:
+            raise NNBuildError(f"builtin-avr: internal error: per-layer split of {region.name} "
+                               f"({sum(bd.values())}) != WCET ({cycles})")
+        return RegionResult(addr, region.name, cycles, bd, info)
+
+    def _breakdown(self, region, counts):
+        """Cycles of the worst-case solution by layer: own instructions by their source line,
+        callees' unattributed cycles by the line of the call (or tail jump)."""
+        fam, bd = self.fam, Counter()
+        into = Counter()
+        for e, c in zip(region.edges, counts):
+            into[e.dst] += c
+            if e.extra and c:
+                bd[self.layer(region.blocks[e.src].last)] += c * e.extra
+        for n, b in region.blocks.items():
+            c = into[n]
+            if not c:
+                continue
+            for insn in b.insns:
+                bd[self.layer(insn)] += c * T.cycles(fam, insn.mnem)
+            for insn, t in b.calls:
+                self._add_callee(bd, self._callee(t), c, self.layer(insn))
+        for k, t in region.tails.items():
+            if into[k]:
+                self._add_callee(bd, self.region(t.target), into[k], self.layer(t.insn))
+        return bd
+
+    @staticmethod
+    def _add_callee(bd, sub, count, site_layer):
+        for lay, cyc in sub.breakdown.items():
+            bd[lay if lay is not None else site_layer] += count * cyc
+
+
+def analyze(elf, entry, flowfacts, board, workdir):
+    """A sound WCET bound (cycles) for one call of `entry` in the linked AVR `elf`."""
+    facts = load_flowfacts(flowfacts)
+    fam = T.family(board)
+    prog = D.load(str(elf), board)
+    try:
+        start = prog.address_of(entry)
+    except NNBuildError:
+        raise NNBuildError(f"builtin-avr: entry function '{entry}' not in the ELF", path=elf)
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+    an = Analyzer(prog, fam, facts, L.load_table(), workdir)
+    top = an.region(start)
+    per_layer = {k: v for k, v in top.breakdown.items() if k is not None}
+    for lay in facts.get("layers", []):
+        per_layer.setdefault(lay["name"], 0)
+    functions = {r.name: r.cycles for a, r in sorted(an.done.items()) if a != start}
+    details = {
+        "timing_model": (board or {}).get("timing_model", "avre-16bit-pc"),
+        "core_family": fam,
+        "clock_hz": (board or {}).get("clock_hz"),
+        "solver": f"scipy.optimize.milp (HiGHS), scipy {scipy.__version__}",
+        "ilp": {k: top.info[k] for k in ("variables", "constraints", "status", "blocks")},
+        "regions": len(an.done),
+        "callee_wcet": functions,
+        "loops": {r.name: r.info["loops"] for r in an.done.values() if r.info["loops"]},
+        "unattributed_cycles": top.breakdown.get(None, 0),
+        "unmatched_flowfact_loops": [f for k, f in enumerate(facts.get("loops", [])) if k not in an.matched],
+        "convention": "first instruction of the entry through its RET, excluding the CALL",
+    }
+    if (board or {}).get("clock_hz"):
+        details["seconds"] = top.cycles / board["clock_hz"]
+    return WcetResult(ANALYZER, entry, int(top.cycles), per_layer, details, _version(board))
+
+
+def _version(board):
+    return f"nnbuild builtin-avr IPET ({T.family(board)})"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m nnbuild.wcet.avr_ipet", description=__doc__.splitlines()[0])
+    ap.add_argument("elf")
+    ap.add_argument("--entry", required=True)
+    ap.add_argument("--flowfacts", required=True)
+    ap.add_argument("--board", default=os.path.join(os.path.dirname(__file__), "..", "..", "toolchains", "avr.json"))
+    ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--workdir")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.board) as f:
+            board = json.load(f)
+        workdir = args.workdir or tempfile.mkdtemp(prefix="avr_ipet_")
+        res = analyze(args.elf, args.entry, args.flowfacts, board, workdir)
+    except (NNBuildError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"WCET[{res.entry}] = {res.cycles} cycles")
+    for name, cyc in res.per_layer.items():
+        print(f"  layer {name}: {cyc} cycles ({100.0 * cyc / max(res.cycles, 1):.1f}%)")
+    print(f"  other: {res.details['unattributed_cycles']} cycles")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(asdict(res), f, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""Loops (Steensgaard loop-nesting forest: natural and irreducible) and loop bounds of a region.
+
+A loop bound is a linear constraint relative to the loop's entry edges (IPET, docs/wcet.md 4):
+  ("header", N): executions of the header block <= N * entries
+  ("back", N):   traversals of back edges      <= N * entries
+  ("edge", N, i): traversals of edge i         <= N * entries
+Every source that applies adds its constraint (all are sound, the ILP keeps the tightest).
+Sources: generator flow facts (file+line of the `for`), the shipped avr_libloops.json table,
+and the automatic ldi/dec/brne counter analysis.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import List, Set
+
+from nnbuild.errors import NNBuildError
+from nnbuild.wcet.avr_cfg import ENTRY, EXIT
+
+TABLE_PATH = os.path.join(os.path.dirname(__file__), "avr_libloops.json")
+
+
+@dataclass
+class Loop:
+    """A loop of the Steensgaard loop-nesting forest: a strongly connected component.
+
+    `headers` are the nodes entered from outside (one for a natural loop, several for an
+    irreducible one); `header` is the lowest of them, used to name and key the loop.
+    """
+
+    headers: Set[object]
+    body: Set[object]
+    back_edges: List[int]
+    entry_edges: List[int]
+    header_exits: bool
+    bounds: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+
+    @property
+    def header(self):
+        return min(self.headers, key=_addr)
+
+
+def _addr(n):
+    return n if isinstance(n, int) else n[2]
+
+
+def graph(region):
+    """succ/pred maps over block and tail nodes (ENTRY/EXIT excluded) with edge indices."""
+    succ = {n: [] for n in region.node_ids()}
+    pred = {n: [] for n in region.node_ids()}
+    for i, e in enumerate(region.edges):
+        if e.src != ENTRY and e.dst != EXIT:
+            succ[e.src].append((e.dst, i))
+            pred[e.dst].append((e.src, i))
+    return succ, pred
+
+
+def sccs(nodes, succ, removed):
+    """Strongly connected components of the subgraph on `nodes` without edges in `removed` (Tarjan)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(nodes, key=_addr):
+        if root in index:
+            continue
+        work = [(root, iter(succ[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            for nxt, i in it:
+                if nxt not in nodes or i in removed:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(succ[nxt])))
+                    break
+                if nxt in on:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = set()
+                    while True:
+                        n = stack.pop()
+                        on.discard(n)
+                        comp.add(n)
+                        if n == node:
+                            break
+                    out.append(comp)
+    return out
+
+
+def find_loops(region, prog=None):
+    """All loops, outermost first: each SCC is a loop; its back edges (edges into its headers
+    from inside) are removed to find the loops nested in it."""
+    succ, _ = graph(region)
+    loops, removed = [], set()
+    work = [set(region.node_ids())]
+    while work:
+        nodes = work.pop()
+        for comp in sccs(nodes, succ, removed):
+            if len(comp) == 1:
+                n = next(iter(comp))
+                if not any(d == n and i not in removed for d, i in succ[n]):
+                    continue
+            entries = [i for i, e in enumerate(region.edges) if e.dst in comp and e.src not in comp]
+            headers = {region.edges[i].dst for i in entries}
+            backs = [i for i, e in enumerate(region.edges)
+                     if e.src in comp and e.dst in headers and i not in removed]
+            exits = any(d not in comp for h in headers for d, _ in succ[h]) or any(
+                e.src in headers and e.dst == EXIT for e in region.edges)
+            loops.append(Loop(headers, comp, backs, entries, exits))
+            removed.update(backs)
+            work.append(comp)
+    return loops
+
+
+# ---------------------------------------------------------------- flow facts (generator loops)
+
+def _lines(region, nodes):
+    out = set()
+    for n in nodes:
+        b = region.blocks.get(n)
+        if b:
+            out.update((os.path.basename(i.file), i.line) for i in b.insns if i.file)
+    return out
+
+
+def top_tested(region, loop, line):
+    """True when the header only tests: it exits, is not a latch, and holds no body code.
+
+    Then the header runs N+1 times per entry and the back edges N times. Otherwise the header
+    starts a body execution every time it runs (rotated, bottom-tested loops; single-block loops;
+    loops entered in the middle whose header holds body code before the exit test), so it runs at
+    most N times. Body code = instructions whose source line is not the `for` line.
+    """
+    latches = {region.edges[i].src for i in loop.back_edges}
+    if not loop.header_exits or loop.headers & latches:
+        return False
+    return all(i.line in (None, line) for h in loop.headers for i in region.blocks[h].insns)
+
+
+def apply_flowfacts(region, loops, facts):
+    """Bound loops whose header or latch blocks carry a fact's `for` line (innermost match wins)."""
+    matched = []
+    for k, fact in enumerate(facts):
+        key = (os.path.basename(fact["file"]), int(fact["line"]))
+        cands = [l for l in loops
+                 if key in _lines(region, list(l.headers) + [region.edges[i].src for i in l.back_edges])]
+        inner = [l for l in cands if not any(o is not l and o.body < l.body for o in cands)]
+        n = int(fact["max_iterations"])
+        for l in inner:
+            l.bounds.append(("back", n) if top_tested(region, l, key[1]) else ("header", n))
+            l.sources.append(f"flowfacts {key[0]}:{key[1]} max_iterations={n}")
+            matched.append((k, l.header))
+    return matched
+
+
+# ---------------------------------------------------------------- shipped table
+
+def load_table(path=TABLE_PATH):
+    with open(path) as f:
+        return json.load(f)["loops"]
+
+
+def apply_table(region, loops, prog, table):
+    """Bound loops whose header is a table entry's symbol+offset and whose code matches its pattern."""
+    for l in loops:
+        if not isinstance(l.header, int):
+            continue
+        for ent in table:
+            names = prog.names.get(l.header - ent["offset"], [])
+            if ent["symbol"] not in names:
+                continue
+            if _pattern(prog, l.header, len(ent["pattern"])) != ent["pattern"]:
+                l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}: pattern mismatch, not applied")
+                continue
+            kind = "header" if "header_max" in ent else "back"
+            n = int(ent[f"{kind}_max"])
+            l.bounds.append((kind, n))
+            l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x} {kind}_max={n}")
+
+
+def _pattern(prog, addr, n):
+    out = []
+    for _ in range(n):
+        insn = prog.insns.get(addr)
+        if insn is None:
+            break
+        out.append(insn.mnem)
+        addr = insn.end
+    return out
+
+
+# ---------------------------------------------------------------- automatic counter loops
+
+_NO_WRITE = frozenset("""cp cpc cpi tst st std sts push out sbi cbi nop rjmp jmp ret reti sbrc sbrs sbic
+sbis cpse bset bclr sec clc sen cln sez clz sei cli ses cls sev clv set clt seh clh bst sleep wdr break
+ijmp eijmp""".split())
+_POINTERS = {"X": (26, 27), "Y": (28, 29), "Z": (30, 31)}
+
+
+def _reg(op):
+    return int(op[1:]) if op and op[0] == "r" and op[1:].isdigit() else None
+
+
+def defs(insn):
+    """Registers an instruction writes, or None when unknown (calls)."""
+    m, ops = insn.mnem, insn.ops
+    if m in ("call", "rcall", "icall", "eicall"):
+        return None
+    if m.startswith("br") and m != "break" or m in _NO_WRITE:
+        out = set()
+        if m in ("st", "std") and ops and ("+" in ops[0] or "-" in ops[0]):
+            out.update(_POINTERS[ops[0].strip("+-")])
+        return out
+    if m in ("mul", "muls", "mulsu", "fmul", "fmuls", "fmulsu"):
+        return {0, 1}
+    if m in ("lpm", "elpm") and not ops:
+        return {0}
+    out = set()
+    r = _reg(ops[0]) if ops else None
+    if r is not None:
+        out.add(r)
+        if m in ("movw", "adiw", "sbiw"):
+            out.add(r + 1)
+    if m in ("ld", "ldd", "lpm", "elpm") and len(ops) > 1 and ("+" in ops[1] or "-" in ops[1]):
+        out.update(_POINTERS[ops[1].strip("+-")])
+    return out
+
+
+def _ldi_value(region, pred, node, regs, seen):
+    """Constant loaded by the `ldi` that reaches the end of `node` for each of `regs`, else None."""
+    if node == ENTRY or not isinstance(node, int) or node in seen or len(seen) > 32:
+        return None
+    seen = seen | {node}
+    vals = {}
+    for insn in reversed(region.blocks[node].insns):
+        d = defs(insn)
+        hit = set(regs) if d is None else d & set(regs) - set(vals)
+        for r in hit:
+            if insn.mnem != "ldi" or _reg(insn.ops[0]) != r:
+                return None
+            vals[r] = int(insn.ops[1], 0)
+        if len(vals) == len(regs):
+            return vals
+    preds = [p for p, _ in pred[node]]
+    if any(e.dst == node and e.src == ENTRY for e in region.edges) or not preds:
+        return None
+    results = [_ldi_value(region, pred, p, [r for r in regs if r not in vals], seen) for p in preds]
+    if any(r is None for r in results) or len({tuple(sorted(r.items())) for r in results}) != 1:
+        return None
+    return {**vals, **results[0]}
+
+
+def _counter_shape(block, body):
+    """(regs, continue-successor) if `block` ends with dec/subi 1/sbiw 1 then brne into the loop."""
+    if len(block.insns) < 2 or block.last.mnem != "brne" or block.last.target not in body:
+        return None
+    if block.last.end in body:
+        return None
+    d = block.insns[-2]
+    r = _reg(d.ops[0]) if d.ops else None
+    if r is None:
+        return None
+    if d.mnem == "dec" or (d.mnem == "subi" and int(d.ops[1], 0) == 1):
+        return [r], d
+    if d.mnem == "sbiw" and int(d.ops[1], 0) == 1:
+        return [r, r + 1], d
+    return None
+
+
+def apply_auto(region, loops):
+    """ldi K ... dec/subi 1/sbiw 1 + brne: the continue edge runs at most K-1 times per entry."""
+    succ, pred = graph(region)
+    for l in loops:
+        for n in l.body:
+            b = region.blocks.get(n)
+            shape = b and _counter_shape(b, l.body)
+            if not shape:
+                continue
+            regs, dec = shape
+            if not _only_writer(region, l.body, regs, dec):
+                continue
+            inits = [_ldi_value(region, pred, region.edges[i].src, regs, frozenset()) for i in l.entry_edges]
+            if not inits or any(v is None for v in inits):
+                continue
+            width = 8 * len(regs)
+            ks = [sum(v[r] << (8 * j) for j, r in enumerate(regs)) or (1 << width) for v in inits]
+            cont = [i for i, e in enumerate(region.edges) if e.src == n and e.dst == b.last.target]
+            l.bounds.append(("edge", max(ks) - 1, cont[0]))
+            l.sources.append(f"auto counter r{regs[0]} from ldi {max(ks)} at 0x{n:x}")
+
+
+def _only_writer(region, body, regs, dec):
+    for n in body:
+        b = region.blocks.get(n)
+        if b is None:
+            return False  # a tail call leaves and re-enters nothing, but be strict
+        for insn in b.insns:
+            d = defs(insn)
+            if insn is not dec and (d is None or d & set(regs)):
+                return False
+    return True
+
+
+def require_bounds(region, loops, prog):
+    """NNBuildError naming the function and header address of the first loop with no bound."""
+    for l in sorted(loops, key=lambda l: l.header if isinstance(l.header, int) else 0):
+        if not l.bounds:
+            note = "; ".join(l.sources)
+            raise NNBuildError(f"builtin-avr: unbounded loop in {prog.function_of(l.header)} at "
+                               f"{prog.describe(l.header)}: no flow fact, table entry or counter"
+                               + (f" ({note})" if note else ""))
