@@ -1,0 +1,449 @@
+"""OTAWA backend (`owcet`): generator flow facts -> F4 `.ff` loop bounds -> owcet -> WcetResult.
+
+The generator knows every loop's trip count by source line; OTAWA wants bounds by loop-header
+address. We map one to the other with the ELF's DWARF line table (`objdump -dl`) and our own CFG
+of the function (dominators, natural loops), then run owcet under a timeout and accept only a
+clean `WCET[entry] = N cycles` line: a negative value, a non-zero exit, an `ERROR:` line or a
+timeout is an NNBuildError, never a number.
+
+Timing: OTAWA's `trivial` (5 cycles/instruction) and `generic` scripts do not model ARM7TDMI or
+LPC2138; only the lpc2138 plugin does (board key `otawa_script`).
+"""
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from nnbuild.errors import NNBuildError
+from nnbuild.wcet import WcetResult, tools
+
+TOOL = "owcet"
+INSTALL_HINT = ("build OTAWA 2.3 from github.com/statinf-otawa (otawa, elm, gelpp, gliss2, armv7t, "
+                "otawa-arm) plus an ILP plugin, and add its bin/ to PATH")
+DEFAULT_SCRIPT = "trivial"
+
+WCET_RE = re.compile(r"^WCET\[(?P<fn>[^\]]+)\] = (?P<cycles>-?\d+) cycles$", re.M)
+NO_LIMIT_RE = re.compile(r"no limit for the loop at (?P<where>[^\n]*?)\.?$", re.M)
+
+
+# ---------------------------------------------------------------- disassembly with line info
+
+
+@dataclass
+class Insn:
+    addr: int
+    mnemonic: str
+    operands: str
+    file: Optional[str] = None
+    line: Optional[int] = None
+
+
+@dataclass
+class Function:
+    name: str
+    start: int
+    insns: List[Insn] = field(default_factory=list)
+
+    @property
+    def end(self):
+        """One past the last instruction (ARM/Thumb: at most 4 bytes)."""
+        return self.insns[-1].addr + 4 if self.insns else self.start
+
+
+FUNC_RE = re.compile(r"^([0-9a-f]+) <(.+)>:$")
+INSN_RE = re.compile(r"^\s+([0-9a-f]+):\s+(.*)$")
+LINE_RE = re.compile(r"^(?P<file>\S.*?):(?P<line>\d+)(?: \(discriminator \d+\))?$")
+
+
+def parse_objdump(text) -> Dict[str, List[Function]]:
+    """`objdump -dl --no-show-raw-insn` text -> functions with per-instruction file:line.
+
+    Data in code (`.word` literal pools) is skipped: it is not an instruction of the CFG.
+    """
+    functions: Dict[str, List[Function]] = {}
+    current, file, line = None, None, None
+    for raw in text.splitlines():
+        m = FUNC_RE.match(raw)
+        if m:
+            current = Function(m.group(2), int(m.group(1), 16))
+            functions.setdefault(current.name, []).append(current)
+            file, line = None, None
+            continue
+        m = INSN_RE.match(raw)
+        if m and current is not None:
+            add_insn(current, int(m.group(1), 16), m.group(2), file, line)
+            continue
+        m = LINE_RE.match(raw)
+        if m and not raw.endswith("():"):
+            file, line = m.group("file"), int(m.group("line"))
+    return functions
+
+
+def add_insn(func, addr, body, file, line):
+    """Append one decoded instruction; directives (.word, .short) and undefined words are dropped."""
+    body = re.split(r"\s[@;]", body, maxsplit=1)[0].strip()
+    if not body or body.startswith(".") or "UNDEFINED" in body:
+        return
+    parts = body.split(None, 1)
+    func.insns.append(Insn(addr, parts[0].lower(), parts[1].strip() if len(parts) > 1 else "",
+                           file, line))
+
+
+def disassemble(elf, board) -> Dict[str, List[Function]]:
+    """Run the board's objdump with line numbers on `elf` and parse it."""
+    objdump = tools.which(board.get("objdump", "objdump"), target=board.get("name"),
+                          hint=board.get("install_hint", "install the board's binutils"))
+    done = tools.run([objdump, "-dl", "--no-show-raw-insn", str(elf)],
+                     timeout=tools.timeout_of(board), what=Path(objdump).name)
+    if done.returncode != 0:
+        raise NNBuildError(f"{Path(objdump).name} failed: {tools.one_line(done.stderr)}", path=elf)
+    return parse_objdump(done.stdout)
+
+
+# ---------------------------------------------------------------- ARM/Thumb control flow
+
+CONDS = "eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le|al"
+BRANCH_RE = re.compile(rf"^b({CONDS})?$")
+CALL_RE = re.compile(rf"^blx?({CONDS})?$")
+BX_RE = re.compile(rf"^bx({CONDS})?$")
+COND_SUFFIX_RE = re.compile(rf"({CONDS})$")
+TARGET_RE = re.compile(r"(?:^|,\s*)([0-9a-f]+) <")
+
+
+@dataclass
+class Flow:
+    """How one instruction leaves: kind in plain/branch/call/exit, its target, conditional or not."""
+
+    kind: str
+    target: Optional[int] = None
+    conditional: bool = False
+
+
+def classify(insn: Insn) -> Flow:
+    """Control-flow class of an ARM/Thumb instruction as objdump prints it (UAL syntax)."""
+    mnem = re.sub(r"\.[nw]$", "", insn.mnemonic)
+    target = TARGET_RE.search(insn.operands)
+    target = int(target.group(1), 16) if target else None
+    if mnem in ("cbz", "cbnz"):
+        return Flow("branch", target, True)
+    m = BRANCH_RE.match(mnem)
+    if m:
+        return Flow("branch", target, m.group(1) not in (None, "al"))
+    m = CALL_RE.match(mnem)
+    if m:
+        return Flow("call", target, m.group(1) not in (None, "al"))
+    m = BX_RE.match(mnem)
+    if m:
+        return Flow("exit", None, m.group(1) not in (None, "al"))
+    if mnem in ("tbb", "tbh") or writes_pc(mnem, insn.operands):
+        # A conditional pc write may fall through; an unknown suffix counts as a condition, so
+        # the worst case is one extra fall-through edge, never a lost one.
+        return Flow("exit", None, bool(COND_SUFFIX_RE.search(mnem[3:])))
+    return Flow("plain")
+
+
+def writes_pc(mnem, operands):
+    """True for returns and indirect jumps: pop/ldm with pc in the list, or pc as destination."""
+    ops = operands.replace(" ", "")
+    if mnem.startswith(("pop", "ldm")):
+        return re.search(r"[{,]pc[,}]", ops) is not None
+    return ops.startswith("pc,") and not mnem.startswith(("str", "cmp", "cmn", "tst", "teq", "push"))
+
+
+@dataclass
+class Block:
+    start: int
+    insns: List[Insn]
+    succs: List[int] = field(default_factory=list)
+
+    @property
+    def last(self):
+        return self.insns[-1]
+
+
+def build_cfg(func: Function) -> Dict[int, Block]:
+    """Basic blocks of `func` keyed by start address, with intra-function successor edges.
+
+    Calls fall through (callees return); branches out of the function are tail calls and end
+    the path, as do returns and indirect jumps.
+    """
+    insns = func.insns
+    inside = {i.addr for i in insns}
+    flows = [classify(i) for i in insns]
+    leaders = {insns[0].addr} if insns else set()
+    for k, flow in enumerate(flows):
+        if flow.kind != "plain" and k + 1 < len(insns):
+            leaders.add(insns[k + 1].addr)
+        if flow.kind == "branch" and flow.target in inside:
+            leaders.add(flow.target)
+    blocks: Dict[int, Block] = {}
+    last_flow: Dict[int, Flow] = {}
+    current = None
+    for insn, flow in zip(insns, flows):
+        if insn.addr in leaders:
+            current = blocks[insn.addr] = Block(insn.addr, [])
+        current.insns.append(insn)
+        last_flow[current.start] = flow
+    starts = sorted(blocks)
+    for k, start in enumerate(starts):
+        block, flow = blocks[start], last_flow[start]
+        nxt = starts[k + 1] if k + 1 < len(starts) else None
+        if flow.kind == "branch" and flow.target in blocks:
+            block.succs.append(flow.target)
+        falls = flow.kind in ("plain", "call") or flow.conditional
+        if falls and nxt is not None and nxt not in block.succs:
+            block.succs.append(nxt)
+    return blocks
+
+
+def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
+    """Dominator sets of the blocks reachable from `entry` (iterative data-flow, small CFGs)."""
+    reach, stack = set(), [entry]
+    while stack:
+        b = stack.pop()
+        if b not in reach:
+            reach.add(b)
+            stack.extend(blocks[b].succs)
+    preds = {b: [p for p in reach if b in blocks[p].succs] for b in reach}
+    dom = {b: set(reach) for b in reach}
+    dom[entry] = {entry}
+    changed = True
+    while changed:
+        changed = False
+        for b in sorted(reach):
+            if b == entry:
+                continue
+            new = set.intersection(*(dom[p] for p in preds[b])) | {b} if preds[b] else {b}
+            if new != dom[b]:
+                dom[b], changed = new, True
+    return dom
+
+
+@dataclass
+class Loop:
+    """A natural loop: its header block address and, per back edge, the address of the latch
+    block's last instruction (the one that goes back to the header)."""
+
+    function: str
+    header: int
+    latches: List[int]
+
+
+def natural_loops(func: Function) -> List[Loop]:
+    """Loops of `func` by back edge u -> h with h dominating u, grouped by header."""
+    if not func.insns:
+        return []
+    blocks = build_cfg(func)
+    dom = dominators(blocks, func.insns[0].addr)
+    loops: Dict[int, Loop] = {}
+    for u in sorted(dom):
+        for h in blocks[u].succs:
+            if h in dom[u]:
+                loops.setdefault(h, Loop(func.name, h, [])).latches.append(blocks[u].last.addr)
+    return [loops[h] for h in sorted(loops)]
+
+
+# ---------------------------------------------------------------- flow fact -> header address
+
+
+@dataclass
+class LoopBound:
+    address: int
+    max: int
+    function: str
+    source: str
+    layer: Optional[str] = None
+
+
+def same_file(dwarf_path, fact_file):
+    """DWARF names the file as compiled (absolute or relative); the fact names it as generated."""
+    if dwarf_path is None:
+        return False
+    dwarf_path, fact_file = dwarf_path.replace("\\", "/"), fact_file.replace("\\", "/")
+    if "/" in fact_file:
+        return dwarf_path == fact_file or dwarf_path.endswith("/" + fact_file)
+    return dwarf_path.rsplit("/", 1)[-1] == fact_file
+
+
+def loops_for_fact(functions, fact) -> List[Loop]:
+    """Loops of the fact's function whose back-edge instruction is on the fact's `for` line.
+
+    A `for` line holds the condition and the increment, so the latch's last instruction (the
+    increment at -O0, the compare-and-branch of a rotated loop at -O2) is on that line in both
+    shapes, whereas the header of a rotated outer loop can start with the inner loop's init.
+    If the function is gone (inlined), every function is searched; each copy gets the bound.
+    """
+    candidates = functions.get(fact["function"])
+    if not candidates:
+        candidates = [f for fs in functions.values() for f in fs]
+    found = []
+    for func in candidates:
+        by_addr = {i.addr: i for i in func.insns}
+        for loop in natural_loops(func):
+            if any(by_addr[a].line == fact["line"] and same_file(by_addr[a].file, fact["file"])
+                   for a in loop.latches):
+                found.append(loop)
+    return found
+
+
+def map_loops(functions, facts) -> Tuple[List[LoopBound], List[dict]]:
+    """(bounds by header address, facts that matched no loop).
+
+    An unmatched fact is not an error here: if the loop still exists, owcet itself stops with
+    "no limit for the loop", so no unbounded loop can slip through; if the compiler unrolled it,
+    there is nothing to bound. Two different bounds on one header are an error.
+    """
+    require_line_info(functions, facts)
+    bounds: Dict[int, LoopBound] = {}
+    unmapped = []
+    for fact in facts:
+        loops = loops_for_fact(functions, fact)
+        if not loops:
+            unmapped.append(fact)
+        for loop in loops:
+            bound = LoopBound(loop.header, int(fact["max_iterations"]), loop.function,
+                              f"{fact['file']}:{fact['line']}", fact.get("layer"))
+            old = bounds.get(loop.header)
+            if old and old.max != bound.max:
+                raise NNBuildError(f"loop at {loop.function} 0x{loop.header:x} matches {old.source} "
+                                   f"(max {old.max}) and {bound.source} (max {bound.max})")
+            bounds[loop.header] = old or bound
+    return [bounds[a] for a in sorted(bounds)], unmapped
+
+
+def require_line_info(functions, facts):
+    """A fact's function without any DWARF line is a build without -g: say so, not 'unbounded'."""
+    for name in sorted({f["function"] for f in facts}):
+        for func in functions.get(name, []):
+            if func.insns and all(i.line is None for i in func.insns):
+                raise NNBuildError("no DWARF line info: compile with -g to map loop bounds",
+                                   item=name)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_ff(bounds: Sequence[LoopBound], entry=None) -> str:
+    """F4 text: one `loop 0xADDR max N;` per header.
+
+    OTAWA's constraint for header h is  sum x(back edges into h) <= max * sum x(entry edges into h),
+    so `max` counts back-edge traversals per entry into the loop. Our N (`max_iterations`) is the
+    number of body executions per entry. gcc -O0 compiles `for (i = 0; i < N; i++)` top-tested:
+    the preheader jumps to the test block (the header), every body run ends in the latch
+    (the increment) and goes back to the header, so there are exactly N back-edge traversals per
+    entry: max N is exact. A rotated loop (test at the bottom, -O1 and up) has its header at the
+    body start, entered once and re-entered N-1 times, so max N is sound with one iteration of
+    pessimism. Hence `max N` is sound for both shapes.
+    """
+    lines = ["// generated by nnbuild from the generator's flow facts: max = back-edge traversals",
+             "// per loop entry = source trip count (sound for top-tested and rotated loops)"]
+    if entry:
+        lines.append(f"// entry: {entry}")
+    for b in bounds:
+        where = f"{b.function}, {b.source}" + (f", layer {b.layer}" if b.layer else "")
+        lines.append(f"loop 0x{b.address:x} max {b.max}; // {where}")
+    return "\n".join(lines) + "\n"
+
+
+def render_ffx(bounds: Sequence[LoopBound]) -> str:
+    """The same bounds as FFX (`address=` form), for tools and humans that prefer XML."""
+    rows = [f'  <loop address="0x{b.address:x}" maxcount="{b.max}"/>' for b in bounds]
+    return "<flowfacts>\n" + "".join(r + "\n" for r in rows) + "</flowfacts>\n"
+
+
+# ---------------------------------------------------------------- command and output
+
+
+def build_command(owcet, elf, entry, ff, board) -> List[str]:
+    """`owcet -s SCRIPT [-p ID=VAL ...] -f prog.ff prog.elf ENTRY`."""
+    cmd = [str(owcet), "-s", str(board.get("otawa_script") or DEFAULT_SCRIPT)]
+    for param in board.get("otawa_params", []):
+        cmd += ["-p", str(param)]
+    return cmd + ["-f", str(ff), str(elf), entry]
+
+
+def parse_output(stdout, stderr, returncode, entry) -> int:
+    """The WCET of `entry` in cycles, or NNBuildError: unbounded or failed, never a guess."""
+    text = (stdout + "\n" + stderr).replace("\r", "")
+    errors = [l.strip() for l in text.splitlines() if l.strip().startswith("ERROR")]
+    no_limit = NO_LIMIT_RE.findall(text)
+    if no_limit:
+        more = f" (and {len(no_limit) - 1} more)" if len(no_limit) > 1 else ""
+        raise NNBuildError(f"owcet: unbounded: no limit for the loop at {no_limit[0].strip()}{more}; "
+                           f"no flow fact reached it (exit {returncode})", item=entry)
+    if any("UNBOUNDED" in e for e in errors):
+        raise NNBuildError(f"owcet: unbounded: {tools.one_line(errors[0])} (exit {returncode})", item=entry)
+    if returncode != 0 or errors:
+        why = errors[0] if errors else (stderr.strip().splitlines() or ["no message"])[-1]
+        raise NNBuildError(f"owcet failed (exit {returncode}): {tools.one_line(why)}", item=entry)
+    return wcet_value(stdout.replace("\r", ""), entry)
+
+
+def wcet_value(stdout, entry) -> int:
+    """The single positive `WCET[entry] = N cycles` value of a clean run."""
+    found = [(m.group("fn"), int(m.group("cycles"))) for m in WCET_RE.finditer(stdout)]
+    values = {c for fn, c in found if fn == entry}
+    if not found:
+        raise NNBuildError("owcet printed no 'WCET[...] = N cycles' line", item=entry)
+    if not values:
+        raise NNBuildError(f"owcet reported {', '.join(f'WCET[{fn}]' for fn, _ in found)}, not the entry",
+                           item=entry)
+    if len(values) > 1:
+        raise NNBuildError(f"owcet printed several WCETs: {sorted(values)}", item=entry)
+    cycles = values.pop()
+    if cycles < 0:
+        raise NNBuildError(f"owcet: unbounded: WCET[{entry}] = {cycles} cycles", item=entry)
+    if cycles == 0:
+        raise NNBuildError(f"owcet: WCET[{entry}] = 0 cycles is not a bound", item=entry)
+    return cycles
+
+
+# ---------------------------------------------------------------- the analyzer
+
+
+def analysis_elf(elf, board, workdir) -> Path:
+    """The ELF owcet reads: a debug-stripped copy (same addresses, same symbols).
+
+    OTAWA's old gel hangs in dwarf_new_line_map on newlib debug info (rdimon.specs); we already
+    took the line table ourselves, so owcet does not need DWARF. `otawa_strip_debug: false` in
+    the board passes the ELF unchanged.
+    """
+    if not board.get("otawa_strip_debug", True):
+        return Path(elf)
+    objcopy = tools.which(board.get("objcopy", "objcopy"), target=board.get("name"),
+                          hint=board.get("install_hint", "install the board's binutils"))
+    out = Path(workdir) / (Path(elf).stem + ".otawa.elf")
+    done = tools.run([objcopy, "--strip-debug", str(elf), str(out)], timeout=tools.timeout_of(board),
+                     what=Path(objcopy).name)
+    if done.returncode != 0:
+        raise NNBuildError(f"{Path(objcopy).name} --strip-debug failed: {tools.one_line(done.stderr)}",
+                           path=elf)
+    return out
+
+
+def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
+    """WCET of `entry` in `elf` by owcet, with the generator's loop bounds as a `.ff` file."""
+    owcet = tools.which(TOOL, target=board.get("name"), hint=INSTALL_HINT)
+    facts = tools.load_flowfacts(flowfacts)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    bounds, unmapped = map_loops(disassemble(elf, board), facts.get("loops", []))
+    stem = Path(elf).stem
+    ff = workdir / f"{stem}.ff"
+    ff.write_text(render_ff(bounds, entry))
+    (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
+    cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board)
+    done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
+    (workdir / "owcet.stdout").write_text(done.stdout)
+    (workdir / "owcet.stderr").write_text(done.stderr)
+    cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
+    return WcetResult(
+        analyzer="otawa", entry=entry, cycles=cycles,
+        details={"command": cmd, "script": cmd[2], "flowfacts_file": str(ff),
+                 "loop_bounds": [{"address": f"0x{b.address:x}", "max": b.max, "source": b.source,
+                                  "layer": b.layer} for b in bounds],
+                 "unmapped_loops": unmapped,
+                 "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
+        tool_version=tools.version([shutil.which("otawa-config") or "otawa-config", "--version"]))
