@@ -31,9 +31,33 @@ void drv_exp(const float *in, float *out)
 
 void drv_conv(const float *in, float *out)
 {
-    int32_t i = (int32_t)in[0];
-    uint32_t u = (uint32_t)in[1];
-    out[0] = (float)i;
-    out[1] = (float)u;
-    out[2] = (float)(int32_t)(*(const int32_t *)&in[1]);
+    union {
+        float f;
+        int32_t i;
+    } bits;
+    bits.f = in[1];
+    out[0] = (float)(int32_t)in[0];
+    out[1] = (float)(uint32_t)in[1];
+    out[2] = (float)bits.i;
+}
+
+/* avr-libc functions that run __fp_powser on their own coefficient tables */
+void drv_libm(const float *in, float *out)
+{
+    out[0] = logf(fabsf(in[0]) + 1e-30f);
+    out[1] = atanf(in[0]);
+    out[2] = expf(in[1]);
+    out[3] = tanhf(in[1]);
+}
+
+/* All drivers in one call, so one simulation exercises every table loop (13 outputs). */
+void drv_all(const float *in, float *out)
+{
+    drv_add(in, out);
+    drv_mul(in, out + 2);
+    drv_div(in, out + 3);
+    drv_cmp(in, out + 4);
+    drv_exp(in, out + 5);
+    drv_conv(in, out + 6);
+    drv_libm(in, out + 9);
 }
