@@ -3,7 +3,8 @@
  * nnbuild/wcet/avr_libloops.json (test helper; cycles come from nnbuild/runners/simavr_run.c).
  *
  * Usage: avr_loopcount ELF MCU READY IN N_IN_BYTES LOOPS < cases
- *   LOOPS: "hdr:lo-hi,lo-hi;hdr:lo-hi" (hex byte addresses; ranges are the loop body, [lo, hi)).
+ *   LOOPS: "h1+h2:lo-hi,lo-hi;h3:lo-hi" (hex byte addresses: the loop's header(s), then the body
+ *   ranges [lo, hi)).
  * For each case (N_IN_BYTES from stdin written to IN when the PC reaches READY) prints one line
  * with, per loop, the most header executions in one entry into the loop. An entry is a header hit
  * whose previous instruction lies outside the body ranges.
@@ -19,7 +20,17 @@
 #define MAXL 64
 #define MAXR 64
 
-struct loop { uint32_t hdr; int nr; uint32_t lo[MAXR], hi[MAXR]; unsigned cur, max; };
+#define MAXH 4
+
+struct loop { int nh; uint32_t hdr[MAXH]; int nr; uint32_t lo[MAXR], hi[MAXR]; unsigned cur, max; };
+
+static int is_header(const struct loop *l, uint32_t pc)
+{
+    for (int i = 0; i < l->nh; ++i)
+        if (pc == l->hdr[i])
+            return 1;
+    return 0;
+}
 
 static int in_body(const struct loop *l, uint32_t pc)
 {
@@ -40,7 +51,11 @@ static int parse_loops(char *s, struct loop *ls)
     for (char *tok = strtok(s, ";"); tok && n < MAXL; tok = strtok(NULL, ";")) {
         struct loop *l = &ls[n++];
         memset(l, 0, sizeof *l);
-        l->hdr = strtoul(tok, &tok, 16);
+        do {
+            if (*tok == '+')
+                ++tok;
+            l->hdr[l->nh++] = strtoul(tok, &tok, 16);
+        } while (*tok == '+' && l->nh < MAXH);
         while (*tok == ':' || *tok == ',') {
             ++tok;
             l->lo[l->nr] = strtoul(tok, &tok, 16);
@@ -60,6 +75,7 @@ int main(int argc, char **argv)
     }
     elf_firmware_t fw;
     memset(&fw, 0, sizeof fw);
+    avr_global_logger_set(quiet);
     if (elf_read_firmware(argv[1], &fw) != 0)
         return 1;
     snprintf(fw.mmcu, sizeof fw.mmcu, "%s", argv[2]);
@@ -68,7 +84,6 @@ int main(int argc, char **argv)
     size_t nin = strtoul(argv[5], NULL, 0);
     struct loop ls[MAXL];
     int nl = parse_loops(argv[6], ls);
-    avr_global_logger_set(quiet);
     avr_t *avr = avr_make_mcu_by_name(fw.mmcu);
     avr_init(avr);
     avr_load_firmware(avr, &fw);
@@ -84,7 +99,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < nl; ++i) {
             struct loop *l = &ls[i];
-            if (pc != l->hdr)
+            if (!is_header(l, pc))
                 continue;
             l->cur = in_body(l, prev) ? l->cur + 1 : 1;
             if (l->cur > l->max)
