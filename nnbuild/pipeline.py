@@ -40,6 +40,9 @@ def run_cases(board, program, inputs, n_out, *, entry=None, harness=None):
     if simulator == "native":
         from nnbuild.runners import native
         return native.run_cases(program, inputs, n_out), None
+    if simulator in ("qemu-arm",):
+        from nnbuild.runners import native
+        return native.run_cases(program, inputs, n_out, prefix=[simulator], timeout=600.0), None
     if simulator == "simavr":
         from nnbuild.runners import simavr
         if not harness:

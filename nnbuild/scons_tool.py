@@ -117,7 +117,7 @@ def cross_env(env, board, opt, verbose):
         fail(str(error))
     xenv = env.Clone()
     xenv.Replace(CC=board["cc"], LINK=board["cc"], CCFLAGS=compilers.compile_flags(board, opt),
-                 CFLAGS=[], LINKFLAGS=compilers.link_flags(board, opt), LIBS=compilers.libs(board),
+                 CFLAGS=[], LINKFLAGS=[f.replace("{output}", "$TARGET") for f in compilers.link_flags(board, opt)], LIBS=compilers.libs(board),
                  CPPPATH=[], CPPDEFINES=[], PROGSUFFIX=board.get("program_suffix", ""))
     if not verbose:
         xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))

@@ -6,6 +6,7 @@ from nnbuild.errors import NNBuildError
 
 FAMILIES = {
     "gcc": "nnbuild.compilers.gcc",
+    "clang-patmos": "nnbuild.compilers.clang_patmos",
 }
 
 

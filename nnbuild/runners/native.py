@@ -34,12 +34,14 @@ def describe_exit(returncode, stderr):
     return f"{what}: {lines[-1]}" if lines else what
 
 
-def run_cases(executable, inputs, n_out, *, timeout=60.0):
-    """Feed every case through `executable` in one process; returns float32 [N, n_out]."""
+def run_cases(executable, inputs, n_out, *, timeout=60.0, prefix=()):
+    """Feed every case through `executable` in one process; returns float32 [N, n_out].
+
+    `prefix` runs it under an emulator (e.g. ["qemu-arm"] for an arm-none-eabi rdimon build)."""
     cases = as_cases(inputs, path=executable)
     n_out = int(n_out)
     try:
-        proc = subprocess.run([str(executable)], input=cases.tobytes(), capture_output=True,
+        proc = subprocess.run([*prefix, str(executable)], input=cases.tobytes(), capture_output=True,
                               timeout=timeout, check=False)
     except FileNotFoundError:
         raise NNBuildError("check executable not found", path=executable) from None
