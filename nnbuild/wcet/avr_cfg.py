@@ -10,7 +10,7 @@ target's own return ends the caller's invocation as well.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List
 
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import avr_timing as T
