@@ -1,0 +1,97 @@
+"""Model front-ends: read a trained-model file into an nnbuild.ir.graph.Model.
+
+Dispatch is by file suffix through FORMATS. Adding an input format = writing one module that
+defines `load(path) -> Model` (and, if the model spans several files,
+`implicit_dependencies(path) -> list[str]`), plus one FORMATS line. Modules are imported
+lazily so a front-end's optional dependency is only needed when its format is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Tuple
+
+from nnbuild.errors import NNBuildError
+
+
+@dataclass(frozen=True)
+class Format:
+    """One input format: the suffixes it claims and the module that reads it."""
+
+    name: str
+    suffixes: Tuple[str, ...]
+    module: str
+    description: str = ""
+
+
+#: The registry. Suffixes are matched case-insensitively and must be unique across entries.
+FORMATS: Tuple[Format, ...] = (
+    Format("keras-h5", (".h5", ".hdf5"), "nnbuild.frontends.keras_h5",
+           "Keras full-model HDF5 (model.save), Keras 1.2.1 to Keras 3 legacy h5"),
+    Format("keras-json", (".json",), "nnbuild.frontends.keras_h5",
+           "Keras2C pair: architecture.json (model.to_json()) + weights.h5 (save_weights)"),
+)
+
+
+def format_for(path) -> Format:
+    """The registry entry for `path`'s suffix; an unknown suffix is an error naming the file."""
+    suffix = Path(path).suffix.lower()
+    for fmt in FORMATS:
+        if suffix in fmt.suffixes:
+            return fmt
+    known = ", ".join(s for fmt in FORMATS for s in fmt.suffixes)
+    raise NNBuildError(
+        f"unknown model format '{suffix or '(no suffix)'}' (supported: {known})", path=path
+    )
+
+
+def _module(fmt: Format):
+    """Import the front-end module lazily (keeps `import nnbuild.frontends` cheap)."""
+    return importlib.import_module(fmt.module)
+
+
+def load(path):
+    """Read the model file `path` (any registered format) into an IR Model."""
+    fmt = format_for(path)
+    if not Path(path).exists():
+        raise NNBuildError("model file not found", path=path)
+    return _module(fmt).load(path)
+
+
+def implicit_dependencies(path) -> List[str]:
+    """Other files `path` needs (for SCons scanners), e.g. the weights.h5 of an architecture.json.
+
+    Paths are next to `path` and keep its relative/absolute form. A dependency that does not
+    exist yet is still reported (by its expected name) so the build can make or flag it.
+    """
+    mod = _module(format_for(path))
+    fn = getattr(mod, "implicit_dependencies", None)
+    return [str(p) for p in fn(path)] if fn else []
+
+
+#: C keywords (C11) a model name must not collide with.
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if "
+    "inline int long register restrict return short signed sizeof static struct switch typedef "
+    "union unsigned void volatile while _Alignas _Alignof _Atomic _Bool _Complex _Generic "
+    "_Imaginary _Noreturn _Static_assert _Thread_local".split()
+)
+
+
+def c_identifier(text: str) -> str:
+    """`text` made a valid, non-reserved C identifier (model names become C symbol prefixes).
+
+    Non [A-Za-z0-9_] characters become '_', a leading digit or underscore gets an 'm' prefix
+    (leading '_' names are reserved in C), keywords get a '_model' suffix, '' becomes 'model'.
+    """
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(text))
+    if not name:
+        return "model"
+    if name[0].isdigit() or name[0] == "_":
+        name = "m" + name
+    if name in _C_KEYWORDS:
+        name += "_model"
+    return name

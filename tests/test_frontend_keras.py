@@ -1,0 +1,389 @@
+"""Keras HDF5 front-end: real legacy files give their golden outputs, crafted files cover every
+layout and every error (one line, naming the file and the layer)."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import keras_files as kf
+from nnbuild import frontends
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import keras_h5
+from nnbuild.ir import reference
+from nnbuild.ir.graph import Activation, Dense
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+EXAMPLES = REPO / "firmware_examples"
+
+
+def shared(*parts):
+    """A file of ../shared (third-party data is never copied into the repo); skip if absent."""
+    path = SHARED.joinpath("data", *parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared is not beside this checkout)")
+    return path
+
+
+def load_error(path) -> str:
+    """The message of the NNBuildError that loading `path` raises, checked to be one line."""
+    with pytest.raises(NNBuildError) as info:
+        frontends.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg, msg
+    assert Path(path).name in msg, msg
+    return msg
+
+
+def mlp(keras=2, bias=True):
+    """A tiny 3 -> 4 relu -> 2 linear MLP spec with fixed weights."""
+    rng = np.random.default_rng(0)
+    k1, k2 = rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
+    b1, b2 = (rng.normal(size=4), rng.normal(size=2)) if bias else (None, None)
+    return [kf.dense("dense_1", k1, b1, "relu", input_dim=3, keras=keras),
+            kf.dense("dense_2", k2, b2, "linear", keras=keras)]
+
+
+def numpy_mlp(layers, x):
+    """Independent float64 forward pass of relu/linear/tanh/sigmoid Dense specs."""
+    acts = {"relu": lambda v: np.maximum(v, 0), "linear": lambda v: v, "tanh": np.tanh,
+            "sigmoid": lambda v: 1 / (1 + np.exp(-v))}
+    for s in layers:
+        w = dict(s["weights"])
+        x = x @ w["kernel"].astype(np.float64) + (w["bias"].astype(np.float64) if "bias" in w else 0)
+        x = acts[s["config"]["activation"]](x)
+    return x
+
+
+# ----------------------------------------------------------------------------- real files
+
+
+@pytest.mark.parametrize("name, golden, sizes, version", [
+    ("TD3_L61_128x128_C1.h5", -0.662313857, (61, 128, 128, 1), "2.1.0"),
+    ("TD3_L21_64x64_C1.h5", -0.674091275, (21, 64, 64, 1), "2.3.1"),
+])
+def test_f1tenth_golden(name, golden, sizes, version):
+    path = shared("f1tenth", name)
+    model = frontends.load(path)
+    assert model.name == Path(name).stem
+    assert model.input_shape == (sizes[0],)
+    assert [l.units for l in model.layers] == list(sizes[1:])
+    assert all(isinstance(l, Dense) and l.activation == "tanh" for l in model.layers)
+    assert model.layers[0].kernel.dtype == np.float32
+    assert model.meta["keras_version"] == version and model.meta["format"] == "keras-h5"
+    assert model.source_files == (str(path),)
+    y = reference.run(model, np.full(sizes[0], 0.1))
+    assert y.shape == (1,)
+    assert abs(y[0] - golden) < 1e-8
+
+
+def test_keras_1_2_1_golden():
+    model = frontends.load(shared("keras", "KerasTestNetwork.h5"))
+    assert model.meta["keras_version"] == "1.2.1"
+    assert model.input_shape == (5,) and model.output_shape == (5,)
+    assert [l.activation for l in model.layers] == ["relu"] * 6 + ["linear"]
+    y = reference.run(model, [0.1, -0.2, 0.3, -0.4, 0.5])
+    np.testing.assert_allclose(y, [0.146638, 0.144865, 0.115396, 0.15266, 0.137517], atol=1e-6)
+
+
+def _verisig_yaml(path):
+    """weights {layer: [out][in]} and offsets {layer: [out]} of Verisig's flow-style YAML."""
+    text = path.read_text()
+    offsets_text, weights_text = re.split(r"^weights:\s*$", text.split("offsets:", 1)[1], flags=re.M)
+    nums = lambda s: np.array([float(v) for v in s.replace("\n", " ").split(",")])
+    offsets = {int(k): nums(v) for k, v in re.findall(r"^  (\d+): \[([^\]]*)\]", offsets_text, re.M)}
+    weights = {}
+    for k, body in re.findall(r"^  (\d+):\s*$(.*?)(?=^  \d+:|\Z)", weights_text, re.M | re.S):
+        weights[int(k)] = np.array([nums(row) for row in re.findall(r"\[([^\]]*)\]", body)])
+    return weights, offsets
+
+
+@pytest.mark.parametrize("stem", ["TD3_L21_64x64_C1", "TD3_L61_128x128_C1"])
+def test_f1tenth_yaml_weights_equal_h5(stem):
+    model = frontends.load(shared("f1tenth", stem + ".h5"))
+    weights, offsets = _verisig_yaml(shared("f1tenth", stem + ".yml"))
+    for i, layer in enumerate(model.layers, start=1):
+        np.testing.assert_array_equal(weights[i].astype(np.float32), layer.kernel.T)
+        np.testing.assert_array_equal(offsets[i].astype(np.float32), layer.bias)
+
+
+def test_cnn_is_rejected_naming_the_conv_layer():
+    msg = load_error(shared("keras", "cnn_max_mnist2.h5"))
+    assert "Conv2D" in msg and "'conv2d_14'" in msg and "not supported" in msg
+    assert "supported: Activation, Dense, Dropout, InputLayer" in msg
+
+
+def test_truncated_real_file(tmp_path):
+    bad = kf.truncated_copy(shared("f1tenth", "TD3_L21_64x64_C1.h5"), tmp_path / "cut.h5", 0.6)
+    assert "cannot read HDF5 (truncated or corrupt)" in load_error(bad)
+
+
+# ----------------------------------------------------------------------------- crafted layouts
+
+
+@pytest.mark.parametrize("layout, style, keras", [
+    ("keras1", "list", 1), ("keras2", "list", 2), ("keras2", "dict", 2), ("keras3", "dict", 3),
+])
+def test_layouts_give_same_function(tmp_path, layout, style, keras):
+    layers = mlp(keras=keras)
+    path = kf.write_full_model(tmp_path / "net.h5", layers, layout=layout, style=style)
+    model = frontends.load(path)
+    x = np.random.default_rng(1).uniform(-1, 1, (5, 3))
+    np.testing.assert_allclose(reference.run(model, x), numpy_mlp(layers, x), rtol=1e-12)
+    assert [l.name for l in model.layers] == ["dense_1", "dense_2"]
+
+
+def test_keras3_legacy_with_input_layer(tmp_path):
+    layers = [kf.input_layer("input_layer", (3,), keras=3)] + mlp(keras=3)
+    del layers[1]["config"]["batch_input_shape"]
+    path = kf.write_full_model(tmp_path / "k3.h5", layers, layout="keras3", keras_version="3.15.1")
+    model = frontends.load(path)
+    assert model.input_shape == (3,) and len(model.layers) == 2
+
+
+@pytest.mark.parametrize("style", ["functional", "functional3"])
+def test_functional_chain(tmp_path, style):
+    layers = [kf.input_layer("input_1", (3,))] + mlp()
+    del layers[1]["config"]["batch_input_shape"]
+    model = frontends.load(kf.write_full_model(tmp_path / "f.h5", layers, style=style))
+    assert model.meta["model_class"] in ("Model", "Functional")
+    x = np.ones((1, 3))
+    np.testing.assert_allclose(reference.run(model, x), numpy_mlp(layers[1:], x), rtol=1e-12)
+
+
+def test_functional_non_chain_is_rejected(tmp_path):
+    layers = [kf.input_layer("input_1", (3,))] + mlp()
+    cfg = kf.model_config(layers, style="functional")
+    cfg["config"]["layers"][2]["inbound_nodes"] = [[["input_1", 0, 0, {}], ["dense_1", 0, 0, {}]]]
+    msg = load_error(kf.write_full_model(tmp_path / "branch.h5", layers, config=cfg))
+    assert "'dense_2'" in msg and "chain" in msg
+
+
+def test_split_name_attributes(tmp_path):
+    layers = mlp()
+    path = kf.write_full_model(tmp_path / "split.h5", layers, split=True)
+    with h5py.File(path) as f:
+        assert "layer_names0" in f["model_weights"].attrs
+    np.testing.assert_allclose(reference.run(frontends.load(path), np.ones(3)),
+                               numpy_mlp(layers, np.ones(3)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("keras, layout", [(1, "keras1"), (2, "keras2")])
+def test_dense_without_bias(tmp_path, keras, layout):
+    layers = mlp(keras=keras, bias=False)
+    model = frontends.load(kf.write_full_model(tmp_path / "nobias.h5", layers, layout=layout))
+    assert all(l.bias is None for l in model.layers)
+    x = np.linspace(-1, 1, 3)
+    np.testing.assert_allclose(reference.run(model, x), numpy_mlp(layers, x), rtol=1e-12)
+
+
+def test_activation_dropout_softmax(tmp_path):
+    rng = np.random.default_rng(2)
+    layers = [kf.dense("dense_1", rng.normal(size=(4, 8)), rng.normal(size=8), "tanh", input_dim=4),
+              kf.dropout("dropout_1"),
+              kf.dense("dense_2", rng.normal(size=(8, 3)), np.zeros(3), "linear"),
+              kf.activation("activation_1", "softmax")]
+    model = frontends.load(kf.write_full_model(tmp_path / "cls.h5", layers))
+    assert [type(l) for l in model.layers] == [Dense, Dense, Activation]
+    assert model.layers[2].activation == "softmax"
+    assert model.meta["ignored_layers"] == [
+        {"name": "dropout_1", "type": "Dropout", "reason": "identity at inference"}]
+    y = reference.run(model, rng.uniform(-1, 1, (6, 4)))
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-12)
+    assert (y > 0).all()
+
+
+def test_weight_arrays_are_read_only(tmp_path):
+    model = frontends.load(kf.write_full_model(tmp_path / "ro.h5", mlp()))
+    with pytest.raises(ValueError):
+        model.layers[0].kernel[0, 0] = 1.0
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_missing_model_config(tmp_path):
+    msg = load_error(kf.write_full_model(tmp_path / "noconf.h5", mlp(), with_config=False))
+    assert "missing model_config" in msg
+
+
+def test_unknown_activation(tmp_path):
+    layers = mlp()
+    layers[1]["config"]["activation"] = "elu"
+    msg = load_error(kf.write_full_model(tmp_path / "elu.h5", layers))
+    assert "'dense_2'" in msg and "activation 'elu'" in msg
+
+
+def test_unknown_activation_in_activation_layer(tmp_path):
+    layers = mlp() + [kf.activation("act_9", "swish")]
+    msg = load_error(kf.write_full_model(tmp_path / "swish.h5", layers))
+    assert "'act_9'" in msg and "'swish'" in msg
+
+
+def test_wrong_kernel_shape(tmp_path):
+    layers = mlp()
+    layers[1] = kf.dense("dense_2", np.ones((5, 2)), np.zeros(2))
+    msg = load_error(kf.write_full_model(tmp_path / "shape.h5", layers))
+    assert "'dense_2'" in msg and "(5, 2)" in msg and "'dense_1'" in msg
+
+
+def test_first_kernel_must_match_declared_input(tmp_path):
+    layers = mlp()
+    layers[0]["config"]["batch_input_shape"] = [None, 7]
+    msg = load_error(kf.write_full_model(tmp_path / "in.h5", layers))
+    assert "'dense_1'" in msg and "model input" in msg
+
+
+def test_missing_weight_dataset(tmp_path):
+    path = kf.write_full_model(tmp_path / "hole.h5", mlp(), skip=("dense_2/bias",))
+    msg = load_error(path)
+    assert "'dense_2'" in msg and "missing weight dataset" in msg and "bias:0" in msg
+
+
+def test_unsupported_layer_crafted(tmp_path):
+    layers = [kf.conv2d("conv2d_1", np.ones((3, 3, 1, 2)), np.zeros(2), (8, 8, 1))]
+    msg = load_error(kf.write_full_model(tmp_path / "conv.h5", layers))
+    assert msg.endswith("layer 'conv2d_1': Conv2D is not supported by the MLP front-end "
+                        "(supported: Activation, Dense, Dropout, InputLayer)")
+
+
+def test_not_hdf5(tmp_path):
+    path = tmp_path / "text.h5"
+    path.write_text("not an hdf5 file\n")
+    assert "cannot read HDF5 (truncated or corrupt)" in load_error(path)
+
+
+def test_truncated_crafted(tmp_path):
+    src = kf.write_full_model(tmp_path / "full.h5", mlp())
+    assert "cannot read HDF5" in load_error(kf.truncated_copy(src, tmp_path / "half.h5", 0.5))
+
+
+def test_unknown_extension_and_missing_file(tmp_path):
+    with pytest.raises(NNBuildError, match=r"model\.onnx.*unknown model format '\.onnx'"):
+        frontends.load(tmp_path / "model.onnx")
+    with pytest.raises(NNBuildError, match=r"absent\.h5.*not found"):
+        frontends.load(tmp_path / "absent.h5")
+
+
+# ----------------------------------------------------------------------------- Keras2C pair
+
+
+def test_pair_architecture_json(tmp_path):
+    d = tmp_path / "my-ctrl"
+    d.mkdir()
+    layers = mlp()
+    jpath, wpath = kf.write_pair(d / "architecture.json", layers)
+    assert wpath.name == "weights.h5"
+    model = frontends.load(jpath)
+    assert model.name == "my_ctrl"
+    assert model.meta["format"] == "keras-json"
+    assert model.source_files == (str(jpath), str(wpath))
+    assert frontends.implicit_dependencies(jpath) == [str(wpath)]
+    np.testing.assert_allclose(reference.run(model, np.ones(3)), numpy_mlp(layers, np.ones(3)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("weights_name", ["ctrl.weights.h5", "ctrl_weights.h5"])
+def test_pair_stem_conventions(tmp_path, weights_name):
+    jpath, wpath = kf.write_pair(tmp_path / "ctrl.json", mlp(), weights_name=weights_name,
+                                 layout="keras1", style="list")
+    assert frontends.load(jpath).name == "ctrl"
+    assert [p.name for p in keras_h5.weights_candidates(jpath)] == ["ctrl.weights.h5", "ctrl_weights.h5"]
+    assert frontends.implicit_dependencies(jpath) == [str(wpath)]
+
+
+def test_pair_missing_weights_names_both(tmp_path):
+    jpath, wpath = kf.write_pair(tmp_path / "ctrl.json", mlp())
+    wpath.unlink()
+    msg = load_error(jpath)
+    assert "ctrl.weights.h5" in msg and "ctrl_weights.h5" in msg
+    # the scanner still reports the expected file so the build can flag or make it
+    assert frontends.implicit_dependencies(jpath) == [str(wpath)]
+
+
+def test_pair_errors_name_weights_file_and_layer(tmp_path):
+    layers = mlp()
+    jpath, wpath = kf.write_pair(tmp_path / "architecture.json", layers)
+    with h5py.File(wpath, "a") as f:
+        del f["dense_1/dense_1/kernel:0"]
+    msg = load_error(jpath.with_name("weights.h5"))  # a weights file alone: no model_config
+    assert "missing model_config" in msg
+    msg = load_error(jpath)
+    assert "weights.h5" in msg and "'dense_1'" in msg and "kernel:0" in msg
+
+
+def test_pair_bad_json(tmp_path):
+    path = tmp_path / "architecture.json"
+    path.write_text("{not json")
+    assert "not valid JSON" in load_error(path)
+
+
+def test_implicit_dependencies_of_h5_is_empty():
+    assert frontends.implicit_dependencies("anything/model.h5") == []
+
+
+def test_formats_registry():
+    names = {f.name: f for f in frontends.FORMATS}
+    assert ".h5" in names["keras-h5"].suffixes and ".json" in names["keras-json"].suffixes
+    suffixes = [s for f in frontends.FORMATS for s in f.suffixes]
+    assert len(suffixes) == len(set(suffixes))
+    assert frontends.format_for("X.HDF5").name == "keras-h5"
+
+
+@pytest.mark.parametrize("text, ident", [
+    ("TD3_L61_128x128_C1", "TD3_L61_128x128_C1"), ("my-model.v2", "my_model_v2"),
+    ("3net", "m3net"), ("_x", "m_x"), ("int", "int_model"), ("", "model"),
+])
+def test_c_identifier(text, ident):
+    assert frontends.c_identifier(text) == ident
+
+
+# ----------------------------------------------------------------------------- examples
+
+
+def test_f1tenth_example():
+    model = frontends.load(EXAMPLES / "f1tenth" / "architecture.json")
+    assert model.name == "f1tenth"
+    assert model.input_shape == (61,)
+    assert [l.units for l in model.layers] == [128, 128, 1]
+    assert all(l.activation == "tanh" for l in model.layers)
+    assert sum(l.kernel.size for l in model.layers) == 24320
+    example = json.loads((EXAMPLES / "f1tenth" / "example.json").read_text())
+    assert example == {"model": "architecture.json", "deadline_ms": 100, "tolerance": 1e-5,
+                       "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1}
+
+
+def test_xor_example_computes_xor():
+    model = frontends.load(EXAMPLES / "xor" / "xor.h5")
+    assert model.name == "xor" and model.input_shape == (2,)
+    cases = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=float)
+    for dtype in (np.float64, np.float32):
+        y = reference.run(model, cases, dtype)[:, 0]
+        assert (y[[0, 3]] < 1e-4).all() and (y[[1, 2]] > 1 - 1e-4).all()
+    example = json.loads((EXAMPLES / "xor" / "example.json").read_text())
+    assert example == {"model": "xor.h5", "deadline_ms": 1, "tolerance": 1e-5,
+                       "input_range": [0.0, 1.0], "check_inputs": 16, "seed": 1}
+
+
+@pytest.mark.parametrize("example, outputs", [
+    ("f1tenth", ["architecture.json", "weights.h5", "example.json"]),
+    ("xor", ["xor.h5", "example.json"]),
+])
+def test_examples_are_byte_reproducible(tmp_path, example, outputs):
+    script = EXAMPLES / example / "make_model.py"
+    subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], check=True)
+    for name in outputs:
+        assert (tmp_path / name).read_bytes() == (EXAMPLES / example / name).read_bytes(), name
+
+
+def test_pair_truncated_weights_names_both(tmp_path):
+    jpath, wpath = kf.write_pair(tmp_path / "architecture.json", mlp())
+    kf.truncated_copy(wpath, tmp_path / "cut.h5", 0.5)
+    (tmp_path / "cut.h5").replace(wpath)
+    msg = load_error(jpath)
+    assert "weights.h5" in msg and "cannot read HDF5 (truncated or corrupt)" in msg
