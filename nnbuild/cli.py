@@ -118,9 +118,8 @@ def add_codegen_options(p, storage=True):
 
 def cmd_generate(args):
     storage = args.storage or pipeline.load_board(args.target).get("weights_storage", "const")
-    for path in pipeline.generate(args.model, args.outdir, name=args.name, shape=args.shape,
-                                  precision=args.precision, storage=storage):
-        print(path)
+    pipeline.generate(args.model, args.outdir, name=args.name, shape=args.shape,
+                      precision=args.precision, storage=storage)
 
 
 def cmd_reference(args):

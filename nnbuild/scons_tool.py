@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import SCons.Action
 import SCons.Builder
 import SCons.Errors
 import SCons.Scanner
@@ -27,7 +28,7 @@ STEP_LABELS = {
     "NNSIZE": "Memory report",
     "NNREPORT": "Report",
     "NNWCET": "WCET analysis",
-    "NNGATE": "Deadline gate",
+    "NNGATE": "Gates",
     "NNHARNESS": "Building harness",
     "CC": "Compiling",
     "LINK": "Linking",
@@ -88,7 +89,7 @@ def generate(env, **kw):
             emitter=emit_generated, source_scanner=model_scanner),
         "NNReference": SCons.Builder.Builder(
             action=SCons.Action.Action(
-                "$NN reference $SOURCE -o $TARGET --count $NN_COUNT --seed $NN_SEED --range $NN_RANGE",
+                "$NN reference $SOURCE -o $TARGET --count $NN_COUNT --seed $NN_SEED --range=$NN_RANGE",
                 comstr(env, "NNREF", verbose)),
             source_scanner=model_scanner),
     }
@@ -140,7 +141,6 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
         fail(str(error))
     bdir = env.Dir(build_dir)
     model_node = env.File(model)
-    nn = lambda key: comstr(env, key, verbose)  # noqa: E731
 
     gen = env.NNGenerate(bdir.Dir("gen").File(f"{name}.c"), model_node, NNGEN_NAME=name, NNGEN_SHAPE=shape,
                          NNGEN_PRECISION=precision, NNGEN_STORAGE=board.get("weights_storage", "const"))
@@ -173,52 +173,48 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
     runs = {}
     run_deps = package_files("runners") + [str(PACKAGE_DIR / "pipeline.py")]
     if board.get("simulator") == "native":
-        runs[board["name"]] = env.Command(bdir.File(f"run_{board['name']}.npz"), [check, inputs],
-                                          f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} -o $TARGET",
-                                          COMSTR=nn("NNRUN"))
+        runs[board["name"]] = step(env, bdir.File(f"run_{board['name']}.npz"), [check, inputs],
+                                          f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} -o $TARGET", "NNRUN")
     else:
         host_check, _ = programs(env, host, "host")
-        runs["host"] = env.Command(bdir.File("run_host.npz"), [host_check, inputs],
-                                   "$NN run ${SOURCES[0]} --board host --inputs ${SOURCES[1]} -o $TARGET",
-                                   COMSTR=nn("NNRUN"))
+        runs["host"] = step(env, bdir.File("run_host.npz"), [host_check, inputs],
+                                   "$NN run ${SOURCES[0]} --board host --inputs ${SOURCES[1]} -o $TARGET", "NNRUN")
         if board.get("simulator") == "simavr":
-            harness = env.Command(env.Dir("#build/tools").File("simavr_run"), env.File(str(runners.SIMAVR_RUN_SRC)),
-                                  "$( $NNBUILD_PYTHON $) -m nnbuild.runners.simavr build-harness -o $TARGET",
-                                  COMSTR=nn("NNHARNESS"))
-            runs["simavr"] = env.Command(
-                bdir.File("run_simavr.npz"), [check, inputs, harness],
+            harness = step(env, env.Dir("#build/tools").File("simavr_run"), env.File(str(runners.SIMAVR_RUN_SRC)),
+                                  "$( $NNBUILD_PYTHON $) -m nnbuild.runners.simavr build-harness -o $TARGET", "NNHARNESS")
+            runs["simavr"] = step(
+        env,                 bdir.File("run_simavr.npz"), [check, inputs, harness],
                 f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} "
-                f"--entry {name}_infer --harness ${{SOURCES[2]}} -o $TARGET", COMSTR=nn("NNRUN"))
+                f"--entry {name}_infer --harness ${{SOURCES[2]}} -o $TARGET", "NNRUN")
     for run in runs.values():
         env.Depends(run, run_deps)
 
     labels = sorted(runs)
-    semantic = env.Command(bdir.File("semantic.json"), [inputs] + [runs[k] for k in labels],
+    semantic = step(env, bdir.File("semantic.json"), [inputs] + [runs[k] for k in labels],
                            "$NN compare --reference ${SOURCES[0]} "
                            + " ".join(f"{k}=${{SOURCES[{i + 1}]}}" for i, k in enumerate(labels))
-                           + f" --tolerance {tolerance!r} -o $TARGET", COMSTR=nn("NNCMP"))
+                           + f" --tolerance {tolerance!r} -o $TARGET", "NNCMP")
     image = firmware or check
-    size = env.Command(bdir.File("size.json"), image,
-                       f"$NN size $SOURCE --board {board['name']} -o $TARGET", COMSTR=nn("NNSIZE"))
+    size = step(env, bdir.File("size.json"), image,
+                       f"$NN size $SOURCE --board {board['name']} -o $TARGET", "NNSIZE")
     target_run = runs.get("simavr") or runs.get(board["name"])
     wcet_node = None
     if not wcet.unavailable_reason(board, env["ENV"]["PATH"]):
-        wcet_node = env.Command(bdir.File("wcet.json"), [check, gen[4]],
+        wcet_node = step(env, bdir.File("wcet.json"), [check, gen[4]],
                                 f"$NN wcet ${{SOURCES[0]}} --board {board['name']} --entry {name}_infer "
-                                "--flowfacts ${SOURCES[1]} -o $TARGET", COMSTR=nn("NNWCET"))
+                                "--flowfacts ${SOURCES[1]} -o $TARGET", "NNWCET")
         env.Depends(wcet_node, package_files("wcet"))
     report_sources = [semantic, size, trace, target_run, wcet_node]
     flags = {"run": 3, "wcet": 4}
-    report = env.Command(
-        bdir.File("report.json"), [s for s in report_sources if s is not None],
+    report = step(
+        env,         bdir.File("report.json"), [s for s in report_sources if s is not None],
         f"$NN report -o $TARGET --model {name} --board {board['name']} --precision {precision} "
         f"--shape {shape} " + (f"--opt={opt} " if opt else "")
         + (f"--deadline {deadline} --deadline-origin '{deadline_origin}' " if deadline else "")
         + "--semantic ${SOURCES[0]} --size ${SOURCES[1]} --trace ${SOURCES[2]}"
         + "".join(f" --{key} ${{SOURCES[{sum(1 for x in report_sources[:pos] if x is not None)}]}}"
-                  for key, pos in flags.items() if report_sources[pos] is not None),
-        COMSTR=nn("NNREPORT"))
-    gate = env.Command(bdir.File("gate.json"), report, "$NN gate $SOURCE -o $TARGET", COMSTR=nn("NNGATE"))
+                  for key, pos in flags.items() if report_sources[pos] is not None), "NNREPORT")
+    gate = step(env, bdir.File("gate.json"), report, "$NN gate $SOURCE -o $TARGET", "NNGATE")
     env.Depends([semantic, size, report, gate], package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
     env.Depends([check] + ([firmware] if firmware else []) + [size, report],
                 str(boards.board_path(board["name"])))
@@ -227,6 +223,11 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
     return {"generated": gen, "inputs": inputs, "check": check, "firmware": firmware, "runs": runs,
             "semantic": semantic, "size": size, "wcet": wcet_node, "report": report, "gate": gate,
             "board": board}
+
+
+def step(env, target, sources, command, key):
+    """One pipeline step as a command action with its short progress line."""
+    return env.Command(target, sources, SCons.Action.Action(command, comstr(env, key, bool(env["NNBUILD_VERBOSE"]))))
 
 
 def check_defines(name):

@@ -15,7 +15,8 @@ from nnbuild.compilers import gcc
 def build_report(args):
     board = pipeline.load_board(args.board)
     semantic, size, trace = (read_json(p) for p in (args.semantic, args.size, args.trace))
-    cycles = np.load(args.run)["cycles"] if args.run else None
+    run = np.load(args.run) if args.run else {}
+    cycles = run["cycles"] if "cycles" in run else None
     measured = int(cycles.max()) if cycles is not None and len(cycles) else None
     target_run = "simavr" if "simavr" in semantic["runs"] else board["name"]
     clock = board.get("clock_hz")

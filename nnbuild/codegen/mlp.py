@@ -149,7 +149,7 @@ def flow_facts(name, code):
     """Loop bounds and layer line ranges, read back from the rendered C (so lines are exact)."""
     lines = code.splitlines()
     entry = f"{name}_infer"
-    loops, layers, current, pending = [], [], None, None
+    loops, layers, current, pending, open_loops = [], [], None, None, []
     for number, text in enumerate(lines, start=1):
         mark = LAYER_MARK.search(text)
         if mark:
@@ -165,8 +165,11 @@ def flow_facts(name, code):
             pending = int(bound.group(1))
         elif pending is not None and text.strip().startswith("for ("):
             loops.append({"function": entry, "file": f"{name}.c", "line": number,
-                          "max_iterations": pending, "layer": current})
+                          "last_line": None, "max_iterations": pending, "layer": current})
+            open_loops.append((len(text) - len(text.lstrip()), loops[-1]))
             pending = None
+        elif open_loops and text.strip() == "}" and len(text) - len(text.lstrip()) == open_loops[-1][0]:
+            open_loops.pop()[1]["last_line"] = number
     return {"entry": entry, "loops": loops, "layers": layers}
 
 

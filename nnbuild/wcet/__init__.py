@@ -7,13 +7,14 @@ NNBuildError with one line naming the tool, or the function and address.
 Flow facts (`<model>.flowfacts.json`, written by the C generator beside the C file):
 {
   "entry": "f1tenth_infer",
-  "loops": [{"function": "f1tenth_infer", "file": "f1tenth.c", "line": 57,
+  "loops": [{"function": "f1tenth_infer", "file": "f1tenth.c", "line": 57, "last_line": 66,
              "max_iterations": 128, "layer": "dense_1"}],
   "layers": [{"name": "dense_1", "type": "Dense", "function": "f1tenth_infer",
               "file": "f1tenth.c", "first_line": 50, "last_line": 70}]
 }
 `max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip
-count); `line` is the line of the `for` keyword. Layer line ranges let analyzers split the bound
+count); `line` is the line of the `for` keyword and `last_line` that of its closing brace (an
+optimiser may move the loop test off the `for` line: the range still contains the loop's code). Layer line ranges let analyzers split the bound
 per layer.
 """
 

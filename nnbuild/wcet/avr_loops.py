@@ -133,33 +133,86 @@ def _lines(region, nodes):
     return out
 
 
-def top_tested(region, loop, line):
-    """True when the header only tests: it exits, is not a latch, and holds no body code.
+#: instructions that do an iteration's work (memory, calls, multiplies) rather than test the loop
+_WORK = ("ld", "ldd", "lds", "st", "std", "sts", "lpm", "elpm", "call", "rcall", "icall",
+         "mul", "muls", "mulsu", "fmul", "fmuls", "fmulsu", "push", "pop")
 
-    Then the header runs N+1 times per entry and the back edges N times. Otherwise the header
-    starts a body execution every time it runs (rotated, bottom-tested loops; single-block loops;
-    loops entered in the middle whose header holds body code before the exit test), so it runs at
-    most N times. Body code = instructions whose source line is not the `for` line.
+
+def top_tested(region, loop, line=None):
+    """True when the header runs once more than the body: it exits, is not a latch, and does no
+    iteration work. Then back edges <= N per entry. Otherwise every header execution starts one
+    iteration (rotated loops, single-block loops, loops entered mid-body), so header <= N.
+
+    "Iteration work" is a memory access, call or multiply on a line other than the `for` line:
+    moves and compares that the optimiser puts in a test block (a pointer-compare loop at -Os)
+    do not count, nor does reloading the induction variable at -O0. The structural rules come
+    first so that a stray line attribution can only make the bound looser, never unsound,
+    except for work hoisted into a pure test block, which gcc does not do on AVR.
     """
     latches = {region.edges[i].src for i in loop.back_edges}
     if not loop.header_exits or loop.headers & latches:
         return False
-    return all(i.line in (None, line) for h in loop.headers for i in region.blocks[h].insns)
+    for h in loop.headers:
+        for insn in region.blocks[h].insns:
+            if insn.mnem in _WORK and insn.line is not None and insn.line != line:
+                return False
+    return True
+
+
+def own_nodes(loop, loops):
+    """The loop's blocks minus those of loops nested in it."""
+    inner = set()
+    for other in loops:
+        if other is not loop and other.body < loop.body:
+            inner |= other.body
+    return loop.body - inner
+
+
+def _innermost(cands):
+    return [l for l in cands if not any(o is not l and o.body < l.body for o in cands)]
+
+
+def _range_owner(region, loop, loops, facts):
+    """The innermost fact whose [line, last_line] holds every source line of the loop's own
+    blocks in that fact's file (used when no header/latch carries a `for` line)."""
+    lines = _lines(region, own_nodes(loop, loops))
+    best = None
+    for k, fact in enumerate(facts):
+        if fact.get("last_line") is None:
+            continue
+        base, lo, hi = os.path.basename(fact["file"]), int(fact["line"]), int(fact["last_line"])
+        mine = [ln for f, ln in lines if f == base]
+        if mine and all(lo <= ln <= hi for ln in mine):
+            if best is None or hi - lo < int(facts[best]["last_line"]) - int(facts[best]["line"]):
+                best = k
+    return best
 
 
 def apply_flowfacts(region, loops, facts):
-    """Bound loops whose header or latch blocks carry a fact's `for` line (innermost match wins)."""
-    matched = []
+    """Bound loops from the generator's facts: first loops whose header or latch blocks carry a
+    fact's `for` line (innermost match wins), then, for loops still unbounded, the innermost fact
+    whose line range holds all of the loop's own code."""
+    matched, bounded = [], set()
+
+    def bound(loop, k, how):
+        n = int(facts[k]["max_iterations"])
+        key = (os.path.basename(facts[k]["file"]), int(facts[k]["line"]))
+        loop.bounds.append(("back", n) if top_tested(region, loop, key[1]) else ("header", n))
+        loop.sources.append(f"flowfacts {key[0]}:{key[1]} max_iterations={n} ({how})")
+        matched.append((k, loop.header))
+        bounded.add(id(loop))
+
     for k, fact in enumerate(facts):
         key = (os.path.basename(fact["file"]), int(fact["line"]))
         cands = [l for l in loops
                  if key in _lines(region, list(l.headers) + [region.edges[i].src for i in l.back_edges])]
-        inner = [l for l in cands if not any(o is not l and o.body < l.body for o in cands)]
-        n = int(fact["max_iterations"])
-        for l in inner:
-            l.bounds.append(("back", n) if top_tested(region, l, key[1]) else ("header", n))
-            l.sources.append(f"flowfacts {key[0]}:{key[1]} max_iterations={n}")
-            matched.append((k, l.header))
+        for loop in _innermost(cands):
+            bound(loop, k, "for line")
+    for loop in loops:
+        if id(loop) not in bounded:
+            k = _range_owner(region, loop, loops, facts)
+            if k is not None:
+                bound(loop, k, "line range")
     return matched
 
 
