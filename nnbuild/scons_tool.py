@@ -76,7 +76,8 @@ def comstr(env, key, verbose):
 
 def generate(env, **kw):
     env.SetDefault(NNBUILD_PYTHON=sys.executable, NNBUILD_VERBOSE=False)
-    env.PrependENVPath("PATH", os.environ.get("PATH", ""))
+    # the user's PATH exactly: toolchains are found (or not) where the user's shell finds them
+    env["ENV"]["PATH"] = os.environ.get("PATH", env["ENV"].get("PATH", ""))
     env.PrependENVPath("PYTHONPATH", str(PACKAGE_DIR.parent))
     env.SetDefault(NN="$( $NNBUILD_PYTHON $) -m nnbuild")
     verbose = bool(env["NNBUILD_VERBOSE"])

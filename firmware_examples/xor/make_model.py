@@ -25,7 +25,7 @@ LAYERS = (
     ("dense_2", [[20.0], [-40.0]], [-10.0], "sigmoid"),
 )
 
-EXAMPLE = {"model": "xor.h5", "deadline_ms": 1, "tolerance": 1e-5,
+EXAMPLE = {"model": "xor.h5", "deadline_ms": 5, "tolerance": 1e-5,
            "input_range": [0.0, 1.0], "check_inputs": 16, "seed": 1}
 
 

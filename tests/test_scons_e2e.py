@@ -1,0 +1,163 @@
+"""End to end through SCons: real generator, gcc/avr-gcc, simavr, WCET and gates."""
+
+import json
+import os
+import shutil
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import copy_project, have, needs_avr, scons, shared_file
+
+
+@pytest.fixture(scope="module")
+def avr_project(tmp_path_factory):
+    """One AVR build of the main example, shared by the tests that only read or re-gate it."""
+    if not have("avr-gcc", "avr-nm", "avr-objdump"):
+        pytest.skip("avr-gcc not installed (bash scripts/setup.sh)")
+    project = copy_project(tmp_path_factory.mktemp("avr"))
+    first = scons(project, "target=avr", "model=f1tenth")
+    assert first.returncode == 0, first.stdout + first.stderr
+    return project, first
+
+
+def report_of(project, target, model):
+    with open(project / "build" / target / model / "report.json") as f:
+        return json.load(f)
+
+
+@needs_avr
+def test_avr_f1tenth_report_has_every_field(avr_project):
+    project, first = avr_project
+    report = report_of(project, "avr", "f1tenth")
+    for key in ("model", "target", "board", "precision", "shape", "clock_hz", "measured_cycles",
+                "max_abs_error", "text_bytes", "data_bytes", "bss_bytes", "tool_versions"):
+        assert report.get(key) is not None, key
+    assert report["target"] == "avr" and report["clock_hz"] == 20_000_000
+    assert report["max_abs_error_by_run"]["simavr"] <= 1e-5
+    assert report["max_abs_error_by_run"]["host"] <= 1e-5
+    assert report["measured_cycles"] > 100_000
+    assert report["flash_bytes"] <= 131072 and report["ram_bytes"] <= 16384
+    assert "avr-gcc" in report["tool_versions"]
+    assert "nnbuild: f1tenth on avr" in first.stdout
+
+
+@needs_avr
+def test_second_identical_run_builds_nothing(avr_project):
+    project, _ = avr_project
+    again = scons(project, "target=avr", "model=f1tenth")
+    assert again.returncode == 0, again.stderr
+    assert "[nnbuild]" not in again.stdout and "rebuilding" not in again.stdout
+    assert "is up to date" in again.stdout
+
+
+@needs_avr
+def test_wcet_bound_is_sound_and_reported(avr_project):
+    project, _ = avr_project
+    report = report_of(project, "avr", "f1tenth")
+    assert report["analyzer"] == "builtin-avr"
+    assert report["wcet_cycles"] >= report["measured_cycles"]
+    assert report["bound_over_measured"] >= 1.0
+    assert set(report["wcet"]["per_layer"]) == {"dense_1", "dense_2", "dense_3"}
+
+
+@needs_avr
+def test_missed_deadline_fails_every_time_then_passes(avr_project):
+    project, _ = avr_project
+    for _ in range(2):
+        miss = scons(project, "target=avr", "model=f1tenth", "deadline=1ms")
+        assert miss.returncode != 0
+        verdict = [l for l in miss.stdout.splitlines() + miss.stderr.splitlines() if "> deadline" in l]
+        assert verdict and "WCET" in verdict[0] and "f1tenth on avr @ 20 MHz" in verdict[0], miss.stderr
+        assert not (project / "build/avr/f1tenth/gate.json").exists()
+    ok = scons(project, "target=avr", "model=f1tenth", "deadline=10s")
+    assert ok.returncode == 0, ok.stderr
+    report = report_of(project, "avr", "f1tenth")
+    assert report["deadline_ms"] == 10000 and report["margin"] > 0
+    assert (project / "build/avr/f1tenth/gate.json").exists()
+
+
+def edit_one_weight(path):
+    with h5py.File(path, "r+") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and "kernel" in n else None)
+        data = f[names[0]]
+        data[0, 0] = data[0, 0] + np.float32(0.25)
+
+
+def test_weight_change_reruns_only_downstream(tmp_path):
+    project = copy_project(tmp_path)
+    assert scons(project, "target=host", "model=f1tenth").returncode == 0
+    edit_one_weight(project / "firmware_examples/f1tenth/weights.h5")
+    again = scons(project, "target=host", "model=f1tenth")
+    assert again.returncode == 0, again.stderr
+    out = again.stdout
+    assert "because `firmware_examples/f1tenth/weights.h5' changed" in out
+    assert "Generating C" in out
+    assert "obj/f1tenth_weights.o" in out and "Linking" in out
+    assert "obj/f1tenth.o" not in out and "obj/main.o" not in out and "obj/check_main.o" not in out
+    assert "Semantic check" in out and "Report" in out
+
+
+def test_option_change_regenerates(tmp_path):
+    project = copy_project(tmp_path)
+    assert scons(project, "target=host", "model=xor").returncode == 0
+    again = scons(project, "target=host", "model=xor", "opt=-O0")
+    assert again.returncode == 0, again.stderr
+    assert "contents of the build action changed" in again.stdout
+
+
+def test_unknown_option_and_target_fail_clearly(tmp_path):
+    project = copy_project(tmp_path)
+    typo = scons(project, "taget=avr", "model=xor")
+    assert typo.returncode != 0 and "unknown option(s) taget" in typo.stderr
+    bad = scons(project, "target=riscv", "model=xor")
+    assert bad.returncode != 0 and "Invalid value for enum variable 'target'" in bad.stderr
+
+
+def test_missing_compiler_is_one_line(tmp_path):
+    project = copy_project(tmp_path)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("gcc", "cc", "size", "nm", "objdump", "as", "ld"):
+        if shutil.which(tool):
+            os.symlink(shutil.which(tool), bindir / tool)
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{bindir}")
+    result = scons(project, "target=avr", "model=xor", env=env)
+    assert result.returncode != 0
+    errors = [l for l in result.stderr.splitlines() if l.startswith("scons: ***")]
+    assert len(errors) == 1 and "'avr-gcc' not found on PATH for target=avr" in errors[0]
+    assert not (project / "build").exists()
+
+
+def test_patmos_stops_at_missing_patmos_clang(tmp_path):
+    if have("patmos-clang"):
+        pytest.skip("patmos-clang is installed: the T-CREST flow is tested by test_wcet_adapters")
+    project = copy_project(tmp_path)
+    result = scons(project, "target=patmos", "model=f1tenth")
+    assert result.returncode != 0
+    assert "'patmos-clang' not found on PATH for target=patmos" in result.stderr
+
+
+def test_truncated_model_fails_without_outputs(tmp_path):
+    project = copy_project(tmp_path)
+    weights = project / "firmware_examples/f1tenth/weights.h5"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    result = scons(project, "target=host", "model=f1tenth")
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.splitlines() if l.startswith("nnbuild: error:")]
+    assert len(lines) >= 1 and "weights.h5" in lines[0], result.stderr
+    gen = project / "build/host/f1tenth/gen"
+    assert not gen.exists() or not any(gen.iterdir())
+    assert not (project / "build/host/f1tenth/report.json").exists()
+
+
+def test_real_f1tenth_controller_builds_on_host(tmp_path):
+    model = shared_file("data", "f1tenth", "TD3_L21_64x64_C1.h5")
+    project = copy_project(tmp_path)
+    result = scons(project, "target=host", f"model={model}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = report_of(project, "host", "TD3_L21_64x64_C1")
+    assert report["max_abs_error"] <= 1e-5
