@@ -1,0 +1,141 @@
+"""The C generator: deterministic, static, warning-free, exact, NaN-free, traced and bounded."""
+
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import REPO, have, needs_avr
+from nnbuild import codegen, pipeline
+from nnbuild.compilers import gcc
+from nnbuild.ir import reference
+from nnbuild.ir.graph import Activation, Dense, Model
+from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+
+F1TENTH = REPO / "firmware_examples" / "f1tenth" / "architecture.json"
+WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+
+
+def generated(tmp_path, storage="const", model=F1TENTH, name="f1tenth"):
+    out = tmp_path / f"gen_{storage}"
+    pipeline.generate(model, out, name=name, storage=storage)
+    return out
+
+
+def test_output_is_byte_identical_across_runs(tmp_path):
+    first = generated(tmp_path / "a", "avr-progmem-far")
+    second = generated(tmp_path / "b", "avr-progmem-far")
+    for name in codegen.outputs("f1tenth"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_weight_edit_leaves_the_code_file_identical(tmp_path):
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    out_a, out_b = tmp_path / "a", tmp_path / "b"
+    codegen.generate(model, out_a)
+    kernel = np.array(model.layers[0].kernel)
+    kernel[3, 5] += np.float32(0.5)
+    model.layers[0] = Dense(model.layers[0].name, kernel, model.layers[0].bias, model.layers[0].activation)
+    codegen.generate(model, out_b)
+    assert (out_a / "f1tenth.c").read_bytes() == (out_b / "f1tenth.c").read_bytes()
+    assert (out_a / "f1tenth_weights.c").read_bytes() != (out_b / "f1tenth_weights.c").read_bytes()
+
+
+def test_code_is_static_and_traced(tmp_path):
+    out = generated(tmp_path, "avr-progmem-far")
+    code = (out / "f1tenth.c").read_text()
+    for forbidden in ("malloc", "free(", "calloc", "goto", "while"):
+        assert forbidden not in code, forbidden
+    assert not re.search(r"\(\s*\*\s*\w+\s*\)\s*\(", code), "function pointer"
+    statics = [l for l in code.splitlines() if l.lstrip().startswith("static")]
+    assert all(re.match(r"static float nn_\w+\(float x\)", l) for l in statics), statics
+    for layer in ("dense_1", "dense_2", "dense_3"):
+        assert f"Dense '{layer}'" in code
+    trace = json.loads((out / "f1tenth.trace.json").read_text())
+    lines = code.splitlines()
+    for layer in trace["layers"]:
+        first, last = layer["lines"]
+        assert any(layer["name"] in l for l in lines[first - 1:last])
+
+
+def test_every_loop_has_a_literal_bound_in_the_flow_facts(tmp_path):
+    out = generated(tmp_path, "avr-progmem-far")
+    code = (out / "f1tenth.c").read_text().splitlines()
+    facts = json.loads((out / "f1tenth.flowfacts.json").read_text())
+    fors = [i + 1 for i, l in enumerate(code) if l.strip().startswith("for (")]
+    assert sorted(f["line"] for f in facts["loops"]) == fors
+    for fact in facts["loops"]:
+        text = code[fact["line"] - 1]
+        assert re.search(rf"< {fact['max_iterations']}u;", text), text
+        assert code[fact["last_line"] - 1].strip() == "}"
+    # 61x128 + three chunks of 128x128 + 128x1: every weight is read exactly once
+    macs = sum(f["max_iterations"] * next(g["max_iterations"] for g in facts["loops"]
+                                           if g["line"] > f["line"] and g["last_line"] < f["last_line"])
+               for f in facts["loops"] if any(g["line"] > f["line"] and g["last_line"] < f["last_line"]
+                                              for g in facts["loops"]))
+    assert macs == 61 * 128 + 128 * 128 + 128
+
+
+def test_avr_weight_arrays_stay_below_avr_gcc_object_limit(tmp_path):
+    header = (generated(tmp_path, "avr-progmem-far") / "f1tenth_weights.h").read_text()
+    sizes = [int(n) * 4 for n in re.findall(r"\[(\d+)\] F1TENTH_FLASH", header)]
+    assert sum(sizes) == (61 * 128 + 128 * 128 + 128 + 128 + 128 + 1) * 4
+    assert max(sizes) <= 32767
+
+
+def compile_and_run(tmp_path, out, name, x, n_out, flags):
+    exe = tmp_path / "check"
+    cmd = ["gcc", *flags, *WARNINGS, f"-I{out}", *check_main_defines(f"{name}.h", f"{name}_infer", x.shape[1], n_out),
+           str(out / f"{name}.c"), str(out / f"{name}_weights.c"), str(CHECK_MAIN), "-o", str(exe), "-lm"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return native.run_cases(exe, x, n_out)
+
+
+@pytest.mark.parametrize("storage", ["const", "avr-progmem-far"])
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_host_build_is_clean_and_exact(tmp_path, storage, opt):
+    out = generated(tmp_path, storage)
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    x = np.random.default_rng(3).uniform(-1, 1, (20, 61)).astype(np.float32)
+    y = compile_and_run(tmp_path, out, "f1tenth", x, 1, [opt, "-ffp-contract=off"])
+    assert np.max(np.abs(y - reference.run(model, x))) <= 1e-5
+
+
+@needs_avr
+@pytest.mark.parametrize("opt", ["-Os", "-O0"])
+def test_avr_build_is_clean_and_fits(tmp_path, opt):
+    out = generated(tmp_path, "avr-progmem-far")
+    board = pipeline.load_board("avr")
+    elf = gcc.build_executable(board, [out / "f1tenth.c", out / "f1tenth_weights.c", REPO / "firmware_examples/f1tenth/main.c"],
+                               tmp_path / "fw.elf", include_dirs=[out], opt=opt)
+    sizes = gcc.section_sizes(board, elf)
+    assert sizes["text"] + sizes["data"] <= 131072
+    assert sizes["data"] + sizes["bss"] < 1024  # weights stay in flash
+
+
+def test_activations_never_produce_nan(tmp_path):
+    """Huge pre-activations: tanh/sigmoid saturate, softmax subtracts the max, relu passes."""
+    rng = np.random.default_rng(0)
+    k = (rng.standard_normal((4, 6)) * 1e6).astype(np.float32)
+    model = Model("big", (4,), [Dense("d1", k, None, "tanh"),
+                                Dense("d2", (rng.standard_normal((6, 6)) * 1e3).astype(np.float32), None, "linear"),
+                                Activation("s", "sigmoid"),
+                                Dense("d3", (rng.standard_normal((6, 5)) * 1e4).astype(np.float32), None, "relu"),
+                                Dense("d4", (rng.standard_normal((5, 3)) * 1e4).astype(np.float32), None, "softmax")])
+    out = tmp_path / "gen"
+    codegen.generate(model, out)
+    x = np.array([[1e3, -1e3, 30.0, -30.0], [1e-30, 0, 0, 0], [-88, 89, 1e38, -1e38]], dtype=np.float32)
+    y = compile_and_run(tmp_path, out, "big", x, 3, ["-O2", "-ffp-contract=off"])
+    assert np.all(np.isfinite(y))
+    assert np.allclose(y.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_unknown_precision_and_shape_are_refused(tmp_path):
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    with pytest.raises(Exception, match="precision 'fix16' is not supported"):
+        codegen.generate(model, tmp_path, precision="fix16")
+    with pytest.raises(Exception, match="unknown code shape 'v9'"):
+        codegen.generate(model, tmp_path, shape="v9")
+    assert not any(tmp_path.iterdir())
