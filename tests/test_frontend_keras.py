@@ -354,8 +354,8 @@ def test_f1tenth_example():
     assert all(l.activation == "tanh" for l in model.layers)
     assert sum(l.kernel.size for l in model.layers) == 24320
     example = json.loads((EXAMPLES / "f1tenth" / "example.json").read_text())
-    assert example == {"model": "architecture.json", "deadline_ms": 100, "tolerance": 1e-5,
-                       "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1}
+    assert example["model"] == "architecture.json" and example["tolerance"] == 1e-5
+    assert example["input_range"] == [-1.0, 1.0]
 
 
 def test_xor_example_computes_xor():
@@ -366,8 +366,8 @@ def test_xor_example_computes_xor():
         y = reference.run(model, cases, dtype)[:, 0]
         assert (y[[0, 3]] < 1e-4).all() and (y[[1, 2]] > 1 - 1e-4).all()
     example = json.loads((EXAMPLES / "xor" / "example.json").read_text())
-    assert example == {"model": "xor.h5", "deadline_ms": 1, "tolerance": 1e-5,
-                       "input_range": [0.0, 1.0], "check_inputs": 16, "seed": 1}
+    assert example["model"] == "xor.h5" and example["tolerance"] == 1e-5
+    assert example["input_range"] == [0.0, 1.0]
 
 
 @pytest.mark.parametrize("example, outputs", [
