@@ -34,13 +34,17 @@ def write_reference(model_path, output, *, count, seed, input_range):
     save_npz(output, x=x, y=np.asarray(y).reshape(len(x), -1))
 
 
+#: user-mode emulators that run a cross-built check program like a native one (stdin/stdout)
+EMULATORS = ("qemu-arm",)
+
+
 def run_cases(board, program, inputs, n_out, *, entry=None, harness=None):
     """Run the check program on the board's simulator: (outputs, cycles or None)."""
     simulator = board.get("simulator")
     if simulator == "native":
         from nnbuild.runners import native
         return native.run_cases(program, inputs, n_out), None
-    if simulator in ("qemu-arm",):
+    if simulator in EMULATORS:
         from nnbuild.runners import native
         return native.run_cases(program, inputs, n_out, prefix=[simulator], timeout=600.0), None
     if simulator == "simavr":

@@ -133,7 +133,7 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
 
     Returns a dict of the main nodes (generated files, firmware, report) for aliases and tests.
     """
-    from nnbuild import boards, runners
+    from nnbuild import boards, pipeline, runners
     verbose = bool(env["NNBUILD_VERBOSE"])
     try:
         board = boards.load_board(target)
@@ -180,13 +180,18 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
         host_check, _ = programs(env, host, "host")
         runs["host"] = step(env, bdir.File("run_host.npz"), [host_check, inputs],
                                    "$NN run ${SOURCES[0]} --board host --inputs ${SOURCES[1]} -o $TARGET", "NNRUN")
-        if board.get("simulator") == "simavr":
+        simulator = board.get("simulator")
+        if simulator == "simavr":
             harness = step(env, env.Dir("#build/tools").File("simavr_run"), env.File(str(runners.SIMAVR_RUN_SRC)),
-                                  "$( $NNBUILD_PYTHON $) -m nnbuild.runners.simavr build-harness -o $TARGET", "NNHARNESS")
+                           "$( $NNBUILD_PYTHON $) -m nnbuild.runners.simavr build-harness -o $TARGET", "NNHARNESS")
             runs["simavr"] = step(
-        env,                 bdir.File("run_simavr.npz"), [check, inputs, harness],
+                env, bdir.File("run_simavr.npz"), [check, inputs, harness],
                 f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} "
                 f"--entry {name}_infer --harness ${{SOURCES[2]}} -o $TARGET", "NNRUN")
+        elif simulator in pipeline.EMULATORS:
+            runs[simulator] = step(env, bdir.File(f"run_{simulator}.npz"), [check, inputs],
+                                   f"$NN run ${{SOURCES[0]}} --board {board['name']} --inputs ${{SOURCES[1]}} -o $TARGET",
+                                   "NNRUN")
     for run in runs.values():
         env.Depends(run, run_deps)
 
@@ -198,7 +203,7 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
     image = firmware or check
     size = step(env, bdir.File("size.json"), image,
                        f"$NN size $SOURCE --board {board['name']} -o $TARGET", "NNSIZE")
-    target_run = runs.get("simavr") or runs.get(board["name"])
+    target_run = runs.get(board.get("simulator")) or runs.get(board["name"])
     wcet_node = None
     if not wcet.unavailable_reason(board, env["ENV"]["PATH"]):
         wcet_node = step(env, bdir.File("wcet.json"), [check, gen[4]],

@@ -161,3 +161,18 @@ def test_real_f1tenth_controller_builds_on_host(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(project, "host", "TD3_L21_64x64_C1")
     assert report["max_abs_error"] <= 1e-5
+
+
+@pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"), reason="arm-none-eabi-gcc/qemu-arm not installed")
+def test_arm_builds_runs_and_reports_sizes(tmp_path):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=arm", "model=xor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = report_of(project, "arm", "xor")
+    assert report["max_abs_error_by_run"]["qemu-arm"] <= 1e-5 and report["text_bytes"] > 0
+    assert report["opt"] == "-O0"
+    if not have("owcet"):
+        assert report["wcet"] is None and "'owcet'" in report["wcet_unavailable"]
+        gated = scons(project, "target=arm", "model=xor", "deadline=5ms")
+        assert gated.returncode != 0
+        assert "deadline 5 ms cannot be checked: 'owcet' (otawa) not found on PATH" in gated.stderr

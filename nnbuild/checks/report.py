@@ -18,7 +18,9 @@ def build_report(args):
     run = np.load(args.run) if args.run else {}
     cycles = run["cycles"] if "cycles" in run else None
     measured = int(cycles.max()) if cycles is not None and len(cycles) else None
-    target_run = "simavr" if "simavr" in semantic["runs"] else board["name"]
+    target_run = board.get("simulator") if board.get("simulator") in semantic["runs"] else board["name"]
+    if target_run not in semantic["runs"]:
+        target_run = "host"
     clock = board.get("clock_hz")
     record = {
         "model": args.model,
@@ -53,9 +55,8 @@ def wcet_fields(args, board, measured):
     deadline_ms = deadline.parse_deadline(args.deadline) if args.deadline else None
     fields = {"deadline_ms": deadline_ms, "deadline_origin": args.deadline_origin if deadline_ms else None}
     if not args.wcet:
-        why = f"no WCET analyzer for target {board['name']}"
-        if board.get("wcet_tool"):
-            why = f"WCET tool {board['wcet_tool']} not available for target {board['name']}"
+        from nnbuild import wcet
+        why = wcet.unavailable_reason(board) or f"no WCET step was run for target {board['name']}"
         return {**fields, "wcet": None, "wcet_unavailable": why}
     wcet = read_json(args.wcet)
     clock = board["clock_hz"]

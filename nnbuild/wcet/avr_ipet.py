@@ -1,9 +1,11 @@
 """Built-in AVR WCET analyser: whole-program IPET over the linked ELF (board wcet_tool 'builtin-avr').
 
 analyze(elf, entry, flowfacts, board, workdir) -> WcetResult. Regions (functions, call targets and
-tail-jump targets) are analysed bottom-up and context-insensitively: a call costs the CALL plus the
-callee's WCET, charged to the calling block. The bound counts from the entry's first instruction
-through its RET, excluding the CALL that invokes it.
+tail-jump targets) are analysed bottom-up, once per call context (avr_paths: the library functions
+active around the call, and the call site, as far as a table entry refers to them): a call costs
+the CALL plus the callee's WCET in its context, charged to the calling block. Table loop bounds
+and infeasible-path constraints (avr_libloops.json) apply where their context holds. The bound
+counts from the entry's first instruction through its RET, excluding the CALL that invokes it.
 
 CLI: python -m nnbuild.wcet.avr_ipet ELF --entry FN --flowfacts F.json [--board B.json] [--json OUT]
 """
@@ -24,6 +26,7 @@ from nnbuild.wcet import avr_cfg as C
 from nnbuild.wcet import avr_decode as D
 from nnbuild.wcet import avr_ilp as I
 from nnbuild.wcet import avr_loops as L
+from nnbuild.wcet import avr_paths as P
 from nnbuild.wcet import avr_timing as T
 
 ANALYZER = "builtin-avr"
@@ -33,6 +36,7 @@ ANALYZER = "builtin-avr"
 class RegionResult:
     start: int
     name: str
+    ctx: P.Ctx
     cycles: int
     #: layer name (None = not in any layer: inherits the caller's layer) -> cycles
     breakdown: Counter
@@ -75,8 +79,9 @@ def indirect_targets(facts, prog):
 class Analyzer:
     """Memoised bottom-up analysis of every region reachable from the entry."""
 
-    def __init__(self, prog, fam, facts, table, workdir):
-        self.prog, self.fam, self.facts, self.table = prog, fam, facts, table
+    def __init__(self, prog, fam, facts, table, workdir, paths=()):
+        self.prog, self.fam, self.facts, self.table, self.paths = prog, fam, facts, table, list(paths)
+        self.ctxs = P.Contexts(prog, list(table) + self.paths)
         self.layers = layer_map(facts)
         self.indirect = indirect_targets(facts, prog)
         self.workdir = workdir
@@ -86,51 +91,61 @@ class Analyzer:
     def layer(self, insn):
         return self.layers.get((os.path.basename(insn.file), insn.line)) if insn.file else None
 
-    def region(self, addr):
-        if addr in self.done:
-            return self.done[addr]
+    def region(self, addr, ctx=P.EMPTY):
+        key = (addr, ctx)
+        if key in self.done:
+            return self.done[key]
         if addr in self.stack:
             chain = " -> ".join(self.prog.describe(a) for a in self.stack[self.stack.index(addr):] + [addr])
             raise NNBuildError(f"builtin-avr: recursion in {self.prog.function_of(addr)} at "
                                f"{self.prog.describe(addr)} ({chain}): no bound")
         self.stack.append(addr)
         try:
-            res = self._analyse(addr)
+            res = self._analyse(addr, ctx)
         finally:
             self.stack.pop()
-        self.done[addr] = res
+        self.done[key] = res
         return res
 
-    def _callee(self, target):
+    def _callee(self, target, ctx):
         """Worst of the callee regions (several only for indirect calls)."""
         targets = target if isinstance(target, tuple) else (target,)
-        return max((self.region(t) for t in targets), key=lambda r: r.cycles)
+        return max((self.region(t, ctx) for t in targets), key=lambda r: r.cycles)
 
-    def _analyse(self, addr):
+    def _analyse(self, addr, ctx):
         prog, fam = self.prog, self.fam
         region = C.build_region(prog, addr, fam, self.indirect)
+        own = self.ctxs.own(ctx, addr)
+        callee, tail = {}, {}
         cost = {}
         for n, b in region.blocks.items():
-            cost[n] = C.block_base_cycles(b, fam, prog) + sum(self._callee(t).cycles for _, t in b.calls)
+            subs = [(insn, self._callee(t, self.ctxs.call(own, insn.addr))) for insn, t in b.calls]
+            callee[n] = subs
+            cost[n] = C.block_base_cycles(b, fam, prog) + sum(r.cycles for _, r in subs)
         for k, t in region.tails.items():
-            cost[k] = self.region(t.target).cycles
+            tail[k] = self.region(t.target, P.Contexts.tail(own, ctx))
+            cost[k] = tail[k].cycles
         loops = L.find_loops(region, prog)
         self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
-        L.apply_table(region, loops, prog, self.table)
+        L.apply_table(region, loops, prog, self.table, own, ctx.site)
         L.apply_auto(region, loops)
         L.require_bounds(region, loops, prog)
+        paths = P.path_rows(region, prog, self.paths, own, ctx.site)
         label = f"{prog.function_of(addr)}_{addr:x}".replace(".", "_")
-        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label)
+        if ctx != P.EMPTY:
+            label += f"_ctx{len(self.done)}"
+        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths)
         info["blocks"] = len(region.blocks)
         info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
                          for l in loops]
-        bd = self._breakdown(region, counts)
+        info["paths"] = paths.sources
+        bd = self._breakdown(region, counts, callee, tail)
         if sum(bd.values()) != cycles:
             raise NNBuildError(f"builtin-avr: internal error: per-layer split of {region.name} "
                                f"({sum(bd.values())}) != WCET ({cycles})")
-        return RegionResult(addr, region.name, cycles, bd, info)
+        return RegionResult(addr, region.name, ctx, cycles, bd, info)
 
-    def _breakdown(self, region, counts):
+    def _breakdown(self, region, counts, callee, tail):
         """Cycles of the worst-case solution by layer: own instructions by their source line,
         callees' unattributed cycles by the line of the call (or tail jump)."""
         fam, bd = self.fam, Counter()
@@ -145,11 +160,11 @@ class Analyzer:
                 continue
             for insn in b.insns:
                 bd[self.layer(insn)] += c * T.cycles(fam, insn.mnem)
-            for insn, t in b.calls:
-                self._add_callee(bd, self._callee(t), c, self.layer(insn))
+            for insn, sub in callee[n]:
+                self._add_callee(bd, sub, c, self.layer(insn))
         for k, t in region.tails.items():
             if into[k]:
-                self._add_callee(bd, self.region(t.target), into[k], self.layer(t.insn))
+                self._add_callee(bd, tail[k], into[k], self.layer(t.insn))
         return bd
 
     @staticmethod
@@ -169,12 +184,14 @@ def analyze(elf, entry, flowfacts, board, workdir):
         raise NNBuildError(f"builtin-avr: entry function '{entry}' not in the ELF", path=elf)
     if workdir:
         os.makedirs(workdir, exist_ok=True)
-    an = Analyzer(prog, fam, facts, L.load_table(), workdir)
+    an = Analyzer(prog, fam, facts, L.load_table(), workdir, L.load_paths())
     top = an.region(start)
     per_layer = {k: v for k, v in top.breakdown.items() if k is not None}
     for lay in facts.get("layers", []):
         per_layer.setdefault(lay["name"], 0)
-    functions = {r.name: r.cycles for a, r in sorted(an.done.items()) if a != start}
+    functions = {r.name + r.ctx.label(prog): r.cycles
+                 for (a, _), r in sorted(an.done.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1].names)))
+                 if (a, r.ctx) != (start, P.EMPTY)}
     details = {
         "timing_model": (board or {}).get("timing_model", "avre-16bit-pc"),
         "core_family": fam,
@@ -183,7 +200,8 @@ def analyze(elf, entry, flowfacts, board, workdir):
         "ilp": {k: top.info[k] for k in ("variables", "constraints", "status", "blocks")},
         "regions": len(an.done),
         "callee_wcet": functions,
-        "loops": {r.name: r.info["loops"] for r in an.done.values() if r.info["loops"]},
+        "loops": {r.name + r.ctx.label(prog): r.info["loops"] for r in an.done.values() if r.info["loops"]},
+        "paths": {r.name + r.ctx.label(prog): r.info["paths"] for r in an.done.values() if r.info["paths"]},
         "unattributed_cycles": top.breakdown.get(None, 0),
         "unmatched_flowfact_loops": [f for k, f in enumerate(facts.get("loops", [])) if k not in an.matched],
         "convention": "first instruction of the entry through its RET, excluding the CALL",

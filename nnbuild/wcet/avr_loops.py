@@ -223,14 +223,22 @@ def load_table(path=TABLE_PATH):
         return json.load(f)["loops"]
 
 
-def apply_table(region, loops, prog, table):
-    """Bound loops whose header is a table entry's symbol+offset and whose code matches its pattern."""
+def load_paths(path=TABLE_PATH):
+    """The table's infeasible-path constraint entries (avr_paths)."""
+    with open(path) as f:
+        return json.load(f).get("paths", [])
+
+
+def apply_table(region, loops, prog, table, own=frozenset(), site=None):
+    """Bound loops whose header is a table entry's symbol+offset and whose code matches its
+    pattern; entries with a context ("within", "call_site") only where it holds (avr_paths)."""
+    from nnbuild.wcet.avr_paths import applies
     for l in loops:
         if not isinstance(l.header, int):
             continue
         for ent in table:
             names = prog.names.get(l.header - ent["offset"], [])
-            if ent["symbol"] not in names:
+            if ent["symbol"] not in names or not applies(ent, prog, own, site):
                 continue
             if _pattern(prog, l.header, len(ent["pattern"])) != ent["pattern"]:
                 l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}: pattern mismatch, not applied")
@@ -238,7 +246,10 @@ def apply_table(region, loops, prog, table):
             kind = "header" if "header_max" in ent else "back"
             n = int(ent[f"{kind}_max"])
             l.bounds.append((kind, n))
-            l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x} {kind}_max={n}")
+            where = ""
+            if "within" in ent or "call_site" in ent:
+                where = " in " + ", ".join(ent.get("within", []) + [f"call@{ent['call_site']}"] * ("call_site" in ent))
+            l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}{where} {kind}_max={n}")
 
 
 def _pattern(prog, addr, n):
