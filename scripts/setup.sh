@@ -11,9 +11,9 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -23,5 +23,16 @@ PYTHON="${PYTHON:-python3}"
 if ! "$PYTHON" -c "import nnbuild, SCons, numpy, h5py, jinja2, scipy, pytest" 2>/dev/null \
    || [ "$("$PYTHON" -c 'import nnbuild, os; print(os.path.dirname(os.path.dirname(os.path.abspath(nnbuild.__file__))))' 2>/dev/null)" != "$PWD" ]; then
   echo "setup: installing nnbuild and its Python dependencies"
-  "$PYTHON" -m pip install -q -e ".[test]"
+  if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get install -y -qq python3-pip >/dev/null
+  fi
+  if ! "$PYTHON" -m pip install -q -e ".[test]" 2>/tmp/nnbuild-pip.err; then
+    # Debian's own python3 is "externally managed" (PEP 668): install beside it deliberately.
+    if grep -q externally-managed /tmp/nnbuild-pip.err; then
+      "$PYTHON" -m pip install -q --break-system-packages -e ".[test]"
+    else
+      cat /tmp/nnbuild-pip.err >&2
+      exit 1
+    fi
+  fi
 fi
