@@ -204,7 +204,8 @@ def cmd_check(args):
     model, _ = pipeline.load_model(args.model, args.name)
     x = x.reshape(len(x), -1)
     workdir = Path(args.build_dir) if args.build_dir else Path(tempfile.mkdtemp(prefix="nnbuild-check-"))
-    program, harness = build_check_program(board, args, workdir)
+    program, harness = pipeline.build_check_program(args.model, board, workdir, name=args.name, shape=args.shape,
+                                                    precision=args.precision, opt=args.opt)
     outputs, cycles = pipeline.run_cases(board, program, x, model.output_size,
                                          entry=f"{model.name}_infer", harness=harness)
     ours = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
@@ -221,24 +222,3 @@ def cmd_check(args):
     worst = max(e for e in errors.values() if e is not None)
     if not worst <= args.tolerance:
         raise NNBuildError(f"max error {worst:.3g} > tolerance {args.tolerance:.3g}", path=args.model)
-
-
-def build_check_program(board, args, workdir):
-    """Generate, compile and link the check program for `board` (outside SCons)."""
-    from nnbuild.compilers import family
-    from nnbuild.runners import CHECK_MAIN, check_main_defines
-    model, _ = pipeline.load_model(args.model, args.name)
-    storage = board.get("weights_storage", "const")
-    files = pipeline.generate(args.model, workdir / "gen", name=model.name, shape=args.shape,
-                              precision=args.precision, storage=storage)
-    sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]
-    suffix = ".elf" if board.get("simulator") != "native" else ""
-    program = family(board).build_executable(
-        board, sources, workdir / f"check{suffix}", include_dirs=[workdir / "gen"], opt=args.opt,
-        defines=[d[2:] for d in check_main_defines(f"{model.name}.h", f"{model.name}_infer",
-                                                    model.input_size, model.output_size)])
-    harness = None
-    if board.get("simulator") == "simavr":
-        from nnbuild.runners import simavr
-        harness = simavr.build_harness(workdir / "simavr_run")
-    return program, harness

@@ -88,3 +88,28 @@ def load_board(name_or_path):
         board.setdefault("name", Path(name_or_path).stem)
         return board
     return boards.load_board(name_or_path)
+
+
+def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", precision="float32", opt=None):
+    """Generate, compile and link the check program for `board` outside SCons: (program, harness).
+
+    The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
+    board runs on simavr.
+    """
+    from nnbuild.compilers import family
+    from nnbuild.runners import CHECK_MAIN, check_main_defines
+    model, _ = load_model(model_path, name)
+    workdir = Path(workdir)
+    files = generate(model_path, workdir / "gen", name=model.name, shape=shape, precision=precision,
+                     storage=board.get("weights_storage", "const"))
+    sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]
+    suffix = ".elf" if board.get("simulator") != "native" else ""
+    defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)
+    program = family(board).build_executable(board, sources, workdir / f"check{suffix}",
+                                             include_dirs=[workdir / "gen"], opt=opt,
+                                             defines=[d[2:] for d in defines])
+    harness = None
+    if board.get("simulator") == "simavr":
+        from nnbuild.runners import simavr
+        harness = simavr.build_harness(workdir / "simavr_run")
+    return program, harness

@@ -1,0 +1,49 @@
+"""WCET soundness on every AVR example model: bound >= every simavr run, on random inputs and on
+inputs chosen to push data-dependent paths (saturation, sign, huge and tiny magnitudes)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import REPO, needs_avr, shared_file
+from nnbuild import pipeline, wcet
+from nnbuild.checks.inputs import check_inputs
+from nnbuild.runners import simavr
+
+EXAMPLES = {
+    "f1tenth": (REPO / "firmware_examples/f1tenth/architecture.json", (-1.0, 1.0)),
+    "xor": (REPO / "firmware_examples/xor/xor.h5", (0.0, 1.0)),
+    "f1real21": (("data", "f1tenth", "TD3_L21_64x64_C1.h5"), (-0.5, 0.5)),
+    "f1real61": (("data", "f1tenth", "TD3_L61_128x128_C1.h5"), (-0.5, 0.5)),
+}
+
+
+def adversarial(n_in, rng):
+    """Inputs that push soft-float paths: huge and tiny magnitudes, signs, zeros, subnormals."""
+    rows = [np.full(n_in, v) for v in (0.0, 1e-38, -1e-38, 1e-45, 3.0, -3.0, 1e4, -1e4, 1e30, -1e30)]
+    rows.append(np.where(np.arange(n_in) % 2 == 0, 1e4, -1e4))
+    rows.append(rng.choice([-1e6, -1.0, -1e-6, 0.0, 1e-6, 1.0, 1e6], size=n_in))
+    rows += list(rng.standard_normal((4, n_in)) * 10.0 ** rng.integers(-20, 20, size=(4, 1)))
+    return np.array(rows, dtype=np.float32)
+
+
+@needs_avr
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_bound_is_never_below_a_measured_run(tmp_path, example):
+    model_ref, input_range = EXAMPLES[example]
+    model = shared_file(*model_ref) if isinstance(model_ref, tuple) else model_ref
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, name=example)
+    loaded, _ = pipeline.load_model(model, example)
+    rng = np.random.default_rng(7)
+    x = np.vstack([check_inputs(loaded.input_size, 24, 3, input_range), adversarial(loaded.input_size, rng)])
+    _, cycles = simavr.run_cases(elf, x, loaded.output_size, entry_symbol=f"{example}_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    facts = json.loads((tmp_path / "gen" / f"{example}.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, f"{example}_infer", facts, tmp_path)
+    worst = int(cycles.max())
+    print(f"\n{example}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
+          f"bound/measured {bound.cycles / worst:.4f}")
+    assert bound.cycles >= worst
+    assert set(bound.per_layer) <= {l["name"] for l in facts["layers"]}
