@@ -14,6 +14,7 @@ import numpy as np
 from nnbuild import __version__
 from nnbuild.codegen import templating
 from nnbuild.errors import NNBuildError
+from nnbuild.frontends import c_identifier
 from nnbuild.ir.graph import Activation, Dense
 
 #: avr-gcc rejects any object over PTRDIFF_MAX (32,767 bytes): weight arrays are split below it.
@@ -124,11 +125,6 @@ def float_literal(value):
 def index_type(bound):
     """The narrowest fast unsigned type for a loop index below `bound` (8-bit on AVR when it fits)."""
     return "uint_fast8_t" if bound <= 255 else "uint_fast16_t"
-
-
-def c_identifier(name):
-    ident = re.sub(r"[^0-9A-Za-z_]", "_", name)
-    return ident if not ident[:1].isdigit() else "_" + ident
 
 
 def weights_digest(model):
