@@ -1,4 +1,5 @@
-"""Every entry of nnbuild/wcet/avr_libloops.json, checked against simavr.
+"""Every context-free entry of nnbuild/wcet/avr_libloops.json, checked against simavr (entries
+with a "within"/"call_site" context and the "paths" constraints: test_wcet_avr_context.py).
 
 drv_all (tests/wcet_fixtures/libdrv.c) calls every avr-libc float routine the generator uses
 (+ - * / compare, expf, conversions, ldexpf, and logf/atanf/tanhf for __fp_powser's other tables). The
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not
 def table_loops(elf, entry):
     """{(symbol, offset): (headers, body byte ranges)} for table loops reachable from `entry`."""
     prog = avr_decode.load(elf)
-    table = avr_loops.load_table()
+    table = context_free(avr_loops.load_table())
     keys = {prog.address_of(e["symbol"]) + e["offset"]: (e["symbol"], e["offset"])
             for e in table if e["symbol"] in {s.name for s in prog.symbols}}
     found, seen, work = {}, set(), [prog.address_of(entry)]
@@ -43,6 +44,10 @@ def table_loops(elf, entry):
         work += [t for b in region.blocks.values() for _, t in b.calls]
         work += [t.target for t in region.tails.values()]
     return found
+
+
+def context_free(table):
+    return [e for e in table if "within" not in e and "call_site" not in e]
 
 
 def adversarial_pairs():
@@ -90,7 +95,7 @@ def loopcount(tmp_path_factory):
 def test_every_table_entry_holds_under_simavr(tmp_path_factory, loopcount):
     elfdir = str(tmp_path_factory.mktemp("libloops"))
     elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 14, "Os")
-    table = {(e["symbol"], e["offset"]): e for e in avr_loops.load_table()}
+    table = {(e["symbol"], e["offset"]): e for e in context_free(avr_loops.load_table())}
     loops = table_loops(elf, "drv_all")
     assert set(loops) == set(table), f"table entries not reached by drv_all: {set(table) - set(loops)}"
     keys = sorted(loops)
@@ -119,7 +124,7 @@ def test_table_entries_are_justified_and_well_formed():
         doc = json.load(f)
     seen = set()
     for ent in doc["loops"]:
-        key = (ent["symbol"], ent["offset"])
+        key = (ent["symbol"], ent["offset"], tuple(ent.get("within", [])), ent.get("call_site"))
         assert key not in seen
         seen.add(key)
         assert ("header_max" in ent) != ("back_max" in ent)

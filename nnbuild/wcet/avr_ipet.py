@@ -82,6 +82,9 @@ class Analyzer:
     def __init__(self, prog, fam, facts, table, workdir, paths=()):
         self.prog, self.fam, self.facts, self.table, self.paths = prog, fam, facts, table, list(paths)
         self.ctxs = P.Contexts(prog, list(table) + self.paths)
+        #: symbols whose table entries depend on the context: other regions share one analysis
+        self.ctx_syms = {e["symbol"] for e in list(table) + self.paths if "within" in e or "call_site" in e}
+        self.regions, self.reach = {}, {}
         self.layers = layer_map(facts)
         self.indirect = indirect_targets(facts, prog)
         self.workdir = workdir
@@ -91,7 +94,32 @@ class Analyzer:
     def layer(self, insn):
         return self.layers.get((os.path.basename(insn.file), insn.line)) if insn.file else None
 
+    def _region(self, addr):
+        if addr not in self.regions:
+            self.regions[addr] = C.build_region(self.prog, addr, self.fam, self.indirect)
+        return self.regions[addr]
+
+    def _sensitive(self, addr):
+        """True when a context-dependent table entry may apply in the region or below it."""
+        if addr not in self.reach:
+            seen, work, names = set(), [addr], set()
+            while work:
+                a = work.pop()
+                if a in seen:
+                    continue
+                seen.add(a)
+                names.update(self.prog.names.get(self.prog.interval(a)[0], []))
+                r = self._region(a)
+                for b in r.blocks.values():
+                    for _, t in b.calls:
+                        work.extend(t if isinstance(t, tuple) else (t,))
+                work.extend(t.target for t in r.tails.values())
+            self.reach[addr] = bool(names & self.ctx_syms)
+        return self.reach[addr]
+
     def region(self, addr, ctx=P.EMPTY):
+        if ctx != P.EMPTY and not self._sensitive(addr):
+            ctx = P.EMPTY
         key = (addr, ctx)
         if key in self.done:
             return self.done[key]
@@ -114,7 +142,7 @@ class Analyzer:
 
     def _analyse(self, addr, ctx):
         prog, fam = self.prog, self.fam
-        region = C.build_region(prog, addr, fam, self.indirect)
+        region = self._region(addr)
         own = self.ctxs.own(ctx, addr)
         callee, tail = {}, {}
         cost = {}

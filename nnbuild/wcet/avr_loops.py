@@ -248,7 +248,8 @@ def apply_table(region, loops, prog, table, own=frozenset(), site=None):
             l.bounds.append((kind, n))
             where = ""
             if "within" in ent or "call_site" in ent:
-                where = " in " + ", ".join(ent.get("within", []) + [f"call@{ent['call_site']}"] * ("call_site" in ent))
+                where = " in " + ", ".join(ent.get("within", []) + (["call@" + ent["call_site"]]
+                                                                     if "call_site" in ent else []))
             l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}{where} {kind}_max={n}")
 
 
