@@ -68,9 +68,9 @@ def run_trace(tracer, elf, probes, cases, ctx_names, tmpdir):
     return run_trace_sites(tracer, elf, probes, cases, ctx_names, (), tmpdir)
 
 
-def run_trace_sites(tracer, elf, probes, cases, ctx_names, sites, tmpdir):
+def run_trace_sites(tracer, elf, probes, cases, ctx_names, sites, tmpdir, site_tags=None):
     """run_trace, with the call sites the analyser's contexts distinguish (probe site '!' = none
-    of them)."""
+    of them) and the operand tags of call sites ({site: tags}, active in and below the call)."""
     prog = avr_decode.load(elf)
     ids = {}
     lines = [f"call {a:x} {s}" for a, s in call_sites(prog)]
@@ -82,6 +82,11 @@ def run_trace_sites(tracer, elf, probes, cases, ctx_names, sites, tmpdir):
             continue
         ids[name] = len(ids)
         lines.append(f"ctx {ids[name]} {addr:x}")
+    for site, tags in sorted((site_tags or {}).items()):
+        for tag in sorted(tags):
+            ids.setdefault(tag, len(ids))
+            lines.append(f"ctxsite {ids[tag]} {site:x}")
+    assert len(ids) <= 32
     # site-specific probes first: the tracer gives a frame to the first probe that matches
     order = sorted(range(len(probes)), key=lambda k: (probes[k].group, probes[k].site is None,
                                                       probes[k].site == "!"))
@@ -181,7 +186,7 @@ def tracer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def drv(tmp_path_factory):
     elfdir = str(tmp_path_factory.mktemp("ctxdrv"))
-    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 14, "Os")
+    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 19, "Os")
     prog, an, top = analyse(elf, "drv_all")
     return elf, prog, an, top
 
@@ -218,7 +223,7 @@ def traced(drv, tracer, tmp_path_factory):
     plist = [probes[k] for k in keys]
     # ids for the tracer: sites the analyser distinguishes go on `site` lines
     run_trace_sites(tracer, elf, plist, context_cases(), an.ctxs.names, an.ctxs.sites,
-                    tmp_path_factory.mktemp("tracerun"))
+                    tmp_path_factory.mktemp("tracerun"), an.site_tags)
     return dict(zip(keys, plist))
 
 

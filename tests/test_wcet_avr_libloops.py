@@ -94,7 +94,7 @@ def loopcount(tmp_path_factory):
 
 def test_every_table_entry_holds_under_simavr(tmp_path_factory, loopcount):
     elfdir = str(tmp_path_factory.mktemp("libloops"))
-    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 14, "Os")
+    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 19, "Os")
     table = {(e["symbol"], e["offset"]): e for e in context_free(avr_loops.load_table())}
     loops = table_loops(elf, "drv_all")
     assert set(loops) == set(table), f"table entries not reached by drv_all: {set(table) - set(loops)}"
@@ -133,7 +133,7 @@ def test_table_entries_are_justified_and_well_formed():
 
 def test_pattern_mismatch_is_not_applied(tmp_path_factory):
     elfdir = str(tmp_path_factory.mktemp("libloops2"))
-    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 14, "Os")
+    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 19, "Os")
     prog = avr_decode.load(elf)
     table = [dict(e, pattern=["nop"] * 4) if e["symbol"] == "__mulsf3_pse" else e for e in avr_loops.load_table()]
     region = avr_cfg.build_region(prog, prog.address_of("__mulsf3_pse"), "avre16")

@@ -85,6 +85,8 @@ class Analyzer:
         #: symbols whose table entries depend on the context: other regions share one analysis
         self.ctx_syms = {e["symbol"] for e in list(table) + self.paths if "within" in e or "call_site" in e}
         self.regions, self.reach = {}, {}
+        #: call site -> operand tags (avr_paths.operand_tags) found in the analysed regions
+        self.site_tags = {}
         self.layers = layer_map(facts)
         self.indirect = indirect_targets(facts, prog)
         self.workdir = workdir
@@ -135,6 +137,17 @@ class Analyzer:
         self.done[key] = res
         return res
 
+    def _operand_tags(self, region):
+        """{call address: operand tags} for calls to float operators with constant operands."""
+        ops = [(i.addr, self.prog.names.get(t, [])) for b in region.blocks.values() for i, t in b.calls
+               if not isinstance(t, tuple) and set(self.prog.names.get(t, [])) & P.OPERATORS]
+        if not ops or not any(n.split(":")[0] in P.OPERATORS for n in self.ctxs.names):
+            return {}
+        consts = P.call_constants(region)
+        tags = {a: P.operand_tags(names, *consts.get(a, (None, None))) & self.ctxs.names for a, names in ops}
+        self.site_tags.update((a, t) for a, t in tags.items() if t)
+        return tags
+
     def _callee(self, target, ctx):
         """Worst of the callee regions (several only for indirect calls)."""
         targets = target if isinstance(target, tuple) else (target,)
@@ -144,10 +157,12 @@ class Analyzer:
         prog, fam = self.prog, self.fam
         region = self._region(addr)
         own = self.ctxs.own(ctx, addr)
+        tags = self._operand_tags(region)
         callee, tail = {}, {}
         cost = {}
         for n, b in region.blocks.items():
-            subs = [(insn, self._callee(t, self.ctxs.call(own, insn.addr))) for insn, t in b.calls]
+            subs = [(insn, self._callee(t, self.ctxs.call(own, insn.addr, tags.get(insn.addr, ()))))
+                    for insn, t in b.calls]
             callee[n] = subs
             cost[n] = C.block_base_cycles(b, fam, prog) + sum(r.cycles for _, r in subs)
         for k, t in region.tails.items():

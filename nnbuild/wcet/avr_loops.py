@@ -283,8 +283,8 @@ def defs(insn):
         return None
     if m.startswith("br") and m != "break" or m in _NO_WRITE:
         out = set()
-        if m in ("st", "std") and ops and ("+" in ops[0] or "-" in ops[0]):
-            out.update(_POINTERS[ops[0].strip("+-")])
+        if m == "st" and ops and ops[0].strip("+-") in _POINTERS and ops[0] not in _POINTERS:
+            out.update(_POINTERS[ops[0].strip("+-")])  # st X+, st -X (std Z+q leaves Z alone)
         return out
     if m in ("mul", "muls", "mulsu", "fmul", "fmuls", "fmulsu"):
         return {0, 1}
@@ -296,8 +296,9 @@ def defs(insn):
         out.add(r)
         if m in ("movw", "adiw", "sbiw"):
             out.add(r + 1)
-    if m in ("ld", "ldd", "lpm", "elpm") and len(ops) > 1 and ("+" in ops[1] or "-" in ops[1]):
-        out.update(_POINTERS[ops[1].strip("+-")])
+    if m in ("ld", "lpm", "elpm") and len(ops) > 1 and ops[1].strip("+-") in _POINTERS \
+            and ops[1] not in _POINTERS:
+        out.update(_POINTERS[ops[1].strip("+-")])  # ld r, X+ / -X, lpm r, Z+ (ldd r, Z+q does not)
     return out
 
 

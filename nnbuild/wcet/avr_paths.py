@@ -16,12 +16,18 @@ without one). "paths" entries add linear constraints over block execution counts
 invocation, with optional auxiliary 0/1 variables to express "either ... or ...":
   {"symbol": S, "blocks": {name: [offset, [mnemonics...]]}, "binaries": [names],
    "rows": [[{name: coeff, ...}, rhs], ...], "justification": ...}
+Operand tags. A call to a float operator whose argument registers hold a constant (from
+`ldi`/`mov`/`movw`/`eor` in the calling code, call_constants) adds tags to the callee's context,
+e.g. "__mulsf3:C.e<=128" (one factor is a normal constant with biased exponent <= 128); entries
+name them in "within" like context functions (operand_tags lists them).
+
 Each row means sum(coeff * count) <= rhs, where a block name counts the executions of the
 instruction at S+offset (checked against the mnemonics) and a binary name is a 0/1 variable
 the ILP may choose. Every feasible execution must satisfy all rows for some choice of the
 binaries; avr_trace.c checks that on simavr (tests/test_wcet_avr_context.py).
 """
 
+import struct
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional
 
@@ -84,9 +90,10 @@ class Contexts:
         names = [n for n in self.prog.names.get(addr, []) if n in self.names]
         return ctx.names | frozenset(names) if names else ctx.names
 
-    def call(self, own, call_addr):
-        """Context of a callee called from the instruction at `call_addr`."""
-        return Ctx(own, call_addr if call_addr in self.sites else None)
+    def call(self, own, call_addr, tags=()):
+        """Context of a callee called from the instruction at `call_addr` (operand `tags`)."""
+        rel = frozenset(tags) & self.names
+        return Ctx(own | rel if rel else own, call_addr if call_addr in self.sites else None)
 
     @staticmethod
     def tail(own, ctx):
@@ -153,3 +160,131 @@ def path_rows(region, prog, entries, own, site):
         out.binaries += len(aux)
         out.sources.append(tag)
     return out
+
+
+# ---------------------------------------------------------------- constant operands
+
+#: float operators whose constant operands give context tags (operand_tags)
+OPERATORS = frozenset(["__mulsf3", "__divsf3"])
+_CALLEE_SAVED = frozenset([*range(2, 18), 28, 29])
+
+
+def _reg(op):
+    return int(op[1:]) if op and op[0] == "r" and op[1:].isdigit() else None
+
+
+def _transfer(state, insn):
+    """Register constants after `insn` ({reg: byte} of known registers)."""
+    from nnbuild.wcet.avr_loops import defs
+    m, ops = insn.mnem, insn.ops
+    if m in ("call", "rcall", "icall", "eicall"):
+        if m == "rcall" and insn.target == insn.end:  # `rcall .+0` only pushes
+            return state
+        # calls from compiled C (line info) follow the ABI: callee-saved registers survive and
+        # r1 is zero again; calls inside hand-written library code may clobber anything
+        keep = _CALLEE_SAVED if insn.file else frozenset()
+        out = {r: v for r, v in state.items() if r in keep}
+        out[1] = 0
+        return out
+    out = dict(state)
+    d = defs(insn)
+    if d is None:
+        return {}
+    for r in d:
+        out.pop(r, None)
+    rd = _reg(ops[0]) if ops else None
+    if m == "ldi":
+        out[rd] = int(ops[1], 0) & 0xFF
+    elif m == "mov" and _reg(ops[1]) in state:
+        out[rd] = state[_reg(ops[1])]
+    elif m == "movw" and _reg(ops[1]) in state and _reg(ops[1]) + 1 in state:
+        out[rd], out[rd + 1] = state[_reg(ops[1])], state[_reg(ops[1]) + 1]
+    elif m in ("eor", "sub") and len(ops) == 2 and ops[0] == ops[1]:
+        out[rd] = 0
+    elif m == "clr":
+        out[rd] = 0
+    return out
+
+
+def call_constants(region):
+    """{call insn address: (A, B)} for the calls in `region`, A = r25:r22 and B = r21:r18 as
+    32-bit words when every byte is a known constant there (else None). Forward must-constant
+    dataflow from the region entry (r1 = 0, the ABI's zero register)."""
+    preds = {}
+    for e in region.edges:
+        if e.dst in region.blocks:
+            preds.setdefault(e.dst, []).append(e.src)
+    ins, outs = {}, {}
+    order = sorted(region.blocks)
+    changed = True
+    while changed:
+        changed = False
+        for n in order:
+            srcs = preds.get(n, [])
+            states = [{1: 0} if p == "ENTRY" else outs.get(p) for p in srcs]
+            states = [st for st in states if st is not None]
+            if not states:
+                continue
+            st = dict(states[0])
+            for other in states[1:]:
+                st = {r: v for r, v in st.items() if other.get(r) == v}
+            if ins.get(n) == st and n in outs:
+                continue
+            ins[n] = st
+            cur = st
+            for insn in region.blocks[n].insns:
+                cur = _transfer(cur, insn)
+            if outs.get(n) != cur:
+                outs[n] = cur
+                changed = True
+    found = {}
+    for n in order:
+        cur = ins.get(n)
+        if cur is None:
+            continue
+        for insn in region.blocks[n].insns:
+            if insn.mnem in ("call", "rcall"):
+                a = [cur.get(r) for r in (22, 23, 24, 25)]
+                b = [cur.get(r) for r in (18, 19, 20, 21)]
+                found[insn.addr] = (None if None in a else int.from_bytes(bytes(a), "little"),
+                                    None if None in b else int.from_bytes(bytes(b), "little"))
+            cur = _transfer(cur, insn)
+    return found
+
+
+def _fields(word):
+    """(biased exponent, mantissa bits) of a float32 bit pattern."""
+    return (word >> 23) & 0xFF, word & 0x7FFFFF
+
+
+def operand_tags(callee_names, a, b):
+    """Context tags of a call to a float operator with constant operands (None = unknown).
+
+    __mulsf3: "C.e<=128", "C.e>=126", "C.e>=122", "C.e>=118": one factor is a normal constant
+    with that biased exponent. __divsf3: "A.normal" (the dividend is a normal constant) and "A.e>=127" (a normal
+    constant with |A| >= 1).
+    """
+    tags = set()
+    names = set(callee_names)
+    if "__mulsf3" in names:
+        for c in (a, b):
+            if c is None:
+                continue
+            e, _ = _fields(c)
+            if 1 <= e <= 254:
+                if e <= 128:
+                    tags.add("__mulsf3:C.e<=128")
+                for n in (126, 122, 118):
+                    if e >= n:
+                        tags.add(f"__mulsf3:C.e>={n}")
+    if "__divsf3" in names and a is not None:
+        e, mant = _fields(a)
+        if 1 <= e <= 254:
+            tags.add("__divsf3:A.normal")
+            if e >= 127:
+                tags.add("__divsf3:A.e>=127")
+    return tags
+
+
+def as_float(word):
+    return struct.unpack("<f", struct.pack("<I", word))[0]

@@ -9,6 +9,8 @@
  *     call ADDR SIZE          every call/rcall/icall instruction (hex byte address, bytes)
  *     ctx ID ENTRY            a context function (ID 0..31) and its entry address
  *     site ADDR               a call site that the analyser's contexts distinguish
+ *     ctxsite ID ADDR         context bit ID (0..31) is active in and below every frame made
+ *                             by the call instruction at ADDR (operand tags of that call)
  *     probe ID GROUP TARGET SITE MODE MASK N PC1 .. PCN
  *                             invocations (calls) of TARGET; an invocation goes to the first
  *                             matching probe (lowest ID) of each GROUP (0..31); SITE = address of the calling
@@ -70,6 +72,7 @@ static uint8_t call_size[FLASH_WORDS];      /* by word address: size of a call i
 static int8_t ctx_at[FLASH_WORDS];           /* context id whose entry is here, -1 = none */
 static uint8_t counted[FLASH_WORDS];         /* some probe counts this pc */
 static uint8_t is_site[FLASH_WORDS];         /* call sites named by `site` lines */
+static uint32_t site_bits[FLASH_WORDS];      /* context bits of `ctxsite` call sites */
 static struct frame stack[MAXDEPTH];
 static int depth;
 
@@ -108,6 +111,12 @@ static void read_spec(const char *path)
             if (fscanf(f, "%d %x", &id, &a) != 2 || id < 0 || id > 31)
                 die("bad ctx line");
             ctx_at[(a >> 1) & 0xffff] = (int8_t)id;
+        } else if (!strcmp(kind, "ctxsite")) {
+            int id;
+            unsigned a;
+            if (fscanf(f, "%d %x", &id, &a) != 2 || id < 0 || id > 31)
+                die("bad ctxsite line");
+            site_bits[(a >> 1) & 0xffff] |= 1u << id;
         } else if (!strcmp(kind, "site")) {
             unsigned a;
             if (fscanf(f, "%x", &a) != 1)
@@ -205,7 +214,7 @@ static void push(avr_t *avr, uint32_t target, uint32_t call, uint32_t ret)
 {
     if (depth >= MAXDEPTH)
         die("call stack too deep");
-    uint32_t outer = 0;
+    uint32_t outer = site_bits[(call >> 1) & 0xffff];
     for (int k = 0; k < depth; ++k)
         outer |= stack[k].active;
     struct frame *fr = &stack[depth++];
@@ -215,6 +224,7 @@ static void push(avr_t *avr, uint32_t target, uint32_t call, uint32_t ret)
     fr->call = call;
     fr->sp = (uint16_t)(get_sp(avr) + 2);
     fr->start = avr->cycle;
+    fr->active = site_bits[(call >> 1) & 0xffff];
     for (int g = 0; g < MAXG; ++g)
         fr->probe[g] = -1;
     for (int k = 0; k < MAXP; ++k)

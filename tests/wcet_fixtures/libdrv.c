@@ -56,7 +56,17 @@ void drv_libm(const float *in, float *out)
     out[3] = tanhf(in[1]);
 }
 
-/* All drivers in one call, so one simulation exercises every table loop (14 outputs). */
+/* float operators with constant operands (context tags of nnbuild/wcet/avr_paths.py) */
+void drv_const(const float *in, float *out)
+{
+    out[0] = in[0] * 0.01f;
+    out[1] = 3.0f * in[1];
+    out[2] = 2.0f / in[0];
+    out[3] = 1.0f / in[1];
+    out[4] = 0.5f * in[0];
+}
+
+/* All drivers in one call, so one simulation exercises every table loop (19 outputs). */
 void drv_all(const float *in, float *out)
 {
     drv_add(in, out);
@@ -66,4 +76,5 @@ void drv_all(const float *in, float *out)
     drv_exp(in, out + 5);
     drv_conv(in, out + 6);
     drv_libm(in, out + 9);
+    drv_const(in, out + 14);
 }
