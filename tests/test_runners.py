@@ -294,11 +294,42 @@ def test_measured_cycles_equal_hand_count(tmp_path, harness):
     assert simavr.measure_calls(elf, "handret", **kw).tolist() == [4]   # RET only, CALL excluded
 
 
+@needs_avr
+def test_measured_stack_equals_hand_count_and_bound(tmp_path, harness):
+    """stack = return address (2) + pushes: handfn pushes one byte, handret none."""
+    from nnbuild.wcet.avr_stack import stack_bound
+    (tmp_path / "hand.S").write_text(HAND_S)
+    (tmp_path / "main.c").write_text(HAND_MAIN)
+    elf = compile_avr(tmp_path, [tmp_path / "main.c", tmp_path / "hand.S"])
+    kw = dict(mcu=BOARD["mcu"], freq=BOARD["clock_hz"], harness=harness, nm=BOARD["nm"], with_stack=True)
+    for fn, expected in (("handfn", 3), ("handret", 2)):
+        cycles, stack = simavr.measure_calls(elf, fn, **kw)
+        assert stack.dtype == np.int64 and stack.tolist() == [expected] * len(cycles)
+        assert stack_bound(elf, fn, BOARD)["bytes"] == expected
+
+
+@needs_avr
+def test_avr_run_cases_with_stack(tmp_path, harness):
+    elf, x = compile_avr_model(tmp_path), tiny_inputs()
+    y, cycles, stack = sim(elf, x, harness, with_stack=True)
+    y0, cycles0 = sim(elf, x, harness)                      # default return is unchanged
+    assert y.tobytes() == y0.tobytes() and (cycles == cycles0).all()
+    assert stack.dtype == np.int64 and stack.shape == (len(x),) and (stack > 2).all()
+    empty = sim(elf, np.zeros((0, 3), np.float32), harness, with_stack=True)
+    assert [a.shape for a in empty] == [(0, 2), (0,), (0,)]
+
+
 # --- harness build, output format and CLI --------------------------------------------
 
 def test_parse_records_exact():
     recs = simavr.parse_records("cycles=12 calls=1 out=0000803f\ncycles=3 calls=2 out=\n")
     assert recs == [simavr.Record(12, 1, bytes.fromhex("0000803f")), simavr.Record(3, 2, b"")]
+    recs = simavr.parse_records("cycles=12 calls=1 stack=1088 out=0000803f\ncycles=0 calls=0 stack=0 out=\n")
+    assert recs == [simavr.Record(12, 1, bytes.fromhex("0000803f"), 1088), simavr.Record(0, 0, b"", 0)]
+    with pytest.raises(NNBuildError, match="unexpected harness output"):
+        simavr.parse_records("cycles=12 calls=1 stack= out=\n")
+    with pytest.raises(NNBuildError, match="does not report stack"):
+        simavr._stack_column(simavr.parse_records("cycles=1 calls=1 out=\n"), "fw.elf")
     with pytest.raises(NNBuildError, match="unexpected harness output"):
         simavr.parse_records("Loaded 1234 .text\n")
 

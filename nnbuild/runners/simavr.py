@@ -4,7 +4,9 @@ Firmware contract for run_cases (what check_main.c provides on AVR):
   float nnbuild_in[n_in], nnbuild_out[n_out]; void nnbuild_ready(void) called before each
   inference. The harness writes a case's inputs when the PC reaches nnbuild_ready and reads
   the outputs at the next one; cycles count the entry function from its first instruction
-  through RET, excluding the CALL.
+  through RET, excluding the CALL. Stack bytes (with_stack=True) are (SP just before the CALL)
+  - (lowest SP during the call): the return address plus everything pushed or reserved below
+  it, the convention of nnbuild.wcet.avr_stack.stack_bound.
 
 CLI (the SCons build calls the first):
   python -m nnbuild.runners.simavr build-harness -o PATH [--cc gcc]
@@ -33,9 +35,10 @@ INSTALL_HINT = "libsimavr not found: apt-get install simavr libsimavr-dev"
 DEFAULT_MAX_CYCLES = 2_000_000_000
 RAM_OFFSET = 0x800000
 
-#: One harness output line: cycles and calls of a case (or of one call), and the raw out bytes.
-Record = namedtuple("Record", "cycles calls out")
-_RECORD_RE = re.compile(r"^cycles=(\d+) calls=(\d+) out=((?:[0-9a-f]{2})*)$")
+#: One harness output line: cycles and calls of a case (or of one call), the raw out bytes, and
+#: the max stack bytes of its calls (None from a harness older than the stack= field).
+Record = namedtuple("Record", "cycles calls out stack", defaults=(None,))
+_RECORD_RE = re.compile(r"^cycles=(\d+) calls=(\d+)(?: stack=(\d+))? out=((?:[0-9a-f]{2})*)$")
 
 
 # --- building the harness -------------------------------------------------------------
@@ -137,7 +140,8 @@ def parse_records(text):
         m = _RECORD_RE.match(line)
         if not m:
             raise NNBuildError(f"unexpected harness output line: {line!r}")
-        records.append(Record(int(m.group(1)), int(m.group(2)), bytes.fromhex(m.group(3))))
+        stack = int(m.group(3)) if m.group(3) is not None else None
+        records.append(Record(int(m.group(1)), int(m.group(2)), bytes.fromhex(m.group(4)), stack))
     return records
 
 
@@ -164,17 +168,27 @@ def _target_args(mcu, freq, entry, max_cycles):
             "--max-cycles", int(max_cycles)]
 
 
+def _stack_column(records, elf):
+    """int64 stack bytes per record; an old harness without the stack= field is an error."""
+    if any(r.stack is None for r in records):
+        raise NNBuildError("simavr harness does not report stack= (rebuild it)", path=elf)
+    return np.array([r.stack for r in records], dtype=np.int64)
+
+
 def run_cases(elf, inputs, n_out, *, entry_symbol, mcu, freq, harness=None, nm="avr-nm",
-              max_cycles=DEFAULT_MAX_CYCLES, timeout=3600.0):
-    """Simulate each case on a check firmware; returns (float32 [N, n_out], int64 cycles [N]).
+              max_cycles=DEFAULT_MAX_CYCLES, timeout=3600.0, with_stack=False):
+    """Simulate each case on a check firmware; returns (float32 [N, n_out], int64 cycles [N]),
+    plus int64 stack bytes [N] as a third item when with_stack is true.
 
     cycles[i] sums the outermost calls of `entry_symbol` during case i (one call for the
-    inference function itself); max_cycles bounds each case, timeout the whole run (s).
+    inference function itself), stack[i] is the most stack any of them used (module doc);
+    max_cycles bounds each case, timeout the whole run (s).
     """
     cases = as_cases(inputs, path=elf)
     n, n_in, n_out = cases.shape[0], cases.shape[1], int(n_out)
     if n == 0:
-        return np.zeros((0, n_out), np.float32), np.zeros(0, np.int64)
+        empty = (np.zeros((0, n_out), np.float32), np.zeros(0, np.int64))
+        return empty + (np.zeros(0, np.int64),) if with_stack else empty
     table = symbol_table(elf, nm)
     addr = symbol_addresses(elf, [entry_symbol, READY_SYMBOL, IN_SYMBOL, OUT_SYMBOL], nm)
     _check_size(elf, table, IN_SYMBOL, n_in)
@@ -190,12 +204,14 @@ def run_cases(elf, inputs, n_out, *, entry_symbol, mcu, freq, harness=None, nm="
             raise NNBuildError(f"{entry_symbol} was never called in case {i}", path=elf)
     outputs = np.frombuffer(b"".join(r.out for r in records), dtype="<f4")
     cycles = np.array([r.cycles for r in records], dtype=np.int64)
-    return outputs.astype(np.float32).reshape(n, n_out), cycles
+    result = (outputs.astype(np.float32).reshape(n, n_out), cycles)
+    return result + (_stack_column(records, elf),) if with_stack else result
 
 
 def measure_calls(elf, entry_symbol, *, mcu, freq, harness=None, nm="avr-nm", stop_symbol="_exit",
-                  max_cycles=DEFAULT_MAX_CYCLES, timeout=3600.0):
-    """Cycles of every outermost call of `entry_symbol` in a self-driving firmware (int64 [calls]).
+                  max_cycles=DEFAULT_MAX_CYCLES, timeout=3600.0, with_stack=False):
+    """Cycles of every outermost call of `entry_symbol` in a self-driving firmware (int64 [calls]);
+    with_stack=True returns (cycles, stack bytes) of each call.
 
     The run ends when the firmware sleeps with interrupts off or reaches `stop_symbol`
     (avr-libc's `_exit`, which main's return reaches); max_cycles bounds the whole run.
@@ -206,7 +222,8 @@ def measure_calls(elf, entry_symbol, *, mcu, freq, harness=None, nm="avr-nm", st
     if stop_symbol:
         args += ["--stop", hex(addr[stop_symbol])]
     records = _run_harness(harness, elf, args, b"", timeout)
-    return np.array([r.cycles for r in records], dtype=np.int64)
+    cycles = np.array([r.cycles for r in records], dtype=np.int64)
+    return (cycles, _stack_column(records, elf)) if with_stack else cycles
 
 
 # --- CLI ------------------------------------------------------------------------------

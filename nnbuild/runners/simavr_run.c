@@ -23,9 +23,17 @@
  * Call mode (no --ready): stdin is not read; the firmware runs until it sleeps with
  * interrupts off, or the PC reaches --stop (e.g. _exit).  One record per call.
  *
- * Record (stdout, one line):  cycles=<decimal> calls=<decimal> out=<hex>
+ * Record (stdout, one line):  cycles=<decimal> calls=<decimal> stack=<decimal> out=<hex>
  *   cycles  sum over the calls of the record (case mode) or of the one call
  *   calls   number of outermost calls in the record (always 1 in call mode)
+ *   stack   bytes of stack the call used: (SP just before the CALL) - (lowest SP seen from
+ *           the entry's first instruction through its RET); AVR's SP points at the next free
+ *           byte, so this counts the CALL's return address and every byte pushed or reserved
+ *           below it, the convention of nnbuild/wcet/avr_stack.py.  Max over the record's
+ *           calls (0 if none).  SP is sampled after every instruction; a new minimum is not
+ *           taken while the next or next-but-one instruction writes SPL/SPH, i.e. between the
+ *           two OUT halves of a 16-bit SP write (avr-gcc: out SPH; out SREG; out SPL), whose
+ *           intermediate value (new high byte, old low byte) is no real SP.
  *   out     the 4*M bytes at --out in memory order (lowercase hex, empty if M = 0),
  *           read at the next --ready (case mode) or at the call's return (call mode)
  *
@@ -171,10 +179,45 @@ static uint32_t return_pc(const avr_t *avr, uint16_t sp)
     return w * 2;
 }
 
-static void emit(const avr_t *avr, const struct options *o, uint64_t cycles, unsigned calls)
+static uint16_t opcode(const avr_t *avr, uint32_t pc)
+{
+    return pc + 1 <= avr->flashend ? (uint16_t)(avr->flash[pc] | (avr->flash[pc + 1] << 8)) : 0;
+}
+
+/* Bytes of the instruction at pc: LDS, STS, JMP and CALL are two words. */
+static uint32_t insn_size(const avr_t *avr, uint32_t pc)
+{
+    uint16_t op = opcode(avr, pc);
+    return ((op & 0xfc0f) == 0x9000 || (op & 0xfe0c) == 0x940c) ? 4 : 2;
+}
+
+/* True if the instruction at pc writes SPL or SPH (OUT 0x3d/0x3e or STS 0x5d/0x5e). */
+static int writes_sp_half(const avr_t *avr, uint32_t pc)
+{
+    uint16_t op = opcode(avr, pc), k;
+    if ((op & 0xf800) == 0xb800) {
+        unsigned a = ((op >> 5) & 0x30) | (op & 0x0f);
+        return a == SPL_ADDR - 0x20 || a == SPL_ADDR + 1 - 0x20;
+    }
+    if ((op & 0xfe0f) == 0x9200) {
+        k = opcode(avr, pc + 2);
+        return k == SPL_ADDR || k == SPL_ADDR + 1;
+    }
+    return 0;
+}
+
+/* Called only when SP reaches a new low (rare), so the decoding costs nothing per instruction:
+ * true if pc (the next instruction) or the one after it writes half of SP. */
+static int inside_sp_write(const avr_t *avr, uint32_t pc)
+{
+    return writes_sp_half(avr, pc) || writes_sp_half(avr, pc + insn_size(avr, pc));
+}
+
+static void emit(const avr_t *avr, const struct options *o, uint64_t cycles, unsigned calls,
+                 unsigned stack)
 {
     uint32_t k;
-    printf("cycles=%llu calls=%u out=", (unsigned long long)cycles, calls);
+    printf("cycles=%llu calls=%u stack=%u out=", (unsigned long long)cycles, calls, stack);
     for (k = 0; k < 4 * o->n_out; ++k)
         printf("%02x", avr->data[o->out + k]);
     putchar('\n');
@@ -218,10 +261,10 @@ int main(int argc, char **argv)
     struct options o;
     avr_t *avr;
     int active = 0, have_case = 0;
-    unsigned calls = 0;
+    unsigned calls = 0, stack = 0;
     unsigned long ncase = 0;
     uint32_t ret_pc = 0;
-    uint16_t ret_sp = 0;
+    uint16_t ret_sp = 0, min_sp = 0;
     uint64_t start = 0, sum = 0, limit_base = 0, steps = 0;
     double deadline;
 
@@ -233,6 +276,12 @@ int main(int argc, char **argv)
     for (;;) {
         int state = avr_run(avr);
         uint32_t pc = avr->pc;
+
+        if (active) {
+            uint16_t sp = get_sp(avr);
+            if (sp < min_sp && !inside_sp_write(avr, pc))
+                min_sp = sp;
+        }
 
         if (state == cpu_Crashed)
             die(4, "firmware crashed at pc 0x%x, cycle %llu (case %ld)", pc,
@@ -250,24 +299,29 @@ int main(int argc, char **argv)
             active = 0;
             sum += avr->cycle - start;
             ++calls;
+            if ((unsigned)(ret_sp - min_sp) > stack)
+                stack = (unsigned)(ret_sp - min_sp);
             if (!o.has_ready) {
-                emit(avr, &o, avr->cycle - start, 1);
+                emit(avr, &o, avr->cycle - start, 1, stack);
                 sum = 0;
                 calls = 0;
+                stack = 0;
             }
         }
         if (!active && pc == o.entry) {
             uint16_t sp = get_sp(avr);
             ret_pc = return_pc(avr, sp);
             ret_sp = (uint16_t)(sp + avr->address_size);
+            min_sp = sp;
             start = avr->cycle;
             active = 1;
         }
         if (o.has_ready && !active && pc == o.ready) {
             if (have_case)
-                emit(avr, &o, sum, calls);
+                emit(avr, &o, sum, calls, stack);
             sum = 0;
             calls = 0;
+            stack = 0;
             if (!load_case(avr, &o, ncase))
                 finish();
             have_case = 1;
