@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from nnbuild import codegen, pipeline
+from nnbuild.passes import quantize
 from nnbuild.errors import NNBuildError
 
 DEFAULT_TOLERANCE = 1e-4
@@ -109,17 +110,27 @@ def parser():
 def add_codegen_options(p, storage=True):
     p.add_argument("--name", help="C prefix of the API (default: from the model file)")
     p.add_argument("--shape", default="mlp", choices=sorted(codegen.SHAPES))
-    p.add_argument("--precision", default="float32", choices=codegen.PRECISIONS)
+    p.add_argument("--precision", default="float32",
+                   help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)")
+    p.add_argument("--range", dest="input_range", default=None, type=parse_range,
+                   help="declared input range lo,hi (fixed point proves its formats over it)")
     if storage:
         p.add_argument("--storage", default=None, choices=codegen.STORAGES,
                        help="weights storage (default: the --target board's)")
         p.add_argument("--target", default="host", help="board whose weights storage to use")
 
 
+def parse_range(text):
+    lo, hi = (float(v) for v in text.split(","))
+    if not lo < hi:
+        raise argparse.ArgumentTypeError(f"input range {text}: lo must be below hi")
+    return lo, hi
+
+
 def cmd_generate(args):
     storage = args.storage or pipeline.load_board(args.target).get("weights_storage", "const")
     pipeline.generate(args.model, args.outdir, name=args.name, shape=args.shape,
-                      precision=args.precision, storage=storage)
+                      precision=args.precision, storage=storage, input_range=args.input_range)
 
 
 def cmd_reference(args):
@@ -203,9 +214,14 @@ def cmd_check(args):
     x = np.asarray(data["x"], dtype=np.float32)
     model, _ = pipeline.load_model(args.model, args.name)
     x = x.reshape(len(x), -1)
+    if args.input_range is None and quantize.is_fixed(args.precision):
+        args.input_range = (float(x.min()), float(x.max()))
+        print(f"fixed point formats proven over the data's range [{args.input_range[0]:g}, {args.input_range[1]:g}]"
+              " (give --range to set the model's declared range)")
     workdir = Path(args.build_dir) if args.build_dir else Path(tempfile.mkdtemp(prefix="nnbuild-check-"))
     program, harness = pipeline.build_check_program(args.model, board, workdir, name=args.name, shape=args.shape,
-                                                    precision=args.precision, opt=args.opt)
+                                                    precision=args.precision, opt=args.opt,
+                                                    input_range=args.input_range)
     outputs, cycles = pipeline.run_cases(board, program, x, model.output_size,
                                          entry=f"{model.name}_infer", harness=harness)
     ours = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)

@@ -21,9 +21,11 @@ def load_model(path, name=None):
     return passes.run(model)
 
 
-def generate(model_path, outdir, *, name=None, shape="mlp", precision="float32", storage="const"):
+def generate(model_path, outdir, *, name=None, shape="mlp", precision="float32", storage="const",
+             input_range=None):
     model, log = load_model(model_path, name)
-    return codegen.generate(model, outdir, shape=shape, precision=precision, storage=storage, passes_log=log)
+    return codegen.generate(model, outdir, shape=shape, precision=precision, storage=storage, passes_log=log,
+                            input_range=input_range)
 
 
 def write_reference(model_path, output, *, count, seed, input_range):
@@ -90,7 +92,8 @@ def load_board(name_or_path):
     return boards.load_board(name_or_path)
 
 
-def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", precision="float32", opt=None):
+def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", precision="float32", opt=None,
+                        input_range=None):
     """Generate, compile and link the check program for `board` outside SCons: (program, harness).
 
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
@@ -101,7 +104,7 @@ def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", p
     model, _ = load_model(model_path, name)
     workdir = Path(workdir)
     files = generate(model_path, workdir / "gen", name=model.name, shape=shape, precision=precision,
-                     storage=board.get("weights_storage", "const"))
+                     storage=board.get("weights_storage", "const"), input_range=input_range)
     sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]
     suffix = ".elf" if board.get("simulator") != "native" else ""
     defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)

@@ -86,7 +86,8 @@ def generate(env, **kw):
         "NNGenerate": SCons.Builder.Builder(
             action=SCons.Action.Action(
                 "$NN generate $SOURCE -o ${TARGET.dir} --name $NNGEN_NAME --shape $NNGEN_SHAPE "
-                "--precision $NNGEN_PRECISION --storage $NNGEN_STORAGE", comstr(env, "NNGEN", verbose)),
+                "--precision $NNGEN_PRECISION --storage $NNGEN_STORAGE --range=$NN_RANGE",
+                comstr(env, "NNGEN", verbose)),
             emitter=emit_generated, source_scanner=model_scanner),
         "NNReference": SCons.Builder.Builder(
             action=SCons.Action.Action(
@@ -106,7 +107,7 @@ def exists(env):
 
 
 def fail(message):
-    raise SCons.Errors.UserError(f"nnbuild: {message}")
+    raise SCons.Errors.StopError(f"nnbuild: {message}")
 
 
 def cross_env(env, board, opt, verbose):
@@ -138,19 +139,22 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
     try:
         board = boards.load_board(target)
         host = boards.load_board("host")
+        check_precision(precision, board)
     except NNBuildError as error:
         fail(str(error))
     bdir = env.Dir(build_dir)
     model_node = env.File(model)
 
+    input_range_arg = f"{input_range[0]!r},{input_range[1]!r}"
     gen = env.NNGenerate(bdir.Dir("gen").File(f"{name}.c"), model_node, NNGEN_NAME=name, NNGEN_SHAPE=shape,
-                         NNGEN_PRECISION=precision, NNGEN_STORAGE=board.get("weights_storage", "const"))
+                         NNGEN_PRECISION=precision, NNGEN_STORAGE=board.get("weights_storage", "const"),
+                         NN_RANGE=input_range_arg)
     env.Depends(gen, package_files("codegen", "frontends", "ir", "passes") + [str(PACKAGE_DIR / "cli.py")])
     header, code, _, weights_c = gen[:4]
     trace = gen[5]
 
     inputs = env.NNReference(bdir.File("inputs.npz"), model_node, NN_COUNT=count, NN_SEED=seed,
-                             NN_RANGE=f"{input_range[0]!r},{input_range[1]!r}")
+                             NN_RANGE=input_range_arg)
     env.Depends(inputs, package_files("frontends", "ir", "passes", "checks"))
 
     def programs(penv, pboard, sub):
@@ -234,6 +238,14 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
 def step(env, target, sources, command, key):
     """One pipeline step as a command action with its short progress line."""
     return env.Command(target, sources, SCons.Action.Action(command, comstr(env, key, bool(env["NNBUILD_VERBOSE"]))))
+
+
+def check_precision(precision, board):
+    """Refuse at read time what the board cannot compute (one line, nothing built)."""
+    codegen.check_precision(precision)
+    if precision == "float64" and board.get("double_bits", 64) < 64:
+        raise NNBuildError(f"precision float64 needs a 64-bit double; {board['cc']}'s double is "
+                           f"{board['double_bits']} bits on target {board['name']}")
 
 
 def check_defines(name):

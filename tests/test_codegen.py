@@ -134,8 +134,8 @@ def test_activations_never_produce_nan(tmp_path):
 
 def test_unknown_precision_and_shape_are_refused(tmp_path):
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
-    with pytest.raises(Exception, match="precision 'fix16' is not supported"):
-        codegen.generate(model, tmp_path, precision="fix16")
+    with pytest.raises(Exception, match="precision 'bfloat16' is not supported"):
+        codegen.generate(model, tmp_path, precision="bfloat16")
     with pytest.raises(Exception, match="unknown code shape 'v9'"):
         codegen.generate(model, tmp_path, shape="v9")
     assert not any(tmp_path.iterdir())

@@ -11,11 +11,13 @@ import tempfile
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
+from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS, check_precision
 
 SHAPES = {
     "mlp": "nnbuild.codegen.mlp",
 }
-PRECISIONS = ("float32",)
+#: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
+PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
 #: How weights are stored: plain const arrays, or AVR flash read with ELPM (pgm_read_*_far).
 STORAGES = ("const", "avr-progmem-far")
 
@@ -39,14 +41,16 @@ def shape_module(shape):
         raise NNBuildError(f"unknown code shape '{shape}' (shapes: {', '.join(sorted(SHAPES))})")
 
 
-def generate(model, outdir, *, shape="mlp", precision="float32", storage="const", passes_log=()):
-    """Render model into outdir; files appear all together (temp + rename) or not at all."""
-    if precision not in PRECISIONS:
-        raise NNBuildError(f"precision '{precision}' is not supported (supported: {', '.join(PRECISIONS)})")
+def generate(model, outdir, *, shape="mlp", precision="float32", storage="const", passes_log=(),
+             input_range=None):
+    """Render model into outdir; files appear all together (temp + rename) or not at all.
+
+    Fixed-point precisions need `input_range` (lo, hi): their formats are proven over it."""
+    check_precision(precision)
     if storage not in STORAGES:
         raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
     files = shape_module(shape).render(model, precision=precision, storage=storage,
-                                       passes_log=list(passes_log))
+                                       passes_log=list(passes_log), input_range=input_range)
     missing = set(outputs(model.name)) - set(files)
     if missing:
         raise NNBuildError(f"generator for shape '{shape}' did not produce {sorted(missing)}")

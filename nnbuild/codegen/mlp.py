@@ -22,10 +22,23 @@ MAX_ARRAY_BYTES = 32767
 FLOAT_BYTES = 4
 
 
-def render(model, *, precision, storage, passes_log):
+#: C spelling of each float precision: type, literal suffix, exp, tanh saturation point (where
+#: tanh is within half an ulp of 1) and that gap
+REALS = {"float32": ("float", "f", "expf", 9, "3e-8"), "float64": ("double", "", "exp", 19, "6e-17")}
+
+
+def render(model, *, precision, storage, passes_log, input_range=None):
     """All output files of `model` as {file name: text or JSON-able object}."""
+    from nnbuild.passes import quantize
+    if quantize.is_fixed(precision):
+        from nnbuild.codegen import mlp_fixed
+        return mlp_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
+                                input_range=input_range)
+    if precision == "float64" and storage == "avr-progmem-far":
+        raise NNBuildError("precision float64 needs a 64-bit double; avr-gcc's double is 32 bits")
+    real, sfx, exp, tanh_limit, tanh_gap = REALS[precision]
     name = model.name
-    layers = plan_layers(model, storage)
+    layers = plan_layers(model, storage, real)
     context = {
         "name": name,
         "guard": name.upper(),
@@ -40,6 +53,7 @@ def render(model, *, precision, storage, passes_log):
         "activations": sorted({l["activation"] for l in layers} - {"linear"}),
         "weights_sha256": weights_digest(model),
         "index_type": index_type,
+        "real": real, "sfx": sfx, "exp": exp, "tanh_limit": tanh_limit, "tanh_gap": tanh_gap,
     }
     code = templating.render("mlp.c.j2", context)
     files = {
@@ -53,7 +67,7 @@ def render(model, *, precision, storage, passes_log):
     return files
 
 
-def plan_layers(model, storage):
+def plan_layers(model, storage, real="float"):
     """Per layer: source/destination buffers, weight arrays (split in chunks) and loop bounds."""
     shapes = model.shapes()
     if any(len(s) != 1 for s in shapes):
@@ -68,8 +82,8 @@ def plan_layers(model, storage):
                  "inputs": shapes[index][0], "units": shapes[index + 1][0]}
         if isinstance(layer, Dense):
             entry.update(kind="dense", activation=layer.activation,
-                         chunks=weight_chunks(model.name, layer, storage),
-                         bias=bias_array(model.name, layer))
+                         chunks=weight_chunks(model.name, layer, storage, real),
+                         bias=bias_array(model.name, layer, real))
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:
@@ -79,7 +93,7 @@ def plan_layers(model, storage):
     return planned
 
 
-def weight_chunks(prefix, layer, storage):
+def weight_chunks(prefix, layer, storage, real="float"):
     """The kernel as [out][in] rows, split into balanced chunks each under MAX_ARRAY_BYTES on AVR."""
     rows = np.asarray(layer.kernel, dtype=np.float32).T
     row_bytes = rows.shape[1] * FLOAT_BYTES
@@ -94,16 +108,16 @@ def weight_chunks(prefix, layer, storage):
     bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
     chunks = []
     for c, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
-        chunks.append({"symbol": f"{prefix}_{c_identifier(layer.name)}_w{c}", "start": int(start),
+        chunks.append({"symbol": f"{prefix}_{c_identifier(layer.name)}_w{c}", "start": int(start), "ctype": real,
                        "rows": int(stop - start), "size": int((stop - start) * rows.shape[1]),
                        "values": format_values(rows[start:stop].ravel(), layer)})
     return chunks
 
 
-def bias_array(prefix, layer):
+def bias_array(prefix, layer, real="float"):
     if layer.bias is None:
         return None
-    return {"symbol": f"{prefix}_{c_identifier(layer.name)}_b", "size": int(layer.bias.size),
+    return {"symbol": f"{prefix}_{c_identifier(layer.name)}_b", "size": int(layer.bias.size), "ctype": real,
             "values": format_values(np.asarray(layer.bias, dtype=np.float32), layer)}
 
 
@@ -116,6 +130,7 @@ def format_values(values, layer):
 
 
 def float_literal(value):
+    """%.9g round-trips float32 (the weights are float32 whatever precision computes with them)."""
     text = "%.9g" % value
     if not re.search(r"[.eE]", text):
         text += ".0"

@@ -1,0 +1,121 @@
+"""MLP code shape, fixed-point precisions: the plan of nnbuild.passes.quantize as static C.
+
+Same structure as the float shape (neuron loops walking weight rows in storage order, literal
+bounds, weights in `<name>_weights.c`), with integer tensors, proven accumulator widths and
+table activations free of data-dependent loops. nnbuild.ir.fixed is its bit-exact model.
+"""
+
+import numpy as np
+
+from nnbuild import __version__
+from nnbuild.codegen import templating
+from nnbuild.codegen.mlp import MAX_ARRAY_BYTES, flow_facts, index_type, trace, weights_digest
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import c_identifier
+from nnbuild.passes import quantize as q
+
+READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32", 64: "NN_READ64"}
+
+
+def render(model, *, precision, storage, passes_log, input_range):
+    if input_range is None:
+        raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
+    plan = q.quantize(model, precision, input_range)
+    name = model.name
+    layers = plan_layers(model.name, plan, storage)
+    context = {
+        "name": name, "guard": name.upper(), "version": __version__,
+        "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
+        "precision": precision, "far": storage == "avr-progmem-far",
+        "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
+        "buffer": max([l["units"] for l in layers[:-1]], default=0),
+        "buffer_type": max((l["output"] for l in layers[:-1]), key=lambda t: t.bits, default=plan.input).ctype,
+        "tanh_tables": tables_for(plan), "exp_table": literal_rows(q.exp_table()) if needs(plan, "softmax") else None,
+        "weights_sha256": weights_digest(model), "index_type": index_type, "readers": READERS,
+        "z_frac": q.Z_FRAC, "z_limit": q.Z_LIMIT, "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS,
+        "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
+        "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1, "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1),
+        "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1), "input_scale": float_literal(2.0 ** plan.input.frac),
+        "output_scale": float_literal(2.0 ** -plan.output.frac),
+        "input_lo": float_literal(plan.input_range[0]), "input_hi": float_literal(plan.input_range[1]),
+    }
+    code = templating.render("mlp_fixed.c.j2", context)
+    trace_layers = [dict(l, source_type="Dense") for l in layers]
+    files = {
+        f"{name}.h": templating.render("mlp.h.j2", context),
+        f"{name}.c": code,
+        f"{name}_weights.h": templating.render("mlp_weights.h.j2", context),
+        f"{name}_weights.c": templating.render("mlp_weights.c.j2", context),
+        f"{name}.flowfacts.json": flow_facts(name, code),
+    }
+    record = trace(model, trace_layers, code, passes_log)
+    record["fixed_point"] = plan.summary()
+    files[f"{name}.trace.json"] = record
+    return files
+
+
+def needs(plan, activation):
+    return any(l.activation == activation for l in plan.layers)
+
+
+def tables_for(plan):
+    """One tanh table per output format used by tanh/sigmoid layers: {frac: (ctype, rows)}."""
+    fracs = sorted({l.output.frac for l in plan.layers if l.activation in ("tanh", "sigmoid")})
+    return {f: ("int16_t" if f <= 14 else "int32_t", 16 if f <= 14 else 32, literal_rows(q.tanh_table(f)))
+            for f in fracs}
+
+
+def literal_rows(values, per_line=12):
+    text = [str(int(v)) for v in values]
+    return [", ".join(text[i:i + per_line]) for i in range(0, len(text), per_line)]
+
+
+def float_literal(value):
+    text = "%.9g" % value
+    return (text if any(c in text for c in ".e") else text + ".0") + "f"
+
+
+def plan_layers(prefix, plan, storage):
+    """Template view of each quantised layer: buffers, typed weight chunks, accumulator, shifts."""
+    out, src = [], "xq"
+    for index, layer in enumerate(plan.layers):
+        last = index == len(plan.layers) - 1
+        dst = "yq" if last else ("buf0" if src != "buf0" else "buf1")
+        bias_bits = 32 if layer.acc_bits == 32 else 64
+        cname = c_identifier(layer.name)
+        out.append({
+            "index": index, "name": layer.name, "c_name": cname, "source_type": "Dense",
+            "activation": layer.activation, "inputs": layer.inputs, "units": layer.units,
+            "src": src, "dst": dst, "q": layer, "kind": "dense", "output": layer.output,
+            "acc_type": f"int{layer.acc_bits}_t",
+            "product": product_expression(layer),
+            "chunks": chunks(prefix, cname, layer, storage),
+            "bias": {"symbol": f"{prefix}_{cname}_b", "size": layer.units, "ctype": f"int{bias_bits}_t",
+                     "bits": bias_bits, "values": literal_rows(layer.bias_q, 8)},
+            "wbits": layer.weight.bits, "wtype": layer.weight.ctype,
+        })
+        src = dst
+    return out
+
+
+def product_expression(layer):
+    """C for one MAC term from `W` (weight read) and `X` (input element), exact by construction."""
+    if layer.per_mac_shift:
+        s = layer.per_mac_shift
+        return f"(int32_t)(((int64_t)W * X + ((int64_t)1 << {s - 1})) >> {s})"
+    wide = "int64_t" if max(layer.weight.bits, layer.input.bits) > 16 else "int32_t"
+    return f"({wide})W * X"
+
+
+def chunks(prefix, cname, layer, storage):
+    """Kernel rows [out][in] as typed arrays, split under avr-gcc's object limit on AVR."""
+    rows = layer.kernel_q
+    row_bytes = rows.shape[1] * layer.weight.bits // 8
+    if storage == "avr-progmem-far" and row_bytes > MAX_ARRAY_BYTES:
+        raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
+                           item=f"Dense '{layer.name}'")
+    count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if storage == "avr-progmem-far" else 1
+    bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
+    return [{"symbol": f"{prefix}_{cname}_w{c}", "start": int(a), "rows": int(b - a), "size": int((b - a) * rows.shape[1]),
+             "ctype": layer.weight.ctype, "values": literal_rows(rows[a:b].ravel(), 8)}
+            for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]

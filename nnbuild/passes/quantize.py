@@ -1,0 +1,291 @@
+"""Fixed-point quantisation: per-tensor formats chosen from the weights and the declared input
+range, with an interval-arithmetic proof that no accumulator or intermediate overflows.
+
+Precisions (see PRECISIONS):
+- `q16`: int16 weights and activations, each tensor with its own power-of-two scale (the most
+  fraction bits its proven range allows), int32 accumulators where the proof allows, int64
+  where it does not (wide accumulators are cheap adds on an 8-bit MCU).
+- `q16-acc32`: as q16, but weight fraction bits are given up until every accumulator provably
+  fits int32 (faster on AVR, slightly less exact).
+- `fix16`: Q16.16 in int32 everywhere with a rounded 64-bit product per MAC, as libfixmath's
+  fix16_mul does in the Keras2C fix16 flow.
+- `fixedW.F` (Gravity's fixed[W, F]): one format for every tensor, W whole bits (sign
+  included) and F fraction bits, stored in the smallest of 8/16/32 bits that holds W + F.
+
+Arithmetic contract (the C generator and nnbuild.ir.fixed implement exactly this):
+- inputs: clamped to the declared input range (NaN gives the low end): the one documented
+  saturation, reported; then q = round_half_away(float32(x) * 2^f);
+- Dense: acc = bias_q + sum(w_q * x_q) in the accumulator (exact integer arithmetic), then
+  z = round_shift(acc, s) to the pre-activation format; round_shift(v, s) = (v + 2^(s-1)) >> s
+  with an arithmetic shift (floor);
+- tanh/sigmoid: table of tanh(k/32), k = 0..256, in the output format, linear interpolation;
+  softmax: table of exp(-k/16), k = 0..256, then one rounded division per output.
+"""
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from nnbuild.errors import NNBuildError
+from nnbuild.ir.graph import Activation, Dense
+
+FLOAT_PRECISIONS = ("float32", "float64")
+FIXED_PRECISIONS = ("q16", "q16-acc32", "fix16")
+GENERIC_FIXED = re.compile(r"fixed(\d+)[.,_](\d+)$")
+
+#: pre-activation format of table activations (tanh, sigmoid, softmax): Q16 in int32
+Z_FRAC = 16
+#: table activations clamp their Q16 input to +-Z_LIMIT when the proof says it could be larger
+Z_LIMIT = 1 << 29
+#: tanh table: 257 points at step 1/32 over [0, 8]; exp table: 257 points at step 1/16 over [-16, 0]
+TANH_STEP_BITS, TANH_POINTS = 5, 257
+EXP_STEP_BITS, EXP_POINTS = 4, 257
+
+
+def is_fixed(precision):
+    return precision in FIXED_PRECISIONS or bool(GENERIC_FIXED.match(precision))
+
+
+def check_precision(precision):
+    """The precision if known, else one line listing what is."""
+    if precision in FLOAT_PRECISIONS or is_fixed(precision):
+        return precision
+    raise NNBuildError(f"precision '{precision}' is not supported "
+                       f"(supported: {', '.join(FLOAT_PRECISIONS + FIXED_PRECISIONS)}, fixedW.F)")
+
+
+@dataclass
+class Tensor:
+    """An integer tensor format: value = q * 2^-frac, q stored in `bits` (8, 16 or 32) bits."""
+
+    frac: int
+    bits: int
+
+    @property
+    def qmax(self):
+        return (1 << (self.bits - 1)) - 1
+
+    @property
+    def ctype(self):
+        return f"int{self.bits}_t"
+
+
+@dataclass
+class QLayer:
+    """One quantised Dense layer (activation fused) and the facts proving it cannot overflow."""
+
+    name: str
+    activation: str
+    inputs: int
+    units: int
+    weight: Tensor
+    input: Tensor
+    output: Tensor
+    acc_bits: int
+    acc_bound: int            # max |acc| over the declared input range, in integer units
+    shift: int                # acc -> pre-activation (Z_FRAC for tables, output frac otherwise)
+    kernel_q: np.ndarray      # [units, inputs] (row per neuron), int64 values
+    bias_q: np.ndarray        # [units], in accumulator units
+    per_mac_shift: int = 0    # fix16: each product is rounded by this many bits before the add
+    saturate_z: bool = False  # pre-activation clamped to +-2^30 (only where the proof needs it)
+    pre_activation: tuple = (0.0, 0.0)  # proven interval of the real pre-activation
+    notes: List[str] = field(default_factory=list)
+
+
+@dataclass
+class QPlan:
+    precision: str
+    input: Tensor
+    layers: List[QLayer]
+    input_range: tuple
+    saturation: List[str] = field(default_factory=list)
+
+    @property
+    def output(self):
+        return self.layers[-1].output
+
+    def summary(self):
+        """JSON-able proof record for the trace and the report."""
+        return {"precision": self.precision, "input": vars(self.input), "input_range": list(self.input_range),
+                "saturation": self.saturation,
+                "layers": [{"name": l.name, "activation": l.activation, "weight": vars(l.weight),
+                            "input": vars(l.input), "output": vars(l.output), "accumulator_bits": l.acc_bits,
+                            "accumulator_bound": int(l.acc_bound), "shift": l.shift,
+                            "per_mac_shift": l.per_mac_shift, "saturate_pre_activation": l.saturate_z,
+                            "pre_activation_interval": [float(v) for v in l.pre_activation], "notes": l.notes}
+                           for l in self.layers]}
+
+
+def frac_for(bound, bits, cap=30):
+    """Most fraction bits such that |v| <= bound fits `bits` signed bits, with 1 LSB to spare."""
+    qmax = (1 << (bits - 1)) - 2
+    if bound <= 0:
+        return min(cap, bits - 2)
+    return min(cap, math.floor(math.log2(qmax / bound)))
+
+
+def round_half_away(values):
+    return np.where(values >= 0, np.floor(values + 0.5), -np.floor(-values + 0.5))
+
+
+def to_int(values, frac, bits, what):
+    """Exact integer representation of float32 parameters at 2^-frac, refused if it overflows."""
+    q = round_half_away(np.asarray(values, dtype=np.float64) * 2.0 ** frac)
+    limit = (1 << (bits - 1)) - 1
+    if np.any(np.abs(q) > limit):
+        raise NNBuildError(f"{what} does not fit {bits}-bit storage at 2^-{frac}")
+    return q.astype(np.int64)
+
+
+def quantize(model, precision, input_range):
+    """The fixed-point plan of a Dense/Activation chain, or one line naming the layer that
+    cannot be represented."""
+    check_precision(precision)
+    layers = fuse_activations(model)
+    lo, hi = (float(v) for v in input_range)
+    x_lo, x_hi = np.full(model.input_size, lo), np.full(model.input_size, hi)
+    policy = Policy(precision)
+    in_t = policy.input_tensor(max(abs(lo), abs(hi)))
+    plan = QPlan(precision, in_t, [], (lo, hi),
+                 saturation=[f"inputs outside [{lo:g}, {hi:g}] are clamped to it (NaN to {lo:g})"])
+    for dense in layers:
+        qlayer = policy.layer(dense, in_t, x_lo, x_hi)
+        plan.layers.append(qlayer)
+        x_lo, x_hi = activation_interval(dense.activation, *qlayer_interval(dense, x_lo, x_hi))
+        in_t = qlayer.output
+    return plan
+
+
+def fuse_activations(model):
+    """Dense layers with their activation; a standalone Activation must follow a linear Dense."""
+    out = []
+    for layer in model.layers:
+        if isinstance(layer, Dense):
+            out.append(layer)
+        elif isinstance(layer, Activation) and out and out[-1].activation == "linear":
+            out[-1] = Dense(out[-1].name, out[-1].kernel, out[-1].bias, layer.activation, out[-1].source_type)
+        else:
+            raise NNBuildError(f"fixed point needs each activation right after a linear Dense",
+                               item=f"{layer.source_type} '{layer.name}'")
+    return out
+
+
+def qlayer_interval(dense, x_lo, x_hi):
+    """Exact interval of each pre-activation of an affine layer over a box of inputs."""
+    k = np.asarray(dense.kernel, dtype=np.float64)
+    b = np.zeros(k.shape[1]) if dense.bias is None else np.asarray(dense.bias, dtype=np.float64)
+    lo = b + np.minimum(k * x_lo[:, None], k * x_hi[:, None]).sum(axis=0)
+    hi = b + np.maximum(k * x_lo[:, None], k * x_hi[:, None]).sum(axis=0)
+    return lo, hi
+
+
+def activation_interval(act, lo, hi):
+    if act == "tanh":
+        return np.tanh(lo), np.tanh(hi)
+    if act == "sigmoid":
+        return 1 / (1 + np.exp(-lo)), 1 / (1 + np.exp(-hi))
+    if act == "relu":
+        return np.maximum(lo, 0), np.maximum(hi, 0)
+    if act == "softmax":
+        return np.zeros_like(lo), np.ones_like(hi)
+    return lo, hi
+
+
+class Policy:
+    """How formats are chosen for one precision name."""
+
+    def __init__(self, precision):
+        self.precision = precision
+        generic = GENERIC_FIXED.match(precision)
+        if generic:
+            self.whole, self.frac = int(generic.group(1)), int(generic.group(2))
+            total = self.whole + self.frac
+            self.bits = next((b for b in (8, 16, 32) if b >= total), None)
+            if self.bits is None or self.whole < 1:
+                raise NNBuildError(f"precision '{precision}': W + F must be 1..32 bits with W >= 1 (sign included)")
+        elif precision == "fix16":
+            self.whole, self.frac, self.bits = 16, 16, 32
+        else:
+            self.whole, self.frac, self.bits = None, None, 16
+
+    def tensor(self, bound, what):
+        """Per-tensor format (q16) or the uniform one (fix16, fixedW.F), checked against `bound`."""
+        if self.frac is None:
+            return Tensor(frac_for(bound, self.bits), self.bits)
+        t = Tensor(self.frac, self.bits)
+        if bound * 2.0 ** t.frac + 1 > t.qmax:
+            raise NNBuildError(f"values up to {bound:.4g} do not fit {self.precision} "
+                               f"(max {t.qmax / 2.0 ** t.frac:.4g}); use more whole bits", item=what)
+        return t
+
+    def input_tensor(self, bound):
+        return self.tensor(bound, "model input")
+
+    def layer(self, dense, in_t, x_lo, x_hi):
+        what = f"Dense '{dense.name}'"
+        kernel = np.asarray(dense.kernel, dtype=np.float64).T
+        bias = np.zeros(kernel.shape[0]) if dense.bias is None else np.asarray(dense.bias, dtype=np.float64)
+        pre_lo, pre_hi = qlayer_interval(dense, x_lo, x_hi)
+        pre_bound = float(max(np.abs(pre_lo).max(), np.abs(pre_hi).max()))
+        out_lo, out_hi = activation_interval(dense.activation, pre_lo, pre_hi)
+        out_t = self.output_tensor(dense.activation, float(max(np.abs(out_lo).max(), np.abs(out_hi).max())), what)
+        w_t = self.tensor(float(np.abs(kernel).max()), f"{what} kernel")
+        x_max = max(abs(float(x_lo.min())), abs(float(x_hi.max()))) * 2.0 ** in_t.frac + 1
+        notes = []
+        while True:
+            layer = self.build(dense, kernel, bias, w_t, in_t, out_t, x_max, (pre_lo.min(), pre_hi.max()), what)
+            if self.precision != "q16-acc32" or layer.acc_bits == 32:
+                break
+            if w_t.frac <= 1:
+                raise NNBuildError("no weight format keeps the accumulator within int32", item=what)
+            w_t = Tensor(w_t.frac - 1, w_t.bits)
+            notes = [f"weight fraction bits lowered to {w_t.frac} so the accumulator fits int32"]
+        layer.notes = notes + layer.notes
+        if pre_bound * 2.0 ** Z_FRAC >= Z_LIMIT and dense.activation in ("tanh", "sigmoid", "softmax"):
+            layer.saturate_z = True
+            layer.notes.append(f"pre-activation (|z| <= {pre_bound:.4g}) clamped to +-2^13 before the table "
+                               "activation: exact, since tanh/sigmoid/softmax are flat there to the output LSB")
+        return layer
+
+    def output_tensor(self, act, bound, what):
+        if self.frac is not None:
+            return self.tensor(bound, f"{what} output")
+        if act in ("tanh", "sigmoid", "softmax"):
+            return Tensor(self.bits - 2, self.bits)  # [-1, 1] at Q14: 1.0 is representable
+        return Tensor(frac_for(bound, self.bits), self.bits)
+
+    def build(self, dense, kernel, bias, w_t, in_t, out_t, x_max, pre_interval, what):
+        kq = to_int(kernel, w_t.frac, w_t.bits, f"{what} kernel")
+        if self.precision == "fix16":
+            per_mac, acc_frac = w_t.frac, in_t.frac
+        else:
+            per_mac, acc_frac = 0, w_t.frac + in_t.frac
+        bq = to_int(bias, acc_frac, 64, f"{what} bias")
+        # |acc| <= |b| + sum |w| * max|x| (+ 1 per rounded product), in integer units
+        prods = np.abs(kq).sum(axis=1).astype(np.float64) * x_max
+        if per_mac:
+            prods = prods / 2.0 ** per_mac + kq.shape[1]
+        bound = int(np.ceil((np.abs(bq) + prods).max()))
+        acc_bits = 32 if bound < 2 ** 31 - 1 and (per_mac or self.precision != "fix16") else 64
+        if self.precision == "fix16" and bound >= 2 ** 31 - 1:
+            raise NNBuildError("fix16 accumulator can overflow int32 over the input range", item=what)
+        if bound >= 2 ** 62:
+            raise NNBuildError("accumulator can overflow int64 over the input range", item=what)
+        target = Z_FRAC if dense.activation in ("tanh", "sigmoid", "softmax") else out_t.frac
+        return QLayer(dense.name, dense.activation, kq.shape[1], kq.shape[0], w_t, in_t, out_t, acc_bits, bound,
+                      acc_frac - target, kq, bq, per_mac, pre_interval)
+
+
+def tanh_table(out_frac):
+    """tanh(k/32) for k = 0..256 at 2^-out_frac, rounded half away."""
+    k = np.arange(TANH_POINTS) / 2.0 ** TANH_STEP_BITS
+    return round_half_away(np.tanh(k) * 2.0 ** out_frac).astype(np.int64)
+
+
+def exp_table(frac=15):
+    """exp(-k/16) for k = 0..256 at 2^-15 (int32)."""
+    k = np.arange(EXP_POINTS) / 2.0 ** EXP_STEP_BITS
+    return round_half_away(np.exp(-k) * 2.0 ** frac).astype(np.int64)
