@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, needs_avr, shared_file
-from keras_files import conv2d, dense, write_full_model
+from keras_files import dense, write_full_model
 
 GOLDEN_L61 = -0.662313857  # ../shared/data/f1tenth/README.md, all inputs 0.1 (tf_keras: -0.6623139)
 
@@ -48,13 +48,14 @@ def test_check_fails_above_tolerance_with_one_line(tmp_path):
 
 
 def test_generate_unsupported_layer_is_one_line_and_writes_nothing(tmp_path):
-    path = write_full_model(tmp_path / "cnn.h5", [conv2d("conv2d_1", np.zeros((3, 3, 1, 2)), np.zeros(2), (8, 8, 1)),
-                                                 dense("dense_1", np.zeros((72, 2)), np.zeros(2))])
+    lstm = {"class_name": "LSTM", "weights": [],
+            "config": {"name": "lstm_1", "units": 4, "batch_input_shape": [None, 3, 2]}}
+    path = write_full_model(tmp_path / "rnn.h5", [lstm, dense("dense_1", np.zeros((4, 2)), np.zeros(2))])
     out = tmp_path / "out"
     result = nnbuild("generate", str(path), "-o", str(out))
     assert result.returncode == 2
     assert result.stderr.startswith("nnbuild: error:") and result.stderr.strip().count("\n") == 0
-    assert "conv2d_1" in result.stderr and "Conv2D" in result.stderr and "cnn.h5" in result.stderr
+    assert "lstm_1" in result.stderr and "LSTM" in result.stderr and "rnn.h5" in result.stderr
     assert not out.exists()
 
 
