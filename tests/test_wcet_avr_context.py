@@ -213,12 +213,15 @@ def traced(drv, tracer, tmp_path_factory):
             heads = loop_headers(an, prog, start, header)
             for t in frames_reaching(an, prog, start) if heads else ():
                 probes[("loop", k, t)] = Probe(t, ent.get("within", []), site, "sup", sorted(heads), group)
+    counters = avr_loops.load_counters()
     for k, ent in enumerate(avr_loops.load_paths()):
         start = prog.address_of(ent["symbol"])
         pcs = [start + off for off, _ in ent["blocks"].values()]
+        for ctr in ent.get("counters", {}).values():  # one pc list per counter, summed below
+            pcs += [prog.address_of(pt["symbol"]) + pt["offset"] for pt in counters[ctr]["points"]]
         group = 1 + len({key[1] for key in probes if key[0] == "loop"}) + k
         for t in frames_reaching(an, prog, start):
-            probes[("paths", k, t)] = Probe(t, ent.get("within", []), None, "sup", pcs, group)
+            probes[("paths", k, t)] = Probe(t, ent.get("within", []), None, "sup+", pcs, group)
     keys = list(probes)
     plist = [probes[k] for k in keys]
     # ids for the tracer: sites the analyser distinguishes go on `site` lines
@@ -302,11 +305,16 @@ def _satisfiable(rows, names, binaries, counts):
 
 def test_path_constraints_hold(drv, traced):
     """Every observed block-count vector satisfies each "paths" entry for some binaries."""
-    paths = avr_loops.load_paths()
+    paths, counters = avr_loops.load_paths(), avr_loops.load_counters()
     print()
     for k, ent in enumerate(paths):
         names = list(ent["blocks"])
         vecs = [v for key, p in traced.items() if key[0] == "paths" and key[1] == k for v in p.vectors]
+        for name, ctr in ent.get("counters", {}).items():  # sum each counter's points
+            width = len(counters[ctr]["points"])
+            vecs = [(m, c, v[:len(names)] + [sum(v[len(names):len(names) + width])] + v[len(names) + width:])
+                    for m, c, v in vecs]
+            names.append(name)
         assert vecs, f"paths entry {ent['symbol']} never exercised"
         maxima = np.max([v for _, _, v in vecs], axis=0)
         print(f"  paths {ent['symbol']} ({ent.get('id', '')}): {len(vecs)} distinct count vectors, "
@@ -343,9 +351,11 @@ def test_table_context_entries_are_well_formed():
         key = (ent["symbol"], ent["offset"], tuple(ent.get("within", [])), ent.get("call_site"))
         assert key not in seen
         seen.add(key)
+    counters = avr_loops.load_counters()
     for ent in avr_loops.load_paths():
         assert len(ent["justification"]) > 100
-        names = set(ent["blocks"]) | set(ent.get("binaries", []))
+        assert set(ent.get("counters", {}).values()) <= set(counters)
+        names = set(ent["blocks"]) | set(ent.get("binaries", [])) | set(ent.get("counters", {}))
         for terms, rhs in ent["rows"]:
             assert set(terms) <= names and isinstance(rhs, int)
         for off, pattern in ent["blocks"].values():

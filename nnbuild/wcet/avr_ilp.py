@@ -2,7 +2,9 @@
 
 One integer variable per edge (the virtual entry edge is fixed at 1), flow conservation at every
 node, one constraint per loop bound, plus the table's path constraints (avr_paths: linear rows over
-block execution counts and auxiliary 0/1 variables that encode a disjunction). The objective puts each node's cost on its incoming edges
+block execution counts, auxiliary 0/1 variables that encode a disjunction, and counters whose
+callee part comes from "choice" variables: a parametric callee's cycles per counter value).
+The objective puts each node's cost on its incoming edges
 plus the edge's extra cycles (taken branch, skip), so it is an exact integer for an integer
 solution. The model is written to `workdir` in CPLEX LP format for review.
 """
@@ -24,9 +26,19 @@ def edge_weights(region, node_cost):
     return [(node_cost[e.dst] if e.dst != EXIT else 0) + e.extra for e in region.edges]
 
 
-def _rows(region, loops, paths=None):
-    """Constraint rows as ({variable: coeff}, lo, hi); variables are edge indices, then one per
-    auxiliary binary of `paths` (an avr_paths.PathRows)."""
+def _layout(region, paths, choices):
+    """Variable indices: edges, then the binaries of `paths`, then per choice one variable per
+    value (avr_paths: executions of the choice node whose callee took that counter value)."""
+    n = len(region.edges) + (paths.binaries if paths is not None else 0)
+    starts = []
+    for ch in choices:
+        starts.append(n)
+        n += len(ch["values"])
+    return n, starts
+
+
+def _rows(region, loops, paths=None, choices=(), cap=None):
+    """Constraint rows as ({variable: coeff}, lo, hi); variables per _layout."""
     flow = {n: {} for n in region.node_ids()}
     into = {}
     for i, e in enumerate(region.edges):
@@ -53,6 +65,22 @@ def _rows(region, loops, paths=None):
             for i in l.entry_edges:
                 row[i] = row.get(i, 0) - b[1]
             rows.append((row, -np.inf, 0))
+    _, starts = _layout(region, paths, choices)
+    for ch, s in zip(choices, starts):  # each execution of the node picks one value
+        row = {s + k: 1 for k in range(len(ch["values"]))}
+        for i in into.get(ch["node"], []):
+            row[i] = row.get(i, 0) - 1
+        rows.append((row, 0, 0))
+
+    def counter(name, c, row):
+        for node in (paths.counter_nodes.get(name, []) if paths is not None else []):
+            for i in into.get(node, []):
+                row[i] = row.get(i, 0) + c
+        for ch, s in zip(choices, starts):
+            if ch["counter"] == name:
+                for k in range(1, len(ch["values"])):
+                    row[s + k] = row.get(s + k, 0) + c * k
+
     if paths is not None:
         n = len(region.edges)
         for terms, hi in paths.rows:
@@ -61,19 +89,46 @@ def _rows(region, loops, paths=None):
                 if kind == "node":
                     for i in into.get(key, []):
                         row[i] = row.get(i, 0) + c
+                elif kind == "counter":
+                    counter(key, c, row)
                 else:
                     row[n + key] = row.get(n + key, 0) + c
             rows.append((row, -np.inf, hi))
+    if cap is not None:
+        row = {}
+        counter(cap[0], 1, row)
+        rows.append((row, -np.inf, cap[1]))
     return rows
 
 
-def solve(region, loops, node_cost, workdir=None, label="region", paths=None):
-    """Worst-case integer edge counts and cycles: (cycles, edge counts list, info dict)."""
+def counter_objective(region, paths, choices, name):
+    """Objective vector (per _layout) of counter `name` (its blocks' executions in the region
+    plus the callees' chosen values)."""
+    n, _ = _layout(region, paths, choices)
+    row = _rows(region, [], paths, choices, cap=(name, 0))[-1][0]
+    w = [0] * n
+    for i, c in row.items():
+        w[i] = c
+    return w
+
+
+def solve(region, loops, node_cost, workdir=None, label="region", paths=None, choices=(), cap=None,
+          objective=None):
+    """Worst-case integer edge counts and cycles: (cycles, edge counts list, info dict).
+
+    `choices`: parametric callees ({"node", "values": cycles per counter value, "counter"}; the
+    node's cost must exclude them); `cap` = (counter, n) adds counter <= n; `objective` (a
+    weight vector per _layout) replaces the cycles as the objective (then "cycles" is its value).
+    info["choice_cycles"] gives the cycles charged to each (choice node, site)."""
     w = edge_weights(region, node_cost)
-    rows = _rows(region, loops, paths)
+    rows = _rows(region, loops, paths, choices, cap)
     n_aux = paths.binaries if paths is not None else 0
+    n, starts = _layout(region, paths, choices)
     w = w + [0] * n_aux
-    n = len(region.edges) + n_aux
+    for ch in choices:
+        w += list(ch["values"])
+    if objective is not None:
+        w = list(objective)
     a = lil_matrix((len(rows), n))
     lo, hi = np.empty(len(rows)), np.empty(len(rows))
     for r, (row, l, h) in enumerate(rows):
@@ -81,9 +136,9 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None):
             a[r, i] = c
         lo[r], hi[r] = l, h
     if workdir:
-        write_lp(os.path.join(workdir, f"{label}.lp"), region, rows, w)
+        write_lp(os.path.join(workdir, f"{label}.lp"), region, rows, w, n_aux)
     upper = np.full(n, np.inf)
-    upper[len(region.edges):] = 1
+    upper[len(region.edges):len(region.edges) + n_aux] = 1
     res = milp(c=-np.asarray(w, dtype=float), constraints=LinearConstraint(a.tocsr(), lo, hi),
                integrality=np.ones(n), bounds=Bounds(0, upper))
     if res.status != 0 or res.x is None:
@@ -93,13 +148,17 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None):
     if max(abs(v - c) for v, c in zip(res.x, counts)) > 1e-6:
         raise NNBuildError(f"builtin-avr: ILP for {region.name} returned a non-integer solution")
     _check(rows, counts, region)
-    if any(c > 1 for c in counts[len(region.edges):]):
+    if any(c > 1 for c in counts[len(region.edges):len(region.edges) + n_aux]):
         raise NNBuildError(f"builtin-avr: ILP solution for {region.name} violates a constraint")
     cycles = sum(c * wi for c, wi in zip(counts, w))
-    if abs(cycles + res.fun) > 1e-6 * max(1, cycles):
+    if abs(cycles + res.fun) > 1e-6 * max(1, abs(cycles)):
         raise NNBuildError(f"builtin-avr: ILP objective mismatch for {region.name}: {cycles} vs {-res.fun}")
+    chosen = {}
+    for ch, st in zip(choices, starts):
+        key = (ch["node"], ch.get("site"))
+        chosen[key] = chosen.get(key, 0) + sum(counts[st + k] * v for k, v in enumerate(ch["values"]))
     return cycles, counts[:len(region.edges)], {"variables": n, "constraints": len(rows),
-                                                "status": _STATUS[res.status]}
+                                                "status": _STATUS[res.status], "choice_cycles": chosen}
 
 
 def _check(rows, counts, region):
@@ -110,13 +169,16 @@ def _check(rows, counts, region):
             raise NNBuildError(f"builtin-avr: ILP solution for {region.name} violates a constraint")
 
 
-def write_lp(path, region, rows, w):
+def write_lp(path, region, rows, w, n_aux=None):
     """The ILP in CPLEX LP format (x<i> = edge i; comments name the edges)."""
+    n_edges = len(region.edges)
+    n_aux = len(w) - n_edges if n_aux is None else n_aux
     lines = ["\\ IPET for " + region.name]
     for i, e in enumerate(region.edges):
         lines.append(f"\\ x{i}: {_name(e.src)} -> {_name(e.dst)} extra {e.extra}")
-    for i in range(len(region.edges), len(w)):
-        lines.append(f"\\ x{i}: auxiliary 0/1 of a path constraint")
+    for i in range(n_edges, len(w)):
+        what = "auxiliary 0/1 of a path constraint" if i < n_edges + n_aux else "parametric callee choice"
+        lines.append(f"\\ x{i}: {what}")
     lines.append("Maximize")
     lines.append(" obj: " + " + ".join(f"{wi} x{i}" for i, wi in enumerate(w) if wi) or " obj: 0")
     lines.append("Subject To")
@@ -126,10 +188,9 @@ def write_lp(path, region, rows, w):
             lines.append(f" c{k}: {expr} = {lo:g}")
         else:
             lines.append(f" c{k}: {expr} <= {hi:g}")
-    n_edges = len(region.edges)
-    if len(w) > n_edges:
+    if n_aux:
         lines.append("Bounds")
-        lines += [f" 0 <= x{i} <= 1" for i in range(n_edges, len(w))]
+        lines += [f" 0 <= x{i} <= 1" for i in range(n_edges, n_edges + n_aux)]
     lines.append("General")
     lines.append(" " + " ".join(f"x{i}" for i in range(len(w))))
     lines.append("End")

@@ -79,12 +79,14 @@ def indirect_targets(facts, prog):
 class Analyzer:
     """Memoised bottom-up analysis of every region reachable from the entry."""
 
-    def __init__(self, prog, fam, facts, table, workdir, paths=()):
+    def __init__(self, prog, fam, facts, table, workdir, paths=(), counters=None):
         self.prog, self.fam, self.facts, self.table, self.paths = prog, fam, facts, table, list(paths)
         self.ctxs = P.Contexts(prog, list(table) + self.paths)
         #: symbols whose table entries depend on the context: other regions share one analysis
         self.ctx_syms = {e["symbol"] for e in list(table) + self.paths if "within" in e or "call_site" in e}
-        self.regions, self.reach = {}, {}
+        self.ctx_syms |= {e["symbol"] for e in self.paths if e.get("counters")}
+        self.regions, self.reach, self.reach_sym, self.params = {}, {}, {}, {}
+        self.counters = L.load_counters() if counters is None else counters
         #: call site -> operand tags (avr_paths.operand_tags) found in the analysed regions
         self.site_tags = {}
         self.layers = layer_map(facts)
@@ -153,44 +155,104 @@ class Analyzer:
         targets = target if isinstance(target, tuple) else (target,)
         return max((self.region(t, ctx) for t in targets), key=lambda r: r.cycles)
 
-    def _analyse(self, addr, ctx):
+    def _model(self, addr, ctx, counters=()):
+        """Everything the region's ILP needs. Calls and tails that can reach a counter in
+        `counters` or in the region's own paths entries become parametric choices (the callee's
+        cycles per counter value, self.param); the others cost their WCET in context."""
         prog, fam = self.prog, self.fam
         region = self._region(addr)
         own = self.ctxs.own(ctx, addr)
         tags = self._operand_tags(region)
-        callee, tail = {}, {}
-        cost = {}
+        paths = P.path_rows(region, prog, self.paths, own, ctx.site)
+        wanted = set(counters) | paths.counters
+        for name in wanted:
+            if name not in self.counters:
+                raise NNBuildError(f"builtin-avr: table paths entry uses unknown counter '{name}'")
+            paths.counter_nodes[name] = P.counter_nodes(region, prog, self.counters[name])
+        callee, tail, cost, choices = {}, {}, {}, []
+
+        def param_of(target, sub_ctx, node, site):
+            hit = [k for k in wanted
+                   if any(self._reaches(target, sym) for sym in P.counter_symbols(self.counters[k]))]
+            if len(hit) > 1:
+                raise NNBuildError(f"builtin-avr: {prog.describe(target)} reaches counters {hit}: "
+                                   f"one per call is supported")
+            if hit:
+                choices.append({"node": node, "values": self.param(target, sub_ctx, hit[0]),
+                                "counter": hit[0], "site": site.addr})
+                return True
+            return False
+
         for n, b in region.blocks.items():
-            subs = [(insn, self._callee(t, self.ctxs.call(own, insn.addr, tags.get(insn.addr, ()))))
-                    for insn, t in b.calls]
+            subs = []
+            cost[n] = C.block_base_cycles(b, fam, prog)
+            for insn, t in b.calls:
+                sub = self._callee(t, self.ctxs.call(own, insn.addr, tags.get(insn.addr, ())))
+                if isinstance(t, tuple) or not param_of(t, sub.ctx, n, insn):
+                    subs.append((insn, sub))
+                    cost[n] += sub.cycles
             callee[n] = subs
-            cost[n] = C.block_base_cycles(b, fam, prog) + sum(r.cycles for _, r in subs)
         for k, t in region.tails.items():
             tail[k] = self.region(t.target, P.Contexts.tail(own, ctx))
-            cost[k] = tail[k].cycles
+            cost[k] = 0 if param_of(t.target, tail[k].ctx, k, t.insn) else tail[k].cycles
         loops = L.find_loops(region, prog)
         self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
         L.apply_table(region, loops, prog, self.table, own, ctx.site)
         L.apply_auto(region, loops)
         L.require_bounds(region, loops, prog)
-        paths = P.path_rows(region, prog, self.paths, own, ctx.site)
+        return region, loops, cost, callee, tail, paths, choices
+
+    def _reaches(self, addr, symbol):
+        """True when `symbol`'s code can run in a call of the region at `addr` (calls, tails)."""
+        key = (addr, symbol)
+        if key not in self.reach_sym:
+            seen, work, found = set(), [addr], False
+            while work and not found:
+                a = work.pop()
+                if a in seen:
+                    continue
+                seen.add(a)
+                found = symbol in self.prog.names.get(self.prog.interval(a)[0], [])
+                r = self._region(a)
+                for b in r.blocks.values():
+                    for _, t in b.calls:
+                        work.extend(t if isinstance(t, tuple) else (t,))
+                work.extend(t.target for t in r.tails.values())
+            self.reach_sym[key] = found
+        return self.reach_sym[key]
+
+    def param(self, addr, ctx, counter):
+        """WCET of the region per value n = 0..N of `counter` in one invocation (a list)."""
+        key = (addr, ctx, counter)
+        if key not in self.params:
+            region, loops, cost, _, _, paths, choices = self._model(addr, ctx, (counter,))
+            obj = I.counter_objective(region, paths, choices, counter)
+            top, _, _ = I.solve(region, loops, cost, None, "", paths, choices, objective=obj)
+            self.params[key] = [I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v))[0]
+                                for v in range(int(top) + 1)]
+        return self.params[key]
+
+    def _analyse(self, addr, ctx):
+        prog = self.prog
+        region, loops, cost, callee, tail, paths, choices = self._model(addr, ctx)
         label = f"{prog.function_of(addr)}_{addr:x}".replace(".", "_")
         if ctx != P.EMPTY:
             label += f"_ctx{len(self.done)}"
-        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths)
+        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths, choices)
         info["blocks"] = len(region.blocks)
         info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
                          for l in loops]
         info["paths"] = paths.sources
-        bd = self._breakdown(region, counts, callee, tail)
+        bd = self._breakdown(region, counts, callee, tail, info.pop("choice_cycles"))
         if sum(bd.values()) != cycles:
             raise NNBuildError(f"builtin-avr: internal error: per-layer split of {region.name} "
                                f"({sum(bd.values())}) != WCET ({cycles})")
         return RegionResult(addr, region.name, ctx, cycles, bd, info)
 
-    def _breakdown(self, region, counts, callee, tail):
+    def _breakdown(self, region, counts, callee, tail, chosen):
         """Cycles of the worst-case solution by layer: own instructions by their source line,
-        callees' unattributed cycles by the line of the call (or tail jump)."""
+        callees' unattributed cycles by the line of the call (or tail jump); parametric callees
+        (library code) by the line of their call or tail jump."""
         fam, bd = self.fam, Counter()
         into = Counter()
         for e, c in zip(region.edges, counts):
@@ -205,9 +267,11 @@ class Analyzer:
                 bd[self.layer(insn)] += c * T.cycles(fam, insn.mnem)
             for insn, sub in callee[n]:
                 self._add_callee(bd, sub, c, self.layer(insn))
-        for k, t in region.tails.items():
-            if into[k]:
-                self._add_callee(bd, tail[k], into[k], self.layer(t.insn))
+        tails = [k for k in region.tails if into[k] and k not in chosen]
+        for k in tails:
+            self._add_callee(bd, tail[k], into[k], self.layer(region.tails[k].insn))
+        for (node, site), cyc in chosen.items():
+            bd[self.layer(self.prog.insns[site])] += cyc
         return bd
 
     @staticmethod

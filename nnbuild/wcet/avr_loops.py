@@ -229,6 +229,12 @@ def load_paths(path=TABLE_PATH):
         return json.load(f).get("paths", [])
 
 
+def load_counters(path=TABLE_PATH):
+    """The table's counters ({name: entry}) that paths entries may bound across calls."""
+    with open(path) as f:
+        return {c["name"]: c for c in json.load(f).get("counters", [])}
+
+
 def apply_table(region, loops, prog, table, own=frozenset(), site=None):
     """Bound loops whose header is a table entry's symbol+offset and whose code matches its
     pattern; entries with a context ("within", "call_site") only where it holds (avr_paths)."""

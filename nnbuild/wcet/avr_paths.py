@@ -21,6 +21,12 @@ Operand tags. A call to a float operator whose argument registers hold a constan
 e.g. "__mulsf3:C.e<=128" (one factor is a normal constant with biased exponent <= 128); entries
 name them in "within" like context functions (operand_tags lists them).
 
+Counters. "counters": {name: counter} in a paths entry names a table "counters" entry
+({"name", "points": [{"symbol", "offset", "pattern"}, ...]}): the executions of those
+instructions during the whole invocation, callees included. The analyser then charges each call that can reach it with the
+callee's WCET per counter value ("choice" variables, avr_ilp), so rows can bound a sum over
+several calls (e.g. the denormalisation passes of all products of one polynomial).
+
 Each row means sum(coeff * count) <= rhs, where a block name counts the executions of the
 instruction at S+offset (checked against the mnemonics) and a binary name is a 0/1 variable
 the ILP may choose. Every feasible execution must satisfy all rows for some choice of the
@@ -53,11 +59,14 @@ EMPTY = Ctx()
 
 @dataclass
 class PathRows:
-    """Extra ILP rows of one region: ({("node", n) or ("aux", k): coeff}, rhs) and #binaries."""
+    """Extra ILP rows of one region: ({("node", n), ("aux", k) or ("counter", name): coeff}, rhs),
+    the number of binaries, and for each counter used its blocks inside the region."""
 
     rows: list = field(default_factory=list)
     binaries: int = 0
     sources: list = field(default_factory=list)
+    counters: set = field(default_factory=set)
+    counter_nodes: dict = field(default_factory=dict)
 
 
 def resolve_site(prog, text):
@@ -151,13 +160,16 @@ def path_rows(region, prog, entries, own, site):
         if not ok:
             continue
         aux = {b: out.binaries + k for k, b in enumerate(ent.get("binaries", []))}
+        ctr = ent.get("counters", {})
         for terms, rhs in ent["rows"]:
             row = {}
             for name, c in terms.items():
-                key = ("node", nodes[name]) if name in nodes else ("aux", aux[name])
+                key = (("node", nodes[name]) if name in nodes else ("counter", ctr[name]) if name in ctr
+                       else ("aux", aux[name]))
                 row[key] = row.get(key, 0) + c
             out.rows.append((row, rhs))
         out.binaries += len(aux)
+        out.counters.update(ctr.values())
         out.sources.append(tag)
     return out
 
@@ -288,3 +300,26 @@ def operand_tags(callee_names, a, b):
 
 def as_float(word):
     return struct.unpack("<f", struct.pack("<I", word))[0]
+
+
+def counter_symbols(ent):
+    return {pt["symbol"] for pt in ent["points"]}
+
+
+def counter_nodes(region, prog, ent):
+    """Blocks of `region` holding one of counter entry `ent`'s instructions (pattern-checked:
+    a mismatch raises, since a counter that silently counts nothing would be unsound)."""
+    nodes = []
+    for pt in ent["points"]:
+        try:
+            addr = prog.address_of(pt["symbol"]) + pt["offset"]
+        except NNBuildError:
+            continue
+        node = _block_of(region, addr)
+        if node is None:
+            continue
+        if _pattern(prog, addr, len(pt["pattern"])) != pt["pattern"]:
+            raise NNBuildError(f"builtin-avr: table counter '{ent['name']}': code at "
+                               f"{prog.describe(addr)} does not match its pattern")
+        nodes.append(node)
+    return nodes

@@ -18,7 +18,9 @@
  *                             line; MODE 'eq' (the set of context
  *                             functions active outside the call equals MASK) or 'sup' (contains
  *                             MASK); PC1..PCN are counted while the invocation is the innermost
- *                             frame (tail jumps stay in the frame, calls push a new one).
+ *                             frame (tail jumps stay in the frame, calls push a new one), or
+ *                             with MODE 'eq+'/'sup+' while it is anywhere on the call stack
+ *                             (callees included).
  * A call pushes a frame (target, return address, SP); the frame ends when the PC is at the
  * return address with SP back. A context function is active in a frame once the PC has been
  * at its entry in that frame (so tail jumps into it count) or when it is the frame's target.
@@ -48,7 +50,7 @@ struct vec { uint64_t hash; unsigned mult; uint64_t maxc; uint16_t *c; };
 struct probe {
     int used, group;
     uint32_t target, site;
-    int any_site, other_site, sup;
+    int any_site, other_site, sup, incl;
     uint32_t mask;
     int n;
     uint32_t pc[MAXPC];
@@ -136,7 +138,8 @@ static void read_spec(const char *path)
             p->any_site = !strcmp(site, "-");
             p->other_site = !strcmp(site, "!");
             p->site = p->any_site || p->other_site ? 0 : (uint32_t)strtoul(site, NULL, 16);
-            p->sup = !strcmp(mode, "sup");
+            p->sup = !strncmp(mode, "sup", 3);
+            p->incl = mode[strlen(mode) - 1] == '+';
             p->mask = m;
             p->n = n;
             p->tab = calloc(1u << HBITS, sizeof *p->tab);
@@ -156,16 +159,20 @@ static void read_spec(const char *path)
 
 static void count_pc(uint32_t pc)
 {
-    struct frame *fr = &stack[depth - 1];
     if (!counted[(pc >> 1) & 0xffff])
         return;
-    for (int g = 0; g < MAXG; ++g) {
-        if (fr->probe[g] < 0)
-            continue;
-        struct probe *p = &probes[fr->probe[g]];
-        for (int k = 0; k < p->n; ++k)
-            if (p->pc[k] == pc && fr->counts[g][k] < 0xffff)
-                ++fr->counts[g][k];
+    for (int d = depth - 1; d >= 0; --d) {
+        struct frame *fr = &stack[d];
+        for (int g = 0; g < MAXG; ++g) {
+            if (fr->probe[g] < 0)
+                continue;
+            struct probe *p = &probes[fr->probe[g]];
+            if (d != depth - 1 && !p->incl)
+                continue;
+            for (int k = 0; k < p->n; ++k)
+                if (p->pc[k] == pc && fr->counts[g][k] < 0xffff)
+                    ++fr->counts[g][k];
+        }
     }
 }
 
