@@ -14,7 +14,10 @@ from nnbuild.errors import NNBuildError
 from nnbuild.frontends import c_identifier
 from nnbuild.passes import quantize as q
 
-READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32", 64: "NN_READ64"}
+READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32"}
+#: weights and tables up to this many bytes are read with 16-bit LPM pointers on AVR: the linker
+#: puts .progmem first in flash, so they end below 64 KB (the size step verifies it)
+NEAR_LIMIT = 60 * 1024
 
 
 def render(model, *, precision, storage, passes_log, input_range):
@@ -23,10 +26,15 @@ def render(model, *, precision, storage, passes_log, input_range):
     plan = q.quantize(model, precision, input_range)
     name = model.name
     layers = plan_layers(model.name, plan, storage)
+    flash = flash_bytes(layers, plan)
+    near = storage == "avr-progmem-far" and flash <= NEAR_LIMIT
     context = {
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
-        "precision": precision, "far": storage == "avr-progmem-far",
+        "precision": precision, "far": storage == "avr-progmem-far", "near": near, "flash_bytes": flash,
+        "mac16": any(l["mac16"] for l in layers),
+        "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
+                 or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
         "buffer": max([l["units"] for l in layers[:-1]], default=0),
         "buffer_type": max((l["output"] for l in layers[:-1]), key=lambda t: t.bits, default=plan.input).ctype,
@@ -50,6 +58,8 @@ def render(model, *, precision, storage, passes_log, input_range):
     }
     record = trace(model, trace_layers, code, passes_log)
     record["fixed_point"] = plan.summary()
+    if near:
+        record["near_flash_symbols"] = sorted(near_symbols(layers, context))
     files[f"{name}.trace.json"] = record
     return files
 
@@ -81,7 +91,9 @@ def plan_layers(prefix, plan, storage):
     for index, layer in enumerate(plan.layers):
         last = index == len(plan.layers) - 1
         dst = "yq" if last else ("buf0" if src != "buf0" else "buf1")
-        bias_bits = 32 if layer.acc_bits == 32 else 64
+        bias_bits = 32 if np.abs(layer.bias_q).max(initial=0) < 2 ** 31 else 64
+        if bias_bits == 64:
+            raise NNBuildError("bias exceeds int32 in the accumulator format", item=f"Dense '{layer.name}'")
         cname = c_identifier(layer.name)
         out.append({
             "index": index, "name": layer.name, "c_name": cname, "source_type": "Dense",
@@ -93,6 +105,8 @@ def plan_layers(prefix, plan, storage):
             "bias": {"symbol": f"{prefix}_{cname}_b", "size": layer.units, "ctype": f"int{bias_bits}_t",
                      "bits": bias_bits, "values": literal_rows(layer.bias_q, 8)},
             "wbits": layer.weight.bits, "wtype": layer.weight.ctype,
+            "mac16": (layer.weight.bits == 16 and layer.input.bits == 16 and layer.acc_bits == 32
+                      and not layer.per_mac_shift),
         })
         src = dst
     return out
@@ -102,7 +116,7 @@ def product_expression(layer):
     """C for one MAC term from `W` (weight read) and `X` (input element), exact by construction."""
     if layer.per_mac_shift:
         s = layer.per_mac_shift
-        return f"(int32_t)(((int64_t)W * X + ((int64_t)1 << {s - 1})) >> {s})"
+        return f"nn_shr64((int64_t)W * X + ((int64_t)1 << {s - 1}), {s})"
     wide = "int64_t" if max(layer.weight.bits, layer.input.bits) > 16 else "int32_t"
     return f"({wide})W * X"
 
@@ -119,3 +133,19 @@ def chunks(prefix, cname, layer, storage):
     return [{"symbol": f"{prefix}_{cname}_w{c}", "start": int(a), "rows": int(b - a), "size": int((b - a) * rows.shape[1]),
              "ctype": layer.weight.ctype, "values": literal_rows(rows[a:b].ravel(), 8)}
             for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def flash_bytes(layers, plan):
+    """Bytes of every constant array the code reads from flash (weights, biases, tables)."""
+    total = 0
+    for layer in layers:
+        total += sum(c["size"] for c in layer["chunks"]) * layer["wbits"] // 8
+        total += layer["bias"]["size"] * layer["bias"]["bits"] // 8
+    total += len(tables_for(plan)) * 257 * 4 + (257 * 4 if needs(plan, "softmax") else 0)
+    return total
+
+
+def near_symbols(layers, context):
+    names = [c["symbol"] for l in layers for c in l["chunks"]] + [l["bias"]["symbol"] for l in layers]
+    names += [f"nn_tanh_table_q{f}" for f in context["tanh_tables"]]
+    return names + (["nn_exp_table"] if context["exp_table"] else [])
