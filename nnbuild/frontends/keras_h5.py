@@ -1,4 +1,4 @@
-"""Keras HDF5 front-end (MLPs), read with h5py only: never imports TensorFlow or Keras.
+"""Keras HDF5 front-end (MLPs and CNNs), read with h5py only: never imports TensorFlow or Keras.
 
 Accepts (see docs formats.md section 1):
 * a full-model `.h5` (`model.save`) from Keras 1.2.1, 2.x, tf_keras or Keras 3 (legacy h5):
@@ -6,10 +6,12 @@ Accepts (see docs formats.md section 1):
 * the Keras2C pair `architecture.json` (`model.to_json()`) + `weights.h5` (`save_weights`,
   the `model_weights` layout at the file root).
 
-Supported layers: InputLayer, Dense, Activation, Dropout (identity at inference, dropped and
-recorded in meta["ignored_layers"]). Models: Sequential (list or {"layers": [...]} config) and
-Functional/Model graphs that are a simple chain. Every failure is a one-line NNBuildError
-naming the file and, where there is one, the layer.
+Supported layers: see SUPPORTED_LAYERS (Dropout is the identity at inference: dropped and recorded
+in meta["ignored_layers"]). Data is channels-last. Models: Sequential (list or {"layers": [...]}
+config) and Functional/Model graphs (a DAG with one input and one output; merge layers Add and
+Concatenate; each layer called once). A chain loads as a chain Model (edges None); anything else
+gets Model.edges. Every failure is a one-line NNBuildError naming the file and, where there is
+one, the layer.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import c_identifier
-from nnbuild.ir.graph import ACTIVATIONS, Activation, Dense, Model
+from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
+                              Flatten, Model, Pool2D, Reshape, ZeroPadding2D, same_padding)
 
 try:  # h5py is a declared dependency; import errors surface as one line at load time.
     import h5py
@@ -30,7 +33,9 @@ except ImportError:  # pragma: no cover
     h5py = None
 
 #: Layer classes this front-end turns into IR layers (or drops, for inference-only no-ops).
-SUPPORTED_LAYERS = ("Activation", "Dense", "Dropout", "InputLayer")
+SUPPORTED_LAYERS = ("Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate",
+                    "Conv2D", "Dense", "Dropout", "Flatten", "InputLayer", "MaxPooling2D", "ReLU",
+                    "Reshape", "Softmax", "ZeroPadding2D")
 #: Layers that are the identity at inference time.
 _INFERENCE_NOOPS = ("Dropout",)
 
@@ -122,39 +127,56 @@ def _inbound_names(entry: dict) -> List[str]:
     return names
 
 
-def _chain_layers(config: dict, path) -> List[dict]:
-    """The layer entries of a Functional/Model config, checked to be one simple chain."""
+def _node_count(entry: dict) -> int:
+    """How many times a Functional layer is called (Keras 2 lists / Keras 3 dicts, one per call)."""
+    return len(entry.get("inbound_nodes") or [])
+
+
+def _end_names(value) -> List[str]:
+    """Layer names of input_layers / output_layers: [[name, 0, 0], ...] or one [name, 0, 0]."""
+    if not value:
+        return []
+    if isinstance(value, list) and len(value) >= 1 and isinstance(value[0], str):
+        return [value[0]]
+    return [str(v[0]) for v in value]
+
+
+def _graph_layers(config: dict, path) -> Tuple[List[dict], dict, Optional[str]]:
+    """(entries, {layer: inbound names}, output layer name) of a Functional/Model config."""
     entries = list(config.get("layers") or [])
-    for prev, entry in zip(entries, entries[1:]):
-        inbound = _inbound_names(entry)
-        if inbound != [_layer_name(prev)]:
-            raise _err(
-                f"takes inputs from {inbound or 'nothing'}, not only from the previous layer "
-                f"'{_layer_name(prev)}': only simple chains of layers are supported",
-                path, _layer_name(entry))
+    inbound = {}
+    for entry in entries:
+        name = _layer_name(entry)
+        if _node_count(entry) > 1:
+            raise _err(f"layer is called {_node_count(entry)} times (shared layers are not supported)",
+                       path, name)
+        inbound[name] = _inbound_names(entry)
     for key in ("input_layers", "output_layers"):
-        ends = config.get(key)
-        if ends is not None and len(ends) != 1:
+        ends = _end_names(config.get(key))
+        if config.get(key) is not None and len(ends) != 1:
             raise _err(f"model has {len(ends)} {key.split('_')[0]}s; exactly one is supported", path)
-    return entries
+    outputs = _end_names(config.get("output_layers"))
+    return entries, inbound, (outputs[0] if outputs else None)
 
 
-def _layer_entries(model_config, path) -> Tuple[str, List[dict], dict]:
-    """(model class, layer entries in execution order, the model-level config dict)."""
+def _layer_entries(model_config, path) -> Tuple[str, List[dict], dict, Optional[dict], Optional[str]]:
+    """(model class, layer entries in config order, the model-level config dict,
+    {layer: inbound names} or None for a Sequential, output layer name or None)."""
     if not isinstance(model_config, dict) or "class_name" not in model_config:
         raise _err("model config has no 'class_name' (not a Keras model config)", path)
     cls = model_config["class_name"]
     config = model_config.get("config")
     if cls == "Sequential":
         if isinstance(config, list):  # Keras 1.x and 2.0/2.1
-            return cls, config, {}
+            return cls, config, {}, None, None
         if isinstance(config, dict) and isinstance(config.get("layers"), list):
-            return cls, config["layers"], config
+            return cls, config["layers"], config, None, None
         raise _err("Sequential config has no layer list", path)
     if cls in ("Functional", "Model"):
         if not isinstance(config, dict):
             raise _err(f"{cls} config is not an object", path)
-        return cls, _chain_layers(config, path), config
+        entries, inbound, output = _graph_layers(config, path)
+        return cls, entries, config, inbound, output
     raise _err(f"model class '{cls}' is not supported (supported: Sequential, Functional)", path)
 
 
@@ -241,12 +263,9 @@ def _dense(entry: dict, prev_shape, prev_name, root, cpath, wpath) -> Dense:
     (kname, kernel), bias = weights[0], (weights[1][1] if use_bias else None)
     if kernel.ndim != 2:
         raise _err(f"kernel '{kname}' has shape {kernel.shape}, expected 2-D [inputs, units]", wpath, name)
-    if prev_shape is not None and len(prev_shape) != 1:
-        raise _err(f"Dense on a rank-{len(prev_shape)} input {prev_shape} is not supported "
-                   "by the MLP front-end (flat vector inputs only)", cpath, name)
-    if prev_shape is not None and kernel.shape[0] != prev_shape[0]:
+    if prev_shape is not None and kernel.shape[0] != prev_shape[-1]:
         src = f"layer '{prev_name}'" if prev_name else "the model input"
-        raise _err(f"kernel shape {kernel.shape} does not match the input size {prev_shape[0]} "
+        raise _err(f"kernel shape {kernel.shape} does not match the input size {prev_shape[-1]} "
                    f"from {src} (wrong shapes)", wpath, name)
     if units is not None and kernel.shape[1] != int(units):
         raise _err(f"kernel shape {kernel.shape} does not match units={units}", wpath, name)
@@ -255,57 +274,286 @@ def _dense(entry: dict, prev_shape, prev_name, root, cpath, wpath) -> Dense:
     return Dense(name=name, kernel=kernel, bias=bias, activation=act, source_type="Dense")
 
 
-def _build(entries, root, cpath, wpath, top_config) -> Tuple[Tuple[int, ...], list, list]:
-    """(input shape, IR layers, ignored layers) from the layer entries, in order."""
+def _ints(value, n, what, path, layer) -> Tuple[int, ...]:
+    """An int or a list of n ints (Keras accepts both for kernel_size, strides, ...)."""
+    if isinstance(value, int):
+        return (value,) * n
+    if isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    raise _err(f"{what} {value!r} is not an int or {n} ints", path, layer)
+
+
+def _channels_last(cfg, cls, path, layer):
+    fmt = cfg.get("data_format") or "channels_last"
+    if fmt != "channels_last":
+        raise _err(f"{cls} with data_format='{fmt}' is not supported (channels_last only)", path, layer)
+
+
+def _padding_of(cfg, cls, in_shape, window, strides, dilation, path, layer) -> Tuple[int, int, int, int]:
+    """Keras 'valid' -> no pads; 'same' -> TF's split, extra cell at the bottom/right."""
+    mode = str(cfg.get("padding", "valid")).lower()
+    if mode == "valid":
+        return (0, 0, 0, 0)
+    if mode == "same":
+        if len(in_shape) != 3:
+            raise _err(f"{cls} needs a (height, width, channels) input, got shape {in_shape}", path, layer)
+        t, b = same_padding(in_shape[0], window[0], strides[0], dilation[0])
+        l, r = same_padding(in_shape[1], window[1], strides[1], dilation[1])
+        return (t, b, l, r)
+    raise _err(f"{cls} padding '{mode}' is not supported (valid, same)", path, layer)
+
+
+def _weights_by_count(root, name, wpath, cls, counts) -> List[np.ndarray]:
+    """The layer's arrays, checking their number is one of `counts`."""
+    weights = [a for _, a in _layer_weights(root, name, wpath)]
+    if len(weights) not in counts:
+        raise _err(f"{len(weights)} weight datasets for a {cls} (expected "
+                   f"{' or '.join(map(str, counts))})", wpath, name)
+    return weights
+
+
+def _conv2d(entry, in_shape, root, cpath, wpath) -> Conv2D:
+    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    _channels_last(cfg, "Conv2D", cpath, name)
+    if int(cfg.get("groups", 1) or 1) != 1:
+        raise _err(f"Conv2D with groups={cfg.get('groups')} is not supported", cpath, name)
+    ksize = _ints(cfg.get("kernel_size"), 2, "kernel_size", cpath, name)
+    strides = _ints(cfg.get("strides", 1), 2, "strides", cpath, name)
+    dilation = _ints(cfg.get("dilation_rate", 1), 2, "dilation_rate", cpath, name)
+    if max(strides) > 1 and max(dilation) > 1:
+        raise _err("Conv2D with both strides and dilation_rate > 1 is not defined by Keras", cpath, name)
+    use_bias = bool(cfg.get("use_bias", True))
+    weights = _weights_by_count(root, name, wpath, f"Conv2D with use_bias={use_bias}", (2,) if use_bias else (1,))
+    kernel, bias = weights[0], (weights[1] if use_bias else None)
+    if kernel.ndim != 4 or tuple(kernel.shape[:2]) != ksize:
+        raise _err(f"kernel shape {kernel.shape} does not match kernel_size={list(ksize)} "
+                   "(expected [kh, kw, in, filters])", wpath, name)
+    if cfg.get("filters") is not None and kernel.shape[3] != int(cfg["filters"]):
+        raise _err(f"kernel shape {kernel.shape} does not match filters={cfg['filters']}", wpath, name)
+    if bias is not None and bias.shape != (kernel.shape[3],):
+        raise _err(f"bias shape {bias.shape} does not match filters={kernel.shape[3]}", wpath, name)
+    act = _activation_name(cfg.get("activation"), cpath, name, "Conv2D")
+    pads = _padding_of(cfg, "Conv2D", in_shape, ksize, strides, dilation, cpath, name)
+    return Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation,
+                  padding=pads, activation=act, source_type="Conv2D")
+
+
+def _pool2d(entry, cls, in_shape, cpath) -> Pool2D:
+    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    _channels_last(cfg, cls, cpath, name)
+    pool = _ints(cfg.get("pool_size", 2), 2, "pool_size", cpath, name)
+    strides = _ints(cfg.get("strides") or pool, 2, "strides", cpath, name)
+    pads = _padding_of(cfg, cls, in_shape, pool, strides, (1, 1), cpath, name)
+    return Pool2D(name=name, mode="max" if cls == "MaxPooling2D" else "avg", pool=pool,
+                  strides=strides, padding=pads, source_type=cls)
+
+
+def _zeropad(entry, cpath) -> ZeroPadding2D:
+    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    _channels_last(cfg, "ZeroPadding2D", cpath, name)
+    pad = cfg.get("padding", 1)
+    if isinstance(pad, int):
+        pads = (pad,) * 4
+    elif isinstance(pad, (list, tuple)) and len(pad) == 2 and all(isinstance(v, int) for v in pad):
+        pads = (pad[0], pad[0], pad[1], pad[1])
+    elif (isinstance(pad, (list, tuple)) and len(pad) == 2
+          and all(isinstance(v, (list, tuple)) and len(v) == 2 for v in pad)):
+        pads = (pad[0][0], pad[0][1], pad[1][0], pad[1][1])
+    else:
+        raise _err(f"ZeroPadding2D padding {pad!r} is not understood", cpath, name)
+    return ZeroPadding2D(name=name, padding=tuple(int(v) for v in pads))
+
+
+def _axis(value, rank, cls, path, layer) -> int:
+    """A Keras axis (batch axis = 0, negative from the end) as a 0-based axis without the batch."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, int):
+        raise _err(f"{cls} axis {value!r} is not supported (one axis)", path, layer)
+    axis = value + rank if value < 0 else value - 1
+    if not 0 <= axis < rank:
+        raise _err(f"{cls} axis {value} is out of range for a rank-{rank} input", path, layer)
+    return axis
+
+
+def _batchnorm(entry, in_shape, root, cpath, wpath) -> BatchNorm:
+    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    axis = _axis(cfg.get("axis", -1), len(in_shape), "BatchNormalization", cpath, name)
+    if axis != len(in_shape) - 1:
+        raise _err(f"BatchNormalization over axis {cfg.get('axis')} is not supported "
+                   "(the last, channels axis only)", cpath, name)
+    scale, center = bool(cfg.get("scale", True)), bool(cfg.get("center", True))
+    want = 2 + scale + center
+    arrays = _weights_by_count(root, name, wpath, f"BatchNormalization with scale={scale}, center={center}", (want,))
+    n = in_shape[-1]
+    gamma = arrays.pop(0) if scale else np.ones(n, np.float32)
+    beta = arrays.pop(0) if center else np.zeros(n, np.float32)
+    mean, var = arrays
+    for label, arr in (("gamma", gamma), ("beta", beta), ("moving_mean", mean), ("moving_variance", var)):
+        if arr.shape != (n,):
+            raise _err(f"{label} has shape {arr.shape}, the input has {n} channels", wpath, name)
+    return BatchNorm(name=name, gamma=gamma, beta=beta, mean=mean, variance=var,
+                     epsilon=float(cfg.get("epsilon", 1e-3)))
+
+
+def _relu_layer(entry, cpath) -> Activation:
+    """keras.layers.ReLU with its default arguments is relu; anything else is refused."""
+    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    if cfg.get("max_value") is not None or float(cfg.get("negative_slope", 0) or 0) != 0 \
+            or float(cfg.get("threshold", 0) or 0) != 0:
+        raise _err("ReLU with max_value, negative_slope or threshold is not supported", cpath, name)
+    return Activation(name=name, activation="relu", source_type="ReLU")
+
+
+def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
+    """The IR layer of one Keras layer entry, given its input shapes."""
+    cls = entry.get("class_name")
+    cfg = entry.get("config") or {}
+    name = _layer_name(entry)
+    merge = cls in ("Add", "Concatenate")
+    if not merge and len(in_shapes) != 1:
+        raise _err(f"{cls} takes one input, but is fed by {len(in_shapes)} "
+                   f"({', '.join(n or 'the model input' for n in prev_names)})", cpath, name)
+    shape = in_shapes[0]
+    if cls == "Dense":
+        return _dense(entry, shape, prev_names[0], root, cpath, wpath)
+    if cls == "Activation":
+        act = _activation_name(cfg.get("activation"), cpath, name, "Activation")
+        return Activation(name=name, activation=act, source_type="Activation")
+    if cls == "ReLU":
+        return _relu_layer(entry, cpath)
+    if cls == "Softmax":
+        if _axis(cfg.get("axis", -1), len(shape), cls, cpath, name) != len(shape) - 1:
+            raise _err("Softmax over an axis other than the last is not supported", cpath, name)
+        return Activation(name=name, activation="softmax", source_type="Softmax")
+    if cls == "Conv2D":
+        return _conv2d(entry, shape, root, cpath, wpath)
+    if cls in ("MaxPooling2D", "AveragePooling2D"):
+        return _pool2d(entry, cls, shape, cpath)
+    if cls == "ZeroPadding2D":
+        return _zeropad(entry, cpath)
+    if cls == "BatchNormalization":
+        return _batchnorm(entry, shape, root, cpath, wpath)
+    if cls == "Flatten":
+        _channels_last(cfg, cls, cpath, name)
+        return Flatten(name=name)
+    if cls == "Reshape":
+        target = tuple(cfg.get("target_shape") or ())
+        if -1 in target:
+            known = int(np.prod([d for d in target if d != -1]))
+            target = tuple(int(np.prod(shape)) // max(known, 1) if d == -1 else d for d in target)
+        return Reshape(name=name, target_shape=tuple(int(d) for d in target))
+    if cls == "Add":
+        return Add(name=name)
+    if cls == "Concatenate":
+        return Concatenate(name=name, axis=_axis(cfg.get("axis", -1), len(shape), cls, cpath, name))
+    raise _err(f"{cls} is not supported (supported: {', '.join(SUPPORTED_LAYERS)})", cpath, name)
+
+
+def _input_shape(entries, root, cpath, wpath, top_config) -> Tuple[int, ...]:
+    """The model input shape: the first layer's declared shape, Keras 3 build_input_shape, or the
+    first Dense kernel."""
     build = top_config.get("build_input_shape")  # Keras 3 Sequential without InputLayer
     input_shape = tuple(build[1:]) if build else None
-    shape, prev_name, layers, ignored = None, None, [], []
+    entry = entries[0]
+    cls, name = entry.get("class_name"), _layer_name(entry)
+    input_shape = _shape_from(entry.get("config") or {}) or input_shape
+    if input_shape is None and cls == "Dense":  # no declared shape: the kernel says it
+        input_shape = (int(_layer_weights(root, name, wpath)[0][1].shape[0]),)
+    if input_shape is None:
+        raise _err("cannot determine the input shape (no batch_input_shape, "
+                   "batch_shape or InputLayer)", cpath, name)
+    if any(not isinstance(d, int) or d <= 0 for d in input_shape):
+        raise _err(f"input shape {input_shape} is not fully known", cpath, name)
+    return tuple(int(d) for d in input_shape)
+
+
+def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
+    """(input shape, IR layers, ignored layers, edges or None, input tensor name), in order.
+
+    `inbound` (Functional) gives each layer's input layer names; without it each layer reads the
+    previous one (Sequential). Dropout and InputLayer make no IR layer: their output is renamed to
+    their input. Layers the output does not depend on are dropped."""
+    if not entries:
+        raise _err("model has no layers", cpath)
+    input_shape = _input_shape(entries, root, cpath, wpath, top_config)
+    first = entries[0]
+    input_name = _layer_name(first) if first.get("class_name") == "InputLayer" else "input"
+    alias = {}                       # dropped layer name -> the tensor it passes on
+    shapes = {input_name: input_shape}
+    layers, sources, ignored = [], {}, []
+    previous = input_name
     for i, entry in enumerate(entries):
-        cls = entry.get("class_name")
-        cfg = entry.get("config") or {}
-        name = _layer_name(entry)
-        declared = _shape_from(cfg)
-        if i == 0:
-            input_shape = declared or input_shape
-            if input_shape is None and cls == "Dense":  # no declared shape: the kernel says it
-                input_shape = (int(_layer_weights(root, name, wpath)[0][1].shape[0]),)
-            if input_shape is None:
-                raise _err("cannot determine the input shape (no batch_input_shape, "
-                           "batch_shape or InputLayer)", cpath, name)
-            if any(not isinstance(d, int) or d <= 0 for d in input_shape):
-                raise _err(f"input shape {input_shape} is not fully known", cpath, name)
-            shape = tuple(input_shape)
+        cls, name = entry.get("class_name"), _layer_name(entry)
         if cls == "InputLayer":
             if i != 0:
-                raise _err("InputLayer must be the first layer", cpath, name)
+                raise _err("InputLayer must be the first layer (one model input only)", cpath, name)
             continue
-        if cls == "Dense":
-            layer = _dense(entry, shape, prev_name, root, cpath, wpath)
-        elif cls == "Activation":
-            act = _activation_name(cfg.get("activation"), cpath, name, "Activation")
-            layer = Activation(name=name, activation=act, source_type="Activation")
-        elif cls in _INFERENCE_NOOPS:
-            ignored.append({"name": name, "type": cls, "reason": "identity at inference"})
-            continue
+        if name in shapes or name in alias:
+            raise _err("duplicate layer name", cpath, name)
+        if inbound is None:
+            srcs = [previous]
         else:
-            raise _err(f"{cls} is not supported by the MLP front-end "
-                       f"(supported: {', '.join(SUPPORTED_LAYERS)})", cpath, name)
+            srcs = [alias.get(n, n) for n in inbound.get(name, [])]
+            if not srcs and i == 0:
+                srcs = [input_name]
+            missing = [n for n in srcs if n not in shapes]
+            if missing or not srcs:
+                raise _err(f"reads {missing or 'nothing'}, which no earlier layer produces "
+                           "(layers must be in topological order with one model input)", cpath, name)
+        if cls in _INFERENCE_NOOPS:
+            if len(srcs) != 1:
+                raise _err(f"{cls} takes one input, but is fed by {len(srcs)}", cpath, name)
+            ignored.append({"name": name, "type": cls, "reason": "identity at inference"})
+            alias[name] = srcs[0]
+            previous = srcs[0]
+            continue
+        shown = [None if s == input_name else s for s in srcs]
+        layer = _layer(entry, [shapes[s] for s in srcs], shown, root, cpath, wpath)
+        try:
+            shapes[name] = tuple(int(d) for d in layer.output_shape(*[shapes[s] for s in srcs]))
+        except ValueError as exc:
+            src = ", ".join(f"layer '{s}'" if s != input_name else "the model input" for s in srcs)
+            raise _err(f"{exc} (input from {src}; inconsistent shapes)", cpath, name) from None
         layers.append(layer)
-        shape = tuple(layer.output_shape(shape))
-        prev_name = name
+        sources[name] = tuple(srcs)
+        previous = name
     if not layers:
-        raise _err("model has no computing layer (Dense or Activation)", cpath)
-    return tuple(int(d) for d in input_shape), layers, ignored
+        raise _err("model has no computing layer", cpath)
+    out = alias.get(output, output) if output else layers[-1].name
+    if out not in sources:
+        raise _err(f"output '{output}' is not a computing layer of the model", cpath)
+    layers, sources = _prune(layers, sources, out, ignored)
+    chain = all(sources[l.name] == ((layers[k - 1].name,) if k else (input_name,))
+                for k, l in enumerate(layers))
+    return input_shape, layers, ignored, (None if chain else sources), input_name
+
+
+def _prune(layers, sources, out, ignored):
+    """Keep the layers `out` depends on (in order, `out` last); record the others as ignored."""
+    needed, work = set(), [out]
+    while work:
+        name = work.pop()
+        if name in sources and name not in needed:
+            needed.add(name)
+            work.extend(sources[name])
+    kept = [l for l in layers if l.name in needed]
+    for l in layers:
+        if l.name not in needed:
+            ignored.append({"name": l.name, "type": l.source_type, "reason": "output does not depend on it"})
+    if kept[-1].name != out:  # a topological order with the output last
+        kept = [l for l in kept if l.name != out] + [l for l in kept if l.name == out]
+    return kept, {l.name: sources[l.name] for l in kept}
 
 
 def _model(name, model_config, root, cpath, wpath, meta) -> Model:
     """Assemble the IR Model and its traceability meta."""
-    cls, entries, top = _layer_entries(model_config, cpath)
-    input_shape, layers, ignored = _build(entries, root, cpath, wpath, top)
+    cls, entries, top, inbound, output = _layer_entries(model_config, cpath)
+    input_shape, layers, ignored, edges, input_name = _build(entries, root, cpath, wpath, top, inbound, output)
     sources = tuple(dict.fromkeys(str(p) for p in (cpath, wpath)))
     meta = dict(meta, model_class=cls, source_files=list(sources), ignored_layers=ignored)
     return Model(name=c_identifier(name), input_shape=input_shape, layers=layers,
-                 source_files=sources, meta=meta)
+                 source_files=sources, meta=meta, edges=edges, input_name=input_name)
 
 
 # --------------------------------------------------------------------------- public entry points

@@ -1,12 +1,17 @@
 """The model graph every front-end produces and every generator consumes.
 
-Layers are plain frozen dataclasses in execution order (a chain). Each carries the name and type it
-had in the source model so generated code can be traced back to it. Weights keep the dtype of the
-file (float32 for Keras) so the reference executor can run at float32 or float64.
+Layers are plain frozen dataclasses in execution order. Each carries the name and type it had in
+the source model so generated code can be traced back to it. Weights keep the dtype of the file
+(float32 for Keras) so the reference executor can run at float32 or float64.
+
+A model is a chain (each layer reads the previous layer's output) unless `Model.edges` is given:
+then it maps every layer name to the names of the tensors it reads (a layer's output tensor has
+the layer's name; the model input is `Model.input_name`), a DAG in topological order whose last
+layer is the one output. Tensors are channels-last (H, W, C) without the batch axis.
 """
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -35,7 +40,11 @@ class Dense:
         return int(self.kernel.shape[0])
 
     def output_shape(self, input_shape: Tuple[int, ...]) -> Tuple[int, ...]:
-        return (self.units,)
+        """Applies to the last axis (Keras): (..., inputs) -> (..., units)."""
+        if input_shape and input_shape[-1] != self.inputs:
+            raise ValueError(f"kernel {tuple(self.kernel.shape)} expects {self.inputs} inputs, "
+                             f"got a tensor of shape {tuple(input_shape)}")
+        return tuple(input_shape[:-1]) + (self.units,)
 
 
 @dataclass(frozen=True)
@@ -52,9 +61,240 @@ class Activation:
         return tuple(input_shape)
 
 
+def _pair(value, what):
+    pair = tuple(int(v) for v in value)
+    if len(pair) != 2 or min(pair) < 1:
+        raise ValueError(f"{what} {tuple(value)} must be two positive integers")
+    return pair
+
+
+def _pads(value):
+    pads = tuple(int(v) for v in value)
+    if len(pads) != 4 or min(pads) < 0:
+        raise ValueError(f"padding {tuple(value)} must be (top, bottom, left, right) >= 0")
+    return pads
+
+
+def _rank3(shape, what):
+    if len(shape) != 3:
+        raise ValueError(f"{what} needs a (height, width, channels) input, got shape {tuple(shape)}")
+    return shape
+
+
+def window_output(size, window, stride, dilation, pad_before, pad_after):
+    """Output length of a sliding window over `size` cells plus explicit pads (floor division)."""
+    span = dilation * (window - 1) + 1
+    padded = size + pad_before + pad_after
+    if padded < span:
+        raise ValueError(f"window {window} (dilation {dilation}) is larger than the padded input {padded}")
+    return (padded - span) // stride + 1
+
+
+def same_padding(size, window, stride, dilation=1):
+    """Keras/TF 'same': out = ceil(size/stride), total pad split with the extra cell AFTER
+    (bottom/right): (before, after). Keras2C's issue 14 splits it the other way."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + dilation * (window - 1) + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+@dataclass(frozen=True)
+class Conv2D:
+    """y[oy,ox,o] = act(bias[o] + sum_{ky,kx,c} kernel[ky,kx,c,o] * xp[oy*sh + ky*dh, ox*sw + kx*dw, c])
+    where xp is x with `padding` (top, bottom, left, right) zero rows/columns around it.
+    kernel is [kh, kw, in_channels, filters] (Keras HWIO); ACETONE Definitions 6, 7 and 14."""
+
+    name: str
+    kernel: np.ndarray
+    bias: Optional[np.ndarray]
+    strides: Tuple[int, int] = (1, 1)
+    dilation: Tuple[int, int] = (1, 1)
+    padding: Tuple[int, int, int, int] = (0, 0, 0, 0)
+    activation: str = "linear"
+    source_type: str = "Conv2D"
+
+    kind = "conv2d"
+
+    def __post_init__(self):
+        object.__setattr__(self, "strides", _pair(self.strides, "strides"))
+        object.__setattr__(self, "dilation", _pair(self.dilation, "dilation"))
+        object.__setattr__(self, "padding", _pads(self.padding))
+
+    @property
+    def filters(self) -> int:
+        return int(self.kernel.shape[3])
+
+    def output_shape(self, input_shape):
+        h, w, c = _rank3(input_shape, "Conv2D")
+        kh, kw, ci, _ = self.kernel.shape
+        if c != ci:
+            raise ValueError(f"kernel {tuple(self.kernel.shape)} expects {ci} input channels, "
+                             f"got a tensor of shape {tuple(input_shape)}")
+        t, b, l, r = self.padding
+        return (window_output(h, kh, self.strides[0], self.dilation[0], t, b),
+                window_output(w, kw, self.strides[1], self.dilation[1], l, r), self.filters)
+
+
+@dataclass(frozen=True)
+class ZeroPadding2D:
+    """y = x with `padding` (top, bottom, left, right) rows/columns of zeros around it (Def. 6)."""
+
+    name: str
+    padding: Tuple[int, int, int, int]
+    source_type: str = "ZeroPadding2D"
+
+    kind = "zeropad2d"
+
+    def __post_init__(self):
+        object.__setattr__(self, "padding", _pads(self.padding))
+
+    def output_shape(self, input_shape):
+        h, w, c = _rank3(input_shape, "ZeroPadding2D")
+        t, b, l, r = self.padding
+        return (h + t + b, w + l + r, c)
+
+
+@dataclass(frozen=True)
+class Pool2D:
+    """Max or average over pool windows (Definition 8) per channel, then act.
+
+    `padding` cells (top, bottom, left, right) are NOT values: max ignores them and average divides
+    by the number of real cells in the window (Keras/TF 'same' semantics, count_include_pad=False).
+    """
+
+    name: str
+    mode: str
+    pool: Tuple[int, int]
+    strides: Tuple[int, int]
+    padding: Tuple[int, int, int, int] = (0, 0, 0, 0)
+    activation: str = "linear"
+    source_type: str = "MaxPooling2D"
+
+    kind = "pool2d"
+
+    def __post_init__(self):
+        if self.mode not in ("max", "avg"):
+            raise ValueError(f"pooling mode '{self.mode}' is not max or avg")
+        object.__setattr__(self, "pool", _pair(self.pool, "pool size"))
+        object.__setattr__(self, "strides", _pair(self.strides, "strides"))
+        object.__setattr__(self, "padding", _pads(self.padding))
+        t, b, l, r = self.padding
+        if max(t, b) >= self.pool[0] or max(l, r) >= self.pool[1]:
+            raise ValueError(f"padding {self.padding} must be smaller than the pool {self.pool}")
+
+    def output_shape(self, input_shape):
+        h, w, c = _rank3(input_shape, self.source_type)
+        t, b, l, r = self.padding
+        return (window_output(h, self.pool[0], self.strides[0], 1, t, b),
+                window_output(w, self.pool[1], self.strides[1], 1, l, r), c)
+
+
+@dataclass(frozen=True)
+class BatchNorm:
+    """y = act(gamma * (x - mean) / sqrt(variance + epsilon) + beta) over the last axis (Def. 9)."""
+
+    name: str
+    gamma: np.ndarray
+    beta: np.ndarray
+    mean: np.ndarray
+    variance: np.ndarray
+    epsilon: float
+    activation: str = "linear"
+    source_type: str = "BatchNormalization"
+
+    kind = "batchnorm"
+
+    def scale_offset(self, dtype=np.float64):
+        """(alpha, B) with y = alpha * x + B (Definition 9), computed in float64 then cast."""
+        g, b, m, v = (np.asarray(a, np.float64) for a in (self.gamma, self.beta, self.mean, self.variance))
+        alpha = g / np.sqrt(v + float(self.epsilon))
+        return alpha.astype(dtype), (b - m * alpha).astype(dtype)
+
+    def output_shape(self, input_shape):
+        if not input_shape or input_shape[-1] != len(self.gamma):
+            raise ValueError(f"{len(self.gamma)} channels of parameters for a tensor of shape "
+                             f"{tuple(input_shape)} (normalised axis is the last one)")
+        return tuple(input_shape)
+
+
+@dataclass(frozen=True)
+class Flatten:
+    """y = x in row-major (H, W, C) order as one vector: channels-last Keras Flatten (Def. 10)."""
+
+    name: str
+    source_type: str = "Flatten"
+
+    kind = "flatten"
+
+    def output_shape(self, input_shape):
+        return (int(np.prod(input_shape)),)
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """y = x with a new shape and the same row-major element order."""
+
+    name: str
+    target_shape: Tuple[int, ...]
+    source_type: str = "Reshape"
+
+    kind = "reshape"
+
+    def output_shape(self, input_shape):
+        if int(np.prod(input_shape)) != int(np.prod(self.target_shape)):
+            raise ValueError(f"cannot reshape {tuple(input_shape)} to {tuple(self.target_shape)}")
+        return tuple(self.target_shape)
+
+
+@dataclass(frozen=True)
+class Add:
+    """y = act(x1 + x2 + ... + xn), element-wise over same-shape inputs (summed left to right)."""
+
+    name: str
+    activation: str = "linear"
+    source_type: str = "Add"
+
+    kind = "add"
+    multi_input = True
+
+    def output_shape(self, *input_shapes):
+        if len(input_shapes) < 2:
+            raise ValueError(f"Add needs at least 2 inputs, got {len(input_shapes)}")
+        if any(tuple(s) != tuple(input_shapes[0]) for s in input_shapes):
+            raise ValueError(f"inputs of different shapes {[tuple(s) for s in input_shapes]}")
+        return tuple(input_shapes[0])
+
+
+@dataclass(frozen=True)
+class Concatenate:
+    """y = the inputs joined along `axis` (0-based, batch axis excluded; Keras default: last)."""
+
+    name: str
+    axis: int
+    source_type: str = "Concatenate"
+
+    kind = "concat"
+    multi_input = True
+
+    def output_shape(self, *input_shapes):
+        if len(input_shapes) < 2:
+            raise ValueError(f"Concatenate needs at least 2 inputs, got {len(input_shapes)}")
+        rank, a = len(input_shapes[0]), self.axis
+        if not 0 <= a < rank:
+            raise ValueError(f"axis {a} out of range for rank-{rank} inputs")
+        for s in input_shapes:
+            if len(s) != rank or tuple(s[:a]) + tuple(s[a + 1:]) != tuple(input_shapes[0][:a]) + tuple(input_shapes[0][a + 1:]):
+                raise ValueError(f"inputs {[tuple(s) for s in input_shapes]} differ outside axis {a}")
+        return tuple(input_shapes[0][:a]) + (sum(s[a] for s in input_shapes),) + tuple(input_shapes[0][a + 1:])
+
+
+#: Layers whose output is their input seen with another shape (no code, no memory).
+ALIASES = ("flatten", "reshape")
+
+
 @dataclass
 class Model:
-    """A loaded model: a chain of layers from one input tensor to one output tensor."""
+    """A loaded model: layers from one input tensor to one output tensor (chain, or DAG via edges)."""
 
     name: str
     input_shape: Tuple[int, ...]
@@ -62,13 +302,47 @@ class Model:
     source_files: Tuple[str, ...] = ()
     #: Facts about the source (format, keras_version, ignored layers) for traceability.
     meta: dict = field(default_factory=dict)
+    #: None for a chain; else layer name -> names of the tensors it reads (see the module doc).
+    edges: Optional[Dict[str, Tuple[str, ...]]] = None
+    #: Name of the model input tensor in `edges`.
+    input_name: str = "input"
+
+    @property
+    def is_chain(self) -> bool:
+        return self.edges is None
+
+    def sources(self, index: int) -> Tuple[str, ...]:
+        """Names of the tensors layer `index` reads (the model input is `input_name`)."""
+        if self.edges is not None:
+            return tuple(self.edges[self.layers[index].name])
+        return (self.layers[index - 1].name if index else self.input_name,)
+
+    def consumers(self) -> Dict[str, List[int]]:
+        """Tensor name -> indices of the layers that read it (in execution order)."""
+        out = {self.input_name: []}
+        out.update({layer.name: [] for layer in self.layers})
+        for i in range(len(self.layers)):
+            for src in self.sources(i):
+                out.setdefault(src, []).append(i)
+        return out
+
+    def tensor_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Tensor name -> shape, for the input and every layer output."""
+        shapes = {self.input_name: tuple(self.input_shape)}
+        for i, layer in enumerate(self.layers):
+            ins = [shapes[s] for s in self.sources(i)]
+            shapes[layer.name] = tuple(int(d) for d in layer.output_shape(*ins))
+        return shapes
 
     def shapes(self):
         """The tensor shape after each layer, input first."""
-        shapes = [tuple(self.input_shape)]
-        for layer in self.layers:
-            shapes.append(tuple(layer.output_shape(shapes[-1])))
-        return shapes
+        if self.edges is None:
+            shapes = [tuple(self.input_shape)]
+            for layer in self.layers:
+                shapes.append(tuple(layer.output_shape(shapes[-1])))
+            return shapes
+        named = self.tensor_shapes()
+        return [named[self.input_name]] + [named[layer.name] for layer in self.layers]
 
     @property
     def output_shape(self) -> Tuple[int, ...]:

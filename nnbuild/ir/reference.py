@@ -50,8 +50,11 @@ def run_layers(model, x, dtype=np.float64) -> List[Tuple[str, np.ndarray]]:
     dt = _check_dtype(dtype)
     batch, single = _as_batch(model, x, dt)
     trace = [("input", batch)]
-    for layer in model.layers:
-        out = np.asarray(apply_layer(layer, trace[-1][1]), dtype=dt)
+    values = {getattr(model, "input_name", "input"): batch}
+    for index, layer in enumerate(model.layers):
+        inputs = [values[s] for s in model.sources(index)] if hasattr(model, "sources") else [trace[-1][1]]
+        out = np.asarray(apply_layer(layer, *inputs), dtype=dt)
+        values[layer.name] = out
         trace.append((layer.name, out))
     if single:
         trace = [(name, value[0]) for name, value in trace]

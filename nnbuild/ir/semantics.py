@@ -10,6 +10,8 @@ Numerical rules (kept in sync with the C templates):
 * sigmoid uses exp(-|x|) only, so it never overflows; exp underflow to 0 is correct rounding.
 * tanh is numpy's, saturating to +-1 for huge |x|.
 * softmax subtracts the row maximum (last axis) before exp.
+
+Layer functions take batched channels-last tensors [N, H, W, C] (or [N, features]).
 """
 
 from __future__ import annotations
@@ -105,19 +107,113 @@ def activation_layer(layer, x: np.ndarray) -> np.ndarray:
     return activate(layer.activation, x)
 
 
+def _windows(x: np.ndarray, window, strides, dilation, out_hw):
+    """Yield (ky, kx, slice of x [N, OH, OW, C]) for every window offset of a padded [N,H,W,C] x."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = window, strides, dilation, out_hw
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dh, kx * dw
+            yield ky, kx, x[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def _pad(x: np.ndarray, padding, value) -> np.ndarray:
+    t, b, l, r = padding
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
+
+
+def conv2d(layer, x: np.ndarray) -> np.ndarray:
+    """Conv2D (ACETONE Definitions 6, 7, 14 with dilation): zero-pad (top, bottom, left, right),
+    then y[n,oy,ox,o] = act(bias[o] + sum_{ky,kx,c} K[ky,kx,c,o] * xp[n, oy*sh+ky*dh, ox*sw+kx*dw, c])."""
+    kernel = np.asarray(layer.kernel, dtype=x.dtype)
+    oh, ow, co = layer.output_shape(x.shape[1:])
+    xp = _pad(x, layer.padding, 0)
+    y = np.zeros((x.shape[0], oh, ow, co), dtype=x.dtype)
+    for ky, kx, patch in _windows(xp, kernel.shape[:2], layer.strides, layer.dilation, (oh, ow)):
+        y += patch @ kernel[ky, kx]
+    if layer.bias is not None:
+        y += np.asarray(layer.bias, dtype=x.dtype)
+    return activate(layer.activation, y)
+
+
+def zeropad2d(layer, x: np.ndarray) -> np.ndarray:
+    """ZeroPadding2D (Definition 6): zero rows on top/bottom, zero columns left/right."""
+    return _pad(x, layer.padding, 0)
+
+
+def pool2d(layer, x: np.ndarray) -> np.ndarray:
+    """MaxPooling2D / AveragePooling2D (Definition 8) with Keras padding semantics: padded cells are
+    not values (max ignores them, average divides by the count of real cells only), then act."""
+    oh, ow, _ = layer.output_shape(x.shape[1:])
+    args = (layer.pool, layer.strides, (1, 1), (oh, ow))
+    if layer.mode == "max":
+        xp = _pad(x, layer.padding, -np.inf)
+        y = np.full((x.shape[0], oh, ow, x.shape[3]), -np.inf, dtype=x.dtype)
+        for _, _, patch in _windows(xp, *args):
+            y = np.maximum(y, patch)
+    else:
+        xp = _pad(x, layer.padding, 0)
+        ones = _pad(np.ones((1,) + x.shape[1:3] + (1,), dtype=x.dtype), layer.padding, 0)
+        y = np.zeros((x.shape[0], oh, ow, x.shape[3]), dtype=x.dtype)
+        count = np.zeros((1, oh, ow, 1), dtype=x.dtype)
+        for (_, _, patch), (_, _, real) in zip(_windows(xp, *args), _windows(ones, *args)):
+            y += patch
+            count += real
+        y = y / count
+    return activate(layer.activation, y)
+
+
+def batchnorm(layer, x: np.ndarray) -> np.ndarray:
+    """BatchNormalization (Definition 9): act(gamma * (x - mean) / sqrt(var + eps) + beta), last axis.
+    Evaluated in that order (not as alpha*x + B) so it is the definition, not a refactoring of it."""
+    g, b, m, v = (np.asarray(a, dtype=x.dtype) for a in (layer.gamma, layer.beta, layer.mean, layer.variance))
+    y = g * ((x - m) / np.sqrt(v + x.dtype.type(layer.epsilon))) + b
+    return activate(layer.activation, y)
+
+
+def flatten(layer, x: np.ndarray) -> np.ndarray:
+    """Flatten (Definition 10, channels-last): row-major (H, W, C) order."""
+    return x.reshape(x.shape[0], -1)
+
+
+def reshape(layer, x: np.ndarray) -> np.ndarray:
+    """Reshape: same row-major element order, new shape."""
+    return x.reshape((x.shape[0],) + tuple(layer.target_shape))
+
+
+def add(layer, *xs: np.ndarray) -> np.ndarray:
+    """Add: act(x1 + x2 + ... + xn), summed left to right."""
+    y = xs[0]
+    for other in xs[1:]:
+        y = y + other
+    return activate(layer.activation, y)
+
+
+def concat(layer, *xs: np.ndarray) -> np.ndarray:
+    """Concatenate along layer.axis (batch axis excluded)."""
+    return np.concatenate(xs, axis=layer.axis + 1)
+
+
 #: Layer kind (the `kind` class attribute of nnbuild.ir.graph layers) -> its semantics.
 LAYER_SEMANTICS = {
     "dense": dense,
     "activation": activation_layer,
+    "conv2d": conv2d,
+    "zeropad2d": zeropad2d,
+    "pool2d": pool2d,
+    "batchnorm": batchnorm,
+    "flatten": flatten,
+    "reshape": reshape,
+    "add": add,
+    "concat": concat,
 }
 
 
-def apply_layer(layer, x: np.ndarray) -> np.ndarray:
-    """Compute one layer on x ([..., features]) in x's dtype, dispatching on layer.kind."""
+def apply_layer(layer, *xs: np.ndarray) -> np.ndarray:
+    """Compute one layer on its input(s) (batched, in the inputs' dtype), dispatching on layer.kind."""
     fn = LAYER_SEMANTICS.get(getattr(layer, "kind", None))
     if fn is None:
         raise NNBuildError(
             f"no semantics defined for layer kind '{getattr(layer, 'kind', type(layer).__name__)}'",
             item=f"layer '{getattr(layer, 'name', '?')}'",
         )
-    return fn(layer, x)
+    return fn(layer, *xs)
