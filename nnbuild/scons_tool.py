@@ -205,8 +205,10 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
                            + " ".join(f"{k}=${{SOURCES[{i + 1}]}}" for i, k in enumerate(labels))
                            + f" --tolerance {tolerance!r} -o $TARGET", "NNCMP")
     image = firmware or check
-    size = step(env, bdir.File("size.json"), image,
-                       f"$NN size $SOURCE --board {board['name']} -o $TARGET", "NNSIZE")
+    entries = ("--entry main " if firmware else "") + f"--entry {name}_infer"
+    size = step(env, bdir.File("size.json"), [image, trace],
+                f"$NN size ${{SOURCES[0]}} --board {board['name']} {entries} --trace ${{SOURCES[1]}} -o $TARGET",
+                "NNSIZE")
     target_run = runs.get(board.get("simulator")) or runs.get(board["name"])
     wcet_node = None
     if not wcet.unavailable_reason(board, env["ENV"]["PATH"]):

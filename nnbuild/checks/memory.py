@@ -1,6 +1,12 @@
-"""Memory report and gate: flash = text + data, RAM = data + bss (+ the inference stack when known)."""
+"""Memory report and gate: flash = text + data, RAM = data + bss + a static stack bound where the
+board has a stack analyzer (AVR); placement check for data read with 16-bit flash pointers."""
+
+import json
+import subprocess
 
 from nnbuild.errors import NNBuildError
+
+NEAR_FLASH_END = 0x10000
 
 
 def usage(board, sizes, stack_bytes=None):
@@ -26,3 +32,34 @@ def bar(used, capacity, width=10):
     frac = used / capacity
     filled = min(width, int(round(frac * width)))
     return f"[{'=' * filled}{' ' * (width - filled)}] {100 * frac:5.1f}% (used {used:,} bytes from {capacity:,} bytes)"
+
+
+def stack_bound(board, elf, entries):
+    """The static stack bound of the first entry that can be bounded (main first: it covers the
+    firmware's own frame too), or None on boards without a stack analyzer."""
+    if board.get("stack_tool") != "builtin-avr":
+        return None
+    from nnbuild.wcet import avr_stack
+    reasons = []
+    for entry in entries:
+        try:
+            result = avr_stack.stack_bound(elf, entry, board)
+            return {"entry": entry, "bytes": int(result["bytes"]), "path": result["path"],
+                    "not_bounded": reasons}
+        except NNBuildError as error:
+            reasons.append(f"{entry}: {error}")
+    raise NNBuildError(f"no stack bound: {'; '.join(reasons) or 'no entry given'}", path=elf)
+
+
+def check_near_flash(board, elf, trace_path):
+    """Data the code reads with 16-bit LPM pointers must end below 64 KB of flash."""
+    with open(trace_path) as f:
+        names = set(json.load(f).get("near_flash_symbols", []))
+    if not names:
+        return
+    out = subprocess.run([board.get("nm", "nm"), "-S", str(elf)], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[3] in names and int(parts[0], 16) + int(parts[1], 16) > NEAR_FLASH_END:
+            raise NNBuildError(f"'{parts[3]}' ends beyond 64 KB of flash but is read with 16-bit pointers; "
+                               "too much other constant data precedes it", path=elf)

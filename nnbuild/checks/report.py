@@ -40,6 +40,7 @@ def build_report(args):
         "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
         "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
         "flash_capacity": size["flash_capacity"], "ram_capacity": size["ram_capacity"],
+        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"),
         "layers": [{k: l[k] for k in ("name", "type", "activation", "inputs", "units", "lines")}
                    for l in trace["layers"]],
         "passes": trace["passes"],
@@ -59,6 +60,8 @@ def wcet_fields(args, board, measured):
         why = wcet.unavailable_reason(board) or f"no WCET step was run for target {board['name']}"
         return {**fields, "wcet": None, "wcet_unavailable": why}
     wcet = read_json(args.wcet)
+    if "error" in wcet:
+        return {**fields, "wcet": None, "wcet_error": wcet["error"]}
     clock = board["clock_hz"]
     label = f"{args.model} on {board['name']} @ {clock / 1e6:g} MHz"
     record = deadline.verdict(wcet, deadline_ms, clock, measured, label)
@@ -114,5 +117,6 @@ def summary_text(r):
     elif r.get("deadline_ms") is not None:
         lines.append(f"  WCET     : not computed ({r['wcet_unavailable']}); deadline {r['deadline_ms']:g} ms not checked")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
-    lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}")
+    stack = f" incl. stack <= {r['stack_bytes']:,} bytes" if r.get("stack_bytes") else ""
+    lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}{stack}")
     return "\n".join(lines)

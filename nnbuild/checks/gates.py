@@ -1,0 +1,29 @@
+"""The build's gates in one place: tolerance, deadline and bound soundness, judged from a report.
+
+The gate step and precision=auto both use `violations`, so a candidate is rejected for exactly the
+reasons a single build would fail.
+"""
+
+from nnbuild.checks.deadline import fmt_ms
+
+
+def violations(report):
+    """Every broken constraint of a report, each as one short clause (empty when all hold)."""
+    found = []
+    tolerance = report["tolerance"]
+    for label, error in sorted(report["max_abs_error_by_run"].items()):
+        if not error <= tolerance:
+            found.append(f"max error {error:.3g} > tolerance {tolerance:.3g} ({label} run vs float64 reference)")
+    record = report.get("wcet")
+    deadline_ms = report.get("deadline_ms")
+    if record:
+        measured = record.get("measured_cycles")
+        if measured and record["wcet_cycles"] < measured:
+            found.append(f"unsound WCET bound: {record['wcet_cycles']:,} cycles < measured {measured:,} "
+                         f"({record['label']}, analyzer {record['analyzer']})")
+        if deadline_ms is not None and not record["met"]:
+            found.append(f"WCET {fmt_ms(record['wcet_ms'])} > deadline {fmt_ms(deadline_ms)} ({record['label']})")
+    elif deadline_ms is not None and (report.get("wcet_error") or report.get("deadline_origin") == "command line"):
+        why = report.get("wcet_error") or report.get("wcet_unavailable")
+        found.append(f"deadline {fmt_ms(deadline_ms)} cannot be checked: {why}")
+    return found
