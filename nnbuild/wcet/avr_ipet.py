@@ -141,8 +141,10 @@ class Analyzer:
 
     def _operand_tags(self, region):
         """{call address: operand tags} for calls to float operators with constant operands."""
+        # only calls from compiled C (line info): there the ABI holds (r1 = 0 at entry, callee-
+        # saved registers survive calls); hand-written library code may use registers freely
         ops = [(i.addr, self.prog.names.get(t, [])) for b in region.blocks.values() for i, t in b.calls
-               if not isinstance(t, tuple) and set(self.prog.names.get(t, [])) & P.OPERATORS]
+               if i.file and not isinstance(t, tuple) and set(self.prog.names.get(t, [])) & P.OPERATORS]
         if not ops or not any(n.split(":")[0] in P.OPERATORS for n in self.ctxs.names):
             return {}
         consts = P.call_constants(region)

@@ -9,31 +9,32 @@ A function is active once control has been at its entry in a frame: a call to it
 jump or fall-through into it (avr_trace.c follows the same rule when it checks the facts).
 
 Table entries (avr_libloops.json) may carry
-  "within": ["exp", ...]            every named function is active (the region's own counts),
+  "within": ["exp", ...]            every named function (or operand tag) is active,
   "call_site": "sym+0xoff"          the frame was made by the call instruction at that address.
 Loop entries with a context add their bound only in matching contexts (on top of any entry
-without one). "paths" entries add linear constraints over block execution counts of one routine
+without one).
+
+Paths. "paths" entries add linear constraints over the block execution counts of one routine
 invocation, with optional auxiliary 0/1 variables to express "either ... or ...":
   {"symbol": S, "blocks": {name: [offset, [mnemonics...]]}, "binaries": [names],
-   "rows": [[{name: coeff, ...}, rhs], ...], "justification": ...}
-Operand tags. A call to a float operator whose argument registers hold a constant (from
-`ldi`/`mov`/`movw`/`eor` in the calling code, call_constants) adds tags to the callee's context,
-e.g. "__mulsf3:C.e<=128" (one factor is a normal constant with biased exponent <= 128); entries
-name them in "within" like context functions (operand_tags lists them).
-
-Counters. "counters": {name: counter} in a paths entry names a table "counters" entry
-({"name", "points": [{"symbol", "offset", "pattern"}, ...]}): the executions of those
-instructions during the whole invocation, callees included. The analyser then charges each call that can reach it with the
-callee's WCET per counter value ("choice" variables, avr_ilp), so rows can bound a sum over
-several calls (e.g. the denormalisation passes of all products of one polynomial).
-
-Each row means sum(coeff * count) <= rhs, where a block name counts the executions of the
+   "counters": {name: counter}, "rows": [[{name: coeff, ...}, rhs], ...], "justification": ...}
+Each row means sum(coeff * value) <= rhs, where a block name counts the executions of the
 instruction at S+offset (checked against the mnemonics) and a binary name is a 0/1 variable
 the ILP may choose. Every feasible execution must satisfy all rows for some choice of the
 binaries; avr_trace.c checks that on simavr (tests/test_wcet_avr_context.py).
+
+Counters. A counter name in "counters" refers to a table "counters" entry ({"name", "points":
+[{"symbol", "offset", "pattern"}, ...]}): the executions of those instructions during the whole
+invocation, callees included. The analyser then charges each call that can reach a point with
+the callee's WCET per counter value ("choice" variables, avr_ilp), so a row can bound a sum
+over several calls (e.g. the denormalisation passes of all products of one polynomial).
+
+Operand tags. A call from compiled C to a float operator whose argument registers hold a
+constant (from `ldi`/`mov`/`movw`/`eor`, call_constants) adds tags to the callee's context, e.g.
+"__mulsf3:C.e<=128" (one factor is a normal constant with biased exponent <= 128); entries name
+them in "within" like context functions (operand_tags lists them).
 """
 
-import struct
 from dataclasses import dataclass, field
 from typing import FrozenSet, Optional
 
@@ -297,9 +298,6 @@ def operand_tags(callee_names, a, b):
                 tags.add("__divsf3:A.e>=127")
     return tags
 
-
-def as_float(word):
-    return struct.unpack("<f", struct.pack("<I", word))[0]
 
 
 def counter_symbols(ent):
