@@ -356,3 +356,19 @@ def test_table_context_entries_are_well_formed():
             assert set(terms) <= names and isinstance(rhs, int)
         for off, pattern in ent["blocks"].values():
             assert isinstance(off, int) and len(pattern) >= 2
+
+
+def test_counter_mismatch_falls_back_to_the_unconstrained_bound(drv):
+    """A counter whose code does not match counts nothing: the bound is then exactly the one
+    without the counter's paths entry (never lower)."""
+    elf, prog, _, top = drv
+    paths, counters = avr_loops.load_paths(), avr_loops.load_counters()
+    bad = {k: dict(v, points=[dict(p, pattern=["nop", "nop"]) for p in v["points"]]) for k, v in counters.items()}
+
+    def bound(ctrs, pths):
+        an = avr_ipet.Analyzer(prog, T.family(board()), {"loops": [], "layers": []}, avr_loops.load_table(),
+                               None, pths, ctrs)
+        return an.region(prog.address_of("drv_all")).cycles
+
+    without = bound(counters, [p for p in paths if not p.get("counters")])
+    assert bound(bad, paths) == without > top.cycles
