@@ -94,6 +94,12 @@ def parser():
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_gate)
 
+    p = sub.add_parser("select", help="precision=auto: pick the candidate with the smallest qualifying WCET")
+    p.add_argument("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--firmware-output", help="where to copy the winner's firmware")
+    p.set_defaults(func=cmd_select)
+
     p = sub.add_parser("report", help="merge the step results into report.json and print a summary")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--model", required=True)
@@ -217,6 +223,31 @@ def cmd_gate(args):
     if report.get("wcet"):
         print(deadline.bar(report["wcet"]))
     pipeline.save_json(args.output, {"passed": True, "wcet": report.get("wcet")})
+
+
+def cmd_select(args):
+    from nnbuild.checks import select
+    from nnbuild.checks.report import read_json, summary_text
+    reports, firmwares = {}, {}
+    for spec in args.candidates:
+        precision, _, rest = spec.partition("=")
+        path, _, firmware = rest.partition(":")
+        reports[precision], firmwares[precision] = read_json(path), firmware or None
+    winner, table, why = select.choose(reports)
+    print("precision=auto candidates:")
+    for r in table:
+        wcet = f"{r['wcet_ms']:9.3f} ms" if r["wcet_ms"] is not None else "   no bound"
+        err = f"{r['max_abs_error']:.3g}" if r["max_abs_error"] is not None else "-"
+        verdict = "ok" if not r["violations"] and r["wcet_cycles"] is not None else "; ".join(r["violations"]) or "no WCET bound"
+        print(f"  {r['precision']:<10} WCET {wcet}  max error {err:<9}  flash {r['flash_bytes']:>7,}  {verdict}")
+    if winner is None:
+        raise NNBuildError(select.refusal(table))
+    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table})
+    if args.firmware_output:
+        select.install_winner(firmwares[winner], args.firmware_output)
+    pipeline.save_json(args.output, final)
+    print(f"winner: {why}")
+    print(summary_text(final))
 
 
 def cmd_check(args):

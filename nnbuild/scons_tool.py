@@ -29,6 +29,7 @@ STEP_LABELS = {
     "NNREPORT": "Report",
     "NNWCET": "WCET analysis",
     "NNGATE": "Gates",
+    "NNSELECT": "Choosing precision",
     "NNHARNESS": "Building harness",
     "CC": "Compiling",
     "LINK": "Linking",
@@ -127,9 +128,45 @@ def cross_env(env, board, opt, verbose):
     return xenv
 
 
-def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", precision="float32",
-                opt=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0),
-                deadline=None, deadline_origin=None):
+def nn_firmware(env, name, model, target, build_dir, *, precision="float32", **options):
+    """The whole pipeline for one precision, or for precision=auto every candidate the board
+    supports plus a select step that keeps the smallest WCET meeting tolerance and deadline."""
+    if precision != "auto":
+        return firmware_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+    from nnbuild import boards
+    from nnbuild.checks import select
+    try:
+        board = boards.load_board(target)
+    except NNBuildError as error:
+        fail(str(error))
+    runs = {p: firmware_pipeline(env, name, model, target, f"{build_dir}/candidates/{p}", precision=p,
+                                 gated=False, record_wcet_errors=True, **options)
+            for p in select.candidates(board)}
+    bdir = env.Dir(build_dir)
+    sources, specs = [], []
+    for p, nodes in runs.items():
+        spec = f"{p}=${{SOURCES[{len(sources)}]}}"
+        sources.append(nodes["report"])
+        if nodes["firmware"]:
+            spec += f":${{SOURCES[{len(sources)}]}}"
+            sources.append(nodes["firmware"])
+        specs.append(spec)
+    with_firmware = all(n["firmware"] for n in runs.values())
+    suffix = ".elf" if board.get("simulator") != "native" else ""
+    targets = [bdir.File("report.json")] + ([bdir.File(f"firmware{suffix}")] if with_firmware else [])
+    chosen = step(env, targets, sources,
+                  "$NN select " + " ".join(specs) + " -o ${TARGETS[0]}"
+                  + (" --firmware-output ${TARGETS[1]}" if with_firmware else ""), "NNSELECT")
+    env.Depends(chosen, package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
+    env.NoCache(chosen)
+    return {"generated": [n["generated"] for n in runs.values()], "check": [n["check"] for n in runs.values()],
+            "firmware": chosen[1] if with_firmware else None, "report": chosen[0], "gate": chosen[0],
+            "candidates": runs, "board": board}
+
+
+def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="mlp", precision="float32",
+                      opt=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0),
+                      deadline=None, deadline_origin=None, gated=True, record_wcet_errors=False):
     """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report.
 
     Returns a dict of the main nodes (generated files, firmware, report) for aliases and tests.
@@ -214,7 +251,8 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
     if not wcet.unavailable_reason(board, env["ENV"]["PATH"]):
         wcet_node = step(env, bdir.File("wcet.json"), [check, gen[4]],
                                 f"$NN wcet ${{SOURCES[0]}} --board {board['name']} --entry {name}_infer "
-                                "--flowfacts ${SOURCES[1]} -o $TARGET", "NNWCET")
+                                "--flowfacts ${SOURCES[1]} -o $TARGET"
+                                + (" --record-errors" if record_wcet_errors else ""), "NNWCET")
         env.Depends(wcet_node, package_files("wcet"))
     report_sources = [semantic, size, trace, target_run, wcet_node]
     flags = {"run": 3, "wcet": 4}
@@ -226,12 +264,14 @@ def nn_firmware(env, name, model, target, build_dir, *, main=None, shape="mlp", 
         + "--semantic ${SOURCES[0]} --size ${SOURCES[1]} --trace ${SOURCES[2]}"
         + "".join(f" --{key} ${{SOURCES[{sum(1 for x in report_sources[:pos] if x is not None)}]}}"
                   for key, pos in flags.items() if report_sources[pos] is not None), "NNREPORT")
-    gate = step(env, bdir.File("gate.json"), report, "$NN gate $SOURCE -o $TARGET", "NNGATE")
-    env.Depends([semantic, size, report, gate], package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
+    gate = step(env, bdir.File("gate.json"), report, "$NN gate $SOURCE -o $TARGET", "NNGATE") if gated else None
+    env.Depends([n for n in (semantic, size, report, gate) if n is not None],
+                package_files("checks") + [str(PACKAGE_DIR / "cli.py")])
     env.Depends([check] + ([firmware] if firmware else []) + [size, report],
                 str(boards.board_path(board["name"])))
     for node in (semantic, size, report, gate):
-        env.NoCache(node)
+        if node is not None:
+            env.NoCache(node)
     return {"generated": gen, "inputs": inputs, "check": check, "firmware": firmware, "runs": runs,
             "semantic": semantic, "size": size, "wcet": wcet_node, "report": report, "gate": gate,
             "board": board}

@@ -114,6 +114,8 @@ def summary_text(r):
         lines.append(f"  {bar(w)}")
         shares = sorted(w["per_layer"].items(), key=lambda kv: -kv[1]["cycles"])
         lines.append("  per layer: " + ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in shares))
+    elif r.get("wcet_error"):
+        lines.append(f"  WCET     : no bound ({r['wcet_error']})")
     elif r.get("deadline_ms") is not None:
         lines.append(f"  WCET     : not computed ({r['wcet_unavailable']}); deadline {r['deadline_ms']:g} ms not checked")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
