@@ -14,7 +14,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.frontends import c_identifier
 from nnbuild.passes import quantize as q
 
-READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32"}
+READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32", 64: "NN_READ64"}
 #: weights and tables up to this many bytes are read with 16-bit LPM pointers on AVR: the linker
 #: puts .progmem first in flash, so they end below 64 KB (the size step verifies it)
 NEAR_LIMIT = 60 * 1024
@@ -32,7 +32,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision, "far": storage == "avr-progmem-far", "near": near, "flash_bytes": flash,
-        "mac16": any(l["mac16"] for l in layers),
+        "mac16": any(l["mac16"] for l in layers), "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
@@ -40,7 +40,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "buffer_type": max((l["output"] for l in layers[:-1]), key=lambda t: t.bits, default=plan.input).ctype,
         "tanh_tables": tables_for(plan), "exp_table": literal_rows(q.exp_table()) if needs(plan, "softmax") else None,
         "weights_sha256": weights_digest(model), "index_type": index_type, "readers": READERS,
-        "z_frac": q.Z_FRAC, "z_limit": q.Z_LIMIT, "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS,
+        "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT, "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS,
         "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
         "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1, "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1),
         "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1), "input_scale": float_literal(2.0 ** plan.input.frac),
@@ -92,8 +92,6 @@ def plan_layers(prefix, plan, storage):
         last = index == len(plan.layers) - 1
         dst = "yq" if last else ("buf0" if src != "buf0" else "buf1")
         bias_bits = 32 if np.abs(layer.bias_q).max(initial=0) < 2 ** 31 else 64
-        if bias_bits == 64:
-            raise NNBuildError("bias exceeds int32 in the accumulator format", item=f"Dense '{layer.name}'")
         cname = c_identifier(layer.name)
         out.append({
             "index": index, "name": layer.name, "c_name": cname, "source_type": "Dense",
@@ -141,7 +139,7 @@ def flash_bytes(layers, plan):
     for layer in layers:
         total += sum(c["size"] for c in layer["chunks"]) * layer["wbits"] // 8
         total += layer["bias"]["size"] * layer["bias"]["bits"] // 8
-    total += len(tables_for(plan)) * 257 * 4 + (257 * 4 if needs(plan, "softmax") else 0)
+    total += len(tables_for(plan)) * q.TANH_POINTS * 4 + (q.EXP_POINTS * 4 if needs(plan, "softmax") else 0)
     return total
 
 

@@ -18,8 +18,10 @@ Arithmetic contract (the C generator and nnbuild.ir.fixed implement exactly this
 - Dense: acc = bias_q + sum(w_q * x_q) in the accumulator (exact integer arithmetic), then
   z = round_shift(acc, s) to the pre-activation format; round_shift(v, s) = (v + 2^(s-1)) >> s
   with an arithmetic shift (floor);
-- tanh/sigmoid: table of tanh(k/32), k = 0..256, in the output format, linear interpolation;
+- tanh/sigmoid: table of tanh(k/64), k = 0..512, in the output format, linear interpolation;
   softmax: table of exp(-k/16), k = 0..256, then one rounded division per output.
+  Tested maximum errors (tests/test_fixed.py), with LSB the output format's step:
+  tanh <= 3e-5 + 1 LSB, sigmoid <= 2e-5 + 1 LSB, softmax <= 2e-4 + 1 LSB.
 """
 
 import math
@@ -40,8 +42,8 @@ GENERIC_FIXED = re.compile(r"fixed(\d+)[.,_](\d+)$")
 Z_FRAC = 16
 #: table activations clamp their Q16 input to +-Z_LIMIT when the proof says it could be larger
 Z_LIMIT = 1 << 29
-#: tanh table: 257 points at step 1/32 over [0, 8]; exp table: 257 points at step 1/16 over [-16, 0]
-TANH_STEP_BITS, TANH_POINTS = 5, 257
+#: tanh table: 513 points at step 1/64 over [0, 8]; exp table: 257 points at step 1/16 over [-16, 0]
+TANH_STEP_BITS, TANH_POINTS = 6, 513
 EXP_STEP_BITS, EXP_POINTS = 4, 257
 
 
@@ -280,7 +282,7 @@ class Policy:
 
 
 def tanh_table(out_frac):
-    """tanh(k/32) for k = 0..256 at 2^-out_frac, rounded half away."""
+    """tanh(k/64) for k = 0..512 at 2^-out_frac, rounded half away."""
     k = np.arange(TANH_POINTS) / 2.0 ** TANH_STEP_BITS
     return round_half_away(np.tanh(k) * 2.0 ** out_frac).astype(np.int64)
 

@@ -1,0 +1,160 @@
+"""Fixed point: overflow proofs, bit-exact C (host and simavr) against the emulator, activation
+error bounds, and the precision gates."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import REPO, needs_avr
+from nnbuild import codegen, pipeline
+from nnbuild.checks.inputs import check_inputs
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import fixed, reference
+from nnbuild.ir.graph import Dense, Model
+from nnbuild.passes import quantize
+from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
+
+F1TENTH = REPO / "firmware_examples/f1tenth/architecture.json"
+PRECISIONS = ["q16", "q16-acc32", "fix16", "fixed4.12", "fixed8.24"]
+
+
+def mixed_model():
+    """Every activation the fixed-point shape implements, with a wide pre-activation range."""
+    rng = np.random.default_rng(4)
+    mk = lambda i, o, s: (rng.standard_normal((i, o)) * s).astype(np.float32)  # noqa: E731
+    return Model("mix", (6,), [Dense("d1", mk(6, 9, 0.8), mk(1, 9, 0.1)[0], "relu"),
+                               Dense("d2", mk(9, 7, 0.5), None, "sigmoid"),
+                               Dense("d3", mk(7, 8, 1.5), mk(1, 8, 0.2)[0], "tanh"),
+                               Dense("d4", mk(8, 5, 0.7), mk(1, 5, 0.1)[0], "linear"),
+                               Dense("d5", mk(5, 4, 2.0), None, "softmax")])
+
+
+def probe_inputs(n_in, lo=-1.0, hi=1.0):
+    """In-range inputs plus out-of-range, infinite and NaN ones (clamped by contract)."""
+    x = check_inputs(n_in, 60, 11, (lo, hi))
+    odd = np.array([[5.0] * n_in, [-7.0] * n_in, [np.inf] * n_in, [-np.inf] * n_in, [np.nan] * n_in],
+                   dtype=np.float32)
+    return np.vstack([x, odd])
+
+
+def host_outputs(tmp_path, model, precision, x):
+    out = tmp_path / precision
+    codegen.generate(model, out, precision=precision, storage="avr-progmem-far", input_range=(-1, 1))
+    exe = out / "check"
+    cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", "-ffp-contract=off", f"-I{out}",
+           *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
+           str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return native.run_cases(exe, x, model.output_size)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("which", ["f1tenth", "mixed"])
+def test_host_c_equals_the_emulator_bit_for_bit(tmp_path, precision, which):
+    model = pipeline.load_model(F1TENTH, "f1tenth")[0] if which == "f1tenth" else mixed_model()
+    x = probe_inputs(model.input_size)
+    c = host_outputs(tmp_path, model, precision, x)
+    emulated = fixed.run(quantize.quantize(model, precision, (-1, 1)), x)
+    assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
+    assert np.all(np.isfinite(c))
+
+
+@pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 1.2e-3), ("fix16", 3e-4)])
+def test_error_against_float64_reference_on_f1tenth(precision, tolerance):
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    x = check_inputs(model.input_size, 300, 5, (-1, 1))
+    error = np.abs(fixed.run(quantize.quantize(model, precision, (-1, 1)), x) - reference.run(model, x)).max()
+    print(f"\n{precision}: max |fixed - float64| = {error:.3g}")
+    assert error <= tolerance
+
+
+@needs_avr
+@pytest.mark.parametrize("precision", ["q16-acc32", "q16", "fix16", "fixed4.12", "fixed8.24"])
+def test_avr_c_equals_the_emulator_bit_for_bit(tmp_path, precision):
+    """On the MCU: the inline-asm MAC, near/far flash reads and 64-bit splits are exact."""
+    model = mixed_model()
+    board = pipeline.load_board("avr")
+    src = tmp_path / "mix.h5"
+    elf, harness = build_avr(tmp_path, model, precision, board)
+    x = probe_inputs(model.input_size)
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="mix_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = fixed.run(quantize.quantize(model, precision, (-1, 1)), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32)), src
+    assert cycles.min() > 0
+
+
+def build_avr(tmp_path, model, precision, board):
+    from nnbuild.compilers import gcc
+    out = tmp_path / "gen"
+    codegen.generate(model, out, precision=precision, storage=board["weights_storage"], input_range=(-1, 1))
+    defines = [d[2:] for d in check_main_defines("mix.h", "mix_infer", model.input_size, model.output_size)]
+    elf = gcc.build_executable(board, [out / "mix.c", out / "mix_weights.c", CHECK_MAIN], tmp_path / "mix.elf",
+                               include_dirs=[out], defines=defines)
+    return elf, simavr.build_harness(tmp_path / "simavr_run")
+
+
+def accumulators(plan, x):
+    """Every accumulator value the code computes on inputs x (emulated exactly)."""
+    q = fixed.quantize_input(x, plan.input, plan.input_range)
+    seen = []
+    for layer in plan.layers:
+        if layer.per_mac_shift:
+            s = layer.per_mac_shift
+            acc = layer.bias_q + ((q[:, None, :] * layer.kernel_q[None] + (1 << (s - 1))) >> s).sum(axis=2)
+        else:
+            acc = layer.bias_q + q @ layer.kernel_q.T
+        seen.append(np.abs(acc).max())
+        q = fixed.dense(layer, q)
+    return seen
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_proven_accumulator_bound_holds_on_extreme_inputs(precision):
+    model = mixed_model()
+    plan = quantize.quantize(model, precision, (-1, 1))
+    rng = np.random.default_rng(2)
+    x = np.vstack([rng.choice([-1.0, 1.0], size=(2000, 6)), probe_inputs(6)]).astype(np.float32)
+    for layer, seen in zip(plan.layers, accumulators(plan, x)):
+        assert seen <= layer.acc_bound < 2 ** (layer.acc_bits - 1), layer.name
+
+
+def overflowing_model():
+    """One neuron summing 400 inputs of weight 0.5: |acc| reaches 200 (x in [-1, 1])."""
+    return Model("big", (400,), [Dense("wide", np.full((400, 1), 0.5, np.float32), None, "linear")])
+
+
+def test_overflow_gets_a_wider_accumulator_or_fewer_weight_bits():
+    q16 = quantize.quantize(overflowing_model(), "q16", (-1, 1))
+    assert q16.layers[0].acc_bits == 64  # 0.5 at Q15 times 1.0 at Q14, 400 times, exceeds int32
+    fast = quantize.quantize(overflowing_model(), "q16-acc32", (-1, 1))
+    assert fast.layers[0].acc_bits == 32 and fast.layers[0].weight.frac < q16.layers[0].weight.frac
+    assert "lowered" in fast.layers[0].notes[0]
+
+
+def test_what_cannot_fit_is_refused_with_the_layer_named():
+    with pytest.raises(NNBuildError, match=r"Dense 'wide' output: values up to 8e\+04 do not fit fix16"):
+        quantize.quantize(Model("big", (400,), [Dense("wide", np.full((400, 1), 200.0, np.float32), None,
+                                                      "linear")]), "fix16", (-1, 1))
+    with pytest.raises(NNBuildError, match=r"Dense 'wide' output.*do not fit fixed3.5"):
+        quantize.quantize(overflowing_model(), "fixed3.5", (-1, 1))
+
+
+@pytest.mark.parametrize("frac", [12, 14, 16])
+def test_table_activations_meet_their_documented_error(frac):
+    z = np.arange(-(12 << 16), 12 << 16, 5, dtype=np.int64)
+    x, lsb = z / 65536.0, 2.0 ** -frac
+    assert np.abs(fixed.tanh_q(z, frac) * lsb - np.tanh(x)).max() <= 3e-5 + lsb
+    assert np.abs(fixed.sigmoid_q(z, frac) * lsb - 1 / (1 + np.exp(-x))).max() <= 2e-5 + lsb
+    zz = (np.random.default_rng(0).standard_normal((5000, 10)) * 4 * 65536).astype(np.int64)
+    e = np.exp(zz / 65536.0 - (zz / 65536.0).max(axis=1, keepdims=True))
+    assert np.abs(fixed.softmax_q(zz, frac) * lsb - e / e.sum(axis=1, keepdims=True)).max() <= 2e-4 + lsb
+
+
+def test_unknown_precision_and_missing_range_are_one_line():
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    with pytest.raises(NNBuildError, match="precision 'int7' is not supported"):
+        quantize.check_precision("int7")
+    with pytest.raises(NNBuildError, match="needs the model's input range"):
+        codegen.generate(model, "/nonexistent/never-written", precision="q16")
