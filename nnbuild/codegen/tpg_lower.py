@@ -1,0 +1,483 @@
+"""Lowering of a Tangled Program Graph to C expressions, shared by the tpg_switch and tpg_stack shapes.
+
+What makes the generated code cheaper than GEGELATI's while computing the same doubles:
+* A team with a single outgoing edge runs no program (its result cannot change the action).
+* Programs become expression DAGs: registers are SSA values (a register read before any write is
+  the literal 0.0, as GEGELATI zeroes them), lines that do not reach register 0 (introns) vanish,
+  and identical computations (same instruction on the same operands, e.g. two programs computing
+  `cos(screen[746])`, or two copies of one program) are computed once per team.
+* With `share=True` (switch shape), a value computed in a team is reused by every team it
+  dominates (every path to them passes through it), instead of being computed again.
+Every operation keeps its C semantics exactly (no reassociation, no folding by us): each node is
+one instruction of the source program, rendered from the environment's C template, so with
+FLT_EVAL_METHOD 0 the C result is bit-identical to the reference interpreter's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from nnbuild.errors import NNBuildError
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+@dataclass
+class Node:
+    """One value: a literal, an input element, or an instruction applied to other nodes."""
+
+    id: int
+    kind: str  # "literal", "input", "op"
+    text: str  # C text of a literal/input reference, or the C expression of an op (operands named)
+    instruction: Optional[int] = None
+    args: Tuple[int, ...] = ()
+    libm: bool = False
+    origin: str = ""  # "P5 line 2" of the first line that produced it
+
+    @property
+    def var(self) -> str:
+        return f"v{self.id}"
+
+
+@dataclass
+class Table:
+    """A one-operand <math.h> instruction tabulated on the integers lo..hi (environment
+    "integer_tables"): the helper returns the table entry for an integer argument in range, and
+    calls libm otherwise. The entries are the reference interpreter's doubles (the build
+    machine's libm), so the generated code returns what the reference computes."""
+
+    instruction: int
+    helper: str  # C function name
+    symbol: str  # C table name
+    call: str  # the instruction's C expression with the operand named x
+    lo: int
+    hi: int
+    values: List[str]  # C literals, lo first
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+
+@dataclass
+class EdgePlan:
+    index: int  # edge index in the TPG
+    program: str  # "P5"
+    bid: Optional[int]  # node id of the bid (None for a single-edge team)
+    dest_team: Optional[int]  # team state (position in `order`) or
+    action: Optional[int]  # action id
+    file_line: int
+
+    @property
+    def dest_label(self) -> str:
+        return f"A{self.action}" if self.action is not None else f"S{self.dest_team}"
+
+
+@dataclass
+class TeamPlan:
+    state: int  # position in the topological order (the switch state)
+    team: int  # team index in the TPG
+    label: str  # "T3"
+    edges: List[EdgePlan]
+    compute: List[int] = field(default_factory=list)  # nodes this team computes, in order
+    reused: List[int] = field(default_factory=list)  # nodes it reads from dominating teams
+    keep: List[int] = field(default_factory=list)  # computed nodes dominated teams read later
+
+
+@dataclass
+class Plan:
+    name: str
+    nodes: List[Node]
+    teams: List[TeamPlan]  # topological order, root first
+    shared: List[int]  # nodes stored in function-scope variables (switch shape)
+    depth: int
+    inputs: list  # DataSource of each argument
+    stats: dict
+    tables: List[Table] = field(default_factory=list)
+
+
+def _literal(value) -> str:
+    if isinstance(value, int):
+        text = f"{value}.0"
+    else:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise NNBuildError(f"program constant {value} has no C literal")
+        text = repr(float(value))
+        if not re.search(r"[.eE]", text):
+            text += ".0"
+    return f"({text})" if text.startswith("-") else text
+
+
+def _c_double(value) -> str:
+    """An exact C literal of a double (shortest round-trip decimal), or a <math.h> macro."""
+    if value != value:
+        return "NAN"
+    if value in (float("inf"), float("-inf")):
+        return "HUGE_VAL" if value > 0 else "(-HUGE_VAL)"
+    text = repr(float(value))
+    if not re.search(r"[.eEn]", text):
+        text += ".0"
+    return text
+
+
+def integer_tables(tpg, prefix):
+    """Table of every one-operand <math.h> instruction of the environment, when it asks for them."""
+    import numpy as np
+
+    from nnbuild.frontends import c_identifier
+    from nnbuild.ir import tpg_reference
+    env = tpg.environment
+    if not env.integer_tables:
+        return {}
+    lo, hi = env.integer_tables
+    out = {}
+    for k, ins in enumerate(env.instructions):
+        if ins.arity != 1 or ins.operand_types[0] != "double" or not ins.libm:
+            continue
+        f = tpg_reference.compile_semantics(ins)
+        zeros = f(np.array([0.0, -0.0]))
+        if zeros[0].tobytes() != zeros[1].tobytes() and not np.all(np.isnan(zeros)):
+            continue  # f(-0.0) != f(+0.0): (int)x cannot tell them apart
+        values = f(np.arange(lo, hi + 1, dtype=np.float64))
+        cname = c_identifier(ins.name)
+        out[k] = Table(k, f"{prefix}_{cname}_int", f"{prefix}_{cname}_table",
+                       _PLACEHOLDER.sub("x", ins.c_expression), lo, hi,
+                       [_c_double(float(v)) for v in values])
+    return out
+
+
+class _Builder:
+    def __init__(self, tpg, tables=None):
+        self.tpg = tpg
+        self.env = tpg.environment
+        self.tables = tables or {}
+        self.nodes: List[Node] = []
+        self.table: Dict[tuple, int] = {}
+        self.zero = self._node(("literal", "0.0"), "literal", "0.0")
+        self.inputs = list(self.env.inputs)
+        self.first_input = 1 + (1 if self.env.constants else 0)
+
+    def _node(self, key, kind, text, **kw):
+        if key not in self.table:
+            self.table[key] = len(self.nodes)
+            self.nodes.append(Node(len(self.nodes), kind, text, **kw))
+        return self.table[key]
+
+    def program(self, prog) -> int:
+        """The node of register 0 after `prog` (SSA over the registers, zero-initialised)."""
+        env, sources = self.env, self.env.sources
+        regs = [self.zero] * env.registers
+        for n, line in enumerate(prog.lines, start=1):
+            ins = env.instructions[line.instruction]
+            args = []
+            for op, typ in zip(line.operands, ins.operand_types):
+                src = sources[op.source]
+                loc = op.location % src.address_space(typ)
+                if src.role == "registers":
+                    args.append(regs[loc])
+                elif src.role == "constants":
+                    text = _literal(prog.constants[loc])
+                    args.append(self._node(("literal", text), "literal", text))
+                else:
+                    name = self.inputs[op.source - self.first_input].name
+                    args.append(self._node(("input", name, loc), "input", f"{name}[{loc}]"))
+            key = ("op", line.instruction) + tuple(args)
+            if key not in self.table:
+                if line.instruction in self.tables:
+                    expr = f"{self.tables[line.instruction].helper}({self._ref(args[0])})"
+                else:
+                    expr = _PLACEHOLDER.sub(lambda m: self._ref(args[int(m.group(1)) - 1]), ins.c_expression)
+                self._node(key, "op", expr, instruction=line.instruction, args=tuple(args),
+                           libm=ins.libm, origin=f"{prog.label} line {n}")
+            regs[line.destination] = self.table[key]
+        return regs[0]
+
+    def _ref(self, node_id):
+        node = self.nodes[node_id]
+        return node.text if node.kind != "op" else node.var
+
+    def closure(self, roots, available=frozenset()):
+        """Op nodes needed for `roots`, not in `available`, in creation (= dependency) order."""
+        out, work = set(), [r for r in roots if r is not None]
+        while work:
+            n = work.pop()
+            node = self.nodes[n]
+            if node.kind != "op" or n in out or n in available:
+                continue
+            out.add(n)
+            work.extend(node.args)
+        return sorted(out)
+
+
+def dominators(tpg, order):
+    """Immediate dominator (team index) of every reachable team but the root (Cooper et al.)."""
+    pos = {t: k for k, t in enumerate(order)}
+    preds = {t: [] for t in order}
+    for t in order:
+        for e in tpg.teams[t].edges:
+            d = tpg.edges[e].team
+            if d is not None:
+                preds[d].append(t)
+    idom = {order[0]: order[0]}
+
+    def intersect(a, b):
+        while a != b:
+            while pos[a] > pos[b]:
+                a = idom[a]
+            while pos[b] > pos[a]:
+                b = idom[b]
+        return a
+
+    for t in order[1:]:  # topological order: every predecessor is done (acyclic graph)
+        ps = preds[t]
+        new = ps[0]
+        for p in ps[1:]:
+            new = intersect(p, new)
+        idom[t] = new
+    return idom
+
+
+def lower(tpg, name, *, share=False, tables=True) -> Plan:
+    """The plan of the generated code: per team (topological order) the nodes to compute and the
+    edges with their bid node and destination."""
+    all_tables = integer_tables(tpg, name) if tables else {}
+    b = _Builder(tpg, all_tables)
+    order = tpg.reachable()
+    state = {t: k for k, t in enumerate(order)}
+    bids = {}
+    teams = []
+    for t in order:
+        edges = []
+        multi = len(tpg.teams[t].edges) > 1
+        for e in tpg.teams[t].edges:
+            edge = tpg.edges[e]
+            prog = tpg.programs[edge.program]
+            if multi and edge.program not in bids:
+                bids[edge.program] = b.program(prog)
+            edges.append(EdgePlan(e, prog.label, bids[edge.program] if multi else None,
+                                  state.get(edge.team), edge.action, edge.file_line))
+        teams.append(TeamPlan(state[t], t, tpg.teams[t].label, edges))
+
+    idom = dominators(tpg, order) if share else {}
+    available = {}  # team -> nodes computed by its strict dominators
+    computed = {}
+    readers = {}  # node -> teams that read it from a dominator
+    for plan in teams:
+        t = plan.team
+        avail = set()
+        if share and t != order[0]:
+            d = idom[t]
+            avail = available[d] | set(computed[d])
+        available[t] = avail
+        roots = [e.bid for e in plan.edges]
+        need_all = b.closure(roots)
+        plan.compute = b.closure(roots, frozenset(avail))
+        computed[t] = plan.compute
+        plan.reused = sorted(set(need_all) - set(plan.compute))
+        # nodes read from dominators: only those referenced by this team's own computations or bids
+        direct = set()
+        for n in plan.compute:
+            direct.update(a for a in b.nodes[n].args if a in avail)
+        direct.update(r for r in roots if r is not None and r in avail)
+        plan.reused = sorted(direct)
+        for n in direct:
+            readers.setdefault(n, set()).add(t)
+    shared = sorted(readers)
+    shared_set = set(shared)
+    for plan in teams:
+        plan.keep = [n for n in plan.compute if n in shared_set]
+    visits = _static_stats(tpg, teams, b)
+    used = {b.nodes[n].instruction for p in teams for n in p.compute}
+    return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
+                [t for k, t in sorted(all_tables.items()) if k in used])
+
+
+def _static_stats(tpg, teams, b):
+    """Static counts for the trace: programs GEGELATI runs vs the operations we emit."""
+    gegelati_lines = sum(len(tpg.programs[tpg.edges[e].program].lines)
+                         for p in teams for e in tpg.teams[p.team].edges)
+    ops = sum(len(p.compute) for p in teams)
+    return {"teams": len(teams), "edges": sum(len(p.edges) for p in teams),
+            "program_lines": gegelati_lines, "operations": ops,
+            "libm_operations": sum(1 for p in teams for n in p.compute if b.nodes[n].libm),
+            "single_edge_teams": sum(1 for p in teams if len(p.edges) == 1),
+            "shared_values": len({n for p in teams for n in p.keep})}
+
+
+def file_digest(path) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def argument_list(inputs) -> str:
+    return ", ".join(f"const double {s.name}[{s.size}]" for s in inputs)
+
+
+def flat_call(name, inputs) -> str:
+    """The call of the entry point on one flat array holding every data source in order."""
+    args, offset = [], 0
+    for s in inputs:
+        args.append(f"&(obs)[{offset}]")
+        offset += s.size
+    return f"{name}_infer({', '.join(args)})"
+
+
+TEAM_MARK = re.compile(r"/\* nnbuild-team (\S+) \*/")
+LOOP_MARK = re.compile(r"NN_LOOPBOUND\((\d+)\)")
+
+
+def flow_facts(name, code, team_function=None):
+    """Loop bounds and per-team line ranges read back from the rendered C (so lines are exact).
+
+    `team_function(label)` names the C function a team's code lives in (default: the entry)."""
+    lines = code.splitlines()
+    entry = f"{name}_infer"
+    loops, layers, pending, open_loops = [], [], None, []
+    current = None
+    for number, text in enumerate(lines, start=1):
+        mark = TEAM_MARK.search(text)
+        if mark:
+            current = {"name": mark.group(1), "type": "Team",
+                       "function": team_function(mark.group(1)) if team_function else entry,
+                       "file": f"{name}.c", "first_line": number, "last_line": None}
+            layers.append(current)
+        if "nnbuild-team-end" in text and current is not None:
+            current["last_line"] = number
+            current = None
+        bound = LOOP_MARK.search(text)
+        if bound and "#define" not in text:
+            pending = int(bound.group(1))
+        elif pending is not None and text.strip().startswith("for ("):
+            loops.append({"function": entry, "file": f"{name}.c", "line": number, "last_line": None,
+                          "max_iterations": pending, "layer": None,
+                          "why": "each team runs at most once per inference: the graph is acyclic "
+                                 "and this is its longest root-to-action path in teams"})
+            open_loops.append((len(text) - len(text.lstrip()), loops[-1]))
+            pending = None
+        elif open_loops and text.strip() == "}" and len(text) - len(text.lstrip()) == open_loops[-1][0]:
+            open_loops.pop()[1]["last_line"] = number
+    missing = [l["name"] for l in layers if l["last_line"] is None]
+    if missing or any(l["last_line"] is None for l in loops):
+        raise NNBuildError(f"internal error: unterminated team or loop marks in {name}.c ({missing})")
+    return {"entry": entry, "loops": loops, "layers": layers,
+            "facts": ["programs are straight-line code (no loops, no calls but <math.h> functions)",
+                      "each team runs at most once per inference (acyclic graph)"]}
+
+
+def trace(tpg, plan, code, facts, shape):
+    """TPG element -> generated code lines, for the traceability report."""
+    ranges = {l["name"]: (l["first_line"], l["last_line"]) for l in facts["layers"]}
+    labels = {p.state: p.label for p in plan.teams}
+    n_in = tpg.input_size
+    teams = []
+    for p in plan.teams:
+        teams.append({
+            "team": p.label, "state": p.state, "lines": list(ranges.get(p.label, (None, None))),
+            "edges": [{"program": e.program, "to": (f"action {e.action}" if e.action is not None
+                                                      else labels[e.dest_team]),
+                       "dot_line": e.file_line,
+                       "bid": plan.nodes[e.bid].var if e.bid is not None and plan.nodes[e.bid].kind == "op"
+                       else (plan.nodes[e.bid].text if e.bid is not None else None)} for e in p.edges],
+            "operations": len(p.compute), "reused_from_dominators": len(p.reused),
+        })
+    return {
+        "model": plan.name,
+        "kind": "tpg",
+        "shape": shape,
+        "sources": [s.rsplit("/", 1)[-1] for s in tpg.source_files],
+        "environment": tpg.environment.name,
+        "meta": {k: v for k, v in sorted(tpg.meta.items()) if isinstance(v, (str, int, float, list))},
+        "passes": [],
+        "stats": {**tpg.stats(), **plan.stats},
+        "tables": [{"instruction": tpg.environment.instructions[t.instruction].name, "symbol": t.symbol,
+                    "integers": [t.lo, t.hi]} for t in plan.tables],
+        "teams": teams,
+        # the report's per-layer view: one "layer" per team
+        "layers": [{"index": t["state"], "name": t["team"], "type": "Team", "activation": None,
+                    "inputs": n_in, "units": len(t["edges"]), "code": f"{plan.name}.c",
+                    "lines": t["lines"], "weights": []} for t in teams],
+    }
+
+
+class Context:
+    """What the TPG templates see (`c`): the plan plus naming helpers."""
+
+    def __init__(self, tpg, plan, shape, storage="const"):
+        from pathlib import Path as _Path
+
+        from nnbuild import __version__
+        self.name = plan.name
+        self.guard = plan.name.upper()
+        self.version = __version__
+        self.shape = shape
+        self.env = tpg.environment
+        self.env_file = _Path(self.env.path).name if self.env.path else "(built in)"
+        self.source = _Path(tpg.source_files[0]).name if tpg.source_files else "(memory)"
+        self.source_sha256 = file_digest(tpg.source_files[0]) if tpg.source_files else None
+        self.nodes = plan.nodes
+        self.teams = plan.teams
+        self.shared = plan.shared
+        self.shared_set = set(plan.shared)
+        self.depth = plan.depth
+        self.inputs = plan.inputs
+        self.n_in = tpg.input_size
+        self.stats = plan.stats
+        self.args = argument_list(plan.inputs)
+        self.params = ", ".join(s.name for s in plan.inputs)
+        self.flat_call = flat_call(plan.name, plan.inputs)
+        self.tables = plan.tables
+        self.far = storage == "avr-progmem-far"
+
+    def ref(self, node_id):
+        node = self.nodes[node_id]
+        return node.var if node.kind == "op" else node.text
+
+    def code(self, edge):
+        """`next` value of an edge: the destination team's state, or -1 - action."""
+        return str(edge.dest_team) if edge.action is None else f"-1 - {edge.action}"
+
+    def dest(self, edge):
+        return f"action {edge.action}" if edge.action is not None else self.teams[edge.dest_team].label
+
+    def team_fn(self, team):
+        return f"{self.name}_{team.label}"
+
+    def team_dests(self, team):
+        """Distinct destination team states of a team's edges, in first-use order."""
+        out = []
+        for e in team.edges:
+            if e.dest_team is not None and e.dest_team not in out:
+                out.append(e.dest_team)
+        return out
+
+
+def render(tpg, *, shape, template, share, storage="const", team_function=None):
+    """All output files of a TPG for one code shape, as {file name: text or JSON-able object}."""
+    from nnbuild.codegen import templating
+    name = tpg.name
+    plan = lower(tpg, name, share=share)
+    c = Context(tpg, plan, shape, storage)
+    code = templating.render(template, {"c": c})
+    facts = flow_facts(name, code, (lambda label: f"{name}_{label}") if team_function else None)
+    return {
+        f"{name}.h": templating.render("tpg.h.j2", {"c": c}),
+        f"{name}.c": code,
+        f"{name}_weights.h": templating.render("tpg_weights.h.j2", {"c": c}),
+        f"{name}_weights.c": templating.render("tpg_weights.c.j2", {"c": c}),
+        f"{name}.flowfacts.json": facts,
+        f"{name}.trace.json": trace(tpg, plan, code, facts, shape),
+    }
+
+
+def check_options(model, precision):
+    """A TPG computes in the C type `double` of its environment: number formats do not apply."""
+    if precision not in ("float32", "float64"):
+        raise NNBuildError(f"precision '{precision}' does not apply to a Tangled Program Graph (its programs "
+                           "compute in C double, 64-bit on hosts, 32-bit on AVR)",
+                           path=model.source_files[0] if getattr(model, "source_files", None) else None)

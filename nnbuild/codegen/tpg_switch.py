@@ -1,0 +1,21 @@
+"""TPG code shape `switch` (Desnos et al., SiPS'22, section IV): a finite-state machine over teams.
+
+One function `<name>_infer(const double <source>[n], ...)` returning the action id: a `switch` on
+the current team inside a loop bounded by the graph's longest root-to-action path (each team runs
+at most once per inference, the graph being acyclic), with every team's programs inlined as
+straight-line expressions (nnbuild.codegen.tpg_lower). A value computed in a team is reused by
+the teams it dominates. The loop bound goes to the flow facts, each team's line range as a
+"layer" so the WCET report splits the bound per team.
+"""
+
+from nnbuild.codegen import tpg_lower
+from nnbuild.errors import NNBuildError
+
+KIND = "tpg"
+
+
+def render(model, *, precision, storage, passes_log, **_options):
+    tpg_lower.check_options(model, precision)
+    if getattr(model, "kind", "nn") != "tpg":
+        raise NNBuildError("shape 'switch' generates Tangled Program Graphs; use shape mlp for this model")
+    return tpg_lower.render(model, shape="switch", template="tpg_switch.c.j2", storage=storage, share=True)
