@@ -1,7 +1,7 @@
 """Examples as build inputs: `model=f1tenth` means firmware_examples/f1tenth/example.json.
 
 example.json keys: model (file, relative to the example dir), main (optional firmware main.c),
-deadline_ms, tolerance, input_range [lo, hi], check_inputs (count), seed.
+precision, deadline_ms, tolerance, input_range [lo, hi], check_inputs (count), seed.
 """
 
 import json
@@ -12,7 +12,7 @@ from nnbuild.frontends import c_identifier
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "firmware_examples"
 DEFAULTS = {"tolerance": 1e-4, "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1,
-            "deadline_ms": None}
+            "deadline_ms": None, "precision": "float32"}
 
 
 def available_examples(root=EXAMPLES_DIR):
@@ -28,7 +28,9 @@ def resolve(model, root=EXAMPLES_DIR):
             config = {**DEFAULTS, **json.load(f)}
         base = config_path.parent
         config["name"] = c_identifier(model)
-        config["model"] = str(base / config["model"])
+        config["model"] = str((base / config["model"]).resolve()) if ".." in config["model"] else str(base / config["model"])
+        if not Path(config["model"]).exists():
+            raise NNBuildError(f"model file of example '{model}' not found: {config['model']}", path=config_path)
         main = base / config.get("main", "main.c")
         config["main"] = str(main) if main.is_file() else None
         return config

@@ -12,13 +12,17 @@ import pytest
 from conftest import copy_project, have, needs_avr, scons, shared_file
 
 
+#: the main example in float32, with a deadline float32 can meet
+FLOAT_ARGS = ("target=avr", "model=f1tenth", "precision=float32", "deadline=10s")
+
+
 @pytest.fixture(scope="module")
 def avr_project(tmp_path_factory):
-    """One AVR build of the main example, shared by the tests that only read or re-gate it."""
+    """One float32 AVR build of the main example, shared by the tests that only read or re-gate it."""
     if not have("avr-gcc", "avr-nm", "avr-objdump"):
         pytest.skip("avr-gcc not installed (bash scripts/setup.sh)")
     project = copy_project(tmp_path_factory.mktemp("avr"))
-    first = scons(project, "target=avr", "model=f1tenth")
+    first = scons(project, *FLOAT_ARGS)
     assert first.returncode == 0, first.stdout + first.stderr
     return project, first
 
@@ -47,7 +51,7 @@ def test_avr_f1tenth_report_has_every_field(avr_project):
 @needs_avr
 def test_second_identical_run_builds_nothing(avr_project):
     project, _ = avr_project
-    again = scons(project, "target=avr", "model=f1tenth")
+    again = scons(project, *FLOAT_ARGS)
     assert again.returncode == 0, again.stderr
     assert "[nnbuild]" not in again.stdout and "rebuilding" not in again.stdout
     assert "is up to date" in again.stdout
@@ -67,12 +71,12 @@ def test_wcet_bound_is_sound_and_reported(avr_project):
 def test_missed_deadline_fails_every_time_then_passes(avr_project):
     project, _ = avr_project
     for _ in range(2):
-        miss = scons(project, "target=avr", "model=f1tenth", "deadline=1ms")
+        miss = scons(project, *FLOAT_ARGS[:3], "deadline=1ms")
         assert miss.returncode != 0
         verdict = [l for l in miss.stdout.splitlines() + miss.stderr.splitlines() if "> deadline" in l]
         assert verdict and "WCET" in verdict[0] and "f1tenth on avr @ 20 MHz" in verdict[0], miss.stderr
         assert not (project / "build/avr/f1tenth/gate.json").exists()
-    ok = scons(project, "target=avr", "model=f1tenth", "deadline=10s")
+    ok = scons(project, *FLOAT_ARGS)
     assert ok.returncode == 0, ok.stderr
     report = report_of(project, "avr", "f1tenth")
     assert report["deadline_ms"] == 10000 and report["margin"] > 0
@@ -176,3 +180,49 @@ def test_arm_builds_runs_and_reports_sizes(tmp_path):
         gated = scons(project, "target=arm", "model=xor", "deadline=5ms")
         assert gated.returncode != 0
         assert "deadline 5 ms cannot be checked: 'owcet' (otawa) not found on PATH" in gated.stderr
+
+
+@needs_avr
+def test_main_example_meets_the_f1tenth_deadline_in_fixed_point(tmp_path):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=f1tenth")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = report_of(project, "avr", "f1tenth")
+    assert report["precision"] == "q16-acc32" and report["deadline_ms"] == 100
+    assert report["measured_cycles"] <= report["wcet_cycles"] <= 2_000_000  # 100 ms at 20 MHz
+    assert report["max_abs_error"] <= 1e-3 and report["bound_over_measured"] <= 1.05
+    assert report["stack_bytes"] > 0 and report["ram_bytes"] >= report["stack_bytes"]
+
+
+@needs_avr
+def test_precision_auto_picks_the_fastest_qualifying_candidate(tmp_path):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=f1tenth", "precision=auto", "deadline=100ms", "tolerance=1e-3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = report_of(project, "avr", "f1tenth")
+    table = {row["precision"]: row for row in report["precision_auto"]["candidates"]}
+    assert {"float32", "q16", "q16-acc32", "fix16"} <= set(table) and "float64" not in table
+    assert any("> deadline 100 ms" in v for v in table["float32"]["violations"])
+    winner = table[report["precision_auto"]["winner"]]
+    assert winner["precision"] != "float32" and not winner["violations"]
+    assert winner["wcet_ms"] <= 100 and winner["max_abs_error"] <= 1e-3
+    assert all(r["wcet_cycles"] is None or r["violations"] or r["wcet_cycles"] >= winner["wcet_cycles"]
+               for r in table.values())
+    assert (project / "build/avr/f1tenth/firmware.elf").exists()
+    strict = scons(project, "target=avr", "model=f1tenth", "precision=auto", "deadline=100ms", "tolerance=1e-9")
+    assert strict.returncode != 0
+    line = next(l for l in strict.stderr.splitlines() if "no candidate qualifies" in l)
+    for precision in ("float32", "q16", "q16-acc32", "fix16"):
+        assert f"{precision}: max error" in line
+    assert not (project / "build/avr/f1tenth/report.json").exists()
+
+
+def test_float64_is_refused_where_double_is_32_bits(tmp_path):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=xor", "precision=float64")
+    assert result.returncode != 0
+    assert "precision float64 needs a 64-bit double; avr-gcc's double is 32 bits on target avr" in result.stderr
+    host = scons(project, "target=host", "model=xor", "precision=float64")
+    assert host.returncode == 0, host.stderr
+    # computed in double; the API returns float, so the output's float32 rounding is the floor
+    assert report_of(project, "host", "xor")["max_abs_error"] <= 6e-8
