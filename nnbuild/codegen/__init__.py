@@ -15,6 +15,10 @@ from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS, check_pr
 
 SHAPES = {
     "mlp": "nnbuild.codegen.mlp",
+    "v1": "nnbuild.codegen.v1",
+    "v2": "nnbuild.codegen.v2",
+    "v3": "nnbuild.codegen.v3",
+    "auto": "nnbuild.codegen.auto",
 }
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS

@@ -1,19 +1,32 @@
-"""Fuse a standalone Activation into the linear Dense before it (one loop fewer, same math)."""
+"""Fuse a standalone Activation into the linear layer that produces its input (one loop fewer,
+same math): Dense, Conv2D, BatchNormalization, pooling and Add carry an activation field. Only
+when the Activation is the producer's one reader, so no other layer loses the pre-activation."""
 
 import dataclasses
 
-from nnbuild.ir.graph import Activation, Dense, Model
+from nnbuild.ir.graph import Activation
+from nnbuild.passes import rewrite
+
+#: layer kinds that apply an activation to their result
+FUSABLE = ("dense", "conv2d", "batchnorm", "pool2d", "add")
 
 
 def fuse_activation(model):
-    layers, log = [], []
-    for layer in model.layers:
-        previous = layers[-1] if layers else None
-        if (isinstance(layer, Activation) and isinstance(previous, Dense)
-                and previous.activation == "linear"):
-            layers[-1] = dataclasses.replace(previous, activation=layer.activation)
+    layers, log, renamed = list(model.layers), [], {}
+    removed = set()
+    for index, layer in enumerate(model.layers):
+        if not isinstance(layer, Activation):
+            continue
+        src = rewrite.source_index(model, index)
+        if src is None or src in removed:
+            continue
+        previous = layers[src]
+        if (getattr(previous, "kind", None) in FUSABLE and previous.activation == "linear"
+                and rewrite.only_reader(model, src, index)):
+            layers[src] = dataclasses.replace(previous, activation=layer.activation)
+            removed.add(index)
+            renamed[layer.name] = previous.name
             log.append(f"fuse_activation: Activation '{layer.name}' ({layer.activation}) "
-                       f"fused into Dense '{previous.name}'")
-        else:
-            layers.append(layer)
-    return dataclasses.replace(model, layers=layers), log
+                       f"fused into {previous.source_type} '{previous.name}'")
+    kept = [l for i, l in enumerate(layers) if i not in removed]
+    return rewrite.rebuild(model, kept, renamed), log

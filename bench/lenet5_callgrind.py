@@ -1,0 +1,107 @@
+"""Host x86-64 instructions per LeNet-5 inference (callgrind Ir, callees such as expf included),
+for the generated code of a shape at -O0 and at -O2 -fno-tree-vectorize, against ACETONE's best
+figures measured the same way (shared/docs/peers.md section 2).
+
+    python3 bench/lenet5_callgrind.py [--shape v2] [--inputs 5] [--json out.json]
+
+For each flag set: generate firmware_examples/lenet5 (host storage), build a driver that runs
+ONE inference per process, run it under `valgrind --tool=callgrind --toggle-collect=lenet5_infer`
+for each of the first N golden inputs, and print the minimum Ir (as peers.md does) and the ratio
+to ACETONE's best. Also checks the outputs against the Keras golden values while at it.
+"""
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from nnbuild import codegen, pipeline  # noqa: E402
+
+EXAMPLE = REPO / "firmware_examples" / "lenet5"
+#: ACETONE's best LeNet-5 Ir per inference in peers.md section 2, and the issue's targets
+ACETONE = {"-O0": (11_525_905, "indirect_gemm_nn", 0.5),
+           "-O2 -fno-tree-vectorize": (3_278_806, "6loops", 0.7)}
+
+DRIVER = r"""
+#include <stdio.h>
+#include "lenet5.h"
+int main(void)
+{
+    static float in[LENET5_INPUTS], out[LENET5_OUTPUTS];
+    if (fread(in, sizeof in, 1, stdin) != 1) return 2;
+    lenet5_infer(in, out);
+    fwrite(out, sizeof out, 1, stdout);
+    return 0;
+}
+"""
+
+
+def build(gen, flags, workdir):
+    driver = workdir / "driver.c"
+    driver.write_text(DRIVER)
+    exe = workdir / ("lenet5_" + re.sub(r"\W+", "_", flags))
+    cmd = ["gcc", *flags.split(), "-std=c99", "-g", f"-I{gen}", str(driver), str(gen / "lenet5.c"),
+           str(gen / "lenet5_weights.c"), "-o", str(exe), "-lm"]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+def ir_of_one_inference(exe, x, workdir):
+    out = workdir / "callgrind.out"
+    run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                          "--toggle-collect=lenet5_infer", str(exe)],
+                         input=np.asarray(x, np.float32).tobytes(), capture_output=True, check=True)
+    y = np.frombuffer(run.stdout, dtype=np.float32)
+    text = out.read_text()
+    total = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
+    return int(total.group(1)), y
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="v2")
+    ap.add_argument("--inputs", type=int, default=5)
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args(argv)
+    if not shutil.which("valgrind"):
+        sys.exit("valgrind not found (apt-get install valgrind)")
+    golden = np.load(EXAMPLE / "golden.npz")
+    workdir = Path(tempfile.mkdtemp(prefix="nnbuild-bench-"))
+    gen = workdir / "gen"
+    model, log = pipeline.load_model(EXAMPLE / "lenet5.h5", "lenet5")
+    codegen.generate(model, gen, shape=args.shape, storage="const", passes_log=log)
+    results = {"shape": args.shape, "model": "lenet5", "macs": 281_640, "runs": {}}
+    print(f"LeNet-5, shape {args.shape}, gcc {subprocess.run(['gcc', '-dumpfullversion'], capture_output=True, text=True).stdout.strip()}, "
+          f"callgrind Ir per inference (min over {args.inputs} inputs, callees included)")
+    for flags, (acetone, variant, target) in ACETONE.items():
+        exe = build(gen, flags, workdir)
+        counts, err = [], 0.0
+        for k in range(args.inputs):
+            ir, y = ir_of_one_inference(exe, golden["x"][k], workdir)
+            counts.append(ir)
+            err = max(err, float(np.max(np.abs(y - golden["y"][k]))))
+        best = min(counts)
+        ratio = best / acetone
+        verdict = "meets" if ratio <= target else "MISSES"
+        print(f"  {flags:<24} {best:>11,} Ir ({best / 281_640:5.2f} Ir/MAC)  vs ACETONE {variant} "
+              f"{acetone:,}: {ratio:.3f}x ({verdict} the <= {target}x target); max |C - Keras| {err:.3g}")
+        results["runs"][flags] = {"ir_min": best, "ir_all": counts, "acetone": acetone,
+                                  "acetone_variant": variant, "ratio": ratio, "target": target,
+                                  "max_abs_error_vs_keras": err}
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

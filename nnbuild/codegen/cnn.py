@@ -1,0 +1,306 @@
+"""Lowering shared by the CNN code shapes v1, v2 and v3: operations with every bound resolved,
+weight arrays, and the activation memory plan.
+
+A model (chain or DAG) becomes a list of operations in execution order. Flatten and Reshape make no
+operation: their tensor is their input's memory seen with another shape. Every other tensor lives
+in `in` (the model input), `out` (the tensor the output is a view of) or the static arena
+`<name>_arena`, at an offset chosen by `plan_memory`. Weights reuse the MLP shape's helpers (exact
+%.9g literals, arrays split below avr-gcc's 32 KB object limit for AVR far flash).
+"""
+
+import types
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from nnbuild import __version__
+from nnbuild.codegen import mlp
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
+from nnbuild.ir.graph import ALIASES
+
+FLOAT_BYTES = 4
+#: element-wise kinds that may write over a dying input of the same size
+IN_PLACE = ("activation", "batchnorm", "add")
+
+
+def index_type(bound):
+    """Narrowest fast unsigned type for an index below `bound` (MLP rule, plus 32 bits past 65535)."""
+    return "uint_fast32_t" if bound > 65535 else mlp.index_type(bound)
+
+
+def check_precision(precision, shape):
+    if precision != "float32":
+        raise NNBuildError(f"shape {shape} generates float32 only (precision '{precision}' is not supported "
+                           "by it; use shape=mlp for fixed point)")
+
+
+# --------------------------------------------------------------------------- memory plan
+
+
+@dataclass
+class Storage:
+    """One memory region holding one or more tensors over its lifetime [birth, death] (op steps)."""
+
+    ident: int
+    size: int
+    base: str                  # "in", "out" or "arena"
+    birth: int
+    death: int
+    offset: int = 0
+    tensors: List[str] = field(default_factory=list)
+
+
+def plan_memory(model, liveness=True):
+    """(tensor name -> (base, offset in floats), storages, stats).
+
+    With `liveness`, element-wise layers write over an input that dies there, and arena storages
+    whose lifetimes do not overlap share addresses (greedy, largest first, lowest fitting offset);
+    without it every tensor has its own region. Stats are in bytes: arena (what is allocated),
+    peak_live (the most bytes live at one step: no plan can use less) and one_per_tensor.
+    """
+    shapes = model.tensor_shapes()
+    layers = model.layers
+    root = {model.input_name: model.input_name}
+    for i, layer in enumerate(layers):
+        root[layer.name] = root[model.sources(i)[0]] if layer.kind in ALIASES else layer.name
+    out_root = root[layers[-1].name]
+    if out_root == model.input_name:
+        raise NNBuildError("the model output is its input reshaped: there is nothing to compute",
+                           item=f"model '{model.name}'")
+    last_read = {}
+    for i in range(len(layers)):
+        for s in model.sources(i):
+            last_read[root[s]] = i
+    storages = {model.input_name: Storage(-1, int(np.prod(shapes[model.input_name])), "in", -1, len(layers),
+                                          tensors=[model.input_name])}
+    where = {model.input_name: storages[model.input_name]}
+    count = 0
+    for i, layer in enumerate(layers):
+        if layer.kind in ALIASES:
+            where[layer.name] = where[root[layer.name]]
+            continue
+        size = int(np.prod(shapes[layer.name]))
+        death = len(layers) if layer.name == out_root else last_read.get(layer.name, i)
+        chosen = None
+        if liveness and layer.kind in IN_PLACE and layer.name != out_root:
+            for s in model.sources(i):
+                st = where[s]
+                if st.base == "arena" and st.size == size and st.death == i:
+                    chosen = st
+                    break
+        if chosen is not None:
+            chosen.death = max(chosen.death, death)
+            chosen.tensors.append(layer.name)
+        else:
+            chosen = Storage(count, size, "out" if layer.name == out_root else "arena", i, death,
+                             tensors=[layer.name])
+            storages[layer.name] = chosen
+            count += 1
+        where[layer.name] = chosen
+    arena = [s for s in storages.values() if s.base == "arena"]
+    if liveness:
+        placed = []
+        for st in sorted(arena, key=lambda s: (-s.size, s.birth)):
+            offset = 0
+            for other in sorted((o for o in placed if o.birth <= st.death and st.birth <= o.death),
+                                key=lambda o: o.offset):
+                if offset + st.size <= other.offset:
+                    break
+                offset = max(offset, other.offset + other.size)
+            st.offset = offset
+            placed.append(st)
+    else:
+        offset = 0
+        for st in sorted(arena, key=lambda s: s.birth):
+            st.offset, offset = offset, offset + st.size
+    steps = range(len(layers))
+    peak = max([sum(s.size for s in arena if s.birth <= k <= s.death) for k in steps], default=0)
+    one_each = sum(int(np.prod(shapes[l.name])) for l in layers if l.kind not in ALIASES and l.name != out_root)
+    stats = {"arena_bytes": FLOAT_BYTES * max([s.offset + s.size for s in arena], default=0),
+             "peak_live_bytes": FLOAT_BYTES * peak,
+             "one_buffer_per_tensor_bytes": FLOAT_BYTES * one_each,
+             "planned": bool(liveness)}
+    places = {name: (st.base, st.offset) for name, st in where.items()}
+    return places, storages, stats
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def _array(symbol, values, layer, comment):
+    values = np.asarray(values, dtype=np.float32).ravel()
+    return {"symbol": symbol, "size": int(values.size), "values": mlp.format_values(values, layer),
+            "comment": comment}
+
+
+def kernel_chunks(prefix, layer, rows, storage):
+    """Weight rows [out][k] split like the MLP shape's (below 32 KB per array on AVR far flash)."""
+    proxy = types.SimpleNamespace(name=layer.name, kernel=np.asarray(rows, np.float32).T)
+    return mlp.weight_chunks(prefix, proxy, storage)
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def lower(model, storage, *, liveness=None):
+    """Everything a CNN shape renders: ops (one per computing layer), weight arrays, memory plan."""
+    if liveness is None:
+        liveness = bool(model.meta.get("plan_buffers"))
+    shapes = model.tensor_shapes()
+    places, _, stats = plan_memory(model, liveness)
+    prefix = model.name
+    arena_symbol = f"{prefix}_arena"
+
+    def ref(tensor):
+        base, offset = places[tensor]
+        if base == "arena":
+            return f"{arena_symbol} + {offset}" if offset else arena_symbol
+        return base
+
+    ops, arrays = [], []
+    for index, layer in enumerate(model.layers):
+        if layer.kind in ALIASES:
+            continue
+        srcs = model.sources(index)
+        in_shapes = [shapes[s] for s in srcs]
+        out_shape = shapes[layer.name]
+        op = {"index": index, "name": layer.name, "c_name": c_identifier(layer.name),
+              "source_type": layer.source_type, "kind": layer.kind,
+              "activation": getattr(layer, "activation", "linear"),
+              "src": [ref(s) for s in srcs], "dst": ref(layer.name),
+              "in_shapes": [list(s) for s in in_shapes], "out_shape": list(out_shape),
+              "inputs": int(np.prod(in_shapes[0])), "units": int(np.prod(out_shape)),
+              "n": int(np.prod(out_shape)), "chunks": [], "bias": None}
+        op["in_place"] = op["dst"] in op["src"]
+        lower_layer(op, layer, in_shapes, out_shape, prefix, storage)
+        for c in op["chunks"]:
+            c["block"] = block_of(c["rows"])
+            c["comment"] = (f"{layer.source_type} '{layer.name}': outputs {c['start']}..{c['start'] + c['rows'] - 1}, "
+                            f"{op['k']} weights each")
+            arrays.append(c)
+        if op["bias"]:
+            op["bias"]["comment"] = f"{layer.source_type} '{layer.name}': bias"
+            arrays.append(op["bias"])
+        for extra in op.get("arrays", []):
+            arrays.append(extra)
+        last = out_shape[-1] if out_shape else 1
+        op["softmax"] = {"groups": op["n"] // last, "n": last} if op["activation"] == "softmax" else None
+        ops.append(op)
+    return {"ops": ops, "arrays": arrays, "memory": stats, "arena_symbol": arena_symbol,
+            "arena_floats": stats["arena_bytes"] // FLOAT_BYTES,
+            "activations": sorted({o["activation"] for o in ops} - {"linear", "softmax"}),
+            "has_softmax": any(o["softmax"] for o in ops)}
+
+
+#: outputs computed together by v2's multiply-accumulate loops (each input value loaded once)
+MAX_BLOCK = 4
+
+
+def block_of(rows):
+    """The largest block size <= MAX_BLOCK dividing `rows` (literal trip counts, no remainder loop)."""
+    return next(b for b in range(MAX_BLOCK, 0, -1) if rows % b == 0)
+
+
+def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
+    """Fill the kind-specific fields of `op` (sizes, strides, pads, weights)."""
+    kind = layer.kind
+    if kind == "conv2d":
+        (h, w, c), (oh, ow, oc) = in_shapes[0], out_shape
+        kh, kw = int(layer.kernel.shape[0]), int(layer.kernel.shape[1])
+        t, b, l, r = layer.padding
+        rows = np.transpose(np.asarray(layer.kernel, np.float32), (3, 0, 1, 2)).reshape(oc, -1)
+        op.update(H=h, W=w, C=c, OH=oh, OW=ow, OC=oc, KH=kh, KW=kw, SH=layer.strides[0], SW=layer.strides[1],
+                  DH=layer.dilation[0], DW=layer.dilation[1], PT=t, PL=l, padded=bool(t or b or l or r),
+                  k=kh * kw * c, run=kw * c if layer.dilation[1] == 1 else c,
+                  contiguous=layer.dilation[1] == 1, weights=rows,
+                  chunks=kernel_chunks(prefix, layer, rows, storage),
+                  bias=mlp.bias_array(prefix, layer))
+    elif kind == "dense":
+        op.update(k=int(layer.kernel.shape[0]), OC=int(layer.kernel.shape[1]),
+                  outer=int(np.prod(in_shapes[0][:-1])), weights=np.asarray(layer.kernel, np.float32).T,
+                  chunks=mlp.weight_chunks(prefix, layer, storage), bias=mlp.bias_array(prefix, layer))
+    elif kind == "pool2d":
+        (h, w, c), (oh, ow, _) = in_shapes[0], out_shape
+        t, b, l, r = layer.padding
+        op.update(H=h, W=w, C=c, OH=oh, OW=ow, KH=layer.pool[0], KW=layer.pool[1], SH=layer.strides[0],
+                  SW=layer.strides[1], PT=t, PL=l, padded=bool(t or b or l or r), mode=layer.mode)
+    elif kind == "zeropad2d":
+        (h, w, c), (oh, ow, _) = in_shapes[0], out_shape
+        op.update(H=h, W=w, C=c, OH=oh, OW=ow, PT=layer.padding[0], PL=layer.padding[2])
+    elif kind == "batchnorm":
+        alpha, offset = layer.scale_offset(np.float32)
+        sym = f"{prefix}_{c_identifier(layer.name)}"
+        op.update(C=int(alpha.size), pixels=op["n"] // int(alpha.size),
+                  scale=_array(f"{sym}_scale", alpha, layer, f"BatchNormalization '{layer.name}': "
+                               "gamma / sqrt(variance + epsilon)"),
+                  offset=_array(f"{sym}_offset", offset, layer, f"BatchNormalization '{layer.name}': "
+                                "beta - mean * scale"), alpha=alpha, beta_eff=offset)
+        op["arrays"] = [op["scale"], op["offset"]]
+    elif kind == "add":
+        op.update(terms=len(in_shapes))
+    elif kind == "concat":
+        a = layer.axis
+        outer = int(np.prod(out_shape[:a]))
+        parts, offset = [], 0
+        for src, s in zip(op["src"], in_shapes):
+            chunk = int(np.prod(s[a:]))
+            parts.append({"src": src, "chunk": chunk, "offset": offset})
+            offset += chunk
+        op.update(outer=outer, total=offset, parts=parts)
+    elif kind == "activation":
+        pass
+    else:
+        raise NNBuildError(f"{layer.source_type} layer '{layer.name}' has no CNN code shape")
+
+
+# --------------------------------------------------------------------------- files
+
+
+def context(model, lowered, shape, precision, storage):
+    """Template context shared by the shapes."""
+    return {
+        "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
+        "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
+        "far": storage == "avr-progmem-far", "n_in": model.input_size, "n_out": model.output_size,
+        "index_type": index_type, "weights_sha256": mlp.weights_digest(model), **lowered,
+    }
+
+
+def flow_facts(name, code):
+    """The MLP shape's flow facts (loops after NN_LOOPBOUND, layer marks), each loop's `function`
+    set to the C function whose body holds it."""
+    facts = mlp.flow_facts(name, code)
+    import re
+    starts = [(n, m.group(1)) for n, text in enumerate(code.splitlines(), start=1)
+              for m in [re.match(r"^(?:static\s+)?(?:NN_NOINLINE\s+)?(?:void|float)\s+(\w+)\(", text)] if m]
+    for item in facts["loops"] + facts["layers"]:
+        line = item.get("line", item.get("first_line"))
+        owner = [fn for n, fn in starts if n <= line]
+        if owner:
+            item["function"] = owner[-1]
+    return facts
+
+
+def trace(model, lowered, code, passes_log, shape, extra_log=()):
+    """The MLP trace (layer -> lines and weight arrays, passes) plus shapes and the memory plan."""
+    record = mlp.trace(model, lowered["ops"], code, list(passes_log) + list(extra_log))
+    by_name = {o["name"]: o for o in lowered["ops"]}
+    for entry in record["layers"]:
+        op = by_name[entry["name"]]
+        entry["input_shapes"], entry["output_shape"] = op["in_shapes"], op["out_shape"]
+        entry["buffer"] = op["dst"]
+        entry["weights"] += [a["symbol"] for a in op.get("arrays", [])]
+    record["shape"] = shape
+    record["memory"] = lowered["memory"]
+    return record
+
+
+def memory_log(memory):
+    if memory["planned"]:
+        return (f"plan_buffers: peak activation {memory['arena_bytes']:,} bytes in one arena "
+                f"(lower bound {memory['peak_live_bytes']:,} bytes live at once; "
+                f"{memory['one_buffer_per_tensor_bytes']:,} bytes with one buffer per tensor)")
+    return (f"plan_buffers: off, one buffer per tensor: {memory['arena_bytes']:,} bytes "
+            f"(liveness planning would need at least {memory['peak_live_bytes']:,})")

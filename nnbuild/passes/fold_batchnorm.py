@@ -1,0 +1,37 @@
+"""ACETONE Property 4: a BatchNormalization right after a linear Conv2D or Dense (its only reader)
+becomes part of that layer: kernel[..., o] *= alpha[o], bias[o] = bias[o] * alpha[o] + B[o] with
+alpha = gamma / sqrt(var + eps) and B = beta - mean * alpha, computed in float64 and rounded once
+to float32. One pass over the tensor fewer and no intermediate buffer."""
+
+import dataclasses
+
+import numpy as np
+
+from nnbuild.ir.graph import BatchNorm
+from nnbuild.passes import rewrite
+
+
+def fold_batchnorm(model):
+    layers, log, renamed, removed = list(model.layers), [], {}, set()
+    for index, layer in enumerate(model.layers):
+        if not isinstance(layer, BatchNorm):
+            continue
+        src = rewrite.source_index(model, index)
+        if src is None or src in removed:
+            continue
+        conv = layers[src]
+        if (getattr(conv, "kind", None) not in ("conv2d", "dense") or conv.activation != "linear"
+                or not rewrite.only_reader(model, src, index)):
+            continue
+        alpha, offset = layer.scale_offset(np.float64)
+        kernel = (np.asarray(conv.kernel, np.float64) * alpha).astype(np.float32)
+        bias = np.zeros(alpha.shape) if conv.bias is None else np.asarray(conv.bias, np.float64)
+        bias = (bias * alpha + offset).astype(np.float32)
+        kernel.flags.writeable = bias.flags.writeable = False
+        layers[src] = dataclasses.replace(conv, kernel=kernel, bias=bias, activation=layer.activation)
+        removed.add(index)
+        renamed[layer.name] = conv.name
+        log.append(f"fold_batchnorm: BatchNormalization '{layer.name}' folded into "
+                   f"{conv.source_type} '{conv.name}' (kernel and bias rescaled, Property 4)")
+    kept = [l for i, l in enumerate(layers) if i not in removed]
+    return rewrite.rebuild(model, kept, renamed), log
