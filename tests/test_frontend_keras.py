@@ -359,7 +359,7 @@ def test_f1tenth_example():
     assert all(l.activation == "tanh" for l in model.layers)
     assert sum(l.kernel.size for l in model.layers) == 24320
     example = json.loads((EXAMPLES / "f1tenth" / "example.json").read_text())
-    assert example["model"] == "architecture.json" and example["tolerance"] == 1e-5
+    assert example["model"] == "architecture.json" and example["tolerance"] <= 1e-3
     assert example["input_range"] == [-1.0, 1.0]
 
 
