@@ -344,7 +344,8 @@ def test_table_context_entries_are_well_formed():
     table = avr_loops.load_table()
     seen = set()
     for ent in table:
-        key = (ent["symbol"], ent["offset"], tuple(ent.get("within", [])), ent.get("call_site"))
+        key = (ent["symbol"], ent["offset"], tuple(ent.get("within", [])), ent.get("call_site"),
+               tuple(sorted(ent.get("entry_regs", {}).items())))
         assert key not in seen
         seen.add(key)
     counters = avr_loops.load_counters()

@@ -2,7 +2,9 @@
 
 analyze(elf, entry, flowfacts, board, workdir) -> WcetResult. Regions (functions, call targets and
 tail-jump targets) are analysed bottom-up, once per call context (avr_paths: the library functions
-active around the call, and the call site, as far as a table entry refers to them): a call costs
+active around the call, the call site, and the constant values of registers that "entry_regs"
+entries read, e.g. the `ldi r16, N` count of libgcc's 64-bit shifts, as far as a table entry
+refers to them): a call costs
 the CALL plus the callee's WCET in its context, charged to the calling block. Table loop bounds
 and infeasible-path constraints (avr_libloops.json) apply where their context holds. The bound
 counts from the entry's first instruction through its RET, excluding the CALL that invokes it.
@@ -85,6 +87,8 @@ class Analyzer:
         #: symbols whose table entries depend on the context: other regions share one analysis
         self.ctx_syms = {e["symbol"] for e in list(table) + self.paths if "within" in e or "call_site" in e}
         self.ctx_syms |= {e["symbol"] for e in self.paths if e.get("counters")}
+        #: symbols whose table entries read entry registers: only regions reaching one keep Ctx.regs
+        self.reg_syms = {e["symbol"] for e in table if e.get("entry_regs")}
         self.regions, self.reach, self.reach_sym, self.params = {}, {}, {}, {}
         self.counters = L.load_counters() if counters is None else counters
         #: call site -> operand tags (avr_paths.operand_tags) found in the analysed regions
@@ -105,6 +109,10 @@ class Analyzer:
 
     def _sensitive(self, addr):
         """True when a context-dependent table entry may apply in the region or below it."""
+        return bool(self._reach_names(addr) & (self.ctx_syms | self.reg_syms))
+
+    def _reach_names(self, addr):
+        """Symbols at the starts of the regions reachable from `addr` (calls and tails)."""
         if addr not in self.reach:
             seen, work, names = set(), [addr], set()
             while work:
@@ -118,12 +126,16 @@ class Analyzer:
                     for _, t in b.calls:
                         work.extend(t if isinstance(t, tuple) else (t,))
                 work.extend(t.target for t in r.tails.values())
-            self.reach[addr] = bool(names & self.ctx_syms)
+            self.reach[addr] = frozenset(names)
         return self.reach[addr]
 
     def region(self, addr, ctx=P.EMPTY):
-        if ctx != P.EMPTY and not self._sensitive(addr):
-            ctx = P.EMPTY
+        if ctx != P.EMPTY:
+            names = self._reach_names(addr)
+            if not names & self.ctx_syms:
+                ctx = ctx.without_names()
+            if not names & self.reg_syms:
+                ctx = ctx.without_regs()
         key = (addr, ctx)
         if key in self.done:
             return self.done[key]
@@ -171,6 +183,9 @@ class Analyzer:
             if name not in self.counters:
                 raise NNBuildError(f"builtin-avr: table paths entry uses unknown counter '{name}'")
             paths.counter_nodes[name] = P.counter_nodes(region, prog, self.counters[name])
+        at_call, at_tail = {}, {}
+        if self._reach_names(addr) & self.reg_syms:
+            at_call, at_tail = P.register_constants(region, dict(ctx.regs), self.ctxs.regs)
         callee, tail, cost, choices = {}, {}, {}, []
 
         def param_of(target, sub_ctx, node, site):
@@ -189,17 +204,18 @@ class Analyzer:
             subs = []
             cost[n] = C.block_base_cycles(b, fam, prog)
             for insn, t in b.calls:
-                sub = self._callee(t, self.ctxs.call(own, insn.addr, tags.get(insn.addr, ())))
+                sub = self._callee(t, self.ctxs.call(own, insn.addr, tags.get(insn.addr, ()),
+                                                     at_call.get(insn.addr)))
                 if isinstance(t, tuple) or not param_of(t, sub.ctx, n, insn):
                     subs.append((insn, sub))
                     cost[n] += sub.cycles
             callee[n] = subs
         for k, t in region.tails.items():
-            tail[k] = self.region(t.target, P.Contexts.tail(own, ctx))
+            tail[k] = self.region(t.target, self.ctxs.tail(own, ctx, at_tail.get(k)))
             cost[k] = 0 if param_of(t.target, tail[k].ctx, k, t.insn) else tail[k].cycles
         loops = L.find_loops(region, prog)
         self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
-        L.apply_table(region, loops, prog, self.table, own, ctx.site)
+        L.apply_table(region, loops, prog, self.table, own, ctx.site, dict(ctx.regs))
         L.apply_auto(region, loops)
         L.require_bounds(region, loops, prog)
         return region, loops, cost, callee, tail, paths, choices
@@ -299,7 +315,8 @@ def analyze(elf, entry, flowfacts, board, workdir):
     for lay in facts.get("layers", []):
         per_layer.setdefault(lay["name"], 0)
     functions = {r.name + r.ctx.label(prog): r.cycles
-                 for (a, _), r in sorted(an.done.items(), key=lambda kv: (kv[0][0], sorted(kv[0][1].names)))
+                 for (a, _), r in sorted(an.done.items(),
+                                         key=lambda kv: (kv[0][0], sorted(kv[0][1].names), sorted(kv[0][1].regs)))
                  if (a, r.ctx) != (start, P.EMPTY)}
     details = {
         "timing_model": (board or {}).get("timing_model", "avre-16bit-pc"),

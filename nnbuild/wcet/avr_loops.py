@@ -235,10 +235,13 @@ def load_counters(path=TABLE_PATH):
         return {c["name"]: c for c in json.load(f).get("counters", [])}
 
 
-def apply_table(region, loops, prog, table, own=frozenset(), site=None):
+def apply_table(region, loops, prog, table, own=frozenset(), site=None, regs=None):
     """Bound loops whose header is a table entry's symbol+offset and whose code matches its
-    pattern; entries with a context ("within", "call_site") only where it holds (avr_paths)."""
-    from nnbuild.wcet.avr_paths import applies
+    pattern; entries with a context ("within", "call_site") only where it holds (avr_paths);
+    entries with "entry_regs" only in a region that starts at the symbol with every named
+    register known at its entry (`regs`: {register: value}), bounded by their expression."""
+    from nnbuild.wcet.avr_paths import applies, entry_reg_numbers
+    regs = regs or {}
     for l in loops:
         if not isinstance(l.header, int):
             continue
@@ -246,17 +249,63 @@ def apply_table(region, loops, prog, table, own=frozenset(), site=None):
             names = prog.names.get(l.header - ent["offset"], [])
             if ent["symbol"] not in names or not applies(ent, prog, own, site):
                 continue
+            env = {var: regs.get(r) for var, r in entry_reg_numbers(ent).items()}
+            if env and (region.start != l.header - ent["offset"] or None in env.values()):
+                continue
             if _pattern(prog, l.header, len(ent["pattern"])) != ent["pattern"]:
                 l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}: pattern mismatch, not applied")
                 continue
             kind = "header" if "header_max" in ent else "back"
-            n = int(ent[f"{kind}_max"])
+            n = bound_value(ent, kind, env)
             l.bounds.append((kind, n))
-            where = ""
+            where = []
             if "within" in ent or "call_site" in ent:
-                where = " in " + ", ".join(ent.get("within", []) + (["call@" + ent["call_site"]]
-                                                                     if "call_site" in ent else []))
+                where = ent.get("within", []) + (["call@" + ent["call_site"]] if "call_site" in ent else [])
+            where += [f"{ent['entry_regs'][v]}={x}" for v, x in sorted(env.items())]
+            where = " in " + ", ".join(where) if where else ""
             l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}{where} {kind}_max={n}")
+
+
+def bound_value(ent, kind, env):
+    """A table entry's bound: an integer, or (entry_regs entries) an expression of the entry
+    register values in `env`: integers, + - * // %, parentheses, min(), max()."""
+    val = ent[f"{kind}_max"]
+    if not isinstance(val, str):
+        return int(val)
+    try:
+        n = eval_expr(val, env)
+    except (ValueError, SyntaxError, ZeroDivisionError) as exc:
+        raise NNBuildError(f"builtin-avr: table entry {ent['symbol']}+{ent['offset']:#x}: bad bound "
+                           f"'{val}': {exc}")
+    if n < 0:
+        raise NNBuildError(f"builtin-avr: table entry {ent['symbol']}+{ent['offset']:#x}: bound '{val}' "
+                           f"is negative for {env}")
+    return n
+
+
+def eval_expr(text, env):
+    """Integer value of a small arithmetic expression over the names in `env` (no eval())."""
+    import ast
+    ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in env and env[node.id] is not None:
+            return int(env[node.id])
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max")
+                and node.args and not node.keywords):
+            return (min if node.func.id == "min" else max)(ev(a) for a in node.args)
+        raise ValueError(f"unsupported expression element {ast.dump(node)[:60]}")
+
+    return ev(ast.parse(text, mode="eval"))
 
 
 def _pattern(prog, addr, n):

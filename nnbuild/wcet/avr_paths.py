@@ -29,14 +29,25 @@ invocation, callees included. The analyser then charges each call that can reach
 the callee's WCET per counter value ("choice" variables, avr_ilp), so a row can bound a sum
 over several calls (e.g. the denormalisation passes of all products of one polynomial).
 
+Entry registers. A loop entry with "entry_regs": {"n": "r16"} bounds the loop by an expression
+of the register's value at the entry of its symbol ("header_max": "n // 8 + 1"), e.g. the count
+register of libgcc's 64-bit shifts. Contexts then carry the registers that such entries name
+(Ctx.regs) when they hold a known constant at the call: a forward must-constant dataflow over the
+calling region (register_constants: ldi/mov/movw/clr, from the caller's own entry values), the
+value at a tail jump or fall-through carried into the tail target. The entry applies only in a
+region that starts at its symbol and where every named register is known; the context-free entry
+for the same loop bounds every other case. (Like operand tags, the dataflow assumes that no
+store goes to the memory-mapped register file and, for calls from compiled C only, that the
+callee keeps r2-r17/r28-r29 and clears r1: avr-gcc relies on the same.)
+
 Operand tags. A call from compiled C to a float operator whose argument registers hold a
 constant (from `ldi`/`mov`/`movw`/`eor`, call_constants) adds tags to the callee's context, e.g.
 "__mulsf3:C.e<=128" (one factor is a normal constant with biased exponent <= 128); entries name
 them in "within" like context functions (operand_tags lists them).
 """
 
-from dataclasses import dataclass, field
-from typing import FrozenSet, Optional
+from dataclasses import dataclass, field, replace
+from typing import FrozenSet, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
 
@@ -47,12 +58,21 @@ class Ctx:
 
     names: FrozenSet[str] = frozenset()
     site: Optional[int] = None
+    #: (register, value) of the tracked registers (entry_regs entries) known at the region entry
+    regs: FrozenSet[Tuple[int, int]] = frozenset()
 
     def label(self, prog):
         parts = sorted(self.names)
         if self.site is not None:
             parts.append("call@" + prog.describe(self.site).split(" ")[0])
+        parts += [f"r{r}={v}" for r, v in sorted(self.regs)]
         return " in " + ", ".join(parts) if parts else ""
+
+    def without_regs(self):
+        return replace(self, regs=frozenset()) if self.regs else self
+
+    def without_names(self):
+        return Ctx(regs=self.regs)
 
 
 EMPTY = Ctx()
@@ -86,8 +106,11 @@ class Contexts:
         self.prog = prog
         self.names = set()
         self.sites = set()
+        #: registers that some entry_regs entry reads at its symbol's entry
+        self.regs = set()
         for ent in entries:
             self.names.update(ent.get("within", []))
+            self.regs.update(entry_reg_numbers(ent).values())
             if "call_site" in ent:
                 addr = resolve_site(prog, ent["call_site"])
                 if addr is not None:
@@ -100,15 +123,29 @@ class Contexts:
         names = [n for n in self.prog.names.get(addr, []) if n in self.names]
         return ctx.names | frozenset(names) if names else ctx.names
 
-    def call(self, own, call_addr, tags=()):
-        """Context of a callee called from the instruction at `call_addr` (operand `tags`)."""
-        rel = frozenset(tags) & self.names
-        return Ctx(own | rel if rel else own, call_addr if call_addr in self.sites else None)
+    def _regs(self, state):
+        return frozenset((r, v) for r, v in (state or {}).items() if r in self.regs)
 
-    @staticmethod
-    def tail(own, ctx):
-        """Context of a tail target: the same frame."""
-        return Ctx(own, ctx.site)
+    def call(self, own, call_addr, tags=(), state=None):
+        """Context of a callee called from the instruction at `call_addr` (operand `tags`,
+        register constants `state` before the call)."""
+        rel = frozenset(tags) & self.names
+        return Ctx(own | rel if rel else own, call_addr if call_addr in self.sites else None, self._regs(state))
+
+    def tail(self, own, ctx, state=None):
+        """Context of a tail target: the same frame (register constants `state` at the jump)."""
+        return Ctx(own, ctx.site, self._regs(state))
+
+
+def entry_reg_numbers(ent):
+    """{variable: register number} of a table entry's "entry_regs" ({} when it has none)."""
+    out = {}
+    for var, reg in ent.get("entry_regs", {}).items():
+        r = _reg(reg)
+        if r is None or not 0 <= r <= 31:
+            raise NNBuildError(f"builtin-avr: table entry {ent['symbol']}: bad entry register '{reg}'")
+        out[var] = r
+    return out
 
 
 def applies(ent, prog, own, site):
@@ -219,10 +256,10 @@ def _transfer(state, insn):
     return out
 
 
-def call_constants(region):
-    """{call insn address: (A, B)} for the calls in `region`, A = r25:r22 and B = r21:r18 as
-    32-bit words when every byte is a known constant there (else None). Forward must-constant
-    dataflow from the region entry (r1 = 0, the ABI's zero register)."""
+def _dataflow(region, entry):
+    """(block -> constants at its start, block -> constants at its end) of a forward
+    must-constant dataflow from `entry` ({reg: byte} at the region entry). Blocks never
+    reached from the entry have no state."""
     preds = {}
     for e in region.edges:
         if e.dst in region.blocks:
@@ -234,7 +271,7 @@ def call_constants(region):
         changed = False
         for n in order:
             srcs = preds.get(n, [])
-            states = [{1: 0} if p == "ENTRY" else outs.get(p) for p in srcs]
+            states = [dict(entry) if p == "ENTRY" else outs.get(p) for p in srcs]
             states = [st for st in states if st is not None]
             if not states:
                 continue
@@ -250,19 +287,53 @@ def call_constants(region):
             if outs.get(n) != cur:
                 outs[n] = cur
                 changed = True
+    return ins, outs
+
+
+def _before_calls(region, ins):
+    """{call insn address: (insn, constants just before it)}."""
     found = {}
-    for n in order:
+    for n in sorted(region.blocks):
         cur = ins.get(n)
         if cur is None:
             continue
         for insn in region.blocks[n].insns:
-            if insn.mnem in ("call", "rcall"):
-                a = [cur.get(r) for r in (22, 23, 24, 25)]
-                b = [cur.get(r) for r in (18, 19, 20, 21)]
-                found[insn.addr] = (None if None in a else int.from_bytes(bytes(a), "little"),
-                                    None if None in b else int.from_bytes(bytes(b), "little"))
+            if insn.mnem in ("call", "rcall", "icall", "eicall"):
+                found[insn.addr] = (insn, cur)
             cur = _transfer(cur, insn)
     return found
+
+
+def call_constants(region):
+    """{call insn address: (A, B)} for the calls in `region`, A = r25:r22 and B = r21:r18 as
+    32-bit words when every byte is a known constant there (else None). Forward must-constant
+    dataflow from the region entry (r1 = 0, the ABI's zero register)."""
+    ins, _ = _dataflow(region, {1: 0})
+    found = {}
+    for addr, (insn, cur) in _before_calls(region, ins).items():
+        if insn.mnem in ("call", "rcall"):
+            a = [cur.get(r) for r in (22, 23, 24, 25)]
+            b = [cur.get(r) for r in (18, 19, 20, 21)]
+            found[addr] = (None if None in a else int.from_bytes(bytes(a), "little"),
+                           None if None in b else int.from_bytes(bytes(b), "little"))
+    return found
+
+
+def register_constants(region, entry, regs):
+    """Constants of the registers `regs` ({reg: byte}, known ones only) where control leaves the
+    region for a callee or a tail target: ({call address: state}, {tail key: state}). `entry`
+    holds the known values at the region entry (the context's Ctx.regs); nothing else is assumed
+    (not even r1 = 0, which library code does not keep). A tail's state is the one at the end of
+    its source block: the jump, branch or skip that leaves writes no register, and a fall-through
+    leaves after the block's last instruction."""
+    regs = set(regs)
+    if not regs:
+        return {}, {}
+    ins, outs = _dataflow(region, entry)
+    keep = lambda st: {r: v for r, v in st.items() if r in regs}  # noqa: E731
+    calls = {a: keep(st) for a, (_, st) in _before_calls(region, ins).items()}
+    tails = {k: keep(outs[t.key[1]]) for k, t in region.tails.items() if t.key[1] in outs}
+    return calls, tails
 
 
 def _fields(word):
