@@ -120,7 +120,8 @@ def parser():
 
 def add_codegen_options(p, storage=True):
     p.add_argument("--name", help="C prefix of the API (default: from the model file)")
-    p.add_argument("--shape", default="mlp", choices=sorted(codegen.SHAPES))
+    p.add_argument("--shape", default="auto", choices=sorted(codegen.SHAPES),
+                   help="code shape (auto: mlp for MLPs, v2 for other models)")
     p.add_argument("--precision", default="float32",
                    help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)")
     p.add_argument("--range", dest="input_range", default=None, type=parse_range,

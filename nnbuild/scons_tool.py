@@ -246,6 +246,10 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="
     size = step(env, bdir.File("size.json"), [image, trace],
                 f"$NN size ${{SOURCES[0]}} --board {board['name']} {entries} --trace ${{SOURCES[1]}} -o $TARGET",
                 "NNSIZE")
+    # the memory gate first: nothing runs on a simulator of a board the image does not fit
+    for label, run in runs.items():
+        if label != "host":
+            env.Depends(run, size)
     target_run = runs.get(board.get("simulator")) or runs.get(board["name"])
     wcet_node = None
     if not wcet.unavailable_reason(board, env["ENV"]["PATH"]):

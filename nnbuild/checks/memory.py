@@ -18,11 +18,15 @@ def usage(board, sizes, stack_bytes=None):
 
 
 def gate_memory(board, use):
-    """Fail with the needed vs available bytes when the image cannot fit the board."""
+    """Fail with the needed vs available bytes (every memory that overflows, one line) when the
+    image cannot fit the board."""
+    over = []
     for kind in ("flash", "ram"):
         cap = use[f"{kind}_capacity"]
         if cap and use[f"{kind}_bytes"] > cap:
-            raise NNBuildError(f"{kind} {use[f'{kind}_bytes']:,} bytes needed > {cap:,} bytes on {board['name']}")
+            over.append(f"{kind} {use[f'{kind}_bytes']:,} bytes needed > {cap:,} bytes")
+    if over:
+        raise NNBuildError(f"{' and '.join(over)} on {board['name']}")
 
 
 def bar(used, capacity, width=10):
