@@ -284,3 +284,42 @@ def test_cortex_m4_builds_lenet5_and_says_it_has_no_simulator(tmp_path):
     assert report["shape"] == "v2" and report["max_abs_error_by_run"] == {"host": report["max_abs_error"]}
     assert report["max_abs_error"] <= 1e-5 and report["text_bytes"] > 177_704 and report["measured_cycles"] is None
     assert report["activation_memory"]["arena_bytes"] == 17_280
+
+
+def odd_model():
+    """Every layer kind in awkward settings: padding first, stride (2, 1) with padding, asymmetric
+    max/avg pooling padding, Add of a tensor read twice, a standalone BatchNorm, Concatenate on the
+    width axis, Dense on a rank-3 tensor, softmax over channels, Reshape and a Flatten output."""
+    from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Flatten, Reshape,
+                                  ZeroPadding2D)
+    rng = np.random.default_rng(5)
+
+    def f(*s):
+        return (rng.normal(size=s) * 0.5).astype(np.float32)
+
+    layers = [ZeroPadding2D("zp", (1, 2, 0, 1)),
+              Conv2D("c1", f(3, 3, 2, 4), f(4), strides=(2, 1), padding=(1, 1, 1, 1)),
+              Activation("a1", "sigmoid"),
+              Pool2D("mp", "max", (2, 3), (1, 2), (0, 1, 1, 1)),
+              Pool2D("ap", "avg", (2, 3), (1, 2), (0, 1, 1, 1), source_type="AveragePooling2D"),
+              Add("add"),
+              BatchNorm("bn", np.abs(f(4)) + 0.5, f(4), f(4), np.abs(f(4)) + 0.5, 1e-3, activation="relu"),
+              Concatenate("cat", 1),
+              Dense("d3", f(4, 3), f(3), "tanh"),
+              Activation("sm", "softmax"),
+              Reshape("rs", (24, 3)),
+              Flatten("fl")]
+    edges = {"zp": ("input",), "c1": ("zp",), "a1": ("c1",), "mp": ("a1",), "ap": ("a1",), "add": ("mp", "ap"),
+             "bn": ("add",), "cat": ("bn", "mp"), "d3": ("cat",), "sm": ("d3",), "rs": ("sm",), "fl": ("rs",)}
+    return Model("odd", (5, 5, 2), layers, edges=edges)
+
+
+@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("chosen", [None, "none"])
+def test_every_layer_kind_in_awkward_settings(tmp_path, shape, chosen):
+    model, log = passes.run(odd_model(), chosen)
+    assert model.output_shape == (72,) and (chosen or any("'a1' (sigmoid)" in l for l in log))
+    x = np.random.default_rng(6).uniform(-2, 2, (4, 50)).astype(np.float32)
+    want = reference.run(odd_model(), x.reshape(4, 5, 5, 2)).reshape(4, -1)
+    _, exe = build_host(tmp_path, model, log, shape, "-O0")
+    assert np.max(np.abs(native.run_cases(exe, x, 72) - want)) <= 1e-6

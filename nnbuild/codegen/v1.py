@@ -8,6 +8,7 @@ the trace maps each model layer to its table entries."""
 import re
 
 from nnbuild.codegen import cnn, templating
+from nnbuild.errors import NNBuildError
 
 KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax")
 FIELDS = ("oh", "ow", "rows", "kh", "kw", "c", "outer", "k", "n", "n_src", "chunk", "n1")
@@ -67,7 +68,16 @@ def entries_of(op, index_of):
     return out
 
 
+#: fields of struct nn_layer that are 8 bits wide (the others are 16 bits)
+BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode")
+
+
 def initializer(e, max_src):
+    for key, value in list(e.items()) + [("offset", o) for _, o in e["src"] + [e["dst"]]]:
+        limit = 127 if key in ("wi", "bi") else 255 if key in BYTE_FIELDS else 65535
+        if isinstance(value, int) and not -1 <= value <= limit:
+            raise NNBuildError(f"shape v1 stores '{key}' = {value} in a {16 if limit > 255 else 8}-bit table "
+                               "field: the model is too large for v1 (use v2)", item=e["comment"])
     src = e["src"] + [(0, 0)] * (max_src - len(e["src"]))
     refs = ", ".join(f"{{{b}u, {o}u}}" for b, o in src)
     fields = [f".kernel = nn_{e['kernel']}", f".act = {e['act']}", f".src = {{{refs}}}",
