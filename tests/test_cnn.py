@@ -323,3 +323,24 @@ def test_every_layer_kind_in_awkward_settings(tmp_path, shape, chosen):
     want = reference.run(odd_model(), x.reshape(4, 5, 5, 2)).reshape(4, -1)
     _, exe = build_host(tmp_path, model, log, shape, "-O0")
     assert np.max(np.abs(native.run_cases(exe, x, 72) - want)) <= 1e-6
+
+
+def test_keras2_functional_merge_layers_load(tmp_path):
+    """Keras 2 `inbound_nodes` lists (not Keras 3 dicts) with Add and Concatenate merges."""
+    rng = np.random.default_rng(2)
+    layers = [kf.input_layer("input_1", (3,)),
+              kf.dense("da", rng.normal(size=(3, 2)), rng.normal(size=2), "relu"),
+              kf.dense("db", rng.normal(size=(3, 2)), None, "tanh"),
+              {"class_name": "Add", "config": {"name": "add_1"}, "weights": []},
+              {"class_name": "Concatenate", "config": {"name": "cat_1", "axis": -1}, "weights": []}]
+    cfg = kf.model_config(layers, style="functional")
+    nodes = {"da": ["input_1"], "db": ["input_1"], "add_1": ["da", "db"], "cat_1": ["add_1", "da"]}
+    for entry in cfg["config"]["layers"][1:]:
+        entry["inbound_nodes"] = [[[n, 0, 0, {}] for n in nodes[entry["name"]]]]
+    model = frontends.load(kf.write_full_model(tmp_path / "merge.h5", layers, config=cfg))
+    assert model.edges == {"da": ("input_1",), "db": ("input_1",), "add_1": ("da", "db"), "cat_1": ("add_1", "da")}
+    x = rng.uniform(-1, 1, (5, 3))
+    w = {s["config"]["name"]: dict(s["weights"]) for s in layers[1:3]}
+    a = np.maximum(x @ w["da"]["kernel"] + w["da"]["bias"], 0)
+    b = np.tanh(x @ w["db"]["kernel"])
+    np.testing.assert_allclose(reference.run(model, x), np.concatenate([a + b, a], axis=1), rtol=1e-6)
