@@ -127,7 +127,9 @@ def parse_symbols(text):
             addr, size, kind, name = int(parts[0], 16), None, parts[1], parts[2]
         else:
             continue
-        if kind in "TtWw" and addr < _DATA_BASE and not name.startswith("."):
+        # __stack (weak, = RAMEND, e.g. 0x40ff) is a RAM address, not code: code symbols are even
+        if kind in "TtWw" and addr < _DATA_BASE and not name.startswith(".") and addr % 2 == 0 \
+                and name != "__stack":
             syms.append(Symbol(name, addr, size, kind))
     return syms
 
