@@ -26,6 +26,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.wcet import WcetResult
 from nnbuild.wcet import avr_cfg as C
 from nnbuild.wcet import avr_decode as D
+from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import avr_ilp as I
 from nnbuild.wcet import avr_loops as L
 from nnbuild.wcet import avr_paths as P
@@ -67,15 +68,9 @@ def layer_map(facts):
 
 
 def indirect_targets(facts, prog):
-    """Optional 'indirect' flow facts: {address or function+offset, targets: [symbol|address]}."""
-    out = {}
-    for ent in facts.get("indirect", []):
-        addr = ent.get("address")
-        addr = int(addr, 0) if isinstance(addr, str) else addr
-        if addr is None:
-            addr = prog.address_of(ent["function"]) + int(ent.get("offset", 0))
-        out[addr] = [t if isinstance(t, int) else prog.address_of(t) for t in ent["targets"]]
-    return out
+    """Optional 'indirect' flow facts: {address, function+offset or file+line, targets: [symbol|address]}
+    -> {instruction address: [target addresses]} (nnbuild.wcet.avr_indirect)."""
+    return avr_indirect.indirect_targets(facts, prog)
 
 
 class Analyzer:

@@ -19,10 +19,15 @@ write is accepted only when both halves come from the same known depth. The libg
 -mcall-prologues helpers __prologue_saves__/__epilogue_restores__ are analysed inline with the
 caller's registers (X = frame size, Z = return point, r30 = bytes to pop).
 
+Indirect calls: the flow facts' "indirect" entries (nnbuild.wcet.avr_indirect: by address,
+function+offset, or source file+line as the v1 code shape writes them) give the possible callees
+of an ICALL/EICALL (the bound takes the deepest) and the targets of an IJMP/EIJMP (tail calls).
+
 Assumptions (avr-gcc ABI): r1 is zero at a symbol's entry and after a call, and r2-r17, r28,
 r29 survive calls. Refused with NNBuildError naming the function and address: an SP write the
-analysis cannot follow, ICALL/EICALL, IJMP to an unknown target, recursion, a RET or tail call
-at a non-zero depth, popping below the entry SP, or two paths meeting at different depths.
+analysis cannot follow, ICALL/EICALL without an indirect flow fact, IJMP to a target neither the
+registers nor a flow fact give, recursion, a RET or tail call at a non-zero depth, popping below
+the entry SP, or two paths meeting at different depths.
 """
 
 from dataclasses import dataclass
@@ -30,6 +35,7 @@ from typing import Dict, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import avr_decode
+from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import avr_timing as T
 
 SPL, SPH = 0x3D, 0x3E          # I/O addresses of the stack pointer (data 0x5d/0x5e)
@@ -69,15 +75,19 @@ def return_address_bytes(board):
     return 3 if int((board or {}).get("flash_bytes", 0)) > 128 * 1024 else 2
 
 
-def stack_bound(elf, entry, board):
+def stack_bound(elf, entry, board, flowfacts=None):
     """Sound bound of the stack bytes one call of `entry` uses (return address included).
+
+    `flowfacts` (dict, JSON path or None): the generator's flow facts; only their "indirect"
+    entries are used (targets of calls through function pointers).
 
     Returns {"bytes", "path" (call chain to the maximum), "per_function" (own frame bytes of
     each function reached: pushes and reserved frame, callees and return address excluded),
     "return_address_bytes"}.
     """
     prog = avr_decode.load(elf, board)
-    analysis = _Analysis(prog, return_address_bytes(board))
+    indirect = avr_indirect.indirect_targets(avr_indirect.load_flowfacts(flowfacts), prog)
+    analysis = _Analysis(prog, return_address_bytes(board), indirect)
     root = analysis.function(prog.address_of(entry), ())
     path, f = [root.name], root
     while f.critical is not None:
@@ -91,8 +101,10 @@ def stack_bound(elf, entry, board):
 class _Analysis:
     """Memoised per-function analyses of one program."""
 
-    def __init__(self, prog, ret):
+    def __init__(self, prog, ret, indirect=None):
         self.prog, self.ret = prog, ret
+        #: indirect call/jump address -> possible target addresses (flow facts)
+        self.indirect = indirect or {}
         self.done: Dict[int, Func] = {}
         self.helpers = [prog.interval(prog.address_of(h)) for h in HELPERS
                         if any(s.name == h for s in prog.symbols)]
@@ -221,7 +233,14 @@ class _FlowWalk:
                     regs[r] = None
                 regs[1] = ("c", 0)
         elif m in ("icall", "eicall"):
-            raise self.a.error(addr, f"indirect call '{m}': callee unknown")
+            targets = self.a.indirect.get(addr)
+            if not targets:
+                raise self.a.error(addr, f"indirect call '{m}': callee unknown")
+            for target in targets:
+                self.call(insn, target, depth + self.a.ret)
+            for r in CALL_USED:
+                regs[r] = None
+            regs[1] = ("c", 0)
         elif m in T.RETURNS:
             if depth != 0 or pending:
                 raise self.a.error(addr, f"{m} at SP depth {depth} (expected 0)")
@@ -323,6 +342,8 @@ class _FlowWalk:
             targets = [nxt, self.fetch(nxt).end]
         elif m in ("rjmp", "jmp"):
             targets = [insn.target]
+        elif m in ("ijmp", "eijmp") and self.a.indirect.get(insn.addr):
+            targets = list(self.a.indirect[insn.addr])
         elif m == "ijmp":
             z = (_const(st.regs, 30), _const(st.regs, 31))
             if None in z:

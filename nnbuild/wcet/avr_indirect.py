@@ -1,0 +1,72 @@
+"""Indirect call/jump targets from the flow facts, shared by the AVR WCET and stack analyzers.
+
+Flow facts entries under "indirect" name the site in one of two ways:
+
+  {"address": 0x1234 | "0x1234", "targets": [...]}                by address
+  {"function": "f", "offset": 18, "targets": [...]}                 by function + byte offset
+  {"file": "m.c", "line": 355, "targets": [...]}                    by source line (v1 code shape)
+
+A source-line entry covers every ICALL/EICALL/IJMP/EIJMP whose DWARF line (avr-objdump -l, the
+innermost inlined location) is that line of a file with the same base name: one C call through a
+pointer may compile to several instructions (inlined or duplicated code), all with the same
+targets. A line without such an instruction is not an error (the optimiser may have removed or
+resolved the call); an indirect instruction without a fact still is (in the analyzers).
+Targets are symbol names or addresses. Entries for the same site are merged (union of targets).
+"""
+
+import json
+import os
+
+from nnbuild.errors import NNBuildError
+
+INDIRECT = ("icall", "eicall", "ijmp", "eijmp")
+
+
+def load_flowfacts(flowfacts):
+    """The flow-facts dict from a dict, a JSON path, or None (no facts)."""
+    if flowfacts is None:
+        return {}
+    if isinstance(flowfacts, dict):
+        return flowfacts
+    try:
+        with open(flowfacts) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise NNBuildError(f"cannot read flow facts: {exc}", path=str(flowfacts))
+
+
+def _target(prog, t):
+    if isinstance(t, int):
+        return t
+    if isinstance(t, str) and t.strip().lower().startswith("0x"):
+        return int(t, 16)
+    try:
+        return prog.address_of(t)
+    except NNBuildError:
+        raise NNBuildError(f"indirect flow fact: target '{t}' is not a symbol of the ELF", path=prog.elf)
+
+
+def _sites(prog, ent):
+    """Addresses of the instructions one 'indirect' entry is about."""
+    if "file" in ent and "line" in ent and "address" not in ent and "offset" not in ent:
+        base, line = os.path.basename(ent["file"]), int(ent["line"])
+        return [a for a, i in prog.insns.items()
+                if i.mnem in INDIRECT and i.line == line and i.file and os.path.basename(i.file) == base]
+    addr = ent.get("address")
+    addr = int(addr, 0) if isinstance(addr, str) else addr
+    if addr is None:
+        addr = prog.address_of(ent["function"]) + int(ent.get("offset", 0))
+    return [addr]
+
+
+def indirect_targets(facts, prog):
+    """{instruction address: [target addresses]} for the facts' 'indirect' entries."""
+    out = {}
+    for ent in (facts or {}).get("indirect", []):
+        targets = [_target(prog, t) for t in ent.get("targets", [])]
+        if not targets:
+            continue
+        for addr in _sites(prog, ent):
+            known = out.setdefault(addr, [])
+            known.extend(t for t in targets if t not in known)
+    return out
