@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import codegen, pipeline
+from nnbuild import codegen, pipeline, tpg_pipeline
 from nnbuild.passes import quantize
 from nnbuild.errors import NNBuildError
 
@@ -52,6 +52,8 @@ def parser():
     p.add_argument("--count", type=int, default=32)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--range", default="-1,1", help="input range lo,hi")
+    p.add_argument("--environment", help="environment description of a TPG (.dot): JSON file or shipped name")
+    p.add_argument("--data", help="TPG: take the check observations from this file (.npz x, or .u8.gz bytes)")
     p.set_defaults(func=cmd_reference)
 
     p = sub.add_parser("run", help="run a check program on the board's simulator")
@@ -120,6 +122,7 @@ def parser():
 
 def add_codegen_options(p, storage=True):
     p.add_argument("--name", help="C prefix of the API (default: from the model file)")
+    p.add_argument("--environment", help="environment description of a TPG (.dot): JSON file or shipped name")
     p.add_argument("--shape", default="auto", choices=sorted(codegen.SHAPES),
                    help="code shape (auto: mlp for MLPs, v2 for other models)")
     p.add_argument("--precision", default="float32",
@@ -142,19 +145,22 @@ def parse_range(text):
 def cmd_generate(args):
     storage = args.storage or pipeline.load_board(args.target).get("weights_storage", "const")
     pipeline.generate(args.model, args.outdir, name=args.name, shape=args.shape,
-                      precision=args.precision, storage=storage, input_range=args.input_range)
+                      precision=args.precision, storage=storage, input_range=args.input_range,
+                      environment=args.environment)
 
 
 def cmd_reference(args):
     lo, hi = (float(v) for v in args.range.split(","))
-    pipeline.write_reference(args.model, args.output, count=args.count, seed=args.seed, input_range=(lo, hi))
+    pipeline.write_reference(args.model, args.output, count=args.count, seed=args.seed, input_range=(lo, hi),
+                             environment=args.environment, data=args.data)
 
 
 def cmd_run(args):
     board = pipeline.load_board(args.board)
     data = np.load(args.inputs)
     x, n_out = data["x"], data["y"].reshape(len(data["y"]), -1).shape[1]
-    outputs, cycles = pipeline.run_cases(board, args.program, x, n_out, entry=args.entry, harness=args.harness)
+    outputs, cycles = pipeline.run_cases(board, args.program, x, n_out, entry=args.entry, harness=args.harness,
+                                         kind=tpg_pipeline.npz_kind(data))
     arrays = {"outputs": outputs}
     if cycles is not None:
         arrays["cycles"] = np.asarray(cycles, dtype=np.int64)
@@ -164,6 +170,12 @@ def cmd_run(args):
 def cmd_compare(args):
     from nnbuild.checks.semantic import max_abs_error
     expected = np.load(args.reference)["y"]
+    if tpg_pipeline.npz_kind(np.load(args.reference)) == tpg_pipeline.KIND:
+        runs = {label: np.load(path)["outputs"] for label, _, path in (s.partition("=") for s in args.runs)}
+        results = tpg_pipeline.compare(runs, expected, args.tolerance)
+        pipeline.save_json(args.output, results)
+        print("\n".join(tpg_pipeline.describe(results)))
+        return
     results = {"tolerance": args.tolerance, "cases": int(len(expected)), "runs": {}}
     for spec in args.runs:
         label, _, path = spec.partition("=")
@@ -257,6 +269,8 @@ def cmd_check(args):
     from nnbuild.ir import reference
     board = pipeline.load_board(args.target)
     data = np.load(args.data)
+    if tpg_pipeline.is_tpg_file(args.model):
+        return tpg_pipeline.check(args, board, data)
     x = np.asarray(data["x"], dtype=np.float32)
     model, _ = pipeline.load_model(args.model, args.name)
     x = x.reshape(len(x), -1)

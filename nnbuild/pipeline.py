@@ -7,30 +7,38 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import boards, codegen, frontends, passes
+from nnbuild import boards, codegen, frontends, passes, tpg_pipeline
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
 
 
-def load_model(path, name=None):
-    """Front-end + default passes; `name` (the C prefix) overrides the file-derived one."""
-    model = frontends.load(path)
+def load_model(path, name=None, environment=None):
+    """Front-end + default passes; `name` (the C prefix) overrides the file-derived one;
+    `environment` is the environment description a Tangled Program Graph (.dot) needs."""
+    model = frontends.load(path, environment=environment)
     if name:
         model.name = name
+    if tpg_pipeline.is_tpg(model):
+        return model, []
     return passes.run(model)
 
 
 def generate(model_path, outdir, *, name=None, shape="mlp", precision="float32", storage="const",
-             input_range=None):
-    model, log = load_model(model_path, name)
+             input_range=None, environment=None):
+    model, log = load_model(model_path, name, environment)
     return codegen.generate(model, outdir, shape=shape, precision=precision, storage=storage, passes_log=log,
                             input_range=input_range)
 
 
-def write_reference(model_path, output, *, count, seed, input_range):
+def write_reference(model_path, output, *, count, seed, input_range, environment=None,
+                    data=None):
     """Check inputs and the float64 reference outputs for them, in one .npz (x, y)."""
-    model, _ = load_model(model_path)
+    model, _ = load_model(model_path, environment=environment)
+    if tpg_pipeline.is_tpg(model):
+        return save_npz(output, **tpg_pipeline.reference_arrays(model, count, seed, input_range, data))
+    if data:
+        raise NNBuildError("check inputs from a data file are supported for TPG models only", path=data)
     x = check_inputs(model.input_size, count, seed, input_range)
     y = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
     save_npz(output, x=x, y=np.asarray(y).reshape(len(x), -1))
@@ -40,8 +48,10 @@ def write_reference(model_path, output, *, count, seed, input_range):
 EMULATORS = ("qemu-arm",)
 
 
-def run_cases(board, program, inputs, n_out, *, entry=None, harness=None):
+def run_cases(board, program, inputs, n_out, *, entry=None, harness=None, kind="nn"):
     """Run the check program on the board's simulator: (outputs, cycles or None)."""
+    if kind == tpg_pipeline.KIND:
+        return tpg_pipeline.run_cases(board, program, inputs, entry=entry, harness=harness, emulators=EMULATORS)
     simulator = board.get("simulator")
     if simulator == "native":
         from nnbuild.runners import native
@@ -93,7 +103,7 @@ def load_board(name_or_path):
 
 
 def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", precision="float32", opt=None,
-                        input_range=None):
+                        input_range=None, environment=None):
     """Generate, compile and link the check program for `board` outside SCons: (program, harness).
 
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
@@ -101,10 +111,12 @@ def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", p
     """
     from nnbuild.compilers import family
     from nnbuild.runners import CHECK_MAIN, check_main_defines
-    model, _ = load_model(model_path, name)
+    model, _ = load_model(model_path, name, environment)
     workdir = Path(workdir)
     files = generate(model_path, workdir / "gen", name=model.name, shape=shape, precision=precision,
-                     storage=board.get("weights_storage", "const"), input_range=input_range)
+                     storage=board.get("weights_storage", "const"), input_range=input_range, environment=environment)
+    if tpg_pipeline.is_tpg(model):
+        return tpg_pipeline.build_check_program(model, files, board, workdir, opt)
     sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]
     suffix = ".elf" if board.get("simulator") != "native" else ""
     defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)

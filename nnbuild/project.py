@@ -30,7 +30,15 @@ def resolve(model, root=EXAMPLES_DIR):
         config["name"] = c_identifier(model)
         config["model"] = str((base / config["model"]).resolve()) if ".." in config["model"] else str(base / config["model"])
         if not Path(config["model"]).exists():
-            raise NNBuildError(f"model file of example '{model}' not found: {config['model']}", path=config_path)
+            raise NNBuildError(f"model file of example '{model}' not found: {config['model']}"
+                               + (f" ({config['requires']})" if config.get("requires") else ""), path=config_path)
+        if config.get("environment"):
+            config["environment"] = environment_path(config["environment"], base)
+        if config.get("check_data"):
+            config["check_data"] = str((base / config["check_data"]).resolve())
+            if not Path(config["check_data"]).exists():
+                raise NNBuildError(f"check data of example '{model}' not found: {config['check_data']}"
+                                   + (f" ({config['requires']})" if config.get("requires") else ""), path=config_path)
         main = base / config.get("main", "main.c")
         config["main"] = str(main) if main.is_file() else None
         return config
@@ -40,3 +48,14 @@ def resolve(model, root=EXAMPLES_DIR):
                 "model": str(path), "main": None}
     raise NNBuildError(f"model '{model}' is neither an example ({', '.join(available_examples(root))}) "
                        "nor a model file")
+
+
+def environment_path(spec, base=None):
+    """The file of a TPG environment description: a path (relative to `base`, an example's
+    directory) or the name of one shipped with nnbuild (sips22-atari); None for none."""
+    if not spec:
+        return None
+    from nnbuild.ir.tpg import Environment
+    if base is not None and (Path(base) / spec).is_file():
+        return str(Path(base) / spec)
+    return str(Environment.resolve(spec))

@@ -87,12 +87,13 @@ def generate(env, **kw):
         "NNGenerate": SCons.Builder.Builder(
             action=SCons.Action.Action(
                 "$NN generate $SOURCE -o ${TARGET.dir} --name $NNGEN_NAME --shape $NNGEN_SHAPE "
-                "--precision $NNGEN_PRECISION --storage $NNGEN_STORAGE --range=$NN_RANGE",
+                "--precision $NNGEN_PRECISION --storage $NNGEN_STORAGE --range=$NN_RANGE $NN_ENVIRONMENT",
                 comstr(env, "NNGEN", verbose)),
             emitter=emit_generated, source_scanner=model_scanner),
         "NNReference": SCons.Builder.Builder(
             action=SCons.Action.Action(
-                "$NN reference $SOURCE -o $TARGET --count $NN_COUNT --seed $NN_SEED --range=$NN_RANGE",
+                "$NN reference $SOURCE -o $TARGET --count $NN_COUNT --seed $NN_SEED --range=$NN_RANGE $NN_ENVIRONMENT "
+                "$NN_CHECK_DATA",
                 comstr(env, "NNREF", verbose)),
             source_scanner=model_scanner),
     }
@@ -166,7 +167,8 @@ def nn_firmware(env, name, model, target, build_dir, *, precision="float32", **o
 
 def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="mlp", precision="float32",
                       opt=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0),
-                      deadline=None, deadline_origin=None, gated=True, record_wcet_errors=False):
+                      deadline=None, deadline_origin=None, gated=True, record_wcet_errors=False,
+                      environment=None, check_data=None):
     """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report.
 
     Returns a dict of the main nodes (generated files, firmware, report) for aliases and tests.
@@ -185,14 +187,20 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="
     input_range_arg = f"{input_range[0]!r},{input_range[1]!r}"
     gen = env.NNGenerate(bdir.Dir("gen").File(f"{name}.c"), model_node, NNGEN_NAME=name, NNGEN_SHAPE=shape,
                          NNGEN_PRECISION=precision, NNGEN_STORAGE=board.get("weights_storage", "const"),
-                         NN_RANGE=input_range_arg)
+                         NN_RANGE=input_range_arg, NN_ENVIRONMENT=environment_flag(environment))
     env.Depends(gen, package_files("codegen", "frontends", "ir", "passes") + [str(PACKAGE_DIR / "cli.py")])
+    if environment:
+        env.Depends(gen, environment)
     header, code, _, weights_c = gen[:4]
     trace = gen[5]
 
-    inputs = env.NNReference(bdir.File("inputs.npz"), model_node, NN_COUNT=count, NN_SEED=seed,
-                             NN_RANGE=input_range_arg)
+    inputs = env.NNReference(bdir.File("inputs.npz"), model_node, NN_COUNT=count, NN_SEED=seed, NN_CHECK_DATA=check_data_flag(check_data),
+                             NN_RANGE=input_range_arg, NN_ENVIRONMENT=environment_flag(environment))
     env.Depends(inputs, package_files("frontends", "ir", "passes", "checks"))
+    if environment:
+        env.Depends(inputs, environment)
+    if check_data:
+        env.Depends(inputs, check_data)
 
     def programs(penv, pboard, sub):
         """Objects and the check program (and the firmware when there is a main.c) for one board."""
@@ -200,8 +208,8 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="
         xenv = cross_env(penv, pboard, opt if pboard is board else None, verbose)
         xenv.Append(CPPPATH=[header.dir])
         objects = [xenv.Object(odir.Dir("obj").File(f"{Path(str(s)).stem}.o"), s)[0] for s in (code, weights_c)]
-        check_o = xenv.Object(odir.Dir("obj").File("check_main.o"), env.File(str(runners.CHECK_MAIN)),
-                              CPPDEFINES=check_defines(name))
+        check_o = xenv.Object(odir.Dir("obj").File("check_main.o"), env.File(str(check_main_source(model))),
+                              CPPDEFINES=check_defines(name, model))
         xenv.Depends(check_o, header)
         suffix = ".elf" if pboard.get("simulator") != "native" else ""
         check = xenv.Program(odir.File(f"check{suffix}"), check_o + objects)
@@ -294,9 +302,32 @@ def check_precision(precision, board):
                            f"{board['double_bits']} bits on target {board['name']}")
 
 
-def check_defines(name):
+def check_defines(name, model=None):
     """Bind the generic check main to one model; sizes come from the generated header's macros,
     so nothing opens the model file while SCons reads the build description."""
+    if model is not None and frontends.kind_of(str(model)) == "tpg":
+        return [("NN_HEADER", '\\"%s.h\\"' % name), ("NN_INFER_FLAT", f"{name.upper()}_INFER_FLAT"),
+                ("NN_IN", f"{name.upper()}_INPUTS")]
     names = codegen.api(name)
     return [("NN_HEADER", '\\"%s\\"' % names["header"]), ("NN_INFER", names["infer"]),
             ("NN_IN", names["inputs_macro"]), ("NN_OUT", names["outputs_macro"])]
+
+
+def check_main_source(model):
+    """The check firmware main of the model's kind (known from the file format, never opened):
+    check_main.c for networks, tpg_check_main.c (observations in, action ids out) for TPGs."""
+    from nnbuild import runners
+    if frontends.kind_of(str(model)) == "tpg":
+        from nnbuild.runners import tpg_run
+        return tpg_run.TPG_CHECK_MAIN
+    return runners.CHECK_MAIN
+
+
+def environment_flag(environment):
+    """The --environment option of the generate/reference steps (a TPG's environment description)."""
+    return f"--environment {environment}" if environment else ""
+
+
+def check_data_flag(path):
+    """The --data option of the reference step: check inputs from recorded observations."""
+    return f"--data {path}" if path else ""

@@ -19,6 +19,8 @@ SHAPES = {
     "v2": "nnbuild.codegen.v2",
     "v3": "nnbuild.codegen.v3",
     "auto": "nnbuild.codegen.auto",
+    "switch": "nnbuild.codegen.tpg_switch",
+    "stack": "nnbuild.codegen.tpg_stack",
 }
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
@@ -45,6 +47,11 @@ def shape_module(shape):
         raise NNBuildError(f"unknown code shape '{shape}' (shapes: {', '.join(sorted(SHAPES))})")
 
 
+def kind_of_shape(shape):
+    """The model kind a code shape generates ("nn" or "tpg")."""
+    return getattr(shape_module(shape), "KIND", "nn")
+
+
 def generate(model, outdir, *, shape="mlp", precision="float32", storage="const", passes_log=(),
              input_range=None):
     """Render model into outdir; files appear all together (temp + rename) or not at all.
@@ -53,7 +60,15 @@ def generate(model, outdir, *, shape="mlp", precision="float32", storage="const"
     check_precision(precision)
     if storage not in STORAGES:
         raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
-    files = shape_module(shape).render(model, precision=precision, storage=storage,
+    kind = getattr(model, "kind", "nn")
+    if shape == "auto" and kind == "tpg":
+        shape = "switch"  # the default shape of a Tangled Program Graph
+    module = shape_module(shape)
+    if getattr(module, "KIND", "nn") != kind:
+        fits = [k for k in sorted(SHAPES) if kind_of_shape(k) == kind]
+        raise NNBuildError(f"shape '{shape}' does not generate {kind.upper()} models "
+                           f"(shapes for '{model.name}': {', '.join(fits)})")
+    files = module.render(model, precision=precision, storage=storage,
                                        passes_log=list(passes_log), input_range=input_range)
     missing = set(outputs(model.name)) - set(files)
     if missing:

@@ -23,6 +23,8 @@ from typing import Dict, List, Optional, Tuple
 from nnbuild.errors import NNBuildError
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
+#: switch shape: above this many operations, team bodies become functions of their own
+SWITCH_INLINE_OPERATIONS = 2000
 
 
 @dataclass
@@ -31,7 +33,7 @@ class Node:
 
     id: int
     kind: str  # "literal", "input", "op"
-    text: str  # C text of a literal/input reference, or the C expression of an op (operands named)
+    text: str  # C text of a literal/input reference, or the C expression of an op over $1..$n
     instruction: Optional[int] = None
     args: Tuple[int, ...] = ()
     libm: bool = False
@@ -56,6 +58,7 @@ class Table:
     lo: int
     hi: int
     values: List[str]  # C literals, lo first
+    values32: List[str]  # the same rounded to binary32, for targets whose double is 32-bit (AVR)
 
     @property
     def size(self) -> int:
@@ -116,7 +119,7 @@ def _c_double(value) -> str:
     if value != value:
         return "NAN"
     if value in (float("inf"), float("-inf")):
-        return "HUGE_VAL" if value > 0 else "(-HUGE_VAL)"
+        return "INFINITY" if value > 0 else "(-INFINITY)"
     text = repr(float(value))
     if not re.search(r"[.eEn]", text):
         text += ".0"
@@ -143,9 +146,11 @@ def integer_tables(tpg, prefix):
             continue  # f(-0.0) != f(+0.0): (int)x cannot tell them apart
         values = f(np.arange(lo, hi + 1, dtype=np.float64))
         cname = c_identifier(ins.name)
+        with np.errstate(over="ignore", under="ignore"):
+            values32 = values.astype(np.float32)
         out[k] = Table(k, f"{prefix}_{cname}_int", f"{prefix}_{cname}_table",
                        _PLACEHOLDER.sub("x", ins.c_expression), lo, hi,
-                       [_c_double(float(v)) for v in values])
+                       [_c_double(float(v)) for v in values], [_c_double(float(v)) for v in values32])
     return out
 
 
@@ -187,17 +192,13 @@ class _Builder:
             key = ("op", line.instruction) + tuple(args)
             if key not in self.table:
                 if line.instruction in self.tables:
-                    expr = f"{self.tables[line.instruction].helper}({self._ref(args[0])})"
+                    expr = f"{self.tables[line.instruction].helper}($1)"
                 else:
-                    expr = _PLACEHOLDER.sub(lambda m: self._ref(args[int(m.group(1)) - 1]), ins.c_expression)
+                    expr = ins.c_expression
                 self._node(key, "op", expr, instruction=line.instruction, args=tuple(args),
                            libm=ins.libm, origin=f"{prog.label} line {n}")
             regs[line.destination] = self.table[key]
         return regs[0]
-
-    def _ref(self, node_id):
-        node = self.nodes[node_id]
-        return node.text if node.kind != "op" else node.var
 
     def closure(self, roots, available=frozenset()):
         """Op nodes needed for `roots`, not in `available`, in creation (= dependency) order."""
@@ -332,19 +333,23 @@ TEAM_MARK = re.compile(r"/\* nnbuild-team (\S+) \*/")
 LOOP_MARK = re.compile(r"NN_LOOPBOUND\((\d+)\)")
 
 
-def flow_facts(name, code, team_function=None):
-    """Loop bounds and per-team line ranges read back from the rendered C (so lines are exact).
+FUNCTION_DEF = re.compile(r"^[A-Za-z_][^;{}]*?\b([A-Za-z_]\w*)\([^;]*\)\s*$")
 
-    `team_function(label)` names the C function a team's code lives in (default: the entry)."""
+
+def flow_facts(name, code):
+    """Loop bounds and per-team line ranges read back from the rendered C (so lines are exact),
+    each with the function it lies in."""
     lines = code.splitlines()
     entry = f"{name}_infer"
     loops, layers, pending, open_loops = [], [], None, []
-    current = None
+    current, function = None, entry
     for number, text in enumerate(lines, start=1):
+        definition = FUNCTION_DEF.match(text)
+        if definition:
+            function = definition.group(1)
         mark = TEAM_MARK.search(text)
         if mark:
-            current = {"name": mark.group(1), "type": "Team",
-                       "function": team_function(mark.group(1)) if team_function else entry,
+            current = {"name": mark.group(1), "type": "Team", "function": function,
                        "file": f"{name}.c", "first_line": number, "last_line": None}
             layers.append(current)
         if "nnbuild-team-end" in text and current is not None:
@@ -354,7 +359,7 @@ def flow_facts(name, code, team_function=None):
         if bound and "#define" not in text:
             pending = int(bound.group(1))
         elif pending is not None and text.strip().startswith("for ("):
-            loops.append({"function": entry, "file": f"{name}.c", "line": number, "last_line": None,
+            loops.append({"function": function, "file": f"{name}.c", "line": number, "last_line": None,
                           "max_iterations": pending, "layer": None,
                           "why": "each team runs at most once per inference: the graph is acyclic "
                                  "and this is its longest root-to-action path in teams"})
@@ -433,10 +438,23 @@ class Context:
         self.flat_call = flat_call(plan.name, plan.inputs)
         self.tables = plan.tables
         self.far = storage == "avr-progmem-far"
+        #: switch shape of a large graph: each team body is its own function (compile time stays
+        #: linear in the graph; one huge function takes gcc minutes), shared values in a struct
+        self.team_functions = shape == "switch" and plan.stats["operations"] > SWITCH_INLINE_OPERATIONS
+        self.team_params = self.params + (", &sh" if self.shared else "")
+        self.team_args = self.args + (f", struct {self.name}_shared *sh" if self.shared else "")
 
     def ref(self, node_id):
+        """How C code reads a node: a literal, an input element, a local, or a shared value."""
         node = self.nodes[node_id]
-        return node.var if node.kind == "op" else node.text
+        if node.kind != "op":
+            return node.text
+        return f"sh->{node.var}" if self.team_functions and node_id in self.shared_set else node.var
+
+    def expr(self, node_id):
+        """The C expression computing an op node from its operands."""
+        node = self.nodes[node_id]
+        return _PLACEHOLDER.sub(lambda m: self.ref(node.args[int(m.group(1)) - 1]), node.text)
 
     def code(self, edge):
         """`next` value of an edge: the destination team's state, or -1 - action."""
@@ -457,14 +475,14 @@ class Context:
         return out
 
 
-def render(tpg, *, shape, template, share, storage="const", team_function=None):
+def render(tpg, *, shape, template, share, storage="const"):
     """All output files of a TPG for one code shape, as {file name: text or JSON-able object}."""
     from nnbuild.codegen import templating
     name = tpg.name
     plan = lower(tpg, name, share=share)
     c = Context(tpg, plan, shape, storage)
     code = templating.render(template, {"c": c})
-    facts = flow_facts(name, code, (lambda label: f"{name}_{label}") if team_function else None)
+    facts = flow_facts(name, code)
     return {
         f"{name}.h": templating.render("tpg.h.j2", {"c": c}),
         f"{name}.c": code,

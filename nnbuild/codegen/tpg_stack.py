@@ -17,5 +17,4 @@ def render(model, *, precision, storage, passes_log, **_options):
     tpg_lower.check_options(model, precision)
     if getattr(model, "kind", "nn") != "tpg":
         raise NNBuildError("shape 'stack' generates Tangled Program Graphs; use shape mlp for this model")
-    return tpg_lower.render(model, shape="stack", template="tpg_stack.c.j2", storage=storage, share=False,
-                            team_function=True)
+    return tpg_lower.render(model, shape="stack", template="tpg_stack.c.j2", storage=storage, share=False)

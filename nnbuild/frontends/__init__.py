@@ -33,6 +33,8 @@ FORMATS: Tuple[Format, ...] = (
            "Keras full-model HDF5 (model.save), Keras 1.2.1 to Keras 3 legacy h5"),
     Format("keras-json", (".json",), "nnbuild.frontends.keras_h5",
            "Keras2C pair: architecture.json (model.to_json()) + weights.h5 (save_weights)"),
+    Format("gegelati-dot", (".dot",), "nnbuild.frontends.gegelati_dot",
+           "GEGELATI Tangled Program Graph export (v0.5-v2.0), with an environment description"),
 )
 
 
@@ -53,12 +55,29 @@ def _module(fmt: Format):
     return importlib.import_module(fmt.module)
 
 
-def load(path):
-    """Read the model file `path` (any registered format) into an IR Model."""
+def load(path, **options):
+    """Read the model file `path` (any registered format) into an IR model.
+
+    `options` that are not None go to the format's loader (environment= for a TPG); an option
+    the format does not take is an error.
+    """
     fmt = format_for(path)
     if not Path(path).exists():
         raise NNBuildError("model file not found", path=path)
-    return _module(fmt).load(path)
+    options = {k: v for k, v in options.items() if v is not None}
+    mod = _module(fmt)
+    if options:
+        import inspect
+        unknown = set(options) - set(inspect.signature(mod.load).parameters)
+        if unknown:
+            raise NNBuildError(f"option(s) {', '.join(sorted(unknown))} do not apply to {fmt.name} models",
+                               path=path)
+    return mod.load(path, **options)
+
+
+def kind_of(path) -> str:
+    """The model kind a file loads as ("nn" or "tpg"), from its format alone (never opens it)."""
+    return getattr(_module(format_for(path)), "KIND", "nn")
 
 
 def implicit_dependencies(path) -> List[str]:
