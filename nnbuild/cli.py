@@ -78,6 +78,7 @@ def parser():
     p.add_argument("--entry", action="append", default=[],
                    help="function whose stack bound counts in RAM (first that can be bounded wins)")
     p.add_argument("--trace", help="trace.json of the generated code (flash placement check)")
+    p.add_argument("--flowfacts", help="flow facts of the generated code (indirect call targets for the stack bound)")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_size)
 
@@ -190,7 +191,7 @@ def cmd_size(args):
     from nnbuild.checks import memory
     from nnbuild.compilers import gcc
     board = pipeline.load_board(args.board)
-    stack = memory.stack_bound(board, args.elf, args.entry)
+    stack = memory.stack_bound(board, args.elf, args.entry, args.flowfacts)
     use = memory.usage(board, gcc.section_sizes(board, args.elf), stack["bytes"] if stack else None)
     use["stack"] = stack
     if args.trace:

@@ -251,9 +251,10 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="
                            + f" --tolerance {tolerance!r} -o $TARGET", "NNCMP")
     image = firmware or check
     entries = ("--entry main " if firmware else "") + f"--entry {name}_infer"
-    size = step(env, bdir.File("size.json"), [image, trace],
-                f"$NN size ${{SOURCES[0]}} --board {board['name']} {entries} --trace ${{SOURCES[1]}} -o $TARGET",
-                "NNSIZE")
+    size = step(env, bdir.File("size.json"), [image, trace, gen[4]],
+                f"$NN size ${{SOURCES[0]}} --board {board['name']} {entries} --trace ${{SOURCES[1]}} "
+                "--flowfacts ${SOURCES[2]} -o $TARGET", "NNSIZE")
+    env.Depends(size, package_files("wcet"))
     # the memory gate first: nothing runs on a simulator of a board the image does not fit
     for label, run in runs.items():
         if label != "host":

@@ -38,7 +38,7 @@ def bar(used, capacity, width=10):
     return f"[{'=' * filled}{' ' * (width - filled)}] {100 * frac:5.1f}% (used {used:,} bytes from {capacity:,} bytes)"
 
 
-def stack_bound(board, elf, entries):
+def stack_bound(board, elf, entries, flowfacts=None):
     """The static stack bound of the first entry that can be bounded (main first: it covers the
     firmware's own frame too), or None on boards without a stack analyzer."""
     if board.get("stack_tool") != "builtin-avr":
@@ -47,7 +47,7 @@ def stack_bound(board, elf, entries):
     reasons = []
     for entry in entries:
         try:
-            result = avr_stack.stack_bound(elf, entry, board)
+            result = avr_stack.stack_bound(elf, entry, board, flowfacts)
             return {"entry": entry, "bytes": int(result["bytes"]), "path": result["path"],
                     "not_bounded": reasons}
         except NNBuildError as error:

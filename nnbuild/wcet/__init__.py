@@ -12,6 +12,9 @@ Flow facts (`<model>.flowfacts.json`, written by the C generator beside the C fi
   "layers": [{"name": "dense_1", "type": "Dense", "function": "f1tenth_infer",
               "file": "f1tenth.c", "first_line": 50, "last_line": 70}]
 }
+Optional "indirect": [{"file": "m.c", "line": 88, "targets": ["nn_conv2d", "nn_dense"]}, ...] (or
+"function" + "offset", or "address", instead of file + line) lists the possible targets of the
+function-pointer calls/jumps on that line (code shape v1); any indirect call without one is an error.
 `max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip
 count); `line` is the line of the `for` keyword and `last_line` that of its closing brace (an
 optimiser may move the loop test off the `for` line: the range still contains the loop's code). Layer line ranges let analyzers split the bound
