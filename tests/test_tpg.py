@@ -285,6 +285,26 @@ def test_both_shapes_equal_the_reference_and_link_together(tmp_path, graph):
                             "small_switch_cos_table", "small_switch_infer", "small_switch_log_table"]
 
 
+def test_a_nan_bid_after_minus_infinity_does_not_block_later_edges(tmp_path, env_file):
+    """bids -inf (log 0), NaN (0/0), then finite: the finite one wins; NaN only ties with -inf."""
+    text = (DOT_HEADER + '\t\tT0 [fillcolor="#1199bb"]\n'
+            + program(0, ["4|0&2|0#2|0"]) + action(0, 1) + "\t\tT0 -> P0 -> A0\n"
+            + program(1, ["2|0&2|1#2|2"]) + action(1, 2) + "\t\tT0 -> P1 -> A1\n"
+            + program(2, ["1|0&2|3#2|4"]) + action(2, 3) + "\t\tT0 -> P2 -> A2\n"
+            + program(3, ["2|0&2|1#2|2"]) + action(3, 0) + "\t\tT0 -> P3 -> A3\n}\n")
+    g = load(write(tmp_path / "nan.dot", text), environment=env_file)
+    x = np.array([[0, 0, 0, 5, 1, 0], [0, 0, 0, -np.inf, 1, 0], [1, 0, 0, np.nan, 1, 0],
+                  [1, 1, 1, 2, 3, 0], [np.nan] * 6, [0, 1, 0, 1, 1, 0]], dtype=float)
+    want = tpg_reference.run(g, x)
+    assert want.tolist() == [3, 0, 1, 0, 0, 0]  # rows 3 and 5: P1 and P3 tie, the last wins
+    gen = tmp_path / "gen"
+    for shape in ("switch", "stack"):
+        generate(g, gen, shape, f"nan_{shape}")
+    program_ = build_replay(gen, ["nan_switch", "nan_stack"], 6, tmp_path / "replay")
+    for k in range(2):
+        assert replay(program_, k, x).tolist() == want.tolist()
+
+
 @needs_avr
 @pytest.mark.parametrize("shape", ["switch", "stack"])
 def test_avr_build_is_warning_free(tmp_path, graph, shape):

@@ -185,7 +185,7 @@ def tracer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def drv(tmp_path_factory):
     elfdir = str(tmp_path_factory.mktemp("ctxdrv"))
-    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 19, "Os")
+    elf = build(elfdir, ["libdrv.c"], "drv_all", 2, 20, "Os")
     prog, an, top = analyse(elf, "drv_all")
     return elf, prog, an, top
 

@@ -66,7 +66,13 @@ void drv_const(const float *in, float *out)
     out[4] = 0.5f * in[0];
 }
 
-/* All drivers in one call, so one simulation exercises every table loop (19 outputs). */
+/* cosf: the range reduction __fp_rempio2 (the TPG code shapes call cos) */
+void drv_trig(const float *in, float *out)
+{
+    out[0] = cosf(in[0]);
+}
+
+/* All drivers in one call, so one simulation exercises every table loop (20 outputs). */
 void drv_all(const float *in, float *out)
 {
     drv_add(in, out);
@@ -77,4 +83,5 @@ void drv_all(const float *in, float *out)
     drv_conv(in, out + 6);
     drv_libm(in, out + 9);
     drv_const(in, out + 14);
+    drv_trig(in, out + 19);
 }

@@ -1,0 +1,212 @@
+"""The SiPS'22 Tangled Program Graphs of ../shared (GEGELATI exports, unlicensed: read there, never
+copied): the recorded game traces replayed through the reference and the compiled C of both
+shapes, every cleaned TPG against the reference on random inputs, one TPG on AVR under simavr
+with its WCET bound, and `scons model=tpg_fishing_derby` on host and AVR.
+
+What runs by default (about a minute): the reference on all 12 traced TPGs (6 games, cleaned and
+full) over the whole traces; the compiled C (host board flags, -O2) of both shapes on the whole
+traces for the 6 cleaned TPGs and the two small full ones (fishing_derby.9, frostbite.2); the
+other four full graphs (122 to 505 teams, up to 2.6 MB) take minutes to compile and run with
+NNBUILD_SLOW_TESTS=1. AVR: fishing_derby.9 cleaned, the example's TPG, on its whole trace.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import copy_project, have, needs_avr, scons
+from tpg_helpers import GAMES, HOST_FLAGS, SIPS22, build_replay, dot_file, replay, trace
+
+from nnbuild import codegen, pipeline, wcet
+from nnbuild.frontends import gegelati_dot
+from nnbuild.ir import tpg_reference
+from nnbuild.ir.tpg import Environment
+from nnbuild.runners import tpg_run
+
+pytestmark = pytest.mark.skipif(not SIPS22.is_dir(), reason=f"{SIPS22} not present (../shared is not beside this checkout)")
+
+SLOW = os.environ.get("NNBUILD_SLOW_TESTS") == "1"
+SMALL_FULL = ("fishing_derby.9", "frostbite.2")
+
+
+@pytest.fixture(scope="module")
+def env():
+    return Environment.load("sips22-atari")
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {g: trace(g) for g in GAMES}
+
+
+def model(game, kind, env, name=None):
+    m = gegelati_dot.load(dot_file(game, kind), env)
+    if name:
+        m.name = name
+    return m
+
+
+@pytest.mark.parametrize("kind", ["cleaned", "full"])
+def test_reference_reproduces_every_recorded_trace(env, traces, kind):
+    for game in GAMES:
+        obs, recorded = traces[game]
+        actions = tpg_reference.run(model(game, kind, env), obs)
+        assert np.array_equal(actions, recorded), f"{game} {kind}: {np.sum(actions != recorded)} differ"
+
+
+def replay_all(tmp_path, env, traces, pairs, opt="-O2"):
+    """Generate both shapes of every (game, kind), link them in one program, replay each trace."""
+    gen, names = tmp_path / "gen", []
+    for game, kind in pairs:
+        for shape in ("switch", "stack"):
+            name = f"{kind}_{game.replace('.', '_')}_{shape}"
+            codegen.generate(model(game, kind, env, name), gen, shape=shape)
+            names.append((name, game))
+    program = build_replay(gen, [n for n, _ in names], 1344, tmp_path / "replay", opt=opt)
+    result = {}
+    for k, (name, game) in enumerate(names):
+        obs, recorded = traces[game]
+        actions = replay(program, k, obs, u8=True)
+        result[name] = (int(np.sum(actions != recorded)), len(recorded))
+    print()
+    for name, (bad, n) in result.items():
+        print(f"  {name}: {n - bad}/{n} actions identical to the recorded ones")
+    return result
+
+
+def test_compiled_c_reproduces_the_traces(tmp_path, env, traces):
+    pairs = [(g, "cleaned") for g in GAMES] + [(g, "full") for g in SMALL_FULL]
+    result = replay_all(tmp_path, env, traces, pairs)
+    assert len(result) == 16 and all(bad == 0 for bad, _ in result.values()), result
+
+
+@pytest.mark.skipif(not SLOW, reason="the four large full graphs compile for minutes: NNBUILD_SLOW_TESTS=1")
+@pytest.mark.parametrize("game", [g for g in GAMES if g not in SMALL_FULL])
+def test_compiled_c_reproduces_the_traces_of_the_large_full_graphs(tmp_path, env, traces, game):
+    result = replay_all(tmp_path, env, traces, [(game, "full")])
+    assert all(bad == 0 for bad, _ in result.values()), result
+
+
+def test_every_cleaned_tpg_compiles_cleanly_and_equals_the_reference(tmp_path, env):
+    """All 50 cleaned SiPS'22 TPGs, both shapes, in one program (-O2, -Wall -Wextra -Werror
+    -pedantic -std=c99): random observations (reals, integers, extremes, NaN/inf) give the
+    reference's actions."""
+    rng = np.random.default_rng(22)
+    x = rng.uniform(0, 255, size=(300, 1344))
+    x[::2] = np.round(x[::2])
+    x[1::10] = rng.uniform(-1e4, 1e4, size=x[1::10].shape)
+    x[0] = 0.0
+    x[3] = np.nan
+    x[5, ::7] = np.inf
+    files = sorted((SIPS22 / "cleaned").glob("*.dot"))
+    assert len(files) == 50
+    gen, names, models = tmp_path / "gen", [], []
+    for f in files:
+        m = gegelati_dot.load(f, env)
+        base = m.name.replace("out_best_cleaned_", "c_")
+        for shape in ("switch", "stack"):
+            m.name = f"{base}_{shape}"
+            codegen.generate(m, gen, shape=shape)
+            names.append(m.name)
+            models.append(m)
+    program = build_replay(gen, names, 1344, tmp_path / "replay")
+    for k, (name, m) in enumerate(zip(names, models)):
+        want = tpg_reference.run(m, x)
+        got = replay(program, k, x)
+        assert np.array_equal(got, want), f"{name}: {np.sum(got != want)} of {len(x)} differ"
+
+
+def test_cli_check_on_a_recorded_trace(tmp_path, traces):
+    obs, recorded = traces["frostbite.2"]
+    np.savez(tmp_path / "trace.npz", x=obs.astype(float), y=recorded)
+    from test_tpg import nnbuild
+    result = nnbuild("check", str(dot_file("frostbite.2", "cleaned")), "--environment", "sips22-atari",
+                     "--data", str(tmp_path / "trace.npz"))
+    assert result.returncode == 0, result.stderr
+    assert f"(switch) on host: {len(obs)} observations, 0 actions differ from y, 0 from the reference" in result.stdout
+
+
+# ------------------------------------------------------------------------------- AVR
+
+
+@pytest.fixture(scope="module")
+def avr_builds(tmp_path_factory):
+    """fishing_derby.9 cleaned (the example's TPG) built for AVR in both shapes."""
+    if not have("avr-gcc", "avr-nm", "avr-objdump"):
+        pytest.skip("avr-gcc not installed (bash scripts/setup.sh)")
+    board = pipeline.load_board("avr")
+    out = {}
+    for shape in ("switch", "stack"):
+        work = tmp_path_factory.mktemp(f"avr_{shape}")
+        program, harness = pipeline.build_check_program(str(dot_file("fishing_derby.9", "cleaned")), board, work,
+                                                        name="fd", shape=shape, environment="sips22-atari")
+        out[shape] = (board, program, harness, work / "gen" / "fd.flowfacts.json")
+    return out
+
+
+@needs_avr
+@pytest.mark.parametrize("shape", ["switch", "stack"])
+def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, traces, shape, tmp_path):
+    """avr-gcc's double is 32 bits: the mismatch count is reported as measured (the TPG is the
+    example's, fixed before any AVR run). The WCET bound covers every measured inference."""
+    board, program, harness, facts = avr_builds[shape]
+    obs, recorded = traces["fishing_derby.9"]
+    t0 = time.time()
+    actions, cycles = tpg_run.run_simavr(program, obs.astype(float), entry_symbol="fd_infer", mcu=board["mcu"],
+                                         freq=board["clock_hz"], harness=harness, nm=board["nm"])
+    mismatches = int(np.sum(actions != recorded))
+    bound = wcet.analyze(board, program, "fd_infer", str(facts), tmp_path)
+    print(f"\n  fishing_derby.9 cleaned, {shape}, simavr: {mismatches} of {len(obs)} actions differ from the "
+          f"recorded ones; cycles per inference max {cycles.max():,} mean {cycles.mean():,.0f}; "
+          f"WCET bound {bound.cycles:,} ({bound.cycles / cycles.max():.2f}x); {time.time() - t0:.1f} s")
+    assert mismatches == 0  # as measured on this trace
+    assert bound.cycles >= cycles.max()
+    assert set(bound.per_layer) == {"T0", "T1", "T2", "T3"}
+
+
+# ------------------------------------------------------------------------------- SCons
+
+
+@pytest.fixture
+def project_beside_shared(tmp_path):
+    """A project copy with ../shared beside it (a symlink), as in a checkout."""
+    (tmp_path / "main").mkdir()
+    project = copy_project(tmp_path / "main")
+    (tmp_path / "shared").symlink_to(SIPS22.parents[2])
+    return project
+
+
+@pytest.mark.parametrize("shape", ["switch", "stack"])
+def test_scons_builds_the_tpg_example_on_host(project_beside_shared, shape):
+    result = scons(project_beside_shared, "target=host", "model=tpg_fishing_derby", f"shape={shape}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "host: 0 of 32 actions differ from the reference" in result.stdout
+    assert f"shape {shape}" in result.stdout and "actions  : 0 (host) of 32 differ" in result.stdout
+    again = scons(project_beside_shared, "target=host", "model=tpg_fishing_derby", f"shape={shape}")
+    assert again.returncode == 0 and "[nnbuild]" not in again.stdout
+
+
+@needs_avr
+def test_scons_builds_the_tpg_example_on_avr(project_beside_shared):
+    result = scons(project_beside_shared, "target=avr", "model=tpg_fishing_derby")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "simavr: 0 of 32 actions differ from the reference" in out and "shape switch" in out
+    import json
+    report = json.loads((project_beside_shared / "build/avr/tpg_fishing_derby/report.json").read_text())
+    assert report["kind"] == "tpg" and report["wcet_cycles"] >= report["measured_cycles"] > 0
+    assert report["max_abs_error_by_run"] == {"host": 0, "simavr": 0}
+
+
+def test_the_example_without_shared_fails_with_one_line(tmp_path):
+    (tmp_path / "lonely").mkdir()
+    project = copy_project(tmp_path / "lonely")
+    result = scons(project, "target=host", "model=tpg_fishing_derby")
+    assert result.returncode != 0
+    errors = [l for l in result.stderr.splitlines() if "nnbuild" in l]
+    assert len(errors) == 1 and "model file of example 'tpg_fishing_derby' not found" in errors[0]
+    assert "../shared" in errors[0] and not (project / "build").exists()
