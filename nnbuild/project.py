@@ -1,7 +1,10 @@
 """Examples as build inputs: `model=f1tenth` means firmware_examples/f1tenth/example.json.
 
 example.json keys: model (file, relative to the example dir), main (optional firmware main.c),
-precision, deadline_ms, tolerance, input_range [lo, hi], check_inputs (count), seed.
+precision, deadline_ms, tolerance, input_range [lo, hi], check_inputs (count), seed; for a Tangled
+Program Graph also environment (its description: a JSON file, or a name shipped with nnbuild),
+check_data (recorded observations to check with instead of random ones) and requires (said when the
+model file is missing, e.g. third-party data in ../shared).
 """
 
 import json

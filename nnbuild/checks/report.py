@@ -26,7 +26,7 @@ def build_report(args):
         "model": args.model,
         "target": board["name"],
         "board": board.get("description", board["name"]),
-        "precision": args.precision,
+        "precision": trace.get("precision", args.precision),
         "shape": trace.get("shape", args.shape),
         "activation_memory": trace.get("memory"),
         "opt": args.opt or board.get("opt"),

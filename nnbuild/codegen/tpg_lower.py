@@ -395,6 +395,7 @@ def trace(tpg, plan, code, facts, shape):
         "model": plan.name,
         "kind": "tpg",
         "shape": shape,
+        "precision": "double",
         "sources": [s.rsplit("/", 1)[-1] for s in tpg.source_files],
         "environment": tpg.environment.name,
         "meta": {k: v for k, v in sorted(tpg.meta.items()) if isinstance(v, (str, int, float, list))},
@@ -481,7 +482,7 @@ def render(tpg, *, shape, template, share, storage="const"):
     name = tpg.name
     plan = lower(tpg, name, share=share)
     c = Context(tpg, plan, shape, storage)
-    code = templating.render(template, {"c": c})
+    code = re.sub(r"\n{3,}", "\n\n", templating.render(template, {"c": c}))  # one blank line at most
     facts = flow_facts(name, code)
     return {
         f"{name}.h": templating.render("tpg.h.j2", {"c": c}),

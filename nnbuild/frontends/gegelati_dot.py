@@ -54,8 +54,8 @@ def load(path, environment=None):
     path = Path(path)
     if environment is None:
         raise NNBuildError("a GEGELATI .dot file carries no instruction set: give its environment "
-                           "description (--environment FILE or a shipped name such as sips22-atari; "
-                           "\"environment\" in example.json)", path=path)
+                           "description, a JSON file or a shipped name such as sips22-atari (--environment, "
+                           "scons environment=, or \"environment\" in example.json)", path=path)
     env = environment if isinstance(environment, Environment) else Environment.load(environment)
     try:
         text = path.read_text(encoding="utf-8")
