@@ -41,18 +41,31 @@ def verdict(wcet, deadline_ms, clock_hz, measured_cycles, label):
     return record
 
 
-def gate_soundness(record):
-    """A bound below a measured run is an analyzer bug: fail rather than certify it."""
-    measured = record["measured_cycles"]
+def soundness_violation(record):
+    """A bound below a measured run is an analyzer bug: the clause that fails the build, or None."""
+    measured = record.get("measured_cycles")
     if measured and record["wcet_cycles"] < measured:
-        raise NNBuildError(f"unsound WCET bound: {record['wcet_cycles']:,} cycles < measured {measured:,} "
-                           f"({record['label']}, analyzer {record['analyzer']})")
+        return (f"unsound WCET bound: {record['wcet_cycles']:,} cycles < measured {measured:,} "
+                f"({record['label']}, analyzer {record['analyzer']})")
+    return None
+
+
+def deadline_violation(record):
+    if record["deadline_ms"] is not None and not record["met"]:
+        return f"WCET {fmt_ms(record['wcet_ms'])} > deadline {fmt_ms(record['deadline_ms'])} ({record['label']})"
+    return None
+
+
+def gate_soundness(record):
+    message = soundness_violation(record)
+    if message:
+        raise NNBuildError(message)
 
 
 def gate_deadline(record):
-    if record["deadline_ms"] is not None and not record["met"]:
-        raise NNBuildError(f"WCET {fmt_ms(record['wcet_ms'])} > deadline {fmt_ms(record['deadline_ms'])} "
-                           f"({record['label']})")
+    message = deadline_violation(record)
+    if message:
+        raise NNBuildError(message)
 
 
 def fmt_ms(ms):

@@ -4,7 +4,8 @@ The gate step and precision=auto both use `violations`, so a candidate is reject
 reasons a single build would fail.
 """
 
-from nnbuild.checks.deadline import fmt_ms
+from nnbuild.checks.deadline import deadline_violation, fmt_ms, soundness_violation
+from nnbuild.checks.semantic import error_violation
 
 
 def violations(report):
@@ -15,18 +16,13 @@ def violations(report):
         if not error <= tolerance and report.get("kind") == "tpg":
             found.append(f"{int(error)} of {report['check_inputs']} actions differ from the reference "
                          f"({label} run), {int(tolerance)} allowed")
-        elif not error <= tolerance:
-            found.append(f"max error {error:.3g} > tolerance {tolerance:.3g} ({label} run vs float64 reference)")
+        else:
+            found.append(error_violation(error, tolerance, f"{label} run vs float64 reference"))
     record = report.get("wcet")
     deadline_ms = report.get("deadline_ms")
     if record:
-        measured = record.get("measured_cycles")
-        if measured and record["wcet_cycles"] < measured:
-            found.append(f"unsound WCET bound: {record['wcet_cycles']:,} cycles < measured {measured:,} "
-                         f"({record['label']}, analyzer {record['analyzer']})")
-        if deadline_ms is not None and not record["met"]:
-            found.append(f"WCET {fmt_ms(record['wcet_ms'])} > deadline {fmt_ms(deadline_ms)} ({record['label']})")
+        found += [soundness_violation(record), deadline_violation(record)]
     elif deadline_ms is not None and (report.get("wcet_error") or report.get("deadline_origin") == "command line"):
         why = report.get("wcet_error") or report.get("wcet_unavailable")
         found.append(f"deadline {fmt_ms(deadline_ms)} cannot be checked: {why}")
-    return found
+    return [clause for clause in found if clause]

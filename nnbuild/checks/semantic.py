@@ -18,7 +18,15 @@ def max_abs_error(outputs, expected):
     return float(diff.max()) if diff.size else 0.0, worst
 
 
+def error_violation(error, tolerance, label):
+    """The clause that fails the build when the error exceeds the tolerance, or None."""
+    if not error <= tolerance:
+        return f"max error {error:.3g} > tolerance {tolerance:.3g} ({label})"
+    return None
+
+
 def gate_error(error, tolerance, label):
     """One line and a non-zero exit when the error exceeds the tolerance."""
-    if not error <= tolerance:
-        raise NNBuildError(f"max error {error:.3g} > tolerance {tolerance:.3g} ({label})")
+    message = error_violation(error, tolerance, label)
+    if message:
+        raise NNBuildError(message)
