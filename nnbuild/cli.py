@@ -144,7 +144,9 @@ def parse_range(text):
 
 
 def cmd_generate(args):
-    storage = args.storage or pipeline.load_board(args.target).get("weights_storage", "const")
+    board = pipeline.load_board(args.target)
+    codegen.check_precision(args.precision, board)
+    storage = args.storage or board.get("weights_storage", "const")
     pipeline.generate(args.model, args.outdir, name=args.name, shape=args.shape,
                       precision=args.precision, storage=storage, input_range=args.input_range,
                       environment=args.environment)

@@ -111,6 +111,7 @@ def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", p
     """
     from nnbuild.compilers import family
     from nnbuild.runners import CHECK_MAIN, check_main_defines
+    codegen.check_precision(precision, board)
     model, _ = load_model(model_path, name, environment)
     workdir = Path(workdir)
     files = generate(model_path, workdir / "gen", name=model.name, shape=shape, precision=precision,

@@ -178,7 +178,7 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="
     try:
         board = boards.load_board(target)
         host = boards.load_board("host")
-        check_precision(precision, board)
+        codegen.check_precision(precision, board)
     except NNBuildError as error:
         fail(str(error))
     bdir = env.Dir(build_dir)
@@ -293,14 +293,6 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape="
 def step(env, target, sources, command, key):
     """One pipeline step as a command action with its short progress line."""
     return env.Command(target, sources, SCons.Action.Action(command, comstr(env, key, bool(env["NNBUILD_VERBOSE"]))))
-
-
-def check_precision(precision, board):
-    """Refuse at read time what the board cannot compute (one line, nothing built)."""
-    codegen.check_precision(precision)
-    if precision == "float64" and board.get("double_bits", 64) < 64:
-        raise NNBuildError(f"precision float64 needs a 64-bit double; {board['cc']}'s double is "
-                           f"{board['double_bits']} bits on target {board['name']}")
 
 
 def check_defines(name, model=None):

@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
-from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS, check_precision
+from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS
+from nnbuild.passes.quantize import check_precision as check_precision_name
 
 SHAPES = {
     "mlp": "nnbuild.codegen.mlp",
@@ -32,6 +33,15 @@ def outputs(name):
     """Every file a generation of model `name` writes, in a fixed order (independent of the options)."""
     return [f"{name}.h", f"{name}.c", f"{name}_weights.h", f"{name}_weights.c",
             f"{name}.flowfacts.json", f"{name}.trace.json"]
+
+
+def check_precision(precision, board=None):
+    """The precision if known and, given a board, one it can compute; else one clear line."""
+    check_precision_name(precision)
+    if board and precision == "float64" and board.get("double_bits", 64) < 64:
+        raise NNBuildError(f"precision float64 needs a 64-bit double; {board['cc']}'s double is "
+                           f"{board['double_bits']} bits on target {board['name']}")
+    return precision
 
 
 def api(name):
