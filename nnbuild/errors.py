@@ -1,5 +1,7 @@
 """One exception type for every user-facing failure, so the CLI prints one line and exits non-zero."""
 
+from nnbuild.names import one_line
+
 
 class NNBuildError(Exception):
     """A failure the user can act on: the message is one line naming the file and the layer/item."""
@@ -9,4 +11,5 @@ class NNBuildError(Exception):
         self.item = item
         parts = [p for p in (self.path, item) if p]
         prefix = ": ".join(parts)
-        super().__init__(f"{prefix}: {message}" if prefix else message)
+        # Names in the message may come from a model file: keep it one line, terminal-inert.
+        super().__init__(one_line(f"{prefix}: {message}" if prefix else message))

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import c_identifier
+from nnbuild.names import c_identifier
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "firmware_examples"
 DEFAULTS = {"tolerance": 1e-4, "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1,

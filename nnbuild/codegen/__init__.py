@@ -10,6 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from nnbuild import names
 from nnbuild.errors import NNBuildError
 from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS
 from nnbuild.passes.quantize import check_precision as check_precision_name
@@ -44,6 +45,14 @@ def check_precision(precision, board=None):
     return precision
 
 
+def check_model_name(name):
+    """The model name prefixes every symbol and names the files: a checked C identifier only."""
+    if not names.is_c_identifier(name):
+        raise NNBuildError(f"model name '{name}' is not a usable C name (letters, digits and '_', not a C "
+                           f"keyword or header name; for example '{names.c_identifier(name)}')")
+    return name
+
+
 def api(name):
     """The C names every generated model exposes: header, entry point, I/O size macros."""
     return {"header": f"{name}.h", "infer": f"{name}_infer",
@@ -68,6 +77,7 @@ def generate(model, outdir, *, shape="mlp", precision="float32", storage="const"
 
     Fixed-point precisions need `input_range` (lo, hi): their formats are proven over it."""
     check_precision(precision)
+    check_model_name(model.name)
     if storage not in STORAGES:
         raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
     kind = getattr(model, "kind", "nn")

@@ -17,7 +17,7 @@ import numpy as np
 from nnbuild import __version__
 from nnbuild.codegen import mlp
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
+from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
 
 FLOAT_BYTES = 4
@@ -234,9 +234,9 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
         sym = f"{prefix}_{c_identifier(layer.name)}"
         op.update(C=int(alpha.size), pixels=op["n"] // int(alpha.size),
                   scale=_array(f"{sym}_scale", alpha, layer, f"BatchNormalization '{layer.name}': "
-                               "gamma / sqrt(variance + epsilon)"),
+                               "gamma over sqrt(variance + epsilon)"),
                   offset=_array(f"{sym}_offset", offset, layer, f"BatchNormalization '{layer.name}': "
-                                "beta - mean * scale"), alpha=alpha, beta_eff=offset)
+                                "beta - mean times scale"), alpha=alpha, beta_eff=offset)
         op["arrays"] = [op["scale"], op["offset"]]
     elif kind == "add":
         op.update(terms=len(in_shapes))

@@ -14,7 +14,7 @@ import numpy as np
 from nnbuild import __version__
 from nnbuild.codegen import templating
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import c_identifier
+from nnbuild.names import c_identifier
 from nnbuild.ir.graph import Activation, Dense
 
 #: avr-gcc rejects any object over PTRDIFF_MAX (32,767 bytes): weight arrays are split below it.

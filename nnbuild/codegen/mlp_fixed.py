@@ -11,7 +11,7 @@ from nnbuild import __version__
 from nnbuild.codegen import templating
 from nnbuild.codegen.mlp import MAX_ARRAY_BYTES, flow_facts, index_type, trace, weights_digest
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import c_identifier
+from nnbuild.names import c_identifier
 from nnbuild.passes import quantize as q
 
 READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32", 64: "NN_READ64"}

@@ -1,8 +1,16 @@
-"""Jinja2 environment for the templates beside the generators: strict, deterministic."""
+"""Jinja2 environment for the templates beside the generators: strict, deterministic.
+
+Text that comes from a model file (layer names and types, source file names, labels) goes into C
+only through the `ctext` filter (nnbuild.names.c_text), which makes it inert inside a comment or a
+string literal; symbols come from nnbuild.names.c_identifier. tests/test_injection.py proves it for
+every code shape with a canary name.
+"""
 
 from pathlib import Path
 
 import jinja2
+
+from nnbuild.names import c_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -13,6 +21,7 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+_ENV.filters["ctext"] = c_text
 
 
 def render(template, context):

@@ -130,7 +130,7 @@ def integer_tables(tpg, prefix):
     """Table of every one-operand <math.h> instruction of the environment, when it asks for them."""
     import numpy as np
 
-    from nnbuild.frontends import c_identifier
+    from nnbuild.names import c_identifier
     from nnbuild.ir import tpg_reference
     env = tpg.environment
     if not env.integer_tables:

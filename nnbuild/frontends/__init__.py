@@ -9,11 +9,11 @@ lazily so a front-end's optional dependency is only needed when its format is us
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Tuple
 
+from nnbuild import names
 from nnbuild.errors import NNBuildError
 
 
@@ -91,26 +91,5 @@ def implicit_dependencies(path) -> List[str]:
     return [str(p) for p in fn(path)] if fn else []
 
 
-#: C keywords (C11) a model name must not collide with.
-_C_KEYWORDS = frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if "
-    "inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while _Alignas _Alignof _Atomic _Bool _Complex _Generic "
-    "_Imaginary _Noreturn _Static_assert _Thread_local".split()
-)
-
-
-def c_identifier(text: str) -> str:
-    """`text` made a valid, non-reserved C identifier (model names become C symbol prefixes).
-
-    Non [A-Za-z0-9_] characters become '_', a leading digit or underscore gets an 'm' prefix
-    (leading '_' names are reserved in C), keywords get a '_model' suffix, '' becomes 'model'.
-    """
-    name = re.sub(r"[^A-Za-z0-9_]", "_", str(text))
-    if not name:
-        return "model"
-    if name[0].isdigit() or name[0] == "_":
-        name = "m" + name
-    if name in _C_KEYWORDS:
-        name += "_model"
-    return name
+# The identifier rule lives in nnbuild.names (shared by every layer); kept importable from here.
+c_identifier = names.c_identifier

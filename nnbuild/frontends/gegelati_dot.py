@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import c_identifier
+from nnbuild.names import c_identifier
 from nnbuild.ir.tpg import TPG, Edge, Environment, Line, Operand, Program, Team, validate
 
 #: what nnbuild.frontends.kind_of reports for this format

@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import c_identifier
+from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
                               Flatten, Model, Pool2D, Reshape, ZeroPadding2D, same_padding)
 
