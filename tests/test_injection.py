@@ -150,3 +150,20 @@ def test_issue_attack_through_cli_check_runs_nothing(tmp_path):
     assert "d1 \\052\\057\\012#ifndef X" in code
     assert not any(line.lstrip().startswith(("#include <stdlib.h>", "#ifndef X", "__attribute__"))
                    for line in code.splitlines())
+
+
+def test_layer_names_that_clean_to_one_c_name_are_refused_naming_both(tmp_path):
+    from nnbuild.errors import NNBuildError
+    rng = np.random.default_rng(2)
+    model = Model("collide", (2,), [Dense("a-b", rng.normal(size=(2, 2)).astype(np.float32), None, "tanh"),
+                                    Dense("a_b", rng.normal(size=(2, 1)).astype(np.float32), None)],
+                  source_files=("collide.h5",))
+    with pytest.raises(NNBuildError, match=r"collide.h5: layers 'a-b' and 'a_b' both become the C name 'a_b'"):
+        codegen.generate(model, tmp_path / "gen")
+    assert not (tmp_path / "gen").exists()
+
+
+@pytest.mark.parametrize("stem", ["math", "stdint", "stdio", "string", "check_main", "main", "Math"])
+def test_model_names_never_take_a_header_or_project_file_name(stem):
+    assert names.c_identifier(stem) == stem + "_model"
+    assert names.c_identifier(stem + "_net") == stem + "_net"

@@ -53,6 +53,18 @@ def check_model_name(name):
     return name
 
 
+def check_layer_names(model):
+    """Layers become C symbols through c_identifier: two names that clean to the same symbol
+    (`a-b` and `a_b`) are refused here, naming both, instead of failing in the compiler."""
+    seen = {}
+    for layer in getattr(model, "layers", None) or ():
+        c_name = names.c_identifier(layer.name)
+        if c_name in seen:
+            raise NNBuildError(f"layers '{seen[c_name]}' and '{layer.name}' both become the C name '{c_name}'; "
+                               "rename one of them", path=model.source_files[0] if model.source_files else None)
+        seen[c_name] = layer.name
+
+
 def api(name):
     """The C names every generated model exposes: header, entry point, I/O size macros."""
     return {"header": f"{name}.h", "infer": f"{name}_infer",
@@ -78,6 +90,7 @@ def generate(model, outdir, *, shape="mlp", precision="float32", storage="const"
     Fixed-point precisions need `input_range` (lo, hi): their formats are proven over it."""
     check_precision(precision)
     check_model_name(model.name)
+    check_layer_names(model)
     if storage not in STORAGES:
         raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
     kind = getattr(model, "kind", "nn")
