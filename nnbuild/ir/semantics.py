@@ -30,9 +30,10 @@ def linear(x: np.ndarray) -> np.ndarray:
 
 
 def relu(x: np.ndarray) -> np.ndarray:
-    """relu(x) = max(x, 0), element-wise (NaN propagates)."""
+    """relu(x) = x if x > 0 else 0, element-wise: IEEE 754 maxNum(x, 0), so NaN gives 0, as the
+    generated C's `x > 0 ? x : 0` does (a check fed NaN compares equal instead of failing)."""
     x = np.asarray(x)
-    return np.maximum(x, x.dtype.type(0))
+    return np.where(x > 0, x, x.dtype.type(0))
 
 
 def tanh(x: np.ndarray) -> np.ndarray:
