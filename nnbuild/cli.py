@@ -4,21 +4,37 @@ Every failure the user can act on is one line `nnbuild: error: ...` on stderr an
 """
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from nnbuild import codegen, pipeline, tpg_pipeline
+from nnbuild import codegen, options, pipeline, tpg_pipeline
 from nnbuild.passes import quantize
 from nnbuild.errors import NNBuildError
 
 DEFAULT_TOLERANCE = 1e-4
 
 
+#: options whose value may start with '-' (`--opt -O0`, `--range -1,1`): argparse would take the
+#: value for an option, so `--opt -O0` is read as `--opt=-O0`
+DASH_VALUE_OPTIONS = ("--opt", "--range", "--tolerance", "--deadline")
+
+
+def join_dash_values(argv):
+    out, items = [], list(argv)
+    while items:
+        item = items.pop(0)
+        if item in DASH_VALUE_OPTIONS and items:
+            item = f"{item}={items.pop(0)}"
+        out.append(item)
+    return out
+
+
 def main(argv=None):
-    args = parser().parse_args(argv)
+    args = parser().parse_args(join_dash_values(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args) or 0
     except NNBuildError as error:
@@ -26,9 +42,27 @@ def main(argv=None):
         return 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors (no usage block): `nnbuild: error: ...`, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"nnbuild: error: {self.prog}: {message}\n")
+
+
+def option(parse):
+    """An argparse type from an nnbuild.options parser (its one-line message kept)."""
+    def convert(text):
+        try:
+            return parse(text)
+        except NNBuildError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
 def parser():
-    top = argparse.ArgumentParser(prog="nnbuild", description=__doc__.splitlines()[0])
-    sub = top.add_subparsers(dest="command", required=True)
+    top = _Parser(prog="nnbuild", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("generate", help="write the C code of a model")
     p.add_argument("model")
@@ -40,8 +74,9 @@ def parser():
     p.add_argument("model")
     p.add_argument("--data", required=True, help=".npz with inputs x and expected outputs y")
     p.add_argument("--target", default="host")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
-    p.add_argument("--opt", default=None, help="optimisation flag (board default otherwise)")
+    p.add_argument("--tolerance", type=option(options.tolerance), default=DEFAULT_TOLERANCE)
+    p.add_argument("--opt", type=option(options.opt), default=None,
+                   help=f"optimisation flag, one of {', '.join(options.OPT_LEVELS)} (board default otherwise)")
     p.add_argument("--build-dir", default=None, help="keep the build here (default: a temp dir)")
     add_codegen_options(p, storage=False)
     p.set_defaults(func=cmd_check)
@@ -49,9 +84,9 @@ def parser():
     p = sub.add_parser("reference", help="seeded check inputs and float64 reference outputs (.npz)")
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--count", type=int, default=32)
+    p.add_argument("--count", type=option(options.count), default=32)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--range", default="-1,1", help="input range lo,hi")
+    p.add_argument("--range", type=option(options.input_range), default=(-1.0, 1.0), help="input range lo,hi")
     p.add_argument("--environment", help="environment description of a TPG (.dot): JSON file or shipped name")
     p.add_argument("--data", help="TPG: take the check observations from this file (.npz x, or .u8.gz bytes)")
     p.set_defaults(func=cmd_reference)
@@ -68,7 +103,7 @@ def parser():
     p = sub.add_parser("compare", help="semantic gate: max |C - reference| <= tolerance")
     p.add_argument("--reference", required=True)
     p.add_argument("runs", nargs="+", metavar="LABEL=RUN.npz")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    p.add_argument("--tolerance", type=option(options.tolerance), default=DEFAULT_TOLERANCE)
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(func=cmd_compare)
 
@@ -122,25 +157,18 @@ def parser():
 
 
 def add_codegen_options(p, storage=True):
-    p.add_argument("--name", help="C prefix of the API (default: from the model file)")
+    p.add_argument("--name", type=option(options.model_name), help="C prefix of the API (default: from the model file)")
     p.add_argument("--environment", help="environment description of a TPG (.dot): JSON file or shipped name")
     p.add_argument("--shape", default="auto", choices=sorted(codegen.SHAPES),
                    help="code shape (auto: mlp for MLPs, v2 for other models)")
-    p.add_argument("--precision", default="float32",
+    p.add_argument("--precision", type=option(options.precision), default="float32",
                    help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)")
-    p.add_argument("--range", dest="input_range", default=None, type=parse_range,
+    p.add_argument("--range", dest="input_range", default=None, type=option(options.input_range),
                    help="declared input range lo,hi (fixed point proves its formats over it)")
     if storage:
         p.add_argument("--storage", default=None, choices=codegen.STORAGES,
                        help="weights storage (default: the --target board's)")
         p.add_argument("--target", default="host", help="board whose weights storage to use")
-
-
-def parse_range(text):
-    lo, hi = (float(v) for v in text.split(","))
-    if not lo < hi:
-        raise argparse.ArgumentTypeError(f"input range {text}: lo must be below hi")
-    return lo, hi
 
 
 def cmd_generate(args):
@@ -153,8 +181,7 @@ def cmd_generate(args):
 
 
 def cmd_reference(args):
-    lo, hi = (float(v) for v in args.range.split(","))
-    pipeline.write_reference(args.model, args.output, count=args.count, seed=args.seed, input_range=(lo, hi),
+    pipeline.write_reference(args.model, args.output, count=args.count, seed=args.seed, input_range=args.range,
                              environment=args.environment, data=args.data)
 
 
@@ -268,27 +295,29 @@ def cmd_select(args):
 
 def cmd_check(args):
     """Semantic preservation against the training framework's own outputs (y of the .npz)."""
+    from nnbuild.checks import data as check_data
     from nnbuild.checks.semantic import max_abs_error
     from nnbuild.ir import reference
     board = pipeline.load_board(args.target)
-    data = np.load(args.data)
-    if tpg_pipeline.is_tpg_file(args.model):
-        return tpg_pipeline.check(args, board, data)
-    x = np.asarray(data["x"], dtype=np.float32)
-    model, _ = pipeline.load_model(args.model, args.name)
-    x = x.reshape(len(x), -1)
+    codegen.check_precision(args.precision, board)
+    model, log = pipeline.load_model(args.model, args.name, args.environment)
+    if tpg_pipeline.is_tpg(model):
+        x, y = check_data.load(args.data, model.input_size, 1, what_out="actions")
+        with work_dir(args.build_dir) as workdir:
+            return tpg_pipeline.check(args, board, model, x, y, workdir)
+    x, y = check_data.load(args.data, model.input_size, model.output_size)
     if args.input_range is None and quantize.is_fixed(args.precision):
-        args.input_range = (float(x.min()), float(x.max()))
+        args.input_range = (float(np.nanmin(x)), float(np.nanmax(x)))
         print(f"fixed point formats proven over the data's range [{args.input_range[0]:g}, {args.input_range[1]:g}]"
               " (give --range to set the model's declared range)")
-    workdir = Path(args.build_dir) if args.build_dir else Path(tempfile.mkdtemp(prefix="nnbuild-check-"))
-    program, harness = pipeline.build_check_program(args.model, board, workdir, name=args.name, shape=args.shape,
-                                                    precision=args.precision, opt=args.opt,
-                                                    input_range=args.input_range)
-    outputs, cycles = pipeline.run_cases(board, program, x, model.output_size,
-                                         entry=f"{model.name}_infer", harness=harness)
-    ours = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
-    errors = {"framework": max_abs_error(outputs, data["y"])[0] if "y" in data else None,
+    with work_dir(args.build_dir) as workdir:
+        program, harness = pipeline.build_check_program(model, board, workdir, shape=args.shape,
+                                                        precision=args.precision, opt=args.opt,
+                                                        input_range=args.input_range, passes_log=log)
+        outputs, cycles = pipeline.run_cases(board, program, x.astype(np.float32), model.output_size,
+                                             entry=f"{model.name}_infer", harness=harness)
+    ours = reference.run(model, x.astype(np.float32).reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
+    errors = {"framework": max_abs_error(outputs, y)[0] if y is not None else None,
               "reference": max_abs_error(outputs, np.asarray(ours).reshape(len(x), -1))[0]}
     where = "simavr" if board.get("simulator") == "simavr" else board["name"]
     line = f"{model.name} on {where}: {len(x)} inputs"
@@ -301,3 +330,13 @@ def cmd_check(args):
     worst = max(e for e in errors.values() if e is not None)
     if not worst <= args.tolerance:
         raise NNBuildError(f"max error {worst:.3g} > tolerance {args.tolerance:.3g}", path=args.model)
+
+
+@contextlib.contextmanager
+def work_dir(build_dir):
+    """--build-dir kept as given; otherwise a temporary directory removed afterwards, pass or fail."""
+    if build_dir:
+        yield Path(build_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="nnbuild-check-") as tmp:
+        yield Path(tmp)

@@ -24,9 +24,17 @@ def load_model(path, name=None, environment=None):
     return passes.run(model)
 
 
-def generate(model_path, outdir, *, name=None, shape="mlp", precision="float32", storage="const",
-             input_range=None, environment=None):
-    model, log = load_model(model_path, name, environment)
+def loaded(model, name=None, environment=None, passes_log=None):
+    """(model, passes log) from a model file path, or from a model already loaded (loaded once)."""
+    if isinstance(model, (str, os.PathLike)):
+        return load_model(model, name, environment)
+    return model, list(passes_log or [])
+
+
+def generate(model, outdir, *, name=None, shape="auto", precision="float32", storage="const",
+             input_range=None, environment=None, passes_log=None):
+    """The C of `model` (a file path, or a model from load_model) in outdir."""
+    model, log = loaded(model, name, environment, passes_log)
     return codegen.generate(model, outdir, shape=shape, precision=precision, storage=storage, passes_log=log,
                             input_range=input_range)
 
@@ -102,8 +110,8 @@ def load_board(name_or_path):
     return boards.load_board(name_or_path)
 
 
-def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", precision="float32", opt=None,
-                        input_range=None, environment=None):
+def build_check_program(model, board, workdir, *, name=None, shape="auto", precision="float32", opt=None,
+                        input_range=None, environment=None, passes_log=None):
     """Generate, compile and link the check program for `board` outside SCons: (program, harness).
 
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
@@ -112,10 +120,10 @@ def build_check_program(model_path, board, workdir, *, name=None, shape="mlp", p
     from nnbuild.compilers import family
     from nnbuild.runners import CHECK_MAIN, check_main_defines
     codegen.check_precision(precision, board)
-    model, _ = load_model(model_path, name, environment)
+    model, log = loaded(model, name, environment, passes_log)
     workdir = Path(workdir)
-    files = generate(model_path, workdir / "gen", name=model.name, shape=shape, precision=precision,
-                     storage=board.get("weights_storage", "const"), input_range=input_range, environment=environment)
+    files = generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=log,
+                     storage=board.get("weights_storage", "const"), input_range=input_range)
     if tpg_pipeline.is_tpg(model):
         return tpg_pipeline.build_check_program(model, files, board, workdir, opt)
     sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]

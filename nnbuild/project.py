@@ -10,10 +10,14 @@ model file is missing, e.g. third-party data in ../shared).
 import json
 from pathlib import Path
 
+from nnbuild import frontends, options
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "firmware_examples"
+#: every key an example.json may hold (a misspelled key is an error, not silently ignored)
+EXAMPLE_KEYS = ("model", "main", "precision", "deadline_ms", "tolerance", "input_range", "check_inputs", "seed",
+                "environment", "check_data", "requires", "note")
 DEFAULTS = {"tolerance": 1e-4, "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1,
             "deadline_ms": None, "precision": "float32"}
 
@@ -27,8 +31,7 @@ def resolve(model, root=EXAMPLES_DIR):
     root = Path(root)
     config_path = root / model / "example.json"
     if config_path.is_file():
-        with open(config_path) as f:
-            config = {**DEFAULTS, **json.load(f)}
+        config = {**DEFAULTS, **read_example(config_path)}
         base = config_path.parent
         config["name"] = c_identifier(model)
         config["model"] = str((base / config["model"]).resolve()) if ".." in config["model"] else str(base / config["model"])
@@ -43,14 +46,62 @@ def resolve(model, root=EXAMPLES_DIR):
                 raise NNBuildError(f"check data of example '{model}' not found: {config['check_data']}"
                                    + (f" ({config['requires']})" if config.get("requires") else ""), path=config_path)
         main = base / config.get("main", "main.c")
+        if "main" in config and not (main.suffix == ".c" and main.is_file()):
+            raise NNBuildError(f"'main' must name a C source (.c) beside example.json, not '{config['main']}'",
+                               path=config_path)
         config["main"] = str(main) if main.is_file() else None
-        return config
+        return check_example(config, config_path)
     path = Path(model)
     if path.is_file():
+        frontends.format_for(path)  # an unknown suffix fails here, in one line, before any step
         return {**DEFAULTS, "name": c_identifier(path.stem if path.stem != "architecture" else path.parent.name),
                 "model": str(path), "main": None}
     raise NNBuildError(f"model '{model}' is neither an example ({', '.join(available_examples(root))}) "
                        "nor a model file")
+
+
+def read_example(config_path):
+    """example.json as a dict; bad JSON or an unknown key is one line naming the file."""
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as error:
+        raise NNBuildError(f"cannot read example config ({error})", path=config_path) from None
+    if not isinstance(config, dict):
+        raise NNBuildError("example config is not a JSON object", path=config_path)
+    unknown = sorted(set(config) - set(EXAMPLE_KEYS))
+    if unknown:
+        raise NNBuildError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(EXAMPLE_KEYS)})", path=config_path)
+    return config
+
+
+def check_example(config, config_path):
+    """The example's values checked with the same parsers as the command line's."""
+    try:
+        config["tolerance"] = options.tolerance(config["tolerance"])
+        config["input_range"] = list(options.input_range(config["input_range"]))
+        config["check_inputs"] = options.count(config["check_inputs"])
+        if not isinstance(config["seed"], int) or isinstance(config["seed"], bool) or config["seed"] < 0:
+            raise NNBuildError(f"seed '{config['seed']}' is not an integer >= 0")
+        if config["deadline_ms"] is not None:
+            options.deadline_ms(config["deadline_ms"] if isinstance(config["deadline_ms"], (int, float))
+                                else f"{config['deadline_ms']}")
+        options.precision(config["precision"], auto=True)
+    except NNBuildError as error:
+        raise NNBuildError(str(error), path=config_path) from None
+    return config
+
+
+def check_environment(example, override=None):
+    """The TPG environment file that applies (command line over example), or None; an environment
+    given for a model that is not a Tangled Program Graph is an error, not silently ignored."""
+    spec = override or example.get("environment")
+    if not spec:
+        return None
+    if frontends.kind_of(example["model"]) != "tpg":
+        raise NNBuildError("environment= applies to Tangled Program Graph models (.dot) only",
+                           path=example["model"])
+    return environment_path(override) if override else example["environment"]
 
 
 def environment_path(spec, base=None):

@@ -153,29 +153,19 @@ def is_tpg_file(path):
         return False
 
 
-def check(args, board, data):
-    """`nnbuild check` of a TPG: build the C, run it on the observations `x` of the .npz, count the
-    actions that differ from `y` (the recorded actions) and from the reference interpreter.
+def check(args, board, model, x, y, workdir):
+    """`nnbuild check` of a TPG: build the C, run it on the observations `x`, count the actions that
+    differ from `y` (the recorded actions, may be None) and from the reference interpreter.
     Zero is the only pass."""
-    import tempfile
-    from pathlib import Path
-
     from nnbuild import pipeline
     from nnbuild.ir import tpg_reference
-    model, _ = pipeline.load_model(args.model, args.name, args.environment)
-    if "x" not in data:
-        raise NNBuildError("the .npz has no observations 'x'", path=args.data)
-    x = np.asarray(data["x"], dtype=np.float64)
-    x = x.reshape(len(x), -1)
-    workdir = Path(args.build_dir) if args.build_dir else Path(tempfile.mkdtemp(prefix="nnbuild-check-"))
-    program, harness = pipeline.build_check_program(args.model, board, workdir, name=args.name, shape=args.shape,
-                                                    precision=args.precision, opt=args.opt,
-                                                    environment=args.environment)
+    program, harness = pipeline.build_check_program(model, board, workdir, shape=args.shape,
+                                                    precision=args.precision, opt=args.opt)
     actions, cycles = run_cases(board, program, x, entry=f"{model.name}_infer", harness=harness,
                                 emulators=pipeline.EMULATORS)
     counts = {"reference": mismatches(actions, tpg_reference.run(model, x))}
-    if "y" in data:
-        counts["framework"] = mismatches(actions, data["y"])
+    if y is not None:
+        counts["framework"] = mismatches(actions, y)
     where = "simavr" if board.get("simulator") == "simavr" else board["name"]
     shape = "switch" if args.shape == "auto" else args.shape
     line = f"{model.name} ({shape}) on {where}: {len(x)} observations"

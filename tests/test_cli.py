@@ -64,3 +64,147 @@ def test_generate_writes_the_declared_files(tmp_path):
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["xor.h", "xor.c", "xor_weights.h", "xor_weights.c", "xor.flowfacts.json", "xor.trace.json"])
+
+
+# ----------------------------------------------------------------------------- hostile input (issue 9)
+
+XOR = REPO / "firmware_examples" / "xor" / "xor.h5"
+
+
+def one_line_error(result, *needles):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.startswith("nnbuild: error:") and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)
+
+
+def bad_data_files(tmp_path):
+    """(label, path, expected words) for every malformed --data file the campaign tried."""
+    d = tmp_path
+    files = []
+
+    def npz(label, words, **arrays):
+        path = d / f"{label}.npz"
+        np.savez(path, **arrays)
+        files.append((label, path, words))
+
+    npz("no_x", "no inputs 'x'", y=np.zeros((2, 1)))
+    npz("zero_rows", "no cases", x=np.zeros((0, 2)))
+    npz("string_x", "text, not real numbers", x=np.array([["a", "b"]]))
+    npz("string_y", "'y' holds text", x=np.zeros((1, 2)), y=np.array([["a"]]))
+    npz("complex_x", "complex", x=np.zeros((1, 2), dtype=complex))
+    npz("scalar_x", "no cases", x=np.float32(1.0))
+    npz("wide_x", "the model takes 2 values per case, 'x' has 3", x=np.zeros((4, 3)))
+    npz("y_rows", "'y' has 3 rows for 2 cases", x=np.zeros((2, 2)), y=np.zeros((3, 1)))
+    npz("y_width", "the model gives 1 values per case, 'y' has 2", x=np.zeros((2, 2)), y=np.zeros((2, 2)))
+    (d / "text.npz").write_text("x = 1, 2\n")
+    files.append(("text", d / "text.npz", "not an .npz"))
+    (d / "empty.npz").write_bytes(b"")
+    files.append(("empty", d / "empty.npz", "not an .npz"))
+    np.save(d / "single.npy", np.zeros((1, 2)))
+    (d / "single.npy").rename(d / "npy.npz")
+    files.append(("npy", d / "npy.npz", "single .npy array"))
+    np.savez(d / "objects.npz", x=np.array([[1, None]], dtype=object))
+    files.append(("objects", d / "objects.npz", "object arrays"))
+    files.append(("missing", d / "missing.npz", "check data file not found"))
+    return files
+
+
+def test_check_data_is_validated_in_one_line(tmp_path):
+    for label, path, words in bad_data_files(tmp_path):
+        result = nnbuild("check", str(XOR), "--data", str(path))
+        one_line_error(result, str(path), words)
+
+
+def test_check_nan_inputs_pass_when_c_and_reference_agree_on_nan(tmp_path):
+    """A float model fed NaN gives NaN in C and in the reference: equal, not an infinite error."""
+    from nnbuild.checks.semantic import max_abs_error
+    assert max_abs_error([[np.nan, 1.0]], [[np.nan, 1.0]]) == (0.0, 0)
+    assert max_abs_error([[np.nan, 1.0]], [[0.5, 1.0]])[0] == float("inf")
+    assert max_abs_error([[1.0], [np.inf]], [[1.0], [np.inf]]) == (0.0, 0)
+    assert max_abs_error([[1.0], [np.inf]], [[1.0], [-np.inf]]) == (float("inf"), 1)
+    data = tmp_path / "nan.npz"
+    np.savez(data, x=np.array([[np.nan, 0.0], [1.0, 0.0]], dtype=np.float32))
+    result = nnbuild("check", str(XOR), "--data", str(data))
+    assert result.returncode == 0, result.stderr
+    assert "max |C - reference| = 0" in result.stdout or "max |C - reference| = " in result.stdout
+
+
+def test_check_leaves_no_temp_dir_pass_or_fail_and_loads_the_model_once(tmp_path, monkeypatch, capsys):
+    from nnbuild import cli, frontends
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    loads = []
+    real_load = frontends.load
+    monkeypatch.setattr(frontends, "load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.array([[0.0, 1.0]], dtype=np.float32))
+    assert cli.main(["check", str(XOR), "--data", str(good)]) == 0
+    assert len(loads) == 1
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.array([[0.0, 1.0]], dtype=np.float32), y=np.array([[5.0]]))
+    assert cli.main(["check", str(XOR), "--data", str(bad)]) == 2
+    assert "> tolerance" in capsys.readouterr().err
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--tolerance", "abc"], "tolerance 'abc'"),
+    (["--tolerance", "nan"], "tolerance 'nan'"),
+    (["--tolerance=-1"], "tolerance '-1'"),
+    (["--opt", "-O9"], "optimisation flag '-O9'"),
+    (["--precision", "fixed99.3"], "fixed99.3"),
+    (["--name", "bad name;"], "model name 'bad name;'"),
+    (["--name", "../escaped"], "model name '../escaped'"),
+])
+def test_check_options_are_refused_in_one_line(tmp_path, args, words):
+    data = tmp_path / "d.npz"
+    np.savez(data, x=np.zeros((1, 2), dtype=np.float32))
+    one_line_error(nnbuild("check", str(XOR), "--data", str(data), *args), words)
+
+
+def test_generate_refuses_a_bad_name_and_writes_nothing(tmp_path):
+    for name in ("bad name;", "../escaped", "int", "math"):
+        one_line_error(nnbuild("generate", str(XOR), "-o", str(tmp_path / "out"), "--name", name), "model name")
+    assert not (tmp_path / "out").exists()
+    assert not (REPO / "escaped").exists()
+
+
+@pytest.mark.parametrize("stem", ["math", "stdint", "stdio", "string", "check_main"])
+def test_models_named_like_headers_or_our_files_build(tmp_path, stem):
+    """math.h5 must not make a math.h that hides <math.h> (the C would not compile)."""
+    path = tmp_path / f"{stem}.h5"
+    path.write_bytes(XOR.read_bytes())
+    data = tmp_path / "d.npz"
+    np.savez(data, x=np.array([[0.0, 1.0], [1.0, 1.0]], dtype=np.float32))
+    result = nnbuild("check", str(path), "--data", str(data), "--build-dir", str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "b" / "gen" / f"{stem}_model.h").exists()
+
+
+def test_generated_files_are_identical_across_clones(tmp_path):
+    """No absolute path or machine detail in any output: two copies of a model give the same bytes."""
+    import shutil
+    dot = REPO.parent / "shared/data/tpg/sips22/cleaned/out_best_cleaned.fishing_derby.9.t48.dot"
+    cases = [("xor.h5", XOR, []), ("architecture.json", REPO / "firmware_examples/f1tenth/architecture.json",
+                                  ["--precision", "q16", "--range=-1,1"])]
+    if dot.exists():
+        cases.append(("fd.dot", dot, ["--environment", "sips22-atari", "--shape", "stack"]))
+    for filename, src, extra in cases:
+        outs = []
+        for clone in ("a/deep/clone", "b"):
+            d = tmp_path / clone / src.parent.name
+            d.mkdir(parents=True)
+            shutil.copy(src, d / filename)
+            if filename == "architecture.json":
+                shutil.copy(src.parent / "weights.h5", d / "weights.h5")
+            out = tmp_path / clone / "out"
+            result = nnbuild("generate", str(d / filename), "-o", str(out), "--name", "m", *extra)
+            assert result.returncode == 0, result.stderr
+            outs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+        assert outs[0] == outs[1], filename
+        assert not any(str(tmp_path).encode() in b for b in outs[0].values())

@@ -3,6 +3,7 @@
 Deadline precedence (lowest to highest): the example's config, the board, the command line.
 """
 
+import math
 import re
 
 from nnbuild.errors import NNBuildError
@@ -10,12 +11,19 @@ from nnbuild.errors import NNBuildError
 _UNITS_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}
 
 
-def parse_deadline(text):
-    """'100ms', '0.5 s', '800us' or a bare number of milliseconds -> milliseconds."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", str(text))
-    if not match or float(match.group(1)) <= 0:
-        raise NNBuildError(f"deadline '{text}' is not a positive duration like 100ms, 800us or 0.1s")
-    return float(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
+def parse_deadline(value):
+    """A deadline in ms. Text needs its unit ('100ms', '800us', '0.1s'): a bare '5' could mean
+    seconds or milliseconds. Numbers (example.json's and a board's `deadline_ms`) are ms."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        ms = float(value)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)\s*", str(value))
+        if not match:
+            raise NNBuildError(f"deadline '{value}' is not a duration with its unit, like 100ms, 800us or 0.1s")
+        ms = float(match.group(1)) * _UNITS_MS[match.group(2)]
+    if not (math.isfinite(ms) and ms > 0):
+        raise NNBuildError(f"deadline '{value}' is not a positive, finite duration")
+    return ms
 
 
 def resolve_deadline(command_line=None, board=None, example=None):

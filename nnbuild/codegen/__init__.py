@@ -103,11 +103,35 @@ def generate(model, outdir, *, shape="mlp", precision="float32", storage="const"
                            f"(shapes for '{model.name}': {', '.join(fits)})")
     files = module.render(model, precision=precision, storage=storage,
                                        passes_log=list(passes_log), input_range=input_range)
+    trace_name = f"{model.name}.trace.json"
+    if isinstance(files.get(trace_name), dict):
+        files[trace_name] = portable_trace(files[trace_name])
     missing = set(outputs(model.name)) - set(files)
     if missing:
         raise NNBuildError(f"generator for shape '{shape}' did not produce {sorted(missing)}")
     write_all(Path(outdir), files)
     return [Path(outdir) / n for n in outputs(model.name)]
+
+
+def portable_trace(trace):
+    """The trace with file names only, never the directories they were read from: outputs must be
+    byte-identical across clones and machines (SCons signatures, shared CacheDir)."""
+    def base(value):
+        return os.path.basename(value) if isinstance(value, str) else value
+
+    meta = trace.get("meta")
+    if isinstance(meta, dict):
+        for key, value in meta.items():
+            if key.endswith("_file"):
+                meta[key] = base(value)
+            elif key.endswith("_files") and isinstance(value, list):
+                meta[key] = [base(v) for v in value]
+    for key in ("sources", "environment_file"):
+        if isinstance(trace.get(key), list):
+            trace[key] = [base(v) for v in trace[key]]
+        elif isinstance(trace.get(key), str):
+            trace[key] = base(trace[key])
+    return trace
 
 
 def write_all(outdir, files):

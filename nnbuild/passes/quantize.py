@@ -53,6 +53,12 @@ def is_fixed(precision):
 
 def check_precision(precision):
     """The precision if known, else one line listing what is."""
+    generic = GENERIC_FIXED.match(str(precision))
+    if generic:
+        whole, frac = int(generic.group(1)), int(generic.group(2))
+        if whole < 1 or whole + frac > 32:
+            raise NNBuildError(f"precision '{precision}': fixedW.F needs W >= 1 (sign included) and W + F <= 32 bits")
+        return precision
     if precision in FLOAT_PRECISIONS or is_fixed(precision):
         return precision
     raise NNBuildError(f"precision '{precision}' is not supported "
