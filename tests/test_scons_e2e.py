@@ -228,3 +228,45 @@ def test_float64_is_refused_where_double_is_32_bits(tmp_path):
     assert host.returncode == 0, host.stderr
     # computed in double; the API returns float, so the output's float32 rounding is the floor
     assert report_of(project, "host", "xor")["max_abs_error"] <= 6e-8
+
+
+@pytest.mark.parametrize("args,words", [
+    (("tolerance=abc",), "tolerance 'abc'"),
+    (("tolerance=-1",), "tolerance '-1'"),
+    (("tolerance=nan",), "tolerance 'nan'"),
+    (("deadline=1e400ms",), "not a positive, finite duration"),
+    (("deadline=5",), "duration with its unit"),
+    (("precision=fixed99.3",), "fixed99.3"),
+    (("opt=-O9",), "optimisation flag '-O9'"),
+    (("environment=nosuch",), "applies to Tangled Program Graph models (.dot) only"),
+    (("model=firmware_examples/xor/make_model.py",), "unknown model format '.py'"),
+], ids=lambda v: v[0] if isinstance(v, tuple) else None)
+def test_bad_options_fail_before_anything_is_built(tmp_path, args, words):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=host", "model=xor", *args)
+    assert result.returncode != 0
+    errors = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(errors) == 1 and errors[0].startswith("scons: *** nnbuild: ") and words in errors[0], result.stderr
+    assert not (project / "build").exists()
+
+
+def test_example_config_is_checked(tmp_path):
+    project = copy_project(tmp_path)
+    config = project / "firmware_examples" / "xor" / "example.json"
+    good = json.loads(config.read_text())
+    for change, words in (({"main": "main.h"}, "'main' must name a C source"), ({"tolerence": 1}, "unknown key(s) tolerence"),
+                          ({"check_inputs": 0}, "check inputs '0'"), ({"input_range": [1, 0]}, "lo < hi")):
+        config.write_text(json.dumps({**good, **change}))
+        result = scons(project, "target=host", "model=xor")
+        assert result.returncode != 0 and words in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (project / "build").exists()
+
+
+@pytest.mark.e2e
+def test_a_model_named_like_our_own_files_builds(tmp_path):
+    """model=check_main.h5 once made SCons see two different actions for check_main.o."""
+    project = copy_project(tmp_path)
+    shutil.copy(project / "firmware_examples" / "xor" / "xor.h5", project / "check_main.h5")
+    result = scons(project, "target=host", "model=check_main.h5")
+    assert result.returncode == 0, result.stderr
+    assert (project / "build" / "host" / "check_main_model" / "gate.json").exists()
