@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Tuple
 
+import numpy as np
+
 from nnbuild import names
 from nnbuild.errors import NNBuildError
+from nnbuild.ir.graph import LayerProblem, Model, validate
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,29 @@ def load(path, **options):
         if unknown:
             raise NNBuildError(f"option(s) {', '.join(sorted(unknown))} do not apply to {fmt.name} models",
                                path=path)
-    return mod.load(path, **options)
+    try:
+        # NumPy float trouble raises (never prints a warning); loaders check values before casting.
+        with np.errstate(all="raise", under="ignore"):
+            model = mod.load(path, **options)
+            if isinstance(model, Model):
+                validate(model)
+    except LayerProblem as exc:
+        raise NNBuildError(str(exc), path=path,
+                           item=f"layer '{exc.layer}'" if exc.layer is not None else None) from None
+    except _MALFORMED as exc:  # last line of defence: a loader missed a malformed input
+        raise NNBuildError(f"malformed model file ({type(exc).__name__}: {_short(exc)})", path=path) from None
+    return model
+
+
+#: What a loader may raise on input it failed to check: turned into one NNBuildError line naming
+#: the file (each loader should still say which layer and what; this only keeps tracebacks out).
+_MALFORMED = (ValueError, TypeError, LookupError, AttributeError, ArithmeticError, RecursionError,
+              OSError, MemoryError)
+
+
+def _short(exc, limit=200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def kind_of(path) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
-                              Flatten, Model, Pool2D, Reshape, ZeroPadding2D, same_padding)
+                              Flatten, Model, Pool2D, Reshape, ZeroPadding2D, same_padding, weight_problem)
 
 try:  # h5py is a declared dependency; import errors surface as one line at load time.
     import h5py
@@ -49,16 +49,22 @@ def _err(message: str, path, layer: Optional[str] = None) -> NNBuildError:
     return NNBuildError(message, path=path, item=f"layer '{layer}'" if layer else None)
 
 
-def _text(value) -> str:
-    """An HDF5 attribute (str, bytes, numpy scalar) as str: h5py 2 gives bytes, h5py 3 str."""
+def _text(value, path=None, what="attribute", layer=None) -> str:
+    """An HDF5 attribute (str, bytes, numpy scalar) as str: h5py 2 gives bytes, h5py 3 str.
+    Bytes that are not UTF-8 are an error naming `what` (or replaced, when path is None: meta only)."""
     if isinstance(value, np.ndarray) and value.shape == ():
         value = value[()]
     if isinstance(value, (bytes, np.bytes_)):
-        return bytes(value).decode("utf-8")
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if path is None:
+                return bytes(value).decode("utf-8", "replace")
+            raise _err(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})", path, layer) from None
     return str(value)
 
 
-def _name_list(attrs, key: str) -> Optional[List[str]]:
+def _name_list(attrs, key: str, path, layer=None) -> Optional[List[str]]:
     """A list-of-names attribute, joining the `key0`, `key1`, ... pieces Keras writes when the
     attribute exceeds the 64 KiB HDF5 header limit. None if absent."""
     if key in attrs:
@@ -71,7 +77,10 @@ def _name_list(attrs, key: str) -> Optional[List[str]]:
             return None
     names = []
     for chunk in chunks:
-        names.extend(_text(v) for v in np.atleast_1d(np.asarray(chunk)).ravel() if _text(v) != "")
+        for v in np.atleast_1d(np.asarray(chunk)).ravel():
+            text = _text(v, path, f"attribute {key}", layer)
+            if text != "":
+                names.append(text)
     return names
 
 
@@ -91,71 +100,197 @@ def _json(text: str, path, what: str):
         return json.loads(text)
     except ValueError as exc:
         raise _err(f"{what} is not valid JSON ({exc})", path) from None
+    except RecursionError:
+        raise _err(f"{what} is nested too deeply", path) from None
+
+
+# --------------------------------------------------------------------------- typed config values
+# Model configs are untrusted: every value is read through one of these, which refuse a wrong
+# type or range with one line naming the file, the layer and the key (None means "not given").
+
+_REQUIRED = object()
+
+
+def _show(value) -> str:
+    """A config value for an error message (quoted if a string, cut to 40 characters)."""
+    if isinstance(value, str):
+        text = f"'{value}'"
+    else:
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            text = f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _given(cfg, key, default, path, layer):
+    value = cfg.get(key)
+    if value is None and default is _REQUIRED:
+        raise _err(f"config has no '{key}'", path, layer)
+    return value
+
+
+def _int(cfg: dict, key: str, path, layer, *, default=_REQUIRED, minimum: Optional[int] = 1):
+    """An integer config value >= minimum (booleans and floats are refused)."""
+    value = _given(cfg, key, default, path, layer)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _err(f"{key} must be an integer, got {_show(value)}", path, layer)
+    if minimum is not None and value < minimum:
+        raise _err(f"{key} must be >= {minimum}, got {value}", path, layer)
+    return value
+
+
+def _bool(cfg: dict, key: str, path, layer, *, default=_REQUIRED) -> bool:
+    """A true/false config value: anything else (1, "false") is refused, never read as true."""
+    value = _given(cfg, key, default, path, layer)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _err(f"{key} must be true or false, got {_show(value)}", path, layer)
+    return value
+
+
+def _float(cfg: dict, key: str, path, layer, *, default=_REQUIRED, minimum: Optional[float] = None):
+    """A finite number config value >= minimum."""
+    value = _given(cfg, key, default, path, layer)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(float(value)):
+        raise _err(f"{key} must be a finite number, got {_show(value)}", path, layer)
+    if minimum is not None and value < minimum:
+        raise _err(f"{key} must be >= {minimum}, got {value}", path, layer)
+    return float(value)
+
+
+def _str(cfg: dict, key: str, path, layer, *, default=_REQUIRED) -> str:
+    """A string config value."""
+    value = _given(cfg, key, default, path, layer)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _err(f"{key} must be a string, got {_show(value)}", path, layer)
+    return value
+
+
+def _int_list(cfg: dict, key: str, n: int, path, layer, *, default=_REQUIRED, minimum: int = 1):
+    """An int or a list of n ints, each >= minimum (Keras accepts both for kernel_size, strides)."""
+    value = _given(cfg, key, default, path, layer)
+    if value is None:
+        value = default
+    items = [value] * n if isinstance(value, int) and not isinstance(value, bool) else value
+    if (not isinstance(items, (list, tuple)) or len(items) != n
+            or any(isinstance(v, bool) or not isinstance(v, int) for v in items)):
+        raise _err(f"{key} {_show(value)} is not an integer or {n} integers", path, layer)
+    if min(items) < minimum:
+        raise _err(f"{key} {_show(value)} must be >= {minimum}", path, layer)
+    return tuple(items)
 
 
 # --------------------------------------------------------------------------- model config
 
 
 def _layer_name(entry: dict) -> str:
-    """Layer name: config.name (all Keras versions), else the Functional entry's name."""
-    cfg = entry.get("config") or {}
-    return str(cfg.get("name") or entry.get("name") or "?")
+    """Layer name: config.name (all Keras versions), else the Functional entry's name
+    (entries are checked by _checked_entries first)."""
+    return str(entry["config"].get("name") or entry.get("name") or "?")
 
 
-def _inbound_names(entry: dict) -> List[str]:
-    """Names of the layers feeding a Functional layer (Keras 1/2 lists and Keras 3 dicts)."""
+#: Deepest inbound_nodes nesting read (Keras 3 Concatenate: about 7); deeper is malformed.
+_MAX_NESTING = 32
+
+
+def _inbound_names(entry: dict, path, layer) -> List[str]:
+    """Names of the layers feeding a Functional layer (Keras 1/2 lists and Keras 3 dicts).
+    Walked with an explicit stack: a hostile nesting depth is an error, not a RecursionError."""
     names: List[str] = []
-
-    def walk(obj):
+    work = [(entry.get("inbound_nodes") or [], 0)]
+    while work:
+        obj, depth = work.pop()
+        if depth > _MAX_NESTING:
+            raise _err(f"inbound_nodes nested more than {_MAX_NESTING} levels deep", path, layer)
         if isinstance(obj, dict):
             cfg = obj.get("config")
             hist = cfg.get("keras_history") if isinstance(cfg, dict) else None
-            if hist:  # Keras 3: {"class_name": "__keras_tensor__", "config": {"keras_history": ...}}
-                names.append(str(hist[0]))
-                return
-            for v in obj.values():
-                walk(v)
+            if hist is not None:  # Keras 3: {"class_name": "__keras_tensor__", "config": {"keras_history": ...}}
+                if not isinstance(hist, list) or not hist or not isinstance(hist[0], str):
+                    raise _err(f"keras_history {_show(hist)} does not start with a layer name", path, layer)
+                names.append(hist[0])
+                continue
+            work.extend((v, depth + 1) for v in reversed(list(obj.values())))
         elif isinstance(obj, list):
             # Keras 1/2 inbound tensor: [layer_name, node_index, tensor_index(, kwargs)]
-            if len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], int):
+            if (len(obj) >= 3 and isinstance(obj[0], str) and isinstance(obj[1], int)
+                    and not isinstance(obj[1], bool)):
                 names.append(obj[0])
-                return
-            for v in obj:
-                walk(v)
-
-    walk(entry.get("inbound_nodes", []))
+                continue
+            work.extend((v, depth + 1) for v in reversed(obj))
     return names
 
 
-def _node_count(entry: dict) -> int:
+def _node_count(entry: dict, path, layer) -> int:
     """How many times a Functional layer is called (Keras 2 lists / Keras 3 dicts, one per call)."""
-    return len(entry.get("inbound_nodes") or [])
+    nodes = entry.get("inbound_nodes")
+    if nodes is None:
+        return 0
+    if not isinstance(nodes, list):
+        raise _err(f"inbound_nodes must be a list, got {_show(nodes)}", path, layer)
+    return len(nodes)
 
 
-def _end_names(value) -> List[str]:
+def _end_names(value, key, path) -> List[str]:
     """Layer names of input_layers / output_layers: [[name, 0, 0], ...] or one [name, 0, 0]."""
     if not value:
         return []
-    if isinstance(value, list) and len(value) >= 1 and isinstance(value[0], str):
+    if isinstance(value, list) and isinstance(value[0], str):
         return [value[0]]
-    return [str(v[0]) for v in value]
+    if not isinstance(value, list) or not all(isinstance(v, list) and v and isinstance(v[0], str)
+                                              for v in value):
+        raise _err(f"{key} {_show(value)} is not a list of [layer_name, node, tensor]", path)
+    return [v[0] for v in value]
+
+
+def _checked_entries(entries, path) -> List[dict]:
+    """The layer entries, each checked to be {"class_name": str, "config": {...}} with a string name
+    (config null means {}); returned as copies with config filled in."""
+    if not isinstance(entries, list):
+        raise _err(f"the model's layers must be a list, got {_show(entries)}", path)
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"#{i + 1}"
+        if not isinstance(entry, dict):
+            raise _err(f"layer entry {i + 1} is {_show(entry)}, not a layer object", path, where)
+        cfg = entry.get("config")
+        if cfg is None:
+            cfg = {}
+        if not isinstance(cfg, dict):
+            raise _err(f"config must be an object, got {_show(cfg)}", path, where)
+        name = cfg.get("name") or entry.get("name")
+        if name is not None and not isinstance(name, str):
+            raise _err(f"layer name must be a string, got {_show(name)}", path, where)
+        cls = entry.get("class_name")
+        if not isinstance(cls, str):
+            raise _err(f"class_name must be a string, got {_show(cls)}", path, name or where)
+        out.append(dict(entry, config=cfg))
+    return out
 
 
 def _graph_layers(config: dict, path) -> Tuple[List[dict], dict, Optional[str]]:
     """(entries, {layer: inbound names}, output layer name) of a Functional/Model config."""
-    entries = list(config.get("layers") or [])
+    entries = _checked_entries(config.get("layers") or [], path)
     inbound = {}
     for entry in entries:
         name = _layer_name(entry)
-        if _node_count(entry) > 1:
-            raise _err(f"layer is called {_node_count(entry)} times (shared layers are not supported)",
-                       path, name)
-        inbound[name] = _inbound_names(entry)
+        count = _node_count(entry, path, name)
+        if count > 1:
+            raise _err(f"layer is called {count} times (shared layers are not supported)", path, name)
+        inbound[name] = _inbound_names(entry, path, name)
     for key in ("input_layers", "output_layers"):
-        ends = _end_names(config.get(key))
+        ends = _end_names(config.get(key), key, path)
         if config.get(key) is not None and len(ends) != 1:
             raise _err(f"model has {len(ends)} {key.split('_')[0]}s; exactly one is supported", path)
-    outputs = _end_names(config.get("output_layers"))
+    outputs = _end_names(config.get("output_layers"), "output_layers", path)
     return entries, inbound, (outputs[0] if outputs else None)
 
 
@@ -168,27 +303,40 @@ def _layer_entries(model_config, path) -> Tuple[str, List[dict], dict, Optional[
     config = model_config.get("config")
     if cls == "Sequential":
         if isinstance(config, list):  # Keras 1.x and 2.0/2.1
-            return cls, config, {}, None, None
+            return cls, _checked_entries(config, path), {}, None, None
         if isinstance(config, dict) and isinstance(config.get("layers"), list):
-            return cls, config["layers"], config, None, None
+            return cls, _checked_entries(config["layers"], path), config, None, None
         raise _err("Sequential config has no layer list", path)
     if cls in ("Functional", "Model"):
         if not isinstance(config, dict):
             raise _err(f"{cls} config is not an object", path)
         entries, inbound, output = _graph_layers(config, path)
         return cls, entries, config, inbound, output
-    raise _err(f"model class '{cls}' is not supported (supported: Sequential, Functional)", path)
+    raise _err(f"model class {_show(cls)} is not supported (supported: Sequential, Functional)", path)
 
 
-def _shape_from(cfg: dict) -> Optional[Tuple]:
+def _dims(value, key, path, layer) -> Tuple[int, ...]:
+    """A declared shape without the batch axis: positive integers (None = unknown is refused)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _err(f"{key} {_show(value)} is not a list of dimensions", path, layer)
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in value):
+        raise _err(f"input shape {_show(list(value))} ({key}) must be known positive integers "
+                   "(not fully known?)", path, layer)
+    return tuple(value)
+
+
+def _shape_from(cfg: dict, path, layer) -> Optional[Tuple]:
     """A layer's declared input shape without the batch axis (None if it declares none)."""
     for key in ("batch_input_shape", "batch_shape"):
-        if cfg.get(key) is not None:
-            return tuple(cfg[key][1:])
+        value = cfg.get(key)
+        if value is not None:
+            if not isinstance(value, list) or len(value) < 2:
+                raise _err(f"{key} {_show(value)} is not [batch, dimension, ...]", path, layer)
+            return _dims(value[1:], key, path, layer)
     if cfg.get("input_shape") is not None:
-        return tuple(cfg["input_shape"])
+        return _dims(cfg["input_shape"], "input_shape", path, layer)
     if cfg.get("input_dim") is not None:
-        return (cfg["input_dim"],)
+        return (_int(cfg, "input_dim", path, layer),)
     return None
 
 
@@ -198,11 +346,12 @@ def _activation_name(value, path, layer: str, cls: str) -> str:
         value = "linear"
     if isinstance(value, dict):
         inner = value.get("config")
-        value = inner if isinstance(inner, str) else (inner or {}).get("name", value.get("class_name"))
-    if value not in ACTIVATIONS:
-        raise _err(f"activation '{value}' of {cls} is not supported "
+        value = inner if isinstance(inner, str) else (
+            inner.get("name", value.get("class_name")) if isinstance(inner, dict) else value.get("class_name"))
+    if not isinstance(value, str) or value not in ACTIVATIONS:
+        raise _err(f"activation {_show(value)} of {cls} is not supported "
                    f"(supported: {', '.join(ACTIVATIONS)})", path, layer)
-    return str(value)
+    return value
 
 
 # --------------------------------------------------------------------------- weights
@@ -211,7 +360,7 @@ def _activation_name(value, path, layer: str, cls: str) -> str:
 def _weights_root(f, path):
     """The group holding one subgroup per layer: `model_weights` in a full model, else the root."""
     if "layer_names" not in f.attrs and not any(k.startswith("layer_names") for k in f.attrs):
-        if "model_weights" in f:
+        if isinstance(f.get("model_weights"), h5py.Group):
             return f["model_weights"]
         if "layers" in f and isinstance(f["layers"], h5py.Group):
             raise _err("Keras 3 weights layout (layers/*/vars) is not supported; "
@@ -219,23 +368,33 @@ def _weights_root(f, path):
     return f
 
 
-def _layer_weights(root, layer: str, wpath) -> List[Tuple[str, np.ndarray]]:
-    """(name, array) of a layer's weights in `weight_names` order, resolved relative to its group."""
-    if layer not in root or not isinstance(root[layer], h5py.Group):
+def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[str, np.ndarray]]:
+    """(name, array) of a layer's weights in `weight_names` order, resolved relative to its group;
+    each array real floating point, without a zero-size dimension, finite and float32-representable."""
+    try:
+        group = root.get(layer) if layer not in (".", "..") and "\0" not in layer else None
+    except (KeyError, ValueError, OSError, RuntimeError) as exc:
+        raise _err(f"cannot read weight group: {exc}", wpath, layer) from None
+    if not isinstance(group, h5py.Group):
         raise _err(f"missing weight group '{layer}'", wpath, layer)
-    group = root[layer]
-    names = _name_list(group.attrs, "weight_names")
+    names = _name_list(group.attrs, "weight_names", wpath, layer)
     if names is None:
         raise _err(f"weight group '{group.name}' has no weight_names attribute", wpath, layer)
     out = []
     for name in names:
-        obj = group.get(name)
-        if not isinstance(obj, h5py.Dataset):
-            raise _err(f"missing weight dataset '{group.name.lstrip('/')}/{name}'", wpath, layer)
+        shown = f"{group.name.lstrip('/')}/{name}"
         try:
-            arr = np.array(obj[()])
-        except OSError as exc:
-            raise _err(f"cannot read HDF5 (truncated or corrupt): {exc}", wpath, layer) from None
+            obj = group.get(name) if "\0" not in name else None
+            if isinstance(obj, h5py.Dataset):
+                arr = np.array(obj[()])
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise _err(f"cannot read weight dataset '{shown}' (truncated or corrupt): {exc}",
+                       wpath, layer) from None
+        if not isinstance(obj, h5py.Dataset):
+            raise _err(f"missing weight dataset '{shown}'", wpath, layer)
+        problem = weight_problem(arr)
+        if problem:
+            raise _err(f"{cls} weight '{shown}' {problem}", wpath, layer)
         arr.flags.writeable = False  # IR weights are immutable, like the frozen layers
         out.append((name, arr))
     return out
@@ -246,12 +405,15 @@ def _layer_weights(root, layer: str, wpath) -> List[Tuple[str, np.ndarray]]:
 
 def _dense(entry: dict, prev_shape, prev_name, root, cpath, wpath) -> Dense:
     """IR Dense from a Keras Dense config + weights, checking every shape against the chain."""
-    cfg = entry.get("config") or {}
+    cfg = entry["config"]
     name = _layer_name(entry)
-    units = cfg.get("units", cfg.get("output_dim"))
-    use_bias = bool(cfg.get("use_bias", cfg.get("bias", True)))
+    units = _int(cfg, "units", cpath, name, default=None)
+    if units is None:
+        units = _int(cfg, "output_dim", cpath, name, default=None)  # Keras 1
+    use_bias = _bool(cfg, "use_bias", cpath, name,
+                     default=_bool(cfg, "bias", cpath, name, default=True))  # Keras 1: bias
     act = _activation_name(cfg.get("activation"), cpath, name, "Dense")
-    weights = _layer_weights(root, name, wpath)
+    weights = _layer_weights(root, name, wpath, "Dense")
     want = 2 if use_bias else 1
     if len(weights) < want:
         missing = "bias" if len(weights) == 1 else "kernel"
@@ -267,31 +429,22 @@ def _dense(entry: dict, prev_shape, prev_name, root, cpath, wpath) -> Dense:
         src = f"layer '{prev_name}'" if prev_name else "the model input"
         raise _err(f"kernel shape {kernel.shape} does not match the input size {prev_shape[-1]} "
                    f"from {src} (wrong shapes)", wpath, name)
-    if units is not None and kernel.shape[1] != int(units):
+    if units is not None and kernel.shape[1] != units:
         raise _err(f"kernel shape {kernel.shape} does not match units={units}", wpath, name)
     if bias is not None and bias.shape != (kernel.shape[1],):
         raise _err(f"bias shape {bias.shape} does not match units={kernel.shape[1]}", wpath, name)
     return Dense(name=name, kernel=kernel, bias=bias, activation=act, source_type="Dense")
 
 
-def _ints(value, n, what, path, layer) -> Tuple[int, ...]:
-    """An int or a list of n ints (Keras accepts both for kernel_size, strides, ...)."""
-    if isinstance(value, int):
-        return (value,) * n
-    if isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, int) for v in value):
-        return tuple(value)
-    raise _err(f"{what} {value!r} is not an int or {n} ints", path, layer)
-
-
 def _channels_last(cfg, cls, path, layer):
-    fmt = cfg.get("data_format") or "channels_last"
+    fmt = _str(cfg, "data_format", path, layer, default="channels_last")
     if fmt != "channels_last":
         raise _err(f"{cls} with data_format='{fmt}' is not supported (channels_last only)", path, layer)
 
 
 def _padding_of(cfg, cls, in_shape, window, strides, dilation, path, layer) -> Tuple[int, int, int, int]:
     """Keras 'valid' -> no pads; 'same' -> TF's split, extra cell at the bottom/right."""
-    mode = str(cfg.get("padding", "valid")).lower()
+    mode = _str(cfg, "padding", path, layer, default="valid").lower()
     if mode == "valid":
         return (0, 0, 0, 0)
     if mode == "same":
@@ -300,76 +453,84 @@ def _padding_of(cfg, cls, in_shape, window, strides, dilation, path, layer) -> T
         t, b = same_padding(in_shape[0], window[0], strides[0], dilation[0])
         l, r = same_padding(in_shape[1], window[1], strides[1], dilation[1])
         return (t, b, l, r)
-    raise _err(f"{cls} padding '{mode}' is not supported (valid, same)", path, layer)
+    raise _err(f"{cls} padding {_show(mode)} is not supported (valid, same)", path, layer)
 
 
-def _weights_by_count(root, name, wpath, cls, counts) -> List[np.ndarray]:
+def _weights_by_count(root, name, wpath, cls, counts, what=None) -> List[np.ndarray]:
     """The layer's arrays, checking their number is one of `counts`."""
-    weights = [a for _, a in _layer_weights(root, name, wpath)]
+    weights = [a for _, a in _layer_weights(root, name, wpath, cls)]
     if len(weights) not in counts:
-        raise _err(f"{len(weights)} weight datasets for a {cls} (expected "
+        raise _err(f"{len(weights)} weight datasets for a {what or cls} (expected "
                    f"{' or '.join(map(str, counts))})", wpath, name)
     return weights
 
 
 def _conv2d(entry, in_shape, root, cpath, wpath) -> Conv2D:
-    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    cfg, name = entry["config"], _layer_name(entry)
     _channels_last(cfg, "Conv2D", cpath, name)
-    if int(cfg.get("groups", 1) or 1) != 1:
-        raise _err(f"Conv2D with groups={cfg.get('groups')} is not supported", cpath, name)
-    ksize = _ints(cfg.get("kernel_size"), 2, "kernel_size", cpath, name)
-    strides = _ints(cfg.get("strides", 1), 2, "strides", cpath, name)
-    dilation = _ints(cfg.get("dilation_rate", 1), 2, "dilation_rate", cpath, name)
+    groups = _int(cfg, "groups", cpath, name, default=1)
+    if groups != 1:
+        raise _err(f"Conv2D with groups={groups} is not supported", cpath, name)
+    ksize = _int_list(cfg, "kernel_size", 2, cpath, name)
+    strides = _int_list(cfg, "strides", 2, cpath, name, default=1)
+    dilation = _int_list(cfg, "dilation_rate", 2, cpath, name, default=1)
     if max(strides) > 1 and max(dilation) > 1:
         raise _err("Conv2D with both strides and dilation_rate > 1 is not defined by Keras", cpath, name)
-    use_bias = bool(cfg.get("use_bias", True))
-    weights = _weights_by_count(root, name, wpath, f"Conv2D with use_bias={use_bias}", (2,) if use_bias else (1,))
+    filters = _int(cfg, "filters", cpath, name, default=None)
+    use_bias = _bool(cfg, "use_bias", cpath, name, default=True)
+    act = _activation_name(cfg.get("activation"), cpath, name, "Conv2D")
+    weights = _weights_by_count(root, name, wpath, "Conv2D", (2,) if use_bias else (1,),
+                                f"Conv2D with use_bias={use_bias}")
     kernel, bias = weights[0], (weights[1] if use_bias else None)
     if kernel.ndim != 4 or tuple(kernel.shape[:2]) != ksize:
         raise _err(f"kernel shape {kernel.shape} does not match kernel_size={list(ksize)} "
                    "(expected [kh, kw, in, filters])", wpath, name)
-    if cfg.get("filters") is not None and kernel.shape[3] != int(cfg["filters"]):
-        raise _err(f"kernel shape {kernel.shape} does not match filters={cfg['filters']}", wpath, name)
+    if filters is not None and kernel.shape[3] != filters:
+        raise _err(f"kernel shape {kernel.shape} does not match filters={filters}", wpath, name)
     if bias is not None and bias.shape != (kernel.shape[3],):
         raise _err(f"bias shape {bias.shape} does not match filters={kernel.shape[3]}", wpath, name)
-    act = _activation_name(cfg.get("activation"), cpath, name, "Conv2D")
     pads = _padding_of(cfg, "Conv2D", in_shape, ksize, strides, dilation, cpath, name)
     return Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation,
                   padding=pads, activation=act, source_type="Conv2D")
 
 
 def _pool2d(entry, cls, in_shape, cpath) -> Pool2D:
-    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    cfg, name = entry["config"], _layer_name(entry)
     _channels_last(cfg, cls, cpath, name)
-    pool = _ints(cfg.get("pool_size", 2), 2, "pool_size", cpath, name)
-    strides = _ints(cfg.get("strides") or pool, 2, "strides", cpath, name)
+    pool = _int_list(cfg, "pool_size", 2, cpath, name, default=2)
+    strides = _int_list(cfg, "strides", 2, cpath, name, default=list(pool))
     pads = _padding_of(cfg, cls, in_shape, pool, strides, (1, 1), cpath, name)
     return Pool2D(name=name, mode="max" if cls == "MaxPooling2D" else "avg", pool=pool,
                   strides=strides, padding=pads, source_type=cls)
 
 
 def _zeropad(entry, cpath) -> ZeroPadding2D:
-    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    cfg, name = entry["config"], _layer_name(entry)
     _channels_last(cfg, "ZeroPadding2D", cpath, name)
     pad = cfg.get("padding", 1)
-    if isinstance(pad, int):
+
+    def ints(values):
+        return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+    if isinstance(pad, int) and ints([pad]):
         pads = (pad,) * 4
-    elif isinstance(pad, (list, tuple)) and len(pad) == 2 and all(isinstance(v, int) for v in pad):
+    elif isinstance(pad, list) and len(pad) == 2 and ints(pad):
         pads = (pad[0], pad[0], pad[1], pad[1])
-    elif (isinstance(pad, (list, tuple)) and len(pad) == 2
-          and all(isinstance(v, (list, tuple)) and len(v) == 2 for v in pad)):
+    elif (isinstance(pad, list) and len(pad) == 2
+          and all(isinstance(v, list) and len(v) == 2 and ints(v) for v in pad)):
         pads = (pad[0][0], pad[0][1], pad[1][0], pad[1][1])
     else:
-        raise _err(f"ZeroPadding2D padding {pad!r} is not understood", cpath, name)
-    return ZeroPadding2D(name=name, padding=tuple(int(v) for v in pads))
+        raise _err(f"ZeroPadding2D padding {_show(pad)} is not an integer >= 0, 2 of them "
+                   "or 2 pairs of them", cpath, name)
+    return ZeroPadding2D(name=name, padding=pads)
 
 
 def _axis(value, rank, cls, path, layer) -> int:
     """A Keras axis (batch axis = 0, negative from the end) as a 0-based axis without the batch."""
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
-    if not isinstance(value, int):
-        raise _err(f"{cls} axis {value!r} is not supported (one axis)", path, layer)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _err(f"{cls} axis {_show(value)} is not supported (one axis)", path, layer)
     axis = value + rank if value < 0 else value - 1
     if not 0 <= axis < rank:
         raise _err(f"{cls} axis {value} is out of range for a rank-{rank} input", path, layer)
@@ -377,14 +538,17 @@ def _axis(value, rank, cls, path, layer) -> int:
 
 
 def _batchnorm(entry, in_shape, root, cpath, wpath) -> BatchNorm:
-    cfg, name = entry.get("config") or {}, _layer_name(entry)
+    cfg, name = entry["config"], _layer_name(entry)
     axis = _axis(cfg.get("axis", -1), len(in_shape), "BatchNormalization", cpath, name)
     if axis != len(in_shape) - 1:
-        raise _err(f"BatchNormalization over axis {cfg.get('axis')} is not supported "
+        raise _err(f"BatchNormalization over axis {_show(cfg.get('axis'))} is not supported "
                    "(the last, channels axis only)", cpath, name)
-    scale, center = bool(cfg.get("scale", True)), bool(cfg.get("center", True))
+    scale = _bool(cfg, "scale", cpath, name, default=True)
+    center = _bool(cfg, "center", cpath, name, default=True)
+    epsilon = _float(cfg, "epsilon", cpath, name, default=1e-3, minimum=0)
     want = 2 + scale + center
-    arrays = _weights_by_count(root, name, wpath, f"BatchNormalization with scale={scale}, center={center}", (want,))
+    arrays = _weights_by_count(root, name, wpath, "BatchNormalization", (want,),
+                               f"BatchNormalization with scale={scale}, center={center}")
     n = in_shape[-1]
     gamma = arrays.pop(0) if scale else np.ones(n, np.float32)
     beta = arrays.pop(0) if center else np.zeros(n, np.float32)
@@ -392,23 +556,46 @@ def _batchnorm(entry, in_shape, root, cpath, wpath) -> BatchNorm:
     for label, arr in (("gamma", gamma), ("beta", beta), ("moving_mean", mean), ("moving_variance", var)):
         if arr.shape != (n,):
             raise _err(f"{label} has shape {arr.shape}, the input has {n} channels", wpath, name)
-    return BatchNorm(name=name, gamma=gamma, beta=beta, mean=mean, variance=var,
-                     epsilon=float(cfg.get("epsilon", 1e-3)))
+    bad = np.flatnonzero(~(var.astype(np.float64) + epsilon > 0))
+    if bad.size:
+        raise _err(f"BatchNormalization moving_variance + epsilon must be > 0 (channel {int(bad[0])}: "
+                   f"variance {float(var[bad[0]]):.6g}, epsilon {epsilon:.6g})", wpath, name)
+    return BatchNorm(name=name, gamma=gamma, beta=beta, mean=mean, variance=var, epsilon=epsilon)
 
 
 def _relu_layer(entry, cpath) -> Activation:
     """keras.layers.ReLU with its default arguments is relu; anything else is refused."""
-    cfg, name = entry.get("config") or {}, _layer_name(entry)
-    if cfg.get("max_value") is not None or float(cfg.get("negative_slope", 0) or 0) != 0 \
-            or float(cfg.get("threshold", 0) or 0) != 0:
+    cfg, name = entry["config"], _layer_name(entry)
+    max_value = _float(cfg, "max_value", cpath, name, default=None)
+    slope = _float(cfg, "negative_slope", cpath, name, default=0.0)
+    threshold = _float(cfg, "threshold", cpath, name, default=0.0)
+    if max_value is not None or slope != 0 or threshold != 0:
         raise _err("ReLU with max_value, negative_slope or threshold is not supported", cpath, name)
     return Activation(name=name, activation="relu", source_type="ReLU")
 
 
+def _reshape(entry, shape, cpath) -> Reshape:
+    """Keras Reshape: target_shape of positive integers, at most one -1 (inferred)."""
+    cfg, name = entry["config"], _layer_name(entry)
+    target = cfg.get("target_shape")
+    if (not isinstance(target, list) or not target
+            or any(isinstance(d, bool) or not isinstance(d, int) or (d < 1 and d != -1) for d in target)
+            or target.count(-1) > 1):
+        raise _err(f"Reshape target_shape {_show(target)} must be positive integers and at most one -1",
+                   cpath, name)
+    size = int(np.prod(shape, dtype=object))
+    known = int(np.prod([d for d in target if d != -1], dtype=object))
+    if -1 in target:
+        if size % known:
+            raise _err(f"cannot reshape {tuple(shape)} to {tuple(target)}", cpath, name)
+        target = [size // known if d == -1 else d for d in target]
+    return Reshape(name=name, target_shape=tuple(target))
+
+
 def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
     """The IR layer of one Keras layer entry, given its input shapes."""
-    cls = entry.get("class_name")
-    cfg = entry.get("config") or {}
+    cls = entry["class_name"]
+    cfg = entry["config"]
     name = _layer_name(entry)
     merge = cls in ("Add", "Concatenate")
     if not merge and len(in_shapes) != 1:
@@ -438,11 +625,7 @@ def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
         _channels_last(cfg, cls, cpath, name)
         return Flatten(name=name)
     if cls == "Reshape":
-        target = tuple(cfg.get("target_shape") or ())
-        if -1 in target:
-            known = int(np.prod([d for d in target if d != -1]))
-            target = tuple(int(np.prod(shape)) // max(known, 1) if d == -1 else d for d in target)
-        return Reshape(name=name, target_shape=tuple(int(d) for d in target))
+        return _reshape(entry, shape, cpath)
     if cls == "Add":
         return Add(name=name)
     if cls == "Concatenate":
@@ -453,19 +636,22 @@ def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
 def _input_shape(entries, root, cpath, wpath, top_config) -> Tuple[int, ...]:
     """The model input shape: the first layer's declared shape, Keras 3 build_input_shape, or the
     first Dense kernel."""
-    build = top_config.get("build_input_shape")  # Keras 3 Sequential without InputLayer
-    input_shape = tuple(build[1:]) if build else None
     entry = entries[0]
-    cls, name = entry.get("class_name"), _layer_name(entry)
-    input_shape = _shape_from(entry.get("config") or {}) or input_shape
+    cls, name = entry["class_name"], _layer_name(entry)
+    input_shape = _shape_from(entry["config"], cpath, name)
+    build = top_config.get("build_input_shape")  # Keras 3 Sequential without InputLayer
+    if input_shape is None and build is not None:
+        if not isinstance(build, list) or len(build) < 2:
+            raise _err(f"build_input_shape {_show(build)} is not [batch, dimension, ...]", cpath)
+        input_shape = _dims(build[1:], "build_input_shape", cpath, name)
     if input_shape is None and cls == "Dense":  # no declared shape: the kernel says it
-        input_shape = (int(_layer_weights(root, name, wpath)[0][1].shape[0]),)
+        weights = _layer_weights(root, name, wpath, "Dense")
+        if weights and weights[0][1].ndim == 2:
+            input_shape = (int(weights[0][1].shape[0]),)
     if input_shape is None:
         raise _err("cannot determine the input shape (no batch_input_shape, "
                    "batch_shape or InputLayer)", cpath, name)
-    if any(not isinstance(d, int) or d <= 0 for d in input_shape):
-        raise _err(f"input shape {input_shape} is not fully known", cpath, name)
-    return tuple(int(d) for d in input_shape)
+    return input_shape
 
 
 def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
@@ -478,13 +664,13 @@ def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
         raise _err("model has no layers", cpath)
     input_shape = _input_shape(entries, root, cpath, wpath, top_config)
     first = entries[0]
-    input_name = _layer_name(first) if first.get("class_name") == "InputLayer" else "input"
+    input_name = _layer_name(first) if first["class_name"] == "InputLayer" else "input"
     alias = {}                       # dropped layer name -> the tensor it passes on
     shapes = {input_name: input_shape}
     layers, sources, ignored = [], {}, []
     previous = input_name
     for i, entry in enumerate(entries):
-        cls, name = entry.get("class_name"), _layer_name(entry)
+        cls, name = entry["class_name"], _layer_name(entry)
         if cls == "InputLayer":
             if i != 0:
                 raise _err("InputLayer must be the first layer (one model input only)", cpath, name)
@@ -509,7 +695,10 @@ def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
             previous = srcs[0]
             continue
         shown = [None if s == input_name else s for s in srcs]
-        layer = _layer(entry, [shapes[s] for s in srcs], shown, root, cpath, wpath)
+        try:
+            layer = _layer(entry, [shapes[s] for s in srcs], shown, root, cpath, wpath)
+        except ValueError as exc:  # an IR layer refused its parameters (NNBuildError is no ValueError)
+            raise _err(f"{cls} {exc}", cpath, name) from None
         try:
             shapes[name] = tuple(int(d) for d in layer.output_shape(*[shapes[s] for s in srcs]))
         except ValueError as exc:
@@ -567,8 +756,8 @@ def load_full_model(path) -> Model:
             if raw is None:
                 raise _err("missing model_config attribute (a weights-only file? load its "
                            "architecture .json instead, with this file next to it)", path)
-            config = _json(_text(raw), path, "model_config")
-            if "model_weights" not in f:
+            config = _json(_text(raw, path, "model_config"), path, "model_config")
+            if not isinstance(f.get("model_weights"), h5py.Group):
                 raise _err("missing model_weights group (model saved without weights?)", path)
             meta = {
                 "format": "keras-h5",
@@ -576,7 +765,9 @@ def load_full_model(path) -> Model:
                 "backend": _text(f.attrs.get("backend", "unknown")),
             }
             return _model(Path(path).stem, config, f["model_weights"], path, path, meta)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # h5py on a corrupt file
+            if isinstance(exc, RecursionError):
+                raise
             raise _err(f"cannot read HDF5 (truncated or corrupt): {exc}", path) from None
 
 
@@ -625,7 +816,9 @@ def _pair_model(f, name, config, json_path, wpath) -> Model:
             "backend": _text(f.attrs.get("backend", "unknown")),
         }
         return _model(name, config, _weights_root(f, wpath), json_path, wpath, meta)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # h5py on a corrupt file
+        if isinstance(exc, RecursionError):
+            raise
         raise _err(f"cannot read HDF5 (truncated or corrupt): {exc}", wpath) from None
 
 

@@ -355,3 +355,114 @@ class Model:
     @property
     def output_size(self) -> int:
         return int(np.prod(self.output_shape))
+
+
+# --------------------------------------------------------------------------- load-time validation
+
+#: Largest tensor nnbuild generates code for (elements): indices stay within a 32-bit int.
+MAX_TENSOR_ELEMENTS = 2 ** 31 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class LayerProblem(ValueError):
+    """Why a model cannot be generated; `layer` is the culprit (None: the model as a whole).
+    Front-ends turn it into an NNBuildError naming the file and the layer."""
+
+    def __init__(self, message, layer=None):
+        super().__init__(message)
+        self.layer = layer
+
+
+def weight_problem(array) -> Optional[str]:
+    """What is wrong with a weight array (None if nothing): not real floating point, a zero-size
+    dimension, NaN, infinity, or a value float32 cannot hold. Checked without casting (no warnings)."""
+    array = np.asarray(array)
+    if array.dtype.kind != "f" or array.dtype.itemsize > 8:
+        return f"is not a float16/32/64 array (dtype {array.dtype})"
+    if array.ndim == 0:
+        return "is a scalar, not an array"
+    if 0 in array.shape:
+        return f"has a zero-size dimension (shape {tuple(array.shape)})"
+    if np.isnan(array).any():
+        return "holds NaN"
+    if np.isinf(array).any():
+        return "holds infinity"
+    biggest = float(np.max(np.abs(array)))
+    if biggest > _FLOAT32_MAX:
+        return f"holds {biggest:.6g}, beyond the float32 range"
+    return None
+
+
+def _layer_arrays(layer) -> Dict[str, np.ndarray]:
+    """The weight arrays of a layer by their Keras role name."""
+    names = {"dense": ("kernel", "bias"), "conv2d": ("kernel", "bias"),
+             "batchnorm": ("gamma", "beta", "mean", "variance")}.get(getattr(layer, "kind", None), ())
+    return {n: getattr(layer, n) for n in names if getattr(layer, n) is not None}
+
+
+def _layer_problem(layer) -> Optional[str]:
+    """A problem of one layer on its own (parameters), before shapes are considered."""
+    arrays = _layer_arrays(layer)
+    for role, array in arrays.items():
+        problem = weight_problem(array)
+        if problem:
+            return f"{role} {problem}"
+    kind = layer.kind
+    if kind in ("dense", "conv2d"):
+        rank = 2 if kind == "dense" else 4
+        kernel = arrays["kernel"]
+        if kernel.ndim != rank:
+            return f"kernel has shape {tuple(kernel.shape)}, expected {rank}-D"
+        if "bias" in arrays and arrays["bias"].shape != (kernel.shape[-1],):
+            return f"bias has shape {tuple(arrays['bias'].shape)}, expected ({kernel.shape[-1]},)"
+    if kind == "batchnorm":
+        n = arrays["gamma"].shape
+        if len(n) != 1 or any(a.shape != n for a in arrays.values()):
+            return f"parameters must be vectors of one length, got {[tuple(a.shape) for a in arrays.values()]}"
+        eps = layer.epsilon
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < float("inf"):
+            return f"epsilon {eps!r} must be a finite number >= 0"
+        denominator = np.asarray(layer.variance, np.float64) + float(eps)
+        bad = np.flatnonzero(~(denominator > 0))
+        if bad.size:
+            k = int(bad[0])
+            return (f"moving_variance + epsilon must be > 0 (channel {k}: variance "
+                    f"{float(layer.variance[k]):.6g}, epsilon {float(eps):.6g})")
+        alpha, offset = layer.scale_offset(np.float64)
+        for what, values in (("scale gamma/sqrt(variance + epsilon)", alpha), ("offset", offset)):
+            if not np.all(np.abs(values) <= _FLOAT32_MAX):
+                return f"{what} is beyond the float32 range"
+    activation = getattr(layer, "activation", "linear")
+    if activation not in ACTIVATIONS:
+        return f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}"
+    return None
+
+
+def validate(model: "Model") -> "Model":
+    """Check a freshly loaded model can be generated: every layer's parameters are real, finite,
+    float32-representable and of consistent shapes; every tensor shape is computable with every
+    dimension >= 1 and at most MAX_TENSOR_ELEMENTS elements. Raises LayerProblem naming the layer
+    and its source type; returns the model."""
+    shape = tuple(model.input_shape)
+    if not shape or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
+        raise LayerProblem(f"input shape {shape} must be one or more dimensions >= 1")
+    if not model.layers:
+        raise LayerProblem("model has no layers")
+    shapes = {model.input_name: shape}
+    for index, layer in enumerate(model.layers):
+        what = f"{layer.source_type}"
+        problem = _layer_problem(layer)
+        if problem:
+            raise LayerProblem(f"{what} {problem}", layer.name)
+        try:
+            ins = [shapes[s] for s in model.sources(index)]
+            out = tuple(int(d) for d in layer.output_shape(*ins))
+        except (KeyError, ValueError, TypeError, IndexError) as exc:
+            raise LayerProblem(f"{what}: {exc}", layer.name) from None
+        if not out or min(out) < 1:
+            raise LayerProblem(f"{what} output shape {out} has a dimension < 1", layer.name)
+        if int(np.prod(out, dtype=object)) > MAX_TENSOR_ELEMENTS:
+            raise LayerProblem(f"{what} output shape {out} has more than {MAX_TENSOR_ELEMENTS} elements",
+                               layer.name)
+        shapes[layer.name] = out
+    return model
