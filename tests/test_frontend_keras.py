@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import h5py
@@ -392,3 +393,225 @@ def test_pair_truncated_weights_names_both(tmp_path):
     (tmp_path / "cut.h5").replace(wpath)
     msg = load_error(jpath)
     assert "weights.h5" in msg and "cannot read HDF5 (truncated or corrupt)" in msg
+
+
+# ----------------------------------------------------------------------------- hostile inputs (issue 9)
+
+
+def hostile_error(path) -> str:
+    """The one-line NNBuildError of loading `path`, starting with the file path, no warning printed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(NNBuildError) as info:
+            frontends.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(f"{path}: "), msg
+    return msg
+
+
+def cnn_layers():
+    """InputLayer (6, 6, 2) -> Conv2D 'c' -> MaxPooling2D 'p' -> ZeroPadding2D 'z' -> BatchNormalization
+    'bn' -> Reshape 'r' -> Flatten 'f' -> Dense 'd'."""
+    rng = np.random.default_rng(3)
+    w = lambda *s: rng.normal(size=s).astype(np.float32)  # noqa: E731
+    bn = {"class_name": "BatchNormalization", "config": {"name": "bn", "axis": -1, "epsilon": 1e-3},
+          "weights": [("gamma", w(3)), ("beta", w(3)), ("moving_mean", w(3)), ("moving_variance", np.abs(w(3)) + 1)]}
+    return [kf.input_layer("in", (6, 6, 2)), kf.conv2d("c", w(3, 3, 2, 3), w(3)),
+            {"class_name": "MaxPooling2D", "config": {"name": "p", "pool_size": [2, 2]}, "weights": []},
+            {"class_name": "ZeroPadding2D", "config": {"name": "z", "padding": [[1, 0], [0, 1]]}, "weights": []},
+            bn,
+            {"class_name": "Reshape", "config": {"name": "r", "target_shape": [3, 9]}, "weights": []},
+            {"class_name": "Flatten", "config": {"name": "f"}, "weights": []},
+            kf.dense("d", w(27, 2), w(2))]
+
+
+def by_name(layers, name):
+    return next(s for s in layers if s["config"]["name"] == name)
+
+
+def test_hostile_base_models_load(tmp_path):
+    """The models the hostile cases below mutate are valid (so each case fails for its own reason)."""
+    assert frontends.load(kf.write_full_model(tmp_path / "cnn.h5", cnn_layers())).output_shape == (2,)
+    assert frontends.load(kf.write_full_model(tmp_path / "mlp.h5", mlp())).output_shape == (2,)
+
+
+@pytest.mark.parametrize("units", [0])
+def test_zero_unit_dense_is_refused_at_load(tmp_path, units):
+    """Defect 5: a 0-unit Dense loaded, then gcc failed on a zero-size array."""
+    layers = mlp()
+    layers[1] = kf.dense("dense_2", np.zeros((4, units)), np.zeros(units))
+    msg = hostile_error(kf.write_full_model(tmp_path / "zero.h5", layers))
+    assert "layer 'dense_2'" in msg and "units must be >= 1, got 0" in msg
+    layers[1]["config"].pop("units")  # without the config key, the kernel's zero dimension is refused
+    msg = hostile_error(kf.write_full_model(tmp_path / "zero2.h5", layers))
+    assert "layer 'dense_2'" in msg and "Dense weight" in msg and "zero-size dimension (shape (4, 0))" in msg
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (lambda ls: by_name(ls, "c").update(weights=[("kernel", np.zeros((3, 3, 2, 0), np.float32)),
+                                                 ("bias", np.zeros(0, np.float32))]),
+     ["layer 'c'", "Conv2D weight", "zero-size dimension"]),
+    (lambda ls: by_name(ls, "in")["config"].update(batch_input_shape=[None, 6, 0, 2]),
+     ["layer 'in'", "must be known positive integers"]),
+    (lambda ls: by_name(ls, "r")["config"].update(target_shape=[27, 0]), ["layer 'r'", "target_shape [27, 0]"]),
+])
+def test_zero_size_dimensions_of_any_layer_are_refused(tmp_path, edit, fragments):
+    """Defect 5 for every layer kind: kernels, declared shapes and reshape targets."""
+    layers = cnn_layers()
+    edit(layers)
+    msg = hostile_error(kf.write_full_model(tmp_path / "zero.h5", layers))
+    assert all(f in msg for f in fragments), msg
+
+
+def set_layer(index, value):
+    def edit(cfg):
+        cfg["config"]["layers"][index] = value
+    return edit
+
+
+def set_cfg(index, **values):
+    def edit(cfg):
+        cfg["config"]["layers"][index]["config"].update(values)
+    return edit
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (set_cfg(1, units="4"), ["layer 'dense_2'", "units must be an integer, got '4'"]),
+    (set_cfg(1, use_bias=1), ["layer 'dense_2'", "use_bias must be true or false, got 1"]),
+    (set_cfg(1, use_bias="false"), ["layer 'dense_2'", "use_bias must be true or false, got 'false'"]),
+    (set_layer(1, None), ["layer '#2'", "layer entry 2 is null"]),
+    (set_layer(1, "Dense"), ["layer '#2'", "layer entry 2 is 'Dense', not a layer object"]),
+    (set_cfg(1, name=["dense_2"]), ["layer '#2'", "layer name must be a string"]),
+    (set_cfg(1, activation={"config": ["relu"]}), ["layer 'dense_2'", "activation", "not supported"]),
+    (set_cfg(0, batch_input_shape=7), ["layer 'dense_1'", "batch_input_shape 7"]),
+])
+def test_bad_mlp_config_values_are_one_line_naming_the_layer(tmp_path, edit, fragments):
+    """Defect 6: wrong types in a config were ValueError/AttributeError tracebacks, a string flag was
+    read as true."""
+    layers = mlp()
+    cfg = json.loads(json.dumps(kf.model_config(layers)))  # a copy: the weights keep their names
+    edit(cfg)
+    msg = hostile_error(kf.write_full_model(tmp_path / "bad.h5", layers, config=cfg))
+    assert all(f in msg for f in fragments), msg
+
+
+@pytest.mark.parametrize("name, values, fragments", [
+    ("c", {"strides": 0}, ["strides 0 must be >= 1"]),
+    ("c", {"kernel_size": [3, True]}, ["kernel_size [3, true] is not an integer or 2 integers"]),
+    ("c", {"filters": 3.0}, ["filters must be an integer, got 3.0"]),
+    ("p", {"pool_size": 0}, ["pool_size 0 must be >= 1"]),
+    ("p", {"strides": [1, -1]}, ["strides [1, -1] must be >= 1"]),
+    ("p", {"padding": 5}, ["padding must be a string, got 5"]),
+    ("z", {"padding": -1}, ["padding -1 is not an integer >= 0"]),
+    ("z", {"padding": [[1, -2], [0, 0]]}, ["padding [[1, -2], [0, 0]]"]),
+    ("r", {"target_shape": [-2, -2]}, ["target_shape [-2, -2] must be positive integers and at most one -1"]),
+    ("r", {"target_shape": [-1, -1]}, ["at most one -1"]),
+    ("r", {"target_shape": [4, -1]}, ["cannot reshape (3, 3, 3) to (4, -1)"]),
+    ("r", {"target_shape": [2, 9]}, ["Reshape: cannot reshape (3, 3, 3) to (2, 9)"]),
+    ("bn", {"epsilon": "1e-3"}, ["epsilon must be a finite number, got '1e-3'"]),
+    ("bn", {"scale": "true"}, ["scale must be true or false"]),
+    ("bn", {"axis": [1, 2]}, ["axis [1, 2] is not supported"]),
+])
+def test_bad_cnn_config_values_are_one_line_naming_the_layer(tmp_path, name, values, fragments):
+    """Defect 6: stride 0, pool size 0 and negative padding were IR ValueErrors; Reshape [-2, -2]
+    passed `generate` and failed later."""
+    layers = cnn_layers()
+    by_name(layers, name)["config"].update(values)
+    msg = hostile_error(kf.write_full_model(tmp_path / "bad.h5", layers))
+    assert f"layer '{name}'" in msg and all(f in msg for f in fragments), msg
+
+
+def test_deeply_nested_inbound_nodes_and_json_are_one_line(tmp_path):
+    """Defect 6: inputs nested 5,000 deep were a RecursionError (in our walk, or in json itself)."""
+    layers = mlp()
+    cfg = kf.model_config(layers, style="functional")
+    nested = ["dense_1", 0, 0, {}]
+    for _ in range(5000):
+        nested = [nested]
+    cfg["config"]["layers"][1]["inbound_nodes"] = nested
+    path = tmp_path / "deep.h5"
+    kf.write_full_model(path, layers, config={})
+    with h5py.File(path, "a") as f:  # json.dumps of 5,000 levels itself recurses too deep
+        f.attrs["model_config"] = "[" * 5000 + "]" * 5000
+    assert "model_config is nested too deeply" in hostile_error(path)
+    text = json.dumps(cfg["config"]["layers"][0])
+    deep = ('{"class_name": "Model", "config": {"name": "m", "input_layers": [["dense_1", 0, 0]], '
+            '"output_layers": [["dense_2", 0, 0]], "layers": [' + text + ', {"class_name": "Dense", '
+            '"name": "dense_2", "config": ' + json.dumps(layers[1]["config"]) + ', "inbound_nodes": '
+            + "[" * 900 + '["dense_1", 0, 0, {}]' + "]" * 900 + "}]}}")
+    with h5py.File(path, "a") as f:
+        f.attrs["model_config"] = deep
+    msg = hostile_error(path)
+    assert "layer 'dense_2'" in msg and "inbound_nodes nested more than 32 levels deep" in msg
+
+
+def test_invalid_utf8_config_is_one_line(tmp_path):
+    """Defect 6: invalid UTF-8 in model_config was a UnicodeDecodeError traceback."""
+    path = kf.write_full_model(tmp_path / "utf.h5", mlp())
+    with h5py.File(path, "a") as f:
+        raw = f.attrs["model_config"]
+        raw = raw.encode() if isinstance(raw, str) else bytes(raw)
+        f.attrs["model_config"] = np.bytes_(raw.replace(b"dense_2", b"dense\xff2"))
+    assert "model_config is not valid UTF-8 (invalid start byte at byte" in hostile_error(path)
+    jpath, _ = kf.write_pair(tmp_path / "architecture.json", mlp())
+    jpath.write_bytes(jpath.read_bytes().replace(b"dense_2", b"dense\xff2"))
+    assert "cannot read model json" in hostile_error(jpath)
+
+
+def test_negative_batchnorm_variance_names_the_batchnorm_without_warnings(tmp_path):
+    """Defect 7: two RuntimeWarnings were printed and the error blamed the Dense it was folded into."""
+    layers = cnn_layers()
+    bn = by_name(layers, "bn")
+    bn["weights"][3] = ("moving_variance", np.array([1.0, -0.5, 1.0], np.float32))
+    msg = hostile_error(kf.write_full_model(tmp_path / "bn.h5", layers))
+    assert "layer 'bn': BatchNormalization moving_variance + epsilon must be > 0 (channel 1: variance -0.5" in msg
+
+
+@pytest.mark.parametrize("value, fragment", [(np.nan, "holds NaN"), (-np.inf, "holds infinity"),
+                                             (1e300, "holds 1e+300, beyond the float32 range")])
+def test_bad_weight_values_name_the_real_layer_type_without_warnings(tmp_path, value, fragment):
+    """Defect 7: a NaN in a Conv2D kernel was reported as Dense 'c'; float64 weights beyond float32
+    printed an overflow warning before the error."""
+    layers = cnn_layers()
+    conv = by_name(layers, "c")
+    kernel = conv["weights"][0][1].astype(np.float64)
+    kernel[1, 2, 0, 1] = value
+    conv["weights"][0] = ("kernel", kernel)
+    msg = hostile_error(kf.write_full_model(tmp_path / "w.h5", layers))
+    assert "layer 'c': Conv2D weight '" in msg and f"c/kernel:0' {fragment}" in msg, msg
+
+
+def test_ir_validation_covers_every_front_end():
+    """The load-time validation pass (run by frontends.load for every format) on IR models built
+    directly: zero-size kernels, NaN, negative variance and impossible shapes name the layer."""
+    from nnbuild.ir.graph import BatchNorm, LayerProblem, Model, Reshape, validate
+    ok = np.ones((2, 2), np.float32)
+    cases = [
+        (Model("m", (2,), [Dense("d", np.ones((2, 0), np.float32), None)]), "d", "Dense kernel has a zero-size"),
+        (Model("m", (2,), [Dense("d", ok * np.nan, None)]), "d", "Dense kernel holds NaN"),
+        (Model("m", (2,), [BatchNorm("b", ok[0], ok[0], ok[0], -ok[0], 1e-3)]), "b",
+         "BatchNormalization moving_variance + epsilon must be > 0"),
+        (Model("m", (2,), [Reshape("r", (3,))]), "r", "Reshape: cannot reshape (2,) to (3,)"),
+        (Model("m", (2,), [Dense("d", ok, ok[0, :1])]), "d", "bias has shape (1,), expected (2,)"),
+        (Model("m", (0,), [Dense("d", ok, None)]), None, "input shape (0,)"),
+    ]
+    for model, layer, fragment in cases:
+        with pytest.raises(LayerProblem) as info:
+            validate(model)
+        assert info.value.layer == layer and fragment in str(info.value), str(info.value)
+    assert validate(Model("m", (2,), [Dense("d", ok, ok[0])])).output_shape == (2,)
+
+
+@pytest.mark.e2e
+def test_cli_generate_prints_one_line_and_writes_nothing(tmp_path):
+    """Defect 6 as reported: `python -m nnbuild generate X.h5 -o D` printed tracebacks."""
+    layers = mlp()
+    cfg = kf.model_config(layers)
+    cfg["config"]["layers"][1]["config"]["units"] = "many"
+    path = kf.write_full_model(tmp_path / "X.h5", layers, config=cfg)
+    run = subprocess.run([sys.executable, "-m", "nnbuild", "generate", str(path), "-o", str(tmp_path / "D")],
+                         cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [
+        f"nnbuild: error: {path}: layer 'dense_2': units must be an integer, got 'many'"]
+    assert not (tmp_path / "D").exists()

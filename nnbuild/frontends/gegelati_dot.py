@@ -32,19 +32,22 @@ from nnbuild.ir.tpg import TPG, Edge, Environment, Line, Operand, Program, Team,
 KIND = "tpg"
 SUPPORTED_MAJOR = (0, 1, 2)
 
-_HEADER_VERSION = re.compile(r"^//\s*File exported with GEGELATI v(\d+)\.(\d+)(?:\.(\d+))?")
-_TEAM = re.compile(r"^T(\d+)\s*\[[^\]]*\]$")
-_PROGRAM = re.compile(r"^P(\d+)\s*\[(?P<attrs>[^\]]*)\]\s*(?P<comment>//.*)?$")
-_BODY = re.compile(r"^I(\d+)\s*\[(?P<attrs>.*)\]$")
-_LINK = re.compile(r"^P(\d+)\s*->\s*I(\d+)\s*(\[[^\]]*\])?$")
-_ACTION = re.compile(r"^A(\d+)\s*\[(?P<attrs>[^\]]*)\]$")
-_EDGE = re.compile(r"^T(\d+)\s*->\s*P(\d+)(?:\s*->\s*([TA])(\d+))?\s*(\[[^\]]*\])?$")
+_HEADER_VERSION = re.compile(r"^//\s*File exported with GEGELATI v(\d{1,9})\.(\d{1,9})(?:\.(\d{1,9}))?")
+# Numbers are at most 9 digits (ids, indices): a longer one is an unrecognised statement, never a
+# 5,000-digit int() (ValueError) or an index no C int holds.
+_N = r"(\d{1,9})"
+_TEAM = re.compile(rf"^T{_N}\s*\[[^\]]*\]$")
+_PROGRAM = re.compile(rf"^P{_N}\s*\[(?P<attrs>[^\]]*)\]\s*(?P<comment>//.*)?$")
+_BODY = re.compile(rf"^I{_N}\s*\[(?P<attrs>.*)\]$")
+_LINK = re.compile(rf"^P{_N}\s*->\s*I{_N}\s*(\[[^\]]*\])?$")
+_ACTION = re.compile(rf"^A{_N}\s*\[(?P<attrs>[^\]]*)\]$")
+_EDGE = re.compile(rf"^T{_N}\s*->\s*P{_N}(?:\s*->\s*([TA]){_N})?\s*(\[[^\]]*\])?$")
 _ACTION_PROGRAM = re.compile(r"^A(\d+)\s*->\s*P(\d+)")
 _RANK = re.compile(r"^\{\s*rank\s*=\s*same\b[^}]*\}$")
 _STYLE = re.compile(r"^(graph|node|edge)\s*\[.*\]$")
 _LABEL = re.compile(r'\blabel\s*=\s*"([^"]*)"')
-_INSTRUCTION = re.compile(r"^(\d+)\|(\d+)&(.*)$")
-_OPERAND = re.compile(r"^(\d+)\|(\d+)$")
+_INSTRUCTION = re.compile(rf"^{_N}\|{_N}&(.*)$")
+_OPERAND = re.compile(rf"^{_N}\|{_N}$")
 LINE_SEPARATOR = "&#92;n"
 
 
@@ -56,13 +59,25 @@ def load(path, environment=None):
         raise NNBuildError("a GEGELATI .dot file carries no instruction set: give its environment "
                            "description, a JSON file or a shipped name such as sips22-atari (--environment, "
                            "scons environment=, or \"environment\" in example.json)", path=path)
-    env = environment if isinstance(environment, Environment) else Environment.load(environment)
+    env = environment if isinstance(environment, Environment) else _environment(environment)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise NNBuildError(f"cannot read: {' '.join(str(exc).split())}", path=path) from None
     tpg = parse(text, env, path)
     return validate(tpg, path)
+
+
+def _environment(spec) -> Environment:
+    """Environment.load, with anything it failed to check (a NUL in a Python expression, JSON
+    nested 100,000 deep) made one line naming the environment file."""
+    try:
+        return Environment.load(spec)
+    except NNBuildError:
+        raise
+    except (ValueError, TypeError, LookupError, AttributeError, RecursionError, MemoryError) as exc:
+        message = " ".join(str(exc).split())[:200]
+        raise NNBuildError(f"malformed TPG environment ({type(exc).__name__}: {message})", path=spec) from None
 
 
 def parse(text, env, path=None):
@@ -128,7 +143,7 @@ def parse(text, env, path=None):
         if m:
             aid = int(m.group(1))
             label = _LABEL.search(m.group("attrs"))
-            if label is None or not re.fullmatch(r"\d+", label.group(1).strip()):
+            if label is None or not re.fullmatch(r"\d{1,9}", label.group(1).strip()):
                 what = label.group(1) if label else "no label"
                 raise err(number, f"action A{aid} label '{what}' is not an action id "
                                   "(continuous or multi-action GEGELATI v2 graphs are not supported)")
@@ -220,10 +235,18 @@ def _constants(match, version, number, err):
         fields = fields[:-1]
     values = []
     for f in fields:
-        try:
-            values.append(int(f) if re.fullmatch(r"[-+]?\d+", f.strip()) else float(f))
-        except ValueError:
-            raise err(number, f"program constant '{f}' is not a number") from None
+        if re.fullmatch(r"[-+]?\d{1,10}", f.strip()):
+            value = int(f)
+            if not -2 ** 31 <= value < 2 ** 31:
+                raise err(number, f"program constant {value} is outside the int32 range")
+        else:
+            try:
+                value = float(f)
+            except ValueError:
+                raise err(number, f"program constant '{f[:40]}' is not a number") from None
+            if value != value or value in (float("inf"), float("-inf")):
+                raise err(number, f"program constant '{f.strip()[:40]}' is not finite")
+        values.append(value)
     return tuple(values)
 
 

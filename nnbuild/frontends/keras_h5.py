@@ -703,7 +703,7 @@ def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
             shapes[name] = tuple(int(d) for d in layer.output_shape(*[shapes[s] for s in srcs]))
         except ValueError as exc:
             src = ", ".join(f"layer '{s}'" if s != input_name else "the model input" for s in srcs)
-            raise _err(f"{exc} (input from {src}; inconsistent shapes)", cpath, name) from None
+            raise _err(f"{cls}: {exc} (input from {src}; inconsistent shapes)", cpath, name) from None
         layers.append(layer)
         sources[name] = tuple(srcs)
         previous = name
