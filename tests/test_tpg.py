@@ -346,3 +346,40 @@ def test_cli_generate_names_the_missing_environment(tmp_path):
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
     assert "small.dot" in result.stderr and "--environment" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------- hostile inputs (issue 9)
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (lambda t: t.replace("T5 [", "T" + "9" * 5000 + " ["), ["unrecognised statement"]),
+    (lambda t: t.replace("0|0&2|1#2|3", "0|0&2|1#2|" + "7" * 5000), ["P0 line 1", "is not 'instr|dest&src|loc"]),
+    (lambda t: t.replace("//3|-2|", "//3|" + "1" * 5000 + "|"), ["program constant", "not finite"]),
+    (lambda t: t.replace("//3|-2|", "//3|4294967296|"), ["program constant 4294967296 is outside the int32 range"]),
+    (lambda t: t.replace("//3|-2|", "//3|nan|"), ["program constant 'nan' is not finite"]),
+])
+def test_hostile_numbers_in_a_graph_are_one_clear_line(tmp_path, env_file, edit, fragments):
+    """5,000-digit ids were an int() ValueError traceback; NaN or out-of-range constants were accepted."""
+    path = write(tmp_path / "bad.dot", edit(small_graph()))
+    with pytest.raises(NNBuildError) as excinfo:
+        load(path, environment=env_file)
+    assert str(excinfo.value).startswith(f"{path}: ")
+    one_line_error(excinfo, *fragments)
+
+
+@pytest.mark.parametrize("text, fragments", [
+    ('{"nnbuild_tpg_environment": 1, "x": ' + "[" * 100000 + "]" * 100000 + "}", ["RecursionError"]),
+    (json.dumps({**TEST_ENV, "instructions": [{"name": "x", "operands": ["double"], "c": "$0 = $1;",
+                                              "python": "$1\u0000"}]}), ["null"]),
+    (json.dumps({**TEST_ENV, "instructions": [{"name": "x", "operands": [["double"]], "c": "$0 = $1;",
+                                              "python": "$1"}]}), ["malformed TPG environment"]),
+])
+def test_hostile_environment_files_are_one_line_naming_them(tmp_path, text, fragments):
+    """Environment JSON nested 100,000 deep or a NUL in a Python expression escaped Environment.load
+    as a traceback; the .dot loader now names the environment file."""
+    env = write(tmp_path / "env.json", text)
+    path = write(tmp_path / "small.dot", small_graph())
+    with pytest.raises(NNBuildError) as excinfo:
+        load(path, environment=env)
+    assert str(excinfo.value).startswith(f"{env}: ")
+    one_line_error(excinfo, *fragments)
