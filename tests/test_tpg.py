@@ -255,7 +255,7 @@ def test_single_edge_teams_run_no_program_and_introns_vanish(tmp_path, env_file)
 def test_shape_and_kind_must_match(tmp_path, graph):
     with pytest.raises(NNBuildError) as excinfo:
         codegen.generate(graph, tmp_path / "x", shape="mlp")
-    one_line_error(excinfo, "shape 'mlp' does not generate TPG models", "stack, switch")
+    one_line_error(excinfo, "shape 'mlp' does not generate TPG models", "switch, stack")
 
 
 def random_observations(n, seed=5):
@@ -373,10 +373,20 @@ def test_hostile_numbers_in_a_graph_are_one_clear_line(tmp_path, env_file, edit,
                                               "python": "$1\u0000"}]}), ["null"]),
     (json.dumps({**TEST_ENV, "instructions": [{"name": "x", "operands": [["double"]], "c": "$0 = $1;",
                                               "python": "$1"}]}), ["malformed TPG environment"]),
+    (json.dumps({**TEST_ENV, "instructions": TEST_ENV["instructions"] + [
+        {"name": "x", "operands": ["double", "double"], "c": "$0 = $1 */ + $2;", "python": "$1 + $2"}]}),
+     ["'instructions[7]'", "no comments, directives"]),
+    (json.dumps({**TEST_ENV, "instructions": [
+        {"name": "x", "operands": ["double"], "c": "$0 = $1; }\n#include <stdlib.h>\nstatic int y = (1);",
+         "python": "$1"}]}), ["'instructions[0]'", "no comments, directives"]),
+    (json.dumps({**TEST_ENV, "instructions": [
+        {"name": "x", "operands": ["double"], "c": "$0 = cos(($1);", "python": "$1"}]}),
+     ["'instructions[0]'", "unbalanced parentheses"]),
 ])
 def test_hostile_environment_files_are_one_line_naming_them(tmp_path, text, fragments):
     """Environment JSON nested 100,000 deep or a NUL in a Python expression escaped Environment.load
-    as a traceback; the .dot loader now names the environment file."""
+    as a traceback; a C template that closes a comment or adds directives made C that does not
+    compile (or does more than compute). The .dot loader names the environment file."""
     env = write(tmp_path / "env.json", text)
     path = write(tmp_path / "small.dot", small_graph())
     with pytest.raises(NNBuildError) as excinfo:

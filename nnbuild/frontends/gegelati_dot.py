@@ -72,12 +72,38 @@ def _environment(spec) -> Environment:
     """Environment.load, with anything it failed to check (a NUL in a Python expression, JSON
     nested 100,000 deep) made one line naming the environment file."""
     try:
-        return Environment.load(spec)
+        env = Environment.load(spec)
     except NNBuildError:
         raise
     except (ValueError, TypeError, LookupError, AttributeError, RecursionError, MemoryError) as exc:
         message = " ".join(str(exc).split())[:200]
         raise NNBuildError(f"malformed TPG environment ({type(exc).__name__}: {message})", path=spec) from None
+    for k, ins in enumerate(env.declared):
+        problem = _c_expression_problem(ins.c_expression)
+        if problem:
+            raise NNBuildError(f"C template {ins.c!r} {problem}", path=env.path, item=f"'instructions[{k}]'")
+    return env
+
+
+#: What a C template's expression may hold: operands, names, numbers, operators, parentheses.
+_C_EXPRESSION = re.compile(r"^[A-Za-z0-9_$.\s+\-*/%<>=!&|^~?:(),]*$")
+
+
+def _c_expression_problem(expr: str):
+    """Why an environment's C expression could do more than compute a value (None if it cannot):
+    it is pasted into generated C, so comments, directives, literals, statements, braces, line
+    splices and trigraphs are refused, and parentheses must balance."""
+    if not _C_EXPRESSION.match(expr) or "/*" in expr or "*/" in expr or "//" in expr:
+        return ("holds characters or tokens other than operands, names, numbers, operators and "
+                "parentheses (no comments, directives, literals, statements or braces)")
+    depth = 0
+    for ch in expr:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            break
+    if depth:
+        return "has unbalanced parentheses"
+    return None
 
 
 def parse(text, env, path=None):

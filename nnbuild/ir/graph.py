@@ -465,4 +465,6 @@ def validate(model: "Model") -> "Model":
             raise LayerProblem(f"{what} output shape {out} has more than {MAX_TENSOR_ELEMENTS} elements",
                                layer.name)
         shapes[layer.name] = out
+    if all(layer.kind in ALIASES for layer in model.layers):
+        raise LayerProblem("the model computes nothing: every layer only reshapes its input")
     return model
