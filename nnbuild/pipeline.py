@@ -1,139 +1,311 @@
-"""The pipeline's steps as library calls: the CLI, the SCons actions and the tests all use these."""
+"""The pipeline of one build, described once: `plan` lists its tasks (a step of nnbuild.steps, or a
+C program to compile and link) with their inputs and outputs; the SCons tool turns each task into
+build actions, and `execute` runs the same tasks in order outside SCons (`nnbuild check`, tests).
 
-import json
+Paths in a plan are relative to the build directory unless absolute (the model, the check data,
+nnbuild's own C sources).
+"""
+
 import os
-import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Dict, List
 
-import numpy as np
-
-from nnbuild import boards, codegen, frontends, passes, tpg_pipeline
-from nnbuild.checks.inputs import check_inputs
+from nnbuild import boards, codegen, kinds, steps
 from nnbuild.errors import NNBuildError
-from nnbuild.ir import reference
+from nnbuild.steps import save_json, save_npz  # noqa: F401 (the library's atomic writers)
+
+#: where a simulator harness lives, shared by every build of a project
+HARNESS_DIR = "#build/tools"
 
 
-def load_model(path, name=None, environment=None):
-    """Front-end + default passes; `name` (the C prefix) overrides the file-derived one;
-    `environment` is the environment description a Tangled Program Graph (.dot) needs."""
-    model = frontends.load(path, environment=environment)
-    if name:
-        model.name = name
-    if tpg_pipeline.is_tpg(model):
-        return model, []
-    return passes.run(model)
+@dataclass
+class Task:
+    """One node of the build: `step` is a key of steps.STEPS, or "program" (compile + link).
+
+    `sources` maps a role to a path or list of paths; `options` are the step function's other
+    arguments (for "program": board, defines per source, include dirs, opt)."""
+
+    step: str
+    targets: List[str]
+    sources: Dict[str, object] = field(default_factory=dict)
+    options: Dict[str, object] = field(default_factory=dict)
+    #: tasks whose outputs must exist first though they are not inputs (the memory gate before runs)
+    after: List[str] = field(default_factory=list)
+    role: str = ""
 
 
-def loaded(model, name=None, environment=None, passes_log=None):
-    """(model, passes log) from a model file path, or from a model already loaded (loaded once)."""
-    if isinstance(model, (str, os.PathLike)):
-        return load_model(model, name, environment)
-    return model, list(passes_log or [])
+@dataclass
+class Plan:
+    tasks: List[Task]
+    name: str
+    board: boards.Board
+    #: role -> target path of the nodes callers name (generated, check, firmware, report, gate, ...)
+    nodes: Dict[str, object] = field(default_factory=dict)
 
 
-def generate(model, outdir, *, name=None, shape="auto", precision="float32", storage="const",
-             input_range=None, environment=None, passes_log=None):
-    """The C of `model` (a file path, or a model from load_model) in outdir."""
-    model, log = loaded(model, name, environment, passes_log)
-    return codegen.generate(model, outdir, shape=shape, precision=precision, storage=storage, passes_log=log,
-                            input_range=input_range)
+def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
+         main=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0), deadline=None,
+         deadline_origin=None, environment=None, data=None, purpose="build", record_wcet_errors=False,
+         path=None) -> Plan:
+    """Every task of one build of `model` for `board` in one precision.
+
+    purpose "build": generate, reference, programs (firmware with `main`), runs (the host build too
+    when the target is not the host), compare, size, WCET (when the board's analyzer can run here),
+    report and gate. purpose "check" (`nnbuild check`): check inputs from `data`, the target's run
+    and the comparison only. `path` is the PATH the analyzers' tools are looked up on."""
+    board = boards.load_board(board)
+    kind = kinds.get(kind) if isinstance(kind, str) else kind
+    kinds.check(kind, shape, precision, board)
+    gen = [f"gen/{f}" for f in codegen.outputs(name)]
+    header, code, _, weights, flowfacts, trace = gen
+    tasks = [Task("generate", gen, {"model": model}, role="generated",
+                  options={"name": name, "shape": shape, "precision": precision, "input_range": input_range,
+                           "storage": board.get("weights_storage", "const"), "target": board.name,
+                           "environment": environment}),
+             Task("reference", ["inputs.npz"], {"model": model, "data": data}, role="inputs",
+                  options={"count": count, "seed": seed, "input_range": input_range, "environment": environment})]
+    nodes = {"generated": gen, "inputs": "inputs.npz"}
+    check_main = str(kind.check_main())
+    defines = kind.check_defines(name)
+
+    def program(target_board, sub, what, main_source, main_defines):
+        prefix = f"{sub}/" if sub else ""
+        target = f"{prefix}{what}{target_board.program_suffix}"
+        tasks.append(Task("program", [target], {"sources": [code, weights, main_source]}, role=f"{prefix}{what}",
+                          options={"board": target_board.name, "include": ["gen"], "objdir": f"{prefix}obj",
+                                   "defines": {main_source: main_defines}, "header": header,
+                                   "opt": opt if target_board is board else None}))
+        return target
+
+    check = program(board, None, "check", check_main, defines)
+    nodes["check"] = check
+    firmware = program(board, None, "firmware", main, []) if main and purpose == "build" else None
+    nodes["firmware"] = firmware
+
+    runs = {}
+    runner = board.runner
+    on_host = runner is not None and getattr(runner, "RUNS_ON_HOST", False)
+    if purpose == "build" and not on_host:
+        host = boards.load_board("host")
+        host_check = program(host, "host", "check", check_main, defines)
+        runs["host"] = _run_task(tasks, host, host_check, None, f"{name}_infer")
+    if runner is not None:
+        harness = None
+        if getattr(runner, "NEEDS_HARNESS", False):
+            harness = f"{HARNESS_DIR}/{runner.__name__.rsplit('.', 1)[-1]}_run"
+            tasks.append(Task("harness", [harness], options={"board": board.name}, role="harness"))
+        runs[board.run_label()] = _run_task(tasks, board, check, harness, f"{name}_infer")
+    elif purpose == "check":
+        raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run; check on the host or on a "
+                           "board with one")
+    labels = sorted(runs)
+    tasks.append(Task("compare", ["semantic.json"], {"reference": "inputs.npz", "runs": {k: runs[k] for k in labels}},
+                      options={"tolerance": tolerance}, role="semantic"))
+    nodes.update(runs={k: runs[k] for k in labels}, semantic="semantic.json")
+    if purpose == "check":
+        return Plan(tasks, name, board, nodes)
+
+    image = firmware or check
+    tasks.append(Task("size", ["size.json"], {"elf": image, "trace": trace, "flowfacts": flowfacts}, role="size",
+                      options={"board": board.name, "entry": (["main"] if firmware else []) + [f"{name}_infer"]}))
+    for task in tasks:  # the memory gate first: nothing runs on a simulator of a board the image does not fit
+        if task.step == "run" and task.options["board"] == board.name and not on_host:
+            task.after.append("size.json")
+    target_run = runs.get(board.run_label()) if runner else None
+    wcet_json = None
+    from nnbuild import wcet
+    if not wcet.unavailable_reason(board, path):
+        wcet_json = "wcet.json"
+        tasks.append(Task("wcet", [wcet_json], {"elf": check, "flowfacts": flowfacts}, role="wcet",
+                          options={"board": board.name, "entry": f"{name}_infer",
+                                   "record_errors": record_wcet_errors}))
+    tasks.append(Task("report", ["report.json"],
+                      {"semantic": "semantic.json", "size": "size.json", "trace": trace, "run": target_run,
+                       "wcet": wcet_json},
+                      options={"model": name, "board": board.name, "precision": precision, "shape": shape,
+                               "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin}, role="report"))
+    nodes.update(size="size.json", wcet=wcet_json, report="report.json")
+    if purpose == "build":
+        tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate"))
+        nodes["gate"] = "gate.json"
+    return Plan(tasks, name, board, nodes)
 
 
-def write_reference(model_path, output, *, count, seed, input_range, environment=None,
-                    data=None):
-    """Check inputs and the float64 reference outputs for them, in one .npz (x, y)."""
-    model, _ = load_model(model_path, environment=environment)
-    if tpg_pipeline.is_tpg(model):
-        return save_npz(output, **tpg_pipeline.reference_arrays(model, count, seed, input_range, data))
-    if data:
-        raise NNBuildError("check inputs from a data file are supported for TPG models only", path=data)
-    x = check_inputs(model.input_size, count, seed, input_range)
-    y = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
-    save_npz(output, x=x, y=np.asarray(y).reshape(len(x), -1))
+def _run_task(tasks, board, program, harness, entry):
+    label = board.run_label()
+    target = f"run_{label}.npz"
+    sources = {"program": program, "inputs": "inputs.npz"}
+    if harness:
+        sources["harness"] = harness
+    tasks.append(Task("run", [target], sources, role=f"run_{label}",
+                      options={"board": board.name, "entry": entry if board.runner.MEASURES_CYCLES else None}))
+    return target
 
 
-#: user-mode emulators that run a cross-built check program like a native one (stdin/stdout)
-EMULATORS = ("qemu-arm",)
+# --------------------------------------------------------------------------- outside SCons
 
 
-def run_cases(board, program, inputs, n_out, *, entry=None, harness=None, kind="nn"):
-    """Run the check program on the board's simulator: (outputs, cycles or None)."""
-    if kind == tpg_pipeline.KIND:
-        return tpg_pipeline.run_cases(board, program, inputs, entry=entry, harness=harness, emulators=EMULATORS)
-    simulator = board.get("simulator")
-    if simulator == "native":
-        from nnbuild.runners import native
-        return native.run_cases(program, inputs, n_out), None
-    if simulator in EMULATORS:
-        from nnbuild.runners import native
-        return native.run_cases(program, inputs, n_out, prefix=[simulator], timeout=600.0), None
-    if simulator == "simavr":
-        from nnbuild.runners import simavr
-        if not harness:
-            raise NNBuildError("a simavr run needs the harness (--harness)")
-        return simavr.run_cases(program, inputs, n_out, entry_symbol=entry, mcu=board["mcu"],
-                                freq=board["clock_hz"], harness=harness, nm=board.get("nm", "avr-nm"))
-    raise NNBuildError(f"board '{board['name']}' has no simulator nnbuild can run ({simulator})")
+def execute(the_plan: Plan, workdir, *, harness_dir=None, loaded=None):
+    """Run every task of a plan in order in `workdir` (the same step functions SCons runs).
+
+    `loaded` maps a model path to its (model, passes log) when the caller has loaded it already:
+    the steps then take it instead of reading the file again."""
+    loaded = loaded or {}
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def where(path):
+        if path is None:
+            return None
+        path = str(path)
+        if path.startswith(HARNESS_DIR):
+            base = Path(harness_dir) if harness_dir else workdir / "tools"
+            return base / path[len(HARNESS_DIR) + 1:]
+        return Path(path) if os.path.isabs(path) else workdir / path
+
+    for task in the_plan.tasks:
+        if task.step == "program":
+            _build_program(task, where)
+            continue
+        step = steps.STEPS[task.step]
+        kwargs = dict(task.options)
+        for role, value in task.sources.items():
+            if isinstance(value, dict):
+                kwargs[role] = {k: str(where(v)) for k, v in value.items()}
+            elif value is not None:
+                kwargs[role] = str(where(value))
+        if task.sources.get("model") in loaded:
+            kwargs["model"], log = loaded[task.sources["model"]]
+            if task.step == "generate":
+                kwargs["passes_log"] = log
+        target_arg = next(a.dest for a in step.args if a.dest in ("output", "outdir"))
+        kwargs[target_arg] = str(where(task.targets[0]).parent if target_arg == "outdir" else where(task.targets[0]))
+        if task.step == "harness" and where(task.targets[0]).exists():
+            continue
+        step.function(**{k: v for k, v in kwargs.items() if v is not None})
 
 
-def save_npz(path, **arrays):
-    """np.savez to a temp file then rename: a failed step leaves no output behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _build_program(task, where):
+    board = boards.load_board(task.options["board"])
+    sources = [where(s) for s in task.sources["sources"]]
+    defines = []
+    for source, pairs in task.options["defines"].items():
+        defines += [f"{k}={v}" for k, v in pairs]
+    board.compiler.build_executable(board, sources, where(task.targets[0]),
+                                    include_dirs=[where(d) for d in task.options["include"]],
+                                    defines=defines, opt=task.options["opt"])
 
 
-def save_json(path, obj):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+          opt=None, input_range=None, tolerance=1e-4, environment=None, build_dir=None):
+    """`nnbuild check`: the model's C built for `target`, run on the inputs of `data` (.npz x[, y]),
+    compared with the float64 reference (and y). Returns the semantic record; raises on a broken
+    tolerance. Without `build_dir` everything happens in a temporary directory, removed after."""
+    import tempfile
+    board = boards.load_board(target)
+    kind = kinds.of_file(model)
+    model_path = str(Path(model).resolve())
+    loaded_model, log = kind.load(model, name, environment)
+    name = loaded_model.name
+    if input_range is None:
+        input_range = _data_range(kind, loaded_model, data, precision)
+    the_plan = plan(name=name, model=model_path, board=board, kind=kind, shape=shape,
+                    precision=precision, opt=opt, tolerance=tolerance, input_range=input_range,
+                    environment=environment, data=str(Path(data).resolve()), purpose="check")
+    loaded = {model_path: (loaded_model, log)}
+    if build_dir:
+        results = _checked(the_plan, Path(build_dir), loaded)
+    else:
+        with tempfile.TemporaryDirectory(prefix="nnbuild-check-") as tmp:
+            results = _checked(the_plan, Path(tmp), loaded)
+    label = board.run_label()
+    failure = kind.check_failure(results, label)
+    if failure:
+        raise NNBuildError(failure, path=model)
+    return results
+
+
+def _checked(the_plan, workdir, loaded):
+    """Execute a check plan; print where it ran and the most cycles an inference took."""
+    import numpy as np
+    execute(the_plan, workdir, loaded=loaded)
+    results = steps.read_json(workdir / "semantic.json")
+    (label, run_file), = the_plan.nodes["runs"].items()
+    with np.load(workdir / run_file) as run:
+        cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""
+    shape = steps.read_json(workdir / the_plan.nodes["generated"][-1]).get("shape", "")
+    print(kinds.get(results["kind"]).check_line(results, the_plan.name, label, shape) + cycles)
+    return results
+
+
+def _data_range(kind, model, data, precision):
+    """A fixed-point build needs a declared input range: without one, the data's own range."""
+    import numpy as np
+
+    from nnbuild.passes import quantize
+    if not quantize.is_fixed(precision):
+        return (-1.0, 1.0)
+    x = kind.reference_arrays(model, 0, 0, (-1.0, 1.0), data)["x"]
+    lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
+    print(f"fixed point formats proven over the data's range [{lo:g}, {hi:g}] (give --range to set the model's "
+          "declared range)")
+    return (lo, hi) if lo < hi else (lo - 1.0, hi + 1.0)
+
+
+# --------------------------------------------------------------------------- library conveniences
 
 
 def load_board(name_or_path):
     """A board by name (toolchains/NAME.json) or by a path to its JSON file."""
-    if str(name_or_path).endswith(".json"):
-        with open(name_or_path) as f:
-            board = json.load(f)
-        board.setdefault("name", Path(name_or_path).stem)
-        return board
     return boards.load_board(name_or_path)
 
 
-def build_check_program(model, board, workdir, *, name=None, shape="auto", precision="float32", opt=None,
-                        input_range=None, environment=None, passes_log=None):
-    """Generate, compile and link the check program for `board` outside SCons: (program, harness).
+def load_model(path, name=None, environment=None):
+    """The model file through its kind's front-end (and passes): (model, passes log)."""
+    return kinds.of_file(path).load(path, name, environment)
 
+
+def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+             storage="const", input_range=None, environment=None, passes_log=None):
+    """The C of `model` (a file path, or a model from load_model) in outdir."""
+    if isinstance(model, (str, os.PathLike)):
+        model, passes_log = load_model(model, name, environment)
+    kind = kinds.of_model(model)
+    kinds.check(kind, shape, precision, None, model)
+    return codegen.generate(model, outdir, shape=kinds.resolve_shape(kind, shape), precision=precision,
+                            storage=storage, passes_log=list(passes_log or []), input_range=input_range)
+
+
+def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT_SHAPE,
+                        precision=kinds.DEFAULT_PRECISION, opt=None, input_range=None, environment=None,
+                        passes_log=None):
+    """Generate, compile and link the check program for `board` outside SCons: (program, harness).
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
-    board runs on simavr.
-    """
-    from nnbuild.compilers import family
-    from nnbuild.runners import CHECK_MAIN, check_main_defines
-    codegen.check_precision(precision, board)
-    model, log = loaded(model, name, environment, passes_log)
+    board's runner needs one."""
+    board = boards.load_board(board)
+    if isinstance(model, (str, os.PathLike)):
+        model, passes_log = load_model(model, name, environment)
+    kind = kinds.of_model(model)
+    kinds.check(kind, shape, precision, board, model)
     workdir = Path(workdir)
-    files = generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=log,
+    files = generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
                      storage=board.get("weights_storage", "const"), input_range=input_range)
-    if tpg_pipeline.is_tpg(model):
-        return tpg_pipeline.build_check_program(model, files, board, workdir, opt)
-    sources = [f for f in files if f.suffix == ".c"] + [CHECK_MAIN]
-    suffix = ".elf" if board.get("simulator") != "native" else ""
-    defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)
-    program = family(board).build_executable(board, sources, workdir / f"check{suffix}",
-                                             include_dirs=[workdir / "gen"], opt=opt,
-                                             defines=[d[2:] for d in defines])
+    sources = [f for f in files if f.suffix == ".c"] + [kind.check_main()]
+    program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
+                                              include_dirs=[workdir / "gen"], opt=opt,
+                                              defines=[f"{k}={v}" for k, v in kind.check_defines(model.name)])
     harness = None
-    if board.get("simulator") == "simavr":
-        from nnbuild.runners import simavr
-        harness = simavr.build_harness(workdir / "simavr_run")
+    if board.runner is not None and getattr(board.runner, "NEEDS_HARNESS", False):
+        harness = board.runner.build_harness(workdir / "harness")
     return program, harness
+
+
+def run_cases(board, program, inputs, n_out, *, entry=None, harness=None, kind="nn"):
+    """Run a check program on the board's runner: (outputs decoded by the kind, cycles or None)."""
+    board = boards.load_board(board)
+    kind = kinds.get(kind)
+    if board.runner is None:
+        raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run")
+    outputs, cycles = board.runner.run(board, program, inputs, n_out, io=kind.IO, entry=entry, harness=harness)
+    return kind.decode(outputs, program), cycles

@@ -12,10 +12,10 @@ def violations(report):
     """Every broken constraint of a report, each as one short clause (empty when all hold)."""
     found = []
     tolerance = report["tolerance"]
+    wording = report.get("error_violation")
     for label, error in sorted(report["max_abs_error_by_run"].items()):
-        if not error <= tolerance and report.get("kind") == "tpg":
-            found.append(f"{int(error)} of {report['check_inputs']} actions differ from the reference "
-                         f"({label} run), {int(tolerance)} allowed")
+        if wording and not error <= tolerance:
+            found.append(wording.format(error=error, tolerance=tolerance, label=label, cases=report["check_inputs"]))
         else:
             found.append(error_violation(error, tolerance, f"{label} run vs float64 reference"))
     record = report.get("wcet")

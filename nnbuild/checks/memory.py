@@ -41,13 +41,14 @@ def bar(used, capacity, width=10):
 def stack_bound(board, elf, entries, flowfacts=None):
     """The static stack bound of the first entry that can be bounded (main first: it covers the
     firmware's own frame too), or None on boards without a stack analyzer."""
-    if board.get("stack_tool") != "builtin-avr":
+    from nnbuild import wcet
+    analyzer = wcet.stack_analyzer_for(board)
+    if analyzer is None:
         return None
-    from nnbuild.wcet import avr_stack
     reasons = []
     for entry in entries:
         try:
-            result = avr_stack.stack_bound(elf, entry, board, flowfacts)
+            result = analyzer.stack_bound(elf, entry, board, flowfacts)
             return {"entry": entry, "bytes": int(result["bytes"]), "path": result["path"],
                     "not_bounded": reasons}
         except NNBuildError as error:

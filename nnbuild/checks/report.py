@@ -7,29 +7,30 @@ import subprocess
 
 import numpy as np
 
-from nnbuild import __version__, pipeline
+from nnbuild import __version__
 from nnbuild.checks import memory
-from nnbuild.compilers import gcc
 
 
-def build_report(args):
-    board = pipeline.load_board(args.board)
-    semantic, size, trace = (read_json(p) for p in (args.semantic, args.size, args.trace))
-    run = np.load(args.run) if args.run else {}
-    cycles = run["cycles"] if "cycles" in run else None
+def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, precision="float32",
+                 shape="auto", opt=None, deadline=None, deadline_origin=None):
+    """The report record from the step results (dicts; `run` is the target run's .npz path)."""
+    cycles = None
+    if run:
+        with np.load(run) as data:
+            cycles = data["cycles"] if "cycles" in data.files else None
     measured = int(cycles.max()) if cycles is not None and len(cycles) else None
-    target_run = board.get("simulator") if board.get("simulator") in semantic["runs"] else board["name"]
+    target_run = board.run_label() if board.run_label() in semantic["runs"] else board["name"]
     if target_run not in semantic["runs"]:
         target_run = "host"
     clock = board.get("clock_hz")
     record = {
-        "model": args.model,
+        "model": model,
         "target": board["name"],
         "board": board.get("description", board["name"]),
-        "precision": trace.get("precision", args.precision),
-        "shape": trace.get("shape", args.shape),
+        "precision": trace.get("precision", precision),
+        "shape": trace.get("shape", shape),
         "activation_memory": trace.get("memory"),
-        "opt": args.opt or board.get("opt"),
+        "opt": opt or board.get("opt"),
         "clock_hz": clock,
         "measured_cycles": measured,
         "measured_ms": round(measured / clock * 1e3, 6) if measured and clock else None,
@@ -38,6 +39,9 @@ def build_report(args):
         "max_abs_error_by_run": {k: v["max_abs_error"] for k, v in semantic["runs"].items()},
         "tolerance": semantic["tolerance"],
         "kind": semantic.get("kind", "nn"),
+        "error_violation": semantic.get("violation"),
+        "error_summary": semantic.get("summary"),
+        "error_format": semantic.get("error_format"),
         "check_inputs": semantic["cases"],
         "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
         "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
@@ -48,24 +52,23 @@ def build_report(args):
         "passes": trace["passes"],
         "tool_versions": tool_versions(board),
     }
-    record.update(wcet_fields(args, board, measured))
+    record.update(wcet_fields(model, board, measured, wcet, deadline, deadline_origin))
     return record
 
 
-def wcet_fields(args, board, measured):
+def wcet_fields(model, board, measured, wcet, deadline_text, deadline_origin):
     """The bound, deadline, margin and tightness; or why there is no bound on this board."""
     from nnbuild.checks import deadline
-    deadline_ms = deadline.parse_deadline(args.deadline) if args.deadline else None
-    fields = {"deadline_ms": deadline_ms, "deadline_origin": args.deadline_origin if deadline_ms else None}
-    if not args.wcet:
-        from nnbuild import wcet
-        why = wcet.unavailable_reason(board) or f"no WCET step was run for target {board['name']}"
+    deadline_ms = deadline.parse_deadline(deadline_text) if deadline_text else None
+    fields = {"deadline_ms": deadline_ms, "deadline_origin": deadline_origin if deadline_ms else None}
+    if not wcet:
+        from nnbuild import wcet as analyzers
+        why = analyzers.unavailable_reason(board) or f"no WCET step was run for target {board['name']}"
         return {**fields, "wcet": None, "wcet_unavailable": why}
-    wcet = read_json(args.wcet)
     if "error" in wcet:
         return {**fields, "wcet": None, "wcet_error": wcet["error"]}
     clock = board["clock_hz"]
-    label = f"{args.model} on {board['name']} @ {clock / 1e6:g} MHz"
+    label = f"{model} on {board['name']} @ {clock / 1e6:g} MHz"
     record = deadline.verdict(wcet, deadline_ms, clock, measured, label)
     record["per_layer"] = {k: {"cycles": v, "share": v / wcet["cycles"]} for k, v in wcet["per_layer"].items()}
     return {**fields, "wcet": record, "analyzer": wcet["analyzer"], "wcet_cycles": wcet["cycles"],
@@ -85,9 +88,10 @@ def tool_versions(board):
                 "numpy": np.__version__, "h5py": h5py.__version__}
     cc = shutil.which(board["cc"])
     if cc:
-        versions[board["cc"]] = gcc.tool_version(cc)
-    if board.get("simulator") == "simavr":
-        versions["simavr"] = debian_version("simavr")
+        versions[board["cc"]] = board.compiler.tool_version(cc)
+    package = getattr(board.runner, "DEBIAN_PACKAGE", None) if hasattr(board, "runner") else None
+    if package:
+        versions[package] = debian_version(package)
     return versions
 
 
@@ -106,13 +110,10 @@ def summary_text(r):
     if r["measured_cycles"] is not None:
         lines.append(f"  measured : {r['measured_cycles']:,} cycles ({r['measured_ms']:.3f} ms), "
                      f"max over {r['measured_inputs']} inputs")
-    errors = ", ".join(f"{e:.3g} ({k})" for k, e in sorted(r["max_abs_error_by_run"].items()))
-    if r.get("kind") == "tpg":  # a TPG's "error" is the number of actions that differ
-        errors = ", ".join(f"{int(e)} ({k})" for k, e in sorted(r["max_abs_error_by_run"].items()))
-        lines.append(f"  actions  : {errors} of {r['check_inputs']} differ from the reference, "
-                     f"allowed {r['tolerance']:g}")
-    else:
-        lines.append(f"  max error: {errors} vs float64 reference, tolerance {r['tolerance']:g}")
+    number = r.get("error_format") or "{:.3g}"
+    errors = ", ".join(f"{number.format(e)} ({k})" for k, e in sorted(r["max_abs_error_by_run"].items()))
+    wording = r.get("error_summary") or "  max error: {errors} vs float64 reference, tolerance {tolerance:g}"
+    lines.append(wording.format(errors=errors, cases=r["check_inputs"], tolerance=r["tolerance"]))
     if r.get("wcet"):
         w = r["wcet"]
         tight = f", bound/measured {w['bound_over_measured']:.4f}" if w["bound_over_measured"] else ""

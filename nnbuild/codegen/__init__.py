@@ -12,15 +12,18 @@ from pathlib import Path
 
 from nnbuild import names
 from nnbuild.errors import NNBuildError
-from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS
+from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED
 from nnbuild.passes.quantize import check_precision as check_precision_name
 
+#: shape name -> module; a module's KIND says which model kind it generates ("nn" when absent),
+#: its PRECISIONS which number formats ("fixedW.F" standing for every generic fixed format); for
+#: each kind the first shape listed is what shape=auto means.
 SHAPES = {
+    "auto": "nnbuild.codegen.auto",
     "mlp": "nnbuild.codegen.mlp",
     "v1": "nnbuild.codegen.v1",
     "v2": "nnbuild.codegen.v2",
     "v3": "nnbuild.codegen.v3",
-    "auto": "nnbuild.codegen.auto",
     "switch": "nnbuild.codegen.tpg_switch",
     "stack": "nnbuild.codegen.tpg_stack",
 }
@@ -79,11 +82,35 @@ def shape_module(shape):
 
 
 def kind_of_shape(shape):
-    """The model kind a code shape generates ("nn" or "tpg")."""
+    """The model kind a code shape generates."""
     return getattr(shape_module(shape), "KIND", "nn")
 
 
-def generate(model, outdir, *, shape="mlp", precision="float32", storage="const", passes_log=(),
+def shapes_of_kind(kind):
+    """The shapes that generate models of `kind`, the default (shape=auto) first."""
+    return [s for s in SHAPES if kind_of_shape(s) == kind]
+
+
+def precision_family(precision):
+    """The name a shape's PRECISIONS lists `precision` under ('fixedW.F' for every generic one)."""
+    return "fixedW.F" if GENERIC_FIXED.match(str(precision)) else precision
+
+
+def shape_refusal(shape, precision, model=None):
+    """Why `shape` cannot generate `precision` (for `model`, when the shape depends on it), or None."""
+    module = shape_module(shape)
+    if hasattr(module, "choose"):
+        if model is None:
+            return None  # shape=auto decides from the model, at generation
+        shape, module, _ = module.choose(model)
+    offered = getattr(module, "PRECISIONS", None)
+    if offered is not None and precision_family(precision) not in offered:
+        return (f"shape {shape} does not generate precision '{precision}' "
+                f"(it generates: {', '.join(offered)})")
+    return None
+
+
+def generate(model, outdir, *, shape="auto", precision="float32", storage="const", passes_log=(),
              input_range=None):
     """Render model into outdir; files appear all together (temp + rename) or not at all.
 
@@ -94,13 +121,16 @@ def generate(model, outdir, *, shape="mlp", precision="float32", storage="const"
     if storage not in STORAGES:
         raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
     kind = getattr(model, "kind", "nn")
-    if shape == "auto" and kind == "tpg":
-        shape = "switch"  # the default shape of a Tangled Program Graph
+    fits = shapes_of_kind(kind)
+    if shape == "auto":
+        shape = fits[0]
     module = shape_module(shape)
     if getattr(module, "KIND", "nn") != kind:
-        fits = [k for k in sorted(SHAPES) if kind_of_shape(k) == kind]
         raise NNBuildError(f"shape '{shape}' does not generate {kind.upper()} models "
                            f"(shapes for '{model.name}': {', '.join(fits)})")
+    why = shape_refusal(shape, precision, model)
+    if why:
+        raise NNBuildError(why)
     files = module.render(model, precision=precision, storage=storage,
                                        passes_log=list(passes_log), input_range=input_range)
     trace_name = f"{model.name}.trace.json"

@@ -21,6 +21,9 @@ from nnbuild.ir.graph import Activation, Dense
 MAX_ARRAY_BYTES = 32767
 FLOAT_BYTES = 4
 
+#: number formats this shape generates (codegen.shape_refusal)
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "fix16", "fixedW.F")
+
 
 #: C spelling of each float precision: type, literal suffix, exp, tanh saturation point (where
 #: tanh is within half an ulp of 1) and that gap

@@ -10,6 +10,10 @@ function once per path; the call depth is at most the longest root-to-action pat
 from nnbuild.codegen import tpg_lower
 from nnbuild.errors import NNBuildError
 
+#: number formats this shape generates (codegen.shape_refusal)
+PRECISIONS = ("float32", "float64")
+
+
 KIND = "tpg"
 
 

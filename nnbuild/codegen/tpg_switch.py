@@ -11,6 +11,10 @@ the teams it dominates. The loop bound goes to the flow facts, each team's line 
 from nnbuild.codegen import tpg_lower
 from nnbuild.errors import NNBuildError
 
+#: number formats this shape generates (codegen.shape_refusal)
+PRECISIONS = ("float32", "float64")
+
+
 KIND = "tpg"
 
 

@@ -10,6 +10,10 @@ import re
 from nnbuild.codegen import cnn, templating
 from nnbuild.errors import NNBuildError
 
+#: number formats this shape generates (codegen.shape_refusal)
+PRECISIONS = ("float32",)
+
+
 KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax")
 FIELDS = ("oh", "ow", "rows", "kh", "kw", "c", "outer", "k", "n", "n_src", "chunk", "n1")
 

@@ -5,6 +5,10 @@ tensors in one static arena placed by liveness (see nnbuild.codegen.cnn)."""
 
 from nnbuild.codegen import cnn, templating
 
+#: number formats this shape generates (codegen.shape_refusal)
+PRECISIONS = ("float32",)
+
+
 
 def render(model, *, precision, storage, passes_log, **_options):
     cnn.check_precision(precision, "v2")

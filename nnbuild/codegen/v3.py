@@ -13,6 +13,10 @@ import numpy as np
 from nnbuild.codegen import cnn, mlp, templating
 from nnbuild.errors import NNBuildError
 
+#: number formats this shape generates (codegen.shape_refusal)
+PRECISIONS = ("float32",)
+
+
 #: the most multiply-accumulate/element terms v3 writes (LeNet-5 has 281,640 MACs: ~7 MB of C)
 MAX_TERMS = 300_000
 #: terms per generated function

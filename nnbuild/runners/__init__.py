@@ -1,5 +1,11 @@
-"""Measured runs of a generated inference function: natively on the host, and
-cycle-exact on AVR through libsimavr.
+"""Measured runs of a generated inference function: natively on the host, under a user-mode
+emulator (qemu-arm), and cycle-exact on AVR through libsimavr.
+
+A runner is one module named by a board's "simulator" in RUNNERS. It offers
+`run(board, program, x, n_out, *, io, entry=None, harness=None) -> (outputs, cycles or None)`,
+`label(board)` (the run's name in reports), PROGRAM_SUFFIX, MEASURES_CYCLES, NEEDS_HARNESS (then
+`build_harness(dest)` too) and BOARD_NEEDS (board keys it reads). A new runner is one new module
+and one RUNNERS line.
 
 Submodules are not imported here, so `python -m nnbuild.runners.simavr` runs cleanly:
 - `nnbuild.runners.native`: run_cases(executable, inputs, n_out)
@@ -9,7 +15,39 @@ The C sources ship beside this file: CHECK_MAIN (the generic check firmware main
 SIMAVR_RUN_SRC (the libsimavr harness).
 """
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
+
+from nnbuild.errors import NNBuildError
+
+#: board "simulator" value -> runner module
+RUNNERS = {
+    "native": "nnbuild.runners.native",
+    "qemu-arm": "nnbuild.runners.qemu_user",
+    "simavr": "nnbuild.runners.simavr",
+}
+
+
+@dataclass(frozen=True)
+class CheckIO:
+    """The wire format of a check program on a host pipe: numpy dtypes of one input and one output
+    value (a kind's check main decides it; simulators with their own protocol may ignore it)."""
+
+    input: str = "<f4"
+    output: str = "<f4"
+
+
+def runner_for(board):
+    """The runner module of `board`, or None when it names no simulator."""
+    name = board.get("simulator")
+    if not name:
+        return None
+    try:
+        return importlib.import_module(RUNNERS[name])
+    except KeyError:
+        raise NNBuildError(f"board '{board['name']}' names unknown simulator '{name}' "
+                           f"(known: {', '.join(sorted(RUNNERS))})") from None
 
 CHECK_MAIN = Path(__file__).with_name("check_main.c")
 SIMAVR_RUN_SRC = Path(__file__).with_name("simavr_run.c")

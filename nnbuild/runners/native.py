@@ -1,6 +1,7 @@
-"""Run a host-built check firmware (check_main.c) on a batch of input vectors.
+"""Run a host-built check firmware (check_main.c) on a batch of input vectors: the `native` runner.
 
-The wire format is raw little-endian float32 both ways, so outputs compare bit-exactly.
+The wire format is raw little-endian float32 both ways by default (outputs compare bit-exactly);
+a kind's check main may use others (CheckIO: a TPG reads binary64 and writes int32).
 """
 
 import signal
@@ -11,14 +12,31 @@ import numpy as np
 from nnbuild.errors import NNBuildError
 
 
-def as_cases(inputs, path=None):
-    """Inputs as a C-contiguous little-endian float32 [N, n_in] array; refuse silent reshapes."""
+PROGRAM_SUFFIX = ""
+#: the board is the build machine itself: its run is the host run
+RUNS_ON_HOST = True
+MEASURES_CYCLES = False
+NEEDS_HARNESS = False
+BOARD_NEEDS = ()
+
+
+def label(board):
+    return board["name"]
+
+
+def run(board, program, x, n_out, *, io, entry=None, harness=None):
+    """(outputs [N, n_out], None): no cycles on the host."""
+    return run_cases(program, np.asarray(x, dtype=io.input), n_out, dtype=io.input, out_dtype=io.output), None
+
+
+def as_cases(inputs, path=None, dtype="<f4"):
+    """Inputs as a C-contiguous little-endian [N, n_in] array of `dtype`; refuse silent reshapes."""
     arr = np.asarray(inputs)
     if arr.ndim != 2:
         raise NNBuildError(f"inputs must be 2-D [cases, n_in], got shape {arr.shape}", path=path)
-    if arr.dtype != np.float32:
-        raise NNBuildError(f"inputs must be float32, got {arr.dtype}", path=path)
-    return np.ascontiguousarray(arr, dtype="<f4")
+    if arr.dtype != np.dtype(dtype).newbyteorder("="):
+        raise NNBuildError(f"inputs must be {np.dtype(dtype).name}, got {arr.dtype}", path=path)
+    return np.ascontiguousarray(arr, dtype=dtype)
 
 
 def describe_exit(returncode, stderr):
@@ -34,11 +52,11 @@ def describe_exit(returncode, stderr):
     return f"{what}: {lines[-1]}" if lines else what
 
 
-def run_cases(executable, inputs, n_out, *, timeout=60.0, prefix=()):
-    """Feed every case through `executable` in one process; returns float32 [N, n_out].
+def run_cases(executable, inputs, n_out, *, timeout=60.0, prefix=(), dtype="<f4", out_dtype="<f4"):
+    """Feed every case through `executable` in one process; returns [N, n_out] (float32 by default).
 
     `prefix` runs it under an emulator (e.g. ["qemu-arm"] for an arm-none-eabi rdimon build)."""
-    cases = as_cases(inputs, path=executable)
+    cases = as_cases(inputs, path=executable, dtype=dtype)
     n_out = int(n_out)
     try:
         proc = subprocess.run([*prefix, str(executable)], input=cases.tobytes(), capture_output=True,
@@ -52,8 +70,9 @@ def run_cases(executable, inputs, n_out, *, timeout=60.0, prefix=()):
                            path=executable) from None
     if proc.returncode != 0:
         raise NNBuildError(describe_exit(proc.returncode, proc.stderr), path=executable)
-    want = 4 * n_out * len(cases)
+    out = np.dtype(out_dtype)
+    want = out.itemsize * n_out * len(cases)
     if len(proc.stdout) != want:
         raise NNBuildError(f"wrote {len(proc.stdout)} bytes, expected {want} "
-                           f"({len(cases)} cases x {n_out} float32)", path=executable)
-    return np.frombuffer(proc.stdout, dtype="<f4").astype(np.float32).reshape(len(cases), n_out)
+                           f"({len(cases)} cases x {n_out} {out.name})", path=executable)
+    return np.frombuffer(proc.stdout, dtype=out).astype(out.newbyteorder("=")).reshape(len(cases), n_out)

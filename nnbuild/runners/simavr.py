@@ -32,6 +32,29 @@ from nnbuild.runners import IN_SYMBOL, OUT_SYMBOL, READY_SYMBOL, SIMAVR_RUN_SRC
 from nnbuild.runners.native import as_cases, describe_exit
 
 INSTALL_HINT = "libsimavr not found: apt-get install simavr libsimavr-dev"
+
+# --- the `simavr` runner (nnbuild.runners.RUNNERS) --------------------------------------
+PROGRAM_SUFFIX = ".elf"
+MEASURES_CYCLES = True
+NEEDS_HARNESS = True
+DEBIAN_PACKAGE = "simavr"
+BOARD_NEEDS = ("mcu", "clock_hz")
+
+
+def label(board):
+    return "simavr"
+
+
+def run(board, program, x, n_out, *, io, entry=None, harness=None):
+    """(float32 outputs [N, n_out], cycles [N]): the harness moves float32 values through the
+    firmware's nnbuild_in/nnbuild_out whatever the host wire format (avr-gcc's double is float)."""
+    if not harness:
+        raise NNBuildError("a simavr run needs the harness (--harness)")
+    if not entry:
+        raise NNBuildError("a simavr run needs the inference function (--entry) to count its cycles")
+    x32 = np.ascontiguousarray(np.asarray(x, dtype=np.float64), dtype=np.float32)
+    return run_cases(program, x32, n_out, entry_symbol=entry, mcu=board["mcu"], freq=board["clock_hz"],
+                     harness=harness, nm=board.get("nm", "avr-nm"))
 DEFAULT_MAX_CYCLES = 2_000_000_000
 RAM_OFFSET = 0x800000
 

@@ -37,6 +37,9 @@ ANALYZERS = {
 #: analyzers that drive an external tool: the executable that must be on PATH
 EXTERNAL_COMMANDS = {"otawa": "owcet", "platin": "platin"}
 
+#: board "stack_tool" value -> module with stack_bound(elf, entry, board, flowfacts)
+STACK_ANALYZERS = {"builtin-avr": "nnbuild.wcet.avr_stack"}
+
 
 @dataclass
 class WcetResult:
@@ -58,6 +61,23 @@ def analyzer_module(name):
         return importlib.import_module(ANALYZERS[name])
     except KeyError:
         raise NNBuildError(f"unknown WCET analyzer '{name}' (known: {', '.join(sorted(ANALYZERS))})")
+
+
+def analyzer_for(board):
+    """The board's WCET analyzer module, or None when it has no timing model."""
+    name = board.get("wcet_tool")
+    return analyzer_module(name) if name else None
+
+
+def stack_analyzer_for(board):
+    """The board's static stack analyzer module, or None."""
+    name = board.get("stack_tool")
+    if not name:
+        return None
+    try:
+        return importlib.import_module(STACK_ANALYZERS[name])
+    except KeyError:
+        raise NNBuildError(f"unknown stack analyzer '{name}' (known: {', '.join(sorted(STACK_ANALYZERS))})") from None
 
 
 def analyze(board, elf, entry, flowfacts, workdir):

@@ -293,6 +293,10 @@ class Analyzer:
             bd[lay if lay is not None else site_layer] += count * cyc
 
 
+#: board keys this analyzer reads (Board.check refuses a board without them)
+BOARD_NEEDS = ("clock_hz",)
+
+
 def analyze(elf, entry, flowfacts, board, workdir):
     """A sound WCET bound (cycles) for one call of `entry` in the linked AVR `elf`."""
     facts = load_flowfacts(flowfacts)

@@ -423,6 +423,10 @@ def analysis_elf(elf, board, workdir) -> Path:
     return out
 
 
+#: board keys this analyzer reads (Board.check refuses a board without them)
+BOARD_NEEDS = ("clock_hz",)
+
+
 def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     """WCET of `entry` in `elf` by owcet, with the generator's loop bounds as a `.ff` file."""
     owcet = tools.which(TOOL, target=board.get("name"), hint=INSTALL_HINT)

@@ -204,6 +204,10 @@ def yaml_error(number, text, why="not the documented platin report shape"):
 # ---------------------------------------------------------------- the analyzer
 
 
+#: board keys this analyzer reads (Board.check refuses a board without them)
+BOARD_NEEDS = ("clock_hz",)
+
+
 def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     """WCET of `entry` by platin on `elf` and `<elf>.pml` (bounds from the loopbound pragmas)."""
     platin = tools.which(TOOL, target=board.get("name"), hint=INSTALL_HINT)

@@ -1,0 +1,81 @@
+"""Model kinds as plug-ins: one module per kind (nn, tpg; next Gravity programs and multi-item
+systems), all behind one small interface, so the pipeline never asks which kind it holds.
+
+A kind module defines:
+  NAME                          the kind's name (a front-end module's KIND says which kind it loads)
+  SHAPES                        code shapes it can be generated in (first = what shape=auto means)
+  PRECISIONS                    candidates of precision=auto, in order of preference
+  IO                            runners.CheckIO: the wire format of its check program
+  CHECK_MAIN                    the check program's main (C), bound to a model by check_defines(name)
+  load(path, name, environment) -> (model, passes log)
+  reference_arrays(model, count, seed, input_range, data) -> {x, y, ...} for inputs.npz
+  decode(outputs, path)         runner outputs -> what compare() takes
+  compare(runs, reference)      -> the semantic record (errors per run, the measure's wording)
+  describe(results)             -> printable lines
+
+The capability check (`refusal`, `precision_candidates`) is the one place that answers whether a
+kind x shape x precision x board combination can be built, for the API, the CLI and SCons alike.
+"""
+
+import importlib
+
+from nnbuild import codegen
+from nnbuild.errors import NNBuildError
+
+#: kind name -> module
+KINDS = {"nn": "nnbuild.kinds.nn", "tpg": "nnbuild.kinds.tpg"}
+
+#: one set of defaults for the API, the CLI and SCons
+DEFAULT_SHAPE = "auto"
+DEFAULT_PRECISION = "float32"
+
+
+def get(name):
+    try:
+        return importlib.import_module(KINDS[name])
+    except KeyError:
+        raise NNBuildError(f"unknown model kind '{name}' (known: {', '.join(sorted(KINDS))})") from None
+
+
+def of_model(model):
+    """The kind module of a loaded model (`model.kind`, "nn" for the IR graph)."""
+    return get(getattr(model, "kind", "nn"))
+
+
+def of_file(path):
+    """The kind module of a model file, from its format alone (the file is not opened)."""
+    from nnbuild import frontends
+    return get(frontends.kind_of(path))
+
+
+def resolve_shape(kind, shape):
+    """The code shape a `shape` option means for this kind ('auto' -> the kind's first shape)."""
+    shape = shape or DEFAULT_SHAPE
+    if shape == "auto":
+        return kind.SHAPES[0]
+    if shape not in kind.SHAPES:
+        raise NNBuildError(f"shape '{shape}' does not generate {kind.NAME.upper()} models "
+                           f"(shapes for this model: {', '.join(kind.SHAPES)})")
+    return shape
+
+
+def refusal(kind, shape, precision, board=None, model=None):
+    """Why this kind x shape x precision x board cannot be built (one line), or None."""
+    try:
+        shape = resolve_shape(kind, shape)
+        codegen.check_precision(precision, board)
+    except NNBuildError as error:
+        return str(error)
+    return codegen.shape_refusal(shape, precision, model)
+
+
+def check(kind, shape, precision, board=None, model=None):
+    """`refusal` as an error."""
+    why = refusal(kind, shape, precision, board, model)
+    if why:
+        raise NNBuildError(why)
+
+
+def precision_candidates(kind, shape, board, model=None):
+    """precision=auto: every precision of the kind that this shape (for this model) and board allow."""
+    return [p for p in kind.PRECISIONS if refusal(kind, shape, p, board, model) is None]

@@ -1,0 +1,107 @@
+"""Neural networks: the layer graph of nnbuild.ir, loaded by the Keras (and later ONNX, NNEF, NNet)
+front-ends, run through the default passes, checked as max |C - float64 reference|."""
+
+import numpy as np
+
+from nnbuild import codegen, frontends, passes
+from nnbuild.checks import data as check_data
+from nnbuild.checks.inputs import check_inputs
+from nnbuild.checks.semantic import max_abs_error
+from nnbuild.ir import reference
+from nnbuild.passes.quantize import FIXED_PRECISIONS
+from nnbuild.runners import CHECK_MAIN, CheckIO
+
+NAME = "nn"
+SHAPES = tuple(codegen.shapes_of_kind(NAME))
+PRECISIONS = ("float32", "float64") + tuple(FIXED_PRECISIONS)
+IO = CheckIO(input="<f4", output="<f4")
+#: how a semantic violation and the report's error line read for this kind
+VIOLATION = "max error {error:.3g} > tolerance {tolerance:.3g} ({label} run vs float64 reference)"
+SUMMARY = "  max error: {errors} vs float64 reference, tolerance {tolerance:g}"
+ERROR_FORMAT = "{:.3g}"
+
+
+def load(path, name=None, environment=None):
+    """Front-end, then the default passes: (model, passes log)."""
+    model = frontends.load(path, environment=environment)
+    if name:
+        model.name = codegen.check_model_name(name)
+    return passes.run(model)
+
+
+def check_main():
+    return CHECK_MAIN
+
+
+def check_defines(name):
+    """check_main.c bound to model `name` through its generated header's macros (the model file is
+    not opened while SCons reads the build description)."""
+    api = codegen.api(name)
+    return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
+            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"])]
+
+
+def reference_arrays(model, count, seed, input_range, data=None):
+    """inputs.npz: x (float32: what the C reads), y = the float64 reference on x, and the file's own
+    expected outputs as y_framework when the inputs come from a user's data file."""
+    framework = None
+    if data:
+        x, framework = check_data.load(data, model.input_size, model.output_size)
+        x = x.astype(np.float32)
+    else:
+        x = check_inputs(model.input_size, count, seed, input_range)
+    y = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
+    arrays = {"x": x, "y": np.asarray(y).reshape(len(x), -1), "kind": np.array(NAME)}
+    if framework is not None:
+        arrays["y_framework"] = framework
+    return arrays
+
+
+def decode(outputs, path=None):
+    return outputs
+
+
+def compare(runs, reference_npz, tolerance):
+    """The semantic record: per run, max |C - reference| (and |C - y_framework| when given)."""
+    expected = reference_npz["y"]
+    framework = reference_npz["y_framework"] if "y_framework" in reference_npz else None
+    results = {"kind": NAME, "tolerance": tolerance, "cases": int(len(expected)), "violation": VIOLATION,
+               "summary": SUMMARY, "error_format": ERROR_FORMAT, "runs": {}}
+    for label, outputs in runs.items():
+        error, worst = max_abs_error(outputs, expected)
+        run = {"max_abs_error": error, "worst_case": worst}
+        if framework is not None:
+            run["vs_reference"] = error
+            run["vs_framework"] = max_abs_error(outputs, framework)[0]
+            run["max_abs_error"] = max(error, run["vs_framework"])
+        results["runs"][label] = run
+    return results
+
+
+def describe(results):
+    lines = []
+    for label, run in sorted(results["runs"].items()):
+        if "vs_framework" in run:
+            lines.append(f"{label}: {results['cases']} inputs, max |C - y| = {run['vs_framework']:.3g}, "
+                         f"max |C - reference| = {run['vs_reference']:.3g}")
+        else:
+            lines.append(f"{label}: max |C - reference| = {run['max_abs_error']:.3g} over {results['cases']} inputs")
+    return lines
+
+
+
+def check_line(results, name, label, shape):
+    """`nnbuild check`'s summary of the one run."""
+    run = results["runs"][label]
+    line = f"{name} on {label}: {results['cases']} inputs"
+    if "vs_framework" in run:
+        line += f", max |C - y| = {run['vs_framework']:.3g}"
+    return line + f", max |C - reference| = {run.get('vs_reference', run['max_abs_error']):.3g}"
+
+
+def check_failure(results, label):
+    """The one line `nnbuild check` fails with, or None."""
+    run = results["runs"][label]
+    if run["max_abs_error"] <= results["tolerance"]:
+        return None
+    return f"max error {run['max_abs_error']:.3g} > tolerance {results['tolerance']:.3g}"

@@ -1,0 +1,363 @@
+"""The pipeline's steps, described once: name, progress label, arguments (inputs, outputs,
+options), the library function that does it, and the code its output depends on.
+
+Three users read this table: the CLI makes one subcommand per step (`python -m nnbuild <step>`),
+the SCons tool makes each build action from a step's command line (`command`), and
+`nnbuild check` (pipeline.execute) calls the same functions in a temporary directory. A new step
+is one entry here and one function.
+
+Every function writes its outputs atomically (temp file + rename), so a failed step leaves nothing
+a later run could take for up to date.
+"""
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Tuple
+
+import numpy as np
+
+from nnbuild import boards, codegen, kinds, options
+from nnbuild.errors import NNBuildError
+
+
+# --------------------------------------------------------------------------- atomic outputs
+
+
+def save_npz(path, **arrays):
+    """np.savez to a temp file then rename: a failed step leaves no output behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_json(path, obj):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def npz_kind(data):
+    """The model kind an .npz of the pipeline was written for ("nn" when it does not say)."""
+    return str(data["kind"]) if "kind" in getattr(data, "files", data) else "nn"
+
+
+# --------------------------------------------------------------------------- the step functions
+
+
+def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+             storage=None, target="host", input_range=None, environment=None, passes_log=None):
+    """The C of `model` (a file, or a model already loaded) in outdir: codegen.outputs(name)."""
+    board = boards.load_board(target)
+    if isinstance(model, (str, os.PathLike)):
+        kind = kinds.of_file(model)
+        model, passes_log = kind.load(model, name, environment)
+    kind = kinds.of_model(model)
+    kinds.check(kind, shape, precision, board, model)
+    return codegen.generate(model, outdir, shape=kinds.resolve_shape(kind, shape), precision=precision,
+                            storage=storage or board.get("weights_storage", "const"),
+                            passes_log=list(passes_log or []), input_range=input_range)
+
+
+def reference(model, output, *, count=32, seed=1, input_range=(-1.0, 1.0), environment=None, data=None):
+    """inputs.npz: the check inputs and the float64 reference's outputs for them (kind-specific)."""
+    if isinstance(model, (str, os.PathLike)):
+        model, _ = kinds.of_file(model).load(model, None, environment)
+    save_npz(output, **kinds.of_model(model).reference_arrays(model, count, seed, input_range, data))
+
+
+def run(program, output, *, board, inputs, entry=None, harness=None):
+    """run_<label>.npz: the outputs (and cycles) of a check program on the board's runner."""
+    board = boards.load_board(board)
+    runner = board.runner
+    if runner is None:
+        raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run")
+    with np.load(inputs) as data:
+        kind, x, n_out = kinds.get(npz_kind(data)), data["x"], data["y"].reshape(len(data["y"]), -1).shape[1]
+    outputs, cycles = runner.run(board, program, x, n_out, io=kind.IO, entry=entry, harness=harness)
+    arrays = {"outputs": kind.decode(outputs, program)}
+    if cycles is not None:
+        arrays["cycles"] = np.asarray(cycles, dtype=np.int64)
+    save_npz(output, **arrays)
+
+
+def compare(reference, output, *, runs, tolerance=1e-4):
+    """semantic.json: each run against the reference, measured the way the model's kind measures."""
+    labelled = dict(spec.partition("=")[::2] for spec in runs) if not isinstance(runs, dict) else runs
+    with np.load(reference) as data:
+        kind = kinds.get(npz_kind(data))
+        expected = {k: data[k] for k in data.files}
+    outputs = {}
+    for label, path in labelled.items():
+        with np.load(path) as run_data:
+            outputs[label] = run_data["outputs"]
+    results = kind.compare(outputs, expected, tolerance)
+    save_json(output, results)
+    print("\n".join(kind.describe(results)))
+    return results
+
+
+def size(elf, output, *, board, entry=(), trace=None, flowfacts=None):
+    """size.json: flash and RAM (with the static stack bound where the board has an analyzer); the
+    memory gate fails here, before any simulator run."""
+    from nnbuild.checks import memory
+    board = boards.load_board(board)
+    stack = memory.stack_bound(board, elf, entry, flowfacts)
+    use = memory.usage(board, board.compiler.section_sizes(board, elf), stack["bytes"] if stack else None)
+    use["stack"] = stack
+    if trace:
+        memory.check_near_flash(board, elf, trace)
+    memory.gate_memory(board, use)
+    save_json(output, use)
+
+
+def wcet(elf, output, *, board, entry, flowfacts, record_errors=False):
+    """wcet.json: the board's analyzer's bound on one call of `entry`."""
+    import dataclasses
+
+    from nnbuild import wcet as analyzers
+    board = boards.load_board(board)
+    workdir = Path(output).parent / "wcet"
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        result = analyzers.analyze(board, elf, entry, flowfacts, workdir)
+    except NNBuildError as error:
+        if not record_errors:
+            raise
+        save_json(output, {"error": str(error), "analyzer": board.get("wcet_tool")})
+        print(f"WCET[{entry}]: no bound ({error})")
+        return
+    save_json(output, dataclasses.asdict(result))
+    print(f"WCET[{result.entry}] = {result.cycles} cycles ({result.analyzer})")
+
+
+def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAULT_PRECISION,
+           shape=kinds.DEFAULT_SHAPE, opt=None, run=None, wcet=None, deadline=None, deadline_origin=None):
+    """report.json: every step's result in one record, and a short printed summary."""
+    from nnbuild.checks import report as reports
+    summary = reports.build_report(
+        model=model, board=boards.load_board(board), semantic=read_json(semantic), size=read_json(size),
+        trace=read_json(trace), run=run, wcet=read_json(wcet) if wcet else None, precision=precision,
+        shape=shape, opt=opt, deadline=deadline, deadline_origin=deadline_origin)
+    save_json(output, summary)
+    print(reports.summary_text(summary))
+
+
+def gate(report, output):
+    """gate.json, written only when every gate (tolerance, deadline, bound soundness) holds."""
+    from nnbuild.checks import deadline, gates
+    record = read_json(report)
+    broken = gates.violations(record)
+    if broken:
+        raise NNBuildError("; ".join(broken))
+    if record.get("wcet"):
+        print(deadline.bar(record["wcet"]))
+    save_json(output, {"passed": True, "wcet": record.get("wcet")})
+
+
+def select(candidates, output, *, firmware_output=None):
+    """precision=auto: the candidate with the smallest WCET that meets every gate."""
+    from nnbuild.checks import select as selection
+    from nnbuild.checks.report import summary_text
+    reports, firmwares = {}, {}
+    for spec in candidates:
+        precision, _, rest = spec.partition("=")
+        path, _, firmware = rest.partition(":")
+        reports[precision], firmwares[precision] = read_json(path), firmware or None
+    winner, table, why = selection.choose(reports)
+    print("precision=auto candidates:")
+    for r in table:
+        wcet_text = f"{r['wcet_ms']:9.3f} ms" if r["wcet_ms"] is not None else "   no bound"
+        err = f"{r['max_abs_error']:.3g}" if r["max_abs_error"] is not None else "-"
+        verdict = ("ok" if not r["violations"] and r["wcet_cycles"] is not None
+                   else "; ".join(r["violations"]) or "no WCET bound")
+        print(f"  {r['precision']:<10} WCET {wcet_text}  max error {err:<9}  flash {r['flash_bytes']:>7,}  {verdict}")
+    if winner is None:
+        raise NNBuildError(selection.refusal(table))
+    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table})
+    if firmware_output:
+        selection.install_winner(firmwares[winner], firmware_output)
+    save_json(output, final)
+    print(f"winner: {why}")
+    print(summary_text(final))
+
+
+def harness(output, *, board):
+    """The host program that drives the board's simulator (simavr: simavr_run)."""
+    runner = boards.load_board(board).runner
+    if runner is None or not getattr(runner, "NEEDS_HARNESS", False):
+        raise NNBuildError(f"board '{board}' needs no simulator harness")
+    runner.build_harness(output)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a step: argparse flags and options; `dest` is the function's parameter."""
+
+    flags: Tuple[str, ...]
+    dest: str
+    kwargs: dict = field(default_factory=dict)
+
+    @property
+    def positional(self):
+        return not self.flags[0].startswith("-")
+
+
+def _parsed(parse):
+    """An argparse `type` from an nnbuild.options parser, keeping its one-line message."""
+    import argparse
+
+    def convert(text):
+        try:
+            return parse(text)
+        except NNBuildError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _a(*flags, dest=None, **kwargs):
+    dest = dest or flags[-1].lstrip("-").replace("-", "_")
+    return Arg(flags, dest, kwargs)
+
+
+OUT = _a("-o", "--output", required=True)
+BOARD = _a("--board", required=True, help="board name (toolchains/NAME.json) or board file")
+RANGE_HELP = "declared input range lo,hi (fixed point proves its formats over it)"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    label: str
+    function: Callable
+    args: Tuple[Arg, ...]
+    help: str
+    #: nnbuild subpackages whose code the output depends on (SCons reruns the step when they change)
+    code: Tuple[str, ...] = ()
+    #: False: never taken from a shared CacheDir (machine-dependent verdicts and summaries)
+    cacheable: bool = True
+
+
+def _model_options(storage=True):
+    opts = [_a("--name", type=_parsed(options.model_name), help="C prefix of the API (default: from the model file)"),
+            _a("--environment", help="environment description of a TPG (.dot): JSON file or shipped name"),
+            _a("--shape", default=kinds.DEFAULT_SHAPE, choices=sorted(codegen.SHAPES),
+               help="code shape (auto: mlp for MLPs, v2 for other networks, switch for TPGs)"),
+            _a("--precision", type=_parsed(options.precision), default=kinds.DEFAULT_PRECISION,
+               help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)"),
+            _a("--range", dest="input_range", default=None, type=_parsed(options.input_range), help=RANGE_HELP)]
+    if storage:
+        opts += [_a("--storage", default=None, choices=codegen.STORAGES,
+                    help="weights storage (default: the --target board's)"),
+                 _a("--target", default="host", help="board whose weights storage and precisions apply")]
+    return tuple(opts)
+
+
+STEPS = {s.name: s for s in (
+    Step("generate", "Generating C", generate, (_a("model"), _a("-o", "--outdir", required=True)) + _model_options(),
+         "write the C code of a model", code=("codegen", "frontends", "ir", "passes", "kinds")),
+    Step("reference", "Reference", reference,
+         (_a("model"), OUT, _a("--count", type=_parsed(options.count), default=32), _a("--seed", type=int, default=1),
+          _a("--range", dest="input_range", type=_parsed(options.input_range), default=(-1.0, 1.0), help=RANGE_HELP),
+          _a("--environment", help="environment description of a TPG (.dot): JSON file or shipped name"),
+          _a("--data", help="take the check inputs from this file (.npz x[, y]; TPG: also .u8.gz bytes)")),
+         "check inputs and the float64 reference outputs for them (.npz)",
+         code=("frontends", "ir", "passes", "checks", "kinds")),
+    Step("harness", "Building harness", harness, (OUT, BOARD), "build the board's simulator harness",
+         code=("runners",)),
+    Step("run", "Running", run,
+         (_a("program"), BOARD, _a("--inputs", required=True, help=".npz with x (and y)"),
+          _a("--entry", help="inference function (cycle measurement)"), _a("--harness", help="simulator harness"), OUT),
+         "run a check program on the board's simulator", code=("runners", "kinds")),
+    Step("compare", "Semantic check", compare,
+         (_a("--reference", required=True), _a("runs", nargs="+", metavar="LABEL=RUN.npz"),
+          _a("--tolerance", type=_parsed(options.tolerance), default=1e-4), OUT),
+         "semantic gate: each run against the reference", code=("checks", "kinds"), cacheable=False),
+    Step("size", "Memory report", size,
+         (_a("elf"), BOARD, _a("--entry", action="append", default=[],
+                               help="function whose stack bound counts in RAM (first that can be bounded wins)"),
+          _a("--trace", help="trace.json of the generated code (flash placement check)"),
+          _a("--flowfacts", help="flow facts of the generated code (indirect call targets for the stack bound)"), OUT),
+         "memory report and gate of a linked image", code=("checks", "wcet", "compilers"), cacheable=False),
+    Step("wcet", "WCET analysis", wcet,
+         (_a("elf"), BOARD, _a("--entry", required=True), _a("--flowfacts", required=True),
+          _a("--record-errors", action="store_true",
+             help="write the analyzer's error into the output instead of failing (precision=auto)"), OUT),
+         "static WCET bound of the inference function", code=("wcet",)),
+    Step("report", "Report", report,
+         (OUT, _a("--model", required=True), BOARD, _a("--precision", default=kinds.DEFAULT_PRECISION),
+          _a("--shape", default=kinds.DEFAULT_SHAPE), _a("--opt", default=None),
+          _a("--semantic", required=True), _a("--size", required=True), _a("--trace", required=True),
+          _a("--run", default=None, help="the target run (.npz with cycles)"),
+          _a("--wcet", default=None, help="wcet.json of the WCET step"),
+          _a("--deadline", default=None, help="deadline, e.g. 100ms"),
+          _a("--deadline-origin", default=None, help="where the deadline came from")),
+         "merge the step results into report.json and print a summary", code=("checks",), cacheable=False),
+    Step("gate", "Gates", gate, (_a("report"), OUT),
+         "fail when report.json shows a broken tolerance, a missed deadline or an unsound bound",
+         code=("checks",), cacheable=False),
+    Step("select", "Choosing precision", select,
+         (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
+          _a("--firmware-output", help="where to copy the winner's firmware")),
+         "precision=auto: pick the candidate with the smallest qualifying WCET", code=("checks",), cacheable=False),
+)}
+
+#: options whose value may start with '-' (`--opt -O0`, `--range -1,1`): written `--flag=value`
+DASH_VALUE_OPTIONS = ("--opt", "--range", "--tolerance", "--deadline")
+
+
+def command(step_name, **values):
+    """The command line (after `python -m nnbuild`) that runs a step with these values, in the
+    table's argument order; None and False values are left out. SCons builds its actions with it."""
+    step = STEPS[step_name]
+    unknown = set(values) - {a.dest for a in step.args}
+    if unknown:
+        raise ValueError(f"step {step_name} has no argument(s) {sorted(unknown)}")
+    parts = [step.name]
+    for arg in step.args:
+        value = values.get(arg.dest)
+        if value is None or value is False or value == []:
+            continue
+        if arg.positional:
+            parts += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        elif value is True:
+            parts.append(arg.flags[-1])
+        elif arg.kwargs.get("action") == "append":
+            parts += [f"{arg.flags[-1]} {v}" for v in value]
+        else:
+            text = ",".join(repr(float(v)) for v in value) if arg.dest == "input_range" else str(value)
+            sep = "=" if arg.flags[-1] in DASH_VALUE_OPTIONS or text.startswith("-") else " "
+            parts.append(f"{arg.flags[-1]}{sep}{_quote(text)}")
+    return " ".join(parts)
+
+
+def _quote(text):
+    """Shell-quote values that need it (deadline origins with spaces); SCons variables pass through."""
+    import shlex
+    return text if text.startswith("$") or shlex.quote(text) == text else shlex.quote(text)
