@@ -465,9 +465,16 @@ def test_fuzz_keras_h5_bytes():
 DOT_NUMBER = st.sampled_from(["0", "1", "7", "99", "-1", "4294967296", "9" * 30, "9" * 5000, "1e400", "nan", "x"])
 ENV_KEYS = ["name", "about", "registers", "constants", "data_sources", "actions", "action_names",
             "integer_tables", "instructions", "nnbuild_tpg_environment"]
-PYTHON = st.sampled_from(["$1 + $2", "$1 / $2", "cos($1)", "$1 ** 1000", "__import__('os')", "(" * 200 + "$1" + ")" * 200,
-                          "$1\x00", "$1 if $1 < $2 else -$2", "lambda: 1", "$3", "", "1e400", "-" * 5000 + "$1"])
-C_TEMPLATE = st.sampled_from(["$0 = $1 + $2;", "$0 = $1;", "r = $1;", "$0 = cos($1);", "$0 = $1 */ + $2;"])
+#: (C template, Python semantics): consistent pairs, or pairs a loader must refuse (the loader cannot
+#: know that two consistent-looking descriptions of one instruction differ, so none such is drawn)
+INSTRUCTION = st.sampled_from([
+    ("$0 = $1 + $2;", "$1 + $2"), ("$0 = $1 / $2;", "$1 / $2"), ("$0 = cos($1);", "cos($1)"),
+    ("$0 = (($1) < ($2)) ? -($1) : ($1);", "-$1 if $1 < $2 else $1"), ("$0 = $1 * 0.5;", "$1 * 0.5"),
+    ("$0 = $1 */ + $2;", "$1 + $2"), ("r = $1;", "$1"), ("$0 = $1; }\n#define X", "$1"),
+    ("$0 = --$1;", "$1 - 1"), ("$0 = 1e400;", "1e400"), ("$0 = $1;", "__import__('os')"),
+    ("$0 = $1;", "(" * 200 + "$1" + ")" * 200), ("$0 = $1;", "-" * 5000 + "$1"), ("$0 = $1;", "$1\x00"),
+    ("$0 = $1;", "lambda: 1"), ("$0 = $3;", "$3"), ("$0 = $1;", ""), ("$0 = cos(($1);", "cos($1)"),
+])
 
 
 @st.composite
@@ -497,17 +504,20 @@ def tpg_cases(draw):
         elif lines:
             lines[i] = lines[i][:draw(st.integers(0, len(lines[i])))]
     for _ in range(draw(FEW)):
-        op = draw(st.sampled_from(["set", "plausible", "del", "python", "c", "operands", "shape", "canary"]))
+        op = draw(st.sampled_from(["set", "plausible", "del", "instruction", "operands", "shape", "canary"]))
         if op == "set":
             env[draw(st.sampled_from(ENV_KEYS))] = draw(VALUE)
         elif op == "plausible":
             env[draw(st.sampled_from(ENV_KEYS))] = draw(PLAUSIBLE)
         elif op == "del":
             env.pop(draw(st.sampled_from(ENV_KEYS)), None)
-        elif op in ("python", "c", "operands"):
+        elif op in ("instruction", "operands"):
             table = env.get("instructions")
             if isinstance(table, list) and table and isinstance(table[-1], dict):
-                table[-1][op] = draw({"python": PYTHON, "c": C_TEMPLATE, "operands": VALUE}[op])
+                if op == "operands":
+                    table[-1]["operands"] = draw(VALUE)
+                else:
+                    table[-1]["c"], table[-1]["python"] = draw(INSTRUCTION)
         elif op == "shape":
             sources = env.get("data_sources")
             if isinstance(sources, list) and sources and isinstance(sources[0], dict):

@@ -382,6 +382,12 @@ def test_hostile_numbers_in_a_graph_are_one_clear_line(tmp_path, env_file, edit,
     (json.dumps({**TEST_ENV, "instructions": [
         {"name": "x", "operands": ["double"], "c": "$0 = cos(($1);", "python": "$1"}]}),
      ["'instructions[0]'", "unbalanced parentheses"]),
+    (json.dumps({**TEST_ENV, "instructions": [
+        {"name": "x", "operands": ["double"], "c": "$0 = --$1;", "python": "$1 - 1"}]}),
+     ["'instructions[0]'", "assigns"]),
+    (json.dumps({**TEST_ENV, "instructions": [
+        {"name": "x", "operands": ["double"], "c": "$0 = $1 * 1e400;", "python": "$1 * 1e400"}]}),
+     ["'instructions[0]'", "1e400, which is not a finite double"]),
 ])
 def test_hostile_environment_files_are_one_line_naming_them(tmp_path, text, fragments):
     """Environment JSON nested 100,000 deep or a NUL in a Python expression escaped Environment.load

@@ -21,6 +21,7 @@ stops silently there), and so is every graph the environment cannot run (nnbuild
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -96,6 +97,15 @@ def _c_expression_problem(expr: str):
     if not _C_EXPRESSION.match(expr) or "/*" in expr or "*/" in expr or "//" in expr:
         return ("holds characters or tokens other than operands, names, numbers, operators and "
                 "parentheses (no comments, directives, literals, statements or braces)")
+    if "++" in expr or "--" in expr or re.search(r"(?<![=<>!])=(?!=)", expr):
+        return "assigns (++, --, =): a template computes one value"
+    for number in re.findall(r"(?<![A-Za-z_$\d.])\d[\d.]*(?:[eE][-+]?\d+)?", expr):
+        try:
+            value = float(number)
+        except ValueError:  # 1.2.3
+            value = math.inf
+        if not math.isfinite(value):
+            return f"has the number {number[:20]}, which is not a finite double"
     depth = 0
     for ch in expr:
         depth += (ch == "(") - (ch == ")")
