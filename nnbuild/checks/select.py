@@ -1,17 +1,12 @@
-"""precision=auto: every precision the board supports is built, measured and bounded; the winner
-is the one with the smallest WCET that meets both the tolerance and the deadline."""
+"""precision=auto: every precision the kind, shape and board allow (nnbuild.kinds.precision_candidates)
+is built, measured and bounded; the winner is the one with the smallest WCET that meets both the
+tolerance and the deadline (on a board without an analyzer: the fewest measured cycles, else the
+smallest image)."""
 
 import shutil
 
 from nnbuild.checks import gates
 from nnbuild.errors import NNBuildError
-from nnbuild.passes.quantize import FIXED_PRECISIONS
-
-
-def candidates(board):
-    """The precisions `board` can compute: float64 only where its double is 64-bit."""
-    floats = ["float32"] + (["float64"] if board.get("double_bits", 64) >= 64 else [])
-    return floats + list(FIXED_PRECISIONS)
 
 
 def row(precision, report):
@@ -23,16 +18,32 @@ def row(precision, report):
             "violations": gates.violations(report)}
 
 
+#: what ranks the qualifying candidates, best first: the WCET bound where the board has an analyzer,
+#: else the worst measured cycles where its runner counts them, else the image size
+RANKINGS = (("wcet_cycles", "the smallest WCET ({wcet_ms:.4g} ms)"),
+            ("measured_cycles", "the fewest measured cycles ({measured_cycles:,}; no WCET analyzer)"),
+            ("flash_bytes", "the smallest image ({flash_bytes:,} bytes; no WCET analyzer, no cycle counts)"))
+
+
 def choose(reports):
-    """(winner, table, why): reports is {precision: report}; winner None when nobody qualifies."""
+    """(winner, table, why): reports is {precision: report}; winner None when nobody qualifies.
+
+    A candidate qualifies when it breaks no gate and, where any candidate has a WCET bound, has one
+    too (a bound cannot be compared with no bound)."""
     table = [row(p, r) for p, r in sorted(reports.items())]
-    ok = [r for r in table if not r["violations"] and r["wcet_cycles"] is not None]
-    if not ok:
+    ok = [r for r in table if not r["violations"]]
+    for key, wording in RANKINGS:
+        if any(r[key] is not None for r in ok):
+            ranked = [r for r in ok if r[key] is not None]
+            break
+    else:
+        ranked = []
+    if not ranked:
         return None, table, "no candidate meets every constraint"
-    best = min(ok, key=lambda r: r["wcet_cycles"])
-    others = [r["precision"] for r in ok if r is not best]
-    why = (f"{best['precision']} has the smallest WCET ({best['wcet_ms']:.4g} ms) of the candidates that meet "
-           f"the tolerance and the deadline" + (f" ({', '.join(others)} also qualify)" if others else ""))
+    best = min(ranked, key=lambda r: r[key])
+    others = [r["precision"] for r in ranked if r is not best]
+    why = (f"{best['precision']} has {wording.format(**best)} of the candidates that meet the tolerance and the "
+           "deadline" + (f" ({', '.join(others)} also qualify)" if others else ""))
     return best["precision"], table, why
 
 
@@ -40,7 +51,8 @@ def refusal(table):
     """One line naming the constraint each candidate broke."""
     parts = []
     for r in table:
-        broken = r["violations"] or (["no WCET bound"] if r["wcet_cycles"] is None else [])
+        broken = r["violations"] or (["no WCET bound"] if r["wcet_cycles"] is None and any(
+            t["wcet_cycles"] is not None for t in table) else [])
         parts.append(f"{r['precision']}: {broken[0] if broken else 'ok'}")
     return "precision=auto: no candidate qualifies; " + "; ".join(parts)
 

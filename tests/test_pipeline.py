@@ -1,0 +1,132 @@
+"""The pipeline described once: the step table drives the CLI and the SCons actions, plans list the
+tasks of a build, kinds and boards are plug-ins, one capability check answers for everyone."""
+
+import argparse
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, copy_project, scons
+from nnbuild import boards, cli, codegen, kinds, pipeline, steps
+from nnbuild.checks import select
+from nnbuild.errors import NNBuildError
+
+EXAMPLES = REPO / "firmware_examples"
+LENET = EXAMPLES / "lenet5" / "lenet5.h5"
+F1 = EXAMPLES / "f1tenth" / "architecture.json"
+
+
+def test_every_step_is_a_cli_subcommand_and_its_command_line_parses_back():
+    """SCons actions are steps.command(...): the CLI must parse exactly what SCons writes."""
+    sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(steps.STEPS) <= set(sub.choices)
+    line = steps.command("report", output="r.json", model="m", board="avr", semantic="s.json", size="z.json",
+                         trace="t.json", opt="-O0", deadline="100.0ms", deadline_origin="command line")
+    args = cli.parser().parse_args(cli.join_dash_values(line.replace("'", "").split(" ")[:-2] + ["command line"]))
+    assert (args.opt, args.deadline, args.board, args.output) == ("-O0", "100.0ms", "avr", "r.json")
+    line = steps.command("generate", model="x.h5", outdir="gen", name="x", input_range=(-1.0, 1.0), shape="auto")
+    args = cli.parser().parse_args(cli.join_dash_values(line.split(" ")))
+    assert args.input_range == (-1.0, 1.0) and args.shape == "auto" and args.outdir == "gen"
+    with pytest.raises(ValueError, match="no argument"):
+        steps.command("gate", report="r", output="g", nonsense=1)
+
+
+def test_plan_lists_the_whole_avr_build_and_the_check_subset():
+    build = pipeline.plan(name="f1tenth", model=str(F1), board="avr", kind="nn", precision="q16-acc32",
+                          main=str(EXAMPLES / "f1tenth" / "main.c"), deadline="100ms")
+    names = [t.step for t in build.tasks]
+    assert names == ["generate", "reference", "program", "program", "program", "run", "harness", "run", "compare",
+                     "size", "wcet", "report", "gate"]
+    assert build.nodes["runs"] == {"host": "run_host.npz", "simavr": "run_simavr.npz"}
+    simavr_run = next(t for t in build.tasks if t.targets == ["run_simavr.npz"])
+    assert simavr_run.after == ["size.json"] and simavr_run.options["entry"] == "f1tenth_infer"
+    check = pipeline.plan(name="f1tenth", model=str(F1), board="avr", kind="nn", purpose="check", data="d.npz")
+    assert [t.step for t in check.tasks] == ["generate", "reference", "program", "harness", "run", "compare"]
+
+
+def test_capability_check_is_the_one_answer():
+    nn, tpg = kinds.get("nn"), kinds.get("tpg")
+    avr, host = boards.load_board("avr"), boards.load_board("host")
+    assert kinds.refusal(nn, "v2", "q16", host) == "shape v2 does not generate precision 'q16' (it generates: float32)"
+    assert "64-bit double" in kinds.refusal(nn, "mlp", "float64", avr)
+    assert kinds.refusal(nn, "mlp", "fixed16.8", avr) is None
+    assert "does not generate TPG models" in kinds.refusal(tpg, "mlp", "float32")
+    assert "does not generate precision 'q16'" in kinds.refusal(tpg, "auto", "q16")
+    lenet, _ = pipeline.load_model(LENET)
+    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32"]
+    f1, _ = pipeline.load_model(F1)
+    assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "fix16"]
+    assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "fix16"]
+
+
+def test_library_defaults_match_the_cli_and_scons(tmp_path):
+    """nnbuild.pipeline.generate without shape= works on a CNN (shape=auto everywhere)."""
+    files = pipeline.generate(LENET, tmp_path)
+    trace = json.loads((tmp_path / "lenet5.trace.json").read_text())
+    assert trace["shape"] == "v2" and len(files) == 6
+    assert cli.parser().parse_args(["generate", "m.h5", "-o", "o"]).shape == kinds.DEFAULT_SHAPE == "auto"
+
+
+def test_boards_are_checked_and_own_their_tools(tmp_path):
+    avr = boards.load_board("avr")
+    assert avr.runner.MEASURES_CYCLES and avr.analyzer.__name__.endswith("avr_ipet")
+    assert avr.program_suffix == ".elf" and boards.load_board("host").program_suffix == ""
+    data = json.loads(boards.board_path("avr").read_text())
+    for change, words in (({"mcuu": "x"}, "unknown key(s) mcuu"), ({"simulator": "gem5"}, "unknown simulator 'gem5'"),
+                          ({"clock_hz": "20MHz"}, "'clock_hz' must be a positive integer")):
+        path = tmp_path / "myboard.json"
+        path.write_text(json.dumps({**data, **change}))
+        with pytest.raises(NNBuildError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            boards.load_board(path)
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "mcu"}))
+    with pytest.raises(NNBuildError, match=r"myboard.json: simulator 'simavr' needs key\(s\) mcu"):
+        boards.load_board(path)
+
+
+def test_select_without_an_analyzer_ranks_by_cycles_then_size():
+    def report(error, flash, cycles=None, wcet=None):
+        return {"tolerance": 1e-3, "max_abs_error_by_run": {"host": error}, "check_inputs": 4, "flash_bytes": flash,
+                "ram_bytes": 1, "measured_cycles": cycles,
+                "wcet": {"wcet_cycles": wcet, "wcet_ms": wcet / 1e3, "measured_cycles": cycles, "analyzer": "x",
+                         "deadline_ms": None, "met": None, "label": "l"} if wcet else None}
+    winner, _, why = select.choose({"float32": report(1e-7, 900), "q16": report(5e-4, 400), "fix16": report(2e-2, 300)})
+    assert winner == "q16" and "smallest image" in why
+    winner, _, why = select.choose({"float32": report(1e-7, 900, 50), "q16": report(5e-4, 400, 70)})
+    assert winner == "float32" and "fewest measured cycles" in why
+    winner, _, _ = select.choose({"float32": report(1e-7, 900, 50, 90), "q16": report(5e-4, 400, 70, 80)})
+    assert winner == "q16"
+
+
+@pytest.mark.e2e
+def test_precision_auto_on_a_cnn_names_its_pick(tmp_path):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=host", "model=lenet5", "precision=auto")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "precision=auto candidates for lenet5 on host: float32" in result.stdout
+    assert "winner: float32 has the smallest image" in result.stdout
+
+
+def test_check_runs_the_plan_steps_in_a_temp_dir(tmp_path, capsys):
+    data = tmp_path / "d.npz"
+    np.savez(data, x=np.array([[0, 1], [1, 1]], dtype=np.float32), y=np.array([[1.0], [0.0]]))
+    results = pipeline.check(EXAMPLES / "xor" / "xor.h5", data, tolerance=1e-3, build_dir=tmp_path / "b")
+    assert set(results["runs"]) == {"host"} and results["runs"]["host"]["vs_framework"] < 1e-3
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["check", "gen", "inputs.npz", "run_host.npz",
+                                                                   "semantic.json"]
+    assert "xor on host: 2 inputs, max |C - y|" in capsys.readouterr().out
+
+
+def test_codegen_offers_shapes_per_kind():
+    assert codegen.shapes_of_kind("nn")[0] == "auto" and codegen.shapes_of_kind("tpg")[0] == "switch"
+
+
+def test_step_subcommand_runs_from_the_shell(tmp_path):
+    out = tmp_path / "inputs.npz"
+    run = subprocess.run([sys.executable, "-m", "nnbuild", "reference", str(EXAMPLES / "xor" / "xor.h5"), "-o", str(out),
+                          "--count", "3", "--range", "-1,1"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    with np.load(out) as data:
+        assert data["x"].shape == (8, 2) and data["y"].shape == (8, 1)
