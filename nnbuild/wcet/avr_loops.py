@@ -16,6 +16,7 @@ from typing import List, Set
 
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet.avr_cfg import ENTRY, EXIT
+from nnbuild.wcet.avr_regs import applies, defs, entry_reg_numbers, pattern, reg
 
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "avr_libloops.json")
 
@@ -240,7 +241,6 @@ def apply_table(region, loops, prog, table, own=frozenset(), site=None, regs=Non
     pattern; entries with a context ("within", "call_site") only where it holds (avr_paths);
     entries with "entry_regs" only in a region that starts at the symbol with every named
     register known at its entry (`regs`: {register: value}), bounded by their expression."""
-    from nnbuild.wcet.avr_paths import applies, entry_reg_numbers
     regs = regs or {}
     for l in loops:
         if not isinstance(l.header, int):
@@ -252,7 +252,7 @@ def apply_table(region, loops, prog, table, own=frozenset(), site=None, regs=Non
             env = {var: regs.get(r) for var, r in entry_reg_numbers(ent).items()}
             if env and (region.start != l.header - ent["offset"] or None in env.values()):
                 continue
-            if _pattern(prog, l.header, len(ent["pattern"])) != ent["pattern"]:
+            if pattern(prog, l.header, len(ent["pattern"])) != ent["pattern"]:
                 l.sources.append(f"table {ent['symbol']}+{ent['offset']:#x}: pattern mismatch, not applied")
                 continue
             kind = "header" if "header_max" in ent else "back"
@@ -308,54 +308,7 @@ def eval_expr(text, env):
     return ev(ast.parse(text, mode="eval"))
 
 
-def _pattern(prog, addr, n):
-    out = []
-    for _ in range(n):
-        insn = prog.insns.get(addr)
-        if insn is None:
-            break
-        out.append(insn.mnem)
-        addr = insn.end
-    return out
-
-
 # ---------------------------------------------------------------- automatic counter loops
-
-_NO_WRITE = frozenset("""cp cpc cpi tst st std sts push out sbi cbi nop rjmp jmp ret reti sbrc sbrs sbic
-sbis cpse bset bclr sec clc sen cln sez clz sei cli ses cls sev clv set clt seh clh bst sleep wdr break
-ijmp eijmp""".split())
-_POINTERS = {"X": (26, 27), "Y": (28, 29), "Z": (30, 31)}
-
-
-def _reg(op):
-    return int(op[1:]) if op and op[0] == "r" and op[1:].isdigit() else None
-
-
-def defs(insn):
-    """Registers an instruction writes, or None when unknown (calls)."""
-    m, ops = insn.mnem, insn.ops
-    if m in ("call", "rcall", "icall", "eicall"):
-        return None
-    if m.startswith("br") and m != "break" or m in _NO_WRITE:
-        out = set()
-        if m == "st" and ops and ops[0].strip("+-") in _POINTERS and ops[0] not in _POINTERS:
-            out.update(_POINTERS[ops[0].strip("+-")])  # st X+, st -X (std Z+q leaves Z alone)
-        return out
-    if m in ("mul", "muls", "mulsu", "fmul", "fmuls", "fmulsu"):
-        return {0, 1}
-    if m in ("lpm", "elpm") and not ops:
-        return {0}
-    out = set()
-    r = _reg(ops[0]) if ops else None
-    if r is not None:
-        out.add(r)
-        if m in ("movw", "adiw", "sbiw"):
-            out.add(r + 1)
-    if m in ("ld", "lpm", "elpm") and len(ops) > 1 and ops[1].strip("+-") in _POINTERS \
-            and ops[1] not in _POINTERS:
-        out.update(_POINTERS[ops[1].strip("+-")])  # ld r, X+ / -X, lpm r, Z+ (ldd r, Z+q does not)
-    return out
-
 
 def _ldi_value(region, pred, node, regs, seen):
     """Constant loaded by the `ldi` that reaches the end of `node` for each of `regs`, else None."""
@@ -367,7 +320,7 @@ def _ldi_value(region, pred, node, regs, seen):
         d = defs(insn)
         hit = set(regs) if d is None else d & set(regs) - set(vals)
         for r in hit:
-            if insn.mnem != "ldi" or _reg(insn.ops[0]) != r:
+            if insn.mnem != "ldi" or reg(insn.ops[0]) != r:
                 return None
             vals[r] = int(insn.ops[1], 0)
         if len(vals) == len(regs):
@@ -388,7 +341,7 @@ def _counter_shape(block, body):
     if block.last.end in body:
         return None
     d = block.insns[-2]
-    r = _reg(d.ops[0]) if d.ops else None
+    r = reg(d.ops[0]) if d.ops else None
     if r is None:
         return None
     if d.mnem == "dec" or (d.mnem == "subi" and int(d.ops[1], 0) == 1):

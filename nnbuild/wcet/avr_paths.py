@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import FrozenSet, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
+from nnbuild.wcet.avr_regs import applies, defs, entry_reg_numbers, pattern, reg, resolve_site
 
 
 @dataclass(frozen=True)
@@ -90,15 +91,6 @@ class PathRows:
     counter_nodes: dict = field(default_factory=dict)
 
 
-def resolve_site(prog, text):
-    """Byte address of 'sym+0xoff' (None when the symbol is not in this program)."""
-    sym, _, off = text.partition("+")
-    try:
-        return prog.address_of(sym) + (int(off, 0) if off else 0)
-    except NNBuildError:
-        return None
-
-
 class Contexts:
     """Which function names and call sites the table's entries refer to, and context stepping."""
 
@@ -137,39 +129,6 @@ class Contexts:
         return Ctx(own, ctx.site, self._regs(state))
 
 
-def entry_reg_numbers(ent):
-    """{variable: register number} of a table entry's "entry_regs" ({} when it has none)."""
-    out = {}
-    for var, reg in ent.get("entry_regs", {}).items():
-        r = _reg(reg)
-        if r is None or not 0 <= r <= 31:
-            raise NNBuildError(f"builtin-avr: table entry {ent['symbol']}: bad entry register '{reg}'")
-        out[var] = r
-    return out
-
-
-def applies(ent, prog, own, site):
-    """True when a table entry's context holds for a region with active names `own` and frame
-    call site `site`."""
-    if not set(ent.get("within", [])) <= own:
-        return False
-    if "call_site" in ent:
-        addr = resolve_site(prog, ent["call_site"])
-        return addr is not None and addr == site
-    return True
-
-
-def _pattern(prog, addr, n):
-    out = []
-    for _ in range(n):
-        insn = prog.insns.get(addr)
-        if insn is None:
-            break
-        out.append(insn.mnem)
-        addr = insn.end
-    return out
-
-
 def _block_of(region, addr):
     for start, b in region.blocks.items():
         if start <= addr < b.last.end and any(i.addr == addr for i in b.insns):
@@ -187,10 +146,10 @@ def path_rows(region, prog, entries, own, site):
             continue
         tag = f"paths {ent['symbol']}" + (f" ({ent['id']})" if "id" in ent else "")
         nodes, ok = {}, True
-        for name, (off, pattern) in ent["blocks"].items():
+        for name, (off, mnemonics) in ent["blocks"].items():
             addr = region.start + off
             node = _block_of(region, addr)
-            if node is None or _pattern(prog, addr, len(pattern)) != pattern:
+            if node is None or pattern(prog, addr, len(mnemonics)) != mnemonics:
                 out.sources.append(f"{tag}: block {name} at +{off:#x} does not match, not applied")
                 ok = False
                 break
@@ -219,13 +178,8 @@ OPERATORS = frozenset(["__mulsf3", "__divsf3"])
 _CALLEE_SAVED = frozenset([*range(2, 18), 28, 29])
 
 
-def _reg(op):
-    return int(op[1:]) if op and op[0] == "r" and op[1:].isdigit() else None
-
-
 def _transfer(state, insn):
     """Register constants after `insn` ({reg: byte} of known registers)."""
-    from nnbuild.wcet.avr_loops import defs
     m, ops = insn.mnem, insn.ops
     if m in ("call", "rcall", "icall", "eicall"):
         if m == "rcall" and insn.target == insn.end:  # `rcall .+0` only pushes
@@ -242,13 +196,13 @@ def _transfer(state, insn):
         return {}
     for r in d:
         out.pop(r, None)
-    rd = _reg(ops[0]) if ops else None
+    rd = reg(ops[0]) if ops else None
     if m == "ldi":
         out[rd] = int(ops[1], 0) & 0xFF
-    elif m == "mov" and _reg(ops[1]) in state:
-        out[rd] = state[_reg(ops[1])]
-    elif m == "movw" and _reg(ops[1]) in state and _reg(ops[1]) + 1 in state:
-        out[rd], out[rd + 1] = state[_reg(ops[1])], state[_reg(ops[1]) + 1]
+    elif m == "mov" and reg(ops[1]) in state:
+        out[rd] = state[reg(ops[1])]
+    elif m == "movw" and reg(ops[1]) in state and reg(ops[1]) + 1 in state:
+        out[rd], out[rd + 1] = state[reg(ops[1])], state[reg(ops[1]) + 1]
     elif m in ("eor", "sub") and len(ops) == 2 and ops[0] == ops[1]:
         out[rd] = 0
     elif m == "clr":
@@ -388,6 +342,6 @@ def counter_nodes(region, prog, ent):
         node = _block_of(region, addr)
         if node is None:
             continue
-        if _pattern(prog, addr, len(pt["pattern"])) == pt["pattern"]:
+        if pattern(prog, addr, len(pt["pattern"])) == pt["pattern"]:
             nodes.append(node)
     return nodes

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
+from nnbuild.wcet.avr_regs import reg
 from nnbuild.wcet import avr_decode
 from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import avr_timing as T
@@ -132,13 +133,6 @@ class _Analysis:
         return any(lo <= addr < hi for lo, hi in self.helpers)
 
 
-def _reg(op):
-    """Register number of an operand like 'r24', else None."""
-    if len(op) > 1 and op[0] == "r" and op[1:].isdigit():
-        return int(op[1:])
-    return None
-
-
 def _imm(op):
     return int(op, 0) & 0xFF
 
@@ -223,7 +217,7 @@ class _FlowWalk:
             depth += 1
         elif m == "pop":
             depth -= 1
-            regs[_reg(ops[0])] = None
+            regs[reg(ops[0])] = None
         elif m in ("call", "rcall"):
             if insn.target == nxt:            # rcall .+0: reserves return-address bytes
                 depth += self.a.ret
@@ -248,10 +242,10 @@ class _FlowWalk:
         elif m == "out" or (m == "sts" and int(ops[0], 0) in (SPL + 0x20, SPH + 0x20)):
             port = int(ops[0], 0) - (0x20 if m == "sts" else 0)
             if port in (SPL, SPH):
-                depth, pending = self.sp_write(addr, port, regs[_reg(ops[1])], depth, pending)
+                depth, pending = self.sp_write(addr, port, regs[reg(ops[1])], depth, pending)
         elif m == "in":
             port = int(ops[1], 0)
-            regs[_reg(ops[0])] = ("lo", depth) if port == SPL else ("hi", depth) if port == SPH else None
+            regs[reg(ops[0])] = ("lo", depth) if port == SPL else ("hi", depth) if port == SPH else None
         else:
             self.registers(insn, regs)
         if depth < 0:
@@ -273,7 +267,7 @@ class _FlowWalk:
     def registers(self, insn, regs):
         """Abstract effect of a non-stack instruction on the register file."""
         m, ops = insn.mnem, insn.ops
-        d = _reg(ops[0]) if ops else None
+        d = reg(ops[0]) if ops else None
         for op in ops:                         # ld/st with X+/-Y/...: the pointer moves
             p = op.strip("+-")
             if p in _POINTERS and op != p:
@@ -291,9 +285,9 @@ class _FlowWalk:
         elif m in ("eor", "sub") and ops[0] == ops[1]:
             regs[d] = ("c", 0)
         elif m == "mov":
-            regs[d] = regs[_reg(ops[1])]
+            regs[d] = regs[reg(ops[1])]
         elif m == "movw":
-            s = _reg(ops[1])
+            s = reg(ops[1])
             regs[d], regs[d + 1] = regs[s], regs[s + 1]
         elif m in ("adiw", "sbiw"):
             k = int(ops[1], 0) * (1 if m == "sbiw" else -1)
@@ -310,11 +304,11 @@ class _FlowWalk:
         m, ops = insn.mnem, insn.ops
         nxt = self.prog.insns.get(insn.end)
         carry = ("adc",) if m == "add" else ("sbci", "sbc")
-        if d % 2 or not nxt or nxt.mnem not in carry or _reg(nxt.ops[0]) != d + 1:
+        if d % 2 or not nxt or nxt.mnem not in carry or reg(nxt.ops[0]) != d + 1:
             regs[d] = None
             return
-        lo = _imm(ops[1]) if m == "subi" else _const(regs, _reg(ops[1]))
-        hi = _imm(nxt.ops[1]) if nxt.mnem == "sbci" else _const(regs, _reg(nxt.ops[1]))
+        lo = _imm(ops[1]) if m == "subi" else _const(regs, reg(ops[1]))
+        hi = _imm(nxt.ops[1]) if nxt.mnem == "sbci" else _const(regs, reg(nxt.ops[1]))
         if lo is None or hi is None:
             regs[d] = None
             return
