@@ -17,50 +17,16 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
+from nnbuild.compilers.clang_patmos import build_executable, compile_command, pml_path  # noqa: F401 (re-exported)
 from nnbuild.wcet import WcetResult, tools
 
 COMPILER = "patmos-clang"
 TOOL = "platin"
 INSTALL_HINT = ("install the T-CREST toolchain (github.com/t-crest: patmos-llvm, platin, "
                 "patmos-simulator; or a T-CREST release tarball) and add its bin/ to PATH")
-
-
-def pml_path(elf) -> Path:
-    """Where the PML of `elf` lives: the ELF path plus `.pml`."""
-    return Path(str(elf) + ".pml")
-
-
-# ---------------------------------------------------------------- compile
-
-
-def compile_command(board, sources: Sequence, output, *, include_dirs: Iterable = (),
-                    defines: Iterable[str] = (), entry: Optional[str] = None,
-                    opt: Optional[str] = None) -> List[str]:
-    """`patmos-clang -O2 <cflags> -mserialize=<output>.pml [-mserialize-roots=ENTRY] ... -o output`.
-
-    `defines` are `NAME` or `NAME=VALUE` strings (as for the gcc family).
-    """
-    cmd = [board.get("cc", COMPILER), opt or board.get("opt", "-O2"), *board.get("cflags", []),
-           f"-mserialize={pml_path(output)}"]
-    if entry:
-        cmd.append(f"-mserialize-roots={entry}")
-    cmd += [f"-I{d}" for d in include_dirs] + [f"-D{d}" for d in defines]
-    cmd += ["-o", str(output), *map(str, sources), *board.get("ldflags", [])]
-    return cmd + [f"-l{lib}" for lib in board.get("libs", [])]
-
-
-def build_executable(board, sources, output, **options) -> Path:
-    """Build `output` and its PML with patmos-clang (same call shape as the gcc family's)."""
-    cc = tools.which(board.get("cc", COMPILER), target=board.get("name"), hint=INSTALL_HINT)
-    cmd = compile_command(board, sources, output, **options)
-    done = tools.run([cc, *cmd[1:]], timeout=tools.timeout_of(board), what=Path(cc).name)
-    if done.returncode != 0:
-        first = next((l for l in done.stderr.splitlines() if "error" in l), done.stderr)
-        raise NNBuildError(f"{Path(cc).name} failed: {tools.one_line(first)}", path=sources[0])
-    return Path(output)
 
 
 # ---------------------------------------------------------------- platin wcet
