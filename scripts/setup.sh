@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(gcc make gcc-avr avr-libc binutils-avr simavr libsimavr-dev libelf-dev pkg-config
-              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user)
+              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user cppcheck)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

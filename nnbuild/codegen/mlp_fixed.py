@@ -98,7 +98,7 @@ def plan_layers(prefix, plan, storage):
             "activation": layer.activation, "inputs": layer.inputs, "units": layer.units,
             "src": src, "dst": dst, "q": layer, "kind": "dense", "output": layer.output,
             "acc_type": f"int{layer.acc_bits}_t",
-            "product": product_expression(layer),
+            "product": product_expression(layer), "product_bits": product_bits(layer),
             "chunks": chunks(prefix, cname, layer, storage),
             "bias": {"symbol": f"{prefix}_{cname}_b", "size": layer.units, "ctype": f"int{bias_bits}_t",
                      "bits": bias_bits, "values": literal_rows(layer.bias_q, 8)},
@@ -117,6 +117,13 @@ def product_expression(layer):
         return f"nn_shr64((int64_t)W * X + ((int64_t)1 << {s - 1}), {s})"
     wide = "int64_t" if max(layer.weight.bits, layer.input.bits) > 16 else "int32_t"
     return f"({wide})W * X"
+
+
+def product_bits(layer):
+    """Width of the C type of product_expression (nn_shr64 returns int32_t)."""
+    if layer.per_mac_shift:
+        return 32
+    return 64 if max(layer.weight.bits, layer.input.bits) > 16 else 32
 
 
 def chunks(prefix, cname, layer, storage):

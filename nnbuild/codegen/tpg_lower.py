@@ -117,9 +117,9 @@ def _literal(value) -> str:
 def _c_double(value) -> str:
     """An exact C literal of a double (shortest round-trip decimal), or a <math.h> macro."""
     if value != value:
-        return "NAN"
+        return "((double)NAN)"
     if value in (float("inf"), float("-inf")):
-        return "INFINITY" if value > 0 else "(-INFINITY)"
+        return "((double)INFINITY)" if value > 0 else "(-(double)INFINITY)"
     text = repr(float(value))
     if not re.search(r"[.eEn]", text):
         text += ".0"

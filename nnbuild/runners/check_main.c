@@ -53,11 +53,10 @@ int main(void)
     static unsigned char outbuf[4 * NN_OUT];
     static float in[NN_IN];
     static float out[NN_OUT];
-    size_t got;
     int i;
 
     for (;;) {
-        got = fread(inbuf, 1, sizeof inbuf, stdin);
+        size_t got = fread(inbuf, 1, sizeof inbuf, stdin);
         if (got == 0 && feof(stdin))
             break;
         if (got != sizeof inbuf) {

@@ -44,12 +44,11 @@ int main(void)
     static unsigned char inbuf[8 * NN_IN];
     static double obs[NN_IN];
     unsigned char outbuf[4];
-    size_t got;
     int i;
 
     for (;;) {
         uint32_t a;
-        got = fread(inbuf, 1, sizeof inbuf, stdin);
+        size_t got = fread(inbuf, 1, sizeof inbuf, stdin);
         if (got == 0 && feof(stdin))
             break;
         if (got != sizeof inbuf) {

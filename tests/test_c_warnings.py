@@ -1,0 +1,205 @@
+"""Generated C is clean under the strictest warning set we hold it to and under cppcheck.
+
+Every code shape and precision (MLP in float32, float64, q16, q16-acc32, fix16 and fixedW.F; CNN
+shapes v1, v2, v3; TPG shapes switch and stack), with weights `const` and (AVR only)
+`avr-progmem-far`, is generated and compiled, together with the check firmware main that is built
+around it (nnbuild/runners/check_main.c, tpg_check_main.c), by each gcc of the boards (host gcc,
+avr-gcc, arm-none-eabi-gcc) with the board's own flags plus STRICT; then cppcheck must report
+nothing. The quick cases use small models built here (every layer kind and activation, so every
+template branch is rendered) and the xor example; the repo's larger examples (f1tenth in every
+precision, cifarnet v1/v2, the SiPS'22 TPG) are e2e.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, SHARED
+from nnbuild import boards, codegen, pipeline
+from nnbuild.compilers.gcc import compile_flags
+from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Flatten, Model,
+                              Pool2D, ZeroPadding2D)
+from nnbuild.runners import CHECK_MAIN, check_main_defines
+from nnbuild.runners import tpg_run
+
+#: on top of each board's own cflags (which already hold -std=c99 -Wall -Wextra -Werror -pedantic)
+STRICT = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wdouble-promotion", "-Wfloat-equal",
+          "-Wswitch-default", "-Werror"]
+
+#: cppcheck: every check family but `information` (which only reports its own configuration
+#: limits) and `unusedFunction` (needs the whole program). --suppress=missingIncludeSystem:
+#: cppcheck is deliberately not given the system headers (its manual advises against it; it
+#: knows the standard library itself), so it would report every #include <...> as not found.
+CPPCHECK = ["cppcheck", "--enable=warning,style,performance,portability", "--std=c99", "--language=c",
+            "--error-exitcode=1", "--inline-suppr", "--quiet", "--suppress=missingIncludeSystem",
+            "--template={file}:{line}: {severity}: {message} [{id}]"]
+
+EX = REPO / "firmware_examples"
+SIPS22_GAME = SHARED / "data" / "tpg" / "sips22" / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
+BOARDS = ("host", "avr", "arm")
+FIXED = ("q16", "q16-acc32", "fix16", "fixed16.8", "fixed16.16")
+
+
+def mlp_model(name="tinymlp"):
+    """Every MLP activation, fused (as fixed point needs) and standalone (float only)."""
+    rng = np.random.default_rng(11)
+    w = lambda *s: (rng.normal(size=s) * 0.4).astype(np.float32)  # noqa: E731
+    layers = [Dense("d_tanh", w(3, 6), w(6), "tanh"), Dense("d_sigmoid", w(6, 5), w(5), "sigmoid"),
+              Dense("d_relu", w(5, 5), w(5), "relu"), Dense("d_soft", w(5, 3), w(3), "softmax")]
+    return Model(name, (3,), layers, source_files=(f"{name}.h5",))
+
+
+def mlp_float_model():
+    rng = np.random.default_rng(12)
+    w = lambda *s: (rng.normal(size=s) * 0.4).astype(np.float32)  # noqa: E731
+    layers = [Dense("d_lin", w(3, 6), None), Activation("a_tanh", "tanh"), Dense("d_sig", w(6, 5), w(5), "sigmoid"),
+              Dense("d_relu", w(5, 4), w(4)), Activation("a_relu", "relu"), Dense("d_soft", w(4, 3), w(3), "softmax")]
+    return Model("tinymlpf", (3,), layers, source_files=("tinymlpf.h5",))
+
+
+def cnn_model():
+    """Every CNN layer kind on a 6x6x2 input: pad, conv (+relu), batchnorm, max and average pool,
+    a padded conv, add, concatenate, flatten, dense with each activation, softmax."""
+    rng = np.random.default_rng(8)
+    w = lambda *s: (rng.normal(size=s) * 0.3).astype(np.float32)  # noqa: E731
+    layers = [ZeroPadding2D("pad", (1, 0, 1, 0)),
+              Conv2D("conv", w(3, 3, 2, 4), w(4), activation="relu"),
+              BatchNorm("bn", w(4) + 1, w(4), w(4), np.abs(w(4)) + 0.5, 1e-3),
+              Pool2D("pool", "max", (2, 2), (2, 2)),
+              Conv2D("conv2", w(3, 3, 4, 4), w(4), padding=(1, 1, 1, 1), activation="tanh"),
+              Add("add"),
+              Concatenate("cat", 2),
+              Pool2D("avg", "avg", (2, 2), (1, 1), source_type="AveragePooling2D"),
+              Flatten("flat"),
+              Dense("dense", w(8, 6), w(6), "sigmoid"),
+              Dense("dense2", w(6, 3), w(3), "softmax")]
+    edges = {"pad": ("input",), "conv": ("pad",), "bn": ("conv",), "pool": ("bn",), "conv2": ("pool",),
+             "add": ("pool", "conv2"), "cat": ("add", "pool"), "avg": ("cat",), "flat": ("avg",),
+             "dense": ("flat",), "dense2": ("dense",)}
+    return Model("tinycnn", (6, 6, 2), layers, source_files=("tinycnn.h5",), edges=edges)
+
+
+def example(path, environment=None):
+    def load():
+        if not Path(path).exists():
+            pytest.skip(f"{path} not present")
+        model, log = pipeline.load_model(str(path), environment=environment)
+        return model, log
+    return load
+
+
+def built(model):
+    return lambda: (model(), [])
+
+
+def case(label, load, shape, precision="float32", storages=("const", "avr-progmem-far"), marks=()):
+    fixed = precision in FIXED or precision.startswith("fixed")
+    return pytest.param(label, load, shape, precision, storages, (-1.0, 1.0) if fixed else None,
+                        id=label, marks=list(marks))
+
+
+E2E = [pytest.mark.e2e]
+CASES = [
+    *(case(f"tinymlp-{p}", built(mlp_model), "mlp", p) for p in FIXED),
+    case("tinymlp-float32", built(mlp_float_model), "mlp", "float32"),
+    case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const",)),
+    case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp"),
+    *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
+    *(case(f"tpg-{s}", example(SIPS22_GAME, "sips22-atari"), s) for s in ("switch", "stack")),
+    # f1tenth's 36 KB weight rows exceed avr-gcc's object size limit as plain const arrays: AVR far only
+    *(case(f"f1tenth-{p}", example(EX / "f1tenth" / "architecture.json"), "mlp", p, marks=E2E)
+      for p in ("float32", "float64") + FIXED),
+    *(case(f"cifarnet-{s}", example(EX / "cifarnet" / "cifarnet.h5"), s, marks=E2E) for s in ("v1", "v2")),
+]
+
+
+def targets(label, precision, storage):
+    """The boards that compile this variant: far storage is AVR's; float64 needs a 64-bit double."""
+    names = ("avr",) if storage == "avr-progmem-far" else BOARDS
+    if precision == "float64":
+        names = tuple(b for b in names if boards.load_board(b).get("double_bits", 64) >= 64)
+    if label.startswith("f1tenth") and storage == "const":
+        names = tuple(b for b in names if b != "avr")
+    return names
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """Generate each (case, storage) once for the module: (directory, model)."""
+    cache = {}
+
+    def get(label, load, shape, precision, storage, input_range):
+        key = (label, storage)
+        if key not in cache:
+            model, log = load()
+            out = tmp_path_factory.mktemp(f"{label}-{storage}")
+            codegen.generate(model, out, shape=shape, precision=precision, storage=storage, passes_log=log,
+                             input_range=input_range)
+            cache[key] = (out, model)
+        return cache[key]
+    return get
+
+
+def check_main(model):
+    """The check firmware main built around `model` and the -D flags that bind it."""
+    if getattr(model, "kind", "nn") == "tpg":
+        return tpg_run.TPG_CHECK_MAIN, tpg_run.check_main_defines(model.name, model.input_size)
+    api = codegen.api(model.name)
+    return CHECK_MAIN, check_main_defines(api["header"], api["infer"], model.input_size, model.output_size)
+
+
+def compile_strict(board, sources, gen_dir, workdir, defines=()):
+    cmd = [board["cc"], *compile_flags(board), *STRICT, f"-I{gen_dir}", *defines, "-c", *map(str, sources)]
+    result = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    return result.returncode, result.stderr
+
+
+def variants():
+    for p in CASES:
+        label, load, shape, precision, storages, rng = p.values
+        for storage in storages:
+            for board in targets(label, precision, storage):
+                yield pytest.param(label, load, shape, precision, storage, rng, board,
+                                   id=f"{label}-{storage}-{board}", marks=p.marks)
+
+
+@pytest.mark.parametrize("label,load,shape,precision,storage,input_range,board", list(variants()))
+def test_generated_c_compiles_without_a_warning(tmp_path, generated, label, load, shape, precision, storage,
+                                                input_range, board):
+    spec = boards.load_board(board)
+    if not shutil.which(spec["cc"]):
+        pytest.skip(f"{spec['cc']} not installed ({spec.get('install_hint', '')})")
+    gen_dir, model = generated(label, load, shape, precision, storage, input_range)
+    sources = sorted(gen_dir.glob("*.c"))
+    assert len(sources) == 2
+    rc, err = compile_strict(spec, sources, gen_dir, tmp_path)
+    assert rc == 0 and "warning" not in err, f"{spec['cc']} on the generated C:\n{err[:6000]}"
+    main, defines = check_main(model)
+    rc, err = compile_strict(spec, [main], gen_dir, tmp_path, defines)
+    assert rc == 0 and "warning" not in err, f"{spec['cc']} on {main.name}:\n{err[:6000]}"
+
+
+def cppcheck_variants():
+    for p in CASES:
+        label, load, shape, precision, storages, rng = p.values
+        for storage in storages:
+            yield pytest.param(label, load, shape, precision, storage, rng, id=f"{label}-{storage}", marks=p.marks)
+
+
+@pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (apt-get install cppcheck)")
+@pytest.mark.parametrize("label,load,shape,precision,storage,input_range", list(cppcheck_variants()))
+def test_cppcheck_finds_nothing(tmp_path, generated, label, load, shape, precision, storage, input_range):
+    """cppcheck checks every preprocessor configuration it finds (so both the AVR and the other
+    branch of the far-storage code), the generated files and the check main built with them."""
+    gen_dir, model = generated(label, load, shape, precision, storage, input_range)
+    main, defines = check_main(model)
+    sources = sorted(gen_dir.glob("*.c"))
+    # the generated C first (every configuration), then the main with the -D flags that bind it
+    for files, extra in ((sources, []), ([main], defines)):
+        result = subprocess.run([*CPPCHECK, f"-I{gen_dir}", *extra, *map(str, files)], cwd=tmp_path,
+                                capture_output=True, text=True)
+        assert result.returncode == 0 and not result.stderr.strip(), \
+            f"cppcheck on {[f.name for f in files]}:\n{result.stderr[:6000]}"
