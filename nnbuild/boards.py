@@ -99,7 +99,8 @@ class Board(dict):
         return getattr(runner, "PROGRAM_SUFFIX", ".elf") if runner else ".elf"
 
     def run_label(self):
-        """The name of this board's target run in reports ('simavr', 'qemu-arm', 'host', ...)."""
+        """The name of this board's target run in reports (the runner's label: the simulator, or the
+        board's own name for the host)."""
         runner = self.runner
         return runner.label(self) if runner else None
 

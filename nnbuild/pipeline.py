@@ -243,7 +243,7 @@ def _data_range(kind, model, data, precision):
     """A fixed-point build needs a declared input range: without one, the data's own range."""
     import numpy as np
 
-    from nnbuild.passes import quantize
+    from nnbuild.numerics import formats as quantize
     if not quantize.is_fixed(precision):
         return (-1.0, 1.0)
     x = kind.reference_arrays(model, 0, 0, (-1.0, 1.0), data)["x"]

@@ -98,7 +98,7 @@ def check_environment(example, override=None):
     spec = override or example.get("environment")
     if not spec:
         return None
-    if frontends.kind_of(example["model"]) != "tpg":
+    if not frontends.takes_option(example["model"], "environment"):
         raise NNBuildError("environment= applies to Tangled Program Graph models (.dot) only",
                            path=example["model"])
     return environment_path(override) if override else example["environment"]

@@ -10,9 +10,10 @@ from conftest import REPO, needs_avr
 from nnbuild import codegen, pipeline
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
-from nnbuild.ir import fixed, reference
+from nnbuild.ir import reference
+from nnbuild.numerics import bitexact as fixed
 from nnbuild.ir.graph import Dense, Model
-from nnbuild.passes import quantize
+from nnbuild.numerics import plan as quantize
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
 
 F1TENTH = REPO / "firmware_examples/f1tenth/architecture.json"

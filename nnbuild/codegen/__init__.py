@@ -12,8 +12,8 @@ from pathlib import Path
 
 from nnbuild import names
 from nnbuild.errors import NNBuildError
-from nnbuild.passes.quantize import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED
-from nnbuild.passes.quantize import check_precision as check_precision_name
+from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED
+from nnbuild.numerics.formats import check_precision as check_precision_name
 
 #: shape name -> module; a module's KIND says which model kind it generates ("nn" when absent),
 #: its PRECISIONS which number formats ("fixedW.F" standing for every generic fixed format); for

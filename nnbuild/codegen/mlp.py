@@ -32,7 +32,7 @@ REALS = {"float32": ("float", "f", "expf", 9, "3e-8"), "float64": ("double", "",
 
 def render(model, *, precision, storage, passes_log, input_range=None):
     """All output files of `model` as {file name: text or JSON-able object}."""
-    from nnbuild.passes import quantize
+    from nnbuild.numerics import formats as quantize
     if quantize.is_fixed(precision):
         from nnbuild.codegen import mlp_fixed
         return mlp_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,

@@ -1,8 +1,8 @@
-"""MLP code shape, fixed-point precisions: the plan of nnbuild.passes.quantize as static C.
+"""MLP code shape, fixed-point precisions: the plan of nnbuild.numerics.plan as static C.
 
 Same structure as the float shape (neuron loops walking weight rows in storage order, literal
 bounds, weights in `<name>_weights.c`), with integer tensors, proven accumulator widths and
-table activations free of data-dependent loops. nnbuild.ir.fixed is its bit-exact model.
+table activations free of data-dependent loops. nnbuild.numerics.bitexact is its bit-exact model.
 """
 
 import numpy as np
@@ -12,7 +12,7 @@ from nnbuild.codegen import templating
 from nnbuild.codegen.mlp import MAX_ARRAY_BYTES, flow_facts, index_type, trace, weights_digest
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
-from nnbuild.passes import quantize as q
+from nnbuild import numerics as q
 
 READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32", 64: "NN_READ64"}
 #: weights and tables up to this many bytes are read with 16-bit LPM pointers on AVR: the linker

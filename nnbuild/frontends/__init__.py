@@ -101,8 +101,15 @@ def _short(exc, limit=200) -> str:
 
 
 def kind_of(path) -> str:
-    """The model kind a file loads as ("nn" or "tpg"), from its format alone (never opens it)."""
+    """The model kind a file loads as (its front-end's KIND, "nn" by default), from its format alone
+    (never opens it)."""
     return getattr(_module(format_for(path)), "KIND", "nn")
+
+
+def takes_option(path, option) -> bool:
+    """True when the front-end of `path`'s format takes `option` (e.g. environment= for a TPG)."""
+    import inspect
+    return option in inspect.signature(_module(format_for(path)).load).parameters
 
 
 def implicit_dependencies(path) -> List[str]:

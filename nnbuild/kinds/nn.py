@@ -8,7 +8,7 @@ from nnbuild.checks import data as check_data
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.checks.semantic import max_abs_error
 from nnbuild.ir import reference
-from nnbuild.passes.quantize import FIXED_PRECISIONS
+from nnbuild.numerics.formats import FIXED_PRECISIONS
 from nnbuild.runners import CHECK_MAIN, CheckIO
 
 NAME = "nn"

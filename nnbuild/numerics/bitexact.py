@@ -1,4 +1,4 @@
-"""Bit-exact numpy model of the generated fixed-point code (contract in nnbuild.passes.quantize).
+"""Bit-exact numpy model of the generated fixed-point code (contract in nnbuild.numerics.plan).
 
 The generated C must equal `run(plan, x)` to the last bit on every target; the error against the
 float64 reference is then a property of the plan, measurable without a compiler.
@@ -6,7 +6,8 @@ float64 reference is then a property of the plan, measurable without a compiler.
 
 import numpy as np
 
-from nnbuild.passes.quantize import (EXP_STEP_BITS, TANH_STEP_BITS, Z_FRAC, Z_LIMIT, exp_table, tanh_table)
+from nnbuild.numerics.formats import Z_FRAC, Z_LIMIT
+from nnbuild.numerics.tables import EXP_STEP_BITS, TANH_STEP_BITS, exp_table, tanh_table
 
 
 def quantize_input(x, tensor, input_range):

@@ -1,4 +1,4 @@
-"""Fixed-point quantisation: per-tensor formats chosen from the weights and the declared input
+"""Fixed-point format planning: per-tensor formats chosen from the weights and the declared input
 range, with an interval-arithmetic proof that no accumulator or intermediate overflows.
 
 Precisions (see PRECISIONS):
@@ -12,7 +12,7 @@ Precisions (see PRECISIONS):
 - `fixedW.F` (Gravity's fixed[W, F]): one format for every tensor, W whole bits (sign
   included) and F fraction bits, stored in the smallest of 8/16/32 bits that holds W + F.
 
-Arithmetic contract (the C generator and nnbuild.ir.fixed implement exactly this):
+Arithmetic contract (the C generator and nnbuild.numerics.bitexact implement exactly this):
 - inputs: clamped to the declared input range (NaN gives the low end): the one documented
   saturation, reported; then q = round_half_away(float32(x) * 2^f);
 - Dense: acc = bias_q + sum(w_q * x_q) in the accumulator (exact integer arithmetic), then
@@ -24,62 +24,15 @@ Arithmetic contract (the C generator and nnbuild.ir.fixed implement exactly this
   tanh <= 3e-5 + 1 LSB, sigmoid <= 2e-5 + 1 LSB, softmax <= 2e-4 + 1 LSB.
 """
 
-import math
-import re
+import dataclasses
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.ir.graph import Activation, Dense
-
-FLOAT_PRECISIONS = ("float32", "float64")
-FIXED_PRECISIONS = ("q16", "q16-acc32", "fix16")
-GENERIC_FIXED = re.compile(r"fixed(\d+)[.,_](\d+)$")
-
-#: pre-activation format of table activations (tanh, sigmoid, softmax): Q16 in int32
-Z_FRAC = 16
-#: table activations clamp their Q16 input to +-Z_LIMIT when the proof says it could be larger
-Z_LIMIT = 1 << 29
-#: tanh table: 513 points at step 1/64 over [0, 8]; exp table: 257 points at step 1/16 over [-16, 0]
-TANH_STEP_BITS, TANH_POINTS = 6, 513
-EXP_STEP_BITS, EXP_POINTS = 4, 257
-
-
-def is_fixed(precision):
-    return precision in FIXED_PRECISIONS or bool(GENERIC_FIXED.match(precision))
-
-
-def check_precision(precision):
-    """The precision if known, else one line listing what is."""
-    generic = GENERIC_FIXED.match(str(precision))
-    if generic:
-        whole, frac = int(generic.group(1)), int(generic.group(2))
-        if whole < 1 or whole + frac > 32:
-            raise NNBuildError(f"precision '{precision}': fixedW.F needs W >= 1 (sign included) and W + F <= 32 bits")
-        return precision
-    if precision in FLOAT_PRECISIONS or is_fixed(precision):
-        return precision
-    raise NNBuildError(f"precision '{precision}' is not supported "
-                       f"(supported: {', '.join(FLOAT_PRECISIONS + FIXED_PRECISIONS)}, fixedW.F)")
-
-
-@dataclass
-class Tensor:
-    """An integer tensor format: value = q * 2^-frac, q stored in `bits` (8, 16 or 32) bits."""
-
-    frac: int
-    bits: int
-
-    @property
-    def qmax(self):
-        return (1 << (self.bits - 1)) - 1
-
-    @property
-    def ctype(self):
-        return f"int{self.bits}_t"
-
+from nnbuild.numerics.formats import (FIXED_PRECISIONS, GENERIC_FIXED, Z_FRAC, Z_LIMIT, Tensor,  # noqa: F401
+                                      check_precision, frac_for, to_int)
 
 @dataclass
 class QLayer:
@@ -127,27 +80,6 @@ class QPlan:
                            for l in self.layers]}
 
 
-def frac_for(bound, bits, cap=30):
-    """Most fraction bits such that |v| <= bound fits `bits` signed bits, with 1 LSB to spare."""
-    qmax = (1 << (bits - 1)) - 2
-    if bound <= 0:
-        return min(cap, bits - 2)
-    return min(cap, math.floor(math.log2(qmax / bound)))
-
-
-def round_half_away(values):
-    return np.where(values >= 0, np.floor(values + 0.5), -np.floor(-values + 0.5))
-
-
-def to_int(values, frac, bits, what):
-    """Exact integer representation of float32 parameters at 2^-frac, refused if it overflows."""
-    q = round_half_away(np.asarray(values, dtype=np.float64) * 2.0 ** frac)
-    limit = (1 << (bits - 1)) - 1
-    if np.any(np.abs(q) > limit):
-        raise NNBuildError(f"{what} does not fit {bits}-bit storage at 2^-{frac}")
-    return q.astype(np.int64)
-
-
 def quantize(model, precision, input_range):
     """The fixed-point plan of a Dense/Activation chain, or one line naming the layer that
     cannot be represented."""
@@ -171,12 +103,12 @@ def fuse_activations(model):
     """Dense layers with their activation; a standalone Activation must follow a linear Dense."""
     out = []
     for layer in model.layers:
-        if isinstance(layer, Dense):
+        if layer.kind == "dense":
             out.append(layer)
-        elif isinstance(layer, Activation) and out and out[-1].activation == "linear":
-            out[-1] = Dense(out[-1].name, out[-1].kernel, out[-1].bias, layer.activation, out[-1].source_type)
+        elif layer.kind == "activation" and out and out[-1].activation == "linear":
+            out[-1] = dataclasses.replace(out[-1], activation=layer.activation)
         else:
-            raise NNBuildError(f"fixed point needs each activation right after a linear Dense",
+            raise NNBuildError("fixed point needs each activation right after a linear Dense",
                                item=f"{layer.source_type} '{layer.name}'")
     return out
 
@@ -285,15 +217,3 @@ class Policy:
         target = Z_FRAC if dense.activation in ("tanh", "sigmoid", "softmax") else out_t.frac
         return QLayer(dense.name, dense.activation, kq.shape[1], kq.shape[0], w_t, in_t, out_t, acc_bits, bound,
                       acc_frac - target, kq, bq, per_mac, pre_interval)
-
-
-def tanh_table(out_frac):
-    """tanh(k/64) for k = 0..512 at 2^-out_frac, rounded half away."""
-    k = np.arange(TANH_POINTS) / 2.0 ** TANH_STEP_BITS
-    return round_half_away(np.tanh(k) * 2.0 ** out_frac).astype(np.int64)
-
-
-def exp_table(frac=15):
-    """exp(-k/16) for k = 0..256 at 2^-15 (int32)."""
-    k = np.arange(EXP_POINTS) / 2.0 ** EXP_STEP_BITS
-    return round_half_away(np.exp(-k) * 2.0 ** frac).astype(np.int64)

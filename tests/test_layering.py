@@ -1,0 +1,141 @@
+"""The import graph holds the architecture: no import cycles, and no import against the pipeline's
+order. Read from the source (ast), so a new violation fails here, not in review.
+
+Layers, lowest first; a module may import its own package and any lower layer:
+  base      errors, names (and the package root: the version)
+  numerics  number formats, their proofs, the bit-exact fixed-point model
+  ir        the model graph, layer semantics, the numpy reference
+  frontends one module per input format (produce IR)
+  passes    graph rewrites (IR -> IR)
+  codegen   one module per code shape (IR -> C)
+  compilers one module per compiler family
+  runners   one module per way of running a program
+  wcet      one module per analyzer
+  checks    gates, reports, memory
+  kinds     one module per model kind; boards: a board's compiler, runner and analyzers
+  entry     options, steps, pipeline, project; then cli and scons_tool on top
+Besides, the stages after the front-ends see a model only as IR: they never import frontends.
+"""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nnbuild"
+LAYERS = [
+    ("nnbuild", "errors", "names"),
+    ("numerics",),
+    ("ir",),
+    ("frontends",),
+    ("passes",),
+    ("codegen",),
+    ("compilers",),
+    ("runners",),
+    ("wcet",),
+    ("checks",),
+    ("kinds", "boards"),
+    ("options", "steps", "pipeline", "project"),
+    ("cli", "scons_tool", "__main__"),
+]
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+#: stages that must not see the front-ends (they read IR)
+AFTER_FRONTENDS = ("passes", "codegen", "compilers", "runners", "wcet", "checks")
+
+
+def module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports():
+    """{module: {imported nnbuild module}} from every import statement, at any depth."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != name:
+                    graph[name].add(target)
+    return modules, graph
+
+
+def layer(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "nnbuild"
+
+
+def test_every_module_has_a_layer():
+    modules, _ = imports()
+    assert {layer(m) for m in modules} <= set(RANK), sorted({layer(m) for m in modules} - set(RANK))
+
+
+def test_no_import_against_the_pipeline_order():
+    _, graph = imports()
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            a, b = layer(module), layer(target)
+            if a == b:
+                continue
+            if RANK[b] > RANK[a] or (a in AFTER_FRONTENDS and b == "frontends"):
+                wrong.append(f"{module} -> {target}")
+    assert wrong == [], "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    _, graph = imports()
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    # a package's __init__ importing its own submodules lazily is not a cycle of the design
+    cycles = [c for c in cycles if not all(m.startswith(c[0] + ".") or m == c[0] for m in c)]
+    assert cycles == [], cycles
+
+
+def test_kind_and_tool_names_stay_in_their_homes():
+    """No string test of a model kind, a simulator or an analyzer outside its registry/module."""
+    homes = {"'tpg'": ("kinds/tpg.py", "kinds/__init__.py", "codegen/tpg_", "frontends/gegelati_dot.py", "ir/tpg"),
+             "'simavr'": ("runners/", "wcet/"), "'qemu": ("runners/",), "'native'": ("runners/",),
+             "'builtin-avr'": ("wcet/",), "'otawa'": ("wcet/",), "'platin'": ("wcet/",)}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text().replace('"', "'")
+        for needle, allowed in homes.items():
+            if needle in text and not rel.startswith(allowed):
+                found.append(f"{rel}: {needle}")
+    assert found == [], found
