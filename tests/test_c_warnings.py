@@ -111,7 +111,9 @@ CASES = [
     *(case(f"tpg-{s}", example(SIPS22_GAME, "sips22-atari"), s) for s in ("switch", "stack")),
     # f1tenth's 36 KB weight rows exceed avr-gcc's object size limit as plain const arrays: AVR far only
     *(case(f"f1tenth-{p}", example(EX / "f1tenth" / "architecture.json"), "mlp", p, marks=E2E)
-      for p in ("float32", "float64") + FIXED),
+      for p in ("float32",) + FIXED),
+    case("f1tenth-float64", example(EX / "f1tenth" / "architecture.json"), "mlp", "float64", storages=("const",),
+         marks=E2E),
     *(case(f"cifarnet-{s}", example(EX / "cifarnet" / "cifarnet.h5"), s, marks=E2E) for s in ("v1", "v2")),
 ]
 
