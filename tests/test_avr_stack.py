@@ -23,9 +23,9 @@ from nnbuild.wcet.avr_stack import stack_bound
 ROOT = Path(__file__).resolve().parents[1]
 BOARD = json.loads((ROOT / "toolchains" / "avr.json").read_text())
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     not all(shutil.which(BOARD[k]) for k in ("cc", "nm", "objdump")),
-    reason=f"{BOARD['cc']}/binutils-avr not installed: {BOARD['install_hint']}")
+    reason=f"{BOARD['cc']}/binutils-avr not installed: {BOARD['install_hint']}")]
 
 HEADER = "void {name}_infer(const float in[4], float out[2]);\n"
 

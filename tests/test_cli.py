@@ -29,6 +29,7 @@ def test_check_matches_keras_golden_on_host(tmp_path):
     assert "max |C - y|" in result.stdout and "max |C - reference|" in result.stdout
 
 
+@pytest.mark.e2e
 @needs_avr
 def test_check_matches_keras_golden_on_simavr(tmp_path):
     model = shared_file("data", "f1tenth", "TD3_L61_128x128_C1.h5")
@@ -111,9 +112,13 @@ def bad_data_files(tmp_path):
     return files
 
 
-def test_check_data_is_validated_in_one_line(tmp_path):
+def test_check_data_is_validated_in_one_line(tmp_path, capsys):
+    """In-process (cli.main) for speed; test_check_options_are_refused_in_one_line covers the shell."""
+    from nnbuild import cli
     for label, path, words in bad_data_files(tmp_path):
-        result = nnbuild("check", str(XOR), "--data", str(path))
+        assert cli.main(["check", str(XOR), "--data", str(path)]) == 2, label
+        captured = capsys.readouterr()
+        result = subprocess.CompletedProcess([], 2, captured.out, captured.err)
         one_line_error(result, str(path), words)
 
 

@@ -176,7 +176,7 @@ def test_buffer_plan_reaches_the_liveness_lower_bound(name, peak, unplanned):
 
 
 @pytest.mark.parametrize("name", ["lenet5", "cifarnet"])
-@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("shape", ["v1", "v2", pytest.param("v3", marks=pytest.mark.e2e)])  # v3 compiles for long
 def test_every_shape_matches_keras_on_host(tmp_path, name, shape):
     path, golden = example(name)
     model, log = pipeline.load_model(path)
@@ -243,6 +243,7 @@ def tiny_cnn(tmp_path):
     return kf.write_full_model(tmp_path / "tiny.h5", layers)
 
 
+@pytest.mark.e2e
 @needs_avr
 @pytest.mark.parametrize("name, shape, count", [("cifarnet", "v2", 2), ("cifarnet", "v1", 1), ("tiny", "v3", 4)])
 def test_avr_simavr_matches_keras(tmp_path, name, shape, count):
@@ -262,6 +263,7 @@ def test_avr_simavr_matches_keras(tmp_path, name, shape, count):
     assert min(cycles) > 1000
 
 
+@pytest.mark.e2e
 @needs_avr
 def test_avr_memory_gate_names_flash_and_ram(tmp_path):
     project = copy_project(tmp_path)
@@ -274,6 +276,7 @@ def test_avr_memory_gate_names_flash_and_ram(tmp_path):
     assert not (project / "build/avr/lenet5/run_simavr.npz").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="arm-none-eabi-gcc not installed")
 def test_cortex_m4_builds_lenet5_and_says_it_has_no_simulator(tmp_path):
     project = copy_project(tmp_path)

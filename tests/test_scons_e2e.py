@@ -11,6 +11,9 @@ import pytest
 
 from conftest import copy_project, have, needs_avr, scons, shared_file
 
+#: runs scons, cross-compilers or simulators: the e2e tier
+pytestmark = pytest.mark.e2e
+
 
 #: the main example in float32, with a deadline float32 can meet
 FLOAT_ARGS = ("target=avr", "model=f1tenth", "precision=float32", "deadline=10s")

@@ -27,7 +27,7 @@ from nnbuild.ir import tpg_reference
 from nnbuild.ir.tpg import Environment
 from nnbuild.runners import tpg_run
 
-pytestmark = pytest.mark.skipif(not SIPS22.is_dir(), reason=f"{SIPS22} not present (../shared is not beside this checkout)")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not SIPS22.is_dir(), reason=f"{SIPS22} not present (../shared is not beside this checkout)")]
 
 SLOW = os.environ.get("NNBUILD_SLOW_TESTS") == "1"
 SMALL_FULL = ("fishing_derby.9", "frostbite.2")

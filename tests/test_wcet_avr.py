@@ -38,8 +38,8 @@ FIXTURES = {
 }
 OPTS = ("Os", "O0", "O2")
 
-pytestmark = pytest.mark.skipif(not (shutil.which("avr-gcc") and shutil.which("avr-objdump")),
-                                reason="avr-gcc/binutils-avr not installed")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and shutil.which("avr-objdump")),
+                                reason="avr-gcc/binutils-avr not installed")]
 
 
 def board():

@@ -24,7 +24,7 @@ from nnbuild.wcet import avr_timing as T
 
 from test_wcet_avr import FIX, board, build
 
-pytestmark = pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")]
 
 
 # ------------------------------------------------------------------ tracer helpers

@@ -26,8 +26,8 @@ TIME_LIMIT, RATIO_CAP = 30.0, 2.9
 #: the same for its q16 build (integer MACs; float only in the input quantisation)
 Q16_TIME_LIMIT, Q16_RATIO_CAP = 10.0, 1.03
 
-pytestmark = pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
-                                reason="avr-gcc or the f1tenth example missing")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
+                                reason="avr-gcc or the f1tenth example missing")]
 
 
 def generate_and_build(outdir, model, name, opt="Os", extra=()):

@@ -22,7 +22,7 @@ from nnbuild.wcet import avr_cfg, avr_decode, avr_loops
 
 from test_wcet_avr import FIX, FLOAT_SPECIALS, board, build
 
-pytestmark = pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")]
 
 
 def table_loops(elf, entry):

@@ -32,7 +32,7 @@ from test_wcet_avr import board, build
 from test_wcet_avr_context import Probe, data_symbol, run_trace_sites, tracer  # noqa: F401 (fixture)
 from test_wcet_avr_libloops import SHIFT_ROUTINES, loopcount  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")]
 
 #: routine called -> routine whose code holds the loops (__ashrdi3 falls through)
 LOOPS_IN = {"__ashldi3": "__ashldi3", "__ashrdi3": "__lshrdi3", "__lshrdi3": "__lshrdi3",

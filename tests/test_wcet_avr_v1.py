@@ -20,7 +20,7 @@ from nnbuild.runners import CHECK_MAIN, check_main_defines, simavr
 from nnbuild.wcet import avr_ipet
 from nnbuild.wcet.avr_stack import stack_bound
 
-pytestmark = needs_avr
+pytestmark = [pytest.mark.e2e, needs_avr]
 
 
 def small_cnn():

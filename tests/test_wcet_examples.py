@@ -11,6 +11,9 @@ from nnbuild import pipeline, wcet
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.runners import simavr
 
+#: runs scons, cross-compilers or simulators: the e2e tier
+pytestmark = pytest.mark.e2e
+
 EXAMPLES = {
     "f1tenth": (REPO / "firmware_examples/f1tenth/architecture.json", (-1.0, 1.0)),
     "xor": (REPO / "firmware_examples/xor/xor.h5", (0.0, 1.0)),
