@@ -1,5 +1,7 @@
-"""Boards are data: one JSON file per board in toolchains/ (mcu, clock, memories, flags, tools),
-read into a Board that owns its compiler family, its runner and its WCET and stack analyzers.
+"""Boards are data: one JSON file per board (mcu, clock, memories, flags, tools), validated against
+nnbuild/board.schema.json and read into a Board that owns its compiler family, its runner and its
+WCET and stack analyzers. The shipped boards are toolchains/*.json (in the wheel: nnbuild/toolchains);
+$NNBUILD_BOARDS adds directories of the user's own, which override shipped boards of the same name.
 
 A Board is a dict of its file (so `board["cc"]` reads the data) plus the objects behind the names
 in it: `board.compiler`, `board.runner`, `board.analyzer`, `board.stack_analyzer`. Those names are
@@ -7,55 +9,122 @@ looked up in their registries (nnbuild.compilers.FAMILIES, nnbuild.runners.RUNNE
 nnbuild.wcet.ANALYZERS / STACK_ANALYZERS); nothing else in nnbuild branches on them.
 """
 
+import difflib
 import json
 import os
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
 
-REPO_TOOLCHAINS = Path(__file__).resolve().parent.parent / "toolchains"
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: the JSON Schema every board file is validated against (shipped in the package)
+SCHEMA_FILE = PACKAGE_DIR / "board.schema.json"
+#: the board files of an installed nnbuild (the wheel maps toolchains/ to nnbuild/toolchains)
+PACKAGE_TOOLCHAINS = PACKAGE_DIR / "toolchains"
+#: the board files of a checkout (the repository layout)
+REPO_TOOLCHAINS = PACKAGE_DIR.parent / "toolchains"
+#: environment variables naming directories of the user's own board files, which add boards and
+#: override the shipped ones of the same name (earlier wins; each may hold several directories
+#: separated by os.pathsep). NNBUILD_TOOLCHAINS is the old name of NNBUILD_BOARDS.
+ENV_VARS = ("NNBUILD_BOARDS", "NNBUILD_TOOLCHAINS")
+#: a board name as given to target=/--target/--board (anything else must be a path to a .json file)
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
-#: every key a board file may hold, and what it means (a misspelled key is an error)
-KEYS = {
-    "name": "board name (default: the file name)",
-    "description": "one line for reports",
-    "compiler": "compiler family (nnbuild.compilers.FAMILIES), default gcc",
-    "cc": "C compiler executable", "size": "size tool", "nm": "nm tool", "objdump": "objdump tool",
-    "objcopy": "objcopy tool",
-    "mcu": "chip name (simavr needs it)",
-    "cflags": "compile flags", "ldflags": "link flags", "libs": "libraries", "opt": "default optimisation flag",
-    "clock_hz": "core clock (cycles -> time)", "flash_bytes": "flash capacity", "ram_bytes": "RAM capacity",
-    "double_bits": "width of C double (float64 needs 64)",
-    "weights_storage": "const | avr-progmem-far",
-    "simulator": "runner (nnbuild.runners.RUNNERS) or null",
-    "timing_model": "informational: the timing model the analyzer uses",
-    "wcet_tool": "WCET analyzer (nnbuild.wcet.ANALYZERS) or null",
-    "stack_tool": "stack analyzer (nnbuild.wcet.STACK_ANALYZERS) or null",
-    "install_hint": "how to install the toolchain (said when a tool is missing)",
-    "deadline_ms": "default deadline of the board (ms) or null",
-    "otawa_script": "owcet -s value", "otawa_params": "owcet -p ID=VAL list",
-    "otawa_strip_debug": "strip DWARF before owcet", "wcet_timeout_s": "seconds before the WCET tool is killed",
-    "platin_config": "platin architecture configuration", "platin_trace": "platin trace options",
-    "notes": "free text per key",
-}
-REQUIRED = ("cc", "cflags")
+
+def schema():
+    """The board file schema (nnbuild/board.schema.json) as a dict."""
+    with open(SCHEMA_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+#: every key a board file may hold, and what it means (from the schema: one home)
+KEYS = {key: spec.get("description", "") for key, spec in schema()["properties"].items()}
+REQUIRED = tuple(schema()["required"])
+
+
+def builtin_dir() -> Path:
+    """The shipped boards: inside the installed package, else the checkout's toolchains/."""
+    return PACKAGE_TOOLCHAINS if any(PACKAGE_TOOLCHAINS.glob("*.json")) else REPO_TOOLCHAINS
+
+
+def user_dirs():
+    """The directories of $NNBUILD_BOARDS (then $NNBUILD_TOOLCHAINS), absolute; one that does not
+    exist is an error naming the variable."""
+    found = []
+    for var in ENV_VARS:
+        for entry in (os.environ.get(var) or "").split(os.pathsep):
+            if not entry:
+                continue
+            path = Path(entry).expanduser().resolve()
+            if not path.is_dir():
+                raise NNBuildError(f"{var}: board directory '{entry}' not found")
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def board_dirs():
+    """Where board names are looked up, first match wins: the user's directories, then the shipped."""
+    return user_dirs() + [builtin_dir()]
 
 
 def toolchains_dir() -> Path:
-    """Where board files live: $NNBUILD_TOOLCHAINS, else the checkout's toolchains/."""
-    return Path(os.environ.get("NNBUILD_TOOLCHAINS", REPO_TOOLCHAINS))
+    """The directory of the shipped board files (kept for callers of the old name)."""
+    return builtin_dir()
+
+
+def environment():
+    """The board variables to pass to step subprocesses (SCons actions run with env['ENV'], not the
+    user's environment): {name: absolute directories}; empty when none is set."""
+    dirs = {var: [str(d) for d in (Path(e).expanduser().resolve()
+                                   for e in (os.environ.get(var) or "").split(os.pathsep) if e)]
+            for var in ENV_VARS}
+    return {var: os.pathsep.join(paths) for var, paths in dirs.items() if paths}
 
 
 def available_boards():
     """Sorted board names, discovered from the files (a new board is one new file)."""
-    return sorted(p.stem for p in toolchains_dir().glob("*.json"))
+    return sorted({p.stem for d in board_dirs() for p in d.glob("*.json")})
 
 
 def board_path(name) -> Path:
-    """The file of board `name`, or `name` itself when it is a path to a board file."""
+    """The file of board `name` (the first board directory holding NAME.json), or `name` itself when
+    it is a path to a board file; None when no directory holds it."""
     if str(name).endswith(".json"):
         return Path(name)
-    return toolchains_dir() / f"{name}.json"
+    if not str(name) or not set(str(name)) <= _NAME_CHARS:
+        return None
+    for directory in board_dirs():
+        if (directory / f"{name}.json").is_file():
+            return directory / f"{name}.json"
+    return None
+
+
+def validate(data, where):
+    """The board data against the schema: the first problem as one line naming the file and the key
+    (an unknown key with the nearest known one)."""
+    import jsonschema
+    unknown = sorted(set(data) - set(KEYS)) if isinstance(data, dict) else []
+    if unknown:
+        key = unknown[0]
+        near = difflib.get_close_matches(key, KEYS, n=1)
+        hint = f" (did you mean '{near[0]}'?)" if near else f" (known: {', '.join(sorted(KEYS))})"
+        raise NNBuildError(f"unknown key '{key}'{hint}", path=where)
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    if not errors:
+        return
+    error = errors[0]
+    if error.validator == "required":
+        missing = [k for k in REQUIRED if k not in data]
+        raise NNBuildError(f"missing key(s) {', '.join(missing)}", path=where)
+    if not error.absolute_path:
+        raise NNBuildError(f"board file: {error.message}", path=where)
+    key = error.absolute_path[0]
+    rest = "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in list(error.absolute_path)[1:])
+    allowed = error.schema.get("description") if error.validator in ("type", "enum", "pattern") else None
+    raise NNBuildError(f"key '{key}{rest}': {error.message}" + (f" ({allowed})" if allowed and not rest else ""),
+                       path=where)
 
 
 class Board(dict):
@@ -107,19 +176,7 @@ class Board(dict):
     def check(self):
         """Every problem of the data, one line naming the file and the key."""
         where = self.path or self.get("name")
-        unknown = sorted(set(self) - set(KEYS))
-        if unknown:
-            raise NNBuildError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})", path=where)
-        missing = [k for k in REQUIRED if k not in self]
-        if missing:
-            raise NNBuildError(f"missing key(s) {', '.join(missing)}", path=where)
-        for key in ("clock_hz", "flash_bytes", "ram_bytes", "double_bits"):
-            value = self.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise NNBuildError(f"'{key}' must be a positive integer or null, not {value!r}", path=where)
-        for key in ("cflags", "ldflags", "libs"):
-            if not isinstance(self.get(key, []), list) or not all(isinstance(v, str) for v in self.get(key, [])):
-                raise NNBuildError(f"'{key}' must be a list of strings", path=where)
+        validate(dict(self), where)
         try:
             self.compiler
             runner, analyzer, stack = self.runner, self.analyzer, self.stack_analyzer
@@ -133,16 +190,16 @@ class Board(dict):
 
 
 def load_board(name) -> Board:
-    """The board by name (toolchains/NAME.json) or by the path of its file, checked; an unknown
-    name lists the known ones."""
+    """The board by name (NAME.json in a board directory) or by the path of its file, validated
+    against the schema and checked; an unknown name lists the known ones."""
     if isinstance(name, Board):
         return name
     path = board_path(name)
-    if not path.is_file():
+    if path is None or not path.is_file():
         if str(name).endswith(".json"):
             raise NNBuildError("board file not found", path=path)
-        raise NNBuildError(f"unknown target '{name}' (boards: {', '.join(available_boards())})",
-                           path=toolchains_dir())
+        dirs = ", ".join(str(d) for d in board_dirs())
+        raise NNBuildError(f"unknown target '{name}' (boards: {', '.join(available_boards())}; looked in {dirs})")
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)

@@ -1,18 +1,23 @@
-"""Command line: `python -m nnbuild <step>`, one subcommand per pipeline step, plus `check`.
+"""Command line: `python -m nnbuild <step>`, one subcommand per pipeline step, plus `check` and
+`boards`.
 
-Users run generate and check; SCons actions run the other steps. The subcommands are made from the
-step table (nnbuild.steps.STEPS).
+Users run generate, check and boards; SCons actions run the other steps. The subcommands are made
+from the step table (nnbuild.steps.STEPS).
 
 Every failure the user can act on is one line `nnbuild: error: ...` on stderr and exit status 2.
 """
 
 import argparse
+import contextlib
+import io
+import json
 import sys
 
-from nnbuild import options, pipeline, steps
+from nnbuild import __version__, options, pipeline, steps
 from nnbuild.errors import NNBuildError
 
-DEFAULT_TOLERANCE = 1e-4
+#: the float default; every precision's is options.default_tolerance
+DEFAULT_TOLERANCE = options.DEFAULT_TOLERANCES["float32"][0]
 
 
 def join_dash_values(argv):
@@ -44,6 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser():
     top = _Parser(prog="nnbuild", description=__doc__.splitlines()[0])
+    top.add_argument("--version", action="version", version=f"nnbuild {__version__}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for step in steps.STEPS.values():
         p = sub.add_parser(step.name, help=step.help)
@@ -54,22 +60,24 @@ def parser():
     p = sub.add_parser("check", help="build the C, run it on FILE.npz inputs x, compare with outputs y")
     p.add_argument("model")
     p.add_argument("--data", required=True, help=".npz with inputs x and expected outputs y")
-    p.add_argument("--target", default="host", help=f"board ({', '.join(_boards())}) or a board file")
+    p.add_argument("--target", default="host", help="board name (see `nnbuild boards`) or a board file")
     p.add_argument("--tolerance", type=steps._parsed(options.tolerance), default=None,
-                   help=f"max error allowed (default {DEFAULT_TOLERANCE:g}; fixed point: its proven bound)")
+                   help=f"max error allowed (default: {DEFAULT_TOLERANCE:g} for float32/float64; fixed point: "
+                        "the precision's documented default, see nnbuild.options.DEFAULT_TOLERANCES)")
     p.add_argument("--opt", type=steps._parsed(options.opt), default=None,
                    help=f"optimisation flag, one of {', '.join(options.OPT_LEVELS)} (board default otherwise)")
     p.add_argument("--build-dir", default=None, help="keep the build here (default: a temp dir, removed)")
+    p.add_argument("--json", action="store_true",
+                   help="print the semantic record, the summary and the tolerance as JSON on stdout")
     for arg in steps.STEPS["generate"].args:
         if arg.dest in ("name", "environment", "shape", "precision", "input_range"):
             p.add_argument(*arg.flags, dest=arg.dest, **arg.kwargs)
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("boards", help="list the boards: MCU, clock, memories, runner, WCET analyzer")
+    p.add_argument("--json", action="store_true", help="one JSON object per board, as a list")
+    p.set_defaults(func=cmd_boards)
     return top
-
-
-def _boards():
-    from nnbuild import boards
-    return boards.available_boards()
 
 
 def _runner(step):
@@ -81,7 +89,86 @@ def _runner(step):
 
 def cmd_check(args):
     """Semantic preservation against the training framework's own outputs (y of the .npz)."""
-    tolerance = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
+    if args.tolerance is not None:
+        tolerance, why = args.tolerance, "--tolerance"
+    else:
+        tolerance, why = options.default_tolerance(args.precision)
+    line = f"tolerance {tolerance:g} ({why})"
+    if not args.json:
+        print(line)
+        _check(args, tolerance, args.build_dir)
+        return 0
+    import tempfile
+    from pathlib import Path
+    captured = io.StringIO()
+    record = {"passed": True, "tolerance": tolerance, "tolerance_why": why, "error": None}
+    with tempfile.TemporaryDirectory(prefix="nnbuild-check-") as tmp:
+        build_dir = Path(args.build_dir or tmp)
+        try:
+            with contextlib.redirect_stdout(captured):
+                _check(args, tolerance, build_dir)
+        except NNBuildError as error:
+            record.update(passed=False, error=str(error))
+        semantic = build_dir / "semantic.json"
+        record["semantic"] = steps.read_json(semantic) if semantic.is_file() else None
+    record["summary"] = [line] + captured.getvalue().splitlines()
+    if record["semantic"] is None:  # failed before any comparison: nothing to print but the error
+        raise NNBuildError(record["error"])
+    print(json.dumps(record, indent=1, sort_keys=True))
+    if not record["passed"]:
+        print(f"nnbuild: error: {record['error']}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _check(args, tolerance, build_dir):
     pipeline.check(args.model, args.data, target=args.target, name=args.name, shape=args.shape,
                    precision=args.precision, opt=args.opt, input_range=args.input_range,
-                   tolerance=tolerance, environment=args.environment, build_dir=args.build_dir)
+                   tolerance=tolerance, environment=args.environment, build_dir=build_dir)
+
+
+def cmd_boards(args):
+    """Every board nnbuild knows (shipped and $NNBUILD_BOARDS), as a table or as JSON. A board file
+    that does not validate is one error line each (after the table) and exit status 2."""
+    from nnbuild import boards
+    rows, errors = [], []
+    for name in boards.available_boards():
+        try:
+            rows.append(board_row(boards.load_board(name)))
+        except NNBuildError as error:
+            errors.append(str(error))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(boards_table(rows))
+        print(f"board directories: {', '.join(str(d) for d in boards.board_dirs())}")
+    for error in errors:
+        print(f"nnbuild: error: {error}", file=sys.stderr)
+    return 2 if errors else 0
+
+
+def board_row(board):
+    """One board's facts for `nnbuild boards`."""
+    from nnbuild import wcet
+    return {"name": board.name, "description": board.get("description"), "mcu": board.get("mcu"),
+            "clock_hz": board.get("clock_hz"), "flash_bytes": board.get("flash_bytes"),
+            "ram_bytes": board.get("ram_bytes"), "runner": board.get("simulator"),
+            "wcet_analyzer": board.get("wcet_tool"), "wcet_unavailable": wcet.unavailable_reason(board),
+            "deadline_ms": board.get("deadline_ms"), "file": str(board.path) if board.path else None}
+
+
+def boards_table(rows):
+    def size(n):
+        return "-" if n is None else f"{n // 1024:,} KB" if n % 1024 == 0 else f"{n:,} B"
+
+    def analyzer(r):
+        if not r["wcet_analyzer"]:
+            return "-"
+        return r["wcet_analyzer"] + ("" if not r["wcet_unavailable"] else " (not available here)")
+
+    header = ("board", "MCU", "clock", "flash", "RAM", "runner", "WCET analyzer")
+    lines = [header] + [(r["name"], r["mcu"] or "-", f"{r['clock_hz'] / 1e6:g} MHz" if r["clock_hz"] else "-",
+                         size(r["flash_bytes"]), size(r["ram_bytes"]), r["runner"] or "-", analyzer(r))
+                        for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)

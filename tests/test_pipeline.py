@@ -3,6 +3,7 @@ tasks of a build, kinds and boards are plug-ins, one capability check answers fo
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, copy_project, scons
-from nnbuild import boards, cli, codegen, kinds, pipeline, steps
+from nnbuild import __version__, boards, cli, codegen, kinds, pipeline, steps
 from nnbuild.checks import select
 from nnbuild.errors import NNBuildError
 
@@ -75,15 +76,80 @@ def test_boards_are_checked_and_own_their_tools(tmp_path):
     assert avr.runner.MEASURES_CYCLES and avr.analyzer.__name__.endswith("avr_ipet")
     assert avr.program_suffix == ".elf" and boards.load_board("host").program_suffix == ""
     data = json.loads(boards.board_path("avr").read_text())
-    for change, words in (({"mcuu": "x"}, "unknown key(s) mcuu"), ({"simulator": "gem5"}, "unknown simulator 'gem5'"),
-                          ({"clock_hz": "20MHz"}, "'clock_hz' must be a positive integer")):
+    for change, words in (({"mcuu": "x"}, "myboard.json: unknown key 'mcuu' (did you mean 'mcu'?)"),
+                          ({"simulator": "gem5"}, "unknown simulator 'gem5'"),
+                          ({"clock_hz": "20MHz"}, "myboard.json: key 'clock_hz': '20MHz' is not of type 'integer'"),
+                          ({"clock_hz": 0}, "key 'clock_hz': 0 is less than the minimum of 1"),
+                          ({"cflags": ["-O2", 3]}, "key 'cflags[1]': 3 is not of type 'string'"),
+                          ({"weights_storage": "flash"}, "key 'weights_storage': 'flash' is not one of"),
+                          ({"name": "../x"}, "key 'name': '../x' does not match")):
         path = tmp_path / "myboard.json"
         path.write_text(json.dumps({**data, **change}))
-        with pytest.raises(NNBuildError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(NNBuildError, match=re.escape(words)):
             boards.load_board(path)
+    path.write_text(json.dumps({k: v for k, v in data.items() if k != "cc"}))
+    with pytest.raises(NNBuildError, match=r"myboard.json: missing key\(s\) cc$"):
+        boards.load_board(path)
     path.write_text(json.dumps({k: v for k, v in data.items() if k != "mcu"}))
     with pytest.raises(NNBuildError, match=r"myboard.json: simulator 'simavr' needs key\(s\) mcu"):
         boards.load_board(path)
+
+
+def test_board_schema_is_valid_and_agrees_with_the_registries_and_every_shipped_board():
+    import jsonschema
+    from nnbuild import options
+    schema = boards.schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    props = schema["properties"]
+    assert [v for v in props["opt"]["enum"] if v] == list(options.OPT_LEVELS)
+    assert props["weights_storage"]["enum"] == list(codegen.STORAGES)
+    assert set(boards.KEYS) == set(props) and boards.REQUIRED == ("cc", "cflags")
+    for name in ("arm", "avr", "cortex-m4", "host", "patmos"):
+        jsonschema.validate(json.loads(boards.board_path(name).read_text()), schema)
+
+
+def test_board_directories_add_and_override_boards(tmp_path, monkeypatch):
+    """NNBUILD_BOARDS=DIR adds boards and overrides shipped ones; NNBUILD_TOOLCHAINS is its old name."""
+    data = json.loads(boards.board_path("avr").read_text())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "avr.json").write_text(json.dumps({**data, "clock_hz": 16000000}))
+    (mine / "m328.json").write_text(json.dumps({**data, "name": "m328", "mcu": "atmega328p"}))
+    for var in boards.ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    assert boards.load_board("avr")["clock_hz"] == 20000000 and "m328" not in boards.available_boards()
+    for var in boards.ENV_VARS:
+        monkeypatch.setenv(var, str(mine))
+        assert boards.load_board("avr")["clock_hz"] == 16000000 and boards.load_board("m328")["mcu"] == "atmega328p"
+        assert {"avr", "host", "m328"} <= set(boards.available_boards())
+        assert boards.environment() == {var: str(mine)}
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("NNBUILD_BOARDS", str(tmp_path / "nowhere"))
+    with pytest.raises(NNBuildError, match="NNBUILD_BOARDS: board directory '.*nowhere' not found"):
+        boards.load_board("avr")
+    monkeypatch.setenv("NNBUILD_BOARDS", str(mine))
+    with pytest.raises(NNBuildError, match="unknown target 'm329' .*m328"):
+        boards.load_board("m329")
+
+
+def test_boards_subcommand_lists_each_board(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("NNBUILD_TOOLCHAINS", raising=False)
+    monkeypatch.setenv("NNBUILD_BOARDS", str(tmp_path))
+    (tmp_path / "bad.json").write_text(json.dumps({"cc": "gcc", "cflags": [], "mcuu": "x"}))
+    assert cli.main(["boards"]) == 2
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].split() == ["board", "MCU", "clock", "flash", "RAM", "runner", "WCET", "analyzer"]
+    assert lines[2].split() == ["avr", "atmega1284", "20", "MHz", "128", "KB", "16", "KB", "simavr", "builtin-avr"]
+    assert err.strip() == f"nnbuild: error: {tmp_path / 'bad.json'}: unknown key 'mcuu' (did you mean 'mcu'?)"
+    (tmp_path / "bad.json").unlink()
+    assert cli.main(["boards", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["avr"]["runner"] == "simavr" and rows["avr"]["wcet_analyzer"] == "builtin-avr"
+    assert rows["cortex-m4"]["wcet_analyzer"] is None and rows["cortex-m4"]["clock_hz"] == 168000000
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out.strip() == f"nnbuild {__version__}"
 
 
 def test_select_without_an_analyzer_ranks_by_cycles_then_size():
