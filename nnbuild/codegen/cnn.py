@@ -4,8 +4,8 @@ weight arrays, and the activation memory plan.
 A model (chain or DAG) becomes a list of operations in execution order. Flatten and Reshape make no
 operation: their tensor is their input's memory seen with another shape. Every other tensor lives
 in `in` (the model input), `out` (the tensor the output is a view of) or the static arena
-`<name>_arena`, at an offset chosen by `plan_memory`. Weights reuse the MLP shape's helpers (exact
-%.9g literals, arrays split below avr-gcc's 32 KB object limit for AVR far flash).
+`<name>_arena`, at an offset chosen by `plan_memory`. Weights use nnbuild.codegen.common's helpers
+(exact %.9g literals, arrays split below avr-gcc's 32 KB object limit for AVR far flash).
 """
 
 import types
@@ -15,19 +15,19 @@ from typing import List, Optional
 import numpy as np
 
 from nnbuild import __version__
-from nnbuild.codegen import mlp
+from nnbuild.codegen import common
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
 
-FLOAT_BYTES = 4
+FLOAT_BYTES = common.FLOAT_BYTES
 #: element-wise kinds that may write over a dying input of the same size
 IN_PLACE = ("activation", "batchnorm", "add")
 
 
 def index_type(bound):
     """Narrowest fast unsigned type for an index below `bound` (MLP rule, plus 32 bits past 65535)."""
-    return "uint_fast32_t" if bound > 65535 else mlp.index_type(bound)
+    return "uint_fast32_t" if bound > 65535 else common.index_type(bound)
 
 
 def check_precision(precision, shape):
@@ -131,14 +131,14 @@ def plan_memory(model, liveness=True):
 
 def _array(symbol, values, layer, comment):
     values = np.asarray(values, dtype=np.float32).ravel()
-    return {"symbol": symbol, "size": int(values.size), "values": mlp.format_values(values, layer),
+    return {"symbol": symbol, "size": int(values.size), "values": common.format_values(values, layer),
             "comment": comment}
 
 
 def kernel_chunks(prefix, layer, rows, storage):
     """Weight rows [out][k] split like the MLP shape's (below 32 KB per array on AVR far flash)."""
     proxy = types.SimpleNamespace(name=layer.name, kernel=np.asarray(rows, np.float32).T)
-    return mlp.weight_chunks(prefix, proxy, storage)
+    return common.weight_chunks(prefix, proxy, storage)
 
 
 # --------------------------------------------------------------------------- operations
@@ -216,11 +216,11 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
                   k=kh * kw * c, run=kw * c if layer.dilation[1] == 1 else c,
                   contiguous=layer.dilation[1] == 1, weights=rows,
                   chunks=kernel_chunks(prefix, layer, rows, storage),
-                  bias=mlp.bias_array(prefix, layer))
+                  bias=common.bias_array(prefix, layer))
     elif kind == "dense":
         op.update(k=int(layer.kernel.shape[0]), OC=int(layer.kernel.shape[1]),
                   outer=int(np.prod(in_shapes[0][:-1])), weights=np.asarray(layer.kernel, np.float32).T,
-                  chunks=mlp.weight_chunks(prefix, layer, storage), bias=mlp.bias_array(prefix, layer))
+                  chunks=common.weight_chunks(prefix, layer, storage), bias=common.bias_array(prefix, layer))
     elif kind == "pool2d":
         (h, w, c), (oh, ow, _) = in_shapes[0], out_shape
         t, b, l, r = layer.padding
@@ -264,28 +264,20 @@ def context(model, lowered, shape, precision, storage):
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
         "far": storage == "avr-progmem-far", "n_in": model.input_size, "n_out": model.output_size,
-        "index_type": index_type, "weights_sha256": mlp.weights_digest(model), **lowered,
+        "index_type": index_type, "weights_sha256": common.weights_digest(model), **lowered,
+        **common.reals(precision),
     }
 
 
-def flow_facts(name, code):
-    """The MLP shape's flow facts (loops after NN_LOOPBOUND, layer marks), each loop's `function`
-    set to the C function whose body holds it."""
-    facts = mlp.flow_facts(name, code)
-    import re
-    starts = [(n, m.group(1)) for n, text in enumerate(code.splitlines(), start=1)
-              for m in [re.match(r"^(?:static\s+)?(?:NN_NOINLINE\s+)?(?:void|float)\s+(\w+)\(", text)] if m]
-    for item in facts["loops"] + facts["layers"]:
-        line = item.get("line", item.get("first_line"))
-        owner = [fn for n, fn in starts if n <= line]
-        if owner:
-            item["function"] = owner[-1]
-    return facts
+def render_code(template, ctx, post=None):
+    """(code, flow facts, marks) of a CNN template: each loop and layer belongs to the C function
+    whose name the template wrote last before it."""
+    return common.render(template, ctx, common.FlowFacts(ctx["name"], functions=True), post)
 
 
-def trace(model, lowered, code, passes_log, shape, extra_log=()):
+def trace(model, lowered, facts, passes_log, shape, extra_log=()):
     """The MLP trace (layer -> lines and weight arrays, passes) plus shapes and the memory plan."""
-    record = mlp.trace(model, lowered["ops"], code, list(passes_log) + list(extra_log))
+    record = common.trace(model, lowered["ops"], facts, list(passes_log) + list(extra_log))
     by_name = {o["name"]: o for o in lowered["ops"]}
     for entry in record["layers"]:
         op = by_name[entry["name"]]

@@ -8,8 +8,8 @@ table activations free of data-dependent loops. nnbuild.numerics.bitexact is its
 import numpy as np
 
 from nnbuild import __version__
-from nnbuild.codegen import templating
-from nnbuild.codegen.mlp import MAX_ARRAY_BYTES, flow_facts, index_type, trace, weights_digest
+from nnbuild.codegen import common, templating
+from nnbuild.codegen.common import MAX_ARRAY_BYTES, float_literal, index_type, weights_digest
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild import numerics as q
@@ -47,16 +47,16 @@ def render(model, *, precision, storage, passes_log, input_range):
         "output_scale": float_literal(2.0 ** -plan.output.frac),
         "input_lo": float_literal(plan.input_range[0]), "input_hi": float_literal(plan.input_range[1]),
     }
-    code = templating.render("mlp_fixed.c.j2", context)
+    code, facts, _ = common.render("mlp_fixed.c.j2", context, common.FlowFacts(name))
     trace_layers = [dict(l, source_type="Dense") for l in layers]
     files = {
         f"{name}.h": templating.render("mlp.h.j2", context),
         f"{name}.c": code,
         f"{name}_weights.h": templating.render("mlp_weights.h.j2", context),
         f"{name}_weights.c": templating.render("mlp_weights.c.j2", context),
-        f"{name}.flowfacts.json": flow_facts(name, code),
+        f"{name}.flowfacts.json": facts,
     }
-    record = trace(model, trace_layers, code, passes_log)
+    record = common.trace(model, trace_layers, facts, passes_log)
     record["fixed_point"] = plan.summary()
     if near:
         record["near_flash_symbols"] = sorted(near_symbols(layers, context))
@@ -78,11 +78,6 @@ def tables_for(plan):
 def literal_rows(values, per_line=12):
     text = [str(int(v)) for v in values]
     return [", ".join(text[i:i + per_line]) for i in range(0, len(text), per_line)]
-
-
-def float_literal(value):
-    text = "%.9g" % value
-    return (text if any(c in text for c in ".e") else text + ".0") + "f"
 
 
 def plan_layers(prefix, plan, storage):

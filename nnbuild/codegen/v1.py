@@ -69,6 +69,7 @@ def entries_of(op, index_of):
     for e in out:
         e["n1"] = max(e.get("n", 1) - 1, 0) if e["kernel"] == "softmax" else 0
         e["comment"] = f"layer {op['c_name']}: {op['source_type']} '{op['name']}' ({e['kernel']})"
+        e["mark"] = ("layer", op["c_name"])  # the trace's line range of the layer's table entries
     return out
 
 
@@ -111,21 +112,16 @@ def render(model, *, precision, storage, passes_log, **_options):
     ctx = cnn.context(model, lowered, "v1", precision, storage)
     ctx.update(entries=entries, max_src=max_src, bounds=bounds, activations=used)
     name = model.name
-    code = templating.render("v1.c.j2", ctx)
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
     kinds = {e["kernel"] for e in entries}
-    code = strip_unused(code, kinds)
-    facts = cnn.flow_facts(name, code)
-    lines = code.splitlines()
-    call = next(n for n, t in enumerate(lines, start=1) if f"{name}_net[i].kernel(" in t)
-    facts["indirect"] = [{"file": f"{name}.c", "line": call, "targets": [f"nn_{k}" for k in sorted(kinds)]}]
+    code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
+    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)]}]
     acts = [f"nn_{a}" for a in used]
     if acts:
-        apply_line = next(n for n, t in enumerate(lines, start=1) if "return L->act ? L->act(v) : v;" in t)
-        facts["indirect"].append({"file": f"{name}.c", "line": apply_line, "targets": acts})
-    trace = cnn.trace(model, lowered, code, passes_log, "v1", [cnn.memory_log(lowered["memory"])])
+        facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
+    trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])])
     for layer in trace["layers"]:
-        rows = [n for n, t in enumerate(lines, start=1) if f"/* layer {cnn.c_identifier(layer['name'])}:" in t]
+        rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]
     return {
         f"{name}.h": templating.render("cnn.h.j2", ctx),

@@ -15,12 +15,12 @@ def render(model, *, precision, storage, passes_log, **_options):
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
     name = model.name
-    code = templating.render("v2.c.j2", ctx)
+    code, facts, _ = cnn.render_code("v2.c.j2", ctx)
     return {
         f"{name}.h": templating.render("cnn.h.j2", ctx),
         f"{name}.c": code,
         f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
         f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
-        f"{name}.flowfacts.json": cnn.flow_facts(name, code),
-        f"{name}.trace.json": cnn.trace(model, lowered, code, passes_log, "v2", [cnn.memory_log(lowered["memory"])]),
+        f"{name}.flowfacts.json": facts,
+        f"{name}.trace.json": cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])]),
     }

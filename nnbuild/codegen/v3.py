@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from nnbuild.codegen import cnn, mlp, templating
+from nnbuild.codegen import cnn, common, templating
 from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal)
@@ -28,7 +28,7 @@ def max_terms():
 
 
 def lit(value):
-    return mlp.float_literal(float(np.float32(value)))
+    return common.float_literal(float(np.float32(value)))
 
 
 class Writer:
@@ -185,7 +185,7 @@ def render(model, *, precision, storage, passes_log, **_options):
                     uses_max=any(o["kind"] == "pool2d" and o["mode"] == "max" for o in layers))
     files_ctx = dict(code_ctx, arrays=[])
     name = model.name
-    code = templating.render("v3.c.j2", code_ctx)
+    code, facts, _ = cnn.render_code("v3.c.j2", code_ctx)
     for op in lowered["ops"]:  # the weights are literals: no arrays to trace
         op["chunks"], op["bias"], op["arrays"] = [], None, []
     return {
@@ -193,6 +193,6 @@ def render(model, *, precision, storage, passes_log, **_options):
         f"{name}.c": code,
         f"{name}_weights.h": templating.render("cnn_weights.h.j2", files_ctx),
         f"{name}_weights.c": templating.render("cnn_weights.c.j2", files_ctx),
-        f"{name}.flowfacts.json": cnn.flow_facts(name, code),
-        f"{name}.trace.json": cnn.trace(model, lowered, code, passes_log, "v3", [cnn.memory_log(lowered["memory"])]),
+        f"{name}.flowfacts.json": facts,
+        f"{name}.trace.json": cnn.trace(model, lowered, facts, passes_log, "v3", [cnn.memory_log(lowered["memory"])]),
     }

@@ -1,0 +1,232 @@
+"""What every code shape shares: weight literals and arrays, index types, the weights digest, the
+flow-fact recorder the templates emit through, and the layer -> code trace.
+
+The recorder (`FlowFacts`) is why the flow facts need no parsing of the generated C: a template
+writes a loop's NN_LOOPBOUND, a layer mark or a function name through it, the recorder keeps the
+bound/name with an invisible sentinel in the text, and `FlowFacts.resolve` turns the sentinels into
+line numbers once the text is final (after any post-processing that drops or merges lines).
+"""
+
+import hashlib
+import re
+
+import numpy as np
+
+from nnbuild.errors import NNBuildError
+from nnbuild.names import c_identifier, c_text
+
+#: avr-gcc rejects any object over PTRDIFF_MAX (32,767 bytes): weight arrays are split below it.
+MAX_ARRAY_BYTES = 32767
+FLOAT_BYTES = 4
+
+#: C spelling of each float precision: type, literal suffix, exp, tanh saturation point (where
+#: tanh is within half an ulp of 1) and that gap (the prelude's activation helpers use them)
+REALS = {"float32": ("float", "f", "expf", 9, "3e-8"), "float64": ("double", "", "exp", 19, "6e-17")}
+
+
+def reals(precision):
+    """Template context of the prelude's float activation helpers for `precision`."""
+    real, sfx, exp, tanh_limit, tanh_gap = REALS[precision]
+    return {"real": real, "sfx": sfx, "exp": exp, "tanh_limit": tanh_limit, "tanh_gap": tanh_gap}
+
+
+def weight_chunks(prefix, layer, storage, real="float"):
+    """The kernel as [out][in] rows, split into balanced chunks each under MAX_ARRAY_BYTES on AVR."""
+    rows = np.asarray(layer.kernel, dtype=np.float32).T
+    row_bytes = rows.shape[1] * FLOAT_BYTES
+    if storage == "avr-progmem-far":
+        if row_bytes > MAX_ARRAY_BYTES:
+            raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
+                               item=f"Dense '{layer.name}'")
+        per_chunk = MAX_ARRAY_BYTES // row_bytes
+        count = -(-rows.shape[0] // per_chunk)
+    else:
+        count = 1
+    bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
+    chunks = []
+    for c, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+        chunks.append({"symbol": f"{prefix}_{c_identifier(layer.name)}_w{c}", "start": int(start), "ctype": real,
+                       "rows": int(stop - start), "size": int((stop - start) * rows.shape[1]),
+                       "values": format_values(rows[start:stop].ravel(), layer)})
+    return chunks
+
+
+def bias_array(prefix, layer, real="float"):
+    if layer.bias is None:
+        return None
+    return {"symbol": f"{prefix}_{c_identifier(layer.name)}_b", "size": int(layer.bias.size), "ctype": real,
+            "values": format_values(np.asarray(layer.bias, dtype=np.float32), layer)}
+
+
+def format_values(values, layer):
+    """Float32 literals that round-trip exactly (%.9g), 8 per line."""
+    if not np.all(np.isfinite(values)):
+        raise NNBuildError("weights contain NaN or infinity", item=f"Dense '{layer.name}'")
+    literals = [float_literal(v) for v in values.tolist()]
+    return [", ".join(literals[i:i + 8]) for i in range(0, len(literals), 8)]
+
+
+def float_literal(value):
+    """%.9g round-trips float32 (the weights are float32 whatever precision computes with them)."""
+    text = "%.9g" % value
+    if not re.search(r"[.eE]", text):
+        text += ".0"
+    return text + "f"
+
+
+def index_type(bound):
+    """The narrowest fast unsigned type for a loop index below `bound` (8-bit on AVR when it fits)."""
+    return "uint_fast8_t" if bound <= 255 else "uint_fast16_t"
+
+
+def weights_digest(model):
+    """sha256 over every weight array, named in the weights file for traceability."""
+    digest = hashlib.sha256()
+    for layer in model.layers:
+        for array in (getattr(layer, "kernel", None), getattr(layer, "bias", None)):
+            if array is not None:
+                digest.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- flow facts
+
+#: STX <kind><number> ETX: control characters no template writes and c_text never lets through
+_SENTINEL = re.compile("\x02([A-Za-z])(\\d+)\x03")
+
+
+class FlowFacts:
+    """Loop bounds, layer marks and function names, recorded as a template emits them.
+
+    Templates call it as `ff`: `{{ ff.loop(n) }}` writes `NN_LOOPBOUND(n)` (the loop statement
+    follows on the next line) and `}{{ ff.end() }}` closes the innermost open loop;
+    `{{ ff.layer(c_name) }}` / `{{ ff.layers_end() }}` write the layer marks (a layer runs to the
+    next mark); `{{ ff.team(label) }}` / `{{ ff.team_end(label) }}` the TPG's self-closing ones;
+    `{{ ff.function(name) }}` writes a function's name where it is declared or defined, and
+    `{{ ff.mark(key) }}` records a line under `key`. With `functions`, a loop or layer belongs to
+    the last function named before it (else to the entry point).
+    """
+
+    def __init__(self, name, *, functions=False, loop_extra=None):
+        self.name, self.entry, self.file = name, f"{name}_infer", f"{name}.c"
+        self.functions = functions
+        self.loop_extra = dict(loop_extra or {})
+        self._items = []        # (kind, payload) in emission order; the sentinel number is the index
+        self._open = []         # indices of the loops emitted but not closed yet
+        self._layer = None      # the layer whose code is being emitted
+
+    def _put(self, kind, payload=None):
+        self._items.append((kind, payload))
+        return f"\x02{kind}{len(self._items) - 1}\x03"
+
+    def loop(self, bound, why=None):
+        bound = int(bound)
+        if bound < 0:
+            raise NNBuildError(f"internal error: negative loop bound {bound} in {self.file}")
+        self._open.append(len(self._items))
+        return f"NN_LOOPBOUND({bound})" + self._put("L", {"bound": bound, "layer": self._layer, "why": why})
+
+    def end(self):
+        if not self._open:
+            raise NNBuildError(f"internal error: a loop end without a loop in {self.file}")
+        return self._put("E", self._open.pop())
+
+    def layer(self, name):
+        self._layer = name
+        return f"/* nnbuild-layer {name} */" + self._put("Y", name)
+
+    def layers_end(self):
+        return "/* nnbuild-end */" + self._put("Z")
+
+    def team(self, label):
+        return f"/* nnbuild-team {c_text(label)} */" + self._put("T", label)
+
+    def team_end(self, label):
+        return f"/* nnbuild-team-end {c_text(label)} */" + self._put("U", label)
+
+    def function(self, name):
+        return name + self._put("F", name)
+
+    def mark(self, key):
+        return self._put("M", key)
+
+    def resolve(self, text):
+        """(text without sentinels, flow facts, {mark key: [lines]}); facts of dropped text vanish."""
+        if self._open:
+            raise NNBuildError(f"internal error: {len(self._open)} loop(s) left open in {self.file}")
+        lines = text.split("\n")
+        where = {}
+        for number, line in enumerate(lines, start=1):
+            if "\x02" in line:
+                for m in _SENTINEL.finditer(line):
+                    where[int(m.group(2))] = number
+                lines[number - 1] = _SENTINEL.sub("", line)
+        starts = []             # (line, function) in order
+        loops, layers, marks, by_index = [], [], {}, {}
+        for index in sorted(where):
+            kind, payload = self._items[index]
+            number = where[index]
+            if kind == "F":
+                starts.append((number, payload))
+            elif kind == "L":
+                if not lines[number].lstrip().startswith("for ("):
+                    raise NNBuildError(f"internal error: NN_LOOPBOUND not followed by a for loop at "
+                                       f"{self.file}:{number}")
+                fact = {"function": self._owner(starts, number + 1), "file": self.file, "line": number + 1,
+                        "last_line": None, "max_iterations": payload["bound"], "layer": payload["layer"]}
+                fact.update(self.loop_extra if payload["why"] is None else {"why": payload["why"]})
+                loops.append(fact)
+                by_index[index] = fact
+            elif kind == "E":
+                by_index[payload]["last_line"] = number
+            elif kind == "Y":
+                if layers and layers[-1].get("open"):
+                    layers[-1]["last_line"] = number - 1
+                layers.append({"name": payload, "function": self._owner(starts, number), "file": self.file,
+                               "first_line": number, "last_line": None, "open": True})
+            elif kind == "Z":
+                if layers:
+                    layers[-1]["last_line"] = number
+            elif kind == "T":
+                layers.append({"name": payload, "type": "Team", "function": self._owner(starts, number),
+                               "file": self.file, "first_line": number, "last_line": None})
+            elif kind == "U":
+                match = [l for l in layers if l["name"] == payload and l["last_line"] is None]
+                match[-1]["last_line"] = number
+            elif kind == "M":
+                marks.setdefault(payload, []).append(number)
+        for l in layers:
+            l.pop("open", None)
+        if any(l["last_line"] is None for l in loops):
+            raise NNBuildError(f"internal error: a loop of {self.file} has no end mark")
+        return "\n".join(lines), {"entry": self.entry, "loops": loops, "layers": layers}, marks
+
+    def _owner(self, starts, line):
+        if self.functions and starts and starts[-1][0] <= line:
+            return starts[-1][1]
+        return self.entry
+
+
+def render(template, context, recorder, post=None):
+    """Render `template` with the recorder as `ff`, apply `post` to the text, resolve the facts:
+    (code, flow facts, marks)."""
+    from nnbuild.codegen import templating
+    text = templating.render(template, dict(context, ff=recorder))
+    return recorder.resolve(post(text) if post else text)
+
+
+def trace(model, layers, facts, passes_log):
+    """Model layer -> generated code and weight arrays, for the traceability report."""
+    ranges = {l["name"]: (l["first_line"], l["last_line"]) for l in facts["layers"]}
+    return {
+        "model": model.name,
+        "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
+        "meta": {k: v for k, v in sorted(model.meta.items()) if isinstance(v, (str, int, float, list))},
+        "passes": passes_log,
+        "layers": [{
+            "index": l["index"], "name": l["name"], "type": l["source_type"], "activation": l["activation"],
+            "inputs": l["inputs"], "units": l["units"], "code": f"{model.name}.c",
+            "lines": list(ranges.get(l["c_name"], (None, None))),
+            "weights": [c["symbol"] for c in l.get("chunks", [])] + ([l["bias"]["symbol"]] if l.get("bias") else []),
+        } for l in layers],
+    }
