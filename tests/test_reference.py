@@ -148,3 +148,20 @@ def test_float32_vs_float64_on_f1tenth():
         assert np.abs(y64 - y32).max() < 1e-5, model.name
     if len(models) == 1:
         pytest.skip("only the example model checked: ../shared/data/f1tenth not present")
+
+
+def test_batchnorm_that_would_overflow_float32_when_folded_stays_unfolded():
+    """Folding multiplies the kernel by gamma/sqrt(var+eps): 3e38 * 10 is not a float32. The pass
+    keeps the BatchNorm (same semantics), says why, and prints no warning."""
+    import warnings
+
+    from nnbuild import passes
+    from nnbuild.ir.graph import BatchNorm, Dense, Model
+    kernel = np.array([[3e38, 1.0]], dtype=np.float32)
+    model = Model("big", (1,), [Dense("d", kernel, None), BatchNorm("bn", np.full(2, 10.0, np.float32),
+                  np.zeros(2, np.float32), np.zeros(2, np.float32), np.ones(2, np.float32), 0.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        folded, log = passes.run(model)
+    assert [l.kind for l in folded.layers] == ["dense", "batchnorm"]
+    assert any("not folded" in line and "exceed float32" in line for line in log)

@@ -10,6 +10,8 @@ import numpy as np
 from nnbuild.ir.graph import BatchNorm
 from nnbuild.passes import rewrite
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def fold_batchnorm(model):
     layers, log, renamed, removed = list(model.layers), [], {}, set()
@@ -24,9 +26,14 @@ def fold_batchnorm(model):
                 or not rewrite.only_reader(model, src, index)):
             continue
         alpha, offset = layer.scale_offset(np.float64)
-        kernel = (np.asarray(conv.kernel, np.float64) * alpha).astype(np.float32)
-        bias = np.zeros(alpha.shape) if conv.bias is None else np.asarray(conv.bias, np.float64)
-        bias = (bias * alpha + offset).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            kernel64 = np.asarray(conv.kernel, np.float64) * alpha
+            bias64 = (np.zeros(alpha.shape) if conv.bias is None else np.asarray(conv.bias, np.float64)) * alpha + offset
+        if not all(np.all(np.isfinite(a)) and np.all(np.abs(a) <= FLOAT32_MAX) for a in (kernel64, bias64)):
+            log.append(f"fold_batchnorm: BatchNormalization '{layer.name}' not folded into {conv.source_type} "
+                       f"'{conv.name}': the rescaled weights would exceed float32")
+            continue
+        kernel, bias = kernel64.astype(np.float32), bias64.astype(np.float32)
         kernel.flags.writeable = bias.flags.writeable = False
         layers[src] = dataclasses.replace(conv, kernel=kernel, bias=bias, activation=layer.activation)
         removed.add(index)
