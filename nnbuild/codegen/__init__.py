@@ -165,8 +165,11 @@ def portable_trace(trace):
 
 
 def write_all(outdir, files):
-    """Write every file to a temporary name first, then rename: no partial outputs on failure."""
+    """Write every file to a temporary name first, then rename: no partial outputs on failure. The
+    files get the mode open() would give them (0666 less the umask), not mkstemp's 0600."""
     outdir.mkdir(parents=True, exist_ok=True)
+    mask = os.umask(0)
+    os.umask(mask)
     temps = []
     try:
         for name, text in files.items():
@@ -177,6 +180,7 @@ def write_all(outdir, files):
                 f.write(text)
             temps.append((tmp, outdir / name))
         for tmp, final in temps:
+            os.chmod(tmp, 0o666 & ~mask)
             os.replace(tmp, final)
     finally:
         for tmp, _ in temps:
