@@ -329,50 +329,25 @@ def flat_call(name, inputs) -> str:
     return f"{name}_infer({', '.join(args)})"
 
 
-TEAM_MARK = re.compile(r"/\* nnbuild-team (\S+) \*/")
-LOOP_MARK = re.compile(r"NN_LOOPBOUND\((\d+)\)")
+#: why the team loop's bound is sound (in each loop's flow fact)
+LOOP_WHY = ("each team runs at most once per inference: the graph is acyclic "
+            "and this is its longest root-to-action path in teams")
 
 
-FUNCTION_DEF = re.compile(r"^[A-Za-z_][^;{}]*?\b([A-Za-z_]\w*)\([^;]*\)\s*$")
+def recorder(name):
+    """The flow-fact recorder of a TPG template: teams are its layers, each with the function its
+    mark follows; loops carry why their bound holds."""
+    from nnbuild.codegen import common
+    return common.FlowFacts(name, functions=True, loop_extra={"why": LOOP_WHY})
 
 
-def flow_facts(name, code):
-    """Loop bounds and per-team line ranges read back from the rendered C (so lines are exact),
-    each with the function it lies in."""
-    lines = code.splitlines()
-    entry = f"{name}_infer"
-    loops, layers, pending, open_loops = [], [], None, []
-    current, function = None, entry
-    for number, text in enumerate(lines, start=1):
-        definition = FUNCTION_DEF.match(text)
-        if definition:
-            function = definition.group(1)
-        mark = TEAM_MARK.search(text)
-        if mark:
-            current = {"name": mark.group(1), "type": "Team", "function": function,
-                       "file": f"{name}.c", "first_line": number, "last_line": None}
-            layers.append(current)
-        if "nnbuild-team-end" in text and current is not None:
-            current["last_line"] = number
-            current = None
-        bound = LOOP_MARK.search(text)
-        if bound and "#define" not in text:
-            pending = int(bound.group(1))
-        elif pending is not None and text.strip().startswith("for ("):
-            loops.append({"function": function, "file": f"{name}.c", "line": number, "last_line": None,
-                          "max_iterations": pending, "layer": None,
-                          "why": "each team runs at most once per inference: the graph is acyclic "
-                                 "and this is its longest root-to-action path in teams"})
-            open_loops.append((len(text) - len(text.lstrip()), loops[-1]))
-            pending = None
-        elif open_loops and text.strip() == "}" and len(text) - len(text.lstrip()) == open_loops[-1][0]:
-            open_loops.pop()[1]["last_line"] = number
-    missing = [l["name"] for l in layers if l["last_line"] is None]
-    if missing or any(l["last_line"] is None for l in loops):
-        raise NNBuildError(f"internal error: unterminated team or loop marks in {name}.c ({missing})")
-    return {"entry": entry, "loops": loops, "layers": layers,
-            "facts": ["programs are straight-line code (no loops, no calls but <math.h> functions)",
-                      "each team runs at most once per inference (acyclic graph)"]}
+def finish_facts(name, facts):
+    """The recorder's facts plus the TPG's standing facts; every team mark must be closed."""
+    missing = [l["name"] for l in facts["layers"] if l["last_line"] is None]
+    if missing:
+        raise NNBuildError(f"internal error: unterminated team marks in {name}.c ({missing})")
+    return dict(facts, facts=["programs are straight-line code (no loops, no calls but <math.h> functions)",
+                              "each team runs at most once per inference (acyclic graph)"])
 
 
 def trace(tpg, plan, code, facts, shape):
@@ -478,12 +453,13 @@ class Context:
 
 def render(tpg, *, shape, template, share, storage="const"):
     """All output files of a TPG for one code shape, as {file name: text or JSON-able object}."""
-    from nnbuild.codegen import templating
+    from nnbuild.codegen import common, templating
     name = tpg.name
     plan = lower(tpg, name, share=share)
     c = Context(tpg, plan, shape, storage)
-    code = re.sub(r"\n{3,}", "\n\n", templating.render(template, {"c": c}))  # one blank line at most
-    facts = flow_facts(name, code)
+    code, facts, _ = common.render(template, {"c": c}, recorder(name),
+                                   lambda text: re.sub(r"\n{3,}", "\n\n", text))  # one blank line at most
+    facts = finish_facts(name, facts)
     return {
         f"{name}.h": templating.render("tpg.h.j2", {"c": c}),
         f"{name}.c": code,
