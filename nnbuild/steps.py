@@ -26,6 +26,20 @@ from nnbuild.errors import NNBuildError
 # --------------------------------------------------------------------------- atomic outputs
 
 
+def output_mode():
+    """The mode of an output file: what open() would give it (0666 less the umask; mkstemp's temp
+    files are 0600, which would leave outputs unreadable to the group and others)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def publish(tmp, path):
+    """Give a finished temp file the output mode and rename it to its final path."""
+    os.chmod(tmp, output_mode())
+    os.replace(tmp, path)
+
+
 def save_npz(path, **arrays):
     """np.savez to a temp file then rename: a failed step leaves no output behind."""
     path = Path(path)
@@ -34,7 +48,7 @@ def save_npz(path, **arrays):
     os.close(fd)
     try:
         np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -48,7 +62,7 @@ def save_json(path, obj):
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=1, sort_keys=True)
             f.write("\n")
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

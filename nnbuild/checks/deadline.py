@@ -1,6 +1,11 @@
 """The deadline gate: a sound WCET bound against the deadline, in one verdict line.
 
 Deadline precedence (lowest to highest): the example's config, the board, the command line.
+
+A deadline that cannot be checked (the board has no WCET analyzer, or its tool is missing) fails
+the build unless the user waives it: `deadline=none` (no deadline at all) or `wcet=skip` (build and
+check without WCET; the deadline is not checked). The report step's --deadline carries the waiver
+(`deadline_spec` writes it, `read_spec` reads it) and report.json lists it under "waivers".
 """
 
 import math
@@ -26,13 +31,51 @@ def parse_deadline(value):
     return ms
 
 
+#: the deadline= value that waives every deadline (the board's and the example's too)
+NO_DEADLINE = "none"
+#: the wcet= values: run the board's analyzer (and check the deadline), or skip both
+WCET_MODES = ("auto", "skip")
+
+
 def resolve_deadline(command_line=None, board=None, example=None):
-    """The deadline in ms that applies, and where it came from (None when nobody set one)."""
+    """The deadline in ms that applies, and where it came from (None when nobody set one, or when
+    the command line says deadline=none)."""
+    if command_line == NO_DEADLINE:
+        return None, None
     for origin, value in (("command line", command_line), ("board", (board or {}).get("deadline_ms")),
                           ("example", (example or {}).get("deadline_ms"))):
         if value not in (None, ""):
             return parse_deadline(value), origin
     return None, None
+
+
+def deadline_spec(command_line=None, board=None, example=None, wcet="auto"):
+    """(report step --deadline value, origin): the deadline that applies as '<ms>ms', or a waived one
+    as 'none:<ms>ms' (deadline=none) or 'unchecked:<ms>ms' (wcet=skip); (None, None) when there is
+    no deadline to check or waive."""
+    if wcet not in WCET_MODES:
+        raise NNBuildError(f"wcet '{wcet}' is not one of {', '.join(WCET_MODES)}")
+    if command_line == NO_DEADLINE:
+        ms, origin = resolve_deadline(None, board, example)
+        return (f"none:{ms!r}ms", origin) if ms else (None, None)
+    ms, origin = resolve_deadline(command_line, board, example)
+    if ms is None:
+        return None, None
+    return (f"unchecked:{ms!r}ms" if wcet == "skip" else f"{ms!r}ms"), origin
+
+
+def read_spec(spec, origin=None):
+    """The report step's --deadline: (deadline in ms to check or None, waiver line or None)."""
+    if spec in (None, ""):
+        return None, None
+    waived, _, text = str(spec).rpartition(":")
+    if waived == "none":
+        return None, f"deadline=none: the {origin or 'given'} deadline {fmt_ms(parse_deadline(text))} is not checked"
+    if waived == "unchecked":
+        return None, f"wcet=skip: deadline {fmt_ms(parse_deadline(text))} ({origin or 'given'}) not checked"
+    if waived:
+        raise NNBuildError(f"deadline '{spec}' is not a duration, none:DURATION or unchecked:DURATION")
+    return parse_deadline(text), None
 
 
 def verdict(wcet, deadline_ms, clock_hz, measured_cycles, label):

@@ -59,8 +59,9 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
 def wcet_fields(model, board, measured, wcet, deadline_text, deadline_origin):
     """The bound, deadline, margin and tightness; or why there is no bound on this board."""
     from nnbuild.checks import deadline
-    deadline_ms = deadline.parse_deadline(deadline_text) if deadline_text else None
-    fields = {"deadline_ms": deadline_ms, "deadline_origin": deadline_origin if deadline_ms else None}
+    deadline_ms, waiver = deadline.read_spec(deadline_text, deadline_origin)
+    fields = {"deadline_ms": deadline_ms, "deadline_origin": deadline_origin if deadline_ms else None,
+              "waivers": [waiver] if waiver else []}
     if not wcet:
         from nnbuild import wcet as analyzers
         why = analyzers.unavailable_reason(board) or f"no WCET step was run for target {board['name']}"
@@ -125,7 +126,10 @@ def summary_text(r):
     elif r.get("wcet_error"):
         lines.append(f"  WCET     : no bound ({r['wcet_error']})")
     elif r.get("deadline_ms") is not None:
-        lines.append(f"  WCET     : not computed ({r['wcet_unavailable']}); deadline {r['deadline_ms']:g} ms not checked")
+        lines.append(f"  WCET     : not computed ({r['wcet_unavailable']}); deadline {r['deadline_ms']:g} ms cannot be "
+                     "checked")
+    for waiver in r.get("waivers") or ():
+        lines.append(f"  waived   : {waiver}")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
     stack = f" incl. stack <= {r['stack_bytes']:,} bytes" if r.get("stack_bytes") else ""
     lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}{stack}")
