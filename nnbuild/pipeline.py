@@ -47,13 +47,15 @@ class Plan:
 def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
          main=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0), deadline=None,
          deadline_origin=None, environment=None, data=None, purpose="build", record_wcet_errors=False,
-         path=None) -> Plan:
+         path=None, inputs=None) -> Plan:
     """Every task of one build of `model` for `board` in one precision.
 
     purpose "build": generate, reference, programs (firmware with `main`), runs (the host build too
     when the target is not the host), compare, size, WCET (when the board's analyzer can run here),
     report and gate. purpose "check" (`nnbuild check`): check inputs from `data`, the target's run
-    and the comparison only. `path` is the PATH the analyzers' tools are looked up on."""
+    and the comparison only. `path` is the PATH the analyzers' tools are looked up on. `inputs`: the
+    check inputs made once elsewhere (reference_task) and shared, e.g. by precision=auto's candidates;
+    the plan then has no reference task of its own."""
     board = boards.load_board(board)
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
@@ -62,10 +64,12 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     tasks = [Task("generate", gen, {"model": model}, role="generated",
                   options={"name": name, "shape": shape, "precision": precision, "input_range": input_range,
                            "storage": board.get("weights_storage", "const"), "target": board.name,
-                           "environment": environment}),
-             Task("reference", ["inputs.npz"], {"model": model, "data": data}, role="inputs",
-                  options={"count": count, "seed": seed, "input_range": input_range, "environment": environment})]
-    nodes = {"generated": gen, "inputs": "inputs.npz"}
+                           "environment": environment})]
+    if inputs is None:
+        inputs = "inputs.npz"
+        tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
+                                    environment=environment))
+    nodes = {"generated": gen, "inputs": inputs}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -89,18 +93,18 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     if purpose == "build" and not on_host:
         host = boards.load_board("host")
         host_check = program(host, "host", "check", check_main, defines)
-        runs["host"] = _run_task(tasks, host, host_check, None, f"{name}_infer")
+        runs["host"] = _run_task(tasks, host, host_check, None, f"{name}_infer", inputs)
     if runner is not None:
         harness = None
         if getattr(runner, "NEEDS_HARNESS", False):
             harness = f"{HARNESS_DIR}/{runner.__name__.rsplit('.', 1)[-1]}_run"
             tasks.append(Task("harness", [harness], options={"board": board.name}, role="harness"))
-        runs[board.run_label()] = _run_task(tasks, board, check, harness, f"{name}_infer")
+        runs[board.run_label()] = _run_task(tasks, board, check, harness, f"{name}_infer", inputs)
     elif purpose == "check":
         raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run; check on the host or on a "
                            "board with one")
     labels = sorted(runs)
-    tasks.append(Task("compare", ["semantic.json"], {"reference": "inputs.npz", "runs": {k: runs[k] for k in labels}},
+    tasks.append(Task("compare", ["semantic.json"], {"reference": inputs, "runs": {k: runs[k] for k in labels}},
                       options={"tolerance": tolerance}, role="semantic"))
     nodes.update(runs={k: runs[k] for k in labels}, semantic="semantic.json")
     if purpose == "check":
@@ -132,15 +136,79 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     return Plan(tasks, name, board, nodes)
 
 
-def _run_task(tasks, board, program, harness, entry):
+def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-1.0, 1.0), environment=None):
+    """The check inputs and the float64 reference's outputs for them: one per model and options,
+    whatever the precision (precision=auto's candidates share it)."""
+    return Task("reference", [output], {"model": model, "data": data}, role="inputs",
+                options={"count": count, "seed": seed, "input_range": input_range, "environment": environment})
+
+
+def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz"):
     label = board.run_label()
     target = f"run_{label}.npz"
-    sources = {"program": program, "inputs": "inputs.npz"}
+    sources = {"program": program, "inputs": inputs}
     if harness:
         sources["harness"] = harness
     tasks.append(Task("run", [target], sources, role=f"run_{label}",
                       options={"board": board.name, "entry": entry if board.runner.MEASURES_CYCLES else None}))
     return target
+
+
+def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", ".bin")) -> Plan:
+    """The checks of a user's linked firmware holding one or more models: its images (.hex, .bin by
+    the board's objcopy), and per model the memory report and gate over the image (stack from
+    `main`), the WCET bound of the model's inference function in the image, a report joining them
+    with the model's semantic check and target run, and the model's gates.
+
+    `firmware`: the linked image (a path, or a build tool's expression for it); `stem`: the images'
+    file stem; `models`: (model plan, its directory) pairs. Paths of the result are relative to the
+    firmware's directory."""
+    board = boards.load_board(board)
+    tasks = [Task("image", [f"{stem}{suffix}"], {"elf": firmware}, options={"board": board.name},
+                  role=f"image{suffix}") for suffix in images]
+    nodes = {f"image{suffix}": f"{stem}{suffix}" for suffix in images}
+    from nnbuild import wcet
+    analyzable = not wcet.unavailable_reason(board, path)
+    entries = ["main"] + [f"{mp.name}_infer" for mp, _ in models]
+    gates, reports = {}, {}
+    for mp, mdir in models:
+        if mp.board.name != board.name:
+            raise NNBuildError(f"model '{mp.name}' is built for '{mp.board.name}', the firmware for '{board.name}'")
+
+        def at(rel, mdir=mdir):
+            return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
+        _, _, _, _, flowfacts, trace = mp.nodes["generated"]
+        sub = f"{stem}.checks/{mp.name}"
+        tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
+                          options={"board": board.name, "entry": entries}, role=f"{mp.name}/size"))
+        wcet_json = None
+        if analyzable:
+            wcet_json = f"{sub}/wcet.json"
+            tasks.append(Task("wcet", [wcet_json], {"elf": firmware, "flowfacts": at(flowfacts)}, role=f"{mp.name}/wcet",
+                              options={"board": board.name, "entry": f"{mp.name}_infer", "record_errors": False}))
+        model_report = next(t for t in mp.tasks if t.step == "report")
+        tasks.append(Task("report", [f"{sub}/report.json"],
+                          {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
+                           "run": at(model_report.sources.get("run")), "wcet": wcet_json},
+                          options=dict(model_report.options), role=f"{mp.name}/report"))
+        tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate"))
+        reports[mp.name], gates[mp.name] = f"{sub}/report.json", f"{sub}/gate.json"
+    nodes.update(reports=reports, gates=gates)
+    return Plan(tasks, stem, board, nodes)
+
+
+def is_policy_flag(flag):
+    """A compile flag of the board that is policy for the generated code (language standard,
+    warnings, -Werror, -pedantic), not a property of the target: a user's own sources compiled for
+    the board get the board's other flags only, with the user's own flags after them."""
+    return (flag.startswith(("-W", "-pedantic", "-std=")) and not flag.startswith(("-Wl,", "-Wa,", "-Wp,")))
+
+
+def user_compile_flags(board, opt=None):
+    """The board's compile flags for a user's own sources: the target's (-mmcu, -DF_CPU, ...) and
+    the optimisation level, without the generated code's warning policy."""
+    board = boards.load_board(board)
+    return [f for f in board.compiler.compile_flags(board, opt) if not is_policy_flag(f)]
 
 
 # --------------------------------------------------------------------------- outside SCons

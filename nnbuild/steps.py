@@ -227,6 +227,66 @@ def harness(output, *, board):
     runner.build_harness(output)
 
 
+def program(sources, output, *, board, include=(), define=(), opt=None):
+    """A C program for the board (compile and link in one compiler call), written atomically: the
+    check programs of a plan when no build tool compiles them (CMake, `nnbuild check`)."""
+    board = boards.load_board(board)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    os.close(fd)
+    try:
+        board.compiler.build_executable(board, list(sources), tmp, include_dirs=list(include or ()),
+                                        defines=list(define or ()), opt=opt)
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+#: objcopy output formats of the image step, by file suffix
+IMAGE_FORMATS = {".hex": "ihex", ".bin": "binary"}
+
+
+def objcopy_tool(board):
+    """The board's objcopy: its 'objcopy' key, else the one beside its gcc-named compiler
+    (avr-gcc -> avr-objcopy, gcc -> objcopy); one line when there is neither."""
+    tool = board.get("objcopy")
+    if not tool:
+        cc = Path(board["cc"]).name
+        if not cc.endswith("gcc"):
+            raise NNBuildError(f"board '{board.name}' has no 'objcopy' tool to write firmware images")
+        tool = str(Path(board["cc"]).with_name(cc[:-3] + "objcopy")) if "/" in board["cc"] else cc[:-3] + "objcopy"
+    return tool
+
+
+def image(elf, output, *, board):
+    """firmware.hex / firmware.bin: the linked image in the loader's format (Intel HEX, raw binary),
+    by the board's objcopy; the format follows the output's suffix."""
+    import shutil
+    import subprocess
+    board = boards.load_board(board)
+    output = Path(output)
+    fmt = IMAGE_FORMATS.get(output.suffix)
+    if fmt is None:
+        raise NNBuildError(f"image '{output.name}': suffix must be one of {', '.join(IMAGE_FORMATS)}")
+    tool = objcopy_tool(board)
+    found = shutil.which(tool)
+    if not found:
+        raise NNBuildError(f"'{tool}' not found on PATH for target={board.name}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+    os.close(fd)
+    try:
+        result = subprocess.run([found, "-O", fmt, str(elf), tmp], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 # --------------------------------------------------------------------------- the table
 
 
@@ -337,6 +397,13 @@ STEPS = {s.name: s for s in (
     Step("gate", "Gates", gate, (_a("report"), OUT),
          "fail when report.json shows a broken tolerance, a missed deadline or an unsound bound",
          code=("checks",), cacheable=False),
+    Step("program", "Building program", program,
+         (_a("sources", nargs="+"), BOARD, _a("--include", action="append", default=[], help="include directory"),
+          _a("--define", action="append", default=[], help="NAME=VALUE for the compiler"),
+          _a("--opt", default=None, help="optimisation flag (default: the board's)"), OUT),
+         "compile and link a C program for the board (check programs outside SCons)", code=("compilers",)),
+    Step("image", "Writing image", image, (_a("elf"), BOARD, OUT),
+         "the firmware as Intel HEX (.hex) or raw binary (.bin), by the board's objcopy"),
     Step("select", "Choosing precision", select,
          (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
           _a("--firmware-output", help="where to copy the winner's firmware")),

@@ -1,5 +1,16 @@
-"""SCons tool `nnbuild_tool`: builders from the step table, the model scanner, and the NNFirmware
-pseudo-builder that turns a plan (nnbuild.pipeline.plan) into build nodes.
+"""SCons tool `nnbuild_tool`: builders from the step table, the model scanner, and the pseudo-builders
+that turn plans (nnbuild.pipeline.plan, firmware_plan) into build nodes:
+
+- `env.NNModel(name, model, ...)`: a model's generated C as a static library for the board, with
+  the check program, runs, semantic check, memory report, WCET, report and gates of its plan;
+- `env.NNFirmware(target, sources, models=[...])`: the user's own sources (compiled with the user's
+  flags plus the board's target flags) linked with the models' libraries into `.elf`, `.hex`,
+  `.bin`, with memory, stack, WCET and gates per model over that linked image;
+- `env.NNExample(name, model, target, build_dir, main=...)`: the repository's examples (also reached
+  as NNFirmware with those arguments).
+
+From any project: `Environment(tools=["default", "nnbuild_tool"], toolpath=[nnbuild.scons_tool.toolpath()])`
+or `toolpath=[PyPackageDir("nnbuild.scons_tool")]` (the tool file is nnbuild_tool.py beside this one).
 
 Thin by design: every step is a command-line action running `python -m nnbuild <step>`, so the
 library holds the logic, actions stay parallel-safe, and each step's signature is its command line.
@@ -20,10 +31,18 @@ import SCons.Script
 from nnbuild import boards, codegen, frontends, kinds, pipeline, steps
 from nnbuild.errors import NNBuildError
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: variables of the user's shell that the steps read (board files); passed into env['ENV']
+PASSED_ENV = ("NNBUILD_TOOLCHAINS", "NNBUILD_BOARDS")
+
+
+def toolpath():
+    """The directory holding the `nnbuild_tool` SCons tool of this installed package."""
+    return str(Path(__file__).resolve().parent)
 
 #: progress labels: one per step of the table, and SCons' own compile and link
-STEP_LABELS = {**{name: step.label for name, step in steps.STEPS.items()}, "CC": "Compiling", "LINK": "Linking"}
+STEP_LABELS = {**{name: step.label for name, step in steps.STEPS.items()}, "CC": "Compiling", "LINK": "Linking",
+               "AR": "Archiving"}
 #: files every step's action depends on besides its own code
 PIPELINE_FILES = [str(PACKAGE_DIR / f) for f in ("cli.py", "steps.py", "names.py", "errors.py", "options.py")]
 
@@ -62,8 +81,12 @@ def comstr(env, key, verbose):
 
 def generate(env, **kw):
     env.SetDefault(NNBUILD_PYTHON=sys.executable, NNBUILD_VERBOSE=False)
-    # the user's PATH exactly: toolchains are found (or not) where the user's shell finds them
-    env["ENV"]["PATH"] = os.environ.get("PATH", env["ENV"].get("PATH", ""))
+    # toolchains are found where the user's shell finds them, after any folder the environment was
+    # given on purpose (never SCons' platform default, which would find tools the shell does not)
+    env["ENV"]["PATH"] = extended_path(env["ENV"].get("PATH", ""), os.environ.get("PATH", ""))
+    for var in PASSED_ENV:
+        if var in os.environ and var not in env["ENV"]:
+            env["ENV"][var] = os.environ[var]
     env.PrependENVPath("PYTHONPATH", str(PACKAGE_DIR.parent))
     env.SetDefault(NN="$( $NNBUILD_PYTHON $) -m nnbuild")
     verbose = bool(env["NNBUILD_VERBOSE"])
@@ -72,7 +95,9 @@ def generate(env, **kw):
         action=SCons.Action.Action("$NN $NN_STEP_ARGS", comstr(env, name, verbose)),
         source_scanner=scanner if step.args[0].dest == "model" and step.args[0].positional else None)
         for name, step in steps.STEPS.items()})
-    env.AddMethod(nn_firmware, "NNFirmware")
+    env.AddMethod(nn_firmware, "NNExample")
+    env.AddMethod(nn_model, "NNModel")
+    env.AddMethod(nn_user_firmware, "NNFirmware")
     if not env.get("_NNBUILD_PURGE"):
         atexit.register(purge_failed_targets)
         env["_NNBUILD_PURGE"] = True
@@ -80,6 +105,19 @@ def generate(env, **kw):
 
 def exists(env):
     return True
+
+
+def extended_path(given, shell):
+    """PATH for the actions: the folders an environment was given beyond SCons' platform default
+    (a toolchain the user added), then the shell's PATH; no folder twice."""
+    import SCons.Platform
+    default = SCons.Environment.Base(tools=[])["ENV"].get("PATH", "").split(os.pathsep)
+    own = [d for d in str(given).split(os.pathsep) if d and d not in default]
+    out = []
+    for d in own + shell.split(os.pathsep):
+        if d and d not in out:
+            out.append(d)
+    return os.pathsep.join(out)
 
 
 def builder_name(step_name):
@@ -123,10 +161,11 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
         fail(str(error))
     if not candidates:
         fail(f"precision=auto: no precision of {kind.NAME} models can be generated in shape {shape} for {target}")
-    runs = {p: firmware_pipeline(env, name, model, target, f"{build_dir}/candidates/{p}", precision=p,
-                                 gated=False, record_wcet_errors=True, **options)
-            for p in candidates}
     bdir = env.Dir(build_dir)
+    inputs = shared_inputs(env, bdir, model, options)
+    runs = {p: firmware_pipeline(env, name, model, target, f"{build_dir}/candidates/{p}", precision=p,
+                                 gated=False, record_wcet_errors=True, inputs=inputs, **options)
+            for p in candidates}
     sources, specs = [], []
     for p, nodes in runs.items():
         spec = f"{p}=${{SOURCES[{len(sources)}]}}"
@@ -146,10 +185,21 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
             "candidates": runs, "board": board}
 
 
+def shared_inputs(env, bdir, model, options):
+    """precision=auto: one reference task (check inputs and float64 outputs) for every candidate."""
+    task = pipeline.reference_task(str(model), "inputs.npz", data=options.get("check_data"),
+                                   count=options.get("count", 32), seed=options.get("seed", 1),
+                                   input_range=options.get("input_range", (-1.0, 1.0)),
+                                   environment=options.get("environment"))
+    Nodes(env, pipeline.Plan([task], "inputs", None), bdir.abspath, model, options.get("environment"),
+          options.get("check_data")).step(task)
+    return bdir.File("inputs.npz").abspath
+
+
 def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape=kinds.DEFAULT_SHAPE,
                       precision=kinds.DEFAULT_PRECISION, opt=None, tolerance=1e-4, count=32, seed=1,
                       input_range=(-1.0, 1.0), deadline=None, deadline_origin=None, gated=True,
-                      record_wcet_errors=False, environment=None, check_data=None):
+                      record_wcet_errors=False, environment=None, check_data=None, inputs=None):
     """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report,
     as the nodes of pipeline.plan. Returns a dict of the main nodes for aliases and tests."""
     try:
@@ -157,13 +207,121 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape=k
             name=name, model=str(model), board=target, kind=kinds.of_file(str(model)), shape=shape,
             precision=precision, opt=opt, main=main, tolerance=tolerance, count=count, seed=seed,
             input_range=input_range, deadline=deadline, deadline_origin=deadline_origin, environment=environment,
-            data=check_data, record_wcet_errors=record_wcet_errors, path=env["ENV"]["PATH"])
+            data=check_data, record_wcet_errors=record_wcet_errors, path=env["ENV"]["PATH"], inputs=inputs)
     except NNBuildError as error:
         fail(str(error))
     if not gated:
         the_plan.tasks = [t for t in the_plan.tasks if t.step != "gate"]
         the_plan.nodes.pop("gate", None)
     return Nodes(env, the_plan, build_dir, model, environment, check_data).build()
+
+
+# --------------------------------------------------------------------------- in the user's project
+
+
+class Built(list):
+    """What NNModel and NNFirmware return: a list of their main nodes (for Default, Alias, Depends)
+    with each role also as an attribute (model.library, firmware.hex, firmware.reports, ...)."""
+
+    def __init__(self, main, **roles):
+        super().__init__(n for n in main if n is not None)
+        self.__dict__.update(roles)
+
+
+def _board_of(env, board):
+    board = board or env.get("NNBOARD")
+    if not board:
+        fail("no board: pass board=... or set env['NNBOARD'] (a name in $NNBUILD_TOOLCHAINS or a board file)")
+    try:
+        return boards.load_board(env.subst(str(board)))
+    except NNBuildError as error:
+        fail(str(error))
+
+
+def nn_model(env, name, model, *, board=None, build_dir=None, precision=kinds.DEFAULT_PRECISION, **options):
+    """A model for the board: its plan's nodes (generated C, check program, runs, semantic check,
+    memory report, WCET, report, gates) and a static library of the generated code (compiled with
+    the board's flags, -Werror included), for NNFirmware or the user's own Program."""
+    board = _board_of(env, board)
+    if precision == "auto":
+        fail(f"model '{name}': precision=auto chooses among builds; pick one for a firmware "
+             "(`scons model=... precision=auto` in nnbuild's own project reports the winner)")
+    try:
+        name = codegen.check_model_name(name)
+    except NNBuildError as error:
+        fail(str(error))
+    build_dir = build_dir or f"build/{board.name}/{name}"
+    model_node = env.File(str(model))
+    nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision, **options)
+    made = nodes.pop("_nodes")
+    gen = nodes["generated"]
+    library = made.library(gen[1], gen[3], name)
+    the_plan = made.plan
+    roles = {k: v for k, v in nodes.items() if k != "board"}
+    roles.update(library=library, header=gen[0], include=made.bdir.Dir("gen"), plan=the_plan, dir=made.bdir,
+                 board=board, name=name)
+    return Built([library, nodes["gate"]], **roles)
+
+
+def nn_user_firmware(env, target, sources=None, *example_args, models=None, board=None, **options):
+    """The user's firmware with its models: `.elf` (the board's program suffix), `.hex`, `.bin`, and
+    per model size/stack, WCET and gates over this linked image. Without `models`, the call is the
+    repository's example form NNExample(name, model, target, build_dir, ...)."""
+    if models is None:
+        return nn_firmware(env, target, sources, *example_args, **options)
+    if options:
+        fail(f"NNFirmware: unknown option(s) {', '.join(sorted(options))}")
+    models = list(models) if isinstance(models, (list, tuple)) else [models]
+    if not models or not all(isinstance(m, Built) and hasattr(m, "library") for m in models):
+        fail("NNFirmware: models= takes the results of env.NNModel(...)")
+    board = _board_of(env, board or models[0].board.name)
+    fenv = user_env(env, board, [m.include for m in models])
+    target = env.File(env.subst(str(target)))
+    stem = target.name
+    sources = env.Flatten([sources]) if sources is not None else []
+    objects = []
+    for src in sources:
+        node = env.File(src) if isinstance(src, str) else src
+        if str(node).endswith(fenv.subst("$OBJSUFFIX")):
+            objects.append(node)
+            continue
+        rel = node.srcnode().get_path()
+        rel = node.name if rel.startswith("..") or os.path.isabs(rel) else rel
+        objects += fenv.Object(target.dir.File(f"{stem}.obj/{os.path.splitext(rel)[0]}{fenv.subst('$OBJSUFFIX')}"),
+                               node)
+    program = fenv.Program(target.dir.File(f"{stem}{board.program_suffix}"), objects + [m.library for m in models])
+    env.Depends(program, str(board.path or boards.board_path(board.name)))
+    try:
+        the_plan = pipeline.firmware_plan(firmware=program[0].abspath, stem=stem, board=board,
+                                          models=[(m.plan, m.dir.abspath) for m in models], path=env["ENV"]["PATH"])
+    except NNBuildError as error:
+        fail(str(error))
+    made = Nodes(env, the_plan, target.dir.abspath, None, None, None)
+    nodes = made.build()
+    nodes.pop("_nodes", None)
+    images = [nodes[k] for k in sorted(nodes) if k.startswith("image")]
+    gates = nodes["gates"]
+    return Built([program[0], *images, *gates.values()], elf=program[0], hex=nodes.get("image.hex"),
+                 bin=nodes.get("image.bin"), gates=gates, reports=nodes["reports"], board=board)
+
+
+def user_env(env, board, include_dirs):
+    """The user's environment for the board: the board's compiler, target flags and link flags
+    before the user's own (CCFLAGS, CFLAGS, CPPPATH, CPPDEFINES, LINKFLAGS, LIBS are extended, never
+    replaced); the generated code's warning policy stays with the generated code."""
+    compilers = board.compiler
+    try:
+        compilers.require_tool(board, path=env["ENV"]["PATH"])
+    except NNBuildError as error:
+        fail(str(error))
+    fenv = env.Clone()
+    fenv.Replace(CC=board["cc"], LINK=board["cc"], PROGSUFFIX=board.program_suffix)
+    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board),
+                 LINKFLAGS=[f.replace("{output}", "$TARGET") for f in compilers.link_flags(board)])
+    fenv.Append(CPPPATH=list(include_dirs), LIBS=compilers.libs(board))
+    if not bool(env["NNBUILD_VERBOSE"]):
+        fenv.SetDefault(CCCOMSTR=comstr(env, "CC", False), LINKCOMSTR=comstr(env, "LINK", False))
+    return fenv
 
 
 class Nodes:
@@ -207,7 +365,20 @@ class Nodes:
             else:
                 nodes[role] = self.made.get(value) if value else None
         nodes["board"] = self.plan.board
+        nodes["_nodes"] = self
         return nodes
+
+    def library(self, code, weights, name):
+        """A static library of the generated code's objects (the check program's own objects)."""
+        board = self.plan.board
+        xenv = cross_env(self.env, board, None, self.verbose)
+        objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in (code, weights)]
+        if not self.verbose:
+            xenv["ARCOMSTR"] = comstr(self.env, "AR", False)
+            xenv["RANLIBCOMSTR"] = comstr(self.env, "AR", False)
+        for tool in ("AR", "RANLIB"):
+            xenv[tool] = binutil(board, tool.lower())
+        return xenv.StaticLibrary(self.bdir.File(f"lib{name}.a"), objs)[0]
 
     def step(self, task):
         """One step as a command action `$NN <step> ...` with its sources as ${SOURCES[i]}."""
@@ -253,6 +424,12 @@ class Nodes:
                 self.objects[obj_path] = obj[0]
             objects.append(self.objects[obj_path])
         return xenv.Program(self.node(task.targets[0]), objects)
+
+
+def binutil(board, tool):
+    """ar/ranlib beside the board's gcc-named compiler (avr-gcc -> avr-ar); the plain name else."""
+    cc = Path(board["cc"]).name
+    return board["cc"][:-3] + tool if cc.endswith("gcc") else tool
 
 
 def shell_define(value):
