@@ -79,3 +79,66 @@ def test_check_inputs_are_reproducible_and_start_with_the_range_corners():
     assert a.dtype == np.float32 and np.array_equal(a, b) and len(a) == 15
     assert np.all(a[0] == -1) and np.all(a[1] == 1) and np.all(a[2] == 0)
     assert np.all((a >= -1) & (a <= 1))
+
+
+def report_record(deadline_text=None, origin=None, wcet_record=None, wcet_unavailable="no WCET analyzer for target "
+                  "cortex-m4 (no timing model)"):
+    """The gate-relevant part of a report.json, built by the report module itself."""
+    from nnbuild.checks import report
+    fields = report.wcet_fields("m", {"name": "cortex-m4", "wcet_tool": None, "clock_hz": 168_000_000}, None,
+                                wcet_record, deadline_text, origin)
+    return {"tolerance": 1e-4, "max_abs_error_by_run": {"host": 1e-7}, "check_inputs": 4, **fields}
+
+
+def test_a_deadline_that_cannot_be_checked_fails_unless_waived():
+    """cortex-m4 has no analyzer: a deadline from any source fails in one line saying why; deadline=none
+    and wcet=skip pass, and report.json says what was waived."""
+    from nnbuild.checks import gates
+    for origin in ("example", "board", "command line"):
+        text, got_origin = deadline.deadline_spec("100ms" if origin == "command line" else None,
+                                                  {"deadline_ms": 100 if origin == "board" else None},
+                                                  {"deadline_ms": 100 if origin == "example" else None})
+        record = report_record(text, got_origin)
+        assert record["deadline_ms"] == 100.0 and record["deadline_origin"] == origin and record["waivers"] == []
+        assert gates.violations(record) == [
+            f"deadline 100 ms ({origin}) cannot be checked: no WCET analyzer for target cortex-m4 (no timing model); "
+            "waive it with deadline=none or wcet=skip"]
+    text, origin = deadline.deadline_spec(None, {"deadline_ms": None}, {"deadline_ms": 100}, wcet="skip")
+    record = report_record(text, origin)
+    assert gates.violations(record) == [] and record["deadline_ms"] is None
+    assert record["waivers"] == ["wcet=skip: deadline 100 ms (example) not checked"]
+    text, origin = deadline.deadline_spec("none", {"deadline_ms": 50}, {"deadline_ms": 100})
+    record = report_record(text, origin)
+    assert gates.violations(record) == [] and record["waivers"] == [
+        "deadline=none: the board deadline 50 ms is not checked"]
+    assert deadline.deadline_spec("none", {}, {}) == (None, None)
+    assert deadline.deadline_spec(None, {}, {}, wcet="skip") == (None, None)
+    with pytest.raises(NNBuildError, match="wcet 'never' is not one of auto, skip"):
+        deadline.deadline_spec(None, {}, {}, wcet="never")
+
+
+def test_no_deadline_is_null_not_the_string_none_and_the_summary_shows_waivers():
+    from nnbuild.checks import report
+    record = report_record(None, None)
+    assert record["deadline_ms"] is None and record["deadline_origin"] is None and record["waivers"] == []
+    waived = report_record(*deadline.deadline_spec("20ms", {}, {}, wcet="skip"))
+    summary = report.summary_text({**waived, "model": "m", "target": "cortex-m4", "board": "b", "clock_hz": None,
+                                   "precision": "float32", "shape": "mlp", "opt": "-O2", "measured_cycles": None,
+                                   "flash_bytes": 1, "flash_capacity": 2, "ram_bytes": 1, "ram_capacity": 2})
+    assert "  waived   : wcet=skip: deadline 20 ms (command line) not checked" in summary.splitlines()
+
+
+def test_a_waived_deadline_is_not_gated_even_with_a_bound():
+    """wcet=skip where the analyzer ran anyway: the bound is reported, the deadline not judged."""
+    from nnbuild.checks import gates
+    bound = {"analyzer": "builtin-avr", "cycles": 4_000_000_000, "per_layer": {}}
+    record = report_record(*deadline.deadline_spec("1ms", {}, {}, wcet="skip"), wcet_record=bound)
+    assert gates.violations(record) == [] and record["wcet"]["met"] is None
+    record = report_record(*deadline.deadline_spec("1ms", {}, {}), wcet_record=bound)
+    assert gates.violations(record) and "> deadline 1 ms" in gates.violations(record)[0]
+
+
+@pytest.mark.parametrize("spec", ["maybe:100ms", "none:fast", "unchecked:"])
+def test_bad_report_deadline_spec_is_one_line(spec):
+    with pytest.raises(NNBuildError, match="deadline"):
+        deadline.read_spec(spec)

@@ -213,3 +213,69 @@ def test_generated_files_are_identical_across_clones(tmp_path):
             outs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
         assert outs[0] == outs[1], filename
         assert not any(str(tmp_path).encode() in b for b in outs[0].values())
+
+
+def xor_data(tmp_path, y=None):
+    data = tmp_path / "xor.npz"
+    x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+    np.savez(data, x=x, **({"y": np.asarray(y, dtype=np.float64)} if y is not None else {}))
+    return data
+
+
+@pytest.mark.parametrize("precision, tolerance, why", [
+    ("float32", 1e-4, "the float default"),
+    ("q16", 1e-3, "the q16 default"),
+    ("q16-acc32", 2e-3, "the q16-acc32 default"),
+    ("fixed8.12", 64 * 2.0 ** -12, "the fixedW.F default: 64 steps of 2^-12"),
+])
+def test_check_default_tolerance_follows_the_precision_and_says_why(tmp_path, capsys, precision, tolerance, why):
+    from nnbuild import cli
+    assert cli.main(["check", str(XOR), "--data", str(xor_data(tmp_path)), "--precision", precision,
+                     "--range", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert f"tolerance {tolerance:g} ({why}" in out.splitlines()[0]
+
+
+def test_check_json_prints_the_record_on_stdout_pass_and_fail(tmp_path, capsys):
+    import json
+
+    from nnbuild import cli
+    assert cli.main(["check", str(XOR), "--data", str(xor_data(tmp_path)), "--json", "--precision", "q16",
+                     "--range", "-1,1", "--opt", "-O0"]) == 0
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert record["passed"] and record["tolerance"] == 1e-3 and record["tolerance_why"].startswith("the q16 default")
+    assert record["semantic"]["runs"]["host"]["max_abs_error"] <= 1e-3 and record["semantic"]["cases"] == 4
+    assert record["summary"][0].startswith("tolerance 0.001") and "xor on host: 4 inputs" in record["summary"][-1]
+    assert cli.main(["check", str(XOR), "--data", str(xor_data(tmp_path, y=[[5.0]] * 4)), "--json"]) == 2
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert not record["passed"] and "> tolerance" in record["error"] and record["semantic"]["runs"]["host"]
+    assert captured.err.startswith("nnbuild: error:") and captured.err.count("\n") == 1
+
+
+def test_range_and_opt_take_their_dash_value_as_the_next_word(tmp_path):
+    """`--range -1,1` and `--opt -O0` (space form), as `--range=-1,1` and `--opt=-O0`."""
+    result = nnbuild("check", str(XOR), "--data", str(xor_data(tmp_path)), "--precision", "q16", "--range", "-1,1",
+                     "--opt", "-O0", "--tolerance", "1e-2")
+    assert result.returncode == 0, result.stderr
+    assert "tolerance 0.01 (--tolerance)" in result.stdout
+
+
+def test_outputs_are_readable_like_any_file_the_user_writes(tmp_path):
+    """Generated files and step outputs get 0666 less the umask (mkstemp alone would give 0600)."""
+    import os
+
+    from nnbuild import steps
+    old = os.umask(0o022)
+    try:
+        assert nnbuild("generate", str(XOR), "-o", str(tmp_path / "gen")).returncode == 0
+        steps.save_json(tmp_path / "r.json", {})
+        steps.save_npz(tmp_path / "r.npz", x=np.zeros(1))
+        os.umask(0o027)
+        steps.save_json(tmp_path / "private.json", {})
+    finally:
+        os.umask(old)
+    for path in list((tmp_path / "gen").iterdir()) + [tmp_path / "r.json", tmp_path / "r.npz"]:
+        assert oct(path.stat().st_mode & 0o777) == oct(0o644), path
+    assert oct((tmp_path / "private.json").stat().st_mode & 0o777) == oct(0o640)
