@@ -2,6 +2,7 @@
 layout and every error (one line, naming the file and the layer)."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -615,3 +616,19 @@ def test_cli_generate_prints_one_line_and_writes_nothing(tmp_path):
     assert run.stderr.strip().splitlines() == [
         f"nnbuild: error: {path}: layer 'dense_2': units must be an integer, got 'many'"]
     assert not (tmp_path / "D").exists()
+
+
+def test_a_file_that_makes_hdf5_loop_is_one_line_after_the_time_limit(tmp_path, monkeypatch):
+    """tests/data/hdf5_loop.h5 is a byte-damaged Keras file (found by the fuzz test) on which the HDF5
+    C library loops forever reading model_config, ignoring signals. The loader runs in a child
+    process with a time limit: one line, exit 2, nothing written."""
+    import subprocess
+    import sys
+    bad = Path(__file__).parent / "data" / "hdf5_loop.h5"
+    out = tmp_path / "out"
+    env = dict(os.environ, NNBUILD_LOAD_TIMEOUT="2")
+    run = subprocess.run([sys.executable, "-m", "nnbuild", "generate", str(bad), "-o", str(out)],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "hdf5_loop.h5: reading the file did not finish in 2 s" in run.stderr
+    assert not out.exists()

@@ -75,6 +75,13 @@ def load(path, **options):
         if unknown:
             raise NNBuildError(f"option(s) {', '.join(sorted(unknown))} do not apply to {fmt.name} models",
                                path=path)
+    if getattr(mod, "ISOLATE", False):
+        return _in_child(_checked_load, mod, path, options)
+    return _checked_load(mod, path, options)
+
+
+def _checked_load(mod, path, options):
+    """The loader under NumPy errors-as-exceptions, then the IR validation; every failure one line."""
     try:
         # NumPy float trouble raises (never prints a warning); loaders check values before casting.
         with np.errstate(all="raise", under="ignore"):
@@ -87,6 +94,71 @@ def load(path, **options):
     except _MALFORMED as exc:  # last line of defence: a loader missed a malformed input
         raise NNBuildError(f"malformed model file ({type(exc).__name__}: {_short(exc)})", path=path) from None
     return model
+
+
+#: seconds a loader that runs in a child process may take (NNBUILD_LOAD_TIMEOUT overrides)
+LOAD_TIMEOUT_S = 120.0
+
+
+def _in_child(function, mod, path, options):
+    """Run a loader in a forked child with a time limit: the HDF5 C library can loop forever (and
+    ignore signals) on a damaged file; the child is killed and the user gets one line instead."""
+    import multiprocessing
+    import os
+    try:
+        timeout = float(os.environ.get("NNBUILD_LOAD_TIMEOUT", LOAD_TIMEOUT_S))
+    except ValueError:
+        timeout = LOAD_TIMEOUT_S
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_main, args=(send, function, mod, path, options), daemon=True)
+    child.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            raise NNBuildError(f"reading the file did not finish in {timeout:g} s (a damaged file can make the "
+                               "HDF5 library loop; NNBUILD_LOAD_TIMEOUT sets the limit)", path=path)
+        try:
+            ok, value = receive.recv()
+        except EOFError:
+            raise NNBuildError(f"the reader died ({_exit_text(child)}) on this file", path=path) from None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
+    if not ok:
+        raise value
+    return _read_only(value)
+
+
+def _read_only(model):
+    """Weights stay read-only across the pipe (pickling drops the flag)."""
+    for layer in getattr(model, "layers", ()):
+        for value in vars(layer).values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+    return model
+
+
+def _child_main(send, function, mod, path, options):
+    try:
+        result = (True, function(mod, path, options))
+    except NNBuildError as error:
+        result = (False, NNBuildError(str(error)))
+    except BaseException as error:  # noqa: BLE001 - reported as one line in the parent
+        result = (False, NNBuildError(f"malformed model file ({type(error).__name__}: {_short(error)})",
+                                      path=path))
+    try:
+        send.send(result)
+    finally:
+        send.close()
+
+
+def _exit_text(child):
+    child.join(1)
+    code = child.exitcode
+    return f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
 
 
 #: What a loader may raise on input it failed to check: turned into one NNBuildError line naming

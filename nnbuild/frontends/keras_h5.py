@@ -32,6 +32,9 @@ try:  # h5py is a declared dependency; import errors surface as one line at load
 except ImportError:  # pragma: no cover
     h5py = None
 
+#: read in a child process with a time limit (frontends.load): HDF5 can hang on a damaged file
+ISOLATE = True
+
 #: Layer classes this front-end turns into IR layers (or drops, for inference-only no-ops).
 SUPPORTED_LAYERS = ("Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate",
                     "Conv2D", "Dense", "Dropout", "Flatten", "InputLayer", "MaxPooling2D", "ReLU",
