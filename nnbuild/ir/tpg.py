@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Tuple
 from nnbuild.errors import NNBuildError
 
 #: The environment files shipped with nnbuild, usable by name (`sips22-atari`).
-ENVIRONMENTS_DIR = Path(__file__).resolve().parent.parent / "frontends" / "tpg_environments"
+ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
 #: The environment file format this module reads ("nnbuild_tpg_environment" key).
 ENVIRONMENT_FORMAT = 1
 #: Operand / data types: C type of one element and whether it is a program constant.
