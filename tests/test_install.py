@@ -1,0 +1,107 @@
+"""nnbuild outside its checkout: the wheel holds every package, template, C source, JSON table and
+board file, and the installed `nnbuild` works from any directory (issue 11)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import setuptools
+
+from conftest import REPO
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+
+
+def test_every_package_of_the_source_tree_is_in_the_wheel_list():
+    """The packages are listed (so toolchains/ can map to nnbuild.toolchains): a new subpackage that is
+    not listed would be missing from the wheel."""
+    found = set(setuptools.find_namespace_packages(str(REPO), include=["nnbuild*"]))
+    assert set(SETUPTOOLS["packages"]) == found | {"nnbuild.toolchains"}
+    assert SETUPTOOLS["package-dir"] == {"nnbuild.toolchains": "toolchains"}
+
+
+def test_every_data_file_of_the_package_matches_the_package_data_patterns():
+    patterns = SETUPTOOLS["package-data"]["*"]
+    data = [p for p in (REPO / "nnbuild").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".py", ".pyc")]
+    assert data and all(any(p.match(pattern) for pattern in patterns) for p in data), \
+        [str(p) for p in data if not any(p.match(pattern) for pattern in patterns)]
+    assert all(p.match("*.json") for p in (REPO / "toolchains").iterdir())
+    assert "jsonschema>=4" in PYPROJECT["project"]["dependencies"]
+
+
+def source_copy(dest):
+    """The project's files as a user would get them (tracked and new, not ignored; no build outputs)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    for name in listed:
+        if name.split("/")[0] in ("nnbuild", "toolchains") or name in ("pyproject.toml", "README.md", "LICENSE"):
+            if (REPO / name).is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, dest / name)
+    return dest
+
+
+@pytest.mark.e2e
+def test_the_wheel_installed_in_a_fresh_venv_generates_checks_and_lists_boards(tmp_path):
+    """pip wheel, a venv without the system's packages (dependencies from the package index), then the
+    installed nnbuild from a directory that is not the checkout."""
+    src = source_copy(tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "-w", str(tmp_path / "dist"), "--no-deps", "-q"],
+                   check=True, capture_output=True, text=True)
+    wheel, = (tmp_path / "dist").glob("nnbuild-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True)
+    if install.returncode != 0 and "No matching distribution" in install.stderr:
+        pytest.skip(f"the package index is not reachable: {install.stderr.strip().splitlines()[-1]}")
+    assert install.returncode == 0, install.stderr
+
+    work = tmp_path / "user_project"
+    work.mkdir()
+    shutil.copy(REPO / "firmware_examples" / "xor" / "xor.h5", work / "xor.h5")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NNBUILD_BOARDS", "NNBUILD_TOOLCHAINS")}
+    nnbuild = str(venv / "bin" / "nnbuild")
+
+    def run(*args, **extra):
+        return subprocess.run([nnbuild, *args], cwd=work, capture_output=True, text=True, env={**env, **extra})
+
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import nnbuild; print(nnbuild.__file__)"], cwd=work,
+                           capture_output=True, text=True, env=env).stdout
+    assert str(venv) in where and str(REPO) not in where
+    assert run("--version").stdout.strip() == "nnbuild 0.1.0"
+    boards = run("boards")
+    assert boards.returncode == 0, boards.stderr
+    assert [line.split()[0] for line in boards.stdout.splitlines()[1:6]] == ["arm", "avr", "cortex-m4", "host",
+                                                                            "patmos"]
+    assert str(venv) in boards.stdout.splitlines()[-1]  # the shipped boards come from the installed package
+    generated = run("generate", "xor.h5", "-o", "probe")
+    assert generated.returncode == 0, generated.stderr
+    assert sorted(p.name for p in (work / "probe").iterdir()) == sorted(
+        ["xor.h", "xor.c", "xor_weights.h", "xor_weights.c", "xor.flowfacts.json", "xor.trace.json"])
+    import numpy as np
+    np.savez(work / "xor.npz", x=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32))
+    for precision in ("float32", "q16"):
+        checked = run("check", "xor.h5", "--data", "xor.npz", "--precision", precision, "--range", "0,1")
+        assert checked.returncode == 0, checked.stderr
+        assert "xor on host: 4 inputs" in checked.stdout
+    assert json.loads(run("check", "xor.h5", "--data", "xor.npz", "--json").stdout)["passed"]
+
+    mine = work / "boards"
+    mine.mkdir()
+    host = json.loads((REPO / "toolchains" / "host.json").read_text())
+    (mine / "myhost.json").write_text(json.dumps({**host, "name": "myhost", "description": "my own host board"}))
+    listed = run("boards", "--json", NNBUILD_BOARDS=str(mine))
+    assert "myhost" in {b["name"] for b in json.loads(listed.stdout)}
+    checked = run("check", "xor.h5", "--data", "xor.npz", "--target", "myhost", NNBUILD_BOARDS=str(mine))
+    assert checked.returncode == 0, checked.stderr
+    (mine / "myhost.json").write_text(json.dumps({**host, "name": "myhost", "clock_mhz": 1}))
+    bad = run("check", "xor.h5", "--data", "xor.npz", "--target", "myhost", NNBUILD_BOARDS=str(mine))
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        f"nnbuild: error: {mine / 'myhost.json'}: unknown key 'clock_mhz' (did you mean 'clock_hz'?)")
