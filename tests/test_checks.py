@@ -101,8 +101,8 @@ def test_a_deadline_that_cannot_be_checked_fails_unless_waived():
         record = report_record(text, got_origin)
         assert record["deadline_ms"] == 100.0 and record["deadline_origin"] == origin and record["waivers"] == []
         assert gates.violations(record) == [
-            f"deadline 100 ms ({origin}) cannot be checked: no WCET analyzer for target cortex-m4 (no timing model); "
-            "waive it with deadline=none or wcet=skip"]
+            "deadline 100 ms cannot be checked: no WCET analyzer for target cortex-m4 (no timing model) "
+            f"(deadline from the {origin}); waive it with deadline=none or wcet=skip"]
     text, origin = deadline.deadline_spec(None, {"deadline_ms": None}, {"deadline_ms": 100}, wcet="skip")
     record = report_record(text, origin)
     assert gates.violations(record) == [] and record["deadline_ms"] is None

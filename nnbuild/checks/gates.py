@@ -25,7 +25,7 @@ def violations(report):
     elif deadline_ms is not None:
         # a deadline nobody can check fails: passing it silently would claim what was never shown
         why = report.get("wcet_error") or report.get("wcet_unavailable") or "no WCET bound"
-        origin = f" ({report['deadline_origin']})" if report.get("deadline_origin") else ""
-        found.append(f"deadline {fmt_ms(deadline_ms)}{origin} cannot be checked: {why}; waive it with "
+        origin = f" (deadline from the {report['deadline_origin']})" if report.get("deadline_origin") else ""
+        found.append(f"deadline {fmt_ms(deadline_ms)} cannot be checked: {why}{origin}; waive it with "
                      "deadline=none or wcet=skip")
     return [clause for clause in found if clause]
