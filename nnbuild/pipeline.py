@@ -377,3 +377,207 @@ def run_cases(board, program, inputs, n_out, *, entry=None, harness=None, kind="
         raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run")
     outputs, cycles = board.runner.run(board, program, inputs, n_out, io=kind.IO, entry=entry, harness=harness)
     return kind.decode(outputs, program), cycles
+
+
+# --------------------------------------------------------------------------- CMake export
+
+#: nnbuild's CMake module (nnbuild.cmake) and toolchain files, shipped in the package
+CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
+#: plan() arguments a CMake model export takes (saved beside the export for nnbuild_add_firmware)
+CMAKE_PLAN_ARGS = ("name", "model", "board", "shape", "precision", "opt", "tolerance", "count", "seed", "input_range",
+                   "deadline", "environment", "data")
+
+
+def cmake_dir():
+    """The folder of nnbuild.cmake (CMAKE_MODULE_PATH) and the toolchain files."""
+    return str(CMAKE_DIR)
+
+
+def _cm(text):
+    """One quoted CMake argument; generator expressions ($<...>) pass through."""
+    text = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${")
+    return f'"{text}"'
+
+
+def _code_files(step_name):
+    base = Path(__file__).resolve().parent
+    files = [base / f for f in ("cli.py", "steps.py", "names.py", "errors.py", "options.py", "pipeline.py")]
+    subs = steps.STEPS[step_name].code if step_name in steps.STEPS else ()
+    for sub in subs:
+        files += [p for p in (base / sub).glob("**/*") if p.suffix in (".py", ".j2", ".c", ".h", ".json")]
+    return sorted(str(p) for p in files)
+
+
+def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=()):
+    """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
+    step table and command lines as the SCons actions (program tasks run the `program` step)."""
+    import shlex
+
+    build_dir = Path(build_dir)
+
+    def where(path):
+        path = str(path)
+        if path.startswith(HARNESS_DIR):
+            return str(Path(tools_dir) / path[len(HARNESS_DIR) + 1:])
+        return path if os.path.isabs(path) or path.startswith("$<") else str(build_dir / path)
+
+    board_file = str(the_plan.board.path or boards.board_path(the_plan.board.name))
+    out, made = [], {}
+    for task in the_plan.tasks:
+        depends = [board_file, *extra_depends]
+        if task.step == "program":
+            sources = [where(s) for s in task.sources["sources"]]
+            defines = [shlex.quote(f"{k}={v}") for pairs in task.options["defines"].values() for k, v in pairs]
+            values = dict(sources=sources, board=task.options["board"], include=[where(d) for d in task.options["include"]],
+                          define=defines, opt=task.options["opt"], output=where(task.targets[0]))
+            depends += sources + [where(task.options["header"])]
+        else:
+            values = dict(task.options)
+            for role, value in task.sources.items():
+                if value is None:
+                    continue
+                if isinstance(value, dict):
+                    values[role] = [f"{k}={where(v)}" for k, v in value.items()]
+                    depends += [where(v) for v in value.values()]
+                else:
+                    values[role] = where(value)
+                    depends.append(where(value))
+                    if role == "model":
+                        from nnbuild import frontends
+                        depends += [str(p) for p in frontends.implicit_dependencies(str(value))]
+            if task.options.get("environment"):
+                depends.append(str(task.options["environment"]))
+            arg = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
+            values[arg] = str(Path(where(task.targets[0])).parent) if arg == "outdir" else where(task.targets[0])
+        depends += [where(p) for p in task.after] + _code_files(task.step)
+        argv = shlex.split(steps.command(task.step, **{k: v for k, v in values.items() if v is not None}))
+        targets = [where(t) for t in task.targets]
+        label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
+        command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
+                   f"  COMMAND \"${{NNBUILD_PYTHON}}\" -m nnbuild {' '.join(map(_cm, argv))}\n"
+                   f"  DEPENDS {' '.join(map(_cm, dict.fromkeys(depends)))}\n"
+                   f"  COMMENT {_cm('[nnbuild] ' + label + ' ' + os.path.relpath(targets[0], build_dir))}\n"
+                   "  VERBATIM)\n")
+        if task.step == "harness":  # one harness per build tree, whichever model comes first
+            guard = "nnbuild_tool_" + Path(targets[0]).name
+            command = (f"if(NOT TARGET {guard})\n{command}add_custom_target({guard} DEPENDS {_cm(targets[0])})\n"
+                       "endif()\n")
+            made["harness"] = guard
+        out.append(command)
+        for t, path in zip(task.targets, targets):
+            made[t] = path
+    return "".join(out), made
+
+
+def cmake_model(target, build_dir, tools_dir, **plan_args):
+    """CMake code for one model: its plan's commands, the generated C as a static library target
+    `target` (the board's flags, -Werror included) and `<target>_checks` (built by `all`, and before
+    the library) whose last output is the gate."""
+    plan_args = {k: v for k, v in plan_args.items() if v is not None}
+    board = boards.load_board(plan_args["board"])
+    the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
+    text, made = _cmake_commands(the_plan, build_dir, tools_dir)
+    gen = [made[p] for p in the_plan.nodes["generated"]]
+    flags = board.compiler.compile_flags(board, plan_args.get("opt"))
+    text += (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
+             f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
+             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
+             f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
+             f"add_custom_target({target}_checks ALL DEPENDS {_cm(made[the_plan.nodes['gate']])})\n"
+             f"add_dependencies({target} {target}_checks)\n")
+    if "harness" in made:
+        text += f"add_dependencies({target}_checks {made['harness']})\n"
+    save_json(Path(build_dir) / "plan.json", {"target": target, "args": plan_args})
+    return text
+
+
+def cmake_firmware(target, elf, build_dir, model_dirs):
+    """CMake code for a user's executable `target` (linked image `elf`, a generator expression) with
+    the models exported in `model_dirs`: its .hex/.bin and per model memory, WCET and gates over the
+    image, built by `all` through `<target>_nnbuild`."""
+    models = []
+    for d in model_dirs:
+        saved = steps.read_json(Path(d) / "plan.json")
+        args = saved["args"]
+        models.append((plan(kind=kinds.of_file(args["model"]), path=os.environ.get("PATH"), **args), d))
+    board = models[0][0].board
+    the_plan = firmware_plan(firmware=elf, stem=target, board=board, models=models, path=os.environ.get("PATH"))
+    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf])
+    outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
+    outs += [made[v] for v in the_plan.nodes["gates"].values()]
+    text = f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n" + text
+    text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
+             f"add_dependencies({target}_nnbuild {target})\n")
+    return text
+
+
+def cmake_board(board):
+    """CMake toolchain settings of a board: compiler, target flags (no optimisation, no warning
+    policy: the user's CMAKE_C_FLAGS and build type decide those), link flags, program suffix."""
+    board = boards.load_board(board)
+    target_flags = [f for f in board.get("cflags", []) if not is_policy_flag(f)]
+    lines = [f"set(CMAKE_C_COMPILER {_cm(board['cc'])})",
+             f"set(CMAKE_C_FLAGS_INIT {_cm(' '.join(target_flags))})",
+             f"set(CMAKE_EXE_LINKER_FLAGS_INIT {_cm(' '.join(board.get('ldflags', [])))})",
+             f"set(CMAKE_EXECUTABLE_SUFFIX {_cm(board.program_suffix)})",
+             f"set(NNBUILD_BOARD_FILE {_cm(board.path or boards.board_path(board.name))})"]
+    return "\n".join(lines) + "\n"
+
+
+def cmake_main(argv=None):
+    """`python -m nnbuild.pipeline cmake-model|cmake-firmware|cmake-board|cmake-dir ...`: what
+    nnbuild.cmake calls at configure time; one line and exit 2 on an error."""
+    import argparse
+    import sys
+
+    from nnbuild import options
+    ap = argparse.ArgumentParser(prog="nnbuild-cmake")
+    sub = ap.add_subparsers(dest="what", required=True)
+    m = sub.add_parser("cmake-model")
+    for flag in ("--target", "--build-dir", "--tools-dir", "--model", "--board", "-o"):
+        m.add_argument(flag, required=True)
+    for flag in ("--name", "--shape", "--precision", "--opt", "--tolerance", "--count", "--seed", "--range",
+                 "--deadline", "--environment", "--data"):
+        m.add_argument(flag, default=None)
+    f = sub.add_parser("cmake-firmware")
+    for flag in ("--target", "--elf", "--build-dir", "-o"):
+        f.add_argument(flag, required=True)
+    f.add_argument("--model-dir", action="append", required=True)
+    b = sub.add_parser("cmake-board")
+    b.add_argument("--board", required=True)
+    sub.add_parser("cmake-dir")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.what == "cmake-dir":
+            print(cmake_dir())
+            return 0
+        if args.what == "cmake-board":
+            print(cmake_board(args.board), end="")
+            return 0
+        if args.what == "cmake-model":
+            model = str(Path(args.model).resolve())
+            values = dict(name=options.model_name(args.name) or None, model=model, board=args.board,
+                          shape=args.shape, precision=options.precision(args.precision) if args.precision else None,
+                          opt=options.opt(args.opt), tolerance=options.tolerance(args.tolerance) if args.tolerance else None,
+                          count=options.count(args.count) if args.count else None,
+                          seed=int(args.seed) if args.seed else None,
+                          input_range=list(options.input_range(args.range)) if args.range else None,
+                          deadline=args.deadline, environment=args.environment, data=args.data)
+            if values["deadline"]:
+                values["deadline"] = f"{options.deadline_ms(values['deadline'])!r}ms"
+            if values["name"] is None:
+                values["name"] = kinds.of_file(model).load(model, None, args.environment)[0].name
+            text = cmake_model(args.target, str(Path(args.build_dir).resolve()), str(Path(args.tools_dir).resolve()),
+                               **values)
+        else:
+            text = cmake_firmware(args.target, args.elf, str(Path(args.build_dir).resolve()), args.model_dir)
+        Path(args.o).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.o).write_text(text)
+    except NNBuildError as error:
+        print(f"nnbuild: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cmake_main())

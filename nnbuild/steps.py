@@ -238,6 +238,7 @@ def program(sources, output, *, board, include=(), define=(), opt=None):
     try:
         board.compiler.build_executable(board, list(sources), tmp, include_dirs=list(include or ()),
                                         defines=list(define or ()), opt=opt)
+        os.chmod(tmp, output_mode() | (output_mode() & 0o444) >> 2)  # executable where readable
         os.replace(tmp, output)
     finally:
         if os.path.exists(tmp):
@@ -281,7 +282,7 @@ def image(elf, output, *, board):
         result = subprocess.run([found, "-O", fmt, str(elf), tmp], capture_output=True, text=True)
         if result.returncode != 0:
             raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
-        os.replace(tmp, output)
+        publish(tmp, output)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
