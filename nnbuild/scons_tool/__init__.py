@@ -32,8 +32,8 @@ from nnbuild import boards, codegen, frontends, kinds, pipeline, steps
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-#: variables of the user's shell that the steps read (board files); passed into env['ENV']
-PASSED_ENV = ("NNBUILD_TOOLCHAINS", "NNBUILD_BOARDS")
+#: variables of the user's shell that the steps read (board directories); passed into env['ENV']
+PASSED_ENV = tuple(getattr(boards, "ENV_VARS", ("NNBUILD_BOARDS", "NNBUILD_TOOLCHAINS")))
 
 
 def toolpath():

@@ -1,0 +1,152 @@
+"""nnbuild in a user's own project, as a user gets it: a wheel built from this checkout installed in
+a fresh venv, then examples/scons_project (SCons) and examples/cmake_project (CMake + Ninja) built
+on the host and for AVR: two models in one firmware, .elf/.hex/.bin, gates over the linked image, a
+null build that does nothing, and a weight change that reruns only its model's chain."""
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import REPO, have
+
+pytestmark = pytest.mark.e2e
+
+PACKAGE_PARTS = ("nnbuild", "toolchains", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE")
+MODELS = ("xor", "f1tenth")
+
+
+def run(cmd, cwd, env, check=True):
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check:
+        assert result.returncode == 0, f"{cmd}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(python of a fresh venv with the nnbuild wheel, environment, work dir holding the examples)."""
+    root = tmp_path_factory.mktemp("user")
+    src = root / "src"
+    for part in PACKAGE_PARTS:  # a clean tree: no stale setuptools build/ of the checkout
+        path = REPO / part
+        if path.is_dir():
+            shutil.copytree(path, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+        elif path.exists():
+            shutil.copy2(path, src / part)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(src)], root, env)
+    wheel, = (root / "dist").glob("nnbuild-*.whl")
+    # the dependencies (numpy, scipy, h5py, jinja2, scons) come from this interpreter's site-packages
+    venv.create(root / "venv", system_site_packages=True, with_pip=True)
+    python = str(root / "venv" / "bin" / "python")
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], root, env)
+    where = run([python, "-c", "import nnbuild, sys; print(nnbuild.__file__)"], root, env).stdout.strip()
+    assert where.startswith(str(root / "venv")), where
+    work = root / "work"
+    shutil.copytree(REPO / "examples", work / "examples", ignore=shutil.ignore_patterns("build", ".sconsign*"))
+    for model in MODELS:
+        shutil.copytree(REPO / "firmware_examples" / model, work / "firmware_examples" / model)
+    env["PATH"] = f"{root / 'venv' / 'bin'}{os.pathsep}{env['PATH']}"
+    return python, env, work
+
+
+def edit_one_weight(path):
+    with h5py.File(path, "r+") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and "kernel" in n else None)
+        data = f[names[0]]
+        data[0, 0] = data[0, 0] + np.float32(0.25)
+
+
+def restore(work, model):
+    shutil.rmtree(work / "firmware_examples" / model)
+    shutil.copytree(REPO / "firmware_examples" / model, work / "firmware_examples" / model)
+
+
+def boards():
+    return ["host"] + (["avr"] if have("avr-gcc", "avr-objcopy", "simavr") or have("avr-gcc", "avr-objcopy") else [])
+
+
+@pytest.mark.parametrize("board", boards())
+def test_scons_project(installed, board):
+    python, env, work = installed
+    project = work / "examples" / "scons_project"
+    scons = [python, "-m", "SCons", "-Q", "--debug=explain", f"board={board}"]
+    first = run(scons, project, env)
+    out = project / "build" / board
+    suffix = ".elf" if board != "host" else ""
+    for name in (f"app{suffix}", "app.hex", "app.bin", "app.checks/xor/gate.json", "app.checks/steer/gate.json",
+                 "xor/libxor.a", "steer/libsteer.a"):
+        assert (out / name).is_file(), (name, first.stdout[-2000:])
+    assert (out / "app.bin").stat().st_size > 0 and (out / "app.hex").read_text().startswith(":")
+    # the user's sources: the user's flags (gnu11, its defines), not the board's -Werror -pedantic
+    assert "lidar" in first.stdout
+    if board == "avr":
+        for model in ("xor", "steer"):
+            report = (out / "app.checks" / model / "report.json").read_text()
+            assert '"wcet"' in report and "builtin-avr" in report
+    null = run(scons, project, env)
+    assert "[nnbuild]" not in null.stdout and "rebuilding" not in null.stdout, null.stdout
+    edit_one_weight(work / "firmware_examples/xor/xor.h5")
+    try:
+        again = run(scons, project, env)
+    finally:
+        restore(work, "xor")
+    lines = [l for l in again.stdout.splitlines() if l.startswith("[nnbuild]")]
+    assert any("xor/gen/xor.h" in l for l in lines) and any("app.checks/xor/gate.json" in l for l in lines)
+    assert not any("steer/" in l for l in lines), lines  # the other model's chain stays up to date
+    assert any("app.obj" not in l and "Linking" in l for l in lines)
+
+
+@pytest.mark.skipif(not have("cmake", "ninja"), reason="cmake and ninja not installed (pip install cmake ninja)")
+@pytest.mark.parametrize("board", boards())
+def test_cmake_project(installed, board):
+    python, env, work = installed
+    project = work / "examples" / "cmake_project"
+    build = project / "build" / board
+    cmake_dir = run([python, "-m", "nnbuild.pipeline", "cmake-dir"], project, env).stdout.strip()
+    assert cmake_dir.startswith(str(python).rsplit("/bin/", 1)[0])  # the installed package's folder
+    configure = ["cmake", "-G", "Ninja", "-S", str(project), "-B", str(build), f"-DNNBUILD_PYTHON={python}"]
+    if board != "host":
+        configure.append(f"-DCMAKE_TOOLCHAIN_FILE={cmake_dir}/avr-gcc.cmake")
+    run(configure, project, env)
+    first = run(["ninja", "-C", str(build)], project, env)
+    suffix = ".elf" if board != "host" else ""
+    for name in (f"app{suffix}", "app.hex", "app.bin", "app.checks/xor/gate.json", "app.checks/steer/gate.json"):
+        assert (build / name).is_file(), (name, first.stdout[-2000:])
+    null = run(["ninja", "-C", str(build)], project, env)
+    assert "no work to do" in null.stdout, null.stdout
+    edit_one_weight(work / "firmware_examples/xor/xor.h5")
+    try:
+        again = run(["ninja", "-C", str(build)], project, env)
+    finally:
+        restore(work, "xor")
+    assert "Generating C nnbuild-models/xor" in again.stdout or "Generating C gen/xor" in again.stdout \
+        or "xor/gen/xor.h" in again.stdout, again.stdout
+    assert "app.checks/xor/gate.json" in again.stdout
+    assert "steer" not in again.stdout.replace("nnbuild-models/steer/libsteer", ""), again.stdout
+
+
+def test_a_gate_violation_fails_the_cmake_build(installed, tmp_path):
+    """A deadline the model cannot meet fails `ninja`, leaving no gate output."""
+    if not (have("cmake", "ninja") and have("avr-gcc", "avr-objcopy")):
+        pytest.skip("cmake, ninja and avr-gcc needed")
+    python, env, work = installed
+    project = work / "examples" / "cmake_project"
+    text = (project / "CMakeLists.txt").read_text().replace("DEADLINE 5ms", "DEADLINE 0.01ms")
+    strict = tmp_path / "strict"
+    shutil.copytree(project, strict, ignore=shutil.ignore_patterns("build"))
+    (strict / "CMakeLists.txt").write_text(text.replace("${CMAKE_CURRENT_SOURCE_DIR}/../../firmware_examples",
+                                                        str(work / "firmware_examples")))
+    cmake_dir = run([python, "-m", "nnbuild.pipeline", "cmake-dir"], strict, env).stdout.strip()
+    run(["cmake", "-G", "Ninja", "-S", str(strict), "-B", str(strict / "b"), f"-DNNBUILD_PYTHON={python}",
+         f"-DCMAKE_TOOLCHAIN_FILE={cmake_dir}/avr-gcc.cmake"], strict, env)
+    failed = run(["ninja", "-C", str(strict / "b"), "xor_checks"], strict, env, check=False)
+    assert failed.returncode != 0 and "deadline" in (failed.stdout + failed.stderr)
+    assert not (strict / "b" / "nnbuild-models" / "xor" / "gate.json").exists()
