@@ -1,0 +1,106 @@
+/*
+ * check_io.h: the I/O half of nnbuild's check firmware, one copy for check_main.c,
+ * tpg_check_main.c and tests/wcet_fixtures/avr_main.c (each included by exactly one file of a
+ * program, so the definitions below live here).
+ *
+ * Host (not __AVR__): nnbuild_serve() runs the stdin/stdout record loop: fixed-size records in
+ * until EOF, one fixed-size answer out per record, exit status 0 on success, 2 on a truncated
+ * record, 3 on an I/O error; plus little-endian codecs, so the byte order on the wire is
+ * little-endian on any host.
+ *
+ * AVR: the ready hook of the symbol contract of nnbuild/runners/simavr_run.c (and simavr.py):
+ *   nnbuild_in[]    the harness writes the next input here ...
+ *   nnbuild_out[]   ... and reads the previous outputs here
+ *   void nnbuild_ready(void);   ... whenever the PC reaches this hook.
+ * The includer defines the two arrays (their element types differ) and main(), which loops
+ * forever: nnbuild_ready(); then one inference from nnbuild_in to nnbuild_out. The harness stops
+ * the simulation.
+ */
+#ifndef NNBUILD_CHECK_IO_H
+#define NNBUILD_CHECK_IO_H
+
+#ifndef __AVR__
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static inline uint32_t nnbuild_get_u32(const unsigned char *b)
+{
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+
+static inline void nnbuild_put_u32(unsigned char *b, uint32_t w)
+{
+    b[0] = (unsigned char)(w & 0xffu);
+    b[1] = (unsigned char)((w >> 8) & 0xffu);
+    b[2] = (unsigned char)((w >> 16) & 0xffu);
+    b[3] = (unsigned char)((w >> 24) & 0xffu);
+}
+
+static inline float nnbuild_get_f32(const unsigned char *b)
+{
+    uint32_t w = nnbuild_get_u32(b);
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
+static inline void nnbuild_put_f32(unsigned char *b, float f)
+{
+    uint32_t w;
+    memcpy(&w, &f, sizeof w);
+    nnbuild_put_u32(b, w);
+}
+
+static inline double nnbuild_get_f64(const unsigned char *b)
+{
+    uint64_t w = ((uint64_t)nnbuild_get_u32(b + 4) << 32) | nnbuild_get_u32(b);
+    double d;
+    memcpy(&d, &w, sizeof d);
+    return d;
+}
+
+/* One record at a time: read `in_bytes` into `inbuf` (EOF before a record ends the loop), let
+ * `step` fill `outbuf` with `out_bytes`, write them. `who` and `record` name the program and the
+ * record in error messages. Returns main's exit status. */
+static int nnbuild_serve(const char *who, const char *record, unsigned char *inbuf, size_t in_bytes,
+                         unsigned char *outbuf, size_t out_bytes,
+                         void (*step)(const unsigned char *in, unsigned char *out))
+{
+    for (;;) {
+        size_t got = fread(inbuf, 1, in_bytes, stdin);
+        if (got == 0 && feof(stdin))
+            break;
+        if (got != in_bytes) {
+            fprintf(stderr, "%s: truncated %s (%lu of %lu bytes)\n", who, record,
+                    (unsigned long)got, (unsigned long)in_bytes);
+            return ferror(stdin) ? 3 : 2;
+        }
+        step(inbuf, outbuf);
+        if (fwrite(outbuf, 1, out_bytes, stdout) != out_bytes) {
+            fprintf(stderr, "%s: write error\n", who);
+            return 3;
+        }
+    }
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "%s: write error\n", who);
+        return 3;
+    }
+    return 0;
+}
+
+#else /* __AVR__ */
+
+void nnbuild_ready(void) __attribute__((noinline, noclone, used));
+
+/* The harness writes nnbuild_in while the PC sits here; the memory clobber
+ * stops gcc from treating the hook as pure and caching the inputs across it. */
+void nnbuild_ready(void)
+{
+    __asm__ __volatile__("" ::: "memory");
+}
+
+#endif /* __AVR__ */
+
+#endif /* NNBUILD_CHECK_IO_H */
