@@ -9,6 +9,8 @@ import pytest
 
 from conftest import REPO, have, needs_avr
 from nnbuild import codegen, pipeline
+from nnbuild.codegen import common
+from nnbuild.errors import NNBuildError
 from nnbuild.compilers import gcc
 from nnbuild.ir import reference
 from nnbuild.ir.graph import Activation, Dense, Model
@@ -76,6 +78,32 @@ def test_every_loop_has_a_literal_bound_in_the_flow_facts(tmp_path):
                for f in facts["loops"] if any(g["line"] > f["line"] and g["last_line"] < f["last_line"]
                                               for g in facts["loops"]))
     assert macs == 61 * 128 + 128 * 128 + 128
+
+
+def test_flow_facts_come_from_the_emitter_and_follow_post_processing():
+    """The recorder's bounds and layers land on the lines the text ends up with, even when lines
+    are dropped after rendering (v1 drops unused kernels), and facts of dropped text vanish."""
+    ff = common.FlowFacts("m", functions=True)
+    text = "\n".join([
+        f"void {ff.function('m_infer')}(void)", "{", f"    {ff.layer('a')}",
+        f"    {ff.loop(7)}", "    for (k = 0; k < 7u; ++k) {", "        DROP", f"    }}{ff.end()}",
+        f"    {ff.layer('b')}", f"    {ff.loop(3)}", "    for (k = 0; k < 3u; ++k) {",
+        f"        {ff.loop(9)} DROP", "        for (j = 0; j < 9u; ++j) { DROP", f"        }}{ff.end()} DROP",
+        f"    }}{ff.end()}", f"    {ff.layers_end()}", "}"])
+    code, facts, _ = ff.resolve("\n".join(l for l in text.split("\n") if "DROP" not in l))
+    lines = code.splitlines()
+    assert "\x02" not in code and "\x03" not in code
+    assert [(f["line"], f["last_line"], f["max_iterations"], f["layer"], f["function"]) for f in facts["loops"]] == [
+        (5, 6, 7, "a", "m_infer"), (9, 10, 3, "b", "m_infer")]
+    assert [(l["name"], l["first_line"], l["last_line"]) for l in facts["layers"]] == [("a", 3, 6), ("b", 7, 11)]
+    assert lines[3].strip() == "NN_LOOPBOUND(7)" and lines[10].strip() == "/* nnbuild-end */"
+
+
+def test_flow_fact_recorder_refuses_an_unclosed_loop():
+    ff = common.FlowFacts("m")
+    text = ff.loop(4) + "\nfor (;;) {\n}"
+    with pytest.raises(NNBuildError, match="left open"):
+        ff.resolve(text)
 
 
 def test_avr_weight_arrays_stay_below_avr_gcc_object_limit(tmp_path):

@@ -177,7 +177,7 @@ class FlowFacts:
                 fact.update(self.loop_extra if payload["why"] is None else {"why": payload["why"]})
                 loops.append(fact)
                 by_index[index] = fact
-            elif kind == "E":
+            elif kind == "E" and payload in by_index:   # else its loop was dropped with its text
                 by_index[payload]["last_line"] = number
             elif kind == "Y":
                 if layers and layers[-1].get("open"):
