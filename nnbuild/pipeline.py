@@ -408,7 +408,7 @@ def _code_files(step_name):
     return sorted(str(p) for p in files)
 
 
-def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=()):
+def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
     step table and command lines as the SCons actions (program tasks run the `program` step)."""
     import shlex
@@ -456,7 +456,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=()):
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
                    f"  COMMAND \"${{NNBUILD_PYTHON}}\" -m nnbuild {' '.join(map(_cm, argv))}\n"
                    f"  DEPENDS {' '.join(map(_cm, dict.fromkeys(depends)))}\n"
-                   f"  COMMENT {_cm('[nnbuild] ' + label + ' ' + os.path.relpath(targets[0], build_dir))}\n"
+                   f"  COMMENT {_cm('[nnbuild] ' + label + ' ' + os.path.relpath(targets[0], label_base or build_dir))}\n"
                    "  VERBATIM)\n")
         if task.step == "harness":  # one harness per build tree, whichever model comes first
             guard = "nnbuild_tool_" + Path(targets[0]).name
@@ -476,7 +476,7 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     plan_args = {k: v for k, v in plan_args.items() if v is not None}
     board = boards.load_board(plan_args["board"])
     the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
-    text, made = _cmake_commands(the_plan, build_dir, tools_dir)
+    text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent)
     gen = [made[p] for p in the_plan.nodes["generated"]]
     flags = board.compiler.compile_flags(board, plan_args.get("opt"))
     text += (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
