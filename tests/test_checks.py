@@ -24,11 +24,19 @@ def test_bad_deadline_is_one_clear_error(text):
 
 
 def test_command_line_beats_board_beats_example():
-    board, example = {"deadline_ms": 50}, {"deadline_ms": 100}
+    board, example = {"deadline_ms": 50, "clock_hz": 1}, {"deadline_ms": 100}
     assert deadline.resolve_deadline("20ms", board, example) == (20.0, "command line")
     assert deadline.resolve_deadline("", board, example) == (50.0, "board")
-    assert deadline.resolve_deadline(None, {"deadline_ms": None}, example) == (100.0, "example")
-    assert deadline.resolve_deadline(None, {}, {}) == (None, None)
+    assert deadline.resolve_deadline(None, {"deadline_ms": None, "clock_hz": 1}, example) == (100.0, "example")
+    assert deadline.resolve_deadline(None, {"clock_hz": 1}, {}) == (None, None)
+
+
+def test_an_example_deadline_does_not_apply_to_the_untimed_host():
+    """The build machine has no clock: an example's real-time deadline is not its requirement (the
+    host build checks semantics); a deadline given on the command line still applies."""
+    host = {"deadline_ms": None, "clock_hz": None}
+    assert deadline.resolve_deadline(None, host, {"deadline_ms": 100}) == (None, None)
+    assert deadline.resolve_deadline("5ms", host, {"deadline_ms": 100}) == (5.0, "command line")
 
 
 def verdict(cycles, deadline_ms, measured=None):
@@ -96,14 +104,15 @@ def test_a_deadline_that_cannot_be_checked_fails_unless_waived():
     from nnbuild.checks import gates
     for origin in ("example", "board", "command line"):
         text, got_origin = deadline.deadline_spec("100ms" if origin == "command line" else None,
-                                                  {"deadline_ms": 100 if origin == "board" else None},
+                                                  {"deadline_ms": 100 if origin == "board" else None, "clock_hz": 1},
                                                   {"deadline_ms": 100 if origin == "example" else None})
         record = report_record(text, got_origin)
         assert record["deadline_ms"] == 100.0 and record["deadline_origin"] == origin and record["waivers"] == []
         assert gates.violations(record) == [
             "deadline 100 ms cannot be checked: no WCET analyzer for target cortex-m4 (no timing model) "
             f"(deadline from the {origin}); waive it with deadline=none or wcet=skip"]
-    text, origin = deadline.deadline_spec(None, {"deadline_ms": None}, {"deadline_ms": 100}, wcet="skip")
+    text, origin = deadline.deadline_spec(None, {"deadline_ms": None, "clock_hz": 1}, {"deadline_ms": 100},
+                                          wcet="skip")
     record = report_record(text, origin)
     assert gates.violations(record) == [] and record["deadline_ms"] is None
     assert record["waivers"] == ["wcet=skip: deadline 100 ms (example) not checked"]

@@ -39,11 +39,16 @@ WCET_MODES = ("auto", "skip")
 
 def resolve_deadline(command_line=None, board=None, example=None):
     """The deadline in ms that applies, and where it came from (None when nobody set one, or when
-    the command line says deadline=none)."""
+    the command line says deadline=none).
+
+    An example's deadline is a real-time requirement of a timed target: it applies to boards with
+    a clock, not to an untimed board (the build machine, `host`, has no clock_hz: its builds check
+    semantics only). A deadline given on the command line always applies."""
     if command_line == NO_DEADLINE:
         return None, None
+    timed = board is None or board.get("clock_hz") is not None
     for origin, value in (("command line", command_line), ("board", (board or {}).get("deadline_ms")),
-                          ("example", (example or {}).get("deadline_ms"))):
+                          ("example", (example or {}).get("deadline_ms") if timed else None)):
         if value not in (None, ""):
             return parse_deadline(value), origin
     return None, None
