@@ -40,6 +40,18 @@ def main(argv=None):
         return 2
 
 
+class _PrintAndExit(argparse.Action):
+    """--cmake-dir: print a computed line and exit, like --version."""
+
+    def __init__(self, *args, text, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.text = text
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(self.text())
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the CLI's one-line errors (no usage block): `nnbuild: error: ...`, exit 2."""
 
@@ -50,6 +62,8 @@ class _Parser(argparse.ArgumentParser):
 def parser():
     top = _Parser(prog="nnbuild", description=__doc__.splitlines()[0])
     top.add_argument("--version", action="version", version=f"nnbuild {__version__}")
+    top.add_argument("--cmake-dir", action=_PrintAndExit, nargs=0, text=lambda: str(pipeline.cmake_dir()),
+                     help="print the folder of the CMake module (nnbuild.cmake) and exit")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for step in steps.STEPS.values():
         p = sub.add_parser(step.name, help=step.help)

@@ -47,7 +47,7 @@ class Plan:
 def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
          main=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0), deadline=None,
          deadline_origin=None, environment=None, data=None, purpose="build", record_wcet_errors=False,
-         path=None, inputs=None) -> Plan:
+         path=None, inputs=None, wcet="auto") -> Plan:
     """Every task of one build of `model` for `board` in one precision.
 
     purpose "build": generate, reference, programs (firmware with `main`), runs (the host build too
@@ -118,8 +118,8 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
             task.after.append("size.json")
     target_run = runs.get(board.run_label()) if runner else None
     wcet_json = None
-    from nnbuild import wcet
-    if not wcet.unavailable_reason(board, path):
+    from nnbuild import wcet as analyzers
+    if wcet != "skip" and not analyzers.unavailable_reason(board, path):
         wcet_json = "wcet.json"
         tasks.append(Task("wcet", [wcet_json], {"elf": check, "flowfacts": flowfacts}, role="wcet",
                           options={"board": board.name, "entry": f"{name}_infer",

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,3 +280,10 @@ def test_outputs_are_readable_like_any_file_the_user_writes(tmp_path):
     for path in list((tmp_path / "gen").iterdir()) + [tmp_path / "r.json", tmp_path / "r.npz"]:
         assert oct(path.stat().st_mode & 0o777) == oct(0o644), path
     assert oct((tmp_path / "private.json").stat().st_mode & 0o777) == oct(0o640)
+
+
+def test_cmake_dir_prints_the_folder_of_the_cmake_module():
+    result = nnbuild("--cmake-dir")
+    assert result.returncode == 0, result.stderr
+    folder = Path(result.stdout.strip())
+    assert (folder / "nnbuild.cmake").is_file() and (folder / "avr-gcc.cmake").is_file()

@@ -199,7 +199,7 @@ def shared_inputs(env, bdir, model, options):
 def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape=kinds.DEFAULT_SHAPE,
                       precision=kinds.DEFAULT_PRECISION, opt=None, tolerance=1e-4, count=32, seed=1,
                       input_range=(-1.0, 1.0), deadline=None, deadline_origin=None, gated=True,
-                      record_wcet_errors=False, environment=None, check_data=None, inputs=None):
+                      record_wcet_errors=False, environment=None, check_data=None, inputs=None, wcet="auto"):
     """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report,
     as the nodes of pipeline.plan. Returns a dict of the main nodes for aliases and tests."""
     try:
@@ -207,7 +207,8 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape=k
             name=name, model=str(model), board=target, kind=kinds.of_file(str(model)), shape=shape,
             precision=precision, opt=opt, main=main, tolerance=tolerance, count=count, seed=seed,
             input_range=input_range, deadline=deadline, deadline_origin=deadline_origin, environment=environment,
-            data=check_data, record_wcet_errors=record_wcet_errors, path=env["ENV"]["PATH"], inputs=inputs)
+            data=check_data, record_wcet_errors=record_wcet_errors, path=env["ENV"]["PATH"], inputs=inputs,
+            wcet=wcet)
     except NNBuildError as error:
         fail(str(error))
     if not gated:
