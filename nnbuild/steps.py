@@ -182,10 +182,13 @@ def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAU
 def gate(report, output):
     """gate.json, written only when every gate (tolerance, deadline, bound soundness) holds."""
     from nnbuild.checks import deadline, gates
+    from nnbuild.checks import select as selection
     record = read_json(report)
     broken = gates.violations(record)
     if broken:
-        raise NNBuildError("; ".join(broken))
+        hint = selection.known_to_meet(record, Path(report)) if deadline.deadline_violation(record.get("wcet") or {
+            "deadline_ms": None}) else None
+        raise NNBuildError("; ".join(broken) + (f"; {hint}" if hint else ""))
     if record.get("wcet"):
         print(deadline.bar(record["wcet"]))
     save_json(output, {"passed": True, "wcet": record.get("wcet")})

@@ -196,3 +196,21 @@ def test_step_subcommand_runs_from_the_shell(tmp_path):
     assert run.returncode == 0, run.stderr
     with np.load(out) as data:
         assert data["x"].shape == (8, 2) and data["y"].shape == (8, 1)
+
+
+def test_a_missed_deadline_names_the_builds_known_to_meet_it(tmp_path):
+    """Only what the build tree measured: a precision=auto candidate that met the deadline."""
+    from nnbuild.checks import select as selection
+    def report(precision, wcet_ms, error):
+        return {"precision": precision, "target": "avr", "tolerance": 1e-3, "check_inputs": 4,
+                "max_abs_error_by_run": {"host": error},
+                "wcet": {"wcet_cycles": int(wcet_ms * 2e4), "wcet_ms": wcet_ms, "deadline_ms": 100.0,
+                         "met": wcet_ms <= 100, "measured_cycles": None, "analyzer": "builtin-avr", "label": "l"}}
+    base = tmp_path / "build" / "avr" / "f1tenth"
+    for precision, ms, err in (("float32", 1113.6, 1e-7), ("q16-acc32", 73.6, 7.6e-4), ("fix16", 429.6, 2e-4)):
+        (base / "candidates" / precision).mkdir(parents=True)
+        (base / "candidates" / precision / "report.json").write_text(json.dumps(report(precision, ms, err)))
+    missed = report("float32", 1113.6, 1e-7)
+    hint = selection.known_to_meet(missed, base / "candidates" / "float32" / "report.json")
+    assert hint == "known to meet it: precision=q16-acc32 on avr (73.6 ms, avr/f1tenth/candidates/q16-acc32)"
+    assert selection.known_to_meet(missed, tmp_path / "elsewhere" / "m" / "report.json") is None

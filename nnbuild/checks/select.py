@@ -60,3 +60,31 @@ def refusal(table):
 def install_winner(winner_firmware, destination):
     if winner_firmware:
         shutil.copyfile(winner_firmware, destination)
+
+
+def known_to_meet(record, report_path):
+    """For a missed deadline: the builds of the same model that this build tree has already
+    measured and bounded within the deadline (other precisions of a precision=auto run, other
+    boards), as one clause; None when there is none. Only measured facts are named."""
+    import json
+    from pathlib import Path
+    report_path = Path(report_path)
+    deadline_ms = record["wcet"]["deadline_ms"]
+    model_dir = report_path.parent
+    if model_dir.parent.name == "candidates":  # a candidate of precision=auto: its siblings and the model dir
+        model_dir = model_dir.parent.parent
+    board_dirs = model_dir.parent.parent
+    found = []
+    for path in sorted(set(model_dir.glob("candidates/*/report.json")) | set(board_dirs.glob(f"*/{model_dir.name}/report.json"))):
+        if path.resolve() == report_path.resolve():
+            continue
+        try:
+            other = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        wcet = other.get("wcet") or {}
+        if wcet.get("wcet_ms") is not None and wcet["wcet_ms"] <= deadline_ms and not gates.violations(
+                dict(other, wcet=dict(wcet, deadline_ms=deadline_ms, met=True))):
+            found.append(f"precision={other.get('precision')} on {other.get('target')} "
+                         f"({wcet['wcet_ms']:.4g} ms, {path.parent.relative_to(board_dirs)})")
+    return f"known to meet it: {', '.join(found)}" if found else None
