@@ -10,7 +10,7 @@ in `in` (the model input), `out` (the tensor the output is a view of) or the sta
 
 import types
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
