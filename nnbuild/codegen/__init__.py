@@ -29,8 +29,10 @@ SHAPES = {
 }
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
-#: How weights are stored: plain const arrays, or AVR flash read with ELPM (pgm_read_*_far).
-STORAGES = ("const", "avr-progmem-far")
+#: How weights are stored: plain const arrays, AVR flash read with ELPM (pgm_read_*_far, anywhere
+#: in flash), or AVR flash read with LPM through 16-bit pointers (pgm_read_*, below 64 KB: chips
+#: without ELPM such as the ATmega328P).
+STORAGES = ("const", "avr-progmem-far", "avr-progmem-near")
 
 
 def outputs(name):

@@ -263,7 +263,7 @@ def context(model, lowered, shape, precision, storage):
     return {
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
-        "far": storage == "avr-progmem-far", "n_in": model.input_size, "n_out": model.output_size,
+        **common.storage_context(storage), "n_in": model.input_size, "n_out": model.output_size,
         "index_type": index_type, "weights_sha256": common.weights_digest(model), **lowered,
         **common.reals(precision),
     }
@@ -275,8 +275,9 @@ def render_code(template, ctx, post=None):
     return common.render(template, ctx, common.FlowFacts(ctx["name"], functions=True), post)
 
 
-def trace(model, lowered, facts, passes_log, shape, extra_log=()):
-    """The MLP trace (layer -> lines and weight arrays, passes) plus shapes and the memory plan."""
+def trace(model, lowered, facts, passes_log, shape, extra_log=(), storage="const"):
+    """The MLP trace (layer -> lines and weight arrays, passes) plus shapes and the memory plan;
+    with storage avr-progmem-near, the arrays the near-flash check must find below 64 KB."""
     record = common.trace(model, lowered["ops"], facts, list(passes_log) + list(extra_log))
     by_name = {o["name"]: o for o in lowered["ops"]}
     for entry in record["layers"]:
@@ -286,6 +287,8 @@ def trace(model, lowered, facts, passes_log, shape, extra_log=()):
         entry["weights"] += [a["symbol"] for a in op.get("arrays", [])]
     record["shape"] = shape
     record["memory"] = lowered["memory"]
+    if storage == common.NEAR_STORAGE and lowered["arrays"]:
+        record["near_flash_symbols"] = sorted(a["symbol"] for a in lowered["arrays"])
     return record
 
 

@@ -23,6 +23,25 @@ FLOAT_BYTES = 4
 #: tanh is within half an ulp of 1) and that gap (the prelude's activation helpers use them)
 REALS = {"float32": ("float", "f", "expf", 9, "3e-8"), "float64": ("double", "", "exp", 19, "6e-17")}
 
+#: weights storages that put the arrays in AVR flash (PROGMEM): `avr-progmem-far` reads them with
+#: ELPM (pgm_read_*_far, anywhere in flash), `avr-progmem-near` with LPM through 16-bit pointers
+#: (pgm_read_*, the arrays must end below 64 KB: the size step checks the "near_flash_symbols")
+FLASH_STORAGES = ("avr-progmem-far", "avr-progmem-near")
+NEAR_STORAGE = "avr-progmem-near"
+
+
+#: the prelude's comment above the near (LPM) weight readers of storage avr-progmem-near
+NEAR_COMMENT = ("/* Weights in AVR flash below 64 KB (storage avr-progmem-near, checked after linking): read with\n"
+                " * LPM through 16-bit pointers (pgm_read_*), for chips without ELPM. */")
+
+
+def storage_context(storage):
+    """Template flags of a weights storage: `flash` (arrays in AVR flash, PROGMEM), `near` (read
+    through 16-bit LPM pointers), `near_storage` (the storage itself asks for near reads),
+    `near_comment` (what the prelude writes above the near readers)."""
+    return {"flash": storage in FLASH_STORAGES, "near": storage == NEAR_STORAGE,
+            "near_storage": storage == NEAR_STORAGE, "near_comment": NEAR_COMMENT}
+
 
 def reals(precision):
     """Template context of the prelude's float activation helpers for `precision`."""
@@ -34,7 +53,7 @@ def weight_chunks(prefix, layer, storage, real="float"):
     """The kernel as [out][in] rows, split into balanced chunks each under MAX_ARRAY_BYTES on AVR."""
     rows = np.asarray(layer.kernel, dtype=np.float32).T
     row_bytes = rows.shape[1] * FLOAT_BYTES
-    if storage == "avr-progmem-far":
+    if storage in FLASH_STORAGES:
         if row_bytes > MAX_ARRAY_BYTES:
             raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
                                item=f"Dense '{layer.name}'")
@@ -49,6 +68,14 @@ def weight_chunks(prefix, layer, storage, real="float"):
                        "rows": int(stop - start), "size": int((stop - start) * rows.shape[1]),
                        "values": format_values(rows[start:stop].ravel(), layer)})
     return chunks
+
+
+def weight_symbols(layers):
+    """Sorted names of every weight array of planned layers (chunks and biases): the arrays the
+    near-flash check must find below 64 KB."""
+    names = [c["symbol"] for l in layers for c in l.get("chunks") or ()]
+    names += [a["symbol"] for l in layers for a in l.get("arrays") or ()]
+    return sorted(set(names + [l["bias"]["symbol"] for l in layers if l.get("bias")]))
 
 
 def bias_array(prefix, layer, real="float"):

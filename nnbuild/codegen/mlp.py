@@ -24,7 +24,7 @@ def render(model, *, precision, storage, passes_log, input_range=None):
         from nnbuild.codegen import mlp_fixed
         return mlp_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
                                 input_range=input_range)
-    if precision == "float64" and storage == "avr-progmem-far":
+    if precision == "float64" and storage in common.FLASH_STORAGES:
         raise NNBuildError("precision float64 needs a 64-bit double; avr-gcc's double is 32 bits")
     real = common.REALS[precision][0]
     name = model.name
@@ -35,7 +35,7 @@ def render(model, *, precision, storage, passes_log, input_range=None):
         "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision,
-        "far": storage == "avr-progmem-far",
+        **common.storage_context(storage),
         "n_in": model.input_size,
         "n_out": model.output_size,
         "layers": layers,
@@ -54,6 +54,8 @@ def render(model, *, precision, storage, passes_log, input_range=None):
     }
     files[f"{name}.flowfacts.json"] = facts
     files[f"{name}.trace.json"] = common.trace(model, layers, facts, passes_log)
+    if storage == common.NEAR_STORAGE:
+        files[f"{name}.trace.json"]["near_flash_symbols"] = common.weight_symbols(layers)
     return files
 
 

@@ -27,11 +27,11 @@ def render(model, *, precision, storage, passes_log, input_range):
     name = model.name
     layers = plan_layers(model.name, plan, storage)
     flash = flash_bytes(layers, plan)
-    near = storage == "avr-progmem-far" and flash <= NEAR_LIMIT
+    near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
     context = {
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
-        "precision": precision, "far": storage == "avr-progmem-far", "near": near, "flash_bytes": flash,
+        "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
         "mac16": any(l["mac16"] for l in layers), "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
@@ -125,10 +125,11 @@ def chunks(prefix, cname, layer, storage):
     """Kernel rows [out][in] as typed arrays, split under avr-gcc's object limit on AVR."""
     rows = layer.kernel_q
     row_bytes = rows.shape[1] * layer.weight.bits // 8
-    if storage == "avr-progmem-far" and row_bytes > MAX_ARRAY_BYTES:
+    flash = storage in common.FLASH_STORAGES
+    if flash and row_bytes > MAX_ARRAY_BYTES:
         raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
                            item=f"Dense '{layer.name}'")
-    count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if storage == "avr-progmem-far" else 1
+    count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if flash else 1
     bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
     return [{"symbol": f"{prefix}_{cname}_w{c}", "start": int(a), "rows": int(b - a), "size": int((b - a) * rows.shape[1]),
              "ctype": layer.weight.ctype, "values": literal_rows(rows[a:b].ravel(), 8)}

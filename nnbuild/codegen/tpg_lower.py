@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from nnbuild.codegen.common import FLASH_STORAGES, NEAR_STORAGE
 from nnbuild.errors import NNBuildError
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
@@ -413,7 +414,9 @@ class Context:
         self.params = ", ".join(s.name for s in plan.inputs)
         self.flat_call = flat_call(plan.name, plan.inputs)
         self.tables = plan.tables
-        self.far = storage == "avr-progmem-far"
+        #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
+        self.flash = storage in FLASH_STORAGES
+        self.near = storage == NEAR_STORAGE
         #: switch shape of a large graph: each team body is its own function (compile time stays
         #: linear in the graph; one huge function takes gcc minutes), shared values in a struct
         self.team_functions = shape == "switch" and plan.stats["operations"] > SWITCH_INLINE_OPERATIONS
@@ -466,7 +469,9 @@ def render(tpg, *, shape, template, share, storage="const"):
         f"{name}_weights.h": templating.render("tpg_weights.h.j2", {"c": c}),
         f"{name}_weights.c": templating.render("tpg_weights.c.j2", {"c": c}),
         f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": trace(tpg, plan, code, facts, shape),
+        f"{name}.trace.json": dict(trace(tpg, plan, code, facts, shape),
+                                   **({"near_flash_symbols": sorted(t.symbol for t in plan.tables)}
+                                      if c.near and plan.tables else {})),
     }
 
 

@@ -119,7 +119,8 @@ def render(model, *, precision, storage, passes_log, **_options):
     acts = [f"nn_{a}" for a in used]
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
-    trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])])
+    trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
+                      storage=storage)
     for layer in trace["layers"]:
         rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]

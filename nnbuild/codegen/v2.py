@@ -22,5 +22,6 @@ def render(model, *, precision, storage, passes_log, **_options):
         f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
         f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
         f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])]),
+        f"{name}.trace.json": cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])],
+                                                   storage=storage),
     }
