@@ -57,7 +57,10 @@ def stack_bound(board, elf, entries, flowfacts=None):
 
 
 def check_near_flash(board, elf, trace_path):
-    """Data the code reads with 16-bit LPM pointers must end below 64 KB of flash."""
+    """Data the code reads with 16-bit LPM pointers (trace "near_flash_symbols": storage
+    avr-progmem-near, or small fixed-point models on avr-progmem-far) must end below 64 KB of flash.
+    On a chip with at most 64 KB of flash (ATmega328P) data past 64 KB means the image does not fit
+    at all: the memory gate, which follows, says so with the bytes needed vs available."""
     with open(trace_path) as f:
         names = set(json.load(f).get("near_flash_symbols", []))
     if not names:
@@ -66,5 +69,10 @@ def check_near_flash(board, elf, trace_path):
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 4 and parts[3] in names and int(parts[0], 16) + int(parts[1], 16) > NEAR_FLASH_END:
+            capacity = board.get("flash_bytes")
+            if capacity and capacity <= NEAR_FLASH_END:
+                sizes = board.compiler.section_sizes(board, elf)
+                if sizes["text"] + sizes["data"] > capacity:
+                    return
             raise NNBuildError(f"'{parts[3]}' ends beyond 64 KB of flash but is read with 16-bit pointers; "
                                "too much other constant data precedes it", path=elf)
