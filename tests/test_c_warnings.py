@@ -2,8 +2,8 @@
 
 Every code shape and precision (MLP in float32, float64, q16, q16-acc32, fix16 and fixedW.F; CNN
 shapes v1, v2, v3; TPG shapes switch and stack), with weights `const` and (AVR only)
-`avr-progmem-far`, is generated and compiled, together with the check firmware main that is built
-around it (nnbuild/runners/check_main.c, tpg_check_main.c), by each gcc of the boards (host gcc,
+`avr-progmem-far` (ATmega1284) and `avr-progmem-near` (ATmega328P), is generated and compiled,
+together with the check firmware main that is built around it (nnbuild/runners/check_main.c, tpg_check_main.c), by each gcc of the boards (host gcc,
 avr-gcc, arm-none-eabi-gcc) with the board's own flags plus STRICT; then cppcheck must report
 nothing. The quick cases use small models built here (every layer kind and activation, so every
 template branch is rendered) and the xor example; the repo's larger examples (f1tenth in every
@@ -95,7 +95,8 @@ def built(model):
     return lambda: (model(), [])
 
 
-def case(label, load, shape, precision="float32", storages=("const", "avr-progmem-far"), marks=()):
+def case(label, load, shape, precision="float32", storages=("const", "avr-progmem-far", "avr-progmem-near"),
+         marks=()):
     fixed = precision in FIXED or precision.startswith("fixed")
     return pytest.param(label, load, shape, precision, storages, (-1.0, 1.0) if fixed else None,
                         id=label, marks=list(marks))
@@ -119,8 +120,9 @@ CASES = [
 
 
 def targets(label, precision, storage):
-    """The boards that compile this variant: far storage is AVR's; float64 needs a 64-bit double."""
-    names = ("avr",) if storage == "avr-progmem-far" else BOARDS
+    """The boards that compile this variant: far storage is AVR's (ATmega1284), near storage the
+    ATmega328P's (no ELPM there); float64 needs a 64-bit double."""
+    names = {"avr-progmem-far": ("avr",), "avr-progmem-near": ("atmega328p",)}.get(storage, BOARDS)
     if precision == "float64":
         names = tuple(b for b in names if boards.load_board(b).get("double_bits", 64) >= 64)
     if label.startswith("f1tenth") and storage == "const":
