@@ -169,12 +169,15 @@ def wcet(elf, output, *, board, entry, flowfacts, record_errors=False):
 
 def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAULT_PRECISION,
            shape=kinds.DEFAULT_SHAPE, opt=None, run=None, wcet=None, deadline=None, deadline_origin=None):
-    """report.json: every step's result in one record, and a short printed summary."""
+    """report.json: every step's result in one record, and a short printed summary; report.html
+    beside it draws the record for a person."""
     from nnbuild.checks import report as reports
+    from nnbuild.checks import report_html
     summary = reports.build_report(
         model=model, board=boards.load_board(board), semantic=read_json(semantic), size=read_json(size),
         trace=read_json(trace), run=run, wcet=read_json(wcet) if wcet else None, precision=precision,
         shape=shape, opt=opt, deadline=deadline, deadline_origin=deadline_origin)
+    report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(summary)))
     save_json(output, summary)
     print(reports.summary_text(summary))
 
@@ -217,6 +220,8 @@ def select(candidates, output, *, firmware_output=None):
     final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table})
     if firmware_output:
         selection.install_winner(firmwares[winner], firmware_output)
+    from nnbuild.checks import report_html
+    report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(final)))
     save_json(output, final)
     print(f"winner: {why}")
     print(summary_text(final))

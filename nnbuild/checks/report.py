@@ -43,6 +43,7 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
         "error_summary": semantic.get("summary"),
         "error_format": semantic.get("error_format"),
         "check_inputs": semantic["cases"],
+        **case_data(semantic),
         "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
         "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
         "flash_capacity": size["flash_capacity"], "ram_capacity": size["ram_capacity"],
@@ -72,9 +73,33 @@ def wcet_fields(model, board, measured, wcet, deadline_text, deadline_origin):
     label = f"{model} on {board['name']} @ {clock / 1e6:g} MHz"
     record = deadline.verdict(wcet, deadline_ms, clock, measured, label)
     record["per_layer"] = {k: {"cycles": v, "share": v / wcet["cycles"]} for k, v in wcet["per_layer"].items()}
+    record.update(outside_layers(wcet))
     return {**fields, "wcet": record, "analyzer": wcet["analyzer"], "wcet_cycles": wcet["cycles"],
             "wcet_ms": record["wcet_ms"], "margin": record["margin"], "margin_ms": record["margin_ms"],
             "bound_over_measured": record["bound_over_measured"]}
+
+
+def outside_layers(wcet):
+    """The bound's cycles in no layer (entry, exit, code between layers): the rest of the bound after
+    the per-layer split, so that per_layer plus outside_layers is the whole bound. None, with the
+    analyzer's note, when the analyzer gives no per-layer split at all."""
+    if not wcet["per_layer"]:
+        note = (wcet.get("details") or {}).get("per_layer_note") or f"{wcet['analyzer']} gives no per-layer split"
+        return {"outside_layers": None, "per_layer_note": note}
+    rest = wcet["cycles"] - sum(wcet["per_layer"].values())
+    return {"outside_layers": {"cycles": rest, "share": rest / wcet["cycles"] if wcet["cycles"] else 0.0}}
+
+
+def case_data(semantic):
+    """Per-case results of each run where the semantic record has them: max |C - reference| per case
+    (neural networks), the cases whose action differs (TPGs)."""
+    runs = semantic["runs"]
+    out = {}
+    if runs and all("case_errors" in r for r in runs.values()):
+        out["case_errors_by_run"] = {k: r["case_errors"] for k, r in runs.items()}
+    if runs and all("mismatch_cases" in r for r in runs.values()):
+        out["mismatch_cases_by_run"] = {k: r["mismatch_cases"] for k, r in runs.items()}
+    return out
 
 
 def read_json(path):
@@ -122,7 +147,11 @@ def summary_text(r):
         from nnbuild.checks.deadline import bar
         lines.append(f"  {bar(w)}")
         shares = sorted(w["per_layer"].items(), key=lambda kv: -kv[1]["cycles"])
-        lines.append("  per layer: " + ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in shares))
+        outside = w.get("outside_layers")
+        if outside:
+            shares.append(("outside any layer", outside))
+        if shares:
+            lines.append("  per layer: " + ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in shares))
     elif r.get("wcet_error"):
         lines.append(f"  WCET     : no bound ({r['wcet_error']})")
     elif r.get("deadline_ms") is not None:

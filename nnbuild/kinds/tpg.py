@@ -119,6 +119,13 @@ def mismatches(actions, expected):
     return int(len(diff)), (int(diff[0]) if len(diff) else None)
 
 
+def mismatch_cases(actions, expected):
+    """The case indices whose action differs from the expected one (a list of ints, ascending)."""
+    a = np.asarray(actions).reshape(-1).astype(np.int64)
+    e = np.asarray(expected).reshape(-1).astype(np.int64)
+    return [int(i) for i in np.flatnonzero(a != e)] if a.shape == e.shape else []
+
+
 def compare(runs, reference_npz, tolerance=0):
     """The semantic record: per run the mismatching actions against the reference (and against the
     recorded actions y_framework when given). `max_abs_error` (what the report and gates read) is the
@@ -131,7 +138,8 @@ def compare(runs, reference_npz, tolerance=0):
     for label, actions in runs.items():
         count, first = mismatches(actions, expected)
         run = {"mismatches": count, "first_mismatch": first, "max_abs_error": count,
-               "worst_case": first if first is not None else 0}
+               "worst_case": first if first is not None else 0,
+               "mismatch_cases": mismatch_cases(actions, expected)}
         if framework is not None:
             run["vs_framework"], run["first_framework_mismatch"] = mismatches(actions, framework)
             run["max_abs_error"] = max(count, run["vs_framework"])
