@@ -167,3 +167,28 @@ def test_unknown_precision_and_shape_are_refused(tmp_path):
     with pytest.raises(Exception, match="unknown code shape 'v9'"):
         codegen.generate(model, tmp_path, shape="v9")
     assert not any(tmp_path.iterdir())
+
+
+def v3_model(filters):
+    """conv 3x3 (1 -> filters) relu on 12x12x1, flatten, dense 10 softmax: 2,000 terms a filter + 10."""
+    from nnbuild.ir.graph import Conv2D, Flatten
+    rng = np.random.default_rng(3)
+    w = lambda *s: (rng.normal(size=s) * 0.3).astype(np.float32)  # noqa: E731
+    layers = [Conv2D("conv", w(3, 3, 1, filters), w(filters), activation="relu"), Flatten("flat"),
+              Dense("dense", w(100 * filters, 10), w(10), "softmax")]
+    return Model(f"v3m{filters}", (12, 12, 1), layers, source_files=("m.h5",))
+
+
+def test_v3_warns_before_a_long_compile_and_records_the_estimate(tmp_path, capsys):
+    from nnbuild.codegen import v3
+    codegen.generate(v3_model(1), tmp_path / "small", shape="v3")
+    small = json.loads((tmp_path / "small" / "v3m1.trace.json").read_text())["compile_estimate"]
+    assert capsys.readouterr().err == "" and not small["warned"]
+    model = v3_model(20)                       # 40,010 terms: above the 10 s warning line
+    codegen.generate(model, tmp_path / "big", shape="v3")
+    err = capsys.readouterr().err.splitlines()
+    big = json.loads((tmp_path / "big" / "v3m20.trace.json").read_text())["compile_estimate"]
+    assert big["terms"] == 40_010 and big["warned"] and big["seconds_per_compile"] == round(40_010 * 0.32e-3, 1)
+    assert len(err) == 1 and err[0].startswith("nnbuild: warning: shape v3 unrolls 40,010 terms of model 'v3m20': "
+                                               "expect about 13 s per compile of v3m20.c (measured "), err
+    assert v3.COMPILE_BASIS in err[0] and small["terms"] * v3.COMPILE_SECONDS_PER_TERM < v3.WARN_SECONDS

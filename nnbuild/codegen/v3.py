@@ -2,11 +2,15 @@
 
 The code grows with the number of multiply-accumulates, so v3 refuses a model whose unrolled
 code would exceed MAX_TERMS terms (override with NNBUILD_V3_MAX_TERMS) with a message giving the
-count; use v2 (same results, loops) for those. No loops: the flow facts list none, and the WCET
+count; use v2 (same results, loops) for those. Below the limit, a model whose code is expected to
+take more than WARN_SECONDS per compile (COMPILE_SECONDS_PER_TERM, measured) gets a one-line
+warning on stderr at generation, before any compile; the estimate goes to the trace
+("compile_estimate"). No loops: the flow facts list none, and the WCET
 of each part function is a single path.
 """
 
 import os
+import sys
 
 import numpy as np
 
@@ -21,6 +25,29 @@ PRECISIONS = ("float32",)
 MAX_TERMS = 300_000
 #: terms per generated function
 PART_TERMS = 512
+
+
+#: Compile seconds per unrolled term, measured (one core, board flags, `-c` of <name>.c) on v3 code
+#: of LeNet-5 and synthetic conv+dense CNNs of 8k..289k terms: gcc -O2 (host board) 0.14..0.26 ms,
+#: avr-gcc -Os (ATmega boards) 0.17..0.32 ms, growing with the size (LeNet-5, 288,574 terms: 74 s
+#: and 91 s; 99,610 terms: 18 s and 27 s; 8,010 terms: 1.2 s and 1.4 s). The estimate takes the
+#: largest rate, so it errs long.
+COMPILE_SECONDS_PER_TERM = 0.32e-3
+COMPILE_BASIS = ("measured 0.14-0.32 ms per term for gcc -O2 and avr-gcc -Os on LeNet-5 and conv+dense "
+                 "CNNs of 8k-289k terms, largest rate taken")
+#: above this estimate (seconds per compile) generation warns on stderr before any compile starts
+WARN_SECONDS = 10.0
+
+
+def compile_estimate(terms):
+    """What compiling the unrolled code is expected to take: seconds per compiler run, and why."""
+    return {"terms": int(terms), "seconds_per_compile": round(terms * COMPILE_SECONDS_PER_TERM, 1),
+            "seconds_per_term": COMPILE_SECONDS_PER_TERM, "basis": COMPILE_BASIS,
+            "warned": terms * COMPILE_SECONDS_PER_TERM > WARN_SECONDS}
+
+
+def duration(seconds):
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def max_terms():
@@ -162,10 +189,17 @@ def render(model, *, precision, storage, passes_log, **_options):
     cnn.check_precision(precision, "v3")
     lowered = cnn.lower(model, storage)
     estimate, limit = count_terms(lowered["ops"]), max_terms()
+    timing = compile_estimate(estimate)
     if estimate > limit:
         raise NNBuildError(f"shape v3 would unroll about {estimate:,} terms (limit {limit:,}, about "
-                           f"{estimate * 24 / 1e6:.0f} MB of C): use shape v2 (the same arithmetic in loops), "
+                           f"{estimate * 24 / 1e6:.0f} MB of C, about {duration(timing['seconds_per_compile'])} "
+                           "per compile): use shape v2 (the same arithmetic in loops), "
                            "or raise NNBUILD_V3_MAX_TERMS", item=f"model '{model.name}'")
+    if timing["warned"]:
+        print(f"nnbuild: warning: shape v3 unrolls {estimate:,} terms of model '{model.name}': expect about "
+              f"{duration(timing['seconds_per_compile'])} per compile of {model.name}.c "
+              f"({COMPILE_BASIS}); shape v2 computes the same in loops and compiles in seconds",
+              file=sys.stderr, flush=True)
     layers, parts = [], []
     for op in lowered["ops"]:
         if op["kind"] in ("conv2d", "dense"):
@@ -194,5 +228,6 @@ def render(model, *, precision, storage, passes_log, **_options):
         f"{name}_weights.h": templating.render("cnn_weights.h.j2", files_ctx),
         f"{name}_weights.c": templating.render("cnn_weights.c.j2", files_ctx),
         f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": cnn.trace(model, lowered, facts, passes_log, "v3", [cnn.memory_log(lowered["memory"])]),
+        f"{name}.trace.json": dict(cnn.trace(model, lowered, facts, passes_log, "v3",
+                                             [cnn.memory_log(lowered["memory"])]), compile_estimate=timing),
     }
