@@ -17,7 +17,9 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import scipy
@@ -44,6 +46,49 @@ class RegionResult:
     #: layer name (None = not in any layer: inherits the caller's layer) -> cycles
     breakdown: Counter
     info: dict = field(default_factory=dict)
+
+
+#: an analysis longer than this (s) reports its phases on stderr (never in any output file)
+PROGRESS_SECONDS = 2.0
+
+
+class Phases:
+    """Wall-clock time per analysis phase (decode, CFG, loops, ILP solve; the phases interleave
+    region by region, so each is a sum), a progress line about every PROGRESS_SECONDS once the
+    analysis has run that long, and one line per phase at the end of a long analysis."""
+
+    NAMES = ("decode", "CFG", "loops", "ILP solve")
+
+    def __init__(self):
+        self.start = self.last = time.monotonic()
+        self.seconds = dict.fromkeys(self.NAMES, 0.0)
+        self.counts = dict.fromkeys(self.NAMES, 0)
+
+    @contextmanager
+    def phase(self, name):
+        t = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.monotonic() - t
+            self.counts[name] += 1
+
+    def tick(self, regions):
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_SECONDS:
+            self.last = now
+            print(f"builtin-avr: {regions} regions analysed, {now - self.start:.1f} s", file=sys.stderr, flush=True)
+
+    def report(self, regions):
+        total = time.monotonic() - self.start
+        if total < PROGRESS_SECONDS:
+            return
+        what = {"decode": "", "CFG": f" ({self.counts['CFG']} regions)", "loops": f" ({self.counts['loops']} region analyses)",
+                "ILP solve": f" ({self.counts['ILP solve']} ILPs)"}
+        for name in self.NAMES:
+            print(f"builtin-avr: {name:<9} {self.seconds[name]:6.2f} s{what[name]}", file=sys.stderr)
+        other = total - sum(self.seconds.values())
+        print(f"builtin-avr: {'other':<9} {other:6.2f} s; total {total:.1f} s", file=sys.stderr, flush=True)
 
 
 def load_flowfacts(flowfacts):
@@ -76,7 +121,8 @@ def indirect_targets(facts, prog):
 class Analyzer:
     """Memoised bottom-up analysis of every region reachable from the entry."""
 
-    def __init__(self, prog, fam, facts, table, workdir, paths=(), counters=None):
+    def __init__(self, prog, fam, facts, table, workdir, paths=(), counters=None, phases=None):
+        self.phases = phases or Phases()
         self.prog, self.fam, self.facts, self.table, self.paths = prog, fam, facts, table, list(paths)
         self.ctxs = P.Contexts(prog, list(table) + self.paths)
         #: symbols whose table entries depend on the context: other regions share one analysis
@@ -99,7 +145,8 @@ class Analyzer:
 
     def _region(self, addr):
         if addr not in self.regions:
-            self.regions[addr] = C.build_region(self.prog, addr, self.fam, self.indirect)
+            with self.phases.phase("CFG"):
+                self.regions[addr] = C.build_region(self.prog, addr, self.fam, self.indirect)
         return self.regions[addr]
 
     def _sensitive(self, addr):
@@ -144,6 +191,7 @@ class Analyzer:
         finally:
             self.stack.pop()
         self.done[key] = res
+        self.phases.tick(len(self.done))
         return res
 
     def _operand_tags(self, region):
@@ -208,11 +256,12 @@ class Analyzer:
         for k, t in region.tails.items():
             tail[k] = self.region(t.target, self.ctxs.tail(own, ctx, at_tail.get(k)))
             cost[k] = 0 if param_of(t.target, tail[k].ctx, k, t.insn) else tail[k].cycles
-        loops = L.find_loops(region, prog)
-        self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
-        L.apply_table(region, loops, prog, self.table, own, ctx.site, dict(ctx.regs))
-        L.apply_auto(region, loops)
-        L.require_bounds(region, loops, prog)
+        with self.phases.phase("loops"):
+            loops = L.find_loops(region, prog)
+            self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
+            L.apply_table(region, loops, prog, self.table, own, ctx.site, dict(ctx.regs))
+            L.apply_auto(region, loops)
+            L.require_bounds(region, loops, prog)
         return region, loops, cost, callee, tail, paths, choices
 
     def _reaches(self, addr, symbol):
@@ -240,9 +289,13 @@ class Analyzer:
         if key not in self.params:
             region, loops, cost, _, _, paths, choices = self._model(addr, ctx, (counter,))
             obj = I.counter_objective(region, paths, choices, counter)
-            top, _, _ = I.solve(region, loops, cost, None, "", paths, choices, objective=obj)
-            self.params[key] = [I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v))[0]
-                                for v in range(int(top) + 1)]
+            with self.phases.phase("ILP solve"):
+                top, _, _ = I.solve(region, loops, cost, None, "", paths, choices, objective=obj)
+            values = []
+            for v in range(int(top) + 1):
+                with self.phases.phase("ILP solve"):
+                    values.append(I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v))[0])
+            self.params[key] = values
         return self.params[key]
 
     def _analyse(self, addr, ctx):
@@ -251,7 +304,8 @@ class Analyzer:
         label = f"{prog.function_of(addr)}_{addr:x}".replace(".", "_")
         if ctx != P.EMPTY:
             label += f"_ctx{len(self.done)}"
-        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths, choices)
+        with self.phases.phase("ILP solve"):
+            cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths, choices)
         info["blocks"] = len(region.blocks)
         info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
                          for l in loops]
@@ -299,17 +353,20 @@ BOARD_NEEDS = ("clock_hz",)
 
 def analyze(elf, entry, flowfacts, board, workdir):
     """A sound WCET bound (cycles) for one call of `entry` in the linked AVR `elf`."""
+    phases = Phases()
     facts = load_flowfacts(flowfacts)
     fam = T.family(board)
-    prog = D.load(str(elf), board)
+    with phases.phase("decode"):
+        prog = D.load(str(elf), board)
     try:
         start = prog.address_of(entry)
     except NNBuildError:
         raise NNBuildError(f"builtin-avr: entry function '{entry}' not in the ELF", path=elf)
     if workdir:
         os.makedirs(workdir, exist_ok=True)
-    an = Analyzer(prog, fam, facts, L.load_table(), workdir, L.load_paths())
+    an = Analyzer(prog, fam, facts, L.load_table(), workdir, L.load_paths(), phases=phases)
     top = an.region(start)
+    phases.report(len(an.done))
     per_layer = {k: v for k, v in top.breakdown.items() if k is not None}
     for lay in facts.get("layers", []):
         per_layer.setdefault(lay["name"], 0)
