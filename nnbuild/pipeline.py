@@ -124,7 +124,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         tasks.append(Task("wcet", [wcet_json], {"elf": check, "flowfacts": flowfacts}, role="wcet",
                           options={"board": board.name, "entry": f"{name}_infer",
                                    "record_errors": record_wcet_errors}))
-    tasks.append(Task("report", ["report.json"],
+    tasks.append(Task("report", ["report.json", "report.html"],
                       {"semantic": "semantic.json", "size": "size.json", "trace": trace, "run": target_run,
                        "wcet": wcet_json},
                       options={"model": name, "board": board.name, "precision": precision, "shape": shape,
@@ -187,7 +187,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
             tasks.append(Task("wcet", [wcet_json], {"elf": firmware, "flowfacts": at(flowfacts)}, role=f"{mp.name}/wcet",
                               options={"board": board.name, "entry": f"{mp.name}_infer", "record_errors": False}))
         model_report = next(t for t in mp.tasks if t.step == "report")
-        tasks.append(Task("report", [f"{sub}/report.json"],
+        tasks.append(Task("report", [f"{sub}/report.json", f"{sub}/report.html"],
                           {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
                            "run": at(model_report.sources.get("run")), "wcet": wcet_json},
                           options=dict(model_report.options), role=f"{mp.name}/report"))

@@ -140,7 +140,8 @@ def test_boards_subcommand_lists_each_board(tmp_path, monkeypatch, capsys):
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines[0].split() == ["board", "MCU", "clock", "flash", "RAM", "runner", "WCET", "analyzer"]
-    assert lines[2].split() == ["avr", "atmega1284", "20", "MHz", "128", "KB", "16", "KB", "simavr", "builtin-avr"]
+    assert ["avr", "atmega1284", "20", "MHz", "128", "KB", "16", "KB", "simavr", "builtin-avr"] in [
+        line.split() for line in lines]
     assert err.strip() == f"nnbuild: error: {tmp_path / 'bad.json'}: unknown key 'mcuu' (did you mean 'mcu'?)"
     (tmp_path / "bad.json").unlink()
     assert cli.main(["boards", "--json"]) == 0

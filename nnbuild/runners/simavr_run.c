@@ -221,6 +221,7 @@ static void emit(const avr_t *avr, const struct options *o, uint64_t cycles, uns
     for (k = 0; k < 4 * o->n_out; ++k)
         printf("%02x", avr->data[o->out + k]);
     putchar('\n');
+    fflush(stdout); /* one record per case as it happens: progress lines in the parent */
 }
 
 /* Returns 1 if a case was loaded, 0 at a clean EOF. */

@@ -175,7 +175,8 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
             sources.append(nodes["firmware"])
         specs.append(spec)
     with_firmware = all(n["firmware"] for n in runs.values())
-    targets = [bdir.File("report.json")] + ([bdir.File(f"firmware{board.program_suffix}")] if with_firmware else [])
+    targets = ([bdir.File("report.json")] + ([bdir.File(f"firmware{board.program_suffix}")] if with_firmware else [])
+               + [bdir.File("report.html")])
     chosen = step_node(env, "select", targets, sources,
                        candidates=specs, output="${TARGETS[0]}",
                        firmware_output="${TARGETS[1]}" if with_firmware else None)
