@@ -78,8 +78,8 @@ def test_the_wheel_installed_in_a_fresh_venv_generates_checks_and_lists_boards(t
     assert run("--version").stdout.strip() == "nnbuild 0.1.0"
     boards = run("boards")
     assert boards.returncode == 0, boards.stderr
-    assert [line.split()[0] for line in boards.stdout.splitlines()[1:6]] == ["arm", "avr", "cortex-m4", "host",
-                                                                            "patmos"]
+    shipped = sorted(p.stem for p in (REPO / "toolchains").glob("*.json"))
+    assert [line.split()[0] for line in boards.stdout.splitlines()[1:1 + len(shipped)]] == shipped
     assert str(venv) in boards.stdout.splitlines()[-1]  # the shipped boards come from the installed package
     generated = run("generate", "xor.h5", "-o", "probe")
     assert generated.returncode == 0, generated.stderr
