@@ -166,8 +166,9 @@ def variants():
         label, load, shape, precision, storages, rng = p.values
         for storage in storages:
             for board in targets(label, precision, storage):
+                cross = [] if board == "host" else E2E  # cross-compilers run in the e2e tier
                 yield pytest.param(label, load, shape, precision, storage, rng, board,
-                                   id=f"{label}-{storage}-{board}", marks=p.marks)
+                                   id=f"{label}-{storage}-{board}", marks=list(p.marks) + cross)
 
 
 @pytest.mark.parametrize("label,load,shape,precision,storage,input_range,board", list(variants()))
@@ -190,7 +191,9 @@ def cppcheck_variants():
     for p in CASES:
         label, load, shape, precision, storages, rng = p.values
         for storage in storages:
-            yield pytest.param(label, load, shape, precision, storage, rng, id=f"{label}-{storage}", marks=p.marks)
+            flash = [] if storage == "const" else E2E  # the AVR flash branches: e2e tier
+            yield pytest.param(label, load, shape, precision, storage, rng, id=f"{label}-{storage}",
+                               marks=list(p.marks) + flash)
 
 
 @pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (apt-get install cppcheck)")

@@ -445,16 +445,19 @@ def test_base_models_are_valid(tmp_path):
                 assert codegen.generate(model, tmp_path / f"out_{path.name}", shape="auto", passes_log=log)
 
 
+@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_keras_full_h5():
     fuzz_keras_full()
     report("keras-h5")
 
 
+@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_keras_json_pair():
     fuzz_keras_pair()
     report("keras-json")
 
 
+@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_keras_h5_bytes():
     fuzz_keras_bytes()
     report("keras-h5-bytes")
@@ -566,11 +569,13 @@ def fuzz_tpg(case, canary_file):
         shutil.rmtree(work)
 
 
+@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_gegelati_dot_and_environment():
     fuzz_tpg()
     report("gegelati")
 
 
+@pytest.mark.e2e  # reads the counts of the fuzz tests above (same tier)
 def test_fuzz_strategies_reach_both_outcomes_quickly():
     """The strategies are not vacuous: a sample refuses some inputs and generates others, and the
     canary reaches generated code (checked inert) in the Keras strategies."""

@@ -139,3 +139,16 @@ def test_kind_and_tool_names_stay_in_their_homes():
             if needle in text and not rel.startswith(allowed):
                 found.append(f"{rel}: {needle}")
     assert found == [], found
+
+
+def test_every_module_imports():
+    """The quick tier touches every module: each one imports on its own (no hidden order dependency)."""
+    import importlib
+    import subprocess
+    import sys
+    modules, _ = imports()
+    names = sorted(m for m in modules if not m.endswith("__main__"))
+    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
+    run = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert importlib.import_module("nnbuild.steps").STEPS
