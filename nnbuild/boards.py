@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from nnbuild import files
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -200,16 +201,6 @@ def load_board(name) -> Board:
             raise NNBuildError("board file not found", path=path)
         dirs = ", ".join(str(d) for d in board_dirs())
         raise NNBuildError(f"unknown target '{name}' (boards: {', '.join(available_boards())}; looked in {dirs})")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as error:
-        raise NNBuildError(f"cannot read board file ({error})", path=path) from None
-    if not isinstance(data, dict):
-        raise NNBuildError("board file is not a JSON object", path=path)
+    data = files.read_json_object(path, "board file")
     data.setdefault("name", path.stem)
     return Board(data, path).check()
-
-
-def clock_hz(board):
-    return board.get("clock_hz")

@@ -75,10 +75,10 @@ def parser():
     p.add_argument("model")
     p.add_argument("--data", required=True, help=".npz with inputs x and expected outputs y")
     p.add_argument("--target", default="host", help="board name (see `nnbuild boards`) or a board file")
-    p.add_argument("--tolerance", type=steps._parsed(options.tolerance), default=None,
+    p.add_argument("--tolerance", type=options.argparse_type(options.tolerance), default=None,
                    help=f"max error allowed (default: {DEFAULT_TOLERANCE:g} for float32/float64; fixed point: "
                         "the precision's documented default, see nnbuild.options.DEFAULT_TOLERANCES)")
-    p.add_argument("--opt", type=steps._parsed(options.opt), default=None,
+    p.add_argument("--opt", type=options.argparse_type(options.opt), default=None,
                    help=f"optimisation flag, one of {', '.join(options.OPT_LEVELS)} (board default otherwise)")
     p.add_argument("--build-dir", default=None, help="keep the build here (default: a temp dir, removed)")
     p.add_argument("--json", action="store_true",

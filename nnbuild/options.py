@@ -101,3 +101,15 @@ def count(text, what="check inputs"):
         raise NNBuildError(f"{what} '{text}' is not a positive integer")
     return value
 
+
+def argparse_type(parse):
+    """An argparse `type` from one of these parsers, keeping its one-line message."""
+    import argparse
+
+    def convert(text):
+        try:
+            return parse(text)
+        except NNBuildError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    convert.__name__ = parse.__name__
+    return convert

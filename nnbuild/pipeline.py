@@ -13,7 +13,6 @@ from typing import Dict, List
 
 from nnbuild import boards, codegen, kinds, steps
 from nnbuild.errors import NNBuildError
-from nnbuild.steps import save_json, save_npz  # noqa: F401 (the library's atomic writers)
 
 #: where a simulator harness lives, shared by every build of a project
 HARNESS_DIR = "#build/tools"
@@ -487,7 +486,7 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
              f"add_dependencies({target} {target}_checks)\n")
     if "harness" in made:
         text += f"add_dependencies({target}_checks {made['harness']})\n"
-    save_json(Path(build_dir) / "plan.json", {"target": target, "args": plan_args})
+    steps.save_json(Path(build_dir) / "plan.json", {"target": target, "args": plan_args})
     return text
 
 

@@ -7,10 +7,9 @@ check_data (recorded observations to check with instead of random ones) and requ
 model file is missing, e.g. third-party data in ../shared).
 """
 
-import json
 from pathlib import Path
 
-from nnbuild import frontends, options
+from nnbuild import files, frontends, options
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 
@@ -62,13 +61,7 @@ def resolve(model, root=EXAMPLES_DIR):
 
 def read_example(config_path):
     """example.json as a dict; bad JSON or an unknown key is one line naming the file."""
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as error:
-        raise NNBuildError(f"cannot read example config ({error})", path=config_path) from None
-    if not isinstance(config, dict):
-        raise NNBuildError("example config is not a JSON object", path=config_path)
+    config = files.read_json_object(config_path, "example config")
     unknown = sorted(set(config) - set(EXAMPLE_KEYS))
     if unknown:
         raise NNBuildError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(EXAMPLE_KEYS)})", path=config_path)

@@ -12,60 +12,27 @@ a later run could take for up to date.
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Tuple
 
 import numpy as np
 
-from nnbuild import boards, codegen, kinds, options
+from nnbuild import boards, codegen, files, kinds, options
 from nnbuild.errors import NNBuildError
 
 
 # --------------------------------------------------------------------------- atomic outputs
 
 
-def output_mode():
-    """The mode of an output file: what open() would give it (0666 less the umask; mkstemp's temp
-    files are 0600, which would leave outputs unreadable to the group and others)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def publish(tmp, path):
-    """Give a finished temp file the output mode and rename it to its final path."""
-    os.chmod(tmp, output_mode())
-    os.replace(tmp, path)
-
-
 def save_npz(path, **arrays):
-    """np.savez to a temp file then rename: a failed step leaves no output behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
+    """np.savez, atomically: a failed step leaves no output behind."""
+    with files.atomic(path, suffix=".npz") as tmp:
         np.savez(tmp, **arrays)
-        publish(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def save_json(path, obj):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, sort_keys=True)
-            f.write("\n")
-        publish(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    files.write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
 def read_json(path):
@@ -239,18 +206,9 @@ def program(sources, output, *, board, include=(), define=(), opt=None):
     """A C program for the board (compile and link in one compiler call), written atomically: the
     check programs of a plan when no build tool compiles them (CMake, `nnbuild check`)."""
     board = boards.load_board(board)
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    os.close(fd)
-    try:
+    with files.atomic(output, executable=True) as tmp:
         board.compiler.build_executable(board, list(sources), tmp, include_dirs=list(include or ()),
                                         defines=list(define or ()), opt=opt)
-        os.chmod(tmp, output_mode() | (output_mode() & 0o444) >> 2)  # executable where readable
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 #: objcopy output formats of the image step, by file suffix
@@ -283,17 +241,10 @@ def image(elf, output, *, board):
     found = shutil.which(tool)
     if not found:
         raise NNBuildError(f"'{tool}' not found on PATH for target={board.name}")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
-    os.close(fd)
-    try:
+    with files.atomic(output) as tmp:
         result = subprocess.run([found, "-O", fmt, str(elf), tmp], capture_output=True, text=True)
         if result.returncode != 0:
             raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
-        publish(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 # --------------------------------------------------------------------------- the table
@@ -310,19 +261,6 @@ class Arg:
     @property
     def positional(self):
         return not self.flags[0].startswith("-")
-
-
-def _parsed(parse):
-    """An argparse `type` from an nnbuild.options parser, keeping its one-line message."""
-    import argparse
-
-    def convert(text):
-        try:
-            return parse(text)
-        except NNBuildError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-    convert.__name__ = parse.__name__
-    return convert
 
 
 def _a(*flags, dest=None, **kwargs):
@@ -349,13 +287,13 @@ class Step:
 
 
 def _model_options(storage=True):
-    opts = [_a("--name", type=_parsed(options.model_name), help="C prefix of the API (default: from the model file)"),
+    opts = [_a("--name", type=options.argparse_type(options.model_name), help="C prefix of the API (default: from the model file)"),
             _a("--environment", help="environment description of a TPG (.dot): JSON file or shipped name"),
             _a("--shape", default=kinds.DEFAULT_SHAPE, choices=sorted(codegen.SHAPES),
                help="code shape (auto: mlp for MLPs, v2 for other networks, switch for TPGs)"),
-            _a("--precision", type=_parsed(options.precision), default=kinds.DEFAULT_PRECISION,
+            _a("--precision", type=options.argparse_type(options.precision), default=kinds.DEFAULT_PRECISION,
                help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)"),
-            _a("--range", dest="input_range", default=None, type=_parsed(options.input_range), help=RANGE_HELP)]
+            _a("--range", dest="input_range", default=None, type=options.argparse_type(options.input_range), help=RANGE_HELP)]
     if storage:
         opts += [_a("--storage", default=None, choices=codegen.STORAGES,
                     help="weights storage (default: the --target board's)"),
@@ -367,8 +305,8 @@ STEPS = {s.name: s for s in (
     Step("generate", "Generating C", generate, (_a("model"), _a("-o", "--outdir", required=True)) + _model_options(),
          "write the C code of a model", code=("codegen", "frontends", "ir", "passes", "kinds")),
     Step("reference", "Reference", reference,
-         (_a("model"), OUT, _a("--count", type=_parsed(options.count), default=32), _a("--seed", type=int, default=1),
-          _a("--range", dest="input_range", type=_parsed(options.input_range), default=(-1.0, 1.0), help=RANGE_HELP),
+         (_a("model"), OUT, _a("--count", type=options.argparse_type(options.count), default=32), _a("--seed", type=int, default=1),
+          _a("--range", dest="input_range", type=options.argparse_type(options.input_range), default=(-1.0, 1.0), help=RANGE_HELP),
           _a("--environment", help="environment description of a TPG (.dot): JSON file or shipped name"),
           _a("--data", help="take the check inputs from this file (.npz x[, y]; TPG: also .u8.gz bytes)")),
          "check inputs and the float64 reference outputs for them (.npz)",
@@ -381,7 +319,7 @@ STEPS = {s.name: s for s in (
          "run a check program on the board's simulator", code=("runners", "kinds")),
     Step("compare", "Semantic check", compare,
          (_a("--reference", required=True), _a("runs", nargs="+", metavar="LABEL=RUN.npz"),
-          _a("--tolerance", type=_parsed(options.tolerance), default=1e-4), OUT),
+          _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4), OUT),
          "semantic gate: each run against the reference", code=("checks", "kinds"), cacheable=False),
     Step("size", "Memory report", size,
          (_a("elf"), BOARD, _a("--entry", action="append", default=[],

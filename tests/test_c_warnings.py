@@ -18,12 +18,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO, SHARED
-from nnbuild import boards, codegen, pipeline
+from nnbuild import boards, codegen, kinds, pipeline
 from nnbuild.compilers.gcc import compile_flags
 from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Flatten, Model,
                               Pool2D, ZeroPadding2D)
-from nnbuild.runners import CHECK_MAIN, check_main_defines
-from nnbuild.runners import tpg_run
 
 #: on top of each board's own cflags (which already hold -std=c99 -Wall -Wextra -Werror -pedantic)
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wdouble-promotion", "-Wfloat-equal",
@@ -148,11 +146,9 @@ def generated(tmp_path_factory):
 
 
 def check_main(model):
-    """The check firmware main built around `model` and the -D flags that bind it."""
-    if getattr(model, "kind", "nn") == "tpg":
-        return tpg_run.TPG_CHECK_MAIN, tpg_run.check_main_defines(model.name, model.input_size)
-    api = codegen.api(model.name)
-    return CHECK_MAIN, check_main_defines(api["header"], api["infer"], model.input_size, model.output_size)
+    """The check firmware main of the model's kind and the -D flags that bind it (as the pipeline does)."""
+    kind = kinds.of_model(model)
+    return kind.check_main(), [f"-D{name}={value}" for name, value in kind.check_defines(model.name)]
 
 
 def compile_strict(board, sources, gen_dir, workdir, defines=()):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nnbuild"
 LAYERS = [
-    ("nnbuild", "errors", "names"),
+    ("nnbuild", "errors", "names", "files"),
     ("numerics",),
     ("ir",),
     ("frontends",),

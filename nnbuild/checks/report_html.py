@@ -11,10 +11,8 @@ computed here, never taken from the report.
 
 import html
 import math
-import os
-import tempfile
-from pathlib import Path
 
+from nnbuild import files
 from nnbuild.checks import gates
 from nnbuild.checks.deadline import deadline_violation, fmt_ms, soundness_violation
 
@@ -188,13 +186,17 @@ def section_header(r):
         out.append(f'<tr><td>{esc(gate)}</td><td><span class="verdict {status}">{VERDICT_WORDS[status]}</span></td>'
                    f"<td>{esc(detail)}</td></tr>")
     out.append("</table>")
-    waivers = r.get("waivers") or []
-    out.append("<h3>Waivers</h3>" + ("<ul>" + "".join(f"<li>{esc(w)}</li>" for w in waivers) + "</ul>"
-                                     if waivers else '<p class="note">none</p>'))
+    out.append(titled_list("Waivers", r.get("waivers")))
     return out
 
 
 VERDICT_WORDS = {"pass": "PASS", "fail": "FAIL", "waived": "WAIVED", "na": "N/A"}
+
+
+def titled_list(title, items):
+    """An h3 and the items as a list (escaped), or 'none'."""
+    body = "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>" if items else '<p class="note">none</p>'
+    return f"<h3>{esc(title)}</h3>{body}"
 
 
 # --------------------------------------------------------------------------- drawings
@@ -490,9 +492,7 @@ def section_trace(r):
                    f"<td class=\"num\">{esc(layer.get('units'))}</td><td>{esc(span)}</td>"
                    f'<td class="num">{cycles_text(cyc)}</td></tr>')
     out.append("</table>")
-    passes = r.get("passes") or []
-    out.append("<h3>Graph passes applied</h3>" + ("<ul>" + "".join(f"<li>{esc(p)}</li>" for p in passes) + "</ul>"
-                                                  if passes else '<p class="note">none</p>'))
+    out.append(titled_list("Graph passes applied", r.get("passes")))
     return out
 
 
@@ -517,17 +517,5 @@ def render(report: dict) -> str:
 
 
 def save(path, report):
-    """Write render(report) to `path` atomically (temp file + rename, the output mode of open())."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(render(report))
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Write render(report) to `path` atomically (nnbuild.files)."""
+    files.write_text(path, render(report))

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from nnbuild import names
+from nnbuild.files import output_mode
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED
 from nnbuild.numerics.formats import check_precision as check_precision_name
@@ -170,8 +171,7 @@ def write_all(outdir, files):
     """Write every file to a temporary name first, then rename: no partial outputs on failure. The
     files get the mode open() would give them (0666 less the umask), not mkstemp's 0600."""
     outdir.mkdir(parents=True, exist_ok=True)
-    mask = os.umask(0)
-    os.umask(mask)
+    mode = output_mode()
     temps = []
     try:
         for name, text in files.items():
@@ -182,7 +182,7 @@ def write_all(outdir, files):
                 f.write(text)
             temps.append((tmp, outdir / name))
         for tmp, final in temps:
-            os.chmod(tmp, 0o666 & ~mask)
+            os.chmod(tmp, mode)
             os.replace(tmp, final)
     finally:
         for tmp, _ in temps:
