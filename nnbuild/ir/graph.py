@@ -102,7 +102,9 @@ def same_padding(size, window, stride, dilation=1):
 class Conv2D:
     """y[oy,ox,o] = act(bias[o] + sum_{ky,kx,c} kernel[ky,kx,c,o] * xp[oy*sh + ky*dh, ox*sw + kx*dw, c])
     where xp is x with `padding` (top, bottom, left, right) zero rows/columns around it.
-    kernel is [kh, kw, in_channels, filters] (Keras HWIO); ACETONE Definitions 6, 7 and 14."""
+    kernel is [kh, kw, in_channels / groups, filters] (Keras HWIO); ACETONE Definitions 6, 7 and 14.
+    With groups > 1, filter o sees only input channels g*C/groups .. (g+1)*C/groups - 1 where
+    g = o // (filters / groups) (ONNX Conv group, Keras DepthwiseConv2D)."""
 
     name: str
     kernel: np.ndarray
@@ -112,6 +114,8 @@ class Conv2D:
     padding: Tuple[int, int, int, int] = (0, 0, 0, 0)
     activation: str = "linear"
     source_type: str = "Conv2D"
+    #: channel groups: input channel group g (C/groups channels) feeds filters g*F/groups.. (depthwise: groups = C)
+    groups: int = 1
 
     kind = "conv2d"
 
@@ -126,9 +130,13 @@ class Conv2D:
 
     def output_shape(self, input_shape):
         h, w, c = _rank3(input_shape, "Conv2D")
-        kh, kw, ci, _ = self.kernel.shape
-        if c != ci:
-            raise ValueError(f"kernel {tuple(self.kernel.shape)} expects {ci} input channels, "
+        kh, kw, ci, co = self.kernel.shape
+        g = int(self.groups)
+        if g < 1 or c % g or co % g:
+            raise ValueError(f"{g} groups do not divide {c} input channels and {co} filters")
+        if c != ci * g:
+            groups = "" if g == 1 else f" in {g} groups"
+            raise ValueError(f"kernel {tuple(self.kernel.shape)} expects {ci * g} input channels{groups}, "
                              f"got a tensor of shape {tuple(input_shape)}")
         t, b, l, r = self.padding
         return (window_output(h, kh, self.strides[0], self.dilation[0], t, b),
@@ -288,6 +296,365 @@ class Concatenate:
         return tuple(input_shapes[0][:a]) + (sum(s[a] for s in input_shapes),) + tuple(input_shapes[0][a + 1:])
 
 
+def normal_axes(values, rank, what):
+    """Axes normalised to 0..rank-1 (negative counts from the end), each once, in ascending order."""
+    out = []
+    for a in values:
+        a = int(a)
+        if not -rank <= a < rank:
+            raise ValueError(f"{what} axis {a} out of range for a rank-{rank} tensor")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what} axes {tuple(values)} repeat an axis")
+    return tuple(sorted(out))
+
+
+def broadcast_shape(*shapes):
+    """numpy/ONNX multidirectional broadcasting of the shapes (aligned on the last axis)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        dims = {int(s[len(s) - rank + k]) for s in shapes if len(s) - rank + k >= 0} - {1}
+        if len(dims) > 1:
+            raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+#: Element-wise functions of one tensor (nnbuild.ir.semantics.UNARY_FUNCTIONS) -> their parameters.
+UNARY_OPS = {
+    "relu": (), "leaky_relu": ("alpha",), "elu": ("alpha",), "selu": ("alpha", "gamma"),
+    "sigmoid": (), "hard_sigmoid": ("alpha", "beta"), "tanh": (), "softplus": (), "softsign": (),
+    "exp": (), "log": (), "sqrt": (), "abs": (), "neg": (), "reciprocal": (), "clip": ("min", "max"),
+}
+
+
+@dataclass(frozen=True)
+class Unary:
+    """y = op(x) element-wise, `params` in the order UNARY_OPS lists them (ONNX names: Relu,
+    LeakyRelu, Elu, Selu, Sigmoid, HardSigmoid, Tanh, Softplus, Softsign, Exp, Log, Sqrt, Abs, Neg,
+    Reciprocal, Clip; Keras LeakyReLU, ELU, ReLU(max_value) as clip)."""
+
+    name: str
+    op: str
+    params: Tuple[float, ...] = ()
+    source_type: str = "Unary"
+
+    kind = "unary"
+
+    def __post_init__(self):
+        if self.op not in UNARY_OPS:
+            raise ValueError(f"unary op '{self.op}' is not one of {', '.join(UNARY_OPS)}")
+        params = tuple(float(p) for p in self.params)
+        if len(params) != len(UNARY_OPS[self.op]):
+            raise ValueError(f"{self.op} takes {len(UNARY_OPS[self.op])} parameter(s) "
+                             f"({', '.join(UNARY_OPS[self.op]) or 'none'}), got {len(params)}")
+        if any(p != p for p in params):
+            raise ValueError(f"{self.op} parameter is NaN")
+        object.__setattr__(self, "params", params)
+
+    def output_shape(self, input_shape):
+        return tuple(input_shape)
+
+
+#: Element-wise functions of several broadcast operands (nnbuild.ir.semantics.ELEMENTWISE).
+ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "max", "min", "mean")
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """y = act(op(o1, o2, ..., on)) with numpy/ONNX broadcasting of the operands, folded left to
+    right (mean: the sum left to right, then divided by n). The operands are the tensors the layer
+    reads (in order) with the constant arrays of `constants` inserted: ((position, array), ...)
+    puts `array` at operand index `position` (ONNX Add(x, B) with B an initializer: ((1, B),))."""
+
+    name: str
+    op: str
+    constants: Tuple[Tuple[int, np.ndarray], ...] = ()
+    activation: str = "linear"
+    source_type: str = "Elementwise"
+
+    kind = "elementwise"
+    multi_input = True
+
+    def __post_init__(self):
+        if self.op not in ELEMENTWISE_OPS:
+            raise ValueError(f"element-wise op '{self.op}' is not one of {', '.join(ELEMENTWISE_OPS)}")
+        object.__setattr__(self, "constants", tuple((int(p), np.asarray(a)) for p, a in self.constants))
+
+    def operands(self, tensors):
+        """The operand list: the tensors in order with the constants inserted at their positions."""
+        out, tensors = [], list(tensors)
+        constants = dict(self.constants)
+        for position in range(len(tensors) + len(constants)):
+            if position in constants:
+                out.append(constants[position])
+            elif tensors:
+                out.append(tensors.pop(0))
+            else:
+                raise ValueError(f"constant position {position} leaves a gap among the operands")
+        return out
+
+    def output_shape(self, *input_shapes):
+        shapes = [tuple(np.shape(o)) if isinstance(o, np.ndarray) else tuple(o)
+                  for o in self.operands(list(input_shapes))]
+        if len(shapes) < 2 and self.op != "mean":
+            raise ValueError(f"{self.op} needs at least 2 operands, got {len(shapes)}")
+        out = broadcast_shape(*shapes)
+        tensor_shapes = [tuple(s) for s in input_shapes]
+        if any(len(s) > len(out) for s in tensor_shapes):
+            raise ValueError("an operand has more axes than the result")
+        return out
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """y = x with its axes permuted: y.shape[k] = x.shape[perm[k]] (numpy.transpose, ONNX perm)."""
+
+    name: str
+    perm: Tuple[int, ...]
+    source_type: str = "Transpose"
+
+    kind = "transpose"
+
+    def output_shape(self, input_shape):
+        perm = tuple(int(p) for p in self.perm)
+        if sorted(perm) != list(range(len(input_shape))):
+            raise ValueError(f"perm {perm} is not a permutation of the {len(input_shape)} axes")
+        return tuple(input_shape[p] for p in perm)
+
+
+#: How Pad fills: ONNX modes (constant value, edge repeat, reflect without the edge, wrap around).
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
+@dataclass(frozen=True)
+class Pad:
+    """y = x with pads[k] = (before, after) cells added on axis k (negative: cells removed), filled
+    by `mode` as numpy.pad does ('constant' with `value`, 'edge', 'reflect', 'wrap')."""
+
+    name: str
+    pads: Tuple[Tuple[int, int], ...]
+    mode: str = "constant"
+    value: float = 0.0
+    source_type: str = "Pad"
+
+    kind = "pad"
+
+    def __post_init__(self):
+        if self.mode not in PAD_MODES:
+            raise ValueError(f"pad mode '{self.mode}' is not one of {', '.join(PAD_MODES)}")
+        object.__setattr__(self, "pads", tuple((int(b), int(a)) for b, a in self.pads))
+        if float(self.value) != float(self.value) and self.mode == "constant":
+            pass  # NaN padding is a legal (if odd) constant
+
+    def output_shape(self, input_shape):
+        if len(self.pads) != len(input_shape):
+            raise ValueError(f"{len(self.pads)} pad pairs for a rank-{len(input_shape)} tensor")
+        out = []
+        for n, (b, a) in zip(input_shape, self.pads):
+            if self.mode == "reflect" and max(b, a) > n - 1:
+                raise ValueError(f"reflect padding {max(b, a)} needs an axis longer than that (size {n})")
+            if self.mode == "wrap" and max(b, a) > n:
+                raise ValueError(f"wrap padding {max(b, a)} is longer than the axis ({n})")
+            out.append(n + b + a)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """y[..., i_k, ...] = x[..., starts[k] + i_k * steps[k], ...] for i_k < counts[k] (ONNX Slice
+    and Keras Cropping once normalised: every start in range, steps may be negative)."""
+
+    name: str
+    starts: Tuple[int, ...]
+    steps: Tuple[int, ...]
+    counts: Tuple[int, ...]
+    source_type: str = "Slice"
+
+    kind = "slice"
+
+    def output_shape(self, input_shape):
+        if not len(self.starts) == len(self.steps) == len(self.counts) == len(input_shape):
+            raise ValueError(f"slice of rank {len(self.starts)} for a rank-{len(input_shape)} tensor")
+        for n, s, d, c in zip(input_shape, self.starts, self.steps, self.counts):
+            if d == 0 or c < 1 or not (0 <= s < n and 0 <= s + (c - 1) * d < n):
+                raise ValueError(f"slice start {s} step {d} count {c} leaves an axis of size {n}")
+        return tuple(int(c) for c in self.counts)
+
+
+@dataclass(frozen=True)
+class Gather:
+    """y = numpy.take(x, indices, axis): constant indices (already in 0..n-1), a scalar removing
+    the axis or a vector of any length (ONNX Gather with an initializer as indices)."""
+
+    name: str
+    axis: int
+    indices: np.ndarray
+    source_type: str = "Gather"
+
+    kind = "gather"
+
+    def output_shape(self, input_shape):
+        a = self.axis
+        idx = np.asarray(self.indices)
+        if not 0 <= a < len(input_shape):
+            raise ValueError(f"axis {a} out of range for a rank-{len(input_shape)} tensor")
+        if idx.dtype.kind not in "iu" or idx.ndim > 1 or (idx.size and (idx.min() < 0 or idx.max() >= input_shape[a])):
+            raise ValueError(f"indices must be integers in 0..{input_shape[a] - 1}, scalar or vector")
+        return tuple(input_shape[:a]) + tuple(idx.shape) + tuple(input_shape[a + 1:])
+
+
+@dataclass(frozen=True)
+class GatherElements:
+    """y[i] = x[i with axis `axis` replaced by indices[i]] (ONNX GatherElements, constant indices
+    of the output's shape, already in 0..n-1)."""
+
+    name: str
+    axis: int
+    indices: np.ndarray
+    source_type: str = "GatherElements"
+
+    kind = "gather_elements"
+
+    def output_shape(self, input_shape):
+        idx = np.asarray(self.indices)
+        a = self.axis
+        if idx.ndim != len(input_shape) or not 0 <= a < idx.ndim:
+            raise ValueError(f"indices of rank {idx.ndim} for a rank-{len(input_shape)} tensor, axis {a}")
+        if idx.dtype.kind not in "iu" or (idx.size and (idx.min() < 0 or idx.max() >= input_shape[a])):
+            raise ValueError(f"indices must be integers in 0..{input_shape[a] - 1}")
+        if any(i > n for k, (i, n) in enumerate(zip(idx.shape, input_shape)) if k != a):
+            raise ValueError(f"indices shape {idx.shape} exceeds the input {tuple(input_shape)}")
+        return tuple(int(d) for d in idx.shape)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """y = numpy.tile(x, repeats), one repeat count per axis (ONNX Tile)."""
+
+    name: str
+    repeats: Tuple[int, ...]
+    source_type: str = "Tile"
+
+    kind = "tile"
+
+    def output_shape(self, input_shape):
+        if len(self.repeats) != len(input_shape) or min(self.repeats) < 1:
+            raise ValueError(f"repeats {tuple(self.repeats)} must be one count >= 1 per axis")
+        return tuple(int(n) * int(r) for n, r in zip(input_shape, self.repeats))
+
+
+#: Resize interpolation modes and the ONNX coordinate transformations nnbuild implements.
+RESIZE_MODES = ("nearest", "linear", "cubic")
+RESIZE_COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                      "tf_half_pixel_for_nn", "half_pixel_symmetric")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """ONNX Resize (opset 10-21 without roi/antialias) over every axis: output size `sizes[k]`,
+    scale `scales[k]` (out/in unless the model gave one), coordinates mapped back by
+    `coordinate_mode`, then interpolated by `mode` along each axis separably (see
+    nnbuild.ir.semantics.resize_taps). Keras UpSampling2D is nearest/asymmetric/floor."""
+
+    name: str
+    sizes: Tuple[int, ...]
+    scales: Tuple[float, ...]
+    mode: str = "nearest"
+    coordinate_mode: str = "half_pixel"
+    nearest_mode: str = "round_prefer_floor"
+    cubic_coeff_a: float = -0.75
+    exclude_outside: bool = False
+    source_type: str = "Resize"
+
+    kind = "resize"
+
+    def __post_init__(self):
+        for value, allowed, what in ((self.mode, RESIZE_MODES, "mode"),
+                                     (self.coordinate_mode, RESIZE_COORDINATES, "coordinate_transformation_mode"),
+                                     (self.nearest_mode, NEAREST_MODES, "nearest_mode")):
+            if value not in allowed:
+                raise ValueError(f"Resize {what} '{value}' is not one of {', '.join(allowed)}")
+        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+        object.__setattr__(self, "scales", tuple(float(s) for s in self.scales))
+        if any(not (s > 0 and s < float("inf")) for s in self.scales):
+            raise ValueError(f"Resize scales {self.scales} must be finite and > 0")
+
+    def output_shape(self, input_shape):
+        if len(self.sizes) != len(input_shape) or len(self.scales) != len(input_shape):
+            raise ValueError(f"Resize of rank {len(self.sizes)} for a rank-{len(input_shape)} tensor")
+        return tuple(self.sizes)
+
+
+#: Reductions over axes (ONNX ReduceSum/Mean/Max/Min/Prod; Keras GlobalAveragePooling2D is mean).
+REDUCE_OPS = ("sum", "mean", "max", "min", "prod")
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """y = op over `axes` of x (in ascending axis order, row-major within them), those axes kept
+    as size 1 when `keepdims`; mean is the sum divided by the count."""
+
+    name: str
+    op: str
+    axes: Tuple[int, ...]
+    keepdims: bool = True
+    source_type: str = "Reduce"
+
+    kind = "reduce"
+
+    def __post_init__(self):
+        if self.op not in REDUCE_OPS:
+            raise ValueError(f"reduction '{self.op}' is not one of {', '.join(REDUCE_OPS)}")
+        object.__setattr__(self, "axes", tuple(int(a) for a in self.axes))
+
+    def output_shape(self, input_shape):
+        axes = normal_axes(self.axes, len(input_shape), "reduce")
+        if not axes:
+            raise ValueError("reduce over no axis")
+        if self.keepdims:
+            return tuple(1 if k in axes else n for k, n in enumerate(input_shape))
+        out = tuple(n for k, n in enumerate(input_shape) if k not in axes)
+        return out or (1,)
+
+
+@dataclass(frozen=True)
+class Softmax:
+    """y = softmax over axis `axis` (max subtracted first; ONNX Softmax-13, Keras Softmax(axis))."""
+
+    name: str
+    axis: int = -1
+    source_type: str = "Softmax"
+
+    kind = "softmax"
+
+    def output_shape(self, input_shape):
+        normal_axes((self.axis,), len(input_shape), "softmax")
+        return tuple(input_shape)
+
+
+@dataclass(frozen=True)
+class LRN:
+    """ONNX LRN over the last (channel) axis: y[c] = x[c] / (bias + alpha / size * sum_{c' in
+    [c - floor((size-1)/2), c + ceil((size-1)/2)]} x[c']^2) ^ beta."""
+
+    name: str
+    size: int
+    alpha: float = 1e-4
+    beta: float = 0.75
+    bias: float = 1.0
+    source_type: str = "LRN"
+
+    kind = "lrn"
+
+    def output_shape(self, input_shape):
+        if int(self.size) < 1:
+            raise ValueError(f"LRN size {self.size} must be >= 1")
+        return tuple(input_shape)
+
+
 #: Layers whose output is their input seen with another shape (no code, no memory).
 ALIASES = ("flatten", "reshape")
 
@@ -432,6 +799,11 @@ def _layer_problem(layer) -> Optional[str]:
         for what, values in (("scale gamma/sqrt(variance + epsilon)", alpha), ("offset", offset)):
             if not np.all(np.abs(values) <= _FLOAT32_MAX):
                 return f"{what} is beyond the float32 range"
+    if kind == "elementwise":
+        for position, constant in layer.constants:
+            problem = weight_problem(np.reshape(constant, (-1,)) if np.ndim(constant) == 0 else constant)
+            if problem:
+                return f"constant operand {position} {problem}"
     activation = getattr(layer, "activation", "linear")
     if activation not in ACTIVATIONS:
         return f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}"

@@ -21,7 +21,7 @@ from typing import Callable, Dict
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.ir.graph import ACTIVATIONS
+from nnbuild.ir.graph import ACTIVATIONS, normal_axes
 
 
 def linear(x: np.ndarray) -> np.ndarray:
@@ -129,8 +129,12 @@ def conv2d(layer, x: np.ndarray) -> np.ndarray:
     oh, ow, co = layer.output_shape(x.shape[1:])
     xp = _pad(x, layer.padding, 0)
     y = np.zeros((x.shape[0], oh, ow, co), dtype=x.dtype)
+    g = int(layer.groups)
+    ci, cog = kernel.shape[2], co // g
     for ky, kx, patch in _windows(xp, kernel.shape[:2], layer.strides, layer.dilation, (oh, ow)):
-        y += patch @ kernel[ky, kx]
+        for group in range(g):
+            y[..., group * cog:(group + 1) * cog] += (patch[..., group * ci:(group + 1) * ci]
+                                                       @ kernel[ky, kx, :, group * cog:(group + 1) * cog])
     if layer.bias is not None:
         y += np.asarray(layer.bias, dtype=x.dtype)
     return activate(layer.activation, y)
@@ -194,6 +198,265 @@ def concat(layer, *xs: np.ndarray) -> np.ndarray:
     return np.concatenate(xs, axis=layer.axis + 1)
 
 
+# --------------------------------------------------------------------------- N-d tensor operations
+# Batched tensors [N, *shape]: axis k of the IR shape is numpy axis k + 1.
+
+
+def _real(x, value):
+    return x.dtype.type(value)
+
+
+def _elu(x, alpha):
+    with np.errstate(over="ignore"):
+        return np.where(x > 0, x, _real(x, alpha) * (np.exp(np.minimum(x, 0)) - _real(x, 1)))
+
+
+def _softplus(x):
+    """log(1 + e^x) as max(x, 0) + log1p(e^-|x|): no overflow for any finite x."""
+    with np.errstate(under="ignore"):
+        return np.maximum(x, _real(x, 0)) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _clip(x, lo, hi):
+    """ONNX Clip: NaN stays NaN (comparisons, not fmin/fmax)."""
+    return np.where(x < _real(x, lo), _real(x, lo), np.where(x > _real(x, hi), _real(x, hi), x))
+
+
+def _quiet(fn):
+    def run(x, *params):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(x, *params)
+    return run
+
+
+#: Unary op name (nnbuild.ir.graph.UNARY_OPS) -> f(x, *params), computed in x's dtype.
+UNARY_FUNCTIONS = {
+    "relu": lambda x: relu(x),
+    "leaky_relu": lambda x, a: np.where(x < 0, _real(x, a) * x, x),
+    "elu": _elu,
+    "selu": lambda x, a, g: _real(x, g) * _elu(x, a),
+    "sigmoid": lambda x: sigmoid(x),
+    "hard_sigmoid": lambda x, a, b: _clip(_real(x, a) * x + _real(x, b), 0.0, 1.0),
+    "tanh": lambda x: np.tanh(x),
+    "softplus": _softplus,
+    "softsign": lambda x: x / (_real(x, 1) + np.abs(x)),
+    "exp": _quiet(lambda x: np.exp(x)),
+    "log": _quiet(lambda x: np.log(x)),
+    "sqrt": _quiet(lambda x: np.sqrt(x)),
+    "abs": lambda x: np.abs(x),
+    "neg": lambda x: -x,
+    "reciprocal": _quiet(lambda x: _real(x, 1) / x),
+    "clip": _clip,
+}
+
+
+def unary(layer, x: np.ndarray) -> np.ndarray:
+    """Unary: y = op(x, *params) element-wise (see UNARY_FUNCTIONS)."""
+    return UNARY_FUNCTIONS[layer.op](np.asarray(x), *layer.params)
+
+
+def _binary(op, a, b):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if op in ("add", "mean"):
+            return a + b
+        if op == "sub":
+            return a - b
+        if op == "mul":
+            return a * b
+        if op == "div":
+            return a / b
+        if op == "max":
+            return np.where(b > a, b, a)
+        return np.where(b < a, b, a)
+
+
+def elementwise(layer, *xs: np.ndarray) -> np.ndarray:
+    """Elementwise: operands (tensors with the constants inserted) broadcast together, folded left
+    to right with op (max/min keep the left operand unless the right one compares greater/less),
+    mean divides the sum by the operand count; then the activation."""
+    n, dtype = xs[0].shape[0], xs[0].dtype
+    operands = layer.operands([("tensor", x) for x in xs])
+    rank = max(len(o[1].shape) - 1 if isinstance(o, tuple) else np.ndim(o) for o in operands)
+    aligned = []
+    for o in operands:
+        if isinstance(o, tuple):
+            x = o[1]
+            aligned.append(x.reshape((n,) + (1,) * (rank - (x.ndim - 1)) + x.shape[1:]))
+        else:
+            c = np.asarray(o, dtype=dtype)
+            aligned.append(c.reshape((1,) + (1,) * (rank - c.ndim) + c.shape))
+    y = aligned[0] + np.zeros((), dtype) if len(aligned) == 1 else _binary(layer.op, aligned[0], aligned[1])
+    for other in aligned[2:]:
+        y = _binary(layer.op, y, other)
+    if layer.op == "mean":
+        y = y / dtype.type(len(aligned))
+    shape = (n,) + layer.output_shape(*[x.shape[1:] for x in xs])
+    return activate(layer.activation, np.broadcast_to(y, shape).astype(dtype, copy=True))
+
+
+def transpose(layer, x: np.ndarray) -> np.ndarray:
+    """Transpose: y.shape[k] = x.shape[perm[k]]."""
+    return np.transpose(x, (0,) + tuple(int(p) + 1 for p in layer.perm)).copy()
+
+
+def pad(layer, x: np.ndarray) -> np.ndarray:
+    """Pad: numpy.pad per axis ('constant' with value, 'edge', 'reflect', 'wrap'); negative pads
+    crop first."""
+    crop = tuple([slice(None)] + [slice(max(-b, 0), x.shape[k + 1] - max(-a, 0))
+                                  for k, (b, a) in enumerate(layer.pads)])
+    x = x[crop]
+    widths = [(0, 0)] + [(max(b, 0), max(a, 0)) for b, a in layer.pads]
+    if layer.mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=x.dtype.type(layer.value))
+    return np.pad(x, widths, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[layer.mode])
+
+
+def slice_layer(layer, x: np.ndarray) -> np.ndarray:
+    """Slice: y[i] = x[starts + i * steps] per axis, counts[k] cells on axis k."""
+    index = [np.arange(x.shape[0])]
+    for s, d, c in zip(layer.starts, layer.steps, layer.counts):
+        index.append(int(s) + np.arange(int(c)) * int(d))
+    return x[np.ix_(*index)]
+
+
+def gather(layer, x: np.ndarray) -> np.ndarray:
+    """Gather: numpy.take(x, indices, axis) (a scalar index removes the axis)."""
+    return np.take(x, np.asarray(layer.indices), axis=layer.axis + 1)
+
+
+def gather_elements(layer, x: np.ndarray) -> np.ndarray:
+    """GatherElements: y[i] = x[i with the axis coordinate replaced by indices[i]]."""
+    idx = np.asarray(layer.indices)
+    index = list(np.ix_(*[np.arange(n) for n in (x.shape[0],) + idx.shape]))
+    index[layer.axis + 1] = idx[None]
+    return x[tuple(index)]
+
+
+def tile(layer, x: np.ndarray) -> np.ndarray:
+    """Tile: numpy.tile per axis."""
+    return np.tile(x, (1,) + tuple(int(r) for r in layer.repeats))
+
+
+def resize_coordinates(layer, axis, size_in):
+    """Source coordinate of every output cell of `axis` (ONNX coordinate_transformation_mode)."""
+    size_out, scale = layer.sizes[axis], layer.scales[axis]
+    y = np.arange(size_out, dtype=np.float64)
+    mode = layer.coordinate_mode
+    if mode == "align_corners":
+        return np.zeros(size_out) if size_out == 1 else y * (size_in - 1) / (size_out - 1)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "pytorch_half_pixel":
+        return np.full(size_out, -0.5) if size_out == 1 else (y + 0.5) / scale - 0.5
+    if mode == "tf_half_pixel_for_nn":
+        return (y + 0.5) / scale
+    if mode == "half_pixel_symmetric":
+        adjustment = size_out / (scale * size_in)
+        return size_in / 2 * (1 - adjustment) + (y + 0.5) / scale - 0.5
+    return (y + 0.5) / scale - 0.5
+
+
+def _nearest(x, mode):
+    if mode == "floor":
+        return np.floor(x)
+    if mode == "ceil":
+        return np.ceil(x)
+    low, frac = np.floor(x), x - np.floor(x)
+    if mode == "round_prefer_floor":
+        return np.where(frac > 0.5, low + 1, low)
+    return np.where(frac >= 0.5, low + 1, low)
+
+
+def _cubic(r, a):
+    return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                     ((a + 2) * r - (a + 3)) * r * r + 1,
+                     ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+                     ((a * ((1 - r) + 1) - 5 * a) * ((1 - r) + 1) + 8 * a) * ((1 - r) + 1) - 4 * a])
+
+
+def resize_taps(layer, input_shape):
+    """Per axis, None (the axis is copied) or (indices [out, taps], weights [out, taps] float64):
+    output cell i of that axis is sum_t weights[i, t] * x[indices[i, t]] (ONNX Resize: neighbours
+    beyond the edge clamp to it; exclude_outside zeroes them and renormalises)."""
+    taps = []
+    for axis, size_in in enumerate(input_shape):
+        size_out = layer.sizes[axis]
+        if size_out == size_in and layer.scales[axis] == 1.0 and layer.coordinate_mode != "tf_half_pixel_for_nn":
+            taps.append(None)
+            continue
+        x = resize_coordinates(layer, axis, size_in)
+        if layer.mode == "nearest":
+            idx = np.clip(_nearest(x, layer.nearest_mode), 0, size_in - 1).astype(np.int64)[:, None]
+            taps.append((idx, np.ones(idx.shape)))
+            continue
+        low = np.floor(x)
+        ratio = np.where(x == low, 1.0, x - low)   # ONNX: an integer coordinate takes the left pair
+        base = low.astype(np.int64) - np.where(x == low, 1, 0)
+        if layer.mode == "linear":
+            weights = np.stack([1 - ratio, ratio], axis=1)
+            idx = base[:, None] + np.arange(2)[None, :]
+        else:
+            weights = _cubic(ratio, float(layer.cubic_coeff_a)).T
+            idx = base[:, None] + np.arange(-1, 3)[None, :]
+        if layer.exclude_outside:
+            weights = np.where((idx < 0) | (idx >= size_in), 0.0, weights)
+            total = weights.sum(axis=1, keepdims=True)
+            weights = weights / np.where(total == 0, 1.0, total)
+        taps.append((np.clip(idx, 0, size_in - 1), weights))
+    return taps
+
+
+def resize(layer, x: np.ndarray) -> np.ndarray:
+    """Resize: each resized axis in turn, y_i = sum_t w[i, t] * x[idx[i, t]] (float64 weights cast
+    to x's dtype); nearest copies."""
+    for axis, tap in enumerate(resize_taps(layer, x.shape[1:])):
+        if tap is None:
+            continue
+        idx, weights = tap
+        if layer.mode == "nearest":
+            x = np.take(x, idx[:, 0], axis=axis + 1)
+            continue
+        shape = (1,) * (axis + 1) + weights.shape + (1,) * (x.ndim - axis - 2)
+        w = weights.astype(x.dtype).reshape(shape)
+        parts = np.take(x, idx, axis=axis + 1) * w
+        y = parts.take(0, axis=axis + 2)
+        for t in range(1, idx.shape[1]):
+            y = y + parts.take(t, axis=axis + 2)
+        x = y
+    return x
+
+
+def reduce(layer, x: np.ndarray) -> np.ndarray:
+    """Reduce: op over the axes (sum, mean = sum / count, max, min, prod), keepdims or not."""
+    axes = tuple(a + 1 for a in normal_axes(layer.axes, x.ndim - 1, "reduce"))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if layer.op in ("sum", "mean"):
+            y = np.sum(x, axis=axes, keepdims=True)
+            if layer.op == "mean":
+                y = y / x.dtype.type(int(np.prod([x.shape[a] for a in axes])))
+        else:
+            y = {"max": np.max, "min": np.min, "prod": np.prod}[layer.op](x, axis=axes, keepdims=True)
+    return y.reshape((x.shape[0],) + layer.output_shape(x.shape[1:])).astype(x.dtype)
+
+
+def softmax_layer(layer, x: np.ndarray) -> np.ndarray:
+    """Softmax over one axis (the max subtracted first)."""
+    axis = int(layer.axis) % (x.ndim - 1) + 1
+    return np.moveaxis(softmax(np.moveaxis(x, axis, -1)), -1, axis)
+
+
+def lrn(layer, x: np.ndarray) -> np.ndarray:
+    """LRN over the last axis: x / (bias + alpha/size * window sum of squares)^beta."""
+    c, size = x.shape[-1], int(layer.size)
+    low, high = (size - 1) // 2, -(-(size - 1) // 2)
+    sq = x * x
+    window = np.zeros_like(x)
+    for k in range(c):
+        window[..., k] = np.sum(sq[..., max(0, k - low):min(c, k + high + 1)], axis=-1)
+    t = x.dtype.type
+    return x / (t(layer.bias) + t(layer.alpha) / t(size) * window) ** t(layer.beta)
+
+
 #: Layer kind (the `kind` class attribute of nnbuild.ir.graph layers) -> its semantics.
 LAYER_SEMANTICS = {
     "dense": dense,
@@ -206,6 +469,18 @@ LAYER_SEMANTICS = {
     "reshape": reshape,
     "add": add,
     "concat": concat,
+    "unary": unary,
+    "elementwise": elementwise,
+    "transpose": transpose,
+    "pad": pad,
+    "slice": slice_layer,
+    "gather": gather,
+    "gather_elements": gather_elements,
+    "tile": tile,
+    "resize": resize,
+    "reduce": reduce,
+    "softmax": softmax_layer,
+    "lrn": lrn,
 }
 
 
