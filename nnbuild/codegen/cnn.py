@@ -13,7 +13,7 @@ import types
 import numpy as np
 
 from nnbuild import __version__
-from nnbuild.codegen import common
+from nnbuild.codegen import common, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
@@ -100,7 +100,13 @@ def lower(model, storage, *, liveness=None):
         last = out_shape[-1] if out_shape else 1
         op["softmax"] = {"groups": op["n"] // last, "n": last} if op["activation"] == "softmax" else None
         ops.append(op)
-    return {"ops": ops, "arrays": arrays, "memory": stats, "arena_symbol": arena_symbol,
+    unary = [(o["unary"]["op"], o["unary"]["params"]) for o in ops if o.get("unary")]
+    names = {f["key"]: f["name"] for f in tensor_ops.unary_functions(unary)}
+    for o in ops:
+        if o.get("unary"):
+            o["fn"] = names[(o["unary"]["op"], tuple(o["unary"]["params"]))]
+    return {"ops": ops, "arrays": arrays, "memory": stats, "arena_symbol": arena_symbol, "unary_ops": unary,
+            "int_reads": sorted({int(a["ctype"][3:5]) for a in arrays if a.get("ctype", "").startswith("int")}),
             "arena_floats": stats["arena_bytes"] // FLOAT_BYTES,
             "activations": sorted({o["activation"] for o in ops} - {"linear", "softmax"}),
             "has_softmax": any(o["softmax"] for o in ops)}
@@ -108,6 +114,72 @@ def lower(model, storage, *, liveness=None):
 
 #: outputs computed together by v2's multiply-accumulate loops (each input value loaded once)
 MAX_BLOCK = 4
+
+
+def int_array(symbol, values, comment):
+    """A static index table (int16_t when every entry fits, else int32_t)."""
+    ctype, values = tensor_ops.int_table(values)
+    literals = [str(int(v)) for v in values.tolist()]
+    return {"symbol": symbol, "size": int(values.size), "ctype": ctype, "comment": comment,
+            "values": [", ".join(literals[i:i + 16]) for i in range(0, len(literals), 16)]}
+
+
+#: Unary ops the prelude's activation helpers already compute (nn_relu, nn_tanh, nn_sigmoid)
+PRELUDE_UNARY = ("relu", "tanh", "sigmoid")
+
+
+def lower_tensor_op(op, layer, in_shapes, out_shape, prefix):
+    """Fill `op` for an N-d tensor operation: op["kind"] becomes the render kind (move, broadcast,
+    reduce, softmax_axis, lrn, resample, unary or activation), with its plan and arrays."""
+    sym = f"{prefix}_{c_identifier(layer.name)}"
+    what = f"{layer.source_type} '{layer.name}'"
+    arrays = op.setdefault("arrays", [])
+    op["layer_kind"] = layer.kind
+    if tensor_ops.is_movement(layer):
+        plan = tensor_ops.movement_plan(layer, in_shapes[0], out_shape)
+        if plan["table"] is not None:
+            plan["table_array"] = int_array(f"{sym}_src", plan["table"], f"{what}: source element of each "
+                                            "output element (-1: fill)")
+            arrays.append(plan["table_array"])
+        for k, axis in enumerate(plan["axes"]):
+            if "table" in axis:
+                axis["array"] = int_array(f"{sym}_t{k}", axis["table"], f"{what}: source offset along "
+                                          f"output axis {k} (-1: fill)")
+                arrays.append(axis["array"])
+        plan["fills"] = plan["fill"] is not None and (
+            any(-1 in a.get("table", ()) for a in plan["axes"]) or (plan["table"] is not None and -1 in plan["table"]))
+        op.update(kind="move", plan=plan)
+    elif layer.kind == "unary":
+        if layer.op in PRELUDE_UNARY:
+            op.update(kind="activation", activation=layer.op)
+        else:
+            op.update(kind="unary", unary={"op": layer.op, "params": tuple(layer.params)})
+    elif layer.kind == "elementwise":
+        plan = tensor_ops.elementwise_plan(layer, in_shapes, out_shape)
+        for k, operand in enumerate(plan["operands"]):
+            if "constant" in operand:
+                operand["array"] = _array(f"{sym}_c{k}", operand["constant"], layer,
+                                          f"{what}: constant operand {k}")
+                arrays.append(operand["array"])
+            else:
+                operand["src"] = op["src"][operand["tensor"]]
+        op.update(kind="broadcast", op=layer.op, plan=plan, count=len(plan["operands"]))
+    elif layer.kind == "reduce":
+        op.update(kind="reduce", op=layer.op, plan=tensor_ops.reduce_plan(layer, in_shapes[0]))
+    elif layer.kind == "softmax":
+        op.update(kind="softmax_axis", plan=tensor_ops.softmax_plan(layer, out_shape))
+    elif layer.kind == "lrn":
+        op.update(kind="lrn", plan=tensor_ops.lrn_plan(layer, out_shape))
+    elif layer.kind == "resize":
+        plan = tensor_ops.resize_plan(layer, in_shapes[0])
+        for k, axis in enumerate(plan["axes"]):
+            if "taps" in axis:
+                axis["index_array"] = int_array(f"{sym}_i{k}", axis["index"] * axis["stride"],
+                                                f"{what}: input offsets of the {axis['taps']} taps along axis {k}")
+                axis["weight_array"] = _array(f"{sym}_w{k}", axis["weight"], layer,
+                                              f"{what}: weights of the {axis['taps']} taps along axis {k}")
+                arrays += [axis["index_array"], axis["weight_array"]]
+        op.update(kind="resample", plan=plan)
 
 
 def block_of(rows):
@@ -163,6 +235,8 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
         op.update(outer=outer, total=offset, parts=parts)
     elif kind == "activation":
         pass
+    elif kind in tensor_ops.KINDS:
+        lower_tensor_op(op, layer, in_shapes, out_shape, prefix)
     else:
         raise NNBuildError(f"{layer.source_type} layer '{layer.name}' has no CNN code shape")
 
@@ -178,6 +252,7 @@ def context(model, lowered, shape, precision, storage):
         **common.storage_context(storage), "n_in": model.input_size, "n_out": model.output_size,
         "index_type": index_type, "weights_sha256": common.weights_digest(model), **lowered,
         **common.reals(precision),
+        "unary_functions": tensor_ops.unary_functions(lowered["unary_ops"], *common.REALS[precision][:2]),
     }
 
 

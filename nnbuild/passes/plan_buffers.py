@@ -16,7 +16,7 @@ from nnbuild.ir.graph import ALIASES
 #: bytes of one float32 activation value
 FLOAT_BYTES = 4
 #: layers that may write their output over an input that dies with them
-IN_PLACE = ("activation", "batchnorm", "add")
+IN_PLACE = ("activation", "batchnorm", "add", "unary", "elementwise")
 
 
 def plan_buffers(model):
