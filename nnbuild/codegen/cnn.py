@@ -195,9 +195,11 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
         kh, kw = int(layer.kernel.shape[0]), int(layer.kernel.shape[1])
         t, b, l, r = layer.padding
         rows = np.transpose(np.asarray(layer.kernel, np.float32), (3, 0, 1, 2)).reshape(oc, -1)
+        g = int(layer.groups)
         op.update(H=h, W=w, C=c, OH=oh, OW=ow, OC=oc, KH=kh, KW=kw, SH=layer.strides[0], SW=layer.strides[1],
                   DH=layer.dilation[0], DW=layer.dilation[1], PT=t, PL=l, padded=bool(t or b or l or r),
-                  k=kh * kw * c, run=kw * c if layer.dilation[1] == 1 else c,
+                  G=g, CG=c // g, OG=oc // g, generic=bool(t or b or l or r) or g > 1,
+                  k=kh * kw * (c // g), run=kw * c if layer.dilation[1] == 1 else c,
                   contiguous=layer.dilation[1] == 1, weights=rows,
                   chunks=kernel_chunks(prefix, layer, rows, storage),
                   bias=common.bias_array(prefix, layer))

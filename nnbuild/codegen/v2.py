@@ -1,19 +1,274 @@
 """v2 code shape (ACETONE V2, the CNN default): every layer inlined in `<name>_infer` as loops with
 literal bounds (the bound repeated in NN_LOOPBOUND and in the flow facts), channels-last tensors,
 weights in `<name>_weights.c` (same storage rules and helpers as the MLP shape), intermediate
-tensors in one static arena placed by liveness (see nnbuild.codegen.cnn)."""
+tensors in one static arena placed by liveness (see nnbuild.codegen.cnn).
+
+The N-d tensor operations (data movement, broadcasting, reductions, axis softmax, LRN, resampling)
+are written by `TensorCode` from the loop plans of nnbuild.codegen.tensor_ops: one loop per
+(merged) axis, literal bounds, per-axis offsets accumulated outside in, tables read through the
+prelude's NN_READ macros (AVR flash or plain const)."""
 
 from nnbuild.codegen import cnn, templating
+from nnbuild.codegen.common import float_literal
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32",)
+PRECISIONS = ("float32", "float64")
 
+
+class TensorCode:
+    """C statements of one N-d operation, loops recorded in the flow facts `ff` as they are written."""
+
+    def __init__(self, ff, real, sfx, exp, depth=1):
+        self.ff, self.real, self.sfx, self.exp = ff, real, sfx, exp
+        self.lines, self.depth = [], depth
+
+    def line(self, text):
+        self.lines.append("    " * self.depth + text)
+
+    def block(self):
+        self.line("{")
+        self.depth += 1
+
+    def close(self, fact=False):
+        self.depth -= 1
+        self.line("}" + (self.ff.end() if fact else ""))
+
+    def loop(self, var, n):
+        self.line(self.ff.loop(n))
+        self.line(f"for ({cnn.index_type(n)} {var} = 0; {var} < {n}u; ++{var}) {{")
+        self.depth += 1
+
+    def end(self):
+        self.close(fact=True)
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+    def ptr(self, ref):
+        """C element type of a tensor reference: the API's float buffers or the arena's real."""
+        return "float" if ref in ("in", "out") else self.real
+
+    def lit(self, value):
+        text = float_literal(float(value))
+        return text if self.sfx == "f" else text[:-1]
+
+    def header(self, op):
+        for k, src in enumerate(op["src"]):
+            self.line(f"const {self.ptr(src)} *x{k if len(op['src']) > 1 else ''} = {src};")
+        self.line(f"{self.ptr(op['dst'])} *y = {op['dst']};")
+
+
+def _table(array, index):
+    bits = array["ctype"][3:5]
+    return f"NN_READ{bits}(NN_ADDR({array['symbol']}) + ({index}) * NN_STEP({array['ctype']}))"
+
+
+def move(code, op):
+    plan = op["plan"]
+    code.header(op)
+    fill = code.lit(plan["fill"]) if plan["fills"] else None
+    if plan["table"] is not None:
+        n = plan["dims"][0]
+        code.loop("k", n)
+        code.line(f"int_fast32_t t = {_table(plan['table_array'], 'k')};")
+        code.line(f"y[k] = t >= 0 ? x[t] : {fill};" if fill else "y[k] = x[t];")
+        code.end()
+        return
+    prev, ok = str(plan["base"]), None
+    for k, axis in enumerate(plan["axes"]):
+        code.loop(f"i{k}", axis["n"])
+        if "step" in axis:
+            term = f"(int_fast32_t)i{k} * {axis['step']}" if axis["step"] not in (0, 1) else \
+                   (f"(int_fast32_t)i{k}" if axis["step"] == 1 else "0")
+            code.line(f"int_fast32_t o{k} = {prev} + {term};")
+        else:
+            code.line(f"int_fast32_t t{k} = {_table(axis['array'], f'i{k}')};")
+            if fill and -1 in axis["table"]:
+                code.line(f"int ok{k} = {ok + ' && ' if ok else ''}t{k} >= 0;")
+                ok = f"ok{k}"
+                code.line(f"int_fast32_t o{k} = {prev} + (t{k} >= 0 ? t{k} : 0);")
+            else:
+                code.line(f"int_fast32_t o{k} = {prev} + t{k};")
+        prev = f"o{k}"
+    code.line(f"*y++ = {ok} ? x[{prev}] : {fill};" if ok else f"*y++ = x[{prev}];")
+    for _ in plan["axes"]:
+        code.end()
+
+
+def _fold(code, op, value):
+    if op in ("add", "mean"):
+        return f"v = v + {value};"
+    if op == "sub":
+        return f"v = v - {value};"
+    if op == "mul":
+        return f"v = v * {value};"
+    if op == "div":
+        return f"v = v / {value};"
+    compare = ">" if op == "max" else "<"
+    return f"{{ {code.real} b = {value}; v = b {compare} v ? b : v; }}"
+
+
+def broadcast(code, op, act):
+    plan = op["plan"]
+    operands = plan["operands"]
+    for k, o in enumerate(operands):
+        if "src" in o:
+            code.line(f"const {code.ptr(o['src'])} *x{k} = {o['src']};")
+        else:
+            code.line(f"NN_PTR(float) c{k} = NN_ADDR({o['array']['symbol']});")
+    code.line(f"{code.ptr(op['dst'])} *y = {op['dst']};")
+    offsets = ["0"] * len(operands)
+    for d, n in enumerate(plan["dims"]):
+        code.loop(f"i{d}", n)
+        for k, o in enumerate(operands):
+            stride = o["strides"][d]
+            if stride:
+                term = f"i{d}" if stride == 1 else f"i{d} * {stride}u"
+                code.line(f"uint_fast32_t o{k}_{d} = {offsets[k] + ' + ' if offsets[k] != '0' else ''}{term};")
+                offsets[k] = f"o{k}_{d}"
+    values = [f"x{k}[{offsets[k]}]" if "src" in o else f"NN_READF_AT(c{k}, {offsets[k]})"
+              for k, o in enumerate(operands)]
+    code.line(f"{code.real} v = {values[0]};")
+    for value in values[1:]:
+        code.line(_fold(code, op["op"], value))
+    if op["op"] == "mean":
+        code.line(f"v = v / {code.lit(len(values))};")
+    code.line(f"*y++ = {act(op['activation'], 'v')};")
+    for _ in plan["dims"]:
+        code.end()
+
+
+def reduce(code, op):
+    plan = op["plan"]
+    code.header(op)
+    kept = "0"
+    for d, n in enumerate(plan["dims"]):
+        code.loop(f"i{d}", n)
+        if plan["strides"][d]:
+            code.line(f"uint_fast32_t o{d} = {kept + ' + ' if kept != '0' else ''}i{d} * {plan['strides'][d]}u;")
+            kept = f"o{d}"
+    start = {"sum": code.lit(0), "mean": code.lit(0), "prod": code.lit(1)}.get(op["op"], f"x[{kept}]")
+    code.line(f"{code.real} acc = {start};")
+    red = kept
+    for d, n in enumerate(plan["red_dims"]):
+        code.loop(f"r{d}", n)
+        code.line(f"uint_fast32_t q{d} = {red} + r{d} * {plan['red_strides'][d]}u;")
+        red = f"q{d}"
+    code.line({"sum": f"acc = acc + x[{red}];", "mean": f"acc = acc + x[{red}];",
+               "prod": f"acc = acc * x[{red}];",
+               "max": f"if (x[{red}] > acc) {{ acc = x[{red}]; }}",
+               "min": f"if (x[{red}] < acc) {{ acc = x[{red}]; }}"}[op["op"]])
+    for _ in plan["red_dims"]:
+        code.end()
+    if op["op"] == "mean":
+        code.line(f"acc = acc / {code.lit(plan['count'])};")
+    code.line("*y++ = acc;")
+    for _ in plan["dims"]:
+        code.end()
+
+
+def softmax_axis(code, op):
+    p = op["plan"]
+    code.header(op)
+    step = p["inner"]
+    at = (lambda k: f"[{k} * {step}u]") if step > 1 else (lambda k: f"[{k}]")
+    code.loop("g", p["outer"])
+    code.loop("j", p["inner"])
+    code.line(f"const {code.ptr(op['src'][0])} *xv = x + g * {p['n'] * step}u + j;")
+    code.line(f"{code.ptr(op['dst'])} *yv = y + g * {p['n'] * step}u + j;")
+    code.line(f"{code.real} m = xv[0];")
+    code.line(f"{code.real} s = {code.lit(0)};")
+    code.loop("k", p["n"] - 1)
+    code.line(f"if (xv{at('(k + 1u)')} > m) {{ m = xv{at('(k + 1u)')}; }}")
+    code.end()
+    code.loop("k", p["n"])
+    code.line(f"{code.real} e = ({code.real}){code.exp}(xv{at('k')} - m);")
+    code.line(f"yv{at('k')} = e;")
+    code.line("s = s + e;")
+    code.end()
+    code.loop("k", p["n"])
+    code.line(f"yv{at('k')} = yv{at('k')} / s;")
+    code.end()
+    code.end()
+    code.end()
+
+
+def lrn(code, op):
+    p = op["plan"]
+    code.header(op)
+    code.loop("p", p["pixels"])
+    code.line(f"const {code.ptr(op['src'][0])} *xp = x + p * {p['C']}u;")
+    code.loop("c", p["C"])
+    code.line(f"{code.real} s = {code.lit(0)};")
+    code.loop("k", p["size"])
+    code.line(f"int_fast32_t j = (int_fast32_t)c + (int_fast32_t)k - {p['low']};")
+    code.line(f"if (j >= 0 && j < {p['C']}) {{ s = s + xp[j] * xp[j]; }}")
+    code.end()
+    pow_ = "powf" if code.sfx == "f" else "pow"
+    code.line(f"y[p * {p['C']}u + c] = xp[c] / ({code.real}){pow_}({code.lit(p['bias'])} + "
+              f"{code.lit(p['alpha_over_size'])} * s, {code.lit(p['beta'])});")
+    code.end()
+    code.end()
+
+
+def resample(code, op):
+    axes = op["plan"]["axes"]
+    code.header(op)
+    base = "0"
+    for d, axis in enumerate(axes):
+        code.loop(f"i{d}", axis["n"])
+        if "taps" not in axis and axis["n"] > 1:
+            code.line(f"uint_fast32_t o{d} = {base + ' + ' if base != '0' else ''}i{d} * {axis['stride']}u;")
+            base = f"o{d}"
+    code.line(f"{code.real} acc = {code.lit(0)};")
+    weight, tapped = None, [d for d, a in enumerate(axes) if "taps" in a]
+    for d in tapped:
+        axis = axes[d]
+        code.loop(f"t{d}", axis["taps"])
+        at = f"i{d} * {axis['taps']}u + t{d}"
+        code.line(f"int_fast32_t q{d} = {base} + {_table(axis['index_array'], at)};")
+        w = f"({code.real})NN_READF_AT(NN_ADDR({axis['weight_array']['symbol']}), {at})"
+        code.line(f"{code.real} w{d} = {weight + ' * ' if weight else ''}{w};")
+        base, weight = f"q{d}", f"w{d}"
+    code.line(f"acc = acc + {weight} * x[{base}];")
+    for _ in tapped:
+        code.end()
+    code.line("*y++ = acc;")
+    for _ in axes:
+        code.end()
+
+
+def unary(code, op):
+    code.header(op)
+    code.loop("k", op["n"])
+    code.line(f"y[k] = {op['fn']}(x[k]);")
+    code.end()
+
+
+def tensor_code(ctx):
+    """The template's `tensor_code(op, ff)`: the statements of one N-d operation (a block)."""
+    def act(name, value):
+        return value if name in ("linear", "softmax") else f"nn_{name}({value})"
+
+    def render(op, ff):
+        code = TensorCode(ff, ctx["real"], ctx["sfx"], ctx["exp"])
+        code.block()
+        kind = op["kind"]
+        if kind == "broadcast":
+            broadcast(code, op, act)
+        else:
+            {"move": move, "reduce": reduce, "softmax_axis": softmax_axis, "lrn": lrn, "resample": resample,
+             "unary": unary}[kind](code, op)
+        code.close()
+        return code.text()
+    return render
 
 
 def render(model, *, precision, storage, passes_log, **_options):
-    cnn.check_precision(precision, "v2")
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
+    ctx["tensor_code"] = tensor_code(ctx)
+    ctx["ptr"] = lambda ref: "float" if ref in ("in", "out") else ctx["real"]
     name = model.name
     code, facts, _ = cnn.render_code("v2.c.j2", ctx)
     return {
