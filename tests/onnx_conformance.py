@@ -1,0 +1,163 @@
+"""The ONNX backend test data shipped in the `onnx` wheel (onnx/backend/test/data: pytorch-converted,
+pytorch-operator, simple), run through nnbuild on the host.
+
+Each case is a model.onnx with test_data_set_*/input_*.pb and output_*.pb recorded by PyTorch or the
+ONNX authors. A case counts when onnxruntime itself reproduces its outputs (the ONNX backend test's
+tolerance, rtol 1e-3 and atol 1e-7): that subset is the denominator. nnbuild either refuses the model
+at load, in one line (the reason is counted), or generates the v2 C, compiles it with the strict
+flags, runs every recorded input (a static batch of N runs as N calls) and must match the recorded
+outputs at the float32 floor: max |C - recorded| <= 1e-5 x max(1, max |recorded|).
+
+`python3 tests/onnx_conformance.py` prints the README's pass table (markdown).
+"""
+
+import collections
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SUITES = ("pytorch-converted", "pytorch-operator", "simple")
+WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off"]
+FLOOR = 1e-5
+
+
+def data_dir():
+    import onnx
+    return Path(onnx.__file__).resolve().parent / "backend" / "test" / "data"
+
+
+def cases(suite):
+    return sorted(p for p in (data_dir() / suite).iterdir() if (p / "model.onnx").exists())
+
+
+def data_sets(case):
+    """[(inputs, outputs)] of every test_data_set_* folder (numpy arrays, in name order)."""
+    from onnx import numpy_helper, TensorProto
+    out = []
+    for folder in sorted(case.glob("test_data_set_*")):
+        def read(kind):
+            arrays = []
+            for f in sorted(folder.glob(f"{kind}_*.pb"), key=lambda p: int(re.findall(r"\d+", p.stem)[-1])):
+                t = TensorProto()
+                t.ParseFromString(f.read_bytes())
+                arrays.append(numpy_helper.to_array(t))
+            return arrays
+        out.append((read("input"), read("output")))
+    return out
+
+
+def onnxruntime_passes(case):
+    """Whether onnxruntime reproduces the recorded outputs (the backend test's tolerance)."""
+    import onnxruntime as ort
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        session = ort.InferenceSession(str(case / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        for inputs, outputs in data_sets(case):
+            got = session.run(None, dict(zip(names, inputs)))
+            if len(got) != len(outputs):
+                return False
+            for g, want in zip(got, outputs):
+                np.testing.assert_allclose(np.asarray(g), want, rtol=1e-3, atol=1e-7)
+        return True
+    except Exception:  # noqa: BLE001 (any failure of the peer means the case is out of the denominator)
+        return False
+
+
+def refusal_reason(message):
+    """A short key for a refusal line: the operator named, else the message's first words."""
+    m = re.search(r"\((\w+)\): operator", message) or re.search(r"operator '?(\w+)'? (?:is )?not", message)
+    if m:
+        return f"operator {m.group(1)}"
+    text = re.sub(r"^.*?: ", "", message.splitlines()[0]) if ": " in message else message
+    text = re.sub(r"'[^']*'", "'…'", text)
+    text = re.sub(r"\d+", "N", text)
+    return text[:70]
+
+
+def run_nnbuild(case, workdir):
+    """('pass', max error) | ('refused', one-line message) | ('fail', what)."""
+    from nnbuild import codegen, frontends
+    from nnbuild.errors import NNBuildError
+    from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+    try:
+        model = frontends.load(case / "model.onnx")
+    except NNBuildError as error:
+        message = str(error)
+        if "\n" in message.strip():
+            return "fail", f"refusal of more than one line: {message!r}"
+        return "refused", message
+    out = Path(workdir) / case.name
+    try:
+        codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
+    except NNBuildError as error:
+        return "refused", str(error)
+    exe = out / "check"
+    proc = subprocess.run(["gcc", "-O1", *WARNINGS, f"-I{out}",
+                           *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size,
+                                               model.output_size),
+                           str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN),
+                           "-o", str(exe), "-lm"], capture_output=True, text=True)
+    if proc.returncode:
+        return "fail", f"C does not compile: {proc.stderr.strip()[:300]}"
+    worst = 0.0
+    for inputs, outputs in data_sets(case):
+        if len(inputs) != 1 or len(outputs) != 1:
+            return "fail", f"{len(inputs)} inputs / {len(outputs)} outputs accepted"
+        x, want = inputs[0].astype(np.float32), outputs[0].astype(np.float64)
+        rows = x.size // model.input_size
+        if rows * model.input_size != x.size or rows * model.output_size != want.size:
+            return "fail", f"sizes: input {x.shape} output {want.shape} vs model {model.input_size}/{model.output_size}"
+        y = native.run_cases(exe, x.reshape(rows, -1), model.output_size)
+        err = float(np.max(np.abs(y.reshape(-1) - want.reshape(-1)))) if want.size else 0.0
+        worst = max(worst, err / max(1.0, float(np.max(np.abs(want))) if want.size else 1.0))
+    if worst > FLOOR:
+        return "fail", f"max relative error {worst:.3g} > {FLOOR}"
+    return "pass", worst
+
+
+def survey(suites=SUITES, workdir=None):
+    """{suite: [(case name, onnxruntime passes, status, detail)]}."""
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="nnbuild-onnx-conformance-") as tmp:
+        for suite in suites:
+            results[suite] = []
+            for case in cases(suite):
+                ort_ok = onnxruntime_passes(case)
+                status, detail = run_nnbuild(case, workdir or tmp)
+                results[suite].append((case.name, ort_ok, status, detail))
+    return results
+
+
+def table(results):
+    """The README table: per suite, cases, onnxruntime's passes, nnbuild's passes and refusals."""
+    lines = ["| suite | cases | onnxruntime passes | nnbuild matches (of those) | nnbuild refuses (of those) | "
+             "nnbuild wrong |", "|---|---|---|---|---|---|"]
+    reasons = collections.Counter()
+    for suite, rows in results.items():
+        denominator = [r for r in rows if r[1]]
+        passed = sum(1 for r in denominator if r[2] == "pass")
+        refused = [r for r in denominator if r[2] == "refused"]
+        wrong = sum(1 for r in denominator if r[2] == "fail")
+        reasons.update(refusal_reason(r[3]) for r in refused)
+        lines.append(f"| {suite} | {len(rows)} | {len(denominator)} | {passed} | {len(refused)} | {wrong} |")
+    lines += ["", "| refusal reason (onnxruntime-passing cases) | cases |", "|---|---|"]
+    lines += [f"| {reason} | {n} |" for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    res = survey()
+    for suite, rows in res.items():
+        for name, ort_ok, status, detail in rows:
+            print(f"{suite}/{name}: onnxruntime {'ok' if ort_ok else 'no'}, nnbuild {status}: {detail}",
+                  file=sys.stderr)
+    print(table(res))
