@@ -25,7 +25,8 @@ import numpy as np
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
-                              Flatten, Model, Pool2D, Reshape, ZeroPadding2D, same_padding, weight_problem)
+                              Elementwise, Flatten, Model, Pool2D, Reduce, Reshape, Resize, Slice, Softmax,
+                              Unary, ZeroPadding2D, same_padding, weight_problem)
 
 try:  # h5py is a declared dependency; import errors surface as one line at load time.
     import h5py
@@ -36,9 +37,12 @@ except ImportError:  # pragma: no cover
 ISOLATE = True
 
 #: Layer classes this front-end turns into IR layers (or drops, for inference-only no-ops).
-SUPPORTED_LAYERS = ("Activation", "Add", "AveragePooling2D", "BatchNormalization", "Concatenate",
-                    "Conv2D", "Dense", "Dropout", "Flatten", "InputLayer", "MaxPooling2D", "ReLU",
-                    "Reshape", "Softmax", "ZeroPadding2D")
+SUPPORTED_LAYERS = ("Activation", "Add", "Average", "AveragePooling2D", "BatchNormalization", "Concatenate",
+                    "Conv1D", "Conv2D", "Cropping1D", "Cropping2D", "Dense", "DepthwiseConv2D", "Dropout",
+                    "ELU", "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+                    "GlobalMaxPooling1D", "GlobalMaxPooling2D", "InputLayer", "LeakyReLU", "MaxPooling2D",
+                    "Maximum", "Minimum", "Multiply", "ReLU", "Reshape", "SeparableConv2D", "Softmax",
+                    "Subtract", "UpSampling2D", "ZeroPadding2D")
 #: Layers that are the identity at inference time.
 _INFERENCE_NOOPS = ("Dropout",)
 
@@ -343,17 +347,41 @@ def _shape_from(cfg: dict, path, layer) -> Optional[Tuple]:
     return None
 
 
-def _activation_name(value, path, layer: str, cls: str) -> str:
-    """A supported activation name; Keras 3 may serialise it as a dict."""
+def _activation_text(value):
+    """The activation's name as written (Keras 3 may serialise it as a dict); None means linear."""
     if value is None:
-        value = "linear"
+        return "linear"
     if isinstance(value, dict):
         inner = value.get("config")
         value = inner if isinstance(inner, str) else (
             inner.get("name", value.get("class_name")) if isinstance(inner, dict) else value.get("class_name"))
+    return value
+
+
+#: SELU's constants (Klambauer et al. 2017; Keras, ONNX)
+_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+
+
+def _unary_activation(value, keras3: bool):
+    """(op, params) of the IR Unary layer computing a Keras activation beyond ACTIVATIONS, else None.
+    hard_sigmoid changed in Keras 3: relu6(x + 3) / 6 (Keras 2: clip(0.2 x + 0.5, 0, 1))."""
+    table = {"elu": ("elu", (1.0,)), "selu": ("selu", _SELU), "softplus": ("softplus", ()),
+             "softsign": ("softsign", ()), "exponential": ("exp", ()), "leaky_relu": ("leaky_relu", (0.2,)),
+             "relu6": ("clip", (0.0, 6.0)),
+             "hard_sigmoid": ("hard_sigmoid", (1.0 / 6.0, 0.5) if keras3 else (0.2, 0.5))}
+    return table.get(value) if isinstance(value, str) else None
+
+
+#: Activation names accepted anywhere (the IR's own, then those lowered to a Unary layer).
+EXTRA_ACTIVATIONS = ("elu", "selu", "softplus", "softsign", "hard_sigmoid", "exponential", "leaky_relu", "relu6")
+
+
+def _activation_name(value, path, layer: str, cls: str) -> str:
+    """A supported activation name; Keras 3 may serialise it as a dict."""
+    value = _activation_text(value)
     if not isinstance(value, str) or value not in ACTIVATIONS:
         raise _err(f"activation {_show(value)} of {cls} is not supported "
-                   f"(supported: {', '.join(ACTIVATIONS)})", path, layer)
+                   f"(supported: {', '.join(ACTIVATIONS + EXTRA_ACTIVATIONS)})", path, layer)
     return value
 
 
@@ -366,14 +394,70 @@ def _weights_root(f, path):
         if isinstance(f.get("model_weights"), h5py.Group):
             return f["model_weights"]
         if "layers" in f and isinstance(f["layers"], h5py.Group):
-            raise _err("Keras 3 weights layout (layers/*/vars) is not supported; "
-                       "save with model.save('m.h5') or Keras 2 save_weights", path)
+            return keras3_weights(f["layers"], path)
     return f
+
+
+def keras3_weights(layers_group, wpath):
+    """The weights root of a Keras 3 layout, made once the layer entries are known (see _model)."""
+    return lambda entries: Keras3Weights(layers_group, [(_layer_name(e), e["class_name"]) for e in entries],
+                                         wpath)
+
+
+class Keras3Weights:
+    """The Keras 3 weights layout (`model.weights.h5` of a .keras archive, or `save_weights` in
+    Keras 3): `layers/<key>/vars/0, 1, ...` in the layer's variable order. The key is the layer's
+    name in snake_case class form ('conv1d', 'dense_1'), not its name: the `vars` group's `name`
+    attribute (Keras >= 3.?) gives the layer name; without it, keys are matched by class and order."""
+
+    def __init__(self, layers_group, class_names, wpath):
+        self.wpath = wpath
+        self.groups = {}
+        for key in layers_group:
+            obj = layers_group.get(key)
+            vars_ = obj.get("vars") if isinstance(obj, h5py.Group) else None
+            if isinstance(vars_, h5py.Group) and "name" in vars_.attrs:
+                self.groups.setdefault(_text(vars_.attrs["name"], wpath, "vars name attribute"), vars_)
+        counts = {}
+        for layer, cls in class_names:  # older Keras 3: snake_case class name, _1, _2 ... by order
+            base = _snake(cls)
+            key = base if counts.get(base, 0) == 0 else f"{base}_{counts[base]}"
+            counts[base] = counts.get(base, 0) + 1
+            obj = layers_group.get(key)
+            if layer not in self.groups and isinstance(obj, h5py.Group) and isinstance(obj.get("vars"), h5py.Group):
+                self.groups[layer] = obj["vars"]
+
+    def group(self, layer):
+        return self.groups.get(layer)
+
+
+def _snake(name: str) -> str:
+    """Keras' to_snake_case of a class name (Conv1D -> conv1d, BatchNormalization -> batch_normalization)."""
+    import re
+    name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
+
+
+def _keras3_names(group) -> List[str]:
+    """The variable dataset names of a Keras 3 `vars` group, in order: 0, 1, 2, ..."""
+    keys = list(group.keys())
+    if sorted(keys) != [str(i) for i in range(len(keys))]:
+        raise ValueError(f"vars group '{group.name}' holds {sorted(keys)[:6]}, not 0, 1, 2, ...")
+    return [str(i) for i in range(len(keys))]
 
 
 def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[str, np.ndarray]]:
     """(name, array) of a layer's weights in `weight_names` order, resolved relative to its group;
     each array real floating point, without a zero-size dimension, finite and float32-representable."""
+    if isinstance(root, Keras3Weights):
+        group = root.group(layer)
+        if group is None:
+            return []  # a layer without variables has no vars group in some Keras 3 versions
+        try:
+            names = _keras3_names(group)
+        except ValueError as exc:
+            raise _err(str(exc), wpath, layer) from None
+        return _read_arrays(group, names, wpath, layer, cls)
     try:
         group = root.get(layer) if layer not in (".", "..") and "\0" not in layer else None
     except (KeyError, ValueError, OSError, RuntimeError) as exc:
@@ -383,6 +467,11 @@ def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[st
     names = _name_list(group.attrs, "weight_names", wpath, layer)
     if names is None:
         raise _err(f"weight group '{group.name}' has no weight_names attribute", wpath, layer)
+    return _read_arrays(group, names, wpath, layer, cls)
+
+
+def _read_arrays(group, names, wpath, layer, cls) -> List[Tuple[str, np.ndarray]]:
+    """The checked, read-only arrays of `names` in `group`."""
     out = []
     for name in names:
         shown = f"{group.name.lstrip('/')}/{name}"
@@ -468,33 +557,166 @@ def _weights_by_count(root, name, wpath, cls, counts, what=None) -> List[np.ndar
     return weights
 
 
-def _conv2d(entry, in_shape, root, cpath, wpath) -> Conv2D:
+def _conv2d(entry, in_shape, root, cpath, wpath, cls="Conv2D") -> List:
+    """Conv2D, or Conv1D as Reshape (W, C) -> (1, W, C), Conv2D with a 1-row kernel, Reshape back."""
     cfg, name = entry["config"], _layer_name(entry)
-    _channels_last(cfg, "Conv2D", cpath, name)
+    rank = 1 if cls == "Conv1D" else 2
+    _channels_last(cfg, cls, cpath, name)
+    if len(in_shape) != rank + 1:
+        what = "(width, channels)" if rank == 1 else "(height, width, channels)"
+        raise _err(f"{cls} needs a {what} input, got shape {tuple(in_shape)}", cpath, name)
     groups = _int(cfg, "groups", cpath, name, default=1)
-    if groups != 1:
-        raise _err(f"Conv2D with groups={groups} is not supported", cpath, name)
+    ksize = _int_list(cfg, "kernel_size", rank, cpath, name)
+    strides = _int_list(cfg, "strides", rank, cpath, name, default=1)
+    dilation = _int_list(cfg, "dilation_rate", rank, cpath, name, default=1)
+    if max(strides) > 1 and max(dilation) > 1:
+        raise _err(f"{cls} with both strides and dilation_rate > 1 is not defined by Keras", cpath, name)
+    filters = _int(cfg, "filters", cpath, name, default=None)
+    use_bias = _bool(cfg, "use_bias", cpath, name, default=True)
+    act = _activation_name(cfg.get("activation"), cpath, name, cls)
+    weights = _weights_by_count(root, name, wpath, cls, (2,) if use_bias else (1,),
+                                f"{cls} with use_bias={use_bias}")
+    kernel, bias = weights[0], (weights[1] if use_bias else None)
+    layout = "[k, in / groups, filters]" if rank == 1 else "[kh, kw, in / groups, filters]"
+    if kernel.ndim != rank + 2 or tuple(kernel.shape[:rank]) != ksize:
+        raise _err(f"kernel shape {kernel.shape} does not match kernel_size={list(ksize)} "
+                   f"(expected {layout})", wpath, name)
+    if filters is not None and kernel.shape[-1] != filters:
+        raise _err(f"kernel shape {kernel.shape} does not match filters={filters}", wpath, name)
+    if bias is not None and bias.shape != (kernel.shape[-1],):
+        raise _err(f"bias shape {bias.shape} does not match filters={kernel.shape[-1]}", wpath, name)
+    if rank == 2:
+        pads = _padding_of(cfg, cls, in_shape, ksize, strides, dilation, cpath, name)
+        return [Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation,
+                       padding=pads, activation=act, source_type=cls, groups=groups)]
+    mode = _str(cfg, "padding", cpath, name, default="valid").lower()
+    if mode == "valid":
+        left, right = 0, 0
+    elif mode == "same":
+        left, right = same_padding(in_shape[0], ksize[0], strides[0], dilation[0])
+    elif mode == "causal":
+        left, right = dilation[0] * (ksize[0] - 1), 0
+    else:
+        raise _err(f"{cls} padding {_show(mode)} is not supported (valid, same, causal)", cpath, name)
+    kernel2 = kernel.reshape((1,) + kernel.shape)
+    kernel2.flags.writeable = False
+    conv = Conv2D(name=name, kernel=kernel2, bias=bias, strides=(1, strides[0]), dilation=(1, dilation[0]),
+                  padding=(0, 0, left, right), activation=act, source_type=cls, groups=groups)
+    out = conv.output_shape((1,) + tuple(in_shape))
+    return [Reshape(name=f"{name}_to2d", target_shape=(1,) + tuple(in_shape), source_type=cls), conv,
+            Reshape(name=f"{name}_to1d", target_shape=tuple(out[1:]), source_type=cls)]
+
+
+def _depthwise(entry, cls, in_shape, root, cpath, wpath) -> List:
+    """DepthwiseConv2D (channel c times depth_multiplier M gives outputs c*M .. c*M+M-1) as a Conv2D
+    with groups = C; SeparableConv2D as that depthwise Conv2D (no bias) then a 1x1 Conv2D."""
+    cfg, name = entry["config"], _layer_name(entry)
+    _channels_last(cfg, cls, cpath, name)
+    if len(in_shape) != 3:
+        raise _err(f"{cls} needs a (height, width, channels) input, got shape {tuple(in_shape)}", cpath, name)
     ksize = _int_list(cfg, "kernel_size", 2, cpath, name)
     strides = _int_list(cfg, "strides", 2, cpath, name, default=1)
     dilation = _int_list(cfg, "dilation_rate", 2, cpath, name, default=1)
     if max(strides) > 1 and max(dilation) > 1:
-        raise _err("Conv2D with both strides and dilation_rate > 1 is not defined by Keras", cpath, name)
-    filters = _int(cfg, "filters", cpath, name, default=None)
+        raise _err(f"{cls} with both strides and dilation_rate > 1 is not defined by Keras", cpath, name)
+    multiplier = _int(cfg, "depth_multiplier", cpath, name, default=1)
     use_bias = _bool(cfg, "use_bias", cpath, name, default=True)
-    act = _activation_name(cfg.get("activation"), cpath, name, "Conv2D")
-    weights = _weights_by_count(root, name, wpath, "Conv2D", (2,) if use_bias else (1,),
-                                f"Conv2D with use_bias={use_bias}")
-    kernel, bias = weights[0], (weights[1] if use_bias else None)
-    if kernel.ndim != 4 or tuple(kernel.shape[:2]) != ksize:
-        raise _err(f"kernel shape {kernel.shape} does not match kernel_size={list(ksize)} "
-                   "(expected [kh, kw, in, filters])", wpath, name)
-    if filters is not None and kernel.shape[3] != filters:
-        raise _err(f"kernel shape {kernel.shape} does not match filters={filters}", wpath, name)
-    if bias is not None and bias.shape != (kernel.shape[3],):
-        raise _err(f"bias shape {bias.shape} does not match filters={kernel.shape[3]}", wpath, name)
-    pads = _padding_of(cfg, "Conv2D", in_shape, ksize, strides, dilation, cpath, name)
-    return Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation,
-                  padding=pads, activation=act, source_type="Conv2D")
+    act = _activation_name(cfg.get("activation"), cpath, name, cls)
+    separable = cls == "SeparableConv2D"
+    want = 1 + separable + use_bias
+    weights = _weights_by_count(root, name, wpath, cls, (want,), f"{cls} with use_bias={use_bias}")
+    channels = in_shape[2]
+    depthwise = weights[0]
+    if depthwise.shape != ksize + (channels, multiplier):
+        raise _err(f"depthwise kernel shape {depthwise.shape} does not match kernel_size={list(ksize)}, "
+                   f"{channels} input channels and depth_multiplier={multiplier} "
+                   "(expected [kh, kw, channels, depth_multiplier])", wpath, name)
+    kernel = depthwise.reshape(ksize + (1, channels * multiplier))
+    kernel.flags.writeable = False
+    bias = weights[-1] if use_bias else None
+    pads = _padding_of(cfg, cls, in_shape, ksize, strides, dilation, cpath, name)
+    if not separable:
+        if bias is not None and bias.shape != (channels * multiplier,):
+            raise _err(f"bias shape {bias.shape} does not match {channels * multiplier} outputs", wpath, name)
+        return [Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation, padding=pads,
+                       activation=act, source_type=cls, groups=channels)]
+    pointwise = weights[1]
+    filters = _int(cfg, "filters", cpath, name, default=None)
+    if pointwise.ndim != 4 or pointwise.shape[:3] != (1, 1, channels * multiplier):
+        raise _err(f"pointwise kernel shape {pointwise.shape} is not [1, 1, {channels * multiplier}, filters]",
+                   wpath, name)
+    if filters is not None and pointwise.shape[3] != filters:
+        raise _err(f"pointwise kernel shape {pointwise.shape} does not match filters={filters}", wpath, name)
+    if bias is not None and bias.shape != (pointwise.shape[3],):
+        raise _err(f"bias shape {bias.shape} does not match filters={pointwise.shape[3]}", wpath, name)
+    return [Conv2D(name=f"{name}_depthwise", kernel=kernel, bias=None, strides=strides, dilation=dilation,
+                   padding=pads, source_type=cls, groups=channels),
+            Conv2D(name=name, kernel=pointwise, bias=bias, activation=act, source_type=cls)]
+
+
+def _global_pool(entry, cls, in_shape, cpath) -> Reduce:
+    """GlobalAverage/MaxPooling1D/2D: mean or max over the spatial axes (keepdims as configured)."""
+    cfg, name = entry["config"], _layer_name(entry)
+    _channels_last(cfg, cls, cpath, name)
+    rank = 1 if cls.endswith("1D") else 2
+    if len(in_shape) != rank + 1:
+        raise _err(f"{cls} needs a rank-{rank + 1} channels-last input, got shape {tuple(in_shape)}", cpath, name)
+    keepdims = _bool(cfg, "keepdims", cpath, name, default=False)
+    return Reduce(name=name, op="mean" if "Average" in cls else "max", axes=tuple(range(rank)),
+                  keepdims=keepdims, source_type=cls)
+
+
+def _upsampling(entry, in_shape, cpath) -> Resize:
+    """UpSampling2D: nearest repeats each cell (Resize nearest/asymmetric/floor); bilinear is
+    tf.image.resize / torch interpolate without align_corners (Resize linear/half_pixel)."""
+    cfg, name = entry["config"], _layer_name(entry)
+    _channels_last(cfg, "UpSampling2D", cpath, name)
+    if len(in_shape) != 3:
+        raise _err(f"UpSampling2D needs a (height, width, channels) input, got shape {tuple(in_shape)}",
+                   cpath, name)
+    size = _int_list(cfg, "size", 2, cpath, name, default=2)
+    mode = _str(cfg, "interpolation", cpath, name, default="nearest")
+    h, w, c = in_shape
+    sizes, scales = (h * size[0], w * size[1], c), (float(size[0]), float(size[1]), 1.0)
+    if mode == "nearest":
+        return Resize(name=name, sizes=sizes, scales=scales, mode="nearest", coordinate_mode="asymmetric",
+                      nearest_mode="floor", source_type="UpSampling2D")
+    if mode == "bilinear":
+        return Resize(name=name, sizes=sizes, scales=scales, mode="linear", coordinate_mode="half_pixel",
+                      source_type="UpSampling2D")
+    raise _err(f"UpSampling2D interpolation {_show(mode)} is not supported (nearest, bilinear)", cpath, name)
+
+
+def _cropping(entry, cls, in_shape, cpath) -> Slice:
+    """Cropping1D/2D: a Slice keeping the middle cells of the spatial axes."""
+    cfg, name = entry["config"], _layer_name(entry)
+    rank = 1 if cls == "Cropping1D" else 2
+    if rank == 2:
+        _channels_last(cfg, cls, cpath, name)
+    if len(in_shape) != rank + 1:
+        raise _err(f"{cls} needs a rank-{rank + 1} channels-last input, got shape {tuple(in_shape)}", cpath, name)
+    crop = cfg.get("cropping", 1 if rank == 2 else [1, 1])
+
+    def ints(values):
+        return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+    if rank == 1 and isinstance(crop, list) and len(crop) == 2 and ints(crop):
+        pairs = [tuple(crop)]
+    elif rank == 2 and isinstance(crop, int) and ints([crop]):
+        pairs = [(crop, crop), (crop, crop)]
+    elif rank == 2 and isinstance(crop, list) and len(crop) == 2 and ints(crop):
+        pairs = [(crop[0], crop[0]), (crop[1], crop[1])]
+    elif (rank == 2 and isinstance(crop, list) and len(crop) == 2
+          and all(isinstance(v, list) and len(v) == 2 and ints(v) for v in crop)):
+        pairs = [tuple(crop[0]), tuple(crop[1])]
+    else:
+        raise _err(f"{cls} cropping {_show(crop)} is not " + ("2 integers >= 0" if rank == 1 else
+                   "an integer >= 0, 2 of them or 2 pairs of them"), cpath, name)
+    counts = [n - b - a for n, (b, a) in zip(in_shape, pairs)]
+    if min(counts) < 1:
+        raise _err(f"{cls} cropping {_show(crop)} leaves nothing of the input {tuple(in_shape)}", cpath, name)
+    return Slice(name=name, starts=tuple(b for b, _ in pairs) + (0,), steps=(1,) * (rank + 1),
+                 counts=tuple(counts) + (in_shape[-1],), source_type=cls)
 
 
 def _pool2d(entry, cls, in_shape, cpath) -> Pool2D:
@@ -566,15 +788,60 @@ def _batchnorm(entry, in_shape, root, cpath, wpath) -> BatchNorm:
     return BatchNorm(name=name, gamma=gamma, beta=beta, mean=mean, variance=var, epsilon=epsilon)
 
 
-def _relu_layer(entry, cpath) -> Activation:
-    """keras.layers.ReLU with its default arguments is relu; anything else is refused."""
+def _relu_layer(entry, cpath):
+    """keras.layers.ReLU: f(x) = max_value for x >= max_value, x for threshold <= x < max_value,
+    negative_slope * (x - threshold) below. Lowered when threshold is 0: relu, clip(0, max_value),
+    leaky_relu(negative_slope); other combinations are refused."""
     cfg, name = entry["config"], _layer_name(entry)
     max_value = _float(cfg, "max_value", cpath, name, default=None)
     slope = _float(cfg, "negative_slope", cpath, name, default=0.0)
     threshold = _float(cfg, "threshold", cpath, name, default=0.0)
-    if max_value is not None or slope != 0 or threshold != 0:
-        raise _err("ReLU with max_value, negative_slope or threshold is not supported", cpath, name)
-    return Activation(name=name, activation="relu", source_type="ReLU")
+    if max_value is not None and max_value < 0:
+        raise _err(f"ReLU max_value must be >= 0, got {max_value:g}", cpath, name)
+    if threshold != 0:
+        raise _err(f"ReLU with threshold={threshold:g} is not supported (no IR layer computes it; "
+                   "threshold 0 only)", cpath, name)
+    if slope == 0 and max_value is None:
+        return Activation(name=name, activation="relu", source_type="ReLU")
+    if slope == 0:
+        return Unary(name=name, op="clip", params=(0.0, max_value), source_type="ReLU")
+    if max_value is None:
+        return Unary(name=name, op="leaky_relu", params=(slope,), source_type="ReLU")
+    raise _err("ReLU with both negative_slope and max_value is not supported", cpath, name)
+
+
+def _leaky_relu(entry, cpath) -> Unary:
+    """LeakyReLU: Keras 3 negative_slope, Keras 2 alpha (default 0.3 in both)."""
+    cfg, name = entry["config"], _layer_name(entry)
+    key = "negative_slope" if cfg.get("negative_slope") is not None else "alpha"
+    return Unary(name=name, op="leaky_relu", params=(_float(cfg, key, cpath, name, default=0.3),),
+                 source_type="LeakyReLU")
+
+
+def _softmax_layer(entry, shape, cpath):
+    """Softmax(axis): the last axis is the Activation (as before), any other one axis IR Softmax."""
+    cfg, name = entry["config"], _layer_name(entry)
+    axis = _axis(cfg.get("axis", -1), len(shape), "Softmax", cpath, name)
+    if axis == len(shape) - 1:
+        return Activation(name=name, activation="softmax", source_type="Softmax")
+    return Softmax(name=name, axis=axis, source_type="Softmax")
+
+
+#: Keras merge layers computed by the IR Elementwise layer.
+_ELEMENTWISE = {"Multiply": "mul", "Subtract": "sub", "Maximum": "max", "Minimum": "min", "Average": "mean"}
+
+
+def _merge(entry, cls, in_shapes, cpath):
+    name = _layer_name(entry)
+    if len(in_shapes) < 2 or (cls == "Subtract" and len(in_shapes) != 2):
+        raise _err(f"{cls} takes {'exactly' if cls == 'Subtract' else 'at least'} 2 inputs, "
+                   f"got {len(in_shapes)}", cpath, name)
+    if cls == "Add":
+        return Add(name=name)
+    if len({len(s) for s in in_shapes}) != 1:
+        raise _err(f"{cls} inputs of different ranks {[tuple(s) for s in in_shapes]} are not supported",
+                   cpath, name)
+    return Elementwise(name=name, op=_ELEMENTWISE[cls], source_type=cls)
 
 
 def _reshape(entry, shape, cpath) -> Reshape:
@@ -595,15 +862,39 @@ def _reshape(entry, shape, cpath) -> Reshape:
     return Reshape(name=name, target_shape=tuple(target))
 
 
-def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
-    """The IR layer of one Keras layer entry, given its input shapes."""
+#: Layers that take several inputs.
+_MERGES = ("Add", "Concatenate") + tuple(_ELEMENTWISE)
+#: Layers with a fused `activation` (a Keras activation beyond ACTIVATIONS becomes a Unary after them).
+_FUSED = ("Dense", "Conv1D", "Conv2D", "DepthwiseConv2D", "SeparableConv2D")
+
+
+def _layer(entry, in_shapes, prev_names, root, cpath, wpath, keras3=False) -> List:
+    """The IR layers of one Keras layer entry, given its input shapes: most give one, Conv1D and
+    SeparableConv2D several, and an activation beyond ACTIVATIONS adds a Unary layer after them.
+    The last one computes the Keras layer's output."""
     cls = entry["class_name"]
     cfg = entry["config"]
     name = _layer_name(entry)
-    merge = cls in ("Add", "Concatenate")
-    if not merge and len(in_shapes) != 1:
+    if cls not in _MERGES and len(in_shapes) != 1:
         raise _err(f"{cls} takes one input, but is fed by {len(in_shapes)} "
                    f"({', '.join(n or 'the model input' for n in prev_names)})", cpath, name)
+    shape = in_shapes[0]
+    unary = None
+    if cls in _FUSED + ("Activation",):
+        unary = _unary_activation(_activation_text(cfg.get("activation")), keras3)
+        if unary is not None:
+            if cls == "Activation":
+                return [Unary(name=name, op=unary[0], params=unary[1], source_type="Activation")]
+            entry = dict(entry, config=dict(cfg, activation="linear"))
+            cfg = entry["config"]
+    layers = _one_layer(entry, cls, cfg, name, in_shapes, prev_names, root, cpath, wpath)
+    layers = layers if isinstance(layers, list) else [layers]
+    if unary is not None:
+        layers.append(Unary(name=f"{name}_{unary[0]}", op=unary[0], params=unary[1], source_type=cls))
+    return layers
+
+
+def _one_layer(entry, cls, cfg, name, in_shapes, prev_names, root, cpath, wpath):
     shape = in_shapes[0]
     if cls == "Dense":
         return _dense(entry, shape, prev_names[0], root, cpath, wpath)
@@ -612,14 +903,25 @@ def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
         return Activation(name=name, activation=act, source_type="Activation")
     if cls == "ReLU":
         return _relu_layer(entry, cpath)
+    if cls == "LeakyReLU":
+        return _leaky_relu(entry, cpath)
+    if cls == "ELU":
+        return Unary(name=name, op="elu", params=(_float(cfg, "alpha", cpath, name, default=1.0),),
+                     source_type="ELU")
     if cls == "Softmax":
-        if _axis(cfg.get("axis", -1), len(shape), cls, cpath, name) != len(shape) - 1:
-            raise _err("Softmax over an axis other than the last is not supported", cpath, name)
-        return Activation(name=name, activation="softmax", source_type="Softmax")
-    if cls == "Conv2D":
-        return _conv2d(entry, shape, root, cpath, wpath)
+        return _softmax_layer(entry, shape, cpath)
+    if cls in ("Conv1D", "Conv2D"):
+        return _conv2d(entry, shape, root, cpath, wpath, cls)
+    if cls in ("DepthwiseConv2D", "SeparableConv2D"):
+        return _depthwise(entry, cls, shape, root, cpath, wpath)
     if cls in ("MaxPooling2D", "AveragePooling2D"):
         return _pool2d(entry, cls, shape, cpath)
+    if cls in ("GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D", "GlobalMaxPooling2D"):
+        return _global_pool(entry, cls, shape, cpath)
+    if cls == "UpSampling2D":
+        return _upsampling(entry, shape, cpath)
+    if cls in ("Cropping1D", "Cropping2D"):
+        return _cropping(entry, cls, shape, cpath)
     if cls == "ZeroPadding2D":
         return _zeropad(entry, cpath)
     if cls == "BatchNormalization":
@@ -629,10 +931,10 @@ def _layer(entry, in_shapes, prev_names, root, cpath, wpath):
         return Flatten(name=name)
     if cls == "Reshape":
         return _reshape(entry, shape, cpath)
-    if cls == "Add":
-        return Add(name=name)
     if cls == "Concatenate":
         return Concatenate(name=name, axis=_axis(cfg.get("axis", -1), len(shape), cls, cpath, name))
+    if cls in _MERGES:
+        return _merge(entry, cls, in_shapes, cpath)
     raise _err(f"{cls} is not supported (supported: {', '.join(SUPPORTED_LAYERS)})", cpath, name)
 
 
@@ -657,7 +959,7 @@ def _input_shape(entries, root, cpath, wpath, top_config) -> Tuple[int, ...]:
     return input_shape
 
 
-def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
+def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None, keras3=False):
     """(input shape, IR layers, ignored layers, edges or None, input tensor name), in order.
 
     `inbound` (Functional) gives each layer's input layer names; without it each layer reads the
@@ -668,7 +970,8 @@ def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
     input_shape = _input_shape(entries, root, cpath, wpath, top_config)
     first = entries[0]
     input_name = _layer_name(first) if first["class_name"] == "InputLayer" else "input"
-    alias = {}                       # dropped layer name -> the tensor it passes on
+    alias = {}                       # dropped (or lowered) layer name -> the tensor it passes on
+    keras_names = {_layer_name(e) for e in entries}
     shapes = {input_name: input_shape}
     layers, sources, ignored = [], {}, []
     previous = input_name
@@ -699,17 +1002,25 @@ def _build(entries, root, cpath, wpath, top_config, inbound=None, output=None):
             continue
         shown = [None if s == input_name else s for s in srcs]
         try:
-            layer = _layer(entry, [shapes[s] for s in srcs], shown, root, cpath, wpath)
+            produced = _layer(entry, [shapes[s] for s in srcs], shown, root, cpath, wpath, keras3)
         except ValueError as exc:  # an IR layer refused its parameters (NNBuildError is no ValueError)
             raise _err(f"{cls} {exc}", cpath, name) from None
-        try:
-            shapes[name] = tuple(int(d) for d in layer.output_shape(*[shapes[s] for s in srcs]))
-        except ValueError as exc:
-            src = ", ".join(f"layer '{s}'" if s != input_name else "the model input" for s in srcs)
-            raise _err(f"{cls}: {exc} (input from {src}; inconsistent shapes)", cpath, name) from None
-        layers.append(layer)
-        sources[name] = tuple(srcs)
-        previous = name
+        for layer in produced:  # one Keras layer may give several IR layers, each reading the one before
+            if layer.name != name and (layer.name in shapes or layer.name in alias
+                                       or layer.name in keras_names):
+                raise _err(f"the name '{layer.name}' of a layer {cls} is lowered to is already taken",
+                           cpath, name)
+            try:
+                shapes[layer.name] = tuple(int(d) for d in layer.output_shape(*[shapes[s] for s in srcs]))
+            except ValueError as exc:
+                src = ", ".join(f"layer '{s}'" if s != input_name else "the model input" for s in srcs)
+                raise _err(f"{cls}: {exc} (input from {src}; inconsistent shapes)", cpath, name) from None
+            layers.append(layer)
+            sources[layer.name] = tuple(srcs)
+            srcs = [layer.name]
+        if produced[-1].name != name:
+            alias[name] = produced[-1].name
+        previous = produced[-1].name
     if not layers:
         raise _err("model has no computing layer", cpath)
     out = alias.get(output, output) if output else layers[-1].name
@@ -738,10 +1049,22 @@ def _prune(layers, sources, out, ignored):
     return kept, {l.name: sources[l.name] for l in kept}
 
 
+def _is_keras3(version, entries) -> bool:
+    """Keras 3 wrote it (its version, else its config style: entries carry a 'module')."""
+    version = str(version or "")
+    if version[:1].isdigit():
+        return version.split(".")[0] == "3"
+    return any("module" in e for e in entries)
+
+
 def _model(name, model_config, root, cpath, wpath, meta) -> Model:
     """Assemble the IR Model and its traceability meta."""
     cls, entries, top, inbound, output = _layer_entries(model_config, cpath)
-    input_shape, layers, ignored, edges, input_name = _build(entries, root, cpath, wpath, top, inbound, output)
+    keras3 = _is_keras3(meta.get("keras_version"), entries)
+    if callable(root):  # the Keras 3 weights layout needs the layer list to map its keys
+        root = root(entries)
+    input_shape, layers, ignored, edges, input_name = _build(entries, root, cpath, wpath, top, inbound, output,
+                                                             keras3)
     sources = tuple(dict.fromkeys(str(p) for p in (cpath, wpath)))
     meta = dict(meta, model_class=cls, source_files=list(sources), ignored_layers=ignored)
     return Model(name=c_identifier(name), input_shape=input_shape, layers=layers,
