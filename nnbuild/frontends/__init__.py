@@ -38,12 +38,37 @@ FORMATS: Tuple[Format, ...] = (
            "Keras2C pair: architecture.json (model.to_json()) + weights.h5 (save_weights)"),
     Format("gegelati-dot", (".dot",), "nnbuild.frontends.gegelati_dot",
            "GEGELATI Tangled Program Graph export (v0.5-v2.0), with an environment description"),
+    Format("keras3", (".keras",), "nnbuild.frontends.keras3",
+           "Keras 3 native archive (model.save('m.keras')): config.json + model.weights.h5"),
+    Format("acetone-json", (), "nnbuild.frontends.acetone_json",
+           "ACETONE JSON (acetone-nnet's JSON_from_keras_model): a .json told from keras-json by its content"),
 )
+
+#: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).
+#: The test reads at most a bounded prefix of the file and never raises.
+_SNIFFED = ((".json", "acetone-json", "_is_acetone_json"),)
+
+
+def _is_acetone_json(path) -> bool:
+    """ACETONE's JSON (a Keras to_json() that acetone-nnet annotated) gives every layer after the
+    input a `prev_layer_idx` list in its config, ahead of its inline weights; a Keras to_json()
+    never has that key."""
+    import re
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(1 << 20)
+    except OSError:
+        return False
+    return re.search(rb'"prev_layer_idx"\s*:', head) is not None
 
 
 def format_for(path) -> Format:
-    """The registry entry for `path`'s suffix; an unknown suffix is an error naming the file."""
+    """The registry entry for `path`'s suffix (or, for a suffix several formats share, its content:
+    _SNIFFED); an unknown suffix is an error naming the file."""
     suffix = Path(path).suffix.lower()
+    for claimed, name, test in _SNIFFED:
+        if suffix == claimed and globals()[test](path):
+            return next(fmt for fmt in FORMATS if fmt.name == name)
     for fmt in FORMATS:
         if suffix in fmt.suffixes:
             return fmt
