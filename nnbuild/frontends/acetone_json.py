@@ -50,6 +50,8 @@ def _err(message, path, layer=None) -> NNBuildError:
 
 
 def _show(value) -> str:
+    if isinstance(value, str):
+        return f"'{value}'" if len(value) <= 38 else f"'{value[:35]}...'"
     try:
         text = json.dumps(value)
     except (TypeError, ValueError, RecursionError):
