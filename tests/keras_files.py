@@ -183,3 +183,39 @@ def copy(src, dst):
     """Plain copy into a temporary directory (never into the repo)."""
     shutil.copyfile(src, dst)
     return Path(dst)
+
+
+# ----------------------------------------------------------------------------- any layer, graphs
+# (issue 12: the layers beyond Dense/Conv2D, and Functional graphs with merge layers)
+
+
+def layer(class_name, name, weights=(), **config):
+    """Any layer spec: `config` as given plus the name; weights [(short_name, array), ...] in
+    Keras' variable order (written as <name>/<short>:0 in the Keras 2 layout)."""
+    return {"class_name": class_name, "config": dict(config, name=name),
+            "weights": [(short, np.asarray(arr, np.float32)) for short, arr in weights]}
+
+
+def graph_config(layers, inbound, *, output=None, keras=2):
+    """A Functional model config whose layer `name` reads the layers inbound[name] (a list of names;
+    the first layer, an InputLayer, reads nothing). Keras 2 inbound_nodes lists, or Keras 3
+    keras_history dicts."""
+    entries = []
+    for s in layers:
+        name = s["config"]["name"]
+        srcs = inbound.get(name, [])
+        entry = {"class_name": s["class_name"], "config": s["config"], "name": name}
+        if not srcs:
+            entry["inbound_nodes"] = []
+        elif keras == 2:
+            entry["inbound_nodes"] = [[[src, 0, 0, {}] for src in srcs]]
+        else:
+            tensors = [{"class_name": "__keras_tensor__", "config": {
+                "shape": [None, 1], "dtype": "float32", "keras_history": [src, 0, 0]}} for src in srcs]
+            entry["inbound_nodes"] = [{"args": [tensors] if len(tensors) > 1 else tensors, "kwargs": {}}]
+            entry["module"] = "keras.layers"
+        entries.append(entry)
+    last = output or layers[-1]["config"]["name"]
+    return {"class_name": "Functional" if keras == 3 else "Model",
+            "config": {"name": "model_1", "layers": entries, "input_layers": [[layers[0]["config"]["name"], 0, 0]],
+                       "output_layers": [[last, 0, 0]]}}
