@@ -452,7 +452,8 @@ def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[st
     if isinstance(root, Keras3Weights):
         group = root.group(layer)
         if group is None:
-            return []  # a layer without variables has no vars group in some Keras 3 versions
+            raise _err(f"missing weight group: no layers/*/vars group is layer '{layer}' "
+                       "(Keras 3 weights layout)", wpath, layer)
         try:
             names = _keras3_names(group)
         except ValueError as exc:
