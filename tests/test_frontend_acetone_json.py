@@ -240,3 +240,29 @@ def test_not_json_and_no_layers(tmp_path):
     assert "not valid JSON" in error_of(path)
     path.write_text('{"config": {"layers": []}, "prev_layer_idx": 1}')
     assert "no config.layers list" in error_of(path)
+
+
+# ----------------------------------------------------------------------------- host C
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["lenet", "merge"])
+def test_host_c_matches_acetone_semantics(tmp_path, name):
+    import subprocess
+    from nnbuild import codegen
+    from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+    path = DATA / f"{name}.json"
+    model = frontends.load(path)
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
+    exe = tmp_path / "check"
+    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off",
+                    f"-I{out}", *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size,
+                                                    model.output_size),
+                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN),
+                    "-o", str(exe), "-lm"], check=True, capture_output=True, text=True)
+    xs = np.random.default_rng(9).normal(size=(3,) + tuple(model.input_shape)).astype(np.float32)
+    got = native.run_cases(exe, xs.reshape(3, -1), model.output_size)
+    doc = json.loads(path.read_text())
+    want = np.array([acetone_numpy(doc, x) for x in xs.astype(np.float64)]).reshape(3, -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -173,3 +173,31 @@ def test_weights_missing_for_a_layer(tmp_path):
     items["model.weights.h5"] = buffer.getvalue()
     msg = error_of(write_zip(tmp_path / "now.keras", items))
     assert "layer 'd'" in msg and "missing weight group" in msg
+
+
+# ----------------------------------------------------------------------------- host C
+
+
+def host_outputs(tmp_path, model, x):
+    """Generate v2 C for `model`, build it with gcc on the host and run it on the cases `x`."""
+    import subprocess
+    from nnbuild import codegen
+    from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
+    exe = tmp_path / "check"
+    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off",
+                    f"-I{out}", *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size,
+                                                    model.output_size),
+                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN),
+                    "-o", str(exe), "-lm"], check=True, capture_output=True, text=True)
+    return native.run_cases(exe, np.asarray(x, np.float32).reshape(len(x), -1), model.output_size)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["conv1d", "cnn2d", "merge"])
+def test_host_c_matches_keras(tmp_path, name):
+    model = frontends.load(DATA / f"{name}.keras")
+    x, want = GOLDEN[f"{name}_x"], GOLDEN[f"{name}_y"]
+    got = host_outputs(tmp_path, model, x).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
