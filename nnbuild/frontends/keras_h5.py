@@ -7,9 +7,14 @@ Accepts (see docs formats.md section 1):
   the `model_weights` layout at the file root).
 
 Supported layers: see SUPPORTED_LAYERS (Dropout is the identity at inference: dropped and recorded
-in meta["ignored_layers"]). Data is channels-last. Models: Sequential (list or {"layers": [...]}
-config) and Functional/Model graphs (a DAG with one input and one output; merge layers Add and
-Concatenate; each layer called once). A chain loads as a chain Model (edges None); anything else
+in meta["ignored_layers"]). Some lower to several IR layers, the last one computing the Keras
+layer's output: Conv1D is Reshape (W, C) -> (1, W, C), Conv2D, Reshape back; SeparableConv2D is a
+depthwise Conv2D (groups = C) then a 1x1 Conv2D; an activation beyond ACTIVATIONS (EXTRA_ACTIVATIONS)
+is the layer with a linear activation followed by a Unary layer named <layer>_<op>. Data is
+channels-last. Models: Sequential (list or {"layers": [...]} config) and Functional/Model graphs (a
+DAG with one input and one output; merge layers Add, Concatenate, Multiply, Subtract, Maximum,
+Minimum, Average; each layer called once). Weights: the legacy layout (weight_names) or the Keras 3
+one (layers/<key>/vars/<i>, Keras3Weights; also read by nnbuild.frontends.keras3). A chain loads as a chain Model (edges None); anything else
 gets Model.edges. Every failure is a one-line NNBuildError naming the file and, where there is
 one, the layer.
 """
@@ -408,7 +413,8 @@ class Keras3Weights:
     """The Keras 3 weights layout (`model.weights.h5` of a .keras archive, or `save_weights` in
     Keras 3): `layers/<key>/vars/0, 1, ...` in the layer's variable order. The key is the layer's
     name in snake_case class form ('conv1d', 'dense_1'), not its name: the `vars` group's `name`
-    attribute (Keras >= 3.?) gives the layer name; without it, keys are matched by class and order."""
+    attribute (written by recent Keras 3 releases) gives the layer name; without it, keys are matched
+    by class and order as Keras assigns them."""
 
     def __init__(self, layers_group, class_names, wpath):
         self.wpath = wpath
