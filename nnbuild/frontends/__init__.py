@@ -42,6 +42,8 @@ FORMATS: Tuple[Format, ...] = (
            "Keras 3 native archive (model.save('m.keras')): config.json + model.weights.h5"),
     Format("acetone-json", (), "nnbuild.frontends.acetone_json",
            "ACETONE JSON (acetone-nnet's JSON_from_keras_model): a .json told from keras-json by its content"),
+    Format("nnet", (".nnet",), "nnbuild.frontends.nnet",
+           "NNet text (ACAS Xu, Reluplex), with its input and output normalisation"),
 )
 
 #: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).
