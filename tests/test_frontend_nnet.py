@@ -297,3 +297,30 @@ def test_acasxu_example_builds_on_avr_with_wcet_and_deadline(tmp_path):
     assert (project / "build/avr/acasxu/gate.json").exists()
     tight = scons(project, "target=avr", "model=acasxu", "deadline=100ms")
     assert tight.returncode != 0 and "> deadline 100 ms" in tight.stderr
+
+
+def test_mutated_files_load_or_are_refused_by_the_loader_itself(tmp_path):
+    """Random byte edits of a valid file: each loads, or is refused by the NNet loader's own checks
+    (never by the last-resort 'malformed model file' catch of an unchecked exception)."""
+    text = bytearray(nnet_text(**SMALL).encode())
+    rng = np.random.default_rng(12)
+    alphabet = b"0123456789.,-+eE \n/naifx\xff"
+    refused = 0
+    for trial in range(400):
+        data = bytearray(text)
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(0, len(data)))
+            action = int(rng.integers(0, 3))
+            if action == 0:
+                data[at] = alphabet[int(rng.integers(0, len(alphabet)))]
+            elif action == 1:
+                del data[at]
+            else:
+                data.insert(at, alphabet[int(rng.integers(0, len(alphabet)))])
+        path = write(tmp_path, bytes(data), f"m{trial}.nnet")
+        try:
+            frontends.load(path)
+        except NNBuildError as error:
+            refused += 1
+            assert "\n" not in str(error) and "malformed model file" not in str(error), str(error)
+    assert refused > 100
