@@ -8,13 +8,15 @@ host; two models run on AVR under simavr."""
 
 import json
 import re
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import needs_avr
-from nnbuild import codegen, pipeline
+from nnbuild import boards, codegen, pipeline
+from nnbuild.compilers.gcc import compile_flags
 from nnbuild.codegen import v3
 from nnbuild.ir import graph as g
 from nnbuild.ir import reference
@@ -212,6 +214,70 @@ def test_layer_named_like_a_helper_does_not_collide(tmp_path):
     check(exe, m, "float32")
 
 
+def every_kind():
+    """One DAG with every render kind v3 writes (and the activation softmax, pool, dense around them)."""
+    layers = [g.Conv2D("dw", f32(3, 3, 1, 4), f32(4), (1, 1), (2, 1), (2, 2, 1, 1), "relu", groups=4),
+              g.Pad("pad", ((0, 1), (1, 0), (0, 0)), "constant", float("-inf")),
+              g.Pool2D("pool", "max", (2, 2), (2, 2)),
+              g.Transpose("t", (2, 0, 1)),
+              g.Unary("clip", "clip", (-1.0, float("inf"))),
+              g.Unary("sig", "sigmoid"),
+              g.Elementwise("mix", "min", ((1, f32(1, 3, 1)),), "tanh"),
+              g.Reduce("red", "max", (1,), True),
+              g.Elementwise("sub", "sub", (), "linear"),
+              g.Softmax("soft", 1),
+              g.LRN("lrn", 3, 0.01, 0.75, 1.0),
+              g.Resize("up", (4, 5, 3), (1, 5 / 3, 1), "cubic"),
+              g.Reduce("mean", "mean", (0, 2), False),
+              g.Dense("head", f32(5, 3), f32(3), "softmax")]
+    edges = {"dw": ("input",), "pad": ("dw",), "pool": ("pad",), "t": ("pool",), "clip": ("t",), "sig": ("clip",),
+             "mix": ("sig",), "red": ("mix",), "sub": ("mix", "red"), "soft": ("sub",), "lrn": ("soft",),
+             "up": ("lrn",), "mean": ("up",), "head": ("mean",)}
+    return model("every_kind", layers, shape=(5, 6, 4), edges=edges)
+
+
+STRICT_ALL = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wdouble-promotion",
+              "-Wfloat-equal", "-Wswitch-default", "-Werror"]
+
+
+def strict_variants():
+    for board in ("host", "avr", "arm"):
+        for precision in ("float32", "float64"):
+            if precision == "float64" and board == "avr":
+                continue    # avr-gcc's double is 32 bits: codegen refuses float64 there
+            marks = [] if board == "host" else [pytest.mark.e2e]
+            yield pytest.param(board, precision, id=f"{board}-{precision}", marks=marks)
+
+
+@pytest.mark.parametrize("board,precision", list(strict_variants()))
+def test_every_kind_is_clean_under_the_strict_warnings(tmp_path, board, precision):
+    """The test_c_warnings flag set with each board's compiler and flags (AVR: far flash storage)."""
+    spec = boards.load_board(board)
+    if not shutil.which(spec["cc"]):
+        pytest.skip(f"{spec['cc']} not installed")
+    m = every_kind()
+    g.validate(m)
+    out = tmp_path / "gen"
+    codegen.generate(m, out, shape="v3", precision=precision, passes_log=[],
+                     storage="avr-progmem-far" if board == "avr" else "const")
+    cmd = [spec["cc"], *compile_flags(spec), *STRICT_ALL, f"-I{out}", "-c", str(out / "every_kind.c"),
+           str(out / "every_kind_weights.c")]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr[:4000]
+    if board == "host":
+        _, exe = build(tmp_path, m, precision)
+        check(exe, m, precision)
+
+
+@pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed")
+def test_cppcheck_finds_nothing_in_every_kind(tmp_path):
+    from test_c_warnings import CPPCHECK
+    out = generate(tmp_path, every_kind(), "float64")
+    result = subprocess.run([*CPPCHECK, f"-I{out}", str(out / "every_kind.c"), str(out / "every_kind_weights.c")],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr[:4000]
+
+
 @pytest.mark.e2e
 @needs_avr
 @pytest.mark.parametrize("name", ["movement", "arithmetic"])
@@ -241,3 +307,4 @@ def test_avr_simavr_runs_the_new_operations(tmp_path, name):
     want = reference.run(m, x).reshape(3, -1)
     assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want))))
     assert min(cycles) > 100
+    print(f"{m.name}: {max(cycles)} cycles, max error {np.max(np.abs(y - want)):.3g}")

@@ -86,7 +86,7 @@ class Numbers:
             text = "INFINITY" if value > 0 else "-INFINITY"
         else:
             return None
-        return f"({self.real}){text}" if self.f64 else text
+        return f"({self.real}){text}"   # a float in C99, a double in avr-libc: cast, never promoted
 
     def _double(self, value):
         text = repr(float(value))       # the shortest text that reads back as this double
