@@ -237,7 +237,8 @@ def unary_functions(ops, real="float", sfx="f"):
 def _lit(value, sfx):
     if value in (float("inf"), float("-inf")):
         text = "INFINITY" if value > 0 else "-INFINITY"
-        return text if sfx == "f" else f"(double){text}"   # INFINITY is a float: no implicit promotion
+        # cast: INFINITY is a float (a double in avr-libc), so no implicit promotion either way
+        return f"({'float' if sfx == 'f' else 'double'}){text}"
     text = "%.9g" % value if sfx == "f" else "%.17g" % value
     if not any(c in text for c in ".eEn"):
         text += ".0"
