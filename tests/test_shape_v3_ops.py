@@ -33,8 +33,19 @@ def f32(*shape):
     return RNG.normal(size=shape).astype(np.float32)
 
 
-def model(name, layers, shape=S, edges=None):
-    return g.Model(name, shape, layers, edges=edges)
+def model(name, layers, shape=S, edges=None, planned=False):
+    """planned: the arena placed by liveness (element-wise layers then write over a dying input)."""
+    return g.Model(name, shape, layers, edges=edges, meta={"plan_buffers": True} if planned else {})
+
+
+def broadcast_dag(name, planned=False):
+    return model(name, [g.Reduce("r", "sum", (1,), True), g.Unary("a", "abs"),
+                        g.Elementwise("e", "div", (), "linear"), g.Elementwise("m", "max", ((2, f32(5)),)),
+                        g.Elementwise("n", "mean", ((0, f32(1)),)),
+                        g.Elementwise("one", "mean", (), "sigmoid"),
+                        g.Elementwise("corner", "add", ((1, f32(3, 1, 5)),), "softmax")],
+                 edges={"r": ("input",), "a": ("input",), "e": ("r", "a"), "m": ("input", "e"),
+                        "n": ("m", "e"), "one": ("n",), "corner": ("r", "one")}, planned=planned)
 
 
 CASES = {
@@ -76,14 +87,15 @@ CASES = {
     "broadcast_scalar_div": model("broadcast_scalar_div", [g.Elementwise("e", "div", ((1, np.float32(-0.3)),)),
                                                            g.Elementwise("m", "min", ((0, f32(3, 1, 1)),),
                                                                          "tanh")]),
-    "broadcast_tensors": model("broadcast_tensors",
-                               [g.Reduce("r", "sum", (1,), True), g.Unary("a", "abs"),
-                                g.Elementwise("e", "div", (), "linear"), g.Elementwise("m", "max", ((2, f32(5)),)),
-                                g.Elementwise("n", "mean", ((0, f32(1)),)),
-                                g.Elementwise("one", "mean", (), "sigmoid"),
-                                g.Elementwise("corner", "add", ((1, f32(3, 1, 5)),), "softmax")],
-                               edges={"r": ("input",), "a": ("input",), "e": ("r", "a"), "m": ("input", "e"),
-                                      "n": ("m", "e"), "one": ("n",), "corner": ("r", "one")}),
+    "broadcast_tensors": broadcast_dag("broadcast_tensors"),
+    "broadcast_planned": broadcast_dag("broadcast_planned", planned=True),
+    "broadcast_mutual": model("broadcast_mutual", [g.Reduce("rows", "max", (1,), True),
+                                                   g.Reduce("cols", "mean", (2,), True),
+                                                   g.Elementwise("sum", "sub", (), "relu"),
+                                                   g.Unary("neg", "neg"),
+                                                   g.Elementwise("x3", "mul", ((2, f32(4, 1)),))],
+                              edges={"rows": ("input",), "cols": ("input",), "sum": ("rows", "cols"),
+                                     "neg": ("sum",), "x3": ("neg", "sum")}, planned=True),
     "reduce": model("reduce", [g.Reduce("r", "mean", (0, 2), False), g.Reduce("r2", "max", (-1,), True)]),
     "reduce_keep_two": model("reduce_keep_two", [g.Reduce("r", "sum", (1, 2), True),
                                                  g.Reduce("q", "mean", (0,), False)]),
