@@ -299,15 +299,13 @@ def test_avr_simavr_runs_the_new_operations(tmp_path, name):
                   g.Transpose("chw", (2, 0, 1)),
                   g.Slice("s", (3, 4, 0), (-1, -2, 2), (4, 3, 2)),
                   g.Gather("gat", 2, np.array([1, 0, 1]))]
-        m, shape = None, (5, 4, 4)
     else:
         layers = [g.Resize("up", (5, 6, 4), (1, 1.5, 1.0), "linear"),
                   g.LRN("lrn", 3, 0.05, 0.75, 1.0),
                   g.Reduce("mean", "mean", (1,), False),
                   g.Elementwise("scale", "mul", ((1, f32(4)),), "linear"),
                   g.Softmax("soft", 0)]
-        shape = (5, 4, 4)
-    m = model(f"avr_{name}", layers, shape=shape)
+    m = model(f"avr_{name}", layers, shape=(5, 4, 4))
     board = pipeline.load_board("avr")
     program, harness = pipeline.build_check_program(m, board, tmp_path, shape="v3", passes_log=[])
     x = inputs(m, 3)

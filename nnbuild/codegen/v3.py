@@ -94,11 +94,7 @@ class Numbers:
 
     def weight(self, value):
         """A float32 weight: %.9g (round-trips float32) or, in float64, its exact double value."""
-        value = float(np.float32(value))
-        special = self._special(value)
-        if special:
-            return special
-        return self._double(value) if self.f64 else common.float_literal(value)
+        return self.param(np.float32(value))
 
     def param(self, value):
         """A parameter the reference computes in the precision (float32-rounded in float32)."""
@@ -110,11 +106,6 @@ class Numbers:
 
     def count(self, n):
         return f"{int(n)}.0{self.sfx}"
-
-
-def lit(value):
-    """A float32 weight literal (%.9g, exact)."""
-    return common.float_literal(float(np.float32(value)))
 
 
 class Writer:
@@ -151,6 +142,8 @@ class Writer:
         return f"{self.at(dst, i)} = {value};"
 
     def emit(self, line, terms=1):
+        """Add one statement of `terms` terms; parts are nn_<layer>_p<k> (never a helper's name:
+        those end in a letter or in _<digits>)."""
         if not self.parts or self.terms + terms > PART_TERMS:
             self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
             self.terms = 0
