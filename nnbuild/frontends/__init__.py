@@ -36,6 +36,8 @@ FORMATS: Tuple[Format, ...] = (
            "Keras full-model HDF5 (model.save), Keras 1.2.1 to Keras 3 legacy h5"),
     Format("keras-json", (".json",), "nnbuild.frontends.keras_h5",
            "Keras2C pair: architecture.json (model.to_json()) + weights.h5 (save_weights)"),
+    Format("onnx", (".onnx",), "nnbuild.frontends.onnx_graph",
+           "ONNX model (opsets 7 to 21), read with the onnx package"),
     Format("gegelati-dot", (".dot",), "nnbuild.frontends.gegelati_dot",
            "GEGELATI Tangled Program Graph export (v0.5-v2.0), with an environment description"),
     Format("keras3", (".keras",), "nnbuild.frontends.keras3",

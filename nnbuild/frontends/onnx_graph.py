@@ -1,0 +1,890 @@
+"""ONNX front-end: a model.onnx (opsets 7 to 21) read with the `onnx` package into the IR.
+
+Semantics are ONNX's, mapped exactly:
+* the batch axis (size 1, symbolic, or a static N whose samples no operator mixes) is dropped: the
+  generated function is one sample, in ONNX element order (N, C, H, W -> C*H*W values, row-major);
+* tensors stay in ONNX order, except around the IR's channels-last layers (Conv, pooling,
+  BatchNormalization, LRN): the loader wraps them in Transpose layers, and `fold_layout` then removes
+  every transpose pair that cancels across element-wise layers and folds a transpose feeding
+  Flatten/Reshape -> Dense into the Dense kernel's row order;
+* initializers, Constant nodes and integer side computations on static shapes (Shape -> Gather ->
+  Concat -> Reshape chains of PyTorch exports) are folded at load with onnx's reference evaluator.
+Anything else is refused in one line naming the node and its op.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from nnbuild import names
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import graph as g
+
+#: the largest model file read (bytes)
+MAX_FILE_BYTES = 512 * 1024 * 1024
+#: ops evaluated at load when every input is a constant
+FOLDABLE = ("Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Slice", "Mul", "Add", "Sub",
+            "Div", "Identity", "ConstantOfShape", "Range", "Transpose", "Flatten", "Expand", "Equal", "Where",
+            "Floor", "Ceil", "Neg", "Sqrt", "Size")
+UNARY = {"LeakyRelu": "leaky_relu", "Elu": "elu", "Selu": "selu", "HardSigmoid": "hard_sigmoid",
+         "Softplus": "softplus", "Softsign": "softsign", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Abs": "abs",
+         "Neg": "neg", "Reciprocal": "reciprocal", "Clip": "clip"}
+ACTIVATION = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
+ELEMENTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Mean": "mean",
+               "Sum": "add"}
+REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
+PASSTHROUGH = ("Identity", "Dropout")
+SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE) | set(PASSTHROUGH) | {
+    "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
+    "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
+    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice"})
+
+
+class Problem(Exception):
+    """A node the loader cannot map (becomes one NNBuildError line naming node and op)."""
+
+
+def load(path):
+    import onnx
+    path = Path(path)
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise NNBuildError(f"model file is larger than {MAX_FILE_BYTES} bytes", path=path)
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 (protobuf raises many types on garbage)
+        raise NNBuildError(f"not a readable ONNX model ({type(exc).__name__})", path=path) from None
+    return convert(proto, path)
+
+
+def convert(proto, path, name=None):
+    """The IR model of an onnx.ModelProto (also the NNEF front-end's target)."""
+    path = Path(path)
+    stem = path.stem if path.name != "graph.nnef" else path.parent.stem
+    try:
+        return _Converter(proto, path).run(name or names.c_identifier(stem))
+    except Problem as problem:
+        raise NNBuildError(str(problem), path=path) from None
+
+
+def _attrs(node):
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _Converter:
+    def __init__(self, proto, path):
+        self.proto, self.path = proto, path
+        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.layers, self.edges = [], {}
+        self.tensors = {}      # onnx name -> ("ir", ir name, per-sample shape) | ("const", array)
+        self.used = set()
+        self.batch = 1
+
+    # ----------------------------------------------------------------------- graph
+
+    def run(self, name):
+        from onnx import numpy_helper
+        graph = self.proto.graph
+        if self.opset < 7 or self.opset > 21:
+            raise Problem(f"opset {self.opset} is outside the supported 7..21")
+        for init in graph.initializer:
+            if init.data_location == 1:
+                raise Problem(f"initializer '{init.name}' uses external data (not read)")
+            self.tensors[init.name] = ("const", numpy_helper.to_array(init))
+        inputs = [i for i in graph.input if i.name not in self.tensors]
+        if len(inputs) != 1 or len(graph.output) != 1:
+            raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs: nnbuild generates one input "
+                          "to one output")
+        shape = self._input_shape(inputs[0])
+        self.input_name = names.c_identifier(inputs[0].name) or "input"
+        self.used.add(self.input_name)
+        self.tensors[inputs[0].name] = ("ir", self.input_name, shape)
+        for node in graph.node:
+            try:
+                self.node(node)
+            except Problem as problem:
+                raise Problem(f"node '{self.label(node)}' ({node.op_type}): {problem}") from None
+            except (ValueError, IndexError, KeyError, TypeError) as exc:
+                raise Problem(f"node '{self.label(node)}' ({node.op_type}): {exc}") from None
+        out = self.tensors.get(graph.output[0].name)
+        if out is None or out[0] != "ir":
+            raise Problem(f"output '{graph.output[0].name}' is not computed from the input")
+        if out[1] == self.input_name or not self.layers:
+            raise Problem("the model computes nothing")
+        self._finish(out[1])
+        model = g.Model(name, shape, self.layers, source_files=(str(self.path),),
+                        meta={"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name,
+                              "batch": self.batch}, edges=self.edges, input_name=self.input_name)
+        fold_layout(model)
+        try:
+            return g.validate(model)
+        except g.LayerProblem as problem:
+            raise Problem(f"layer '{problem.layer}': {problem}") from None
+
+    def _input_shape(self, value):
+        t = value.type.tensor_type
+        if t.elem_type != 1:
+            raise Problem(f"input '{value.name}' is not float32 (ONNX type {t.elem_type})")
+        dims = list(t.shape.dim)
+        if len(dims) < 2:
+            raise Problem(f"input '{value.name}' has rank {len(dims)}: expected a batch axis and a sample")
+        if dims[0].HasField("dim_value") and dims[0].dim_value > 1:
+            self.batch = int(dims[0].dim_value)
+        rest = []
+        for d in dims[1:]:
+            if not d.HasField("dim_value") or d.dim_value < 1:
+                raise Problem(f"input '{value.name}' has a dynamic dimension beyond the batch axis")
+            rest.append(int(d.dim_value))
+        return tuple(rest)
+
+    def _finish(self, out):
+        """The output tensor must be the last layer: add a copy-free reshape if it is not."""
+        if self.layers[-1].name != out:
+            shape = self.tensors_by_ir[out]
+            self.add(g.Reshape(self.unique(out + "_output"), tuple(shape), source_type="Output"), [out])
+
+    def label(self, node):
+        return node.name or (node.output[0] if node.output else node.op_type)
+
+    def unique(self, base):
+        base = names.c_identifier(base) or "layer"
+        candidate, k = base, 1
+        while candidate in self.used:
+            k += 1
+            candidate = f"{base}_{k}"
+        self.used.add(candidate)
+        return candidate
+
+    def add(self, layer, sources):
+        self.layers.append(layer)
+        self.edges[layer.name] = tuple(sources)
+        return layer.name
+
+    def const(self, name):
+        if not name:
+            return None
+        entry = self.tensors.get(name)
+        if entry is None:
+            raise Problem(f"input '{name}' is not produced by any node")
+        return entry[1] if entry[0] == "const" else None
+
+    def tensor(self, name):
+        entry = self.tensors.get(name)
+        if entry is None:
+            raise Problem(f"input '{name}' is not produced by any node")
+        if entry[0] != "ir":
+            raise Problem(f"input '{name}' is a constant where a tensor computed from the input is expected")
+        return entry[1], entry[2]
+
+    def emit(self, node, layer, sources, out_shape=None, output=0):
+        self.add(layer, sources)
+        shape = out_shape if out_shape is not None else self._infer(layer, sources)
+        self.tensors[node.output[output]] = ("ir", layer.name, tuple(shape))
+        return layer.name
+
+    def _infer(self, layer, sources):
+        shapes = [self.tensors_by_ir[s] for s in sources]
+        shape = tuple(int(d) for d in layer.output_shape(*shapes))
+        return shape
+
+    @property
+    def tensors_by_ir(self):
+        return {v[1]: v[2] for v in self.tensors.values() if v[0] == "ir"}
+
+    def axis(self, a, rank, what="axis"):
+        """A full-rank ONNX axis (batch included) -> the per-sample IR axis; the batch axis refused."""
+        a = int(a)
+        if not -rank - 1 <= a <= rank:
+            raise Problem(f"{what} {a} out of range")
+        a = a % (rank + 1)
+        if a == 0:
+            raise Problem(f"{what} 0 is the batch axis: nnbuild generates per-sample code")
+        return a - 1
+
+    # ----------------------------------------------------------------------- nodes
+
+    def node(self, node):
+        op, a = node.op_type, _attrs(node)
+        if node.domain not in ("", "ai.onnx"):
+            raise Problem(f"operator of domain '{node.domain}' not supported")
+        inputs = list(node.input)
+        consts = [self.const(i) if i else None for i in inputs]
+        is_const = all(c is not None for c, i in zip(consts, inputs) if i)
+        if op == "Constant":
+            self.tensors[node.output[0]] = ("const", self._constant(a))
+            return
+        if op in FOLDABLE and is_const and inputs:
+            self._fold(node, consts)
+            return
+        if op == "Shape":
+            _, shape = self.tensor(inputs[0])
+            full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
+            start, end = a.get("start", 0), a.get("end", None)
+            self.tensors[node.output[0]] = ("const", full[start:end])
+            return
+        if op not in SUPPORTED:
+            raise Problem(f"operator not supported (supported: {', '.join(SUPPORTED)})")
+        handler = {**{k: self.op_activation for k in ACTIVATION}, **{k: self.op_unary for k in UNARY},
+                   **{k: self.op_elementwise for k in ELEMENTWISE}, **{k: self.op_reduce for k in REDUCE},
+                   **{k: self.op_identity for k in PASSTHROUGH}}.get(op) or getattr(self, "op_" + op)
+        handler(node, a, inputs, consts)
+
+    def _constant(self, a):
+        from onnx import numpy_helper
+        if "value" in a:
+            return numpy_helper.to_array(a["value"])
+        for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+            if key in a:
+                return np.array(a[key], dtype=dtype)
+        for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
+            if key in a:
+                return np.array(a[key], dtype=dtype)
+        raise Problem("Constant without a supported value attribute")
+
+    def _fold(self, node, consts):
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+        feeds = {i: np.asarray(c) for i, c in zip(node.input, consts) if i}
+        try:
+            graph = helper.make_graph(
+                [node], "fold", [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(c.dtype), c.shape)
+                                 for i, c in feeds.items()],
+                [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+            outs = ReferenceEvaluator(model).run(None, feeds)
+        except Exception as exc:  # noqa: BLE001
+            raise Problem(f"constant folding failed ({type(exc).__name__})") from None
+        for name, value in zip(node.output, outs):
+            self.tensors[name] = ("const", np.asarray(value))
+
+    def op_identity(self, node, a, inputs, consts):
+        self.tensors[node.output[0]] = self.tensors[inputs[0]]
+
+    def op_activation(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        self.emit(node, g.Activation(self.unique(self.label(node)), ACTIVATION[node.op_type],
+                                     source_type=node.op_type), [src], shape)
+
+    def op_unary(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        op = node.op_type
+        params = {"LeakyRelu": (a.get("alpha", 0.01),), "Elu": (a.get("alpha", 1.0),),
+                  "Selu": (a.get("alpha", 1.6732632423543772), a.get("gamma", 1.0507009873554805)),
+                  "HardSigmoid": (a.get("alpha", 0.2), a.get("beta", 0.5))}.get(op, ())
+        if op == "Clip":
+            if self.opset < 11:
+                lo, hi = a.get("min", -np.inf), a.get("max", np.inf)
+            else:
+                lo = consts[1] if len(inputs) > 1 and inputs[1] else np.float32(-np.inf)
+                hi = consts[2] if len(inputs) > 2 and inputs[2] else np.float32(np.inf)
+                if lo is None or hi is None:
+                    raise Problem("min/max computed from the input (only constants)")
+            params = (float(np.float32(lo)), float(np.float32(hi)))
+        self.emit(node, g.Unary(self.unique(self.label(node)), UNARY[op], params, source_type=op), [src], shape)
+
+    def op_elementwise(self, node, a, inputs, consts):
+        if len(inputs) == 1:
+            self.op_identity(node, a, inputs, consts)
+            return
+        tensors, constants, rank = [], [], None
+        for i in inputs:
+            if self.tensors[i][0] == "ir":
+                rank = len(self.tensors[i][2])
+        if rank is None:
+            raise Problem("every operand is a constant")
+        shapes = []
+        for position, (i, c) in enumerate(zip(inputs, consts)):
+            if c is not None:
+                c = np.asarray(c)
+                if c.dtype.kind != "f":
+                    c = c.astype(np.float32)
+                if c.ndim == rank + 1:
+                    if c.shape[0] != 1:
+                        raise Problem(f"constant operand of shape {c.shape} varies along the batch axis")
+                    c = c[0]
+                elif c.ndim > rank + 1:
+                    raise Problem(f"constant operand of rank {c.ndim} exceeds the tensor's")
+                constants.append((position, c.astype(np.float32)))
+            else:
+                src, shape = self.tensor(i)
+                if len(shape) != rank:
+                    raise Problem("tensor operands of different ranks")
+                tensors.append(src)
+                shapes.append(shape)
+        layer = g.Elementwise(self.unique(self.label(node)), ELEMENTWISE[node.op_type], tuple(constants),
+                              source_type=node.op_type)
+        self.emit(node, layer, tensors, layer.output_shape(*shapes))
+
+    # ----------------------------------------------------------------------- layout helpers
+
+    def to_last(self, src, shape, node, tag="hwc"):
+        """Channels (axis 0 of the sample) moved last: (C, ...) -> (..., C)."""
+        r = len(shape)
+        perm = tuple(range(1, r)) + (0,)
+        layer = g.Transpose(self.unique(f"{self.label(node)}_{tag}"), perm, source_type="Transpose (layout)")
+        self.add(layer, [src])
+        return layer.name, tuple(shape[p] for p in perm)
+
+    def to_first(self, src, shape, node, tag="chw"):
+        r = len(shape)
+        perm = (r - 1,) + tuple(range(r - 1))
+        layer = g.Transpose(self.unique(f"{self.label(node)}_{tag}"), perm, source_type="Transpose (layout)")
+        self.add(layer, [src])
+        return layer.name, tuple(shape[p] for p in perm)
+
+    def spatial(self, node, inputs, build):
+        """Run a channels-last 2-D layer on a (C, H, W) or (C, W) tensor in ONNX order."""
+        src, shape = self.tensor(inputs[0])
+        if len(shape) not in (2, 3):
+            raise Problem(f"{len(shape) - 1}-D spatial input of shape {shape} (1-D and 2-D only)")
+        one_d = len(shape) == 2
+        if one_d:
+            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_2d"), (shape[0], 1, shape[1]),
+                                     source_type="Reshape (1-D as 2-D)"), [src])
+            shape = (shape[0], 1, shape[1])
+        src, hwc = self.to_last(src, shape, node)
+        layer = build(hwc)
+        self.add(layer, [src])
+        out = tuple(int(d) for d in layer.output_shape(hwc))
+        src, chw = self.to_first(layer.name, out, node)
+        if one_d:
+            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_1d"), (chw[0], chw[2]),
+                                     source_type="Reshape (2-D as 1-D)"), [src])
+            chw = (chw[0], chw[2])
+        self.tensors[node.output[0]] = ("ir", src, chw)
+
+    @staticmethod
+    def pads2d(a, in_hw, kernel, strides, dilations, rank):
+        """(top, bottom, left, right) from pads / auto_pad (1-D: the width only)."""
+        auto = _text(a.get("auto_pad", "NOTSET"))
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out = []
+            for n, k, s, d in zip(in_hw, kernel, strides, dilations):
+                o = -(-n // s)
+                total = max((o - 1) * s + d * (k - 1) + 1 - n, 0)
+                small, big = total // 2, total - total // 2
+                out.append((small, big) if auto == "SAME_UPPER" else (big, small))
+            return out[0] + out[1]
+        if auto == "VALID" or "pads" not in a:
+            return (0, 0, 0, 0)
+        p = list(a["pads"])
+        if rank == 1:
+            return (0, 0, p[0], p[1])
+        return (p[0], p[2], p[1], p[3])
+
+    @staticmethod
+    def pair(values, rank, default):
+        values = list(values) if values is not None else [default] * rank
+        if len(values) != rank:
+            raise Problem(f"{len(values)} values for {rank} spatial axes")
+        return tuple(values) if rank == 2 else (1,) + tuple(values) if default == 1 else (0,) + tuple(values)
+
+    # ----------------------------------------------------------------------- spatial ops
+
+    def op_Conv(self, node, a, inputs, consts):
+        w = consts[1]
+        if w is None:
+            raise Problem("weights computed from the input (only an initializer)")
+        b = consts[2] if len(inputs) > 2 and inputs[2] else None
+        if len(inputs) > 2 and inputs[2] and b is None:
+            raise Problem("bias computed from the input")
+        rank = w.ndim - 2
+        if rank not in (1, 2):
+            raise Problem(f"{rank}-D convolution (1-D and 2-D only)")
+        w = np.asarray(w, np.float32)
+        if rank == 1:
+            w = w[:, :, None, :]
+        kernel = np.transpose(w, (2, 3, 1, 0))  # OIHW -> HWIO
+        strides = self.pair(a.get("strides"), rank, 1)
+        dil = self.pair(a.get("dilations"), rank, 1)
+        groups = int(a.get("group", 1))
+
+        def build(hwc):
+            pads = self.pads2d(a, hwc[:2] if rank == 2 else hwc[1:2], kernel.shape[:2] if rank == 2
+                               else kernel.shape[1:2], strides[-rank:], dil[-rank:], rank)
+            return g.Conv2D(self.unique(self.label(node)), kernel, None if b is None else np.asarray(b, np.float32),
+                            strides, dil, pads, "linear", source_type="Conv", groups=groups)
+        self.spatial(node, inputs, build)
+
+    def _pool(self, node, a, inputs, mode):
+        kernel = list(a["kernel_shape"])
+        rank = len(kernel)
+        if rank not in (1, 2):
+            raise Problem(f"{rank}-D pooling (1-D and 2-D only)")
+        if any(d != 1 for d in a.get("dilations", [1] * rank)):
+            raise Problem("pooling with dilations")
+        strides = self.pair(a.get("strides"), rank, 1)
+        pool = self.pair(kernel, rank, 1)
+        include = mode == "avg" and bool(a.get("count_include_pad", 0))
+
+        def build(hwc):
+            pads = self.pads2d(a, hwc[:2] if rank == 2 else hwc[1:2], pool[-rank:], strides[-rank:], (1,) * rank, rank)
+            if a.get("ceil_mode", 0):
+                for k, axis in ((0, 0), (2, 1)):
+                    n = hwc[axis] + pads[k] + pads[k + 1]
+                    if (n - pool[axis]) % strides[axis]:
+                        raise Problem("ceil_mode with a partial last window")
+            if include and any(pads):
+                raise Problem("count_include_pad=1 with padding")
+            return g.Pool2D(self.unique(self.label(node)), mode, pool, strides, pads, source_type=node.op_type)
+        self.spatial(node, inputs, build)
+
+    def op_MaxPool(self, node, a, inputs, consts):
+        if len(node.output) > 1 and node.output[1]:
+            raise Problem("the Indices output")
+        self._pool(node, a, inputs, "max")
+
+    def op_AveragePool(self, node, a, inputs, consts):
+        self._pool(node, a, inputs, "avg")
+
+    def _global(self, node, inputs, op):
+        src, shape = self.tensor(inputs[0])
+        axes = tuple(range(1, len(shape)))
+        layer = g.Reduce(self.unique(self.label(node)), op, axes, True, source_type=node.op_type)
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def op_GlobalAveragePool(self, node, a, inputs, consts):
+        self._global(node, inputs, "mean")
+
+    def op_GlobalMaxPool(self, node, a, inputs, consts):
+        self._global(node, inputs, "max")
+
+    def op_BatchNormalization(self, node, a, inputs, consts):
+        if any(c is None for c in consts[1:5]):
+            raise Problem("scale/bias/mean/variance computed from the input")
+        if len([o for o in node.output if o]) > 1:
+            raise Problem("training-mode outputs")
+        src, shape = self.tensor(inputs[0])
+        gamma, beta, mean, var = (np.asarray(c, np.float32) for c in consts[1:5])
+        eps = float(a.get("epsilon", 1e-5))
+        if len(shape) == 1:
+            layer = g.BatchNorm(self.unique(self.label(node)), gamma, beta, mean, var, eps,
+                                source_type="BatchNormalization")
+            self.emit(node, layer, [src], shape)
+            return
+        name = self.label(node)
+        src, last = self.to_last(src, shape, node)
+        layer = g.BatchNorm(self.unique(name), gamma, beta, mean, var, eps, source_type="BatchNormalization")
+        self.add(layer, [src])
+        out, first = self.to_first(layer.name, last, node)
+        self.tensors[node.output[0]] = ("ir", out, first)
+
+    def op_LRN(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        src, last = self.to_last(src, shape, node)
+        layer = g.LRN(self.unique(self.label(node)), int(a["size"]), float(a.get("alpha", 1e-4)),
+                      float(a.get("beta", 0.75)), float(a.get("bias", 1.0)), source_type="LRN")
+        self.add(layer, [src])
+        out, first = self.to_first(layer.name, last, node)
+        self.tensors[node.output[0]] = ("ir", out, first)
+
+    # ----------------------------------------------------------------------- dense
+
+    def _dense(self, node, src, shape, kernel, bias):
+        if shape[-1] != kernel.shape[0]:
+            raise Problem(f"weights {kernel.shape} for a tensor of shape {shape}")
+        layer = g.Dense(self.unique(self.label(node)), np.asarray(kernel, np.float32),
+                        None if bias is None else np.asarray(bias, np.float32), source_type=node.op_type)
+        self.emit(node, layer, [src], tuple(shape[:-1]) + (kernel.shape[1],))
+
+    def op_Gemm(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        if a.get("transA", 0):
+            raise Problem("transA=1 (the batch axis would become a feature axis)")
+        b = consts[1]
+        if b is None:
+            raise Problem("B computed from the input (only an initializer)")
+        b = np.asarray(b, np.float32)
+        kernel = b.T if a.get("transB", 0) else b
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        kernel = kernel * np.float32(alpha) if alpha != 1.0 else kernel
+        bias = None
+        if len(inputs) > 2 and inputs[2]:
+            c = consts[2]
+            if c is None:
+                raise Problem("C computed from the input")
+            c = np.asarray(c, np.float32) * np.float32(beta)
+            if c.size == kernel.shape[1]:
+                bias = c.reshape(-1)
+            elif c.size == 1:
+                bias = np.full(kernel.shape[1], c.reshape(-1)[0], np.float32)
+            else:
+                raise Problem(f"C of shape {c.shape} varies along the batch axis")
+        self._dense(node, src, shape, kernel, bias)
+
+    def op_MatMul(self, node, a, inputs, consts):
+        if consts[1] is None or consts[0] is not None:
+            raise Problem("a product of two computed tensors (only x times a constant matrix)")
+        b = np.asarray(consts[1], np.float32)
+        if b.ndim != 2:
+            raise Problem(f"constant of rank {b.ndim} (a matrix only)")
+        src, shape = self.tensor(inputs[0])
+        self._dense(node, src, shape, b, None)
+
+    # ----------------------------------------------------------------------- shape ops
+
+    def reshape(self, node, src, shape, target):
+        layer = g.Reshape(self.unique(self.label(node)), tuple(int(d) for d in target), source_type=node.op_type)
+        self.emit(node, layer, [src], tuple(int(d) for d in target))
+
+    def op_Reshape(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        target = list(a["shape"]) if self.opset < 5 else consts[1]
+        if target is None:
+            raise Problem("target shape computed from the input")
+        target = [int(d) for d in np.asarray(target).reshape(-1)]
+        full = (self.batch,) + tuple(shape)
+        allow_zero = not a.get("allowzero", 0)
+        target = [full[k] if d == 0 and allow_zero and k < len(full) else d for k, d in enumerate(target)]
+        if not target or target[0] not in (self.batch, -1):
+            raise Problem(f"target shape {target} changes the batch axis")
+        rest = target[1:]
+        if target[0] == -1 and -1 in rest:
+            raise Problem("two unknown dimensions")
+        if target[0] == -1 and self.batch != 1:
+            raise Problem("target shape infers the batch axis")
+        size = int(np.prod(shape))
+        if -1 in rest:
+            known = int(np.prod([d for d in rest if d != -1]))
+            rest[rest.index(-1)] = size // known if known else 0
+        if int(np.prod(rest)) != size or not rest:
+            raise Problem(f"cannot reshape {tuple(shape)} to {tuple(rest)}")
+        self.reshape(node, src, shape, rest)
+
+    def op_Flatten(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        axis = int(a.get("axis", 1)) % (len(shape) + 1)
+        if axis == 0:
+            raise Problem("axis 0 flattens across the batch axis")
+        first = int(np.prod(shape[:axis - 1]))
+        target = (int(np.prod(shape)),) if axis == 1 else (first, int(np.prod(shape[axis - 1:])))
+        self.reshape(node, src, shape, target)
+
+    def _axes_input(self, a, inputs, consts, index=1):
+        if self.opset >= 13 and len(inputs) > index and inputs[index]:
+            if consts[index] is None:
+                raise Problem("axes computed from the input")
+            return [int(v) for v in np.asarray(consts[index]).reshape(-1)]
+        return list(a["axes"]) if "axes" in a else None
+
+    def op_Squeeze(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        axes = self._axes_input(a, inputs, consts)
+        if axes is None:
+            axes = [k + 1 for k, d in enumerate(shape) if d == 1]
+        drop = {self.axis(x, len(shape)) for x in axes}
+        target = [d for k, d in enumerate(shape) if k not in drop] or [1]
+        self.reshape(node, src, shape, target)
+
+    def op_Unsqueeze(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        axes = self._axes_input(a, inputs, consts)
+        rank = len(shape) + len(axes)
+        axes = sorted(int(x) % (rank + 1) for x in axes)
+        if 0 in axes:
+            raise Problem("a new axis before the batch axis")
+        target = list(shape)
+        for x in axes:
+            target.insert(x - 1, 1)
+        self.reshape(node, src, shape, target)
+
+    def op_Transpose(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        perm = list(a.get("perm", range(len(shape), -1, -1)))
+        if perm[0] != 0:
+            raise Problem(f"perm {perm} moves the batch axis")
+        layer = g.Transpose(self.unique(self.label(node)), tuple(p - 1 for p in perm[1:]), source_type="Transpose")
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def op_Concat(self, node, a, inputs, consts):
+        srcs, shapes = [], []
+        for i, c in zip(inputs, consts):
+            if c is not None:
+                raise Problem("a constant operand (tensors only)")
+            s, shape = self.tensor(i)
+            srcs.append(s)
+            shapes.append(shape)
+        axis = self.axis(a["axis"], len(shapes[0]))
+        if len(srcs) == 1:
+            self.tensors[node.output[0]] = self.tensors[inputs[0]]
+            return
+        layer = g.Concatenate(self.unique(self.label(node)), axis, source_type="Concat")
+        self.emit(node, layer, srcs, layer.output_shape(*shapes))
+
+    def op_Pad(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        mode = _text(a.get("mode", "constant"))
+        if self.opset < 11:
+            pads, value = list(a.get("pads", a.get("paddings", []))), float(a.get("value", 0.0))
+            axes = None
+        else:
+            if consts[1] is None:
+                raise Problem("pads computed from the input")
+            pads = [int(v) for v in np.asarray(consts[1]).reshape(-1)]
+            value = float(np.asarray(consts[2]).reshape(-1)[0]) if len(inputs) > 2 and inputs[2] else 0.0
+            axes = consts[3] if len(inputs) > 3 and inputs[3] else None
+        rank = len(shape) + 1
+        axes = list(range(rank)) if axes is None else [int(x) % rank for x in np.asarray(axes).reshape(-1)]
+        if len(pads) != 2 * len(axes):
+            raise Problem(f"{len(pads)} pads for {len(axes)} axes")
+        per = {x: (pads[k], pads[k + len(axes)]) for k, x in enumerate(axes)}
+        if per.get(0, (0, 0)) != (0, 0):
+            raise Problem("padding the batch axis")
+        layer = g.Pad(self.unique(self.label(node)), tuple(per.get(k + 1, (0, 0)) for k in range(len(shape))),
+                      mode, value, source_type="Pad")
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def op_Slice(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        if self.opset < 10:
+            starts, ends = a["starts"], a["ends"]
+            axes, steps = a.get("axes"), None
+        else:
+            if consts[1] is None or consts[2] is None:
+                raise Problem("starts/ends computed from the input")
+            starts, ends = np.asarray(consts[1]).reshape(-1), np.asarray(consts[2]).reshape(-1)
+            axes = consts[3] if len(inputs) > 3 and inputs[3] else None
+            steps = consts[4] if len(inputs) > 4 and inputs[4] else None
+        rank = len(shape) + 1
+        axes = list(range(len(starts))) if axes is None else [int(x) for x in np.asarray(axes).reshape(-1)]
+        steps = [1] * len(starts) if steps is None else [int(s) for s in np.asarray(steps).reshape(-1)]
+        st, sp, ct = [0] * len(shape), [1] * len(shape), list(shape)
+        for s, e, x, d in zip(starts, ends, axes, steps):
+            k = self.axis(x, len(shape))
+            idx = range(shape[k])[slice(int(max(min(s, 2 ** 62), -2 ** 62)), int(max(min(e, 2 ** 62), -2 ** 62)), d)]
+            if len(idx) == 0:
+                raise Problem("an empty slice")
+            st[k], sp[k], ct[k] = idx.start, idx.step, len(idx)
+        del rank
+        layer = g.Slice(self.unique(self.label(node)), tuple(st), tuple(sp), tuple(ct), source_type="Slice")
+        self.emit(node, layer, [src], tuple(ct))
+
+    def op_Gather(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        idx = consts[1]
+        if idx is None:
+            raise Problem("indices computed from the input (only constants)")
+        axis = self.axis(a.get("axis", 0), len(shape))
+        idx = np.asarray(idx).astype(np.int64)
+        idx = np.where(idx < 0, idx + shape[axis], idx)
+        if idx.ndim > 1:
+            layer = g.Gather(self.unique(self.label(node) + "_flat"), axis, idx.reshape(-1), source_type="Gather")
+            flat = layer.output_shape(shape)
+            self.add(layer, [src])
+            target = tuple(shape[:axis]) + idx.shape + tuple(shape[axis + 1:])
+            self.reshape(node, layer.name, flat, target)
+            return
+        layer = g.Gather(self.unique(self.label(node)), axis, idx, source_type="Gather")
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def op_GatherElements(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        idx = consts[1]
+        if idx is None:
+            raise Problem("indices computed from the input (only constants)")
+        axis = self.axis(a.get("axis", 0), len(shape))
+        idx = np.asarray(idx).astype(np.int64)
+        if idx.ndim != len(shape) + 1 or idx.shape[0] != 1:
+            raise Problem(f"indices of shape {idx.shape} (one sample expected)")
+        idx = idx[0]
+        idx = np.where(idx < 0, idx + shape[axis], idx)
+        layer = g.GatherElements(self.unique(self.label(node)), axis, idx, source_type="GatherElements")
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def op_Tile(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        reps = consts[1]
+        if reps is None:
+            raise Problem("repeats computed from the input")
+        reps = [int(r) for r in np.asarray(reps).reshape(-1)]
+        if reps[0] != 1:
+            raise Problem("repeats along the batch axis")
+        layer = g.Tile(self.unique(self.label(node)), tuple(reps[1:]), source_type="Tile")
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def op_Softmax(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        rank = len(shape)
+        axis = int(a.get("axis", -1 if self.opset >= 13 else 1))
+        axis = axis % (rank + 1)
+        if axis == 0:
+            raise Problem("softmax over the batch axis")
+        if self.opset >= 13 or axis == rank:
+            layer = g.Softmax(self.unique(self.label(node)), axis - 1, source_type="Softmax")
+            self.emit(node, layer, [src], shape)
+            return
+        # opset < 13: softmax over the flattened axes axis..end
+        flat = (int(np.prod(shape[:axis - 1])), int(np.prod(shape[axis - 1:])))
+        name = self.add(g.Reshape(self.unique(self.label(node) + "_2d"), flat, source_type="Softmax (coerce 2-D)"),
+                        [src])
+        soft = self.add(g.Softmax(self.unique(self.label(node)), 1, source_type="Softmax"), [name])
+        self.tensors[node.output[0]] = ("ir", soft, flat)
+        self.reshape(node, soft, flat, shape)
+
+    def op_reduce(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        op = REDUCE[node.op_type]
+        if self.opset >= 18 or (node.op_type == "ReduceSum" and self.opset >= 13):
+            axes = self._axes_input_any(inputs, consts)
+        else:
+            axes = list(a["axes"]) if "axes" in a else None
+        keep = bool(a.get("keepdims", 1))
+        if not axes:
+            if a.get("noop_with_empty_axes", 0):
+                self.tensors[node.output[0]] = self.tensors[inputs[0]]
+                return
+            if not keep:
+                raise Problem("a reduction over every axis including the batch without keepdims")
+            axes = list(range(1, len(shape) + 1))
+        ir_axes = tuple(self.axis(x, len(shape)) for x in axes)
+        layer = g.Reduce(self.unique(self.label(node)), op, ir_axes, keep, source_type=node.op_type)
+        self.emit(node, layer, [src], layer.output_shape(shape))
+
+    def _axes_input_any(self, inputs, consts):
+        if len(inputs) > 1 and inputs[1]:
+            if consts[1] is None:
+                raise Problem("axes computed from the input")
+            return [int(v) for v in np.asarray(consts[1]).reshape(-1)]
+        return None
+
+    def op_Resize(self, node, a, inputs, consts):
+        src, shape = self.tensor(inputs[0])
+        full = (self.batch,) + tuple(shape)
+        if a.get("antialias", 0):
+            raise Problem("antialias")
+        if a.get("axes"):
+            raise Problem("the axes attribute")
+        mode = _text(a.get("mode", "nearest"))
+        mode = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+        coord = _text(a.get("coordinate_transformation_mode", "half_pixel" if self.opset >= 11 else "asymmetric"))
+        nearest = _text(a.get("nearest_mode", "round_prefer_floor"))
+        if node.op_type == "Upsample" or self.opset < 11:
+            scales = consts[1] if node.op_type == "Upsample" and self.opset >= 9 else \
+                (a.get("scales") if node.op_type == "Upsample" else consts[1])
+            sizes = None
+            coord, nearest = "asymmetric", "floor"
+        else:
+            scales = consts[2] if len(inputs) > 2 and inputs[2] else None
+            sizes = consts[3] if len(inputs) > 3 and inputs[3] else None
+            if coord == "tf_crop_and_resize":
+                raise Problem("coordinate_transformation_mode tf_crop_and_resize")
+        if scales is not None and np.asarray(scales).size:
+            scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+            sizes = [int(np.floor(n * s)) for n, s in zip(full, scales)]
+        elif sizes is not None and np.asarray(sizes).size:
+            sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+            keep = _text(a.get("keep_aspect_ratio_policy", "stretch"))
+            if keep != "stretch":
+                raise Problem(f"keep_aspect_ratio_policy {keep}")
+            scales = [s / n for s, n in zip(sizes, full)]
+        else:
+            raise Problem("neither scales nor sizes given as constants")
+        if sizes[0] != full[0] or scales[0] != 1.0:
+            raise Problem("resizing the batch axis")
+        layer = g.Resize(self.unique(self.label(node)), tuple(sizes[1:]), tuple(scales[1:]), mode, coord, nearest,
+                         float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside", 0)),
+                         source_type=node.op_type)
+        self.emit(node, layer, [src], tuple(sizes[1:]))
+
+    op_Upsample = op_Resize
+
+
+# --------------------------------------------------------------------------- layout folding
+
+
+def _inverse(perm):
+    out = [0] * len(perm)
+    for k, p in enumerate(perm):
+        out[p] = k
+    return tuple(out)
+
+
+ELEMENTWISE_KINDS = ("activation", "unary")
+
+
+def fold_layout(model):
+    """Remove transpose pairs that cancel (directly or across single-input element-wise layers),
+    and fold a transpose feeding Flatten/Reshape -> Dense into the Dense kernel rows. In place."""
+    changed = True
+    while changed:
+        changed = _cancel_pair(model) or _fold_into_dense(model)
+
+
+def _consumers(model):
+    out = {}
+    for layer in model.layers:
+        for s in model.edges[layer.name]:
+            out.setdefault(s, []).append(layer.name)
+    return out
+
+
+def _by_name(model):
+    return {layer.name: layer for layer in model.layers}
+
+
+def _remove(model, name):
+    """Drop layer `name` (one input): its consumers read its input."""
+    src = model.edges[name][0]
+    model.layers = [layer for layer in model.layers if layer.name != name]
+    del model.edges[name]
+    for key, sources in model.edges.items():
+        model.edges[key] = tuple(src if s == name else s for s in sources)
+
+
+def _cancel_pair(model):
+    layers, users = _by_name(model), _consumers(model)
+    last = model.layers[-1].name
+    for first in model.layers:
+        if first.kind != "transpose":
+            continue
+        chain, cur = [], first.name
+        while True:
+            nxt = users.get(cur, [])
+            if len(nxt) != 1 or cur == last:
+                break
+            layer = layers[nxt[0]]
+            if layer.name == last:
+                break
+            if layer.kind in ELEMENTWISE_KINDS and getattr(layer, "activation", "") != "softmax":
+                chain.append(layer.name)
+                cur = layer.name
+                continue
+            if layer.kind == "transpose" and tuple(layer.perm) == _inverse(tuple(first.perm)):
+                _remove(model, layer.name)
+                _remove(model, first.name)
+                return True
+            break
+    return False
+
+
+def _fold_into_dense(model):
+    layers, users = _by_name(model), _consumers(model)
+    shapes = model.tensor_shapes()
+    for t in model.layers:
+        if t.kind != "transpose":
+            continue
+        nxt = users.get(t.name, [])
+        if len(nxt) != 1 or layers[nxt[0]].kind not in ("flatten", "reshape"):
+            continue
+        flat = layers[nxt[0]]
+        after = users.get(flat.name, [])
+        if len(after) != 1 or layers[after[0]].kind != "dense" or len(shapes[flat.name]) != 1:
+            continue
+        dense = layers[after[0]]
+        src_shape = shapes[model.edges[t.name][0]]
+        # element j of the flattened transposed tensor is element order[j] of the source
+        order = np.transpose(np.arange(int(np.prod(src_shape))).reshape(src_shape), t.perm).reshape(-1)
+        kernel = np.empty_like(np.asarray(dense.kernel))
+        kernel[order] = np.asarray(dense.kernel)
+        index = model.layers.index(dense)
+        import dataclasses
+        model.layers[index] = dataclasses.replace(dense, kernel=kernel)
+        _remove(model, t.name)
+        return True
+    return False
