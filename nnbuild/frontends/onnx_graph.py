@@ -1,4 +1,4 @@
-"""ONNX front-end: a model.onnx (opsets 7 to 21) read with the `onnx` package into the IR.
+"""ONNX front-end: a model.onnx (opsets 7 to 21, and opset 6 with its legacy broadcast attributes) read with the `onnx` package into the IR.
 
 Semantics are ONNX's, mapped exactly:
 * the batch axis (size 1, symbolic, or a static N whose samples no operator mixes) is dropped: the
@@ -91,8 +91,8 @@ class _Converter:
     def run(self, name):
         from onnx import numpy_helper
         graph = self.proto.graph
-        if self.opset < 7 or self.opset > 21:
-            raise Problem(f"opset {self.opset} is outside the supported 7..21")
+        if self.opset < 6 or self.opset > 21:
+            raise Problem(f"opset {self.opset} is outside the supported 6..21")
         for init in graph.initializer:
             if init.data_location == 1:
                 raise Problem(f"initializer '{init.name}' uses external data (not read)")
@@ -304,6 +304,10 @@ class _Converter:
                 c = np.asarray(c)
                 if c.dtype.kind != "f":
                     c = c.astype(np.float32)
+                if a.get("broadcast", 0) and "axis" in a and position == 1:
+                    # opset < 7 legacy broadcast: B aligned at `axis` of A, not at the last axis
+                    start = int(a["axis"]) % (rank + 1)
+                    c = c.reshape(c.shape + (1,) * (rank + 1 - start - c.ndim))
                 if c.ndim == rank + 1:
                     if c.shape[0] != 1:
                         raise Problem(f"constant operand of shape {c.shape} varies along the batch axis")
