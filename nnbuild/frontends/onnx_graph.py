@@ -125,7 +125,7 @@ class _Converter:
         try:
             return g.validate(model)
         except g.LayerProblem as problem:
-            raise Problem(f"layer '{problem.layer}': {problem}") from None
+            raise Problem(f"layer '{problem.layer}': {problem}" if problem.layer else str(problem)) from None
 
     def _input_shape(self, value):
         t = value.type.tensor_type
