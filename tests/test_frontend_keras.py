@@ -272,8 +272,8 @@ def test_truncated_crafted(tmp_path):
 
 
 def test_unknown_extension_and_missing_file(tmp_path):
-    with pytest.raises(NNBuildError, match=r"model\.onnx.*unknown model format '\.onnx'"):
-        frontends.load(tmp_path / "model.onnx")
+    with pytest.raises(NNBuildError, match=r"model\.pt.*unknown model format '\.pt'"):
+        frontends.load(tmp_path / "model.pt")
     with pytest.raises(NNBuildError, match=r"absent\.h5.*not found"):
         frontends.load(tmp_path / "absent.h5")
 
