@@ -51,7 +51,7 @@ def test_plan_lists_the_whole_avr_build_and_the_check_subset():
 def test_capability_check_is_the_one_answer():
     nn, tpg = kinds.get("nn"), kinds.get("tpg")
     avr, host = boards.load_board("avr"), boards.load_board("host")
-    assert kinds.refusal(nn, "v2", "q16", host) == "shape v2 does not generate precision 'q16' (it generates: float32)"
+    assert kinds.refusal(nn, "v2", "q16", host) == "shape v2 does not generate precision 'q16' (it generates: float32, float64)"
     assert "64-bit double" in kinds.refusal(nn, "mlp", "float64", avr)
     assert kinds.refusal(nn, "mlp", "fixed16.8", avr) is None
     assert "does not generate TPG models" in kinds.refusal(tpg, "mlp", "float32")
