@@ -57,7 +57,7 @@ def test_capability_check_is_the_one_answer():
     assert "does not generate TPG models" in kinds.refusal(tpg, "mlp", "float32")
     assert "does not generate precision 'q16'" in kinds.refusal(tpg, "auto", "q16")
     lenet, _ = pipeline.load_model(LENET)
-    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32"]
+    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32", "float64"]
     f1, _ = pipeline.load_model(F1)
     assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "fix16"]
     assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "fix16"]
