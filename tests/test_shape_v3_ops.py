@@ -147,8 +147,8 @@ def check(exe, m, precision, count=4):
     return x, y
 
 
-@pytest.mark.parametrize("precision", ["float32", "float64"])
-@pytest.mark.parametrize("case", list(CASES))   # each well under a second (gcc -O0): all in the quick tier
+@pytest.mark.parametrize("precision", ["float32", pytest.param("float64", marks=pytest.mark.e2e)])
+@pytest.mark.parametrize("case", list(CASES))   # float32 in the quick tier (under 60 s overall); float64 in e2e
 def test_v3_matches_the_reference(tmp_path, case, precision):
     m = CASES[case]
     g.validate(m)
@@ -258,6 +258,7 @@ def strict_variants():
             yield pytest.param(board, precision, id=f"{board}-{precision}")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("board,precision", list(strict_variants()))
 def test_every_kind_is_clean_under_the_strict_warnings(tmp_path, board, precision):
     """The test_c_warnings flag set with each board's compiler and flags (AVR: far flash storage)."""
@@ -279,6 +280,7 @@ def test_every_kind_is_clean_under_the_strict_warnings(tmp_path, board, precisio
 
 
 @pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed")
+@pytest.mark.e2e
 def test_cppcheck_finds_nothing_in_every_kind(tmp_path):
     from test_c_warnings import CPPCHECK
     out = generate(tmp_path, every_kind(), "float64")
