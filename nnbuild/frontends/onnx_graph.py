@@ -42,6 +42,30 @@ SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE)
     "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice"})
 
 
+def _identity(rank):
+    return tuple(range(rank))
+
+
+def _last(rank):
+    """The channels-last layout of an ONNX sample (C, d1, ..., dn): (d1, ..., dn, C)."""
+    return tuple(range(1, rank)) + (0,)
+
+
+def _unpermute(shape, perm):
+    """The ONNX shape of an IR tensor of `shape` held with `perm`."""
+    out = [0] * len(perm)
+    for k, p in enumerate(perm):
+        out[p] = shape[k]
+    return tuple(out)
+
+
+def _drop(perm, axes):
+    """perm without the ONNX axes `axes`, renumbered (a reduction without keepdims)."""
+    kept = [p for p in perm if p not in set(axes)]
+    order = sorted(kept)
+    return tuple(order.index(p) for p in kept) or (0,)
+
+
 class Problem(Exception):
     """A node the loader cannot map (becomes one NNBuildError line naming node and op)."""
 
@@ -82,7 +106,10 @@ class _Converter:
         self.proto, self.path = proto, path
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.layers, self.edges = [], {}
-        self.tensors = {}      # onnx name -> ("ir", ir name, per-sample shape) | ("const", array)
+        # onnx name -> ("ir", ir name, IR shape, perm) | ("const", array): the IR tensor is the ONNX
+        # sample transposed by perm (IR axis k is ONNX sample axis perm[k]; identity = ONNX order)
+        self.tensors = {}
+        self.converted = {}    # (ir name, perm) -> (transposed ir name, shape): one layout change per tensor
         self.used = set()
         self.batch = 1
 
@@ -104,7 +131,8 @@ class _Converter:
         shape = self._input_shape(inputs[0])
         self.input_name = names.c_identifier(inputs[0].name) or "input"
         self.used.add(self.input_name)
-        self.tensors[inputs[0].name] = ("ir", self.input_name, shape)
+        self.ir_shapes = {self.input_name: shape}
+        self.tensors[inputs[0].name] = ("ir", self.input_name, shape, _identity(len(shape)))
         for node in graph.node:
             try:
                 self.node(node)
@@ -115,9 +143,10 @@ class _Converter:
         out = self.tensors.get(graph.output[0].name)
         if out is None or out[0] != "ir":
             raise Problem(f"output '{graph.output[0].name}' is not computed from the input")
-        if out[1] == self.input_name or not self.layers:
+        out, _ = self.held(graph.output[0].name, _identity(len(out[2])), graph.output[0].name)
+        if out == self.input_name or not self.layers:
             raise Problem("the model computes nothing")
-        self._finish(out[1])
+        self._finish(out)
         model = g.Model(name, shape, self.layers, source_files=(str(self.path),),
                         meta={"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name,
                               "batch": self.batch}, edges=self.edges, input_name=self.input_name)
@@ -146,7 +175,7 @@ class _Converter:
     def _finish(self, out):
         """The output tensor must be the last layer: add a copy-free reshape if it is not."""
         if self.layers[-1].name != out:
-            shape = self.tensors_by_ir[out]
+            shape = self.ir_shapes[out]
             self.add(g.Reshape(self.unique(out + "_output"), tuple(shape), source_type="Output"), [out])
 
     def label(self, node):
@@ -162,8 +191,10 @@ class _Converter:
         return candidate
 
     def add(self, layer, sources):
+        shape = tuple(int(d) for d in layer.output_shape(*[self.ir_shapes[s] for s in sources]))
         self.layers.append(layer)
         self.edges[layer.name] = tuple(sources)
+        self.ir_shapes[layer.name] = shape
         return layer.name
 
     def const(self, name):
@@ -174,28 +205,49 @@ class _Converter:
             raise Problem(f"input '{name}' is not produced by any node")
         return entry[1] if entry[0] == "const" else None
 
-    def tensor(self, name):
+    def tensor_any(self, name):
+        """(IR name, IR shape, perm) of a computed tensor in whatever layout the IR holds it."""
         entry = self.tensors.get(name)
         if entry is None:
             raise Problem(f"input '{name}' is not produced by any node")
         if entry[0] != "ir":
             raise Problem(f"input '{name}' is a constant where a tensor computed from the input is expected")
-        return entry[1], entry[2]
+        return entry[1], entry[2], entry[3]
 
-    def emit(self, node, layer, sources, out_shape=None, output=0):
+    def tensor(self, name, node=None):
+        """(IR name, shape) of a computed tensor in ONNX order (a layout Transpose added if needed)."""
+        src, shape, perm = self.tensor_any(name)
+        return self.held(name, _identity(len(shape)), node)
+
+    def onnx_shape(self, name):
+        _, shape, perm = self.tensor_any(name)
+        return _unpermute(shape, perm)
+
+    def held(self, name, perm, node=None):
+        """(IR name, IR shape) of ONNX tensor `name` transposed by `perm` (a Transpose layer added
+        once per tensor and layout when the IR holds it in another one)."""
+        src, shape, have = self.tensor_any(name)
+        perm = tuple(int(k) for k in perm)
+        if have == perm:
+            return src, shape
+        if (src, perm) in self.converted:
+            return self.converted[(src, perm)]
+        inverse = _inverse(have)
+        t = tuple(inverse[q] for q in perm)
+        tag = "chw" if perm == _identity(len(perm)) else "hwc" if perm == _last(len(perm)) else "perm"
+        label = node if isinstance(node, str) else self.label(node) if node is not None else src
+        layer = g.Transpose(self.unique(f"{label}_{tag}"), t, source_type="Transpose (layout)")
+        self.add(layer, [src])
+        out = (layer.name, tuple(shape[k] for k in t))
+        self.converted[(src, perm)] = out
+        return out
+
+    def emit(self, node, layer, sources, out_shape=None, output=0, perm=None):
         self.add(layer, sources)
-        shape = out_shape if out_shape is not None else self._infer(layer, sources)
-        self.tensors[node.output[output]] = ("ir", layer.name, tuple(shape))
+        shape = self.ir_shapes[layer.name]
+        self.tensors[node.output[output]] = ("ir", layer.name, shape,
+                                             _identity(len(shape)) if perm is None else tuple(perm))
         return layer.name
-
-    def _infer(self, layer, sources):
-        shapes = [self.tensors_by_ir[s] for s in sources]
-        shape = tuple(int(d) for d in layer.output_shape(*shapes))
-        return shape
-
-    @property
-    def tensors_by_ir(self):
-        return {v[1]: v[2] for v in self.tensors.values() if v[0] == "ir"}
 
     def axis(self, a, rank, what="axis"):
         """A full-rank ONNX axis (batch included) -> the per-sample IR axis; the batch axis refused."""
@@ -223,7 +275,7 @@ class _Converter:
             self._fold(node, consts)
             return
         if op == "Shape":
-            _, shape = self.tensor(inputs[0])
+            shape = self.onnx_shape(inputs[0])
             full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
             start, end = a.get("start", 0), a.get("end", None)
             self.tensors[node.output[0]] = ("const", full[start:end])
@@ -267,12 +319,12 @@ class _Converter:
         self.tensors[node.output[0]] = self.tensors[inputs[0]]
 
     def op_activation(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, shape, perm = self.tensor_any(inputs[0])
         self.emit(node, g.Activation(self.unique(self.label(node)), ACTIVATION[node.op_type],
-                                     source_type=node.op_type), [src], shape)
+                                     source_type=node.op_type), [src], perm=perm)
 
     def op_unary(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, shape, perm = self.tensor_any(inputs[0])
         op = node.op_type
         params = {"LeakyRelu": (a.get("alpha", 0.01),), "Elu": (a.get("alpha", 1.0),),
                   "Selu": (a.get("alpha", 1.6732632423543772), a.get("gamma", 1.0507009873554805)),
@@ -286,19 +338,20 @@ class _Converter:
                 if lo is None or hi is None:
                     raise Problem("min/max computed from the input (only constants)")
             params = (float(np.float32(lo)), float(np.float32(hi)))
-        self.emit(node, g.Unary(self.unique(self.label(node)), UNARY[op], params, source_type=op), [src], shape)
+        self.emit(node, g.Unary(self.unique(self.label(node)), UNARY[op], params, source_type=op), [src], perm=perm)
 
     def op_elementwise(self, node, a, inputs, consts):
         if len(inputs) == 1:
             self.op_identity(node, a, inputs, consts)
             return
-        tensors, constants, rank = [], [], None
-        for i in inputs:
-            if self.tensors[i][0] == "ir":
-                rank = len(self.tensors[i][2])
-        if rank is None:
+        computed = [i for i in inputs if self.tensors.get(i, ("?",))[0] == "ir"]
+        if not computed:
             raise Problem("every operand is a constant")
-        shapes = []
+        rank = len(self.tensors[computed[0]][2])
+        if any(len(self.tensors[i][2]) != rank for i in computed):
+            raise Problem("tensor operands of different ranks")
+        perm = self.common_layout(computed)
+        tensors, constants = [], []
         for position, (i, c) in enumerate(zip(inputs, consts)):
             if c is not None:
                 c = np.asarray(c)
@@ -314,54 +367,45 @@ class _Converter:
                     c = c[0]
                 elif c.ndim > rank + 1:
                     raise Problem(f"constant operand of rank {c.ndim} exceeds the tensor's")
+                if perm != _identity(rank) and c.ndim:
+                    c = np.transpose(c.reshape((1,) * (rank - c.ndim) + c.shape), perm)
                 constants.append((position, c.astype(np.float32)))
             else:
-                src, shape = self.tensor(i)
-                if len(shape) != rank:
-                    raise Problem("tensor operands of different ranks")
+                src, _ = self.held(i, perm, node)
                 tensors.append(src)
-                shapes.append(shape)
         layer = g.Elementwise(self.unique(self.label(node)), ELEMENTWISE[node.op_type], tuple(constants),
                               source_type=node.op_type)
-        self.emit(node, layer, tensors, layer.output_shape(*shapes))
+        self.emit(node, layer, tensors, perm=perm)
+
+    def common_layout(self, names_):
+        """The layout most of the operands already have (the first operand's on a tie)."""
+        perms = [self.tensors[i][3] for i in names_]
+        return max(perms, key=lambda p: (perms.count(p), -perms.index(p)))
 
     # ----------------------------------------------------------------------- layout helpers
 
-    def to_last(self, src, shape, node, tag="hwc"):
-        """Channels (axis 0 of the sample) moved last: (C, ...) -> (..., C)."""
-        r = len(shape)
-        perm = tuple(range(1, r)) + (0,)
-        layer = g.Transpose(self.unique(f"{self.label(node)}_{tag}"), perm, source_type="Transpose (layout)")
-        self.add(layer, [src])
-        return layer.name, tuple(shape[p] for p in perm)
-
-    def to_first(self, src, shape, node, tag="chw"):
-        r = len(shape)
-        perm = (r - 1,) + tuple(range(r - 1))
-        layer = g.Transpose(self.unique(f"{self.label(node)}_{tag}"), perm, source_type="Transpose (layout)")
-        self.add(layer, [src])
-        return layer.name, tuple(shape[p] for p in perm)
-
     def spatial(self, node, inputs, build):
-        """Run a channels-last 2-D layer on a (C, H, W) or (C, W) tensor in ONNX order."""
-        src, shape = self.tensor(inputs[0])
-        if len(shape) not in (2, 3):
-            raise Problem(f"{len(shape) - 1}-D spatial input of shape {shape} (1-D and 2-D only)")
-        one_d = len(shape) == 2
+        """Run a channels-last 2-D layer on a (C, H, W) or (C, W) ONNX tensor: the IR holds its
+        input channels-last ((H, W, C) or (W, C), a layout Transpose added only if it is not) and
+        its output stays channels-last for the next layer."""
+        _, _, perm = self.tensor_any(inputs[0])
+        rank = len(perm)
+        if rank not in (2, 3):
+            raise Problem(f"{rank - 1}-D spatial input (1-D and 2-D only)")
+        src, hwc = self.held(inputs[0], _last(rank), node)
+        one_d = rank == 2
         if one_d:
-            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_2d"), (shape[0], 1, shape[1]),
+            hwc = (1,) + tuple(hwc)
+            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_2d"), hwc,
                                      source_type="Reshape (1-D as 2-D)"), [src])
-            shape = (shape[0], 1, shape[1])
-        src, hwc = self.to_last(src, shape, node)
         layer = build(hwc)
         self.add(layer, [src])
-        out = tuple(int(d) for d in layer.output_shape(hwc))
-        src, chw = self.to_first(layer.name, out, node)
+        src = layer.name
         if one_d:
-            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_1d"), (chw[0], chw[2]),
+            out = self.ir_shapes[src]
+            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_1d"), out[1:],
                                      source_type="Reshape (2-D as 1-D)"), [src])
-            chw = (chw[0], chw[2])
-        self.tensors[node.output[0]] = ("ir", src, chw)
+        self.tensors[node.output[0]] = ("ir", src, self.ir_shapes[src], _last(rank))
 
     @staticmethod
     def pads2d(a, in_hw, kernel, strides, dilations, rank):
@@ -448,10 +492,11 @@ class _Converter:
         self._pool(node, a, inputs, "avg")
 
     def _global(self, node, inputs, op):
-        src, shape = self.tensor(inputs[0])
-        axes = tuple(range(1, len(shape)))
+        src, shape, perm = self.tensor_any(inputs[0])
+        inverse = _inverse(perm)
+        axes = tuple(sorted(inverse[k] for k in range(1, len(shape))))
         layer = g.Reduce(self.unique(self.label(node)), op, axes, True, source_type=node.op_type)
-        self.emit(node, layer, [src], layer.output_shape(shape))
+        self.emit(node, layer, [src], perm=perm)
 
     def op_GlobalAveragePool(self, node, a, inputs, consts):
         self._global(node, inputs, "mean")
@@ -459,46 +504,44 @@ class _Converter:
     def op_GlobalMaxPool(self, node, a, inputs, consts):
         self._global(node, inputs, "max")
 
+    def channels_last(self, name, node):
+        """(IR name, IR shape, perm) of a tensor whose channel axis (ONNX sample axis 0) the IR
+        holds last, as the IR's BatchNorm and LRN need (a layout Transpose only if it is not)."""
+        src, shape, perm = self.tensor_any(name)
+        if perm[-1] == 0:
+            return src, shape, perm
+        src, shape = self.held(name, _last(len(perm)), node)
+        return src, shape, _last(len(perm))
+
     def op_BatchNormalization(self, node, a, inputs, consts):
         if any(c is None for c in consts[1:5]):
             raise Problem("scale/bias/mean/variance computed from the input")
         if len([o for o in node.output if o]) > 1:
             raise Problem("training-mode outputs")
-        src, shape = self.tensor(inputs[0])
+        src, shape, perm = self.channels_last(inputs[0], node)
         gamma, beta, mean, var = (np.asarray(c, np.float32) for c in consts[1:5])
         eps = float(a.get("epsilon", 1e-5))
-        if len(shape) == 1:
-            layer = g.BatchNorm(self.unique(self.label(node)), gamma, beta, mean, var, eps,
-                                source_type="BatchNormalization")
-            self.emit(node, layer, [src], shape)
-            return
-        name = self.label(node)
-        src, last = self.to_last(src, shape, node)
-        layer = g.BatchNorm(self.unique(name), gamma, beta, mean, var, eps, source_type="BatchNormalization")
-        self.add(layer, [src])
-        out, first = self.to_first(layer.name, last, node)
-        self.tensors[node.output[0]] = ("ir", out, first)
+        layer = g.BatchNorm(self.unique(self.label(node)), gamma, beta, mean, var, eps,
+                            source_type="BatchNormalization")
+        self.emit(node, layer, [src], perm=perm)
 
     def op_LRN(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
-        src, last = self.to_last(src, shape, node)
+        src, shape, perm = self.channels_last(inputs[0], node)
         layer = g.LRN(self.unique(self.label(node)), int(a["size"]), float(a.get("alpha", 1e-4)),
                       float(a.get("beta", 0.75)), float(a.get("bias", 1.0)), source_type="LRN")
-        self.add(layer, [src])
-        out, first = self.to_first(layer.name, last, node)
-        self.tensors[node.output[0]] = ("ir", out, first)
+        self.emit(node, layer, [src], perm=perm)
 
     # ----------------------------------------------------------------------- dense
 
-    def _dense(self, node, src, shape, kernel, bias):
+    def _dense(self, node, src, shape, kernel, bias, perm=None):
         if shape[-1] != kernel.shape[0]:
             raise Problem(f"weights {kernel.shape} for a tensor of shape {shape}")
         layer = g.Dense(self.unique(self.label(node)), np.asarray(kernel, np.float32),
                         None if bias is None else np.asarray(bias, np.float32), source_type=node.op_type)
-        self.emit(node, layer, [src], tuple(shape[:-1]) + (kernel.shape[1],))
+        self.emit(node, layer, [src], perm=perm)
 
     def op_Gemm(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, shape = self.tensor(inputs[0], node)
         if a.get("transA", 0):
             raise Problem("transA=1 (the batch axis would become a feature axis)")
         b = consts[1]
@@ -528,17 +571,20 @@ class _Converter:
         b = np.asarray(consts[1], np.float32)
         if b.ndim != 2:
             raise Problem(f"constant of rank {b.ndim} (a matrix only)")
-        src, shape = self.tensor(inputs[0])
-        self._dense(node, src, shape, b, None)
+        src, shape, perm = self.tensor_any(inputs[0])
+        if perm[-1] != len(perm) - 1:
+            src, shape = self.tensor(inputs[0], node)
+            perm = _identity(len(perm))
+        self._dense(node, src, shape, b, None, perm)
 
     # ----------------------------------------------------------------------- shape ops
 
-    def reshape(self, node, src, shape, target):
+    def reshape(self, node, src, shape, target, perm=None):
         layer = g.Reshape(self.unique(self.label(node)), tuple(int(d) for d in target), source_type=node.op_type)
-        self.emit(node, layer, [src], tuple(int(d) for d in target))
+        self.emit(node, layer, [src], perm=perm)
 
     def op_Reshape(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, shape = self.tensor(inputs[0], node)
         target = list(a["shape"]) if self.opset < 5 else consts[1]
         if target is None:
             raise Problem("target shape computed from the input")
@@ -562,7 +608,7 @@ class _Converter:
         self.reshape(node, src, shape, rest)
 
     def op_Flatten(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, shape = self.tensor(inputs[0], node)
         axis = int(a.get("axis", 1)) % (len(shape) + 1)
         if axis == 0:
             raise Problem("axis 0 flattens across the batch axis")
@@ -578,51 +624,71 @@ class _Converter:
         return list(a["axes"]) if "axes" in a else None
 
     def op_Squeeze(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         axes = self._axes_input(a, inputs, consts)
         if axes is None:
             axes = [k + 1 for k, d in enumerate(shape) if d == 1]
         drop = {self.axis(x, len(shape)) for x in axes}
-        target = [d for k, d in enumerate(shape) if k not in drop] or [1]
-        self.reshape(node, src, shape, target)
+        if any(shape[k] != 1 for k in drop):
+            raise Problem(f"squeezing an axis of size > 1 (shape {shape})")
+        if perm == _identity(len(perm)) or len(drop) == len(shape):
+            src, ir = self.tensor(inputs[0], node)
+            self.reshape(node, src, ir, [d for k, d in enumerate(shape) if k not in drop] or [1])
+            return
+        # size-1 axes leave the element order alone: drop them where the IR holds them
+        target = [d for k, d in enumerate(ir) if perm[k] not in drop]
+        self.reshape(node, src, ir, target, _drop(perm, drop))
 
     def op_Unsqueeze(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
         axes = self._axes_input(a, inputs, consts)
-        rank = len(shape) + len(axes)
+        if axes is None:
+            raise Problem("no axes")
+        rank = len(ir) + len(axes)
         axes = sorted(int(x) % (rank + 1) for x in axes)
         if 0 in axes:
             raise Problem("a new axis before the batch axis")
-        target = list(shape)
-        for x in axes:
-            target.insert(x - 1, 1)
-        self.reshape(node, src, shape, target)
+        new = [x - 1 for x in axes]
+        if perm == _identity(len(perm)):
+            target = list(_unpermute(ir, perm))
+            for x in new:
+                target.insert(x, 1)
+            self.reshape(node, src, ir, target)
+            return
+        # the new size-1 axes go last in the IR; the old ones keep their layout
+        old = [k for k in range(rank) if k not in new]
+        self.reshape(node, src, ir, list(ir) + [1] * len(new), tuple(old[p] for p in perm) + tuple(new))
 
     def op_Transpose(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
-        perm = list(a.get("perm", range(len(shape), -1, -1)))
-        if perm[0] != 0:
-            raise Problem(f"perm {perm} moves the batch axis")
-        layer = g.Transpose(self.unique(self.label(node)), tuple(p - 1 for p in perm[1:]), source_type="Transpose")
-        self.emit(node, layer, [src], layer.output_shape(shape))
+        src, ir, perm = self.tensor_any(inputs[0])
+        q = list(a.get("perm", range(len(ir), -1, -1)))
+        if sorted(q) != list(range(len(ir) + 1)):
+            raise Problem(f"perm {q} is not a permutation of the {len(ir) + 1} axes")
+        if q[0] != 0:
+            raise Problem(f"perm {q} moves the batch axis")
+        # no data moves: the output is the same IR tensor seen with another layout
+        q_inverse = _inverse(tuple(p - 1 for p in q[1:]))
+        self.tensors[node.output[0]] = ("ir", src, ir, tuple(q_inverse[p] for p in perm))
 
     def op_Concat(self, node, a, inputs, consts):
-        srcs, shapes = [], []
-        for i, c in zip(inputs, consts):
-            if c is not None:
-                raise Problem("a constant operand (tensors only)")
-            s, shape = self.tensor(i)
-            srcs.append(s)
-            shapes.append(shape)
-        axis = self.axis(a["axis"], len(shapes[0]))
-        if len(srcs) == 1:
+        if any(c is not None for c in consts):
+            raise Problem("a constant operand (tensors only)")
+        if len(inputs) == 1:
             self.tensors[node.output[0]] = self.tensors[inputs[0]]
             return
+        ranks = {len(self.tensor_any(i)[2]) for i in inputs}
+        if len(ranks) != 1:
+            raise Problem("operands of different ranks")
+        perm = self.common_layout(inputs)
+        srcs = [self.held(i, perm, node)[0] for i in inputs]
+        axis = _inverse(perm)[self.axis(a["axis"], len(perm))]
         layer = g.Concatenate(self.unique(self.label(node)), axis, source_type="Concat")
-        self.emit(node, layer, srcs, layer.output_shape(*shapes))
+        self.emit(node, layer, srcs, perm=perm)
 
     def op_Pad(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         mode = _text(a.get("mode", "constant"))
         if self.opset < 11:
             pads, value = list(a.get("pads", a.get("paddings", []))), float(a.get("value", 0.0))
@@ -640,12 +706,13 @@ class _Converter:
         per = {x: (pads[k], pads[k + len(axes)]) for k, x in enumerate(axes)}
         if per.get(0, (0, 0)) != (0, 0):
             raise Problem("padding the batch axis")
-        layer = g.Pad(self.unique(self.label(node)), tuple(per.get(k + 1, (0, 0)) for k in range(len(shape))),
+        layer = g.Pad(self.unique(self.label(node)), tuple(per.get(p + 1, (0, 0)) for p in perm),
                       mode, value, source_type="Pad")
-        self.emit(node, layer, [src], layer.output_shape(shape))
+        self.emit(node, layer, [src], perm=perm)
 
     def op_Slice(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         if self.opset < 10:
             starts, ends = a["starts"], a["ends"]
             axes, steps = a.get("axes"), None
@@ -666,17 +733,29 @@ class _Converter:
                 raise Problem("an empty slice")
             st[k], sp[k], ct[k] = idx.start, idx.step, len(idx)
         del rank
-        layer = g.Slice(self.unique(self.label(node)), tuple(st), tuple(sp), tuple(ct), source_type="Slice")
-        self.emit(node, layer, [src], tuple(ct))
+        layer = g.Slice(self.unique(self.label(node)), tuple(st[p] for p in perm), tuple(sp[p] for p in perm),
+                        tuple(ct[p] for p in perm), source_type="Slice")
+        self.emit(node, layer, [src], perm=perm)
 
     def op_Gather(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         idx = consts[1]
         if idx is None:
             raise Problem("indices computed from the input (only constants)")
         axis = self.axis(a.get("axis", 0), len(shape))
         idx = np.asarray(idx).astype(np.int64)
+        if idx.size and (idx.min() < -shape[axis] or idx.max() >= shape[axis]):
+            raise Problem(f"indices out of range for axis of size {shape[axis]}")
         idx = np.where(idx < 0, idx + shape[axis], idx)
+        if idx.ndim <= 1 and (idx.ndim == 1 or len(shape) > 1):
+            # the IR keeps its layout: the gathered axis is where the IR holds it
+            at = _inverse(perm)[axis]
+            out = perm if idx.ndim == 1 else _drop(perm, {axis})
+            layer = g.Gather(self.unique(self.label(node)), at, idx, source_type="Gather")
+            self.emit(node, layer, [src], perm=out)
+            return
+        src, shape = self.tensor(inputs[0], node)
         if idx.ndim > 1:
             layer = g.Gather(self.unique(self.label(node) + "_flat"), axis, idx.reshape(-1), source_type="Gather")
             flat = layer.output_shape(shape)
@@ -688,7 +767,8 @@ class _Converter:
         self.emit(node, layer, [src], layer.output_shape(shape))
 
     def op_GatherElements(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         idx = consts[1]
         if idx is None:
             raise Problem("indices computed from the input (only constants)")
@@ -697,42 +777,50 @@ class _Converter:
         if idx.ndim != len(shape) + 1 or idx.shape[0] != 1:
             raise Problem(f"indices of shape {idx.shape} (one sample expected)")
         idx = idx[0]
-        idx = np.where(idx < 0, idx + shape[axis], idx)
-        layer = g.GatherElements(self.unique(self.label(node)), axis, idx, source_type="GatherElements")
-        self.emit(node, layer, [src], layer.output_shape(shape))
+        if idx.size and (idx.min() < -shape[axis] or idx.max() >= shape[axis]):
+            raise Problem(f"indices out of range for axis of size {shape[axis]}")
+        idx = np.transpose(np.where(idx < 0, idx + shape[axis], idx), perm)
+        layer = g.GatherElements(self.unique(self.label(node)), _inverse(perm)[axis], idx,
+                                 source_type="GatherElements")
+        self.emit(node, layer, [src], perm=perm)
 
     def op_Tile(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
         reps = consts[1]
         if reps is None:
             raise Problem("repeats computed from the input")
         reps = [int(r) for r in np.asarray(reps).reshape(-1)]
+        if len(reps) != len(ir) + 1:
+            raise Problem(f"{len(reps)} repeats for a rank-{len(ir) + 1} tensor")
         if reps[0] != 1:
             raise Problem("repeats along the batch axis")
-        layer = g.Tile(self.unique(self.label(node)), tuple(reps[1:]), source_type="Tile")
-        self.emit(node, layer, [src], layer.output_shape(shape))
+        layer = g.Tile(self.unique(self.label(node)), tuple(reps[1 + p] for p in perm), source_type="Tile")
+        self.emit(node, layer, [src], perm=perm)
 
     def op_Softmax(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
-        rank = len(shape)
+        src, ir, perm = self.tensor_any(inputs[0])
+        rank = len(ir)
         axis = int(a.get("axis", -1 if self.opset >= 13 else 1))
+        if not -rank - 1 <= axis <= rank:
+            raise Problem(f"axis {axis} out of range")
         axis = axis % (rank + 1)
         if axis == 0:
             raise Problem("softmax over the batch axis")
         if self.opset >= 13 or axis == rank:
-            layer = g.Softmax(self.unique(self.label(node)), axis - 1, source_type="Softmax")
-            self.emit(node, layer, [src], shape)
+            layer = g.Softmax(self.unique(self.label(node)), _inverse(perm)[axis - 1], source_type="Softmax")
+            self.emit(node, layer, [src], perm=perm)
             return
+        src, shape = self.tensor(inputs[0], node)
         # opset < 13: softmax over the flattened axes axis..end
         flat = (int(np.prod(shape[:axis - 1])), int(np.prod(shape[axis - 1:])))
         name = self.add(g.Reshape(self.unique(self.label(node) + "_2d"), flat, source_type="Softmax (coerce 2-D)"),
                         [src])
         soft = self.add(g.Softmax(self.unique(self.label(node)), 1, source_type="Softmax"), [name])
-        self.tensors[node.output[0]] = ("ir", soft, flat)
         self.reshape(node, soft, flat, shape)
 
     def op_reduce(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         op = REDUCE[node.op_type]
         if self.opset >= 18 or (node.op_type == "ReduceSum" and self.opset >= 13):
             axes = self._axes_input_any(inputs, consts)
@@ -746,9 +834,11 @@ class _Converter:
             if not keep:
                 raise Problem("a reduction over every axis including the batch without keepdims")
             axes = list(range(1, len(shape) + 1))
-        ir_axes = tuple(self.axis(x, len(shape)) for x in axes)
-        layer = g.Reduce(self.unique(self.label(node)), op, ir_axes, keep, source_type=node.op_type)
-        self.emit(node, layer, [src], layer.output_shape(shape))
+        onnx_axes = {self.axis(x, len(shape)) for x in axes}
+        inverse = _inverse(perm)
+        layer = g.Reduce(self.unique(self.label(node)), op, tuple(sorted(inverse[x] for x in onnx_axes)), keep,
+                         source_type=node.op_type)
+        self.emit(node, layer, [src], perm=perm if keep else _drop(perm, onnx_axes))
 
     def _axes_input_any(self, inputs, consts):
         if len(inputs) > 1 and inputs[1]:
@@ -758,7 +848,8 @@ class _Converter:
         return None
 
     def op_Resize(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0])
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
         full = (self.batch,) + tuple(shape)
         if a.get("antialias", 0):
             raise Problem("antialias")
@@ -791,10 +882,13 @@ class _Converter:
             raise Problem("neither scales nor sizes given as constants")
         if sizes[0] != full[0] or scales[0] != 1.0:
             raise Problem("resizing the batch axis")
-        layer = g.Resize(self.unique(self.label(node)), tuple(sizes[1:]), tuple(scales[1:]), mode, coord, nearest,
+        if len(sizes) != len(full) or len(scales) != len(full):
+            raise Problem(f"{len(sizes)} sizes/scales for a rank-{len(full)} tensor")
+        layer = g.Resize(self.unique(self.label(node)), tuple(sizes[1 + p] for p in perm),
+                         tuple(scales[1 + p] for p in perm), mode, coord, nearest,
                          float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside", 0)),
                          source_type=node.op_type)
-        self.emit(node, layer, [src], tuple(sizes[1:]))
+        self.emit(node, layer, [src], perm=perm)
 
     op_Upsample = op_Resize
 
