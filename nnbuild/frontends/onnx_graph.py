@@ -89,7 +89,7 @@ def convert(proto, path, name=None):
     try:
         return _Converter(proto, path).run(name or names.c_identifier(stem))
     except Problem as problem:
-        raise NNBuildError(str(problem), path=path) from None
+        raise NNBuildError(" ".join(str(problem).split()), path=path) from None
 
 
 def _attrs(node):
@@ -133,9 +133,11 @@ class _Converter:
         self.used.add(self.input_name)
         self.ir_shapes = {self.input_name: shape}
         self.tensors[inputs[0].name] = ("ir", self.input_name, shape, _identity(len(shape)))
+        self.inferred = self._infer_shapes()
         for node in graph.node:
             try:
                 self.node(node)
+                self._cross_check(node)
             except Problem as problem:
                 raise Problem(f"node '{self.label(node)}' ({node.op_type}): {problem}") from None
             except (ValueError, IndexError, KeyError, TypeError) as exc:
@@ -155,6 +157,37 @@ class _Converter:
             return g.validate(model)
         except g.LayerProblem as problem:
             raise Problem(f"layer '{problem.layer}': {problem}" if problem.layer else str(problem)) from None
+
+    def _infer_shapes(self):
+        """The ONNX checker's verdict, then onnx's shape inference: tensor name -> its static dims
+        (None where symbolic), used to cross-check every shape the loader computes."""
+        import onnx
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.proto, check_type=False, strict_mode=False)
+        except Exception as exc:  # noqa: BLE001
+            raise Problem(f"ONNX shape inference fails: {str(exc).strip().splitlines()[0][:300]}") from None
+        try:
+            # checked with the inferred shapes (a graph output declared without a shape is legal to run)
+            onnx.checker.check_model(inferred)
+        except Exception as exc:  # noqa: BLE001 (ValidationError, and protobuf errors on odd protos)
+            raise Problem(f"the ONNX checker refuses the model: {str(exc).strip().splitlines()[0][:300]}") from None
+        out = {}
+        for value in list(inferred.graph.value_info) + list(inferred.graph.output):
+            t = value.type.tensor_type
+            if value.type.HasField("tensor_type") and t.HasField("shape"):
+                out[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        return out
+
+    def _cross_check(self, node):
+        for name in node.output:
+            entry = self.tensors.get(name)
+            theirs = self.inferred.get(name)
+            if not name or entry is None or entry[0] != "ir" or theirs is None or len(theirs) < 2:
+                continue
+            ours = _unpermute(entry[2], entry[3])
+            if None not in theirs[1:] and tuple(theirs[1:]) != ours:
+                raise Problem(f"output '{name}' has the sample shape {ours} here but {tuple(theirs[1:])} by "
+                              "ONNX shape inference")
 
     def _input_shape(self, value):
         t = value.type.tensor_type
@@ -398,9 +431,9 @@ class _Converter:
             hwc = (1,) + tuple(hwc)
             src = self.add(g.Reshape(self.unique(f"{self.label(node)}_2d"), hwc,
                                      source_type="Reshape (1-D as 2-D)"), [src])
-        layer = build(hwc)
-        self.add(layer, [src])
-        src = layer.name
+        built = build(hwc)
+        for layer in built if isinstance(built, list) else [built]:
+            src = self.add(layer, [src])
         if one_d:
             out = self.ir_shapes[src]
             src = self.add(g.Reshape(self.unique(f"{self.label(node)}_1d"), out[1:],
@@ -472,15 +505,33 @@ class _Converter:
         include = mode == "avg" and bool(a.get("count_include_pad", 0))
 
         def build(hwc):
-            pads = self.pads2d(a, hwc[:2] if rank == 2 else hwc[1:2], pool[-rank:], strides[-rank:], (1,) * rank, rank)
+            pads = list(self.pads2d(a, hwc[:2] if rank == 2 else hwc[1:2], pool[-rank:], strides[-rank:],
+                                    (1,) * rank, rank))
+            layers = []
+            if include and any(pads):
+                # the declared pads count in the average: they are real zeros
+                layers.append(g.Pad(self.unique(f"{self.label(node)}_pad"),
+                                    ((pads[0], pads[1]), (pads[2], pads[3]), (0, 0)), "constant", 0.0,
+                                    source_type="Pad (count_include_pad)"))
+                hwc = (hwc[0] + pads[0] + pads[1], hwc[1] + pads[2] + pads[3], hwc[2])
+                pads = [0, 0, 0, 0]
             if a.get("ceil_mode", 0):
+                # windows that start inside the input or its leading pad but run past the end:
+                # cells past the end are not values (max ignores them, average does not count them)
                 for k, axis in ((0, 0), (2, 1)):
                     n = hwc[axis] + pads[k] + pads[k + 1]
-                    if (n - pool[axis]) % strides[axis]:
-                        raise Problem("ceil_mode with a partial last window")
-            if include and any(pads):
-                raise Problem("count_include_pad=1 with padding")
-            return g.Pool2D(self.unique(self.label(node)), mode, pool, strides, pads, source_type=node.op_type)
+                    if n < pool[axis]:
+                        raise Problem(f"pool {pool[axis]} larger than the padded input {n}")
+                    out = -(-(n - pool[axis]) // strides[axis]) + 1
+                    if (out - 1) * strides[axis] >= hwc[axis] + pads[k]:
+                        out -= 1
+                    extra = max(0, (out - 1) * strides[axis] + pool[axis] - n)
+                    if pads[k + 1] + extra >= pool[axis]:
+                        raise Problem("ceil_mode: the last window would hold no input cell")
+                    pads[k + 1] += extra
+            layers.append(g.Pool2D(self.unique(self.label(node)), mode, pool, strides, tuple(pads),
+                                   source_type=node.op_type))
+            return layers
         self.spatial(node, inputs, build)
 
     def op_MaxPool(self, node, a, inputs, consts):
@@ -609,12 +660,15 @@ class _Converter:
 
     def op_Flatten(self, node, a, inputs, consts):
         src, shape = self.tensor(inputs[0], node)
-        axis = int(a.get("axis", 1)) % (len(shape) + 1)
-        if axis == 0:
-            raise Problem("axis 0 flattens across the batch axis")
-        first = int(np.prod(shape[:axis - 1]))
-        target = (int(np.prod(shape)),) if axis == 1 else (first, int(np.prod(shape[axis - 1:])))
-        self.reshape(node, src, shape, target)
+        rank = len(shape) + 1
+        axis = int(a.get("axis", 1))
+        if not -rank <= axis <= rank:
+            raise Problem(f"axis {axis} out of range")
+        axis %= rank + 1 if axis == rank else rank
+        full = (self.batch,) + tuple(shape)
+        if int(np.prod(full[:axis])) != self.batch:
+            raise Problem(f"axis {axis} folds sample axes into the batch axis (shape {full})")
+        self.reshape(node, src, shape, (int(np.prod(shape)),))
 
     def _axes_input(self, a, inputs, consts, index=1):
         if self.opset >= 13 and len(inputs) > index and inputs[index]:
