@@ -163,11 +163,16 @@ class _Converter:
         (None where symbolic), used to cross-check every shape the loader computes."""
         import onnx
         try:
-            inferred = onnx.shape_inference.infer_shapes(self.proto, check_type=False, strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(self.proto, check_type=False, strict_mode=False,
+                                                         data_prop=True)
         except Exception as exc:  # noqa: BLE001
             raise Problem(f"ONNX shape inference fails: {str(exc).strip().splitlines()[0][:300]}") from None
+        for value in inferred.graph.output:
+            # a graph output declared with its element type only runs (onnxruntime) and its shape is
+            # the loader's to compute: the checker is shown an unknown-rank placeholder for it
+            if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+                value.type.tensor_type.shape.SetInParent()
         try:
-            # checked with the inferred shapes (a graph output declared without a shape is legal to run)
             onnx.checker.check_model(inferred)
         except Exception as exc:  # noqa: BLE001 (ValidationError, and protobuf errors on odd protos)
             raise Problem(f"the ONNX checker refuses the model: {str(exc).strip().splitlines()[0][:300]}") from None
@@ -370,7 +375,10 @@ class _Converter:
                 hi = consts[2] if len(inputs) > 2 and inputs[2] else np.float32(np.inf)
                 if lo is None or hi is None:
                     raise Problem("min/max computed from the input (only constants)")
-            params = (float(np.float32(lo)), float(np.float32(hi)))
+            bounds = [np.asarray(v, np.float32).reshape(-1) for v in (lo, hi)]
+            if any(v.size != 1 for v in bounds):
+                raise Problem("min/max are not single values")
+            params = (float(bounds[0][0]), float(bounds[1][0]))
         self.emit(node, g.Unary(self.unique(self.label(node)), UNARY[op], params, source_type=op), [src], perm=perm)
 
     def op_elementwise(self, node, a, inputs, consts):
@@ -524,7 +532,10 @@ class _Converter:
                         raise Problem(f"pool {pool[axis]} larger than the padded input {n}")
                     out = -(-(n - pool[axis]) // strides[axis]) + 1
                     if (out - 1) * strides[axis] >= hwc[axis] + pads[k]:
+                        # onnxruntime drops a last window that starts in the trailing pad (onnx's
+                        # shape inference keeps it): shapes from here on are onnxruntime's alone
                         out -= 1
+                        self.inferred = {}
                     extra = max(0, (out - 1) * strides[axis] + pool[axis] - n)
                     if pads[k + 1] + extra >= pool[axis]:
                         raise Problem("ceil_mode: the last window would hold no input cell")
