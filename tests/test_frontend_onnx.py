@@ -361,6 +361,17 @@ def test_lenet5_onnx_matches_onnxruntime_and_folds_its_layout(tmp_path):
     ([node("ConvTranspose", ["x", "w"])], [("w", np.zeros((3, 2, 2, 2), np.float32))], "(ConvTranspose): operator"),
     ([node("MatMul", ["x", "x"])], [], "(MatMul): a product of two computed tensors"),
     ([node("Softmax", ["x"], axis=0)], [], "(Softmax): softmax over the batch axis"),
+    ([node("Transpose", ["x"], perm=[1, 0, 2, 3])], [], "(Transpose): perm [1, 0, 2, 3] moves the batch axis"),
+    ([node("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[2, 2])], [], "(MaxPool): pooling with dilations"),
+    ([node("Resize", ["x", "r", "s"], coordinate_transformation_mode="tf_crop_and_resize")],
+     [("r", np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32)), ("s", np.array([1, 1, 2, 2], np.float32))],
+     "(Resize): coordinate_transformation_mode tf_crop_and_resize"),
+    ([node("Flatten", ["x"], axis=2)], [], "(Flatten): axis 2 folds sample axes into the batch axis"),
+    ([node("Pad", ["x", "p"])], [("p", np.array([1, 0, 0, 0, 0, 0, 0, 0], np.int64))], "(Pad): padding the batch axis"),
+    ([node("Reshape", ["x", "t"])], [("t", np.array([3, 16], np.int64))], "(Reshape): target shape [3, 16] changes"),
+    ([node("Gemm", ["x", "w"], transA=1)], [("w", np.zeros((1, 2), np.float32))], "(Gemm): transA=1"),
+    ([node("Tile", ["x", "r"])], [("r", np.array([2, 1, 1, 1], np.int64))], "(Tile): repeats along the batch axis"),
+    ([node("Add", ["x", "c"])], [("c", np.zeros((2, 3, 4, 4), np.float32))], "(Add): constant operand of shape"),
 ])
 def test_refusals_name_the_node_and_op_in_one_line(tmp_path, nodes, inits, what):
     path = make(tmp_path, "bad", nodes, [1, 3, 4, 4], None, inits, 13)
@@ -463,3 +474,49 @@ def test_convert_takes_an_in_memory_proto(tmp_path):
     assert model.name == "net" and model.meta["format"] == "onnx" and model.meta["producer"] == "nnef-test"
     assert onnx_graph.convert(proto, tmp_path / "some-model.onnx", name="m2").name == "m2"
     assert onnx_graph.convert(proto, tmp_path / "some-model.onnx").name == "some_model"
+
+
+def refusal(tmp_path, name, graph, opset=13):
+    path = tmp_path / f"{name}.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 8)
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(NNBuildError) as info:
+        frontends.load(path)
+    message = str(info.value)
+    assert "\n" not in message and f"{name}.onnx" in message, message
+    return message
+
+
+def value(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def test_model_level_refusals_in_one_line(tmp_path):
+    relu = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    assert "not float32" in refusal(tmp_path, "ints", helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT, name="cast")], "g",
+        [value("x", [1, 4], TensorProto.INT32)], [value("y", [1, 4])]))
+    assert "dynamic dimension beyond the batch axis" in refusal(tmp_path, "dynamic", helper.make_graph(
+        relu, "g", [value("x", ["n", "k"])], [value("y", ["n", "k"])]))
+    assert "2 outputs" in refusal(tmp_path, "two_out", helper.make_graph(
+        relu + [helper.make_node("Neg", ["x"], ["z"], name="neg")], "g", [value("x", [1, 4])],
+        [value("y", [1, 4]), value("z", [1, 4])]))
+    assert "opset 22 is outside" in refusal(tmp_path, "opset22", helper.make_graph(
+        relu, "g", [value("x", [1, 4])], [value("y", [1, 4])]), opset=22)
+    message = refusal(tmp_path, "conv3d", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c3")], "g", [value("x", [1, 2, 3, 4, 5])],
+        [value("y", [1, 1, 3, 4, 5])], [numpy_helper.from_array(np.ones((1, 2, 1, 1, 1), np.float32), "w")]))
+    assert "node 'c3' (Conv): 3-D convolution" in message
+    message = refusal(tmp_path, "custom", helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["y"], name="g1", domain="com.example")], "g", [value("x", [1, 4])],
+        [value("y", [1, 4])]))
+    assert "node 'g1' (Gelu)" in message and "domain 'com.example'" in message
+    message = refusal(tmp_path, "computed_indices", helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+         helper.make_node("Gather", ["x", "s"], ["y"], axis=1, name="gather"),
+         ], "g", [value("x", [1, 4])], [value("y", [1, 2])]))
+    assert "node 'gather' (Gather)" in message
+    message = refusal(tmp_path, "unnamed", helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["hm_out"])], "g", [value("x", [1, 4])], [value("hm_out", [1, 4])]))
+    assert "node 'hm_out' (Hardmax): operator not supported (supported: " in message

@@ -133,6 +133,14 @@ class _Converter:
         self.used.add(self.input_name)
         self.ir_shapes = {self.input_name: shape}
         self.tensors[inputs[0].name] = ("ir", self.input_name, shape, _identity(len(shape)))
+        for node in graph.node:
+            # refused before onnx's shape inference sees (and fails on) an operator it does not know
+            if node.domain not in ("", "ai.onnx"):
+                raise Problem(f"node '{self.label(node)}' ({node.op_type}): operator of domain '{node.domain}' "
+                              "not supported")
+            if node.op_type not in SUPPORTED and node.op_type not in FOLDABLE:
+                raise Problem(f"node '{self.label(node)}' ({node.op_type}): operator not supported "
+                              f"(supported: {', '.join(SUPPORTED)})")
         self.inferred = self._infer_shapes()
         for node in graph.node:
             try:
