@@ -8,35 +8,73 @@ the trace maps each model layer to its table entries."""
 import re
 
 from nnbuild.codegen import cnn, templating
+from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32",)
 
 
-KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax")
-FIELDS = ("oh", "ow", "rows", "kh", "kw", "c", "outer", "k", "n", "n_src", "chunk", "n1")
+KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax",
+           "move", "broadcast", "reduce", "softmax_axis", "lrn", "resample")
+#: rank of the generic N-d kernels (after merging axes); larger is refused
+RANK = 4
+FIELDS = ("oh", "ow", "rows", "kh", "kw", "c", "cg", "outer", "k", "n", "n_src", "chunk", "n1", "inner",
+          "n_opd") + tuple(f"d{i}" for i in range(RANK)) + tuple(f"r{i}" for i in range(RANK)) + \
+    tuple(f"tp{i}" for i in range(RANK))
+#: kernels that call nn_apply (the activation pointer)
+APPLY = {"conv2d", "dense", "pool2d", "batchnorm", "activation", "add", "broadcast", "reduce", "resample"}
+#: broadcast folds (field `mode`)
+FOLDS = ("add", "sub", "mul", "div", "max", "min", "mean")
+#: reductions (field `mode`)
+REDUCTIONS = ("sum", "mean", "prod", "max", "min")
 
 
-def entries_of(op, index_of):
-    """Table entries (kernel, fields) of one op: one per weight chunk / concat input, + softmax."""
-    base = {"act": f"nn_{op['activation']}" if op["activation"] not in ("linear", "softmax") else "0"}
+def _ref(expr):
+    if expr in ("in", "out"):
+        return (0 if expr == "in" else 1, 0)
+    parts = expr.split(" + ")
+    return (2, int(parts[1]) if len(parts) > 1 else 0)
+
+
+def _pad(values, fill, what, op):
+    values = [int(v) for v in values]
+    if len(values) > RANK:
+        raise NNBuildError(f"shape v1 runs N-d operations up to rank {RANK} after merging axes; {what} needs "
+                           f"rank {len(values)} (use v2)", item=f"layer '{op['name']}'")
+    return [fill] * (RANK - len(values)) + values
+
+
+def _dims(e, values, prefix="d"):
+    for i, v in enumerate(values):
+        e[f"{prefix}{i}"] = v
+
+
+def entries_of(op, index_of, int_index_of=None):
+    """Table entries (kernel, fields) of one op: one per weight chunk / concat input, + softmax.
+    A kind no kernel handles is refused (NNBuildError naming the layer), never dropped."""
+    int_index_of = int_index_of or {}
+    act = op["activation"]
+    base = {"act": f"nn_{act}" if act not in ("linear", "softmax") else "0"}
     out = []
     k = op["kind"]
-
-    def ref(expr):
-        if expr in ("in", "out"):
-            return (0 if expr == "in" else 1, 0)
-        parts = expr.split(" + ")
-        return (2, int(parts[1]) if len(parts) > 1 else 0)
-
+    ref = _ref
     srcs = [ref(s) for s in op["src"]]
     dst = ref(op["dst"])
+
+    def table(array):
+        if array["ctype"] != "int16_t":
+            raise NNBuildError(f"shape v1 reads 16-bit index tables; {array['symbol']} needs {array['ctype']} "
+                               "(use v2)", item=f"layer '{op['name']}'")
+        return int_index_of[array["symbol"]]
+
     if k == "conv2d":
         for ch in op["chunks"]:
             out.append(dict(base, kernel="conv2d", src=srcs, dst=dst, h=op["H"], w=op["W"], c=op["C"],
                             oh=op["OH"], ow=op["OW"], oc=op["OC"], kh=op["KH"], kw=op["KW"], sh=op["SH"],
                             sw=op["SW"], dh=op["DH"], dw=op["DW"], pt=op["PT"], pl=op["PL"], k=op["k"],
+                            cg=op["CG"], og=op["OG"], cb=ch["start"] // op["OG"] * op["CG"],
+                            gi=ch["start"] % op["OG"],
                             o0=ch["start"], rows=ch["rows"], wi=index_of[ch["symbol"]],
                             bi=index_of[op["bias"]["symbol"]] if op["bias"] else -1))
     elif k == "dense":
@@ -57,17 +95,74 @@ def entries_of(op, index_of):
     elif k == "activation":
         if not (op["in_place"] and base["act"] == "0"):
             out.append(dict(base, kernel="activation", src=srcs, dst=dst, n=op["n"]))
+    elif k == "unary":
+        out.append(dict(base, kernel="activation", act=op["fn"], src=srcs, dst=dst, n=op["n"]))
     elif k == "add":
         out.append(dict(base, kernel="add", src=srcs, dst=dst, n=op["n"], n_src=len(srcs)))
     elif k == "concat":
         for part, s in zip(op["parts"], srcs):
             out.append(dict(kernel="copy", act="0", src=[s], dst=dst, outer=op["outer"], chunk=part["chunk"],
                             total=op["total"], at=part["offset"]))
+    elif k == "move":
+        plan = op["plan"]
+        if plan["table"] is not None:
+            axes = [{"n": plan["dims"][0], "array": plan["table_array"]}]
+            start = 0
+        else:
+            axes, start = plan["axes"], plan["base"]
+        dims = _pad([a["n"] for a in axes], 1, "this data movement", op)
+        steps = _pad([a.get("step", 0) for a in axes], 0, "", op)
+        tables = _pad([table(a["array"]) if "array" in a else -1 for a in axes], -1, "", op)
+        e = dict(base, kernel="move", src=srcs, dst=dst, at=start, st=steps, ti=tables,
+                 mode=int(bool(plan["fills"])), fill=float(plan["fill"] or 0.0))
+        _dims(e, dims)
+        out.append(e)
+    elif k == "broadcast":
+        plan = op["plan"]
+        if len(plan["operands"]) > 255:
+            raise NNBuildError("too many operands for shape v1", item=f"layer '{op['name']}'")
+        dims = _pad(plan["dims"], 1, "this broadcast", op)
+        opds = []
+        for o in plan["operands"]:
+            b, off = ref(o["src"]) if "src" in o else (3, index_of[o["array"]["symbol"]])
+            opds.append((b, off, _pad(o["strides"], 0, "", op)))
+        e = dict(base, kernel="broadcast", src=srcs, dst=dst, opd=opds, n_opd=len(opds),
+                 mode=FOLDS.index(op["op"]))
+        _dims(e, dims)
+        out.append(e)
+    elif k == "reduce":
+        plan = op["plan"]
+        e = dict(base, kernel="reduce", src=srcs, dst=dst, mode=REDUCTIONS.index(op["op"]), n=plan["count"],
+                 st=_pad(plan["strides"], 0, "this reduction", op), rs=_pad(plan["red_strides"], 0, "", op))
+        _dims(e, _pad(plan["dims"], 1, "this reduction", op))
+        _dims(e, _pad(plan["red_dims"], 1, "this reduction", op), "r")
+        out.append(e)
+    elif k == "softmax_axis":
+        p = op["plan"]
+        out.append(dict(base, kernel="softmax_axis", src=srcs, dst=dst, outer=p["outer"], n=p["n"],
+                        inner=p["inner"]))
+    elif k == "lrn":
+        p = op["plan"]
+        out.append(dict(base, kernel="lrn", src=srcs, dst=dst, outer=p["pixels"], c=p["C"], kh=p["size"],
+                        pt=p["low"], fa=p["bias"], fb=p["alpha_over_size"], fc=p["beta"]))
+    elif k == "resample":
+        axes = op["plan"]["axes"]
+        dims = _pad([a["n"] for a in axes], 1, "this resize", op)
+        e = dict(base, kernel="resample", src=srcs, dst=dst,
+                 st=_pad([a["stride"] for a in axes], 0, "", op),
+                 ti=_pad([table(a["index_array"]) if "taps" in a else -1 for a in axes], -1, "", op),
+                 tw=_pad([index_of[a["weight_array"]["symbol"]] if "taps" in a else -1 for a in axes], -1, "", op))
+        _dims(e, dims)
+        _dims(e, _pad([a.get("taps", 1) for a in axes], 1, "", op), "tp")
+        out.append(e)
+    else:
+        raise NNBuildError(f"shape v1 has no kernel for '{k}' operations (use v2)",
+                           item=f"layer '{op['name']}' ({op['source_type']})")
     if op["softmax"]:
         out.append(dict(kernel="softmax", act="0", src=[dst], dst=dst, outer=op["softmax"]["groups"],
                         n=op["softmax"]["n"]))
     for e in out:
-        e["n1"] = max(e.get("n", 1) - 1, 0) if e["kernel"] == "softmax" else 0
+        e["n1"] = max(e.get("n", 1) - 1, 0) if e["kernel"] in ("softmax", "softmax_axis") else 0
         e["comment"] = f"layer {op['c_name']}: {op['source_type']} '{op['name']}' ({e['kernel']})"
         e["mark"] = ("layer", op["c_name"])  # the trace's line range of the layer's table entries
     return out
@@ -75,22 +170,51 @@ def entries_of(op, index_of):
 
 #: fields of struct nn_layer that are 8 bits wide (the others are 16 bits)
 BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode")
+#: scalar fields written in the initializer (unsigned, 16 bits unless in BYTE_FIELDS)
+SCALARS = ("h", "w", "c", "oh", "ow", "oc", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "k",
+           "cg", "og", "cb", "gi", "o0", "rows", "n", "outer", "chunk", "total", "at", "inner", "n_opd") + \
+    tuple(f"d{i}" for i in range(RANK)) + tuple(f"r{i}" for i in range(RANK)) + tuple(f"tp{i}" for i in range(RANK))
+#: signed array fields: (low, high)
+SIGNED = {"st": (-32768, 32767), "rs": (0, 65535), "ti": (-1, 127), "tw": (-1, 127)}
+FLOATS = ("fill", "fa", "fb", "fc")
 
 
-def initializer(e, max_src):
+def _check(e, key, value, low, high, bits):
+    if not low <= value <= high:
+        raise NNBuildError(f"shape v1 stores '{key}' = {value} in a {bits}-bit table field: the model is too "
+                           "large for v1 (use v2)", item=e["comment"])
+
+
+def initializer(e, max_src, max_opd=1):
     for key, value in list(e.items()) + [("offset", o) for _, o in e["src"] + [e["dst"]]]:
+        if key in SIGNED or key in FLOATS or key == "opd":
+            continue
         limit = 127 if key in ("wi", "bi") else 255 if key in BYTE_FIELDS else 65535
-        if isinstance(value, int) and not -1 <= value <= limit:
-            raise NNBuildError(f"shape v1 stores '{key}' = {value} in a {16 if limit > 255 else 8}-bit table "
-                               "field: the model is too large for v1 (use v2)", item=e["comment"])
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check(e, key, value, -1 if key in ("wi", "bi") else 0, limit, 16 if limit > 255 else 8)
+    for key, (low, high) in SIGNED.items():
+        for value in e.get(key, ()):
+            _check(e, key, value, low, high, 8 if high == 127 else 16)
+    for b, off, strides in e.get("opd", ()):
+        _check(e, "operand offset", off, 0, 65535, 16)
+        for value in strides:
+            _check(e, "operand stride", value, 0, 65535, 16)
     src = e["src"] + [(0, 0)] * (max_src - len(e["src"]))
     refs = ", ".join(f"{{{b}u, {o}u}}" for b, o in src)
     fields = [f".kernel = nn_{e['kernel']}", f".act = {e['act']}", f".src = {{{refs}}}",
               f".dst = {{{e['dst'][0]}u, {e['dst'][1]}u}}", f".n_src = {len(e['src'])}u"]
-    for key in ("h", "w", "c", "oh", "ow", "oc", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "k",
-                "o0", "rows", "n", "outer", "chunk", "total", "at"):
+    for key in SCALARS:
         if e.get(key):
             fields.append(f".{key} = {e[key]}u")
+    for key in SIGNED:
+        if key in e:
+            fields.append(f".{key} = {{{', '.join(str(v) for v in e[key])}}}")
+    for key in FLOATS:
+        if e.get(key):
+            fields.append(f".{key} = {float_literal(e[key])}")
+    if e.get("opd"):
+        opds = [f"{{{b}u, {off}u, {{{', '.join(f'{s}u' for s in st)}}}}}" for b, off, st in e["opd"]]
+        fields.append(f".opd = {{{', '.join(opds)}}}")
     fields.append(f".wi = {e.get('wi', -1)}")
     fields.append(f".bi = {e.get('bi', -1)}")
     return ", ".join(fields)
@@ -99,24 +223,35 @@ def initializer(e, max_src):
 def render(model, *, precision, storage, passes_log, **_options):
     cnn.check_precision(precision, "v1")
     lowered = cnn.lower(model, storage)
-    index_of = {a["symbol"]: i for i, a in enumerate(lowered["arrays"])}
-    entries = [e for op in lowered["ops"] for e in entries_of(op, index_of)]
+    floats = [a for a in lowered["arrays"] if not a.get("ctype", "").startswith("int")]
+    ints = [a for a in lowered["arrays"] if a.get("ctype", "").startswith("int")]
+    index_of = {a["symbol"]: i for i, a in enumerate(floats)}
+    int_index_of = {a["symbol"]: i for i, a in enumerate(ints)}
+    entries = [e for op in lowered["ops"] for e in entries_of(op, index_of, int_index_of)]
     max_src = max(len(e["src"]) for e in entries)
+    max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
     for e in entries:
-        e["init"] = initializer(e, max_src)
+        e["init"] = initializer(e, max_src, max_opd)
     bounds = {k: {f: max([int(e.get(f, 0)) for e in entries if e["kernel"] == k], default=0) for f in FIELDS}
               for k in KERNELS}
     for k in bounds:  # loops of kernels no entry uses keep a bound of 0 (never entered)
         bounds[k]["n_src"] = max(bounds[k]["n_src"] - 1, 0)
-    used = sorted({e["act"][3:] for e in entries if e["act"] != "0"})
+        bounds[k]["n_opd"] = max(bounds[k]["n_opd"] - 1, 0)
+    pointers = sorted({e["act"] for e in entries if e["act"] != "0"})
+    helpers = {op["fn"] for op in lowered["ops"] if op["kind"] == "unary"}  # emitted by cnn_common.c.j2
+    used = sorted(p[3:] for p in pointers if p not in helpers)
     ctx = cnn.context(model, lowered, "v1", precision, storage)
-    ctx.update(entries=entries, max_src=max_src, bounds=bounds, activations=used)
+    ctx.update(entries=entries, max_src=max_src, max_opd=max_opd, bounds=bounds, activations=used,
+               wt_arrays=floats, it_arrays=ints, rank=RANK)
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
     kinds = {e["kernel"] for e in entries}
+    ctx["apply"] = bool(kinds & APPLY)
+    if kinds & {"move", "resample"}:
+        ctx["int_reads"] = sorted(set(ctx["int_reads"]) | {16})
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
     facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)]}]
-    acts = [f"nn_{a}" for a in used]
+    acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
     trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
@@ -135,14 +270,18 @@ def render(model, *, precision, storage, passes_log, **_options):
 
 
 def strip_unused(code, kinds):
-    """Remove the kernel functions (mark comment to closing brace) no table entry uses."""
-    out, skip = [], False
+    """Remove the kernel functions (mark comment to the closing brace of `nn_<kernel>`, helpers
+    between them included) no table entry uses."""
+    out, skip, kernel = [], None, False
     for line in code.splitlines(keepends=True):
         m = re.match(r"/\* nnbuild-layer kernel_(\w+) \*/", line)
         if m:
-            skip = m.group(1) not in kinds
-        if not skip:
+            skip, kernel = (m.group(1) if m.group(1) not in kinds else None), False
+        if skip is None:
             out.append(line)
-        elif line.startswith("}"):
-            skip = False
+            continue
+        if re.match(rf"static void nn_{skip}\b", line):
+            kernel = True
+        elif kernel and line.startswith("}"):
+            skip = None
     return "".join(out)

@@ -1,0 +1,79 @@
+"""The v1 shape (generic kernels behind a table of layer structs) on the IR's N-d operations: every
+case of test_shape_v2_ops either matches nnbuild.ir.reference (compiled with the strict flags) or is
+refused with one NNBuildError line naming the layer; never a layer silently dropped."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from nnbuild import codegen
+from nnbuild.codegen import cnn, v1
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import graph as g
+from nnbuild.ir import reference
+from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+from test_shape_v2_ops import CASES, WARNINGS, inputs
+
+#: the cases v1 compiles (the others must be refused naming their layer)
+SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
+             "slice_negative", "gather_vector", "gather_scalar", "gather_elements", "tile", "resize_nearest",
+             "resize_linear", "resize_cubic", "unary_chain", "broadcast_constant", "broadcast_rank_up",
+             "broadcast_tensors", "reduce", "reduce_prod_min", "softmax_middle", "lrn", "conv_groups",
+             "conv_depthwise")
+REFUSED = tuple(c for c in CASES if c not in SUPPORTED)
+
+
+def build(tmp_path, m, precision="float32"):
+    out = tmp_path / f"{m.name}_{precision}"
+    codegen.generate(m, out, shape="v1", precision=precision, storage="const", passes_log=[])
+    exe = out / "check"
+    subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
+                    *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),
+                    str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe),
+                    "-lm"], check=True, capture_output=True, text=True)
+    return out, exe
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case):
+    m = CASES[case]
+    g.validate(m)
+    if case in REFUSED:
+        with pytest.raises(NNBuildError) as info:
+            build(tmp_path, m)
+        text = str(info.value)
+        assert "\n" not in text and any(f"'{layer.name}'" in text for layer in m.layers), text
+        return
+    out, exe = build(tmp_path, m)
+    x = inputs(m)
+    y = native.run_cases(exe, x.reshape(len(x), -1), m.output_size)
+    want = reference.run(m, x.astype(np.float32)).reshape(len(x), -1)
+    assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), case
+    code = (out / f"{m.name}.c").read_text()
+    assert "malloc" not in code and "while" not in code
+    assert "(shape v1, float32)" in code
+    # every computing layer has at least one table entry (none dropped)
+    for layer in m.layers:
+        assert f"'{layer.name}'" in code, (case, layer.name)
+
+
+def test_unknown_kind_is_refused_naming_the_layer():
+    op = {"kind": "mystery", "name": "odd", "source_type": "Odd", "activation": "linear", "src": ["in"],
+          "dst": "out", "softmax": None, "c_name": "odd"}
+    with pytest.raises(NNBuildError, match="odd"):
+        v1.entries_of(op, {})
+
+
+def test_rank_above_four_is_refused_in_one_line(tmp_path):
+    m = g.Model("rank5", (2, 3, 2, 3, 2), [g.Transpose("t", (4, 3, 2, 1, 0))])
+    with pytest.raises(NNBuildError) as info:
+        codegen.generate(m, tmp_path / "out", shape="v1", precision="float32", storage="const", passes_log=[])
+    assert "\n" not in str(info.value) and "'t'" in str(info.value)
+
+
+def test_grouped_conv_entries_carry_the_group_fields():
+    lowered = cnn.lower(CASES["conv_groups"], "const")
+    index_of = {a["symbol"]: i for i, a in enumerate(lowered["arrays"])}
+    (e,) = v1.entries_of(lowered["ops"][0], index_of)
+    assert (e["cg"], e["og"], e["cb"], e["gi"]) == (2, 3, 0, 0)
