@@ -294,7 +294,12 @@ def case_for(name, seed):
     return _SEEDED[seed][name]
 C_CASES = ("conv_pads_stride_o13", "conv_groups_dilation", "conv1d", "avgpool_exclude_pad", "batchnorm",
            "gemm_transb_alpha", "add_broadcast", "pad_reflect_o18", "gather_matrix", "slice_negative_step",
-           "reduce_mean_o13", "softmax_o11_coerce", "resize_cubic_sizes", "lrn", "shape_chain_reshape", "concat_dag")
+           "reduce_mean_o13", "softmax_o11_coerce", "resize_cubic_sizes", "lrn", "shape_chain_reshape", "concat_dag",
+           "maxpool_ceil_pads_o12", "avgpool_include_pad_ceil_o19", "conv1d_depthwise_dilated_o11",
+           "resize_o19_half_pixel_symmetric", "upsample_o7_attr", "transpose_output_o13", "add_broadcast_after_conv",
+           "pad_o18_axes_after_conv", "gather_elements_o11_after_conv", "reduce_prod_o18_axes_after_conv",
+           "softmax_o13_negative_after_conv", "concat_three_o11_after_conv", "slice_o9_attr_after_conv",
+           "tile_after_conv", "squeeze_unsqueeze_o11_after_conv")
 
 
 def inputs_for(shape, positive, seed):
@@ -398,7 +403,12 @@ def test_garbage_and_two_inputs_are_refused(tmp_path):
 # --------------------------------------------------------------------------- layout
 
 
+#: the layout models also built as C (test_layout_models_generated_c)
+LAYOUT_C = {}
+
+
 def layout_model(tmp_path, name, nodes, in_shape, inits, opset=13):
+    LAYOUT_C[name] = (nodes, in_shape, inits, opset)
     path = make(tmp_path, name, nodes, in_shape, output_shape(nodes, in_shape, inits, opset, tmp_path), inits, opset)
     model = frontends.load(path)
     x = inputs_for(in_shape, False, 5)
@@ -464,6 +474,24 @@ def test_shared_tensor_is_converted_once(tmp_path):
     assert kinds.count("transpose") == 2, kinds   # the input's and the conv output's
 
 
+@pytest.mark.e2e
+def test_layout_models_generated_c(tmp_path):
+    """The layout models above as v2 C on the host against onnxruntime."""
+    for test in (test_residual_block_keeps_one_layout_transpose, test_concat_of_branches_and_flatten_into_dense_fold,
+                 test_channels_last_input_transposed_to_nchw_needs_no_transpose, test_shared_tensor_is_converted_once):
+        (tmp_path / test.__name__).mkdir()
+        test(tmp_path / test.__name__)     # (re)records its model in LAYOUT_C
+    for name, (nodes, in_shape, inits, opset) in sorted(LAYOUT_C.items()):
+        folder = tmp_path / f"c_{name}"
+        folder.mkdir()
+        path = make(folder, name, nodes, in_shape, output_shape(nodes, in_shape, inits, opset, folder), inits, opset)
+        model = frontends.load(path)
+        x = inputs_for(in_shape, False, 9)
+        want = onnxruntime_run(path, x).reshape(len(x), -1)
+        y = build_and_run(folder, model, x)
+        assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), name
+
+
 def test_convert_takes_an_in_memory_proto(tmp_path):
     """The NNEF front-end's entry: convert(proto, path, name) without a file on disk."""
     from nnbuild.frontends import onnx_graph
@@ -517,6 +545,11 @@ def test_model_level_refusals_in_one_line(tmp_path):
          helper.make_node("Gather", ["x", "s"], ["y"], axis=1, name="gather"),
          ], "g", [value("x", [1, 4])], [value("y", [1, 2])]))
     assert "node 'gather' (Gather)" in message
+    message = refusal(tmp_path, "huge_fold", helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["big"], ["k"], name="cos"),
+         helper.make_node("Add", ["x", "k"], ["y"], name="add")], "g", [value("x", [1, 4])],
+        [value("y", [1, 4])], [numpy_helper.from_array(np.array([1 << 20, 1 << 20], np.int64), "big")]))
+    assert "node 'cos' (ConstantOfShape): constant folding would make 1099511627776 elements" in message
     message = refusal(tmp_path, "unnamed", helper.make_graph(
         [helper.make_node("Hardmax", ["x"], ["hm_out"])], "g", [value("x", [1, 4])], [value("hm_out", [1, 4])]))
     assert "node 'hm_out' (Hardmax): operator not supported (supported: " in message

@@ -24,6 +24,8 @@ from nnbuild.ir import graph as g
 
 #: the largest model file read (bytes)
 MAX_FILE_BYTES = 512 * 1024 * 1024
+#: the largest constant made by folding at load (elements): model files are untrusted
+MAX_FOLD_ELEMENTS = 1 << 24
 #: ops evaluated at load when every input is a constant
 FOLDABLE = ("Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Slice", "Mul", "Add", "Sub",
             "Div", "Identity", "ConstantOfShape", "Range", "Transpose", "Flatten", "Expand", "Equal", "Where",
@@ -64,6 +66,43 @@ def _drop(perm, axes):
     kept = [p for p in perm if p not in set(axes)]
     order = sorted(kept)
     return tuple(order.index(p) for p in kept) or (0,)
+
+
+def _folded_size(node, consts):
+    """An upper bound of the elements a constant-folded node makes, computed without making them."""
+    def count(shape):
+        out = 1
+        for d in shape:
+            out *= max(int(d), 0)
+        return out
+
+    def values(c):
+        return [int(v) for v in c.reshape(-1)] if c is not None and c.dtype.kind in "iu" else []
+
+    present = [c for c in consts if c is not None]
+    op = node.op_type
+    try:
+        if op == "ConstantOfShape":
+            return count(values(consts[0]))
+        if op == "Expand":
+            want = values(consts[1])
+            rank = max(len(want), consts[0].ndim)
+            a = [1] * (rank - consts[0].ndim) + list(consts[0].shape)
+            b = [1] * (rank - len(want)) + want
+            return count(max(x, y) for x, y in zip(a, b))
+        if op == "Range":
+            start, limit, delta = (float(np.asarray(c).reshape(-1)[0]) for c in consts[:3])
+            return int(max(np.ceil((limit - start) / delta), 0)) if delta else 1 << 62
+        if op in ("Mul", "Add", "Sub", "Div", "Equal", "Where"):
+            rank = max(c.ndim for c in present)
+            dims = [max([1] + [int(c.shape[k - rank + c.ndim]) for c in present if k - rank + c.ndim >= 0])
+                    for k in range(rank)]
+            return count(dims)
+        if op == "Gather":
+            return count(consts[0].shape) * max(consts[1].size, 1)
+    except (ValueError, TypeError, OverflowError, IndexError):
+        return 1 << 62
+    return sum(int(c.size) for c in present)
 
 
 class Problem(Exception):
@@ -349,6 +388,9 @@ class _Converter:
         from onnx import helper
         from onnx.reference import ReferenceEvaluator
         feeds = {i: np.asarray(c) for i, c in zip(node.input, consts) if i}
+        size = _folded_size(node, [np.asarray(c) if c is not None else None for c in consts])
+        if size > MAX_FOLD_ELEMENTS:
+            raise Problem(f"constant folding would make {size} elements (at most {MAX_FOLD_ELEMENTS})")
         try:
             graph = helper.make_graph(
                 [node], "fold", [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(c.dtype), c.shape)
