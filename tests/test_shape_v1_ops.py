@@ -7,7 +7,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from nnbuild import codegen
+from conftest import needs_avr
+from nnbuild import codegen, pipeline, wcet
 from nnbuild.codegen import cnn, v1
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
@@ -77,3 +78,34 @@ def test_grouped_conv_entries_carry_the_group_fields():
     index_of = {a["symbol"]: i for i, a in enumerate(lowered["arrays"])}
     (e,) = v1.entries_of(lowered["ops"][0], index_of)
     assert (e["cg"], e["og"], e["cb"], e["gi"]) == (2, 3, 0, 0)
+
+
+@pytest.mark.e2e
+@needs_avr
+def test_avr_runs_the_new_operations_within_the_wcet_bound(tmp_path):
+    """v2's AVR DAG of new operations, plus an elu unary (LRN stays out: avr-libc's pow has a loop
+    the builtin WCET analysis cannot bound), in shape v1 on the ATmega1284: simavr equals the reference and the WCET bound (indirect
+    calls resolved by the flow facts) covers every measured run."""
+    def f32(*shape):
+        return np.random.default_rng(8).normal(size=shape).astype(np.float32)
+
+    layers = [g.Conv2D("dw", f32(3, 3, 1, 4), f32(4), (1, 1), (1, 1), (1, 1, 1, 1), "relu", groups=4),
+              g.Pad("pad", ((1, 0), (0, 1), (0, 0)), "reflect"),
+              g.Transpose("chw", (2, 0, 1)),
+              g.Resize("up", (4, 7, 5), (1, 1.4, 1.0), "linear"),
+              g.Unary("el", "elu", (0.7,)),
+              g.Reduce("mean", "mean", (1, 2), False),
+              g.Elementwise("scale", "mul", ((1, f32(4)),), "linear"),
+              g.Softmax("soft", 0)]
+    m = g.Model("avr_v1_ops", (5, 4, 4), layers)
+    board = pipeline.load_board("avr")
+    program, harness = pipeline.build_check_program(m, board, tmp_path, shape="v1", passes_log=[])
+    x = inputs(m, 3)
+    y, cycles = pipeline.run_cases(board, program, x.reshape(3, -1), m.output_size, entry="avr_v1_ops_infer",
+                                   harness=harness)
+    want = reference.run(m, x).reshape(3, -1)
+    assert np.max(np.abs(y - want)) <= 1e-5
+    bound = wcet.analyze(board, program, "avr_v1_ops_infer", tmp_path / "gen" / "avr_v1_ops.flowfacts.json",
+                         tmp_path)
+    assert bound.cycles >= max(cycles)
+    print(f"avr_v1_ops: WCET {bound.cycles} cycles, measured max {max(cycles)}")

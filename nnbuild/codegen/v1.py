@@ -169,7 +169,7 @@ def entries_of(op, index_of, int_index_of=None):
 
 
 #: fields of struct nn_layer that are 8 bits wide (the others are 16 bits)
-BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode")
+BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "n_opd")
 #: scalar fields written in the initializer (unsigned, 16 bits unless in BYTE_FIELDS)
 SCALARS = ("h", "w", "c", "oh", "ow", "oc", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "k",
            "cg", "og", "cb", "gi", "o0", "rows", "n", "outer", "chunk", "total", "at", "inner", "n_opd") + \
