@@ -177,6 +177,7 @@ def more_cases(rng):
         ("gemm_o7_scalar_c", [node("Gemm", ["x", "w", "c"], beta=0.5)], [1, 6],
          [("w", f32(rng, 6, 4)), ("c", fl(0.3))], 7, False),
         ("gemm_o11_no_c", [node("Gemm", ["x", "w"], transB=1)], [1, 6], [("w", f32(rng, 3, 6))], 11, False),
+        ("matmul_constant_first_o13", [node("MatMul", ["m", "x"])], [1, 2, 5, 3], [("m", f32(rng, 4, 5))], 13, False),
         ("matmul_2d_o9", [node("MatMul", ["x", "w"])], [1, 6], [("w", f32(rng, 6, 3))], 9, False),
         ("add_o7", [node("Add", ["x", "c"])], [1, 2, 3], [("c", f32(rng, 2, 1))], 7, False),
         ("mul_broadcast_o14", [node("Mul", ["x", "c"])], [1, 3, 4], [("c", f32(rng, 1, 1, 4))], 14, False),
@@ -264,7 +265,7 @@ AFTER_CONV = ("add_broadcast", "sub_const_first", "max3", "mean2", "transpose", 
               "reduce_sum_o11_attr", "reduce_prod_o18_axes", "reduce_mean_all_o13", "softmax_o11_axis2_rank4",
               "softmax_o13_negative", "gather_scalar_negative_axis", "gather_o11_channels", "gather_elements_o11",
               "pad_o13_edge_4d", "pad_o18_axes", "slice_o9_attr", "concat_three_o11", "maxpool_ceil_pads_o12",
-              "conv1d", "reshape_zero_minus1_o13", "tile_o6", "pad_o21_constant_value")
+              "conv1d", "reshape_zero_minus1_o13", "tile_o6", "pad_o21_constant_value", "matmul_constant_first_o13")
 
 
 def after_conv(case, rng):
@@ -299,7 +300,8 @@ C_CASES = ("conv_pads_stride_o13", "conv_groups_dilation", "conv1d", "avgpool_ex
            "resize_o19_half_pixel_symmetric", "upsample_o7_attr", "transpose_output_o13", "add_broadcast_after_conv",
            "pad_o18_axes_after_conv", "gather_elements_o11_after_conv", "reduce_prod_o18_axes_after_conv",
            "softmax_o13_negative_after_conv", "concat_three_o11_after_conv", "slice_o9_attr_after_conv",
-           "tile_after_conv", "squeeze_unsqueeze_o11_after_conv")
+           "tile_after_conv", "squeeze_unsqueeze_o11_after_conv", "matmul_constant_first_o13",
+           "matmul_constant_first_o13_after_conv")
 
 
 def inputs_for(shape, positive, seed):

@@ -678,8 +678,12 @@ class _Converter:
         self._dense(node, src, shape, kernel, bias)
 
     def op_MatMul(self, node, a, inputs, consts):
+        if consts[0] is not None and consts[1] is None:
+            self._matmul_left(node, inputs, np.asarray(consts[0], np.float32))
+            return
         if consts[1] is None or consts[0] is not None:
-            raise Problem("a product of two computed tensors (only x times a constant matrix)")
+            raise Problem("a product of two computed tensors (only one operand computed, the other a constant "
+                          "matrix)")
         b = np.asarray(consts[1], np.float32)
         if b.ndim != 2:
             raise Problem(f"constant of rank {b.ndim} (a matrix only)")
@@ -688,6 +692,20 @@ class _Converter:
             src, shape = self.tensor(inputs[0], node)
             perm = _identity(len(perm))
         self._dense(node, src, shape, b, None, perm)
+
+    def _matmul_left(self, node, inputs, m):
+        """A @ x with A a constant matrix: a Dense of kernel A^T over x's axis -2, which the IR
+        holds last (x^T A^T = (A x)^T; the layout records the swap, no data moves twice)."""
+        if m.ndim != 2:
+            raise Problem(f"constant of rank {m.ndim} (a matrix only)")
+        src, shape, perm = self.tensor_any(inputs[1])
+        r = len(perm)
+        if r < 2:
+            raise Problem("a constant times a vector per sample would contract the batch axis")
+        if perm[-1] != r - 2:
+            perm = tuple(range(r - 2)) + (r - 1, r - 2)
+            src, shape = self.held(inputs[1], perm, node)
+        self._dense(node, src, shape, m.T, None, perm)
 
     # ----------------------------------------------------------------------- shape ops
 
