@@ -1,14 +1,24 @@
 """ONNX front-end: a model.onnx (opsets 7 to 21, and opset 6 with its legacy broadcast attributes) read with the `onnx` package into the IR.
 
 Semantics are ONNX's, mapped exactly:
+* the model is checked by onnx.checker and run through onnx's shape inference; every shape the
+  loader computes is cross-checked against the inferred one where that is static;
 * the batch axis (size 1, symbolic, or a static N whose samples no operator mixes) is dropped: the
-  generated function is one sample, in ONNX element order (N, C, H, W -> C*H*W values, row-major);
-* tensors stay in ONNX order, except around the IR's channels-last layers (Conv, pooling,
-  BatchNormalization, LRN): the loader wraps them in Transpose layers, and `fold_layout` then removes
-  every transpose pair that cancels across element-wise layers and folds a transpose feeding
-  Flatten/Reshape -> Dense into the Dense kernel's row order;
+  generated function is one sample, in ONNX element order (N, C, H, W -> C*H*W values, row-major),
+  and so is its output;
+* layout: the IR holds every ONNX tensor either in ONNX order or as a permutation of it (recorded
+  per tensor). The IR's channels-last layers (Conv, pooling: (H, W, C); BatchNormalization, LRN:
+  channels on the last axis) get their input channels-last through a Transpose layer only when
+  it is not already, and leave their output channels-last; layout-agnostic ops (element-wise with
+  broadcast constants permuted to match, reductions, softmax, concat, gather, pad, slice, tile,
+  resize, squeeze/unsqueeze, MatMul on a kept last axis) map their axes through the permutation
+  instead of converting; an ONNX Transpose only changes the recorded permutation. Ops that need
+  ONNX order (Reshape, Flatten, Gemm, the graph output) convert once per tensor. `fold_layout` then
+  folds a Transpose feeding Flatten/Reshape -> Dense into the Dense kernel's row order and removes
+  transpose pairs that cancel;
 * initializers, Constant nodes and integer side computations on static shapes (Shape -> Gather ->
-  Concat -> Reshape chains of PyTorch exports) are folded at load with onnx's reference evaluator.
+  Concat -> Reshape chains of PyTorch exports) are folded at load with onnx's reference evaluator
+  (sizes bounded before evaluating: the file is untrusted input; external data is not read).
 Anything else is refused in one line naming the node and its op.
 """
 
