@@ -46,6 +46,7 @@ FORMATS: Tuple[Format, ...] = (
            "ACETONE JSON (acetone-nnet's JSON_from_keras_model): a .json told from keras-json by its content"),
     Format("nnet", (".nnet",), "nnbuild.frontends.nnet",
            "NNet text (ACAS Xu, Reluplex), with its input and output normalisation"),
+    Format("nnef", (".nnef",), "nnbuild.frontends.nnef_text", "NNEF 1.0 text graph + .dat tensors (a *.nnef folder)"),
 )
 
 #: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).

@@ -1,0 +1,345 @@
+"""NNEF front-end (nnbuild.frontends.nnef_text): parser, .dat reader, NNEF -> ONNX translation
+checked with onnxruntime, and the whole load through the IR reference."""
+
+import importlib.util
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import shared_file
+from nnbuild import frontends
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import nnef_text as nnef
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+KERAS_GOLDEN = [-6.00199, -5.559069, 0.39786, 4.619772, -4.041964, 3.950669, -11.660199, -2.545813,
+                -0.092761, -1.698758]
+
+
+def one_line(exc):
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+def session(proto):
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def run(proto, x):
+    s = session(proto)
+    return s.run(None, {s.get_inputs()[0].name: x})[0]
+
+
+def write_model(folder, text, tensors=None):
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "graph.nnef").write_text(text)
+    for label, array in (tensors or {}).items():
+        path = folder / f"{label}.dat"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(nnef.dat_bytes(array))
+    return folder
+
+
+# ------------------------------------------------------------------------------------- parser
+
+def test_parse_header_statements_and_literals():
+    g = nnef.parse("""version 1.0;  # comment
+extension tensor_ops, other;
+graph net(a, b) -> (y, z)
+{
+    a = external<scalar>(shape = [1, 3]);   # trailing comment
+    b = external(shape = [1, 3]);
+    [y, z] = split(a, axis = 1, ratios = [1, 2], f = -1.5e-2, s = "dq", t = 'sq',
+                   ok = true, no = false, pads = [(0, 1), (2, 3)], nested = [[1], []]);
+}
+""")
+    assert (g.name, g.inputs, g.outputs, g.extensions) == ("net", ["a", "b"], ["y", "z"], ["tensor_ops", "other"])
+    st = g.statements[2]
+    assert st.outputs == ["y", "z"] and st.op == "split" and st.args == [nnef.Ref("a")]
+    assert st.kwargs == {"axis": 1, "ratios": [1, 2], "f": -1.5e-2, "s": "dq", "t": "sq", "ok": True,
+                         "no": False, "pads": [(0, 1), (2, 3)], "nested": [[1], []]}
+    assert g.statements[0].dtype == "scalar" and g.statements[1].dtype is None
+    assert (st.line, st.column) == (7, 14)
+
+
+def test_parse_tuple_lhs():
+    g = nnef.parse("version 1.0; graph g(x) -> (y) { (y, z) = f(x); }")
+    assert g.statements[0].outputs == ["y", "z"]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("version 1.0;\ngraph g(x) -> (y)\n{\n  y = relu(x)\n}", "line 5:1"),
+    ("version 1.0;\ngraph g(x) -> (y) {\n  y = relu(x, $);\n}", "line 3:15"),
+    ("version 2.0; graph g(x) -> (y) {}", "line 1:9"),
+    ("graph g(x) -> (y) {}", "line 1:1"),
+    ("version 1.0; graph g(x) -> (y) { y = f(x, a = 1, x); }", "line 1:50"),
+    ("version 1.0; graph g(x) -> (y) { y = f(x);", "line 1:43"),
+    ("version 1.0; fragment f() -> () {}", "line 1:14"),
+])
+def test_syntax_errors_are_one_line_with_position(tmp_path, text, where):
+    folder = write_model(tmp_path / "bad.nnef", text)
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    message = one_line(exc)
+    assert where in message and "syntax error" in message
+
+
+def test_deep_nesting_refused():
+    with pytest.raises(nnef.ParseError, match="nested deeper"):
+        nnef.parse("version 1.0; graph g(x) -> (y) { y = f(x, a = " + "[" * 100 + "]" * 100 + "); }")
+
+
+# ------------------------------------------------------------------------------------ .dat files
+
+def test_dat_round_trip(tmp_path):
+    array = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
+    path = tmp_path / "t.dat"
+    path.write_bytes(nnef.dat_bytes(array))
+    assert path.stat().st_size == 128 + 24 * 4
+    back = nnef.read_dat(path, (2, 3, 4))
+    assert back.dtype == np.float32 and np.array_equal(back, array)
+    assert len(nnef.dat_bytes(np.zeros((1, 6)))) == 152
+
+
+def _refused(tmp_path, data, shape=None):
+    path = tmp_path / "t.dat"
+    path.write_bytes(data)
+    with pytest.raises(NNBuildError) as exc:
+        nnef.read_dat(path, shape)
+    return one_line(exc)
+
+
+def test_dat_truncated(tmp_path):
+    data = nnef.dat_bytes(np.ones((2, 3)))
+    assert "truncated" in _refused(tmp_path, data[:-1])
+    assert "truncated" in _refused(tmp_path, data[:50])
+    assert "trailing" in _refused(tmp_path, data + b"\0")
+
+
+def test_dat_wrong_magic_and_version(tmp_path):
+    data = bytearray(nnef.dat_bytes(np.ones(3)))
+    data[1] = 0xEE
+    assert "magic" in _refused(tmp_path, bytes(data))
+    data = bytearray(nnef.dat_bytes(np.ones(3)))
+    data[2] = 2
+    assert "version 2.0" in _refused(tmp_path, bytes(data))
+
+
+@pytest.mark.parametrize("bits, code", [(8, 1), (16, 0), (64, 0), (32, 4), (32, 2), (1, 5)])
+def test_dat_non_float32_refused(tmp_path, bits, code):
+    data = bytearray(nnef.dat_bytes(np.ones(4)))
+    struct.pack_into("<II", data, 44, bits, code)
+    assert "32-bit float only" in _refused(tmp_path, bytes(data))
+
+
+def test_dat_shape_mismatch_and_huge(tmp_path):
+    assert "declared" in _refused(tmp_path, nnef.dat_bytes(np.ones((2, 3))), (3, 2))
+    data = bytearray(nnef.dat_bytes(np.ones(4)))
+    struct.pack_into("<I", data, 8, 9)
+    assert "rank 9" in _refused(tmp_path, bytes(data))
+    data = bytearray(nnef.dat_bytes(np.ones(4)))
+    struct.pack_into("<II", data, 12, 1 << 30, 1 << 30)
+    struct.pack_into("<I", data, 8, 2)
+    assert "too large" in _refused(tmp_path, bytes(data))
+
+
+def test_dat_nan_refused(tmp_path):
+    assert "NaN" in _refused(tmp_path, nnef.dat_bytes(np.array([1.0, np.nan])))
+
+
+# ------------------------------------------------------------------------------ labels, errors
+
+@pytest.mark.parametrize("label", ["../w", "/etc/passwd", "a/../../w", "", "a\\b", "./w"])
+def test_labels_stay_inside_the_folder(tmp_path, label):
+    folder = write_model(tmp_path / "m.nnef", "version 1.0; graph g(x) -> (y) {\n"
+                         "x = external(shape = [1, 2]);\n"
+                         f"w = variable(shape = [1, 2], label = '{label}');\n y = add(x, w); }}")
+    (tmp_path / "w.dat").write_bytes(nnef.dat_bytes(np.ones((1, 2))))
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    assert "label" in one_line(exc)
+
+
+def test_sub_folder_label_and_dependencies(tmp_path):
+    folder = write_model(tmp_path / "m.nnef", "version 1.0; graph g(x) -> (y) {\n"
+                         "x = external(shape = [1, 2]);\n"
+                         "w = variable(shape = [1, 2], label = 'sub/w');\n y = add(x, w); }",
+                         {"sub/w": np.array([[1.0, 2.0]])})
+    assert np.allclose(run(nnef.to_onnx(folder), np.zeros((1, 2), np.float32)), [[1, 2]])
+    deps = nnef.implicit_dependencies(folder)
+    assert deps == [str(folder / "graph.nnef"), str(folder / "sub" / "w.dat")]
+    assert frontends.implicit_dependencies(folder) == deps
+
+
+def test_unknown_op_named_in_one_line(tmp_path):
+    folder = write_model(tmp_path / "m.nnef", "version 1.0; graph g(x) -> (y) {\n"
+                         "x = external(shape = [1, 2]);\n  y = frobnicate(x); }")
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    assert "line 3:7: frobnicate: unsupported NNEF operation" in one_line(exc)
+
+
+def test_non_scalar_external_refused(tmp_path):
+    folder = write_model(tmp_path / "m.nnef", "version 1.0; graph g(x) -> (y) {\n"
+                         "x = external<integer>(shape = [1, 2]);\n  y = copy(x); }")
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    assert "<integer>" in one_line(exc)
+
+
+def test_format_registered():
+    assert frontends.format_for("x/lenet5.nnef").module == "nnbuild.frontends.nnef_text"
+
+
+# ------------------------------------------------------------------------- op translation (ORT)
+
+def test_ops_against_numpy(tmp_path):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 4)).astype(np.float32)
+    mean, var = rng.standard_normal((1, 4)), rng.random((1, 4)) + 0.5
+    folder = write_model(tmp_path / "ops.nnef", """version 1.0;
+graph ops(x) -> (y, s, t, c, u)
+{
+    x = external<scalar>(shape = [1, 3, 6, 6]);
+    w = variable<scalar>(shape = [4, 3, 3, 3], label = 'w');
+    b = variable<scalar>(shape = [1, 4], label = 'b');
+    m = variable<scalar>(shape = [1, 4], label = 'm');
+    v = variable<scalar>(shape = [1, 4], label = 'v');
+    c = conv(x, w, b, padding = [], stride = [1, 1]);
+    bn = batch_normalization(c, m, v, epsilon = 0.001);
+    a = add(bn, b);
+    r = clamp(a, -1.0, 2.0);
+    p = avg_pool(r, size = [1, 1, 3, 3], stride = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (1, 1), (1, 1)], border = 'ignore');
+    q = box(r, size = [1, 1, 2, 2], stride = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (0, 0), (0, 0)]);
+    s = sigmoid(q);
+    t = transpose(p, axes = [0, 2, 3, 1]);
+    f = reshape(t, shape = [0, -1]);
+    y = softmax(f, axes = [1]);
+    r2 = reshape(r, shape = [4, 36], axis_start = 1, axis_count = 3);
+    r3 = squeeze(r2, axes = [0]);
+    u = unsqueeze(r3, axes = [1]);
+}
+""",
+        {"w": w, "b": b, "m": mean, "v": var})
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    proto = nnef.to_onnx(folder)
+    s = session(proto)
+    y, sig, t, c, u = s.run(None, {"x": x})
+    # numpy reference
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((1, 4, 6, 6))
+    for i in range(6):
+        for j in range(6):
+            conv[0, :, i, j] = np.tensordot(w, xp[0, :, i:i + 3, j:j + 3], axes=3)
+    conv += b.reshape(1, 4, 1, 1)
+    assert np.allclose(c, conv, atol=1e-4)
+    bn = (conv - mean.reshape(1, 4, 1, 1)) / np.sqrt(var.reshape(1, 4, 1, 1) + 0.001)
+    r = np.clip(bn + b.reshape(1, 4, 1, 1), -1, 2)
+    box = r.reshape(1, 4, 3, 2, 3, 2).sum(axis=(3, 5))
+    assert np.allclose(sig, 1 / (1 + np.exp(-box)), atol=1e-5)
+    rp = np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ones = np.pad(np.ones((6, 6)), 1)
+    pool = np.zeros((1, 4, 3, 3))
+    for i in range(3):
+        for j in range(3):
+            win = (slice(2 * i, 2 * i + 3), slice(2 * j, 2 * j + 3))
+            pool[0, :, i, j] = rp[0, :, win[0], win[1]].sum(axis=(1, 2)) / ones[win].sum()
+    assert np.allclose(t, pool.transpose(0, 2, 3, 1), atol=1e-5)
+    flat = pool.transpose(0, 2, 3, 1).reshape(1, -1)
+    e = np.exp(flat - flat.max())
+    assert np.allclose(y, e / e.sum(), atol=1e-6)
+    assert np.allclose(u, r.reshape(4, 1, 36), atol=1e-5)
+
+
+def test_linear_matmul_and_trailing_broadcast(tmp_path):
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 5)).astype(np.float32)
+    folder = write_model(tmp_path / "lin.nnef", """version 1.0;
+graph lin(x) -> (y, z, k)
+{
+    x = external(shape = [2, 3]);
+    w = variable(shape = [5, 3], label = 'w');
+    b = variable(shape = [1, 5], label = 'b');
+    y = linear(x, w, b);
+    z = matmul(x, w, transposeB = true);
+    z2 = mul(z, 2.0);
+    z3 = sub(1.0, z);
+    k = concat([y, z2, z3], axis = 1);
+}
+""",
+        {"w": w, "b": b})
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    y, z, k = session(nnef.to_onnx(folder)).run(None, {"x": x})
+    assert np.allclose(y, x @ w.T + b, atol=1e-5)
+    assert np.allclose(z, x @ w.T, atol=1e-5)
+    assert np.allclose(k, np.concatenate([y, 2 * z, 1 - z], axis=1), atol=1e-5)
+    # NNEF broadcast: a [1, 4] bias on [1, 4, 2, 2] means [1, 4, 1, 1]
+    folder = write_model(tmp_path / "bc.nnef", """version 1.0;
+graph bc(x) -> (y) { x = external(shape = [1, 4, 2, 2]); c = variable(shape = [1, 4], label = 'c');
+  y = add(x, c); }""", {"c": np.arange(4, dtype=np.float32).reshape(1, 4)})
+    x = np.zeros((1, 4, 2, 2), np.float32)
+    assert np.allclose(run(nnef.to_onnx(folder), x), np.arange(4).reshape(1, 4, 1, 1) + x)
+
+
+# --------------------------------------------------------------------------------- real files
+
+def test_lenet5_matches_onnx():
+    folder = shared_file("data", "nnef", "lenet5.nnef")
+    golden = shared_file("data", "nnef", "lenet5.onnx")
+    proto = nnef.to_onnx(folder)
+    onnx.checker.check_model(proto)
+    x = np.random.default_rng(0).standard_normal((1, 1, 32, 32)).astype(np.float32)
+    ref = ort.InferenceSession(str(golden), providers=["CPUExecutionProvider"])
+    expected = ref.run(None, {ref.get_inputs()[0].name: x})[0]
+    assert np.abs(run(proto, x) - expected).max() <= 1e-6 * np.abs(expected).max()
+    deps = nnef.implicit_dependencies(folder)
+    assert deps[0] == str(folder / "graph.nnef") and len(deps) == 11
+    assert nnef.implicit_dependencies(folder / "graph.nnef") == deps
+
+
+def test_cnn_max_mnist2_matches_keras_golden():
+    folder = shared_file("data", "nnef", "cnn_max_mnist2.nnef")
+    x = (np.arange(784) % 17 / 16).reshape(1, 28, 28, 1).astype(np.float32)
+    y = run(nnef.to_onnx(folder), x)
+    assert np.allclose(y.reshape(-1), KERAS_GOLDEN, atol=1e-4)
+    assert int(np.argmax(y)) == 3
+
+
+def _needs_convert():
+    if importlib.util.find_spec("nnbuild.frontends.onnx_graph") is None:
+        pytest.skip("nnbuild.frontends.onnx_graph is not there")
+    from nnbuild.frontends import onnx_graph
+    if not hasattr(onnx_graph, "convert"):
+        pytest.skip("nnbuild.frontends.onnx_graph.convert is not there yet")
+
+
+def test_lenet5_through_ir_reference():
+    _needs_convert()
+    from nnbuild.ir import reference
+    folder = shared_file("data", "nnef", "lenet5.nnef")
+    golden = shared_file("data", "nnef", "lenet5.onnx")
+    model = frontends.load(folder)
+    assert model.name == "lenet5"
+    assert frontends.load(folder / "graph.nnef").name == "lenet5"
+    x = np.random.default_rng(1).standard_normal((1, 1, 32, 32)).astype(np.float32)
+    ref = ort.InferenceSession(str(golden), providers=["CPUExecutionProvider"])
+    expected = ref.run(None, {ref.get_inputs()[0].name: x})[0].reshape(-1)
+    y = np.asarray(reference.run(model, x[0])).reshape(-1)
+    assert np.abs(y - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_cnn_max_mnist2_through_ir_reference():
+    _needs_convert()
+    from nnbuild.ir import reference
+    model = frontends.load(shared_file("data", "nnef", "cnn_max_mnist2.nnef"))
+    x = (np.arange(784) % 17 / 16).reshape(28, 28, 1)
+    y = np.asarray(reference.run(model, x)).reshape(-1)
+    assert np.allclose(y, KERAS_GOLDEN, atol=1e-4)
