@@ -36,24 +36,25 @@ def build(tmp_path, m, precision="float32"):
     return out, exe
 
 
+@pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case):
+def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case, precision):
     m = CASES[case]
     g.validate(m)
     if case in REFUSED:
         with pytest.raises(NNBuildError) as info:
-            build(tmp_path, m)
+            build(tmp_path, m, precision)
         text = str(info.value)
         assert "\n" not in text and any(f"'{layer.name}'" in text for layer in m.layers), text
         return
-    out, exe = build(tmp_path, m)
+    out, exe = build(tmp_path, m, precision)
     x = inputs(m)
     y = native.run_cases(exe, x.reshape(len(x), -1), m.output_size)
-    want = reference.run(m, x.astype(np.float32)).reshape(len(x), -1)
+    want = reference.run(m, x.astype(np.float64 if precision == "float64" else np.float32)).reshape(len(x), -1)
     assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), case
     code = (out / f"{m.name}.c").read_text()
     assert "malloc" not in code and "while" not in code
-    assert "(shape v1, float32)" in code
+    assert f"(shape v1, {precision})" in code
     # every computing layer has at least one table entry (none dropped)
     for layer in m.layers:
         assert f"'{layer.name}'" in code, (case, layer.name)
@@ -83,9 +84,9 @@ def test_grouped_conv_entries_carry_the_group_fields():
 @pytest.mark.e2e
 @needs_avr
 def test_avr_runs_the_new_operations_within_the_wcet_bound(tmp_path):
-    """v2's AVR DAG of new operations, plus an elu unary (LRN stays out: avr-libc's pow has a loop
-    the builtin WCET analysis cannot bound), in shape v1 on the ATmega1284: simavr equals the reference and the WCET bound (indirect
-    calls resolved by the flow facts) covers every measured run."""
+    """v2's AVR DAG of new operations plus an elu unary (LRN stays out: avr-libc's pow has a loop the
+    builtin WCET analysis cannot bound), in shape v1 on the ATmega1284: simavr equals the reference
+    and the WCET bound (indirect calls resolved by the flow facts) covers every measured run."""
     def f32(*shape):
         return np.random.default_rng(8).normal(size=shape).astype(np.float32)
 

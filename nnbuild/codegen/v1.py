@@ -7,12 +7,12 @@ the trace maps each model layer to its table entries."""
 
 import re
 
-from nnbuild.codegen import cnn, templating
+from nnbuild.codegen import cnn, common, templating
 from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32",)
+PRECISIONS = ("float32", "float64")
 
 
 KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax",
@@ -185,7 +185,7 @@ def _check(e, key, value, low, high, bits):
                            "large for v1 (use v2)", item=e["comment"])
 
 
-def initializer(e, max_src, max_opd=1):
+def initializer(e, max_src, max_opd=1, sfx="f"):
     for key, value in list(e.items()) + [("offset", o) for _, o in e["src"] + [e["dst"]]]:
         if key in SIGNED or key in FLOATS or key == "opd":
             continue
@@ -211,7 +211,7 @@ def initializer(e, max_src, max_opd=1):
             fields.append(f".{key} = {{{', '.join(str(v) for v in e[key])}}}")
     for key in FLOATS:
         if e.get(key):
-            fields.append(f".{key} = {float_literal(e[key])}")
+            fields.append(f".{key} = {float_literal(e[key]) if sfx else float_literal(e[key])[:-1]}")
     if e.get("opd"):
         opds = [f"{{{b}u, {off}u, {{{', '.join(f'{s}u' for s in st)}}}}}" for b, off, st in e["opd"]]
         fields.append(f".opd = {{{', '.join(opds)}}}")
@@ -221,7 +221,6 @@ def initializer(e, max_src, max_opd=1):
 
 
 def render(model, *, precision, storage, passes_log, **_options):
-    cnn.check_precision(precision, "v1")
     lowered = cnn.lower(model, storage)
     floats = [a for a in lowered["arrays"] if not a.get("ctype", "").startswith("int")]
     ints = [a for a in lowered["arrays"] if a.get("ctype", "").startswith("int")]
@@ -231,7 +230,7 @@ def render(model, *, precision, storage, passes_log, **_options):
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
     for e in entries:
-        e["init"] = initializer(e, max_src, max_opd)
+        e["init"] = initializer(e, max_src, max_opd, common.REALS[precision][1])
     bounds = {k: {f: max([int(e.get(f, 0)) for e in entries if e["kernel"] == k], default=0) for f in FIELDS}
               for k in KERNELS}
     for k in bounds:  # loops of kernels no entry uses keep a bound of 0 (never entered)
@@ -247,6 +246,8 @@ def render(model, *, precision, storage, passes_log, **_options):
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
     kinds = {e["kernel"] for e in entries}
     ctx["apply"] = bool(kinds & APPLY)
+    ctx.update(kinds=kinds, nd=bool(kinds & {"move", "broadcast", "reduce", "resample"}),
+               strided=bool(kinds & {"move", "reduce", "resample"}), tabled=bool(kinds & {"move", "resample"}))
     if kinds & {"move", "resample"}:
         ctx["int_reads"] = sorted(set(ctx["int_reads"]) | {16})
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
