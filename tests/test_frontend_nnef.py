@@ -343,3 +343,99 @@ def test_cnn_max_mnist2_through_ir_reference():
     x = (np.arange(784) % 17 / 16).reshape(28, 28, 1)
     y = np.asarray(reference.run(model, x)).reshape(-1)
     assert np.allclose(y, KERAS_GOLDEN, atol=1e-4)
+
+
+@pytest.mark.parametrize("op, fn", [
+    ("relu(x)", lambda x: np.maximum(x, 0)),
+    ("elu(x, alpha = 0.5)", lambda x: np.where(x > 0, x, 0.5 * (np.exp(x) - 1))),
+    ("leaky_relu(x, alpha = 0.1)", lambda x: np.where(x > 0, x, 0.1 * x)),
+    ("tanh(x)", np.tanh),
+    ("exp(x)", np.exp),
+    ("abs(x)", np.abs),
+    ("neg(x)", np.negative),
+    ("copy(x)", lambda x: x),
+    ("sqrt(abs(x))", None),
+    ("max(x, 0.25)", lambda x: np.maximum(x, 0.25)),
+    ("div(x, 4.0)", lambda x: x / 4),
+    ("clamp(x, -0.5, 0.5)", lambda x: np.clip(x, -0.5, 0.5)),
+])
+def test_elementwise(tmp_path, op, fn):
+    if fn is None:  # NNEF has no nested invocations: a syntax error with its position
+        folder = write_model(tmp_path / "e.nnef", f"version 1.0; graph e(x) -> (y) {{ x = external(shape = [2, 3]); y = {op}; }}")
+        with pytest.raises(NNBuildError, match="syntax error at line 1:"):
+            nnef.to_onnx(folder)
+        return
+    folder = write_model(tmp_path / "e.nnef", f"version 1.0; graph e(x) -> (y) {{ x = external(shape = [2, 3]); y = {op}; }}")
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    assert np.allclose(run(nnef.to_onnx(folder), x), fn(x), atol=1e-6)
+
+
+def test_depthwise_conv_auto_padding_and_max_pool(tmp_path):
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    folder = write_model(tmp_path / "dw.nnef", """version 1.0;
+graph dw(x) -> (y, p)
+{
+    x = external(shape = [1, 2, 5, 5]);
+    w = variable(shape = [2, 1, 3, 3], label = 'w');
+    y = conv(x, w, 0.0, groups = 0, stride = [2, 2]);
+    p = max_pool(x, size = [1, 1, 2, 2], stride = [1, 1, 2, 2], border = 'ignore');
+}
+""", {"w": w})
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    y, p = session(nnef.to_onnx(folder)).run(None, {"x": x})
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))   # same: total pad 2 -> 1 before, 1 after
+    expected = np.array([[[[np.sum(xp[0, c, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[c, 0]) for j in range(3)]
+                           for i in range(3)] for c in range(2)]])
+    assert np.allclose(y, expected, atol=1e-5)
+    xq = np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 1)), constant_values=-np.inf)
+    assert np.allclose(p, xq.reshape(1, 2, 3, 2, 3, 2).max(axis=(3, 5)))
+
+
+@pytest.mark.parametrize("line, message", [
+    ("y = max_pool(x, size = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (1, 1), (1, 1)]);", "border 'constant'"),
+    ("y = avg_pool(x, size = [2, 1, 2, 2]);", "batch and channel"),
+    ("y = softmax(x, axes = [1, 2]);", "several axes"),
+    ("y = elu(x, alpha = 'a');", "'alpha' must be a number"),
+    ("y = mul(x, 1e300);", "float32"),
+    ("y = relu(z);", "'z' is used before"),
+    ("x = relu(x);", "assigned twice"),
+    ("y = reshape(x, shape = [-1, -1]);", "not valid"),
+    ("y = transpose(x, axes = [0, 0]);", "permutation"),
+])
+def test_translation_refusals(tmp_path, line, message):
+    folder = write_model(tmp_path / "r.nnef", "version 1.0; graph r(x) -> (y) {\n"
+                         f"x = external(shape = [1, 2, 4, 4]);\n{line}\n}}")
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    text = one_line(exc)
+    assert message in text and "line 3:" in text
+
+
+def test_mutated_graphs_fail_in_one_line(tmp_path):
+    """Random edits of the real LeNet graph: either a model or one NNBuildError line, nothing else."""
+    import random
+    import shutil
+    src = shared_file("data", "nnef", "lenet5.nnef")
+    folder = tmp_path / "f.nnef"
+    shutil.copytree(src, folder)
+    text = (src / "graph.nnef").read_text()
+    rng = random.Random(0)
+    pieces = ["(", ")", "[", "]", ",", ";", "=", "-", "0", "-1", "1.5", "true", "'x'", "foo", "groups = 0",
+              "padding = []", "axes = [1, 0]", "99999999999", "label = '../x'"]
+    for _ in range(200):
+        chars = list(text)
+        for _ in range(rng.randint(1, 4)):
+            k = rng.randrange(len(chars))
+            roll = rng.random()
+            if roll < 0.3:
+                del chars[k]
+            elif roll < 0.6:
+                chars[k] = rng.choice(pieces)
+            else:
+                chars.insert(k, rng.choice(pieces))
+        (folder / "graph.nnef").write_text("".join(chars))
+        try:
+            nnef.to_onnx(folder)
+        except NNBuildError as exc:
+            assert "\n" not in str(exc)

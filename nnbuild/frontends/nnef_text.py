@@ -473,7 +473,7 @@ class _Translator:
             return value.name
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _Refuse(f"{what} must be a tensor or a number")
-        return self.const(float(value))
+        return self.const(self.number(value, what))
 
     def shape(self, name) -> Tuple[int, ...]:
         if name not in self.shapes:
@@ -520,6 +520,13 @@ class _Translator:
         if len(self.shape(a)) < rb:
             return pad(a, ra, rb), b
         return a, pad(b, rb, ra)
+
+    @staticmethod
+    def number(value, what):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not abs(value) <= float(np.finfo(np.float32).max)):
+            raise _Refuse(f"'{what}' must be a number float32 can hold")
+        return float(value)
 
     @staticmethod
     def ints(value, what, length=None):
@@ -601,9 +608,9 @@ class _Translator:
             a, b = self.trailing(a, b)
             self.node(_BINARY[op], [a, b], [out])
         elif op == "elu":
-            self.node("Elu", [self.tensor(arg(0, "x"))], [out], alpha=float(arg(1, "alpha", 1.0)))
+            self.node("Elu", [self.tensor(arg(0, "x"))], [out], alpha=self.number(arg(1, "alpha", 1.0), "alpha"))
         elif op == "leaky_relu":
-            self.node("LeakyRelu", [self.tensor(arg(0, "x"))], [out], alpha=float(arg(1, "alpha")))
+            self.node("LeakyRelu", [self.tensor(arg(0, "x"))], [out], alpha=self.number(arg(1, "alpha"), "alpha"))
         elif op == "clamp":
             x, a, b = arg(0, "x"), arg(1, "a"), arg(2, "b")
             if not isinstance(a, Ref) and not isinstance(b, Ref):
@@ -627,7 +634,7 @@ class _Translator:
             x, w = self.tensor(arg(0, "input")), self.tensor(arg(1, "filter"))
             bias = arg(2, "bias", 0.0)
             inputs = [x, w]
-            if not (not isinstance(bias, Ref) and bias == 0.0):
+            if isinstance(bias, Ref) or self.number(bias, "bias") != 0.0:
                 inputs.append(self.vector(bias, "bias"))
             self.node("Gemm", inputs, [out], transB=1)
         elif op == "matmul":
@@ -667,11 +674,9 @@ class _Translator:
                 if isinstance(value, Ref):
                     params.append(self.vector(value, key))
                 else:
-                    params.append(self.const(np.full(channels, float(value))))
-            eps = arg(5, "epsilon")
-            if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-                raise _Refuse("'epsilon' must be a number")
-            self.node("BatchNormalization", [x, params[0], params[1], mean, var], [out], epsilon=float(eps))
+                    params.append(self.const(np.full(channels, self.number(value, key))))
+            eps = self.number(arg(5, "epsilon"), "epsilon")
+            self.node("BatchNormalization", [x, params[0], params[1], mean, var], [out], epsilon=eps)
         else:
             raise _Refuse("unsupported NNEF operation")
         self.defined.add(out)
@@ -694,8 +699,7 @@ class _Translator:
         else:
             value = arg(1, "value")
             values = value if isinstance(value, list) else [value]
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                raise _Refuse("'value' must be numbers")
+            values = [self.number(v, "value") for v in values]
             if len(values) == 1:
                 array = np.full(shape, float(values[0]), dtype=np.float32)
             elif len(values) == count:
@@ -738,11 +742,11 @@ class _Translator:
         else:
             attrs["pads"] = padding
         inputs = [x, w]
-        if isinstance(bias, Ref) or bias != 0.0:
+        if isinstance(bias, Ref) or self.number(bias, "bias") != 0.0:
             if isinstance(bias, Ref):
                 inputs.append(self.vector(bias, "bias"))
             else:
-                inputs.append(self.const(np.full(wshape[0], float(bias))))
+                inputs.append(self.const(np.full(wshape[0], self.number(bias, "bias"))))
         self.node("Conv", inputs, [out], **attrs)
 
     def pool(self, st, arg, out):
