@@ -179,13 +179,68 @@ SIGNED = {"st": (-32768, 32767), "rs": (0, 65535), "ti": (-1, 127), "tw": (-1, 1
 FLOATS = ("fill", "fa", "fb", "fc")
 
 
+#: members of struct nn_layer after `kernel`: (C type, declarators, comment); a member is declared only
+#: when a kernel of the model reads it (`L->name` in the kernel's part of the template)
+MEMBERS = (
+    ("{real} (*act)({real})", ["act"], "activation applied to each result; NULL = linear"),
+    ("struct nn_ref", ["src[{max_src}]", "dst"], "tensors read and written"),
+    ("uint8_t", ["n_src"], "tensors read"),
+    ("uint16_t", ["h", "w", "c"], "input height, width, channels"),
+    ("uint16_t", ["oh", "ow", "oc"], "output height, width, channels"),
+    ("uint8_t", ["kh", "kw", "sh", "sw", "dh", "dw"], "window, stride, dilation"),
+    ("uint8_t", ["pt", "pl"], "padding top, left"),
+    ("uint8_t", ["mode"], "pooling: 0 max, 1 average; broadcast fold; reduction; move: fills"),
+    ("uint16_t", ["k"], "weights per output value"),
+    ("uint16_t", ["o0", "rows"], "first output channel and count (one weight array)"),
+    ("uint16_t", ["n", "outer", "chunk", "total", "at"], "element counts, concatenation blocks, move base"),
+    ("uint16_t", ["cg", "og", "cb", "gi"], "conv2d groups: channels and filters per group, o0's group's first "
+     "channel and place"),
+    ("uint16_t", ["inner"], "axis softmax: distance between the values of a group"),
+    ("uint16_t", ["d0", "d1", "d2", "d3"], "N-d operations: output dims (leading 1s)"),
+    ("uint16_t", ["r0", "r1", "r2", "r3"], "reduce: reduced dims"),
+    ("uint16_t", ["rs[{rank}]"], "reduce: strides of the reduced dims"),
+    ("uint16_t", ["tp0", "tp1", "tp2", "tp3"], "resample: taps per output axis (1: copied axis)"),
+    ("int16_t", ["st[{rank}]"], "N-d: stride / step per output axis"),
+    ("int8_t", ["ti[{rank}]"], "index table per axis (-1: affine)"),
+    ("int8_t", ["tw[{rank}]"], "resample: weight table per axis (-1: copied axis)"),
+    ("{real}", ["fill"], "move: value of the elements a table marks -1"),
+    ("{real}", ["fa", "fb", "fc"], "lrn: bias, alpha / size, beta"),
+    ("uint8_t", ["n_opd"], "broadcast: operand count"),
+    ("struct nn_operand", ["opd[{max_opd}]"], "broadcast: operands"),
+    ("int8_t", ["wi", "bi"], "weight table indices (kernel/scale, bias/offset); -1: none"),
+)
+
+
+def _kernel_reads():
+    """{kernel: member names its part of v1.c.j2 reads}; "apply" for nn_apply."""
+    from pathlib import Path
+    text = (Path(__file__).parent / "templates" / "v1.c.j2").read_text()
+    parts = re.split(r'\{\{ ff\.layer\("kernel_(\w+)"\) \}\}', text)
+    out = {k: set(re.findall(r"L->(\w+)", body)) for k, body in zip(parts[1::2], parts[2::2])}
+    out["apply"] = {"act"}
+    return out
+
+
+def members(kinds, apply, real, max_src, max_opd):
+    """(declarations, member names) of struct nn_layer for the kernels `kinds`."""
+    reads = _kernel_reads()
+    used = set().union(*(reads.get(k, set()) for k in kinds)) | ({"act"} if apply else set()) | {"dst"}
+    decls = []
+    for ctype, names, comment in MEMBERS:
+        keep = [n for n in names if re.match(r"\w+", n).group(0) in used]
+        if keep:
+            decl = (f"{ctype};" if "(*" in ctype else f"{ctype} {', '.join(keep)};").format(real=real, rank=RANK, max_src=max_src, max_opd=max_opd)
+            decls.append(f"{decl:<33} /* {comment} */")
+    return decls, used
+
+
 def _check(e, key, value, low, high, bits):
     if not low <= value <= high:
         raise NNBuildError(f"shape v1 stores '{key}' = {value} in a {bits}-bit table field: the model is too "
                            "large for v1 (use v2)", item=e["comment"])
 
 
-def initializer(e, max_src, max_opd=1, sfx="f"):
+def initializer(e, max_src, max_opd=1, sfx="f", used=None):
     for key, value in list(e.items()) + [("offset", o) for _, o in e["src"] + [e["dst"]]]:
         if key in SIGNED or key in FLOATS or key == "opd":
             continue
@@ -217,6 +272,8 @@ def initializer(e, max_src, max_opd=1, sfx="f"):
         fields.append(f".opd = {{{', '.join(opds)}}}")
     fields.append(f".wi = {e.get('wi', -1)}")
     fields.append(f".bi = {e.get('bi', -1)}")
+    if used is not None:
+        fields = [f for f in fields if re.match(r"\.(\w+)", f).group(1) in used | {"kernel"}]
     return ", ".join(fields)
 
 
@@ -229,8 +286,11 @@ def render(model, *, precision, storage, passes_log, **_options):
     entries = [e for op in lowered["ops"] for e in entries_of(op, index_of, int_index_of)]
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
+    kinds = {e["kernel"] for e in entries}
+    apply = bool(kinds & APPLY)
+    decls, used_members = members(kinds, apply, common.REALS[precision][0], max_src, max_opd)
     for e in entries:
-        e["init"] = initializer(e, max_src, max_opd, common.REALS[precision][1])
+        e["init"] = initializer(e, max_src, max_opd, common.REALS[precision][1], used_members)
     bounds = {k: {f: max([int(e.get(f, 0)) for e in entries if e["kernel"] == k], default=0) for f in FIELDS}
               for k in KERNELS}
     for k in bounds:  # loops of kernels no entry uses keep a bound of 0 (never entered)
@@ -244,8 +304,7 @@ def render(model, *, precision, storage, passes_log, **_options):
                wt_arrays=floats, it_arrays=ints, rank=RANK)
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
-    kinds = {e["kernel"] for e in entries}
-    ctx["apply"] = bool(kinds & APPLY)
+    ctx.update(apply=apply, members=decls)
     ctx.update(kinds=kinds, nd=bool(kinds & {"move", "broadcast", "reduce", "resample"}),
                strided=bool(kinds & {"move", "reduce", "resample"}), tabled=bool(kinds & {"move", "resample"}))
     if kinds & {"move", "resample"}:
