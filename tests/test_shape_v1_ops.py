@@ -2,6 +2,7 @@
 case of test_shape_v2_ops either matches nnbuild.ir.reference (compiled with the strict flags) or is
 refused with one NNBuildError line naming the layer; never a layer silently dropped."""
 
+import shutil
 import subprocess
 
 import numpy as np
@@ -55,6 +56,10 @@ def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case, pr
     code = (out / f"{m.name}.c").read_text()
     assert "malloc" not in code and "while" not in code
     assert f"(shape v1, {precision})" in code
+    if precision == "float32" and shutil.which("cppcheck"):
+        from test_c_warnings import CPPCHECK
+        run = subprocess.run(CPPCHECK + [str(out / f"{m.name}.c")], capture_output=True, text=True)
+        assert run.returncode == 0 and not run.stderr.strip(), run.stderr
     # every computing layer has at least one table entry (none dropped)
     for layer in m.layers:
         assert f"'{layer.name}'" in code, (case, layer.name)

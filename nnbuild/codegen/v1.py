@@ -3,7 +3,14 @@ a generic loop (see templates/v1.c.j2). Same API, weights files, arena and flow-
 each kernel's loop bounds in the flow facts are the largest any table entry uses, and the one
 indirect call site gets an `indirect` flow fact listing the kernels it may reach. The flow facts'
 "layers" are the kernels (a V1 call cannot be told apart from another by a static analyzer);
-the trace maps each model layer to its table entries."""
+the trace maps each model layer to its table entries.
+
+The IR's N-d operations run through generic table-driven kernels too: unary functions through the
+activation pointer, grouped conv2d (group fields in the conv2d entry), and `move` (gather with a
+per-axis step or index table), `broadcast` (per-operand stride descriptors), `reduce`,
+`softmax_axis`, `lrn` and `resample`, each up to rank RANK after merging axes (larger is refused).
+Any op kind without a kernel is refused with an NNBuildError naming the layer, never dropped.
+float64 computes in double (the API's float input and output are converted once)."""
 
 import re
 
