@@ -160,7 +160,7 @@ def test_select_without_an_analyzer_ranks_by_cycles_then_size():
                 "wcet": {"wcet_cycles": wcet, "wcet_ms": wcet / 1e3, "measured_cycles": cycles, "analyzer": "x",
                          "deadline_ms": None, "met": None, "label": "l"} if wcet else None}
     winner, _, why = select.choose({"float32": report(1e-7, 900), "q16": report(5e-4, 400), "fix16": report(2e-2, 300)})
-    assert winner == "q16" and "smallest image" in why
+    assert winner == "q16" and "smallest memory footprint" in why
     winner, _, why = select.choose({"float32": report(1e-7, 900, 50), "q16": report(5e-4, 400, 70)})
     assert winner == "float32" and "fewest measured cycles" in why
     winner, _, _ = select.choose({"float32": report(1e-7, 900, 50, 90), "q16": report(5e-4, 400, 70, 80)})
@@ -173,7 +173,7 @@ def test_precision_auto_on_a_cnn_names_its_pick(tmp_path):
     result = scons(project, "target=host", "model=lenet5", "precision=auto")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "precision=auto candidates for lenet5 on host: float32" in result.stdout
-    assert "winner: float32 has the smallest image" in result.stdout
+    assert "winner: float32 has the smallest memory footprint" in result.stdout
 
 
 def test_check_runs_the_plan_steps_in_a_temp_dir(tmp_path, capsys):
