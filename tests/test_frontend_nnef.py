@@ -439,3 +439,27 @@ def test_mutated_graphs_fail_in_one_line(tmp_path):
             nnef.to_onnx(folder)
         except NNBuildError as exc:
             assert "\n" not in str(exc)
+
+
+@pytest.mark.e2e
+def test_scons_builds_an_nnef_folder_and_rebuilds_on_a_changed_tensor(tmp_path):
+    """model= may name a *.nnef folder: SCons reads its graph.nnef, the scanner adds every .dat, so an
+    edited weight tensor regenerates the C and nothing else is rebuilt twice."""
+    import shutil
+    from conftest import copy_project, scons
+    (tmp_path / "p").mkdir()
+    project = copy_project(tmp_path / "p")
+    folder = tmp_path / "lenet.nnef"
+    shutil.copytree(shared_file("data", "nnef", "lenet5.nnef"), folder)
+    first = scons(project, "target=host", f"model={folder}")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "max error" in first.stdout and (project / "build/host/lenet/gen/lenet.c").is_file()
+    again = scons(project, "target=host", f"model={folder}")
+    assert "Generating C" not in again.stdout and "Compiling" not in again.stdout, again.stdout
+    dat = sorted(folder.rglob("*.dat"))[-1]
+    data = bytearray(dat.read_bytes())
+    data[-4:] = np.float32(0.125).tobytes()  # one weight changed, header untouched
+    dat.write_bytes(bytes(data))
+    changed = scons(project, "target=host", f"model={folder}")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "Generating C" in changed.stdout
