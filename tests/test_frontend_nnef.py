@@ -463,3 +463,132 @@ def test_scons_builds_an_nnef_folder_and_rebuilds_on_a_changed_tensor(tmp_path):
     changed = scons(project, "target=host", f"model={folder}")
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "Generating C" in changed.stdout
+
+
+# ------------------------------------------------------------- pad, slice, tile, reduce, resample, LRN
+
+def _lrn(x, n, alpha, beta, bias):
+    """NNEF local_response_normalization: bias + alpha * box(sqr(x), [1, n, 1, 1], normalize) with
+    'same' padding (floor((n - 1) / 2) before), then x / sigma ^ beta."""
+    sq = np.pad(x.astype(np.float64) ** 2, ((0, 0), ((n - 1) // 2, n // 2), (0, 0), (0, 0)))
+    box = np.stack([sq[:, c:c + n].sum(axis=1) for c in range(x.shape[1])], axis=1) / n
+    return x / (bias + alpha * box) ** beta
+
+
+def _linear_up(x, f, method):
+    """multilinear_upsample along the last two axes, one axis at a time (border replicate)."""
+    for axis in (2, 3):
+        n = x.shape[axis]
+        o = np.arange(n * f)
+        src = {"symmetric": (o + 0.5) / f - 0.5, "asymmetric": o / f,
+               "aligned": o * (n - 1) / max(n * f - 1, 1)}[method]
+        src = np.clip(src, 0, n - 1)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, n - 1)
+        w = (src - lo).reshape([-1 if a == axis else 1 for a in range(4)])
+        x = np.take(x, lo, axis=axis) * (1 - w) + np.take(x, hi, axis=axis) * w
+    return x
+
+
+NEW_OPS = [
+    ("pad(x, padding = [(0, 0), (0, 0), (1, 2), (2, 0)], value = 1.5)",
+     lambda x: np.pad(x, ((0, 0), (0, 0), (1, 2), (2, 0)), constant_values=1.5)),
+    ("pad(x, padding = [(0, 0), (1, 0), (2, 1), (0, 3)], border = 'replicate')",
+     lambda x: np.pad(x, ((0, 0), (1, 0), (2, 1), (0, 3)), mode="edge")),
+    ("pad(x, padding = [(0, 0), (0, 0), (3, 1), (1, 2)], border = 'reflect')",
+     lambda x: np.pad(x, ((0, 0), (0, 0), (3, 1), (1, 2)), mode="reflect")),
+    ("slice(x, axes = [2, 3], begin = [1, -4], end = [0, -1])", lambda x: x[:, :, 1:, -4:-1]),
+    ("slice(x, axes = [1, 3], begin = [1, 0], end = [3, 5], stride = [1, 2])", lambda x: x[:, 1:3, :, 0:5:2]),
+    ("tile(x, repeats = [1, 2, 1, 3])", lambda x: np.tile(x, (1, 2, 1, 3))),
+    ("sum_reduce(x, axes = [2, 3])", lambda x: x.sum(axis=(2, 3), keepdims=True)),
+    ("sum_reduce(x, axes = [1], normalize = true)", lambda x: x.mean(axis=1, keepdims=True)),
+    ("mean_reduce(x, axes = [3])", lambda x: x.mean(axis=3, keepdims=True)),
+    ("max_reduce(x, axes = [1, 2])", lambda x: x.max(axis=(1, 2), keepdims=True)),
+    ("min_reduce(x, axes = [2])", lambda x: x.min(axis=2, keepdims=True)),
+    ("nearest_upsample(x, factor = [2, 3])", lambda x: x.repeat(2, axis=2).repeat(3, axis=3)),
+    ("multilinear_upsample(x, factor = [2, 2])", lambda x: _linear_up(x, 2, "symmetric")),
+    ("multilinear_upsample(x, factor = [3, 3], method = 'asymmetric')", lambda x: _linear_up(x, 3, "asymmetric")),
+    ("multilinear_upsample(x, factor = [2, 2], method = 'aligned')", lambda x: _linear_up(x, 2, "aligned")),
+    ("local_response_normalization(x, size = [1, 3, 1, 1], alpha = 0.5, beta = 0.75, bias = 2.0)",
+     lambda x: _lrn(x, 3, 0.5, 0.75, 2.0)),
+    ("local_response_normalization(x, size = [1, 4, 1, 1])", lambda x: _lrn(x, 4, 1.0, 0.5, 1.0)),
+    ("softplus(x)", lambda x: np.log1p(np.exp(x))),
+]
+
+
+@pytest.mark.parametrize("op, fn", NEW_OPS, ids=[op.split("(")[0] + str(i) for i, (op, _) in enumerate(NEW_OPS)])
+def test_tensor_ops_match_the_nnef_definitions(tmp_path, op, fn):
+    """Translated graph (onnxruntime) and the IR reference both equal numpy written from NNEF's stdlib."""
+    from nnbuild.ir import reference
+    folder = write_model(tmp_path / "t.nnef",
+                         f"version 1.0; graph t(x) -> (y) {{ x = external(shape = [1, 5, 5, 7]); y = {op}; }}")
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).standard_normal((1, 5, 5, 7)).astype(np.float32)
+        want = fn(x.astype(np.float64))
+        if "size = [1, 4," not in op:  # onnxruntime's LRN takes odd sizes only (ONNX allows even ones)
+            got = run(nnef.to_onnx(folder), x)
+            assert got.shape == want.shape and np.abs(got - want).max() <= 1e-5 * max(1, np.abs(want).max())
+        y = np.asarray(reference.run(frontends.load(folder), x[0])).reshape(want.shape)
+        assert np.abs(y - want).max() <= 1e-5 * max(1, np.abs(want).max())
+
+
+@pytest.mark.e2e
+def test_tensor_ops_generated_c_matches_the_nnef_definitions(tmp_path):
+    """One NNEF graph chaining every new op, through the v2 C on the host."""
+    import subprocess
+    from nnbuild import codegen
+    from nnbuild.runners import native
+    from test_frontend_onnx import CHECK_MAIN, WARNINGS, check_main_defines
+    folder = write_model(tmp_path / "chain.nnef", """version 1.0;
+graph chain(x) -> (y)
+{
+    x = external(shape = [1, 3, 4, 5]);
+    p = pad(x, padding = [(0, 0), (0, 0), (1, 1), (2, 1)], border = 'reflect');
+    l = local_response_normalization(p, size = [1, 3, 1, 1], alpha = 0.2, beta = 0.75, bias = 1.5);
+    u = multilinear_upsample(l, factor = [2, 2]);
+    n = nearest_upsample(u, factor = [1, 2]);
+    s = slice(n, axes = [2, 3], begin = [1, -9], end = [-1, 0], stride = [2, 3]);
+    t = tile(s, repeats = [1, 1, 2, 1]);
+    m = max_reduce(t, axes = [1]);
+    y = add(sum_reduce(t, axes = [3], normalize = true), m);
+}
+""")
+    with pytest.raises(NNBuildError, match="syntax error"):  # nested invocation: NNEF's flat form only
+        nnef.to_onnx(folder)
+    text = (folder / "graph.nnef").read_text().replace(
+        "    y = add(sum_reduce(t, axes = [3], normalize = true), m);",
+        "    r = sum_reduce(t, axes = [3], normalize = true);\n    y = add(r, m);")
+    (folder / "graph.nnef").write_text(text)
+    model = frontends.load(folder)
+    x = np.random.default_rng(2).standard_normal((6, 1, 3, 4, 5)).astype(np.float32)
+    proto = nnef.to_onnx(folder)
+    want = np.stack([run(proto, xi) for xi in x]).reshape(len(x), -1)
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
+    subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
+                    *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
+                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN), "-o",
+                    str(out / "check"), "-lm"], check=True, capture_output=True, text=True)
+    y = native.run_cases(out / "check", x.reshape(len(x), -1), model.output_size)
+    assert np.abs(y - want).max() <= 1e-5 * max(1.0, float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("line, message", [
+    ("y = pad(x, padding = [(0, 0), (0, 0), (1, 1), (1, 1)], border = 'reflect-even');", "border 'reflect-even'"),
+    ("y = pad(x, padding = [(0, 0), (1, 1)]);", "(begin, end) pairs"),
+    ("y = slice(x, axes = [2, 2], begin = [0, 0], end = [1, 1]);", "distinct axes"),
+    ("y = slice(x, axes = [2], begin = [0], end = [1], stride = [-1]);", "positive"),
+    ("y = sum_reduce(x, axes = [4]);", "distinct axes"),
+    ("y = nearest_upsample(x, factor = [0, 2]);", "positive"),
+    ("y = multilinear_upsample(x, factor = [2, 2], border = 'constant');", "border 'constant'"),
+    ("y = multilinear_upsample(x, factor = [2, 2], method = 'cubic');", "method 'cubic'"),
+    ("y = local_response_normalization(x, size = [1, 3, 3, 1]);", "across channels only"),
+    ("y = tile(x, repeats = [1, 0, 1, 1]);", "positive"),
+])
+def test_tensor_op_refusals(tmp_path, line, message):
+    folder = write_model(tmp_path / "r.nnef", "version 1.0; graph r(x) -> (y) {\n"
+                         f"x = external(shape = [1, 2, 4, 4]);\n{line}\n}}")
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    text = one_line(exc)
+    assert message in text and "line 3:" in text

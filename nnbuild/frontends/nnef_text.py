@@ -426,7 +426,14 @@ class _Refuse(Exception):
 
 _UNARY = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
           "sqrt": "Sqrt", "abs": "Abs", "neg": "Neg", "copy": "Identity", "floor": "Floor",
-          "ceil": "Ceil", "sign": "Sign", "rcp": "Reciprocal"}
+          "ceil": "Ceil", "sign": "Sign", "rcp": "Reciprocal", "softplus": "Softplus"}
+#: NNEF reductions keep the reduced axes (extent 1), as ONNX keepdims=1 does
+_REDUCE = {"sum_reduce": "ReduceSum", "mean_reduce": "ReduceMean", "max_reduce": "ReduceMax",
+           "min_reduce": "ReduceMin"}
+#: NNEF pad borders -> ONNX Pad modes ('reflect-even' repeats the edge cell; ONNX has no such mode)
+_PAD_MODES = {"constant": "constant", "replicate": "edge", "reflect": "reflect"}
+#: multilinear_upsample methods -> ONNX Resize coordinate modes (border 'replicate' is ONNX's edge clamp)
+_LINEAR_METHODS = {"symmetric": "half_pixel", "asymmetric": "asymmetric", "aligned": "align_corners"}
 _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min",
            "pow": "Pow"}
 
@@ -664,6 +671,22 @@ class _Translator:
             if not isinstance(axis, int) or isinstance(axis, bool):
                 raise _Refuse("'axis' must be an integer")
             self.node("Concat", [self.tensor(v) for v in values], [out], axis=axis)
+        elif op == "pad":
+            self.pad(arg, out)
+        elif op == "slice":
+            self.slice(arg, out)
+        elif op == "tile":
+            x = self.tensor(arg(0, "input"))
+            repeats = self.ints(arg(1, "repeats"), "repeats", len(self.shape(x)))
+            if len(repeats) != len(self.shape(x)) or any(r < 1 for r in repeats):
+                raise _Refuse(f"'repeats' must be {len(self.shape(x))} positive integers")
+            self.node("Tile", [x, self.const(repeats, dtype=np.int64)], [out])
+        elif op in _REDUCE:
+            self.reduce(st, arg, out)
+        elif op in ("nearest_upsample", "multilinear_upsample"):
+            self.upsample(st, arg, out)
+        elif op == "local_response_normalization":
+            self.lrn(arg, out)
         elif op == "batch_normalization":
             x = self.tensor(arg(0, "input"))
             mean, var = self.vector(arg(1, "mean"), "mean"), self.vector(arg(2, "variance"), "variance")
@@ -789,6 +812,85 @@ class _Translator:
         mean = self.fresh(out)
         self.node("AveragePool", [x], [mean], count_include_pad=1, **attrs)
         self.node("Mul", [mean, self.const(float(np.prod(size)))], [out])
+
+    def axes(self, value, rank, what="axes"):
+        axes = self.ints(value, what)
+        if not axes or len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
+            raise _Refuse(f"'{what}' {axes} must name distinct axes of a rank-{rank} tensor")
+        return axes
+
+    def pad(self, arg, out):
+        x = self.tensor(arg(0, "input"))
+        rank = len(self.shape(x))
+        padding = self.pads(arg(1, "padding"), rank)
+        border = arg(2, "border", "constant")
+        if border not in _PAD_MODES:
+            raise _Refuse(f"border '{border}' is not supported ({', '.join(_PAD_MODES)})")
+        value = self.number(arg(3, "value", 0.0), "value")
+        if padding is None:
+            raise _Refuse("'padding' must give a (begin, end) pair per axis")
+        inputs = [x, self.const(padding, dtype=np.int64)]
+        if value != 0.0:
+            if border != "constant":
+                raise _Refuse(f"a pad value with border '{border}'")
+            inputs.append(self.const(value))
+        self.node("Pad", inputs, [out], mode=_PAD_MODES[border])
+
+    def slice(self, arg, out):
+        """NNEF slice: negative begin/end count from the end, an end of 0 means the axis' extent."""
+        x = self.tensor(arg(0, "input"))
+        shape = self.shape(x)
+        axes = self.axes(arg(1, "axes"), len(shape))
+        begin = self.ints(arg(2, "begin"), "begin", len(axes))
+        end = self.ints(arg(3, "end"), "end", len(axes))
+        stride = self.ints(arg(4, "stride", [], required=False), "stride", len(axes)) or [1] * len(axes)
+        if not len(begin) == len(end) == len(axes) or any(s < 1 for s in stride):
+            raise _Refuse("'begin', 'end' and 'stride' (positive) must have one item per axis")
+        end = [shape[a] if e == 0 else e for a, e in zip(axes, end)]
+        self.node("Slice", [x, self.const(begin, dtype=np.int64), self.const(end, dtype=np.int64),
+                            self.const(axes, dtype=np.int64), self.const(stride, dtype=np.int64)], [out])
+
+    def reduce(self, st, arg, out):
+        x = self.tensor(arg(0, "input"))
+        axes = self.axes(arg(1, "axes"), len(self.shape(x)))
+        onnx_op = _REDUCE[st.op]
+        if st.op == "sum_reduce" and arg(2, "normalize", False, required=False) is True:
+            onnx_op = "ReduceMean"
+        if onnx_op == "ReduceSum":  # opset 13: axes is an input for ReduceSum only
+            self.node(onnx_op, [x, self.const(axes, dtype=np.int64)], [out], keepdims=1)
+        else:
+            self.node(onnx_op, [x], [out], axes=axes, keepdims=1)
+
+    def upsample(self, st, arg, out):
+        x = self.tensor(arg(0, "input"))
+        rank = len(self.shape(x))
+        factor = self.ints(arg(1, "factor"), "factor", rank - 2)
+        if len(factor) != rank - 2 or any(f < 1 for f in factor):
+            raise _Refuse(f"'factor' must be {rank - 2} positive integers")
+        scales = self.const([1.0, 1.0] + [float(f) for f in factor])
+        if st.op == "nearest_upsample":  # each cell repeated factor times: floor(out / factor)
+            self.node("Resize", [x, "", scales], [out], mode="nearest",
+                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+            return
+        method, border = arg(2, "method", "symmetric"), arg(3, "border", "replicate")
+        if method not in _LINEAR_METHODS:
+            raise _Refuse(f"method '{method}' is not supported ({', '.join(_LINEAR_METHODS)})")
+        if border != "replicate" and method != "aligned":
+            raise _Refuse(f"border '{border}' is not supported (replicate)")
+        self.node("Resize", [x, "", scales], [out], mode="linear",
+                  coordinate_transformation_mode=_LINEAR_METHODS[method])
+
+    def lrn(self, arg, out):
+        """Across channels only (ONNX LRN): size [1, n, 1, ...]; NNEF's normalised box is alpha / n."""
+        x = self.tensor(arg(0, "input"))
+        rank = len(self.shape(x))
+        size = self.ints(arg(1, "size"), "size", rank)
+        if len(size) != rank or size[0] != 1 or size[1] < 1 or any(s != 1 for s in size[2:]):
+            raise _Refuse(f"size {size} is not [1, n, 1, ...] (normalisation across channels only)")
+        alpha = self.number(arg(2, "alpha", 1.0), "alpha")
+        beta = self.number(arg(3, "beta", 0.5), "beta")
+        bias = self.number(arg(4, "bias", 1.0), "bias")
+        self.node("LRN", [x], [out], size=size[1], alpha=alpha, beta=beta, bias=bias)
 
     def reshape(self, st, arg, out):
         x = self.tensor(arg(0, "input"))
