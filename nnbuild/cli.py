@@ -38,6 +38,11 @@ def main(argv=None):
     except NNBuildError as error:
         print(f"nnbuild: error: {error}", file=sys.stderr)
         return 2
+    except MemoryError:
+        model = getattr(args, "model", None)
+        print(f"nnbuild: error: {model + ': ' if model else ''}out of memory (a tensor of the model is too large "
+              "for this machine)", file=sys.stderr)
+        return 2
 
 
 class _PrintAndExit(argparse.Action):

@@ -555,3 +555,14 @@ def test_model_level_refusals_in_one_line(tmp_path):
     message = refusal(tmp_path, "unnamed", helper.make_graph(
         [helper.make_node("Hardmax", ["x"], ["hm_out"])], "g", [value("x", [1, 4])], [value("hm_out", [1, 4])]))
     assert "node 'hm_out' (Hardmax): operator not supported (supported: " in message
+
+
+def test_a_tile_to_a_billion_elements_is_one_line_before_any_allocation(tmp_path):
+    """A hostile model: 16 values tiled 8192 x 8192 (8 GB of per-element index maps at codegen)."""
+    nodes = [helper.make_node("Tile", ["x", "r"], ["t"], name="t"),
+             helper.make_node("ReduceSum", ["t"], ["y"], name="s", keepdims=1)]
+    path = make(tmp_path, "huge", nodes, [1, 4, 4], [1, 1, 1], [("r", np.array([1, 8192, 8192], np.int64))])
+    with pytest.raises(NNBuildError) as exc:
+        frontends.load(path)
+    text = str(exc.value)
+    assert "\n" not in text and str(path) in text and "layer 't'" in text and "16777216 elements" in text

@@ -726,8 +726,10 @@ class Model:
 
 # --------------------------------------------------------------------------- load-time validation
 
-#: Largest tensor nnbuild generates code for (elements): indices stay within a 32-bit int.
-MAX_TENSOR_ELEMENTS = 2 ** 31 - 1
+#: Largest tensor nnbuild generates code for (elements): 2^24 (64 MB of float32) is beyond any target's
+#: memory, and the reference and the code generator hold per-element index maps of every tensor, so a
+#: hostile model cannot make them allocate gigabytes.
+MAX_TENSOR_ELEMENTS = 2 ** 24
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
