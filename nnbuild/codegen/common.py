@@ -122,6 +122,11 @@ def weights_digest(model):
 _SENTINEL = re.compile("\x02([A-Za-z])(\\d+)\x03")
 
 
+#: what may follow NN_LOOPBOUND: a C `for`, or a macro whose expansion is one counted loop (the AVR
+#: dot product in inline assembly, bounded by its turn count)
+LOOP_STATEMENTS = ("for (", "NN_DOT16(")
+
+
 class FlowFacts:
     """Loop bounds, layer marks and function names, recorded as a template emits them.
 
@@ -146,12 +151,15 @@ class FlowFacts:
         self._items.append((kind, payload))
         return f"\x02{kind}{len(self._items) - 1}\x03"
 
-    def loop(self, bound, why=None):
+    def loop(self, bound, why=None, body_first=False):
+        """`body_first`: the loop's first block runs its body before the exit test (an assembly
+        loop), so `bound` counts executions of that block whatever its shape looks like."""
         bound = int(bound)
         if bound < 0:
             raise NNBuildError(f"internal error: negative loop bound {bound} in {self.file}")
         self._open.append(len(self._items))
-        return f"NN_LOOPBOUND({bound})" + self._put("L", {"bound": bound, "layer": self._layer, "why": why})
+        return f"NN_LOOPBOUND({bound})" + self._put("L", {"bound": bound, "layer": self._layer, "why": why,
+                                                          "body_first": body_first})
 
     def end(self):
         if not self._open:
@@ -196,12 +204,14 @@ class FlowFacts:
             if kind == "F":
                 starts.append((number, payload))
             elif kind == "L":
-                if not lines[number].lstrip().startswith("for ("):
+                if not lines[number].lstrip().startswith(LOOP_STATEMENTS):
                     raise NNBuildError(f"internal error: NN_LOOPBOUND not followed by a for loop at "
                                        f"{self.file}:{number}")
                 fact = {"function": self._owner(starts, number + 1), "file": self.file, "line": number + 1,
                         "last_line": None, "max_iterations": payload["bound"], "layer": payload["layer"]}
                 fact.update(self.loop_extra if payload["why"] is None else {"why": payload["why"]})
+                if payload["body_first"]:
+                    fact["counts"] = "header"
                 loops.append(fact)
                 by_index[index] = fact
             elif kind == "E" and payload in by_index:   # else its loop was dropped with its text

@@ -28,11 +28,14 @@ def render(model, *, precision, storage, passes_log, input_range):
     layers = plan_layers(model.name, plan, storage)
     flash = flash_bytes(layers, plan)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
+    for layer in layers:  # the AVR dot-product loop reads rows with LPM Z+ (near flash), 4 MACs a turn
+        layer["dot16"] = near and layer["mac16"] and 4 <= layer["inputs"] <= 4 * 255 + 3
     context = {
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
-        "mac16": any(l["mac16"] for l in layers), "read64": any(l["bias"]["bits"] == 64 for l in layers),
+        "mac16": any(l["mac16"] for l in layers), "dot16": any(l["dot16"] for l in layers),
+        "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,

@@ -5,7 +5,9 @@ A loop bound is a linear constraint relative to the loop's entry edges (IPET, do
   ("back", N):   traversals of back edges      <= N * entries
   ("edge", N, i): traversals of edge i         <= N * entries
 Every source that applies adds its constraint (all are sound, the ILP keeps the tightest).
-Sources: generator flow facts (file+line of the `for`), the shipped avr_libloops.json table,
+Sources: generator flow facts (file+line of the `for`; a fact with "counts": "header" bounds the
+executions of the loop's first block, for assembly loops that test at the end of it), the shipped
+avr_libloops.json table,
 and the automatic ldi/dec/brne counter analysis.
 """
 
@@ -198,7 +200,8 @@ def apply_flowfacts(region, loops, facts):
     def bound(loop, k, how):
         n = int(facts[k]["max_iterations"])
         key = (os.path.basename(facts[k]["file"]), int(facts[k]["line"]))
-        loop.bounds.append(("back", n) if top_tested(region, loop, key[1]) else ("header", n))
+        counts_back = facts[k].get("counts") != "header" and top_tested(region, loop, key[1])
+        loop.bounds.append(("back", n) if counts_back else ("header", n))
         loop.sources.append(f"flowfacts {key[0]}:{key[1]} max_iterations={n} ({how})")
         matched.append((k, loop.header))
         bounded.add(id(loop))
