@@ -159,3 +159,37 @@ def test_unknown_precision_and_missing_range_are_one_line():
         quantize.check_precision("int7")
     with pytest.raises(NNBuildError, match="needs the model's input range"):
         codegen.generate(model, "/nonexistent/never-written", precision="q16")
+
+
+def awkward_floats(frac, lo, hi, seed=0):
+    """Random bit patterns (NaN, infinities, subnormals, both zeros), the floats on and beside every
+    rounding tie of x * 2^frac, and in-range values."""
+    rng = np.random.default_rng(seed)
+    bits = np.concatenate([rng.integers(0, 2 ** 32, 40000, dtype=np.uint64).astype(np.uint32),
+                           np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 1, 0x807FFFFF], np.uint32)])
+    ties = ((np.concatenate([[0, -1], rng.integers(-2 ** 20, 2 ** 20, 20000)]) + 0.5) / 2.0 ** frac).astype(np.float32)
+    # just below 0.5 / 2^frac: adding 0.5 in float32 rounds up to 1 there (the exact rounding gives 0)
+    return np.concatenate([bits.view(np.float32), ties, np.nextafter(ties, np.float32(np.inf)),
+                           np.nextafter(ties, np.float32(-np.inf)), rng.uniform(lo, hi, 20000).astype(np.float32)])
+
+
+@pytest.mark.parametrize("lo, hi", [(-1.0, 1.0), (-3.5, 2.25), (0.0, 255.0), (-1000.0, 1000.0), (-1e-3, 1e-3)])
+def test_generated_input_rounding_equals_the_model_on_every_awkward_float(tmp_path, lo, hi):
+    """nn_quantize works on the float's bits (no float arithmetic): the generated function itself,
+    compiled on the host, against bitexact.quantize_input on 100,011 floats per range."""
+    model = Model("qin", (1,), [Dense("d", np.ones((1, 1), np.float32), None, "linear")])
+    out = tmp_path / "gen"
+    codegen.generate(model, out, precision="q16-acc32", storage="avr-progmem-far", input_range=(lo, hi))
+    plan = quantize.quantize(model, "q16-acc32", (lo, hi))
+    (tmp_path / "probe.c").write_text(
+        '#include <stdio.h>\n#include <string.h>\n#include "qin.c"\n'
+        "int main(void) { float f; while (fread(&f, 4, 1, stdin) == 1) { int32_t q = nn_quantize(f);"
+        " fwrite(&q, 4, 1, stdout); } return 0; }\n")
+    exe = tmp_path / "probe"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", f"-I{out}",
+                    str(tmp_path / "probe.c"), str(out / "qin_weights.c"), "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    x = awkward_floats(plan.input.frac, lo, hi)
+    got = np.frombuffer(subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout,
+                        np.int32)
+    assert np.array_equal(got, fixed.quantize_input(x, plan.input, plan.input_range))

@@ -49,6 +49,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1), "input_scale": float_literal(2.0 ** plan.input.frac),
         "output_scale": float_literal(2.0 ** -plan.output.frac),
         "input_lo": float_literal(plan.input_range[0]), "input_hi": float_literal(plan.input_range[1]),
+        **input_bounds(plan),
     }
     code, facts, _ = common.render("mlp_fixed.c.j2", context, common.FlowFacts(name))
     trace_layers = [dict(l, source_type="Dense") for l in layers]
@@ -65,6 +66,26 @@ def render(model, *, precision, storage, passes_log, input_range):
         record["near_flash_symbols"] = sorted(near_symbols(layers, context))
     files[f"{name}.trace.json"] = record
     return files
+
+
+def float_key(value):
+    """The float32's bits as an unsigned integer that orders like the float (negatives reversed)."""
+    bits = int(np.float32(value).view(np.uint32))
+    return (~bits & 0xFFFFFFFF) if bits & 0x80000000 else bits | 0x80000000
+
+
+def input_bounds(plan):
+    """nn_quantize's clamp constants, and the largest left shift the clamped range can need:
+    |x| * 2^frac = m * 2^-k (m a 24-bit significand, k = 23 - frac - exponent at the range's
+    largest magnitude), so k >= 0 unless frac + exponent > 23; k = 0 needs no shift at all."""
+    lo, hi = (np.float32(v) for v in plan.input_range)
+    top = max(abs(float(lo)), abs(float(hi)))
+    exponent = int(np.frexp(np.float32(top))[1]) - 1 if top > 0 else -127   # top in [2^e, 2^(e+1))
+    left = max(0, exponent + plan.input.frac - 23)
+    if left > 7:
+        raise NNBuildError(f"input range [{lo}, {hi}] at Q{plan.input.frac} does not fit a 32-bit input")
+    return {"input_lo_bits": int(lo.view(np.uint32)), "input_hi_bits": int(hi.view(np.uint32)),
+            "input_lo_key": float_key(lo), "input_hi_key": float_key(hi), "max_left_shift": left}
 
 
 def needs(plan, activation):

@@ -12,15 +12,16 @@ from nnbuild.numerics.tables import EXP_STEP_BITS, TANH_STEP_BITS, exp_table, ta
 
 def quantize_input(x, tensor, input_range):
     """float32 -> integer as the C does it: clamp to the declared range (NaN gives the low end),
-    y = x * 2^f in float32, round half away from zero by adding +-0.5 in float32, truncate."""
+    then round the exact real x * 2^f half away from zero (the C works on the float's bits: no
+    float arithmetic, so no rounding of its own; float64 holds every step here exactly)."""
     lo, hi = np.float32(input_range[0]), np.float32(input_range[1])
     x = np.asarray(x, dtype=np.float32)
     with np.errstate(invalid="ignore"):
         x = np.where(x >= lo, x, lo)
         x = np.where(x > hi, hi, x).astype(np.float32)
-    y = x * np.float32(2.0 ** tensor.frac)
-    half = np.where(y >= 0, y + np.float32(0.5), y - np.float32(0.5)).astype(np.float32)
-    return np.trunc(half).astype(np.int64)
+    y = x.astype(np.float64) * 2.0 ** tensor.frac
+    magnitude = np.floor(np.abs(y) + 0.5)
+    return np.where(y < 0, -magnitude, magnitude).astype(np.int64)
 
 
 def round_shift(values, shift):
