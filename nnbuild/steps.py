@@ -303,7 +303,7 @@ def _model_options(storage=True):
 
 STEPS = {s.name: s for s in (
     Step("generate", "Generating C", generate, (_a("model"), _a("-o", "--outdir", required=True)) + _model_options(),
-         "write the C code of a model", code=("codegen", "frontends", "ir", "passes", "kinds")),
+         "write the C code of a model", code=("codegen", "numerics", "frontends", "ir", "passes", "kinds")),
     Step("reference", "Reference", reference,
          (_a("model"), OUT, _a("--count", type=options.argparse_type(options.count), default=32), _a("--seed", type=int, default=1),
           _a("--range", dest="input_range", type=options.argparse_type(options.input_range), default=(-1.0, 1.0), help=RANGE_HELP),

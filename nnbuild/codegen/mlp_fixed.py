@@ -36,6 +36,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
         "mac16": any(l["mac16"] for l in layers), "dot16": any(l["dot16"] for l in layers),
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
+        "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
