@@ -17,6 +17,16 @@ from nnbuild.ir.graph import Activation, Dense
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "fix16", "fixedW.F")
 
 
+#: neurons computed together: each input value is loaded once for BLOCK weight rows (each neuron
+#: still sums its products in input order, so the results are bit for bit those of one neuron at a
+#: time). Not on AVR: soft-float dominates there and 8 float accumulators do not fit its registers.
+BLOCK = 8
+
+
+def block_for(storage):
+    return 1 if storage in common.FLASH_STORAGES else BLOCK
+
+
 def render(model, *, precision, storage, passes_log, input_range=None):
     """All output files of `model` as {file name: text or JSON-able object}."""
     from nnbuild.numerics import formats as quantize
@@ -40,7 +50,9 @@ def render(model, *, precision, storage, passes_log, input_range=None):
         "n_out": model.output_size,
         "layers": layers,
         "buffer": max([l["units"] for l in layers[:-1]], default=0),
-        "activations": sorted({l["activation"] for l in layers} - {"linear"}),
+        # relu is written at its store (no call); the others are functions
+        "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
+        "block": block_for(storage),
         "weights_sha256": weights_digest(model),
         "index_type": index_type,
         **common.reals(precision),
