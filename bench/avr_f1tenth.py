@@ -1,0 +1,87 @@
+"""The F1/10 controller on the ATmega1284 (20 MHz) in each precision: WCET bound, worst measured
+cycles (simavr), bound/measured, error, flash, and per layer the bound's cycles per
+multiply-accumulate, each beside issue 13's target and the seed's figure.
+
+    python3 bench/avr_f1tenth.py [--precisions q16-acc32,fix16,float32] [--json out.json]
+
+Runs the real build (`scons target=avr model=f1tenth precision=P deadline=10s`) in a temporary copy
+of the project, so every figure comes from avr-gcc, simavr and the built-in analyzer, then reads
+build/avr/f1tenth/report.json. Needs gcc-avr, avr-libc and simavr (bash scripts/setup.sh).
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from nnbuild import pipeline  # noqa: E402
+
+PARTS = ("SConstruct", "site_scons", "toolchains", "firmware_examples")
+#: issue 13: (WCET ms at 20 MHz, max error vs float64, bound/measured) per precision
+TARGETS = {"q16-acc32": (45.0, 1e-3, 1.03), "fix16": (None, 1e-3, 1.03), "float32": (None, 1e-3, 1.5)}
+#: the seed (Pearce et al.): this network in fix16 on Patmos at 50 MHz, WCET by platin
+SEED_MS = 82.83
+
+
+def build(project, precision):
+    run = subprocess.run([sys.executable, "-m", "SCons", "-Q", "target=avr", "model=f1tenth",
+                          f"precision={precision}", "deadline=10s"], cwd=project, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"scons failed for {precision}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+    return json.loads((project / "build/avr/f1tenth/report.json").read_text())
+
+
+def verdict(value, limit):
+    return "" if limit is None else (" (meets <= %g)" % limit if value <= limit else " (misses <= %g)" % limit)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--precisions", default="q16-acc32,fix16,float32")
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args(argv)
+    model = pipeline.load_model(REPO / "firmware_examples/f1tenth/architecture.json", "f1tenth")[0]
+    macs = {l.name: l.inputs * l.units for l in model.layers if l.kind == "dense"}
+    project = Path(tempfile.mkdtemp(prefix="nnbuild-bench-avr-"))
+    results = []
+    try:
+        for part in PARTS:
+            src = REPO / part
+            (shutil.copytree(src, project / part, ignore=shutil.ignore_patterns("build", "__pycache__"))
+             if src.is_dir() else shutil.copy2(src, project / part))
+        print(f"F1/10 (61-128-128-1 tanh, {sum(macs.values()):,} MACs) on the ATmega1284 at 20 MHz; the seed: "
+              f"{SEED_MS} ms (fix16, Patmos 50 MHz, platin)")
+        for precision in args.precisions.split(","):
+            r = build(project, precision)
+            w = r["wcet"]
+            ms_target, err_target, ratio_target = TARGETS.get(precision, (None, None, None))
+            print(f"  {precision:<10} WCET {w['wcet_cycles']:>11,} cycles = {w['wcet_ms']:8.2f} ms"
+                  f"{verdict(w['wcet_ms'], ms_target)}, {w['wcet_ms'] / SEED_MS:.2f}x the seed's ms; measured "
+                  f"{r['measured_cycles']:,}; bound/measured {w['bound_over_measured']:.4f}"
+                  f"{verdict(w['bound_over_measured'], ratio_target)}; max error {r['max_abs_error']:.2g}"
+                  f"{verdict(r['max_abs_error'], err_target)}; flash {r['flash_bytes']:,} B")
+            per_mac = {name: (d["cycles"], d["cycles"] / macs[name]) for name, d in w["per_layer"].items()
+                       if name in macs}
+            print("             per layer (bound): " + ", ".join(
+                f"{name} {cycles:,} cycles = {cpm:.1f} per MAC" for name, (cycles, cpm) in per_mac.items()))
+            results.append({"precision": precision, "wcet_cycles": w["wcet_cycles"], "wcet_ms": w["wcet_ms"],
+                            "measured_cycles": r["measured_cycles"], "bound_over_measured": w["bound_over_measured"],
+                            "max_abs_error": r["max_abs_error"], "flash_bytes": r["flash_bytes"],
+                            "cycles_per_mac": {n: c for n, (_, c) in per_mac.items()},
+                            "targets": dict(zip(("wcet_ms", "max_abs_error", "bound_over_measured"),
+                                                TARGETS.get(precision, (None,) * 3)))})
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
