@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # Idempotent set-up on Debian: the cross toolchains and simulators (apt), then nnbuild and its
 # Python dependencies (pip, editable). Safe to run again: it installs only what is missing.
+#   bash scripts/setup.sh [--with-otawa]
+# --with-otawa also builds OTAWA 2 with its ARM loader (the WCET analyzer of target=arm) from
+# ../shared/third_party/otawa, once per source hash, into nnbuild's cache (about 5 minutes), where
+# nnbuild finds it without PATH changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WITH_OTAWA=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-otawa) WITH_OTAWA=1 ;;
+    *) echo "setup: unknown option '$arg' (known: --with-otawa)" >&2; exit 2 ;;
+  esac
+done
 
 APT_PACKAGES=(gcc make gcc-avr avr-libc binutils-avr simavr libsimavr-dev libelf-dev pkg-config
               gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user cppcheck)
@@ -36,4 +47,33 @@ if ! "$PYTHON" -c "import nnbuild, SCons, numpy, h5py, jinja2, scipy, jsonschema
       exit 1
     fi
   fi
+fi
+
+if [ "$WITH_OTAWA" = 1 ]; then
+  src="$PWD/../shared/third_party/otawa"
+  if [ ! -f "$src/build-otawa.sh" ]; then
+    echo "setup: --with-otawa needs OTAWA's pinned sources in $src (../shared beside this checkout)" >&2
+    exit 1
+  fi
+  cache="${NNBUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nnbuild}"
+  hash=$(cd "$src" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+  prefix="$cache/otawa-$hash"
+  if [ ! -f "$prefix/.nnbuild-complete" ]; then
+    echo "setup: building OTAWA from $src into $prefix (about 5 minutes)"
+    rm -rf "$prefix" && mkdir -p "$prefix"
+    work=$(mktemp -d)
+    # Debian's cmake first: a pip cmake 4 refuses OTAWA's old cmake_minimum_required
+    if ! $SUDO env PATH="/usr/bin:/bin:/usr/sbin:/sbin" CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+         bash "$src/build-otawa.sh" "$prefix" "$work" >"$work/build.log" 2>&1 || [ ! -x "$prefix/bin/owcet" ] \
+       || [ ! -f "$prefix/lib/otawa/loader/arm.so" ] || ! ls "$prefix"/lib/otawa/ilp/*.so >/dev/null 2>&1; then
+      tail -n 20 "$work/build.log" >&2
+      echo "setup: the OTAWA build failed (logs in $work)" >&2
+      exit 1
+    fi
+    "$prefix/bin/owcet" --help >/dev/null 2>&1 || true
+    touch "$prefix/.nnbuild-complete"
+    rm -rf "$work"
+  fi
+  echo "$prefix" > "$cache/otawa.current"
+  echo "setup: OTAWA in $prefix"
 fi

@@ -305,6 +305,7 @@ def empty_path(monkeypatch, tmp_path):
     bare = tmp_path / "bin"
     bare.mkdir()
     monkeypatch.setenv("PATH", str(bare))
+    monkeypatch.setenv("NNBUILD_CACHE", str(tmp_path / "no-cache"))  # no OTAWA built by set-up either
 
 
 def test_missing_owcet_names_the_tool(monkeypatch, tmp_path):
@@ -312,7 +313,7 @@ def test_missing_owcet_names_the_tool(monkeypatch, tmp_path):
     with pytest.raises(NNBuildError) as e:
         otawa.analyze(tmp_path / "p.elf", "dot", {"loops": []}, ARM, tmp_path / "w")
     assert "'owcet' not found on PATH for target=arm" in str(e.value)
-    assert "statinf-otawa" in str(e.value) and "\n" not in str(e.value)
+    assert "--with-otawa" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_missing_platin_and_patmos_clang_name_the_tool(monkeypatch, tmp_path):
@@ -386,8 +387,8 @@ def test_boards_share_avr_keys_and_document_new_ones():
 
 
 @needs_arm_gcc
-@pytest.mark.skipif(shutil.which("owcet") is None,
-                    reason="OTAWA owcet not on PATH (build OTAWA 2.3 from github.com/statinf-otawa)")
+@pytest.mark.skipif(otawa.locate() is None,
+                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
 def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
     (line,) = for_lines(DOT_C)
     result = otawa.analyze(arm_builds["dot"], "dot", dot_facts(line), ARM, tmp_path)
@@ -409,3 +410,55 @@ def test_real_platin_bounds_the_dot_kernel(tmp_path):
     assert platin.pml_path(prog).is_file()
     result = platin.analyze(prog, "dot", dot_facts(for_lines(DOT_C)[0]), PATMOS, tmp_path / "w")
     assert result.analyzer == "platin" and result.cycles > 0
+
+
+# ---------------------------------------------------------------- (e) libgcc loops for OTAWA
+
+LIBLOOP_CASES = {  # operation -> the table entry (routine, header offset) it drives to its bound
+    "tiny * one": ("__aeabi_fmul", 0xE0), "one * tiny": ("__aeabi_fmul", 0xFC),
+    "tiny / one": ("__aeabi_fdiv", 0xD0), "one / tiny": ("__aeabi_fdiv", 0xEC),
+    "one / three": ("__aeabi_fdiv", 0x4C)}
+LIBLOOP_C = r"""
+#include <stdint.h>
+#include <string.h>
+volatile float sink;
+int main(void)
+{
+    uint32_t bits = 1u;   /* the smallest subnormal: 23 normalising shifts */
+    volatile float tiny, one = 1.0f, three = 3.0f;
+    float t;
+    memcpy(&t, &bits, sizeof t);
+    tiny = t;
+    (void)one; (void)three;
+    sink = OPERATION;
+    return 0;
+}
+"""
+
+
+@needs_arm_gcc
+@pytest.mark.skipif(shutil.which("qemu-arm") is None, reason="qemu-arm not installed")
+@pytest.mark.parametrize("operation", sorted(LIBLOOP_CASES))
+def test_arm_libloop_bounds_are_reached_under_qemu(operation, tmp_path):
+    """Each arm_libloops.json entry matches the linked libgcc (pattern) and its bound is exact: the
+    adversarial operands make qemu-arm execute the loop header exactly `max` times, and no other
+    table loop more than its own bound."""
+    src = tmp_path / "ll.c"
+    src.write_text(LIBLOOP_C.replace("OPERATION", operation))
+    elf = tmp_path / "ll.elf"
+    subprocess.run([ARM["cc"], "-mcpu=arm7tdmi", "-marm", "-O0", "-specs=rdimon.specs", str(src), "-o", str(elf)],
+                   check=True, capture_output=True)
+    functions = otawa.disassemble(elf, ARM)
+    bounds = otawa.library_bounds(functions)
+    by_key = {(b.function, b.address): b for b in bounds}
+    table = json.loads(otawa.LIBLOOPS_PATH.read_text())["loops"]
+    linked = [e for e in table if e["symbols"][0] in functions]
+    assert len(bounds) == len(linked) >= 2, [b.source for b in bounds]   # every linked loop matches its pattern
+    log = tmp_path / "exec.log"
+    subprocess.run(["qemu-arm", "-singlestep", "-d", "exec,nochain", "-D", str(log), str(elf)], check=True, timeout=60)
+    pcs = [int(m, 16) for m in re.findall(r"\[[0-9a-f]+/([0-9a-f]+)/", log.read_text())]
+    routine, offset = LIBLOOP_CASES[operation]
+    start = functions[routine][0].start
+    for b in bounds:
+        assert pcs.count(b.address) <= b.max, b.source
+    assert pcs.count(start + offset) == by_key[(routine, start + offset)].max

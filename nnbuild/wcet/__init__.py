@@ -36,6 +36,8 @@ ANALYZERS = {
 
 #: analyzers that drive an external tool: the executable that must be on PATH
 EXTERNAL_COMMANDS = {"otawa": "owcet", "platin": "platin"}
+#: analyzers whose tools `scripts/setup.sh --with-<name>` builds into nnbuild's cache (wcet.tools)
+CACHED_BUILDS = {"otawa": "otawa"}
 
 #: board "stack_tool" value -> module with stack_bound(elf, entry, board, flowfacts)
 STACK_ANALYZERS = {"builtin-avr": "nnbuild.wcet.avr_stack"}
@@ -98,6 +100,9 @@ def unavailable_reason(board, path=None):
     if not name:
         return f"no WCET analyzer for target {board['name']} (no timing model)"
     command = EXTERNAL_COMMANDS.get(name)
+    if command and name in CACHED_BUILDS:
+        from nnbuild.wcet import tools
+        path = tools.search_path(CACHED_BUILDS[name], base=path)   # a build set-up cached counts as found
     if command and not shutil.which(command, path=path):
         return f"'{command}' ({name}) not found on PATH for target={board['name']}"
     return None

@@ -10,6 +10,7 @@ Timing: OTAWA's `trivial` (5 cycles/instruction) and `generic` scripts do not mo
 LPC2138; only the lpc2138 plugin does (board key `otawa_script`).
 """
 
+import json
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -20,8 +21,13 @@ from nnbuild.errors import NNBuildError
 from nnbuild.wcet import WcetResult, tools
 
 TOOL = "owcet"
-INSTALL_HINT = ("build OTAWA 2.3 from github.com/statinf-otawa (otawa, elm, gelpp, gliss2, armv7t, "
-                "otawa-arm) plus an ILP plugin, and add its bin/ to PATH")
+INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
+                "../shared/third_party/otawa into nnbuild's cache), or put an OTAWA 2 bin/ on PATH")
+
+
+def locate(tool=TOOL):
+    """`tool` (owcet, otawa-config) on PATH, else in the OTAWA build set-up cached; None if absent."""
+    return shutil.which(tool, path=tools.search_path("otawa"))
 DEFAULT_SCRIPT = "trivial"
 
 WCET_RE = re.compile(r"^WCET\[(?P<fn>[^\]]+)\] = (?P<cycles>-?\d+) cycles$", re.M)
@@ -322,6 +328,35 @@ def require_line_info(functions, facts):
                                    item=name)
 
 
+# ---------------------------------------------------------------- library loops
+
+LIBLOOPS_PATH = Path(__file__).with_name("arm_libloops.json")
+_TARGET_ADDR_RE = re.compile(r"\b[0-9a-f]+ (<[^>]+>)")
+
+
+def loop_text(insn: Insn) -> str:
+    """An instruction as the table writes it: mnemonic and operands, branch targets by symbol only."""
+    operands = _TARGET_ADDR_RE.sub(r"\1", insn.operands)
+    return f"{insn.mnemonic} {' '.join(operands.split())}".strip()
+
+
+def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
+    """Bounds of the library loops in arm_libloops.json whose routine is in the program and whose
+    instructions match the entry's pattern exactly (else no bound: owcet then names the loop)."""
+    with open(table_path) as f:
+        entries = json.load(f)["loops"]
+    found = []
+    for entry in entries:
+        for name in entry["symbols"]:
+            for func in functions.get(name, []):
+                start = func.start + entry["offset"]
+                body = [i for i in func.insns if i.addr >= start][:len(entry["pattern"])]
+                if body and body[0].addr == start and [loop_text(i) for i in body] == entry["pattern"]:
+                    found.append(LoopBound(start, int(entry["max"]), name,
+                                           f"arm_libloops.json {name}+{entry['offset']:#x}: {entry['why']}"))
+    return found
+
+
 # ---------------------------------------------------------------- rendering
 
 
@@ -429,11 +464,15 @@ BOARD_NEEDS = ("clock_hz",)
 
 def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     """WCET of `entry` in `elf` by owcet, with the generator's loop bounds as a `.ff` file."""
-    owcet = tools.which(TOOL, target=board.get("name"), hint=INSTALL_HINT)
+    owcet = tools.which(TOOL, target=board.get("name"), hint=INSTALL_HINT, path=tools.search_path("otawa"))
     facts = tools.load_flowfacts(flowfacts)
-    workdir = Path(workdir)
+    workdir = Path(workdir).resolve()   # owcet runs in workdir: every path it gets is absolute
     workdir.mkdir(parents=True, exist_ok=True)
-    bounds, unmapped = map_loops(disassemble(elf, board), facts.get("loops", []))
+    elf = Path(elf).resolve()
+    functions = disassemble(elf, board)
+    bounds, unmapped = map_loops(functions, facts.get("loops", []))
+    known = {b.address for b in bounds}
+    bounds += [b for b in library_bounds(functions) if b.address not in known]
     stem = Path(elf).stem
     ff = workdir / f"{stem}.ff"
     ff.write_text(render_ff(bounds, entry))
@@ -450,4 +489,4 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
                                   "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
                  "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
-        tool_version=tools.version([shutil.which("otawa-config") or "otawa-config", "--version"]))
+        tool_version=tools.version([locate("otawa-config") or "otawa-config", "--version"]))

@@ -33,6 +33,33 @@ class Completed:
     stderr: str
 
 
+def cache_dir() -> Path:
+    """Where `scripts/setup.sh --with-otawa` builds tools nnbuild finds without PATH changes:
+    $NNBUILD_CACHE, else $XDG_CACHE_HOME/nnbuild, else ~/.cache/nnbuild."""
+    if os.environ.get("NNBUILD_CACHE"):
+        return Path(os.environ["NNBUILD_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nnbuild"
+
+
+def cached_bin(name) -> Optional[str]:
+    """The bin/ of the tool build `name` that set-up recorded as current (a complete build: its
+    prefix holds the `.nnbuild-complete` mark), or None."""
+    pointer = cache_dir() / f"{name}.current"
+    try:
+        prefix = Path(pointer.read_text().strip())
+    except OSError:
+        return None
+    if not (prefix / ".nnbuild-complete").is_file() or not (prefix / "bin").is_dir():
+        return None
+    return str(prefix / "bin")
+
+
+def search_path(*cached, base=None) -> str:
+    """`base` (default: PATH), then the bin/ of each named cached tool build."""
+    extra = [b for b in (cached_bin(name) for name in cached) if b]
+    return os.pathsep.join([base if base is not None else os.environ.get("PATH", os.defpath)] + extra)
+
+
 def which(tool, *, target, hint, path=None):
     """Absolute path of `tool`, or one line naming it, the target and how to get it."""
     found = shutil.which(tool, path=path)
