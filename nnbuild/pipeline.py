@@ -142,6 +142,12 @@ def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-
                 options={"count": count, "seed": seed, "input_range": input_range, "environment": environment})
 
 
+def measures_cycles(board):
+    """Whether the board's runner reports cycles (a runner may decide per board)."""
+    decide = getattr(board.runner, "measures_cycles", None)
+    return decide(board) if decide else board.runner.MEASURES_CYCLES
+
+
 def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz"):
     label = board.run_label()
     target = f"run_{label}.npz"
@@ -149,7 +155,7 @@ def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz"):
     if harness:
         sources["harness"] = harness
     tasks.append(Task("run", [target], sources, role=f"run_{label}",
-                      options={"board": board.name, "entry": entry if board.runner.MEASURES_CYCLES else None}))
+                      options={"board": board.name, "entry": entry if measures_cycles(board) else None}))
     return target
 
 

@@ -367,3 +367,19 @@ def test_check_main_compiles_clean_both_targets(tmp_path):
                 [BOARD["cc"], *BOARD["cflags"], "-O2"]):
         subprocess.run([*cmd, *d, f"-I{tmp_path}", "-c", str(CHECK_MAIN), "-o",
                         str(tmp_path / "m.o")], check=True)
+
+
+def test_qemu_instruction_count_follows_blocks_from_entry_to_return(tmp_path):
+    """The exec-log reader: block sizes from `in_asm`, executions from `exec`, one count per call."""
+    from nnbuild.runners import qemu_user
+    log = tmp_path / "exec.log"
+    log.write_text("IN: f\n0x00001000:  e1a00000  mov r0, r0\n0x00001004:  e12fff1e  bx lr\n\n"
+                   "Trace 0: 0x7f00 [00000480/00001000/00000000/00000200] f\n"
+                   "IN: main\n0x00002004:  e1a00000  mov r0, r0\n\n"
+                   "Trace 0: 0x7f01 [00000480/00002004/00000000/00000200] main\n"
+                   "Trace 0: 0x7f00 [00000480/00001000/00000000/00000200] f\n"
+                   "IN: g\n0x00003000:  e1a00000  mov r0, r0\n0x00003004:  e1a00000  mov r0, r0\n"
+                   "0x00003008:  e12fff1e  bx lr\n\n"
+                   "Trace 0: 0x7f02 [00000480/00003000/00000000/00000200] g\n"
+                   "Trace 0: 0x7f01 [00000480/00002004/00000000/00000200] main\n")
+    assert qemu_user.instructions_per_call(log, 0x1000, {0x2004}) == [2, 5]

@@ -1,6 +1,16 @@
 """The `qemu-arm` runner: a cross-built check program run by QEMU's user-mode emulator, with the
-host's pipes (newlib + semihosting, see toolchains/arm.json). Outputs only: QEMU counts no cycles."""
+host's pipes (newlib + semihosting, see toolchains/arm.json). QEMU counts no cycles; on a board with
+`instruction_cycles` (the WCET analyzer's cost per instruction) the run logs QEMU's translated blocks
+and their executions, counts each inference's executed instructions (from entering the inference
+function to the return to its call site) and reports them times that cost: the measured figure the
+soundness gate holds the bound to, with the same cost model as the bound."""
 
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from nnbuild.errors import NNBuildError
 from nnbuild.runners import native
 
 PROGRAM_SUFFIX = ".elf"
@@ -9,13 +19,77 @@ NEEDS_HARNESS = False
 BOARD_NEEDS = ()
 #: the whole batch runs in one emulated process; instruction-by-instruction emulation is slow
 TIMEOUT_S = 600.0
+#: a translated-block execution in QEMU's `-d exec` log: ... [flags/PC/...] symbol
+_TRACE_RE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
+_INSN_RE = re.compile(r"^0x([0-9a-f]+):")
 
 
 def label(board):
     return board["simulator"]
 
 
+def measures_cycles(board):
+    return bool(board.get("instruction_cycles"))
+
+
 def run(board, program, x, n_out, *, io, entry=None, harness=None):
-    outputs = native.run_cases(program, native.np.asarray(x, dtype=io.input), n_out, prefix=[board["simulator"]],
-                               timeout=TIMEOUT_S, dtype=io.input, out_dtype=io.output)
-    return outputs, None
+    x = native.np.asarray(x, dtype=io.input)
+    if not (entry and measures_cycles(board)):
+        outputs = native.run_cases(program, x, n_out, prefix=[board["simulator"]], timeout=TIMEOUT_S,
+                                   dtype=io.input, out_dtype=io.output)
+        return outputs, None
+    start, returns = call_sites(board, program, entry)
+    with tempfile.TemporaryDirectory(prefix="nnbuild-qemu-") as tmp:
+        log = Path(tmp) / "exec.log"
+        outputs = native.run_cases(program, x, n_out, timeout=TIMEOUT_S, dtype=io.input, out_dtype=io.output,
+                                   prefix=[board["simulator"], "-d", "in_asm,exec,nochain", "-D", str(log)])
+        counts = instructions_per_call(log, start, returns)
+    if len(counts) != len(x):
+        raise NNBuildError(f"qemu-arm: {len(counts)} complete calls of {entry} in the exec log for {len(x)} inputs",
+                           path=program)
+    return outputs, native.np.asarray(counts, dtype=native.np.int64) * int(board["instruction_cycles"])
+
+
+def call_sites(board, program, entry):
+    """(address of `entry`, the return addresses of its `bl` call sites) from the board's objdump."""
+    done = subprocess.run([board["objdump"], "-d", "--no-show-raw-insn", str(program)], capture_output=True,
+                          text=True, errors="replace")
+    if done.returncode != 0:
+        raise NNBuildError(f"{board['objdump']} failed: {done.stderr.strip()[:200]}", path=program)
+    head = re.search(rf"^([0-9a-f]+) <{re.escape(entry)}>:$", done.stdout, re.M)
+    if not head:
+        raise NNBuildError(f"no function {entry} in the program", path=program)
+    calls = re.findall(rf"^\s*([0-9a-f]+):\s+blx?\s+[0-9a-f]+ <{re.escape(entry)}>$", done.stdout, re.M)
+    if not calls:
+        raise NNBuildError(f"no call of {entry} in the program", path=program)
+    return int(head.group(1), 16), {int(a, 16) + 4 for a in calls}
+
+
+def instructions_per_call(log, start, returns):
+    """Executed instructions of each call: the sizes of the translated blocks (`in_asm`) executed
+    (`exec`, chaining off so every execution is logged) from `start` until one of `returns`."""
+    sizes, counts = {}, []
+    block, size, current = None, 0, None
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = _INSN_RE.match(line)
+            if m:
+                if block is None:
+                    block, size = int(m.group(1), 16), 0
+                size += 1
+                continue
+            m = _TRACE_RE.match(line)
+            if not m:
+                continue
+            if block is not None:
+                sizes[block], block = size, None
+            pc = int(m.group(1), 16)
+            if current is None:
+                if pc == start:
+                    current = sizes[pc]
+            elif pc in returns:
+                counts.append(current)
+                current = None
+            else:
+                current += sizes[pc]
+    return counts
