@@ -462,3 +462,16 @@ def test_arm_libloop_bounds_are_reached_under_qemu(operation, tmp_path):
     for b in bounds:
         assert pcs.count(b.address) <= b.max, b.source
     assert pcs.count(start + offset) == by_key[(routine, start + offset)].max
+
+
+def test_computed_jumps_are_refused_returns_are_not():
+    """A jump table or register branch leaves OTAWA's CFG: the adapter refuses rather than bound."""
+    jump = lambda m, o: otawa.computed_jump(otawa.Insn(0, m, o))  # noqa: E731
+    assert jump("ldrls", "pc, [pc, r3, lsl #2]") and jump("bx", "r4") and jump("blx", "r3")
+    assert jump("add", "pc, pc, r2, lsl #2") and jump("mov", "pc, r1")
+    assert not jump("bx", "lr") and not jump("mov", "pc, lr") and not jump("pop", "{r4, pc}")
+    assert not jump("ldm", "sp!, {r4, pc}") and not jump("bl", "8400 <f>") and not jump("ldr", "r3, [pc, #8]")
+    f = otawa.Function("f", 0x100, [otawa.Insn(0x100, "bl", "200 <g>"), otawa.Insn(0x104, "bx", "lr")])
+    g = otawa.Function("g", 0x200, [otawa.Insn(0x200, "ldrls", "pc, [pc, r3, lsl #2]")])
+    with pytest.raises(NNBuildError, match=r"computed jump `ldrls pc, \[pc, r3, lsl #2\]` at g\+0x0"):
+        otawa.require_no_computed_jumps({"f": [f], "g": [g]}, "f")

@@ -328,6 +328,51 @@ def require_line_info(functions, facts):
                                    item=name)
 
 
+# ---------------------------------------------------------------- computed jumps
+
+_RETURN_RE = re.compile(r"^(pop|ldm\w*)$")
+
+
+def computed_jump(insn: Insn) -> bool:
+    """Whether `insn` moves the PC to a computed address that is not a return (a switch's jump table
+    `ldrls pc, [pc, r3, lsl #2]`, `add pc, ...`, `bx r3`, an indirect call `blx r3`): OTAWA's CFG does
+    not follow those, so its bound would leave the paths behind them out."""
+    mnem = re.sub(r"\.[nw]$", "", insn.mnemonic)
+    ops = insn.operands.replace(" ", "")
+    if _RETURN_RE.match(mnem):
+        return False
+    if re.match(rf"^(bx|blx)({CONDS})?$", mnem):
+        return ops != "lr" and "<" not in ops
+    if re.match(rf"^(mov|ldr|add|sub)({CONDS})?s?$", mnem) and ops.startswith("pc,"):
+        return ops != "pc,lr"
+    return False
+
+
+def reachable(functions, entry) -> List[Function]:
+    """`entry` and every function it calls directly, transitively (by `bl` targets)."""
+    by_start = {f.start: f for fs in functions.values() for f in fs}
+    todo, seen = list(functions.get(entry, [])), {}
+    while todo:
+        func = todo.pop()
+        if func.start in seen:
+            continue
+        seen[func.start] = func
+        for insn in func.insns:
+            flow = classify(insn)
+            if flow.kind == "call" and flow.target in by_start:
+                todo.append(by_start[flow.target])
+    return list(seen.values())
+
+
+def require_no_computed_jumps(functions, entry):
+    for func in reachable(functions, entry):
+        for insn in func.insns:
+            if computed_jump(insn):
+                raise NNBuildError(f"owcet cannot follow the computed jump `{insn.mnemonic} {insn.operands}` at "
+                                   f"{func.name}+0x{insn.addr - func.start:x} (0x{insn.addr:x}): its bound would "
+                                   "miss the paths behind it, so none is taken", item=entry)
+
+
 # ---------------------------------------------------------------- library loops
 
 LIBLOOPS_PATH = Path(__file__).with_name("arm_libloops.json")
@@ -470,6 +515,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     workdir.mkdir(parents=True, exist_ok=True)
     elf = Path(elf).resolve()
     functions = disassemble(elf, board)
+    require_no_computed_jumps(functions, entry)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
     bounds += [b for b in library_bounds(functions) if b.address not in known]
