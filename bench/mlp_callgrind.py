@@ -24,10 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from acasxu_callgrind import acas_like, build, ir_of_one_inference, macs  # noqa: E402
+from acasxu_callgrind import acas_like, build, callgrind_runs, macs, seeded_mlp  # noqa: E402
 from nnbuild import codegen, passes  # noqa: E402
 from nnbuild.ir import reference  # noqa: E402
-from nnbuild.ir.graph import Dense, Model  # noqa: E402
 
 #: peers.md section 2 (Ir per inference); "best" is ACETONE's lowest figure at any flag set
 PEERS = {
@@ -42,14 +41,8 @@ TARGET = 0.5
 
 
 def f1tenth_like(seed=1):
-    """peers.md's MLP: 59 -> 128 relu -> 128 relu -> 1 (24,064 MACs), seeded He-scaled weights."""
-    rng = np.random.default_rng(seed)
-    sizes = [59, 128, 128, 1]
-    layers = [Dense(name=f"dense_{k + 1}", kernel=(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(np.float32),
-                    bias=(rng.standard_normal(b) * 0.1).astype(np.float32),
-                    activation="relu" if k < len(sizes) - 2 else "linear")
-              for k, (a, b) in enumerate(zip(sizes, sizes[1:]))]
-    return Model(name="f1tenth_like", input_shape=(59,), layers=layers, meta={"format": "bench"})
+    """peers.md's MLP: 59 -> 128 relu -> 128 relu -> 1 (24,064 MACs)."""
+    return seeded_mlp("f1tenth_like", [59, 128, 128, 1], seed)
 
 
 def measure(model, shape, x, workdir, results):
@@ -58,12 +51,7 @@ def measure(model, shape, x, workdir, results):
     codegen.generate(model, gen, shape=shape, storage="const", passes_log=log)
     expected = reference.run(model, x.astype(np.float32).astype(np.float64))
     for flags, peers in PEERS[model.name].items():
-        exe = build(gen, model.name, flags, workdir)
-        counts, err = [], 0.0
-        for k, row in enumerate(x):
-            ir, y = ir_of_one_inference(exe, model.name, row, workdir)
-            counts.append(ir)
-            err = max(err, float(np.max(np.abs(y - expected[k]))))
+        counts, _, err = callgrind_runs(build(gen, model.name, flags, workdir), model.name, x, expected, workdir)
         best = min(counts)
         ratio = best / peers["ACETONE"]
         verdict = "meets" if ratio <= TARGET else "misses"

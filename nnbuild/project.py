@@ -51,10 +51,9 @@ def resolve(model, root=EXAMPLES_DIR):
         config["main"] = str(main) if main.is_file() else None
         return check_example(config, config_path)
     path = Path(model)
-    if path.is_dir() and (path / "graph.nnef").is_file():
-        # an NNEF model is a folder: the build reads its graph.nnef (the scanner adds the .dat tensors)
-        frontends.format_for(path)
-        return {**DEFAULTS, "name": c_identifier(path.stem), "model": str(path / "graph.nnef"), "main": None}
+    inside = frontends.model_file(path)   # a folder model (NNEF): the build reads this file of it
+    if inside:
+        return {**DEFAULTS, "name": c_identifier(path.stem), "model": str(inside), "main": None}
     if path.is_file():
         frontends.format_for(path)  # an unknown suffix fails here, in one line, before any step
         return {**DEFAULTS, "name": c_identifier(path.stem if path.stem != "architecture" else path.parent.name),

@@ -28,6 +28,8 @@ class Format:
     suffixes: Tuple[str, ...]
     module: str
     description: str = ""
+    #: a model that is a folder (`<name><suffix>/`): the file in it that a build reads and tracks
+    folder_file: str = ""
 
 
 #: The registry. Suffixes are matched case-insensitively and must be unique across entries.
@@ -46,7 +48,8 @@ FORMATS: Tuple[Format, ...] = (
            "ACETONE JSON (acetone-nnet's JSON_from_keras_model): a .json told from keras-json by its content"),
     Format("nnet", (".nnet",), "nnbuild.frontends.nnet",
            "NNet text (ACAS Xu, Reluplex), with its input and output normalisation"),
-    Format("nnef", (".nnef",), "nnbuild.frontends.nnef_text", "NNEF 1.0 text graph + .dat tensors (a *.nnef folder)"),
+    Format("nnef", (".nnef",), "nnbuild.frontends.nnef_text", "NNEF 1.0 text graph + .dat tensors (a *.nnef folder)",
+           folder_file="graph.nnef"),
 )
 
 #: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).
@@ -81,6 +84,17 @@ def format_for(path) -> Format:
     raise NNBuildError(
         f"unknown model format '{suffix or '(no suffix)'}' (supported: {known})", path=path
     )
+
+
+def model_file(path):
+    """For a model that is a folder (NNEF), the file in it a build reads; None for anything else."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    for fmt in FORMATS:
+        if fmt.folder_file and path.suffix.lower() in fmt.suffixes and (path / fmt.folder_file).is_file():
+            return path / fmt.folder_file
+    return None
 
 
 def _module(fmt: Format):

@@ -35,6 +35,8 @@ MAX_STATEMENTS = 100_000
 MAX_RANK = 8
 MAX_ELEMENTS = MAX_DAT_BYTES // 4
 
+#: the graph file of an NNEF folder (the registry's `folder_file`)
+GRAPH_FILE = "graph.nnef"
 DAT_HEADER = 128
 DAT_MAGIC = b"\x4e\xef"
 OPSET = 13
@@ -351,7 +353,7 @@ def dat_bytes(array) -> bytes:
 def _folder_and_graph(path) -> Tuple[Path, Path]:
     path = Path(path)
     if path.is_dir():
-        return path, path / "graph.nnef"
+        return path, path / GRAPH_FILE
     return path.parent, path
 
 
@@ -441,7 +443,7 @@ _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max",
 def to_onnx(folder, graph_path=None):
     """The onnx.ModelProto of the NNEF model in `folder` (weights read from its .dat files)."""
     folder = Path(folder)
-    graph_path = Path(graph_path) if graph_path else folder / "graph.nnef"
+    graph_path = Path(graph_path) if graph_path else folder / GRAPH_FILE
     graph = _read_graph(graph_path)
     return _Translator(graph, folder, graph_path).run()
 
