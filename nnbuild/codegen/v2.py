@@ -10,9 +10,10 @@ prelude's NN_READ macros (AVR flash or plain const)."""
 
 from nnbuild.codegen import cnn, templating
 from nnbuild.codegen.common import float_literal
+from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
 
 
 class TensorCode:
@@ -264,7 +265,11 @@ def tensor_code(ctx):
     return render
 
 
-def render(model, *, precision, storage, passes_log, **_options):
+def render(model, *, precision, storage, passes_log, input_range=None, **_options):
+    if is_fixed(precision):
+        from nnbuild.codegen import v2_fixed
+        return v2_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
+                               input_range=input_range)
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
     ctx["tensor_code"] = tensor_code(ctx)

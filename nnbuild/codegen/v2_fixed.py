@@ -1,0 +1,147 @@
+"""v2 code shape, fixed-point precisions (q16, q16-acc32): the plan of nnbuild.numerics.graph_plan
+as the v2 shape's inlined loops over int16 tensors.
+
+Same layout as the float v2 (channels-last tensors, one static arena placed by liveness, literal
+loop bounds in NN_LOOPBOUND and the flow facts, weights in `<name>_weights.c`, AVR flash) with the
+MLP fixed shape's arithmetic: exact integer multiply-accumulates (AVR201's 16x16 MAC on AVR),
+proven accumulator widths, round_shift requantisation and loop-free table activations.
+nnbuild.numerics.graph_bitexact is its bit-exact model.
+"""
+
+import numpy as np
+
+from nnbuild import __version__
+from nnbuild.codegen import cnn, common, mlp_fixed, templating
+from nnbuild.codegen.common import MAX_ARRAY_BYTES, float_literal
+from nnbuild.errors import NNBuildError
+from nnbuild.names import c_identifier
+from nnbuild import numerics as q
+from nnbuild.numerics import graph_plan
+
+#: the int16 element the arena holds instead of a float
+ELEMENT_BYTES = 2
+
+
+def render(model, *, precision, storage, passes_log, input_range, shape="v2", template="v2_fixed.c.j2"):
+    if input_range is None:
+        raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
+    plan = graph_plan.quantize_graph(model, precision, input_range)
+    lowered = cnn.lower(model, storage)
+    ops = fixed_ops(model.name, lowered["ops"], plan, storage)
+    arrays = [a for op in ops for a in op["chunks"] + ([op["bias"]] if op["bias"] else []) + op["arrays"]]
+    flash = sum(a["size"] * a["bits"] // 8 for a in arrays) + len(tanh_tables(plan)) * q.TANH_POINTS * 4 \
+        + (q.EXP_POINTS * 4 if any(o.activation == "softmax" for o in plan.ops) else 0)
+    near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= mlp_fixed.NEAR_LIMIT)
+    memory = int16_memory(lowered["memory"])
+    ctx = {
+        "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
+        "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
+        **common.storage_context(storage), "near": near, "flash_bytes": flash,
+        "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "arrays": arrays,
+        "memory": memory, "arena_symbol": lowered["arena_symbol"], "arena_elements": memory["arena_bytes"] // ELEMENT_BYTES,
+        "int_reads": [16, 32] + ([64] if any(a["bits"] == 64 for a in arrays) else []),
+        "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
+        "mac16": any(o["mac16"] for o in ops), "dot16": False, "read64": any(a["bits"] == 64 for a in arrays),
+        "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
+        "shr64": any(o["q"].acc_bits == 64 and 0 < o["q"].shift < 32 and not o["q"].saturate_z for o in ops),
+        "tanh_tables": tanh_tables(plan),
+        "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
+        "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT,
+        "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS, "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
+        "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1, "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1),
+        "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1),
+        "output_scale": float_literal(2.0 ** -plan.output.frac), "input_scale": float_literal(2.0 ** plan.input.frac),
+        "input_lo": float_literal(plan.input_range[0]), "input_hi": float_literal(plan.input_range[1]), **mlp_fixed.input_bounds(plan),
+    }
+    name = model.name
+    code, facts, _ = cnn.render_code(template, ctx)
+    record = cnn.trace(model, dict(lowered, ops=ops, memory=memory, arrays=arrays), facts, passes_log, shape,
+                       [cnn.memory_log(memory)], storage=storage)
+    record["fixed_point"] = plan.summary()
+    if near:
+        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + [f"nn_tanh_table_q{f}" for f in ctx["tanh_tables"]]
+                                              + (["nn_exp_table"] if ctx["exp_table"] else []))
+    return {
+        f"{name}.h": templating.render("cnn.h.j2", ctx),
+        f"{name}.c": code,
+        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
+        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
+        f"{name}.flowfacts.json": facts,
+        f"{name}.trace.json": record,
+    }
+
+
+def int16_memory(memory):
+    """The float plan's figures (bytes of 4-byte elements) for int16 elements."""
+    scaled = dict(memory)
+    for key in ("arena_bytes", "peak_live_bytes", "one_buffer_per_tensor_bytes"):
+        if key in scaled:
+            scaled[key] = scaled[key] // common.FLOAT_BYTES * ELEMENT_BYTES
+    return scaled
+
+
+def tanh_tables(plan):
+    """One tanh table per output format used by tanh/sigmoid layers: {frac: (ctype, bits, rows)}."""
+    fracs = sorted({o.output.frac for o in plan.ops if o.activation in ("tanh", "sigmoid")})
+    return {f: ("int16_t", 16, mlp_fixed.literal_rows(q.tanh_table(f))) for f in fracs}
+
+
+def buffer(ref):
+    """The int16 tensors: the float API's `in`/`out` become the quantised xq/yq."""
+    return {"in": "xq", "out": "yq"}.get(ref, ref)
+
+
+def int_array(symbol, values, bits, comment):
+    return {"symbol": symbol, "size": int(np.size(values)), "ctype": f"int{bits}_t", "bits": bits, "comment": comment,
+            "values": mlp_fixed.literal_rows(np.ravel(values), 8)}
+
+
+def weight_chunks(prefix, op, rows, storage):
+    """Kernel rows [out][k] as int16 arrays, split under avr-gcc's object limit on AVR."""
+    row_bytes = rows.shape[1] * 2
+    flash = storage in common.FLASH_STORAGES
+    if flash and row_bytes > MAX_ARRAY_BYTES:
+        raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
+                           item=f"{op['source_type']} '{op['name']}'")
+    count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if flash else 1
+    bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
+    return [dict(int_array(f"{prefix}_{op['c_name']}_w{c}", rows[a:b], 16,
+                           f"{op['source_type']} '{op['name']}': outputs {a}..{b - 1}, {rows.shape[1]} weights each"),
+                 start=int(a), rows=int(b - a)) for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def fixed_ops(prefix, float_ops, plan, storage):
+    """The float lowering's operations with integer weights, formats and requantisation facts."""
+    by_name = {o.name: o for o in plan.ops}
+    out = []
+    for op in float_ops:
+        qop = by_name[op["name"]]
+        op = dict(op, q=qop, src=[buffer(s) for s in op["src"]], dst=buffer(op["dst"]), arrays=[], chunks=[],
+                  bias=None, acc_type=f"int{qop.acc_bits}_t", mac16=False, activation=qop.activation)
+        if op["kind"] in ("conv2d", "dense"):
+            kq = np.asarray(qop.kernel_q)
+            rows = np.transpose(kq, (3, 0, 1, 2)).reshape(kq.shape[3], -1) if op["kind"] == "conv2d" else kq.T
+            op["chunks"] = weight_chunks(prefix, op, rows, storage)
+            bias_bits = 32 if np.abs(qop.bias_q).max(initial=0) < 2 ** 31 else 64
+            op["bias"] = int_array(f"{prefix}_{op['c_name']}_b", qop.bias_q, bias_bits,
+                                   f"{op['source_type']} '{op['name']}': bias at 2^-{qop.acc_frac}")
+            op["mac16"] = qop.acc_bits == 32
+        elif op["kind"] == "batchnorm":
+            sym = f"{prefix}_{c_identifier(op['name'])}"
+            op["scale"] = int_array(f"{sym}_scale", qop.kernel_q, 16, f"BatchNormalization '{op['name']}': scale "
+                                    f"at 2^-{qop.weight.frac}")
+            op["offset"] = int_array(f"{sym}_offset", qop.bias_q, 32, f"BatchNormalization '{op['name']}': offset "
+                                     f"at 2^-{qop.acc_frac}")
+            op["arrays"] = [op["scale"], op["offset"]]
+        elif op["kind"] not in ("pool2d", "add", "concat", "zeropad2d", "activation"):
+            raise NNBuildError("this layer has no fixed-point form in shape v2", item=f"{op['source_type']} '{op['name']}'")
+        if op["kind"] == "concat":
+            for part, fmt in zip(op["parts"], qop.inputs):
+                part["src"], part["shift"] = buffer(part["src"]), fmt.frac - qop.output.frac
+        if op["kind"] == "add":
+            op["lefts"] = [qop.acc_frac - t.frac for t in qop.inputs]
+        if qop.activation == "softmax":
+            op["softmax"] = {"groups": op["n"] // (op["out_shape"][-1] if op["out_shape"] else 1),
+                             "n": op["out_shape"][-1] if op["out_shape"] else 1}
+        out.append(op)
+    return out

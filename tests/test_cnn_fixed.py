@@ -1,0 +1,169 @@
+"""Fixed point in the CNN code shapes: the graph plan's interval proof, bit-exact C (host and
+simavr) against nnbuild.numerics.graph_bitexact, error against the float64 reference, refusals."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import REPO, needs_avr
+from nnbuild import codegen, pipeline
+from nnbuild.checks.inputs import check_inputs
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import reference
+from nnbuild.ir.graph import Add, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D
+from nnbuild.numerics import graph_bitexact, graph_plan
+from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
+
+LENET5 = REPO / "firmware_examples/lenet5/lenet5.h5"
+LENET5_RANGE = (0.0, 1.0)
+
+
+def lenet5():
+    return pipeline.load_model(LENET5, "lenet5")[0]
+
+
+def layered_model():
+    """Every layer kind the fixed v2 shape generates (padding, stride, dilation, max and average
+    pooling, Add with different formats, Concatenate), with a wide pre-activation range."""
+    rng = np.random.default_rng(7)
+    k = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    layers = [Conv2D("c1", k(3, 3, 2, 4), k(4), strides=(2, 2), padding=(0, 1, 0, 1), activation="relu"),
+              Pool2D("mp", "max", (2, 2), (1, 1), padding=(0, 1, 0, 1)),
+              Conv2D("c2", k(3, 3, 4, 4) * 3, k(4), dilation=(2, 2), padding=(2, 2, 2, 2), activation="linear"),
+              Add("sum", activation="relu"),
+              Conv2D("c3", k(2, 2, 4, 3), None, padding=(0, 1, 0, 1), activation="sigmoid"),
+              Conv2D("c4", k(1, 1, 4, 2), k(2), activation="tanh"),
+              Concatenate("cat", axis=2),
+              Pool2D("ap", "avg", (2, 2), (2, 2), source_type="AveragePooling2D"),
+              Flatten("flat"),
+              Dense("fc", k(20, 5), k(5), "softmax")]
+    edges, previous = {}, "image"
+    for layer in layers:
+        edges[layer.name] = (previous,)
+        previous = layer.name
+    edges.update({"sum": ("mp", "c2"), "c3": ("sum",), "c4": ("sum",), "cat": ("c3", "c4")})
+    return Model("layered", (9, 9, 2), layers, edges=edges, input_name="image")
+
+
+def probe_inputs(n_in, lo, hi, count=24):
+    """In-range inputs plus the range corners and out-of-range, infinite and NaN ones."""
+    x = check_inputs(n_in, count, 11, (lo, hi))
+    odd = np.array([[5.0] * n_in, [-7.0] * n_in, [np.inf] * n_in, [np.nan] * n_in, [lo] * n_in, [hi] * n_in],
+                   dtype=np.float32)
+    return np.vstack([x, odd])
+
+
+def host_outputs(tmp_path, model, precision, x, input_range):
+    out = tmp_path / precision
+    codegen.generate(model, out, shape="v2", precision=precision, storage="avr-progmem-far", input_range=input_range)
+    exe = out / "check"
+    cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", f"-I{out}",
+           *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
+           str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return native.run_cases(exe, x, model.output_size)
+
+
+@pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
+def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
+    model = lenet5()
+    x = probe_inputs(model.input_size, *LENET5_RANGE)
+    c = host_outputs(tmp_path, model, precision, x, LENET5_RANGE)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, LENET5_RANGE), x)
+    assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
+    assert np.all(np.isfinite(c))
+
+
+@pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
+def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
+    model = layered_model()
+    x = probe_inputs(model.input_size, -1.0, 1.0)
+    c = host_outputs(tmp_path, model, precision, x, (-1, 1))
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (-1, 1)), x)
+    assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
+    expected = reference.run(model, x[:24].reshape((24, 9, 9, 2)).astype(np.float64), "float64")
+    assert np.abs(emulated[:24] - np.asarray(expected).reshape(24, -1)).max() < 2e-3
+
+
+@pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 5e-4)])
+def test_lenet5_error_against_float64_reference(precision, tolerance):
+    model = lenet5()
+    x = check_inputs(model.input_size, 200, 5, LENET5_RANGE)
+    plan = graph_plan.quantize_graph(model, precision, LENET5_RANGE)
+    expected = reference.run(model, x.reshape((len(x),) + plan.input_shape).astype(np.float64), "float64")
+    error = np.abs(graph_bitexact.run_graph(plan, x) - np.asarray(expected).reshape(len(x), -1)).max()
+    print(f"\nlenet5 {precision}: max |fixed - float64| = {error:.3g}")
+    assert error <= tolerance
+
+
+def stored_integers(plan, x):
+    """Every stored tensor's integers on inputs x (the bit-exact model's own evaluation)."""
+    q = graph_bitexact.quantize_input(x, plan.input, plan.input_range)
+    values = {plan.input_name: q.reshape((len(x),) + plan.input_shape)}
+    for op in plan.ops:
+        values[op.name] = graph_bitexact.apply(op, [values[s] for s in op.sources])
+        yield op, [values[s] for s in op.sources], values[op.name]
+
+
+@pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
+def test_proven_intervals_hold_on_random_and_extreme_inputs(precision):
+    """The proof's integer intervals and accumulator bounds contain what the code computes."""
+    model = lenet5()
+    plan = graph_plan.quantize_graph(model, precision, LENET5_RANGE)
+    rng = np.random.default_rng(3)
+    x = np.vstack([check_inputs(model.input_size, 40, 2, LENET5_RANGE),
+                   rng.choice(LENET5_RANGE, (40, model.input_size)).astype(np.float32)])
+    for op, inputs, y in stored_integers(plan, x):
+        assert op.interval[0] <= y.min() and y.max() <= op.interval[1], op.name
+        assert np.abs(y).max() <= op.output.qmax, op.name
+        if op.kind in ("conv2d", "dense"):
+            acc = graph_bitexact.accumulate(op.layer, op.kernel_q, op.bias_q, inputs[0])
+            assert np.abs(acc).max() <= op.acc_bound, op.name
+            assert op.acc_bits == 32 or precision == "q16"
+
+
+def test_the_proof_is_in_the_trace(tmp_path):
+    model = lenet5()
+    codegen.generate(model, tmp_path, shape="v2", precision="q16-acc32", storage="avr-progmem-far",
+                     input_range=LENET5_RANGE)
+    import json
+    trace = json.loads((tmp_path / "lenet5.trace.json").read_text())
+    proof = trace["fixed_point"]
+    assert proof["precision"] == "q16-acc32"
+    assert [l["name"] for l in proof["layers"]] == [l.name for l in model.layers]
+    assert all(l["accumulator_bits"] == 32 for l in proof["layers"])
+
+
+def test_unprovable_layers_are_refused_naming_the_layer():
+    model = lenet5()
+    with pytest.raises(NNBuildError, match="the CNN shapes generate fixed point as"):
+        graph_plan.quantize_graph(model, "fix16", LENET5_RANGE)
+    odd = Model("odd", (5, 5, 1), [Pool2D("p3", "avg", (3, 3), (1, 1), source_type="AveragePooling2D"),
+                                   Flatten("f"), Dense("d", np.ones((9, 2), np.float32), None)])
+    with pytest.raises(NNBuildError, match="AveragePooling2D 'p3'.*power of two"):
+        graph_plan.quantize_graph(odd, "q16", (-1, 1))
+    huge = Model("huge", (4,), [Dense("big", np.full((4, 2), 3e4, np.float32), None)])
+    with pytest.raises(NNBuildError, match="Dense 'big'"):
+        graph_plan.quantize_graph(huge, "q16-acc32", (-1e4, 1e4))
+
+
+@needs_avr
+@pytest.mark.e2e
+def test_lenet5_avr_c_equals_the_model_bit_for_bit(tmp_path):
+    """On the MCU: far-flash weights, the AVR201 MAC, the tables and the softmax division are exact."""
+    from nnbuild.compilers import gcc
+    model = lenet5()
+    board = pipeline.load_board("avr")
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="v2", precision="q16-acc32", storage=board["weights_storage"],
+                     input_range=LENET5_RANGE)
+    defines = [d[2:] for d in check_main_defines("lenet5.h", "lenet5_infer", model.input_size, model.output_size)]
+    elf = gcc.build_executable(board, [out / "lenet5.c", out / "lenet5_weights.c", CHECK_MAIN],
+                               tmp_path / "lenet5.elf", include_dirs=[out], defines=defines)
+    x = probe_inputs(model.input_size, *LENET5_RANGE, count=2)[:5]
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="lenet5_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=simavr.build_harness(tmp_path / "simavr_run"))
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q16-acc32", LENET5_RANGE), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    assert cycles.min() > 0
