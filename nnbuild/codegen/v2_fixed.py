@@ -32,6 +32,11 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
     flash = sum(a["size"] * a["bits"] // 8 for a in arrays) + len(tanh_tables(plan)) * q.TANH_POINTS * 4 \
         + (q.EXP_POINTS * 4 if any(o.activation == "softmax" for o in plan.ops) else 0)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= mlp_fixed.NEAR_LIMIT)
+    for op in ops:  # the AVR dot-product loops (NN_DOT16: 4 MACs a turn, 1..255 turns) on flash weights
+        run = op.get("run") if op["kind"] == "conv2d" and not op["generic"] and op["contiguous"] else op.get("k")
+        op["dot"] = (storage in common.FLASH_STORAGES and op["mac16"] and op["kind"] in ("conv2d", "dense")
+                     and run is not None and 4 <= run <= 4 * 255 + 3
+                     and (op["kind"] == "dense" or not op["generic"] and op["contiguous"]))
     memory = int16_memory(lowered["memory"])
     ctx = {
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
@@ -41,10 +46,11 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "memory": memory, "arena_symbol": lowered["arena_symbol"], "arena_elements": memory["arena_bytes"] // ELEMENT_BYTES,
         "int_reads": [16, 32] + ([64] if any(a["bits"] == 64 for a in arrays) else []),
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
-        "mac16": any(o["mac16"] for o in ops), "dot16": False, "read64": any(a["bits"] == 64 for a in arrays),
+        "mac16": any(o["mac16"] for o in ops), "dot16": near and any(o["dot"] for o in ops),
+        "dot16far": not near and any(o["dot"] for o in ops), "read64": any(a["bits"] == 64 for a in arrays),
         "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
         "shr64": any(o["q"].acc_bits == 64 and 0 < o["q"].shift < 32 and not o["q"].saturate_z for o in ops),
-        "tanh_tables": tanh_tables(plan),
+        "tanh_tables": tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
         "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
         "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT,
         "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS, "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
@@ -141,7 +147,11 @@ def fixed_ops(prefix, float_ops, plan, storage):
         if op["kind"] == "add":
             op["lefts"] = [qop.acc_frac - t.frac for t in qop.inputs]
         if qop.activation == "softmax":
-            op["softmax"] = {"groups": op["n"] // (op["out_shape"][-1] if op["out_shape"] else 1),
-                             "n": op["out_shape"][-1] if op["out_shape"] else 1}
+            n = op["out_shape"][-1] if op["out_shape"] else 1
+            # e <= 2^15 (Q15 exp), sum s <= n * 2^15: (e << frac) + s / 2 must fit nn_udiv32's uint32
+            if (1 << (15 + qop.output.frac)) + (n << 14) > graph_plan.INT32_MAX:
+                raise NNBuildError(f"softmax over {n} values: the rounded division does not fit 32 bits",
+                                   item=f"{op['source_type']} '{op['name']}'")
+            op["softmax"] = {"groups": op["n"] // n, "n": n}
         out.append(op)
     return out
