@@ -1,7 +1,8 @@
 """Examples as build inputs: `model=f1tenth` means firmware_examples/f1tenth/example.json.
 
 example.json keys: model (file, relative to the example dir), main (optional firmware main.c),
-precision, deadline_ms, tolerance, input_range [lo, hi], check_inputs (count), seed; for a Tangled
+precision, deadline_ms, tolerance, tolerances ({precision: tolerance}, for precisions whose error the
+float tolerance cannot hold, e.g. fixed point), input_range [lo, hi], check_inputs (count), seed; for a Tangled
 Program Graph also environment (its description: a JSON file, or a name shipped with nnbuild),
 check_data (recorded observations to check with instead of random ones) and requires (said when the
 model file is missing, e.g. third-party data in ../shared).
@@ -15,7 +16,7 @@ from nnbuild.names import c_identifier
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "firmware_examples"
 #: every key an example.json may hold (a misspelled key is an error, not silently ignored)
-EXAMPLE_KEYS = ("model", "main", "precision", "deadline_ms", "tolerance", "input_range", "check_inputs", "seed",
+EXAMPLE_KEYS = ("model", "main", "precision", "deadline_ms", "tolerance", "tolerances", "input_range", "check_inputs", "seed",
                 "environment", "check_data", "requires", "note")
 DEFAULTS = {"tolerance": 1e-4, "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1,
             "deadline_ms": None, "precision": "float32"}
@@ -75,6 +76,10 @@ def check_example(config, config_path):
     """The example's values checked with the same parsers as the command line's."""
     try:
         config["tolerance"] = options.tolerance(config["tolerance"])
+        tolerances = config.get("tolerances", {})
+        if not isinstance(tolerances, dict):
+            raise NNBuildError("'tolerances' must map precision names to tolerances")
+        config["tolerances"] = {options.precision(p): options.tolerance(t) for p, t in tolerances.items()}
         config["input_range"] = list(options.input_range(config["input_range"]))
         config["check_inputs"] = options.count(config["check_inputs"])
         if not isinstance(config["seed"], int) or isinstance(config["seed"], bool) or config["seed"] < 0:
@@ -109,3 +114,8 @@ def environment_path(spec, base=None):
     if base is not None and (Path(base) / spec).is_file():
         return str(Path(base) / spec)
     return str(Environment.resolve(spec))
+
+
+def tolerance_for(example, precision):
+    """The example's tolerance for `precision`: its entry in 'tolerances', else 'tolerance'."""
+    return example.get("tolerances", {}).get(precision, example["tolerance"])

@@ -39,6 +39,8 @@ EX = REPO / "firmware_examples"
 SIPS22_GAME = SHARED / "data" / "tpg" / "sips22" / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
 BOARDS = ("host", "avr", "arm")
 FIXED = ("q16", "q16-acc32", "fix16", "fixed16.8", "fixed16.16")
+#: the fixed-point precisions of the CNN shapes
+CNN_FIXED = ("q16", "q16-acc32")
 
 
 def mlp_model(name="tinymlp"):
@@ -107,6 +109,7 @@ CASES = [
     case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const",)),
     case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp"),
     *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
+    *(case(f"tinycnn-v2-{p}", built(cnn_model), "v2", p) for p in CNN_FIXED),
     *(case(f"tpg-{s}", example(SIPS22_GAME, "sips22-atari"), s) for s in ("switch", "stack")),
     # f1tenth's 36 KB weight rows exceed avr-gcc's object size limit as plain const arrays: AVR far only
     *(case(f"f1tenth-{p}", example(EX / "f1tenth" / "architecture.json"), "mlp", p, marks=E2E)
@@ -114,6 +117,8 @@ CASES = [
     case("f1tenth-float64", example(EX / "f1tenth" / "architecture.json"), "mlp", "float64", storages=("const",),
          marks=E2E),
     *(case(f"cifarnet-{s}", example(EX / "cifarnet" / "cifarnet.h5"), s, marks=E2E) for s in ("v1", "v2")),
+    case("lenet5-v2-q16-acc32", example(EX / "lenet5" / "lenet5.h5"), "v2", "q16-acc32", storages=("avr-progmem-far",),
+         marks=E2E),
 ]
 
 

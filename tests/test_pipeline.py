@@ -51,13 +51,14 @@ def test_plan_lists_the_whole_avr_build_and_the_check_subset():
 def test_capability_check_is_the_one_answer():
     nn, tpg = kinds.get("nn"), kinds.get("tpg")
     avr, host = boards.load_board("avr"), boards.load_board("host")
-    assert kinds.refusal(nn, "v2", "q16", host) == "shape v2 does not generate precision 'q16' (it generates: float32, float64)"
+    assert kinds.refusal(nn, "v1", "q16", host) == "shape v1 does not generate precision 'q16' (it generates: float32, float64)"
+    assert kinds.refusal(nn, "v2", "q16-acc32", avr) is None
     assert "64-bit double" in kinds.refusal(nn, "mlp", "float64", avr)
     assert kinds.refusal(nn, "mlp", "fixed16.8", avr) is None
     assert "does not generate TPG models" in kinds.refusal(tpg, "mlp", "float32")
     assert "does not generate precision 'q16'" in kinds.refusal(tpg, "auto", "q16")
     lenet, _ = pipeline.load_model(LENET)
-    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32", "float64"]
+    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32", "float64", "q16", "q16-acc32"]
     f1, _ = pipeline.load_model(F1)
     assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "fix16"]
     assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "fix16"]
