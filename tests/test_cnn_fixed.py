@@ -6,12 +6,14 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import REPO, needs_avr
+import json
+
+from conftest import REPO, copy_project, needs_avr, scons
 from nnbuild import codegen, pipeline
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
-from nnbuild.ir.graph import Add, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D
+from nnbuild.ir.graph import Add, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D, Unary
 from nnbuild.numerics import graph_bitexact, graph_plan
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
 
@@ -36,6 +38,7 @@ def layered_model():
               Conv2D("c4", k(1, 1, 4, 2), k(2), activation="tanh"),
               Concatenate("cat", axis=2),
               Pool2D("ap", "avg", (2, 2), (2, 2), source_type="AveragePooling2D"),
+              Pool2D("ap3", "avg", (3, 3), (1, 1), padding=(1, 1, 1, 1), source_type="AveragePooling2D"),
               Flatten("flat"),
               Dense("fc", k(20, 5), k(5), "softmax")]
     edges, previous = {}, "image"
@@ -127,7 +130,6 @@ def test_the_proof_is_in_the_trace(tmp_path):
     model = lenet5()
     codegen.generate(model, tmp_path, shape="v2", precision="q16-acc32", storage="avr-progmem-far",
                      input_range=LENET5_RANGE)
-    import json
     trace = json.loads((tmp_path / "lenet5.trace.json").read_text())
     proof = trace["fixed_point"]
     assert proof["precision"] == "q16-acc32"
@@ -139,9 +141,9 @@ def test_unprovable_layers_are_refused_naming_the_layer():
     model = lenet5()
     with pytest.raises(NNBuildError, match="the CNN shapes generate fixed point as"):
         graph_plan.quantize_graph(model, "fix16", LENET5_RANGE)
-    odd = Model("odd", (5, 5, 1), [Pool2D("p3", "avg", (3, 3), (1, 1), source_type="AveragePooling2D"),
-                                   Flatten("f"), Dense("d", np.ones((9, 2), np.float32), None)])
-    with pytest.raises(NNBuildError, match="AveragePooling2D 'p3'.*power of two"):
+    odd = Model("odd", (2, 2, 1), [Unary("e", "exp", source_type="Exp"), Flatten("f"),
+                                   Dense("d", np.ones((4, 2), np.float32), None)])
+    with pytest.raises(NNBuildError, match="Exp 'e'.*no fixed-point form"):
         graph_plan.quantize_graph(odd, "q16", (-1, 1))
     huge = Model("huge", (4,), [Dense("big", np.full((4, 2), 3e4, np.float32), None)])
     with pytest.raises(NNBuildError, match="Dense 'big'"):
@@ -167,3 +169,19 @@ def test_lenet5_avr_c_equals_the_model_bit_for_bit(tmp_path):
     emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q16-acc32", LENET5_RANGE), x)
     assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
     assert cycles.min() > 0
+
+
+@needs_avr
+@pytest.mark.e2e
+def test_lenet5_fits_and_runs_on_the_atmega1284_in_fixed_point(tmp_path):
+    """Issue 13's goal: LeNet-5 in q16-acc32 fits the ATmega1284 (float32 does not), runs under
+    simavr within the example's q16-acc32 tolerance, and its WCET bound holds and is tight."""
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=lenet5", "precision=q16-acc32")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((project / "build/avr/lenet5/report.json").read_text())
+    assert report["precision"] == "q16-acc32" and report["shape"] == "v2" and report["tolerance"] == 1e-3
+    assert report["max_abs_error"] <= 1e-3
+    assert report["measured_cycles"] <= report["wcet_cycles"] and report["bound_over_measured"] <= 1.02
+    assert report["flash_bytes"] <= 131_072 and report["ram_bytes"] <= 16_384
+    assert (project / "build/avr/lenet5/gate.json").exists()

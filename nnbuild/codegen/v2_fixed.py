@@ -16,7 +16,7 @@ from nnbuild.codegen.common import MAX_ARRAY_BYTES, float_literal
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild import numerics as q
-from nnbuild.numerics import graph_plan
+from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
 #: the int16 element the arena holds instead of a float
 ELEMENT_BYTES = 2
@@ -33,11 +33,15 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         + (q.EXP_POINTS * 4 if any(o.activation == "softmax" for o in plan.ops) else 0)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= mlp_fixed.NEAR_LIMIT)
     for op in ops:  # the AVR dot-product loops (NN_DOT16: 4 MACs a turn, 1..255 turns) on flash weights
-        run = op.get("run") if op["kind"] == "conv2d" and not op["generic"] and op["contiguous"] else op.get("k")
+        run = op.get("k") if op["kind"] == "dense" else op.get("run")
         op["dot"] = (storage in common.FLASH_STORAGES and op["mac16"] and op["kind"] in ("conv2d", "dense")
-                     and run is not None and 4 <= run <= 4 * 255 + 3
-                     and (op["kind"] == "dense" or not op["generic"] and op["contiguous"]))
+                     and 4 <= run <= 4 * 255 + 3 and (op["kind"] == "dense" or not op["generic"]))
     memory = int16_memory(lowered["memory"])
+    readers = [o for o in ops if "xq" in o["src"] or any(p.get("src") == "xq" for p in o.get("parts", []))]
+    first = readers[0] if len(readers) == 1 and readers[0].get("pad_copy") and readers[0]["src"] == ["xq"] else None
+    if first:  # the only reader of the input pads it: the input is rounded straight into a padded xq
+        first["pad_copy"], first["pad_in_xq"] = False, True
+    padded = max([o["HP"] * o["XW"] * o["C"] for o in ops if o.get("pad_copy")], default=0)
     ctx = {
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
@@ -45,6 +49,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "arrays": arrays,
         "memory": memory, "arena_symbol": lowered["arena_symbol"], "arena_elements": memory["arena_bytes"] // ELEMENT_BYTES,
         "int_reads": [16, 32] + ([64] if any(a["bits"] == 64 for a in arrays) else []),
+        "padded_symbol": f"{model.name}_padded", "padded_elements": padded, "input_pad": first,
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
         "mac16": any(o["mac16"] for o in ops), "dot16": near and any(o["dot"] for o in ops),
         "dot16far": not near and any(o["dot"] for o in ops), "read64": any(a["bits"] == 64 for a in arrays),
@@ -52,7 +57,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "shr64": any(o["q"].acc_bits == 64 and 0 < o["q"].shift < 32 and not o["q"].saturate_z for o in ops),
         "tanh_tables": tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
         "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
-        "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT,
+        "recip_frac": gb.RECIP_FRAC, "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT,
         "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS, "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
         "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1, "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1),
         "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1),
@@ -123,7 +128,16 @@ def fixed_ops(prefix, float_ops, plan, storage):
     for op in float_ops:
         qop = by_name[op["name"]]
         op = dict(op, q=qop, src=[buffer(s) for s in op["src"]], dst=buffer(op["dst"]), arrays=[], chunks=[],
-                  bias=None, acc_type=f"int{qop.acc_bits}_t", mac16=False, activation=qop.activation)
+                  bias=None, recip=None, pad_copy=False, pad_in_xq=False, acc_type=f"int{qop.acc_bits}_t", mac16=False, activation=qop.activation)
+        if op["kind"] == "conv2d":
+            # a padded convolution (one group) reads a zero-padded copy of its input: no bounds tests
+            op["pad_copy"] = op["padded"] and op["G"] == 1
+            pads = qop.layer.padding
+            op["HP"], op["XW"] = op["H"] + pads[0] + pads[1], op["W"] + pads[2] + pads[3]
+            if op["pad_copy"]:
+                op["generic"] = False
+            else:
+                op["XW"] = op["W"]
         if op["kind"] in ("conv2d", "dense"):
             kq = np.asarray(qop.kernel_q)
             rows = np.transpose(kq, (3, 0, 1, 2)).reshape(kq.shape[3], -1) if op["kind"] == "conv2d" else kq.T
@@ -139,6 +153,13 @@ def fixed_ops(prefix, float_ops, plan, storage):
             op["offset"] = int_array(f"{sym}_offset", qop.bias_q, 32, f"BatchNormalization '{op['name']}': offset "
                                      f"at 2^-{qop.acc_frac}")
             op["arrays"] = [op["scale"], op["offset"]]
+        elif op["kind"] == "pool2d" and op["mode"] == "avg" and qop.pool_shift is None:
+            count = op["KH"] * op["KW"]
+            op["recip"] = int_array(f"{prefix}_{op['c_name']}_recip", gb.reciprocals(count), 32,
+                                    f"{op['source_type']} '{op['name']}': round(2^{gb.RECIP_FRAC} / cells), cells = 0..{count}")
+            op["recip_value"] = int(gb.reciprocals(count)[count])
+            if op["padded"]:
+                op["arrays"] = [op["recip"]]
         elif op["kind"] not in ("pool2d", "add", "concat", "zeropad2d", "activation"):
             raise NNBuildError("this layer has no fixed-point form in shape v2", item=f"{op['source_type']} '{op['name']}'")
         if op["kind"] == "concat":

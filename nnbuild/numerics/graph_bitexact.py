@@ -47,13 +47,27 @@ def pool_cells(layer, in_shape):
     return pool_sum(layer, ones, "sum")[0, :, :, 0]
 
 
+#: average pooling over windows of different cell counts multiplies by round(2^15 / cells)
+RECIP_FRAC = 15
+
+
+def reciprocals(cells_max):
+    """round(2^15 / n) for n = 0..cells_max (entry 0 unused): the average pooling divisors."""
+    n = np.arange(cells_max + 1)
+    return np.concatenate([[0], np.floor(2.0 ** RECIP_FRAC / n[1:] + 0.5)]).astype(np.int64)
+
+
 def pool(op, xq):
-    """Max pooling, or average pooling as round_shift(sum, log2(cells)) (the planner admits only
-    windows whose real cells are one power of two)."""
+    """Max pooling; average pooling as round_shift(sum, log2(cells)) when every window has the same
+    power-of-two count of real cells, else round_shift(sum * round(2^15 / cells), 15)."""
     layer = op.layer
     if layer.mode == "max":
         return pool_sum(layer, xq, "max")
-    return round_shift(pool_sum(layer, xq, "sum"), op.pool_shift)
+    total = pool_sum(layer, xq, "sum")
+    if op.pool_shift is not None:
+        return round_shift(total, op.pool_shift)
+    cells = pool_cells(layer, xq.shape[1:])
+    return round_shift(total * reciprocals(int(cells.max()))[cells][None, :, :, None], RECIP_FRAC)
 
 
 def align(values, from_frac, to_frac):

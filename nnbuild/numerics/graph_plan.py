@@ -50,7 +50,7 @@ class QOp:
     acc_bound: int = 0                 # max |partial sum| over the input box, integer units
     shift: int = 0                     # accumulator -> pre-activation (round_shift)
     saturate_z: bool = False
-    pool_shift: int = 0                # average pooling: log2 of the real cells of every window
+    pool_shift: Optional[int] = 0      # average pooling: log2 of the real cells of every window (None: reciprocals)
     interval: tuple = (0, 0)           # proven min/max of the stored output integers
     pre_activation: tuple = (0.0, 0.0)
     notes: List[str] = field(default_factory=list)
@@ -184,10 +184,16 @@ def plan_op(op, policy, real_in, real_out, int_in):
     if kind == "pool2d":
         if op.layer.mode == "avg":
             cells = np.unique(gb.pool_cells(op.layer, real_in[0][0].shape[1:]))
-            if len(cells) != 1 or int(cells[0]) & (int(cells[0]) - 1):
-                raise NNBuildError(f"average pooling over {', '.join(str(int(c)) for c in cells)} cells: fixed "
-                                   "point divides by one power of two only", item=op.what)
-            op.pool_shift = int(cells[0]).bit_length() - 1
+            if len(cells) == 1 and not int(cells[0]) & (int(cells[0]) - 1):
+                op.pool_shift = int(cells[0]).bit_length() - 1
+            else:
+                op.pool_shift = None
+                op.notes.append(f"windows of {', '.join(str(int(c)) for c in cells)} real cells: the sum is "
+                                f"multiplied by round(2^{gb.RECIP_FRAC} / cells) and rounded back")
+                recip = gb.reciprocals(int(cells.max()))
+                if max(int(n) * (1 << 15) * int(recip[int(n)]) for n in cells) > INT32_MAX:
+                    raise NNBuildError("average pooling window too large for the 32-bit reciprocal product",
+                                       item=op.what)
         op.acc_frac = op.inputs[0].frac
         return plan_activation(op, policy, real_out, lambda end: gb.pool(op, int_in[0][end]))
     if kind == "add":
