@@ -54,7 +54,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "mac16": any(o["mac16"] for o in ops), "dot16": near and any(o["dot"] for o in ops),
         "dot16far": not near and any(o["dot"] for o in ops), "read64": any(a["bits"] == 64 for a in arrays),
         "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
-        "shr64": any(o["q"].acc_bits == 64 and 0 < o["q"].shift < 32 and not o["q"].saturate_z for o in ops),
+        "shr64": False, "shr64_shifts": sorted({o["q"].shift for o in ops if o["q"].acc_bits == 64}),
         "tanh_tables": tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
         "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
         "recip_frac": gb.RECIP_FRAC, "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT,
@@ -129,6 +129,9 @@ def fixed_ops(prefix, float_ops, plan, storage):
         qop = by_name[op["name"]]
         op = dict(op, q=qop, src=[buffer(s) for s in op["src"]], dst=buffer(op["dst"]), arrays=[], chunks=[],
                   bias=None, recip=None, pad_copy=False, pad_in_xq=False, acc_type=f"int{qop.acc_bits}_t", mac16=False, activation=qop.activation)
+        if qop.acc_bits == 64 and not 0 < qop.shift < 32:
+            raise NNBuildError(f"a 64-bit accumulator shifted by {qop.shift} bits has no code in shape v2",
+                               item=f"{op['source_type']} '{op['name']}'")
         if op["kind"] == "conv2d":
             # a padded convolution (one group) reads a zero-padded copy of its input: no bounds tests
             op["pad_copy"] = op["padded"] and op["G"] == 1
