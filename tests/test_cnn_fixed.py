@@ -185,3 +185,43 @@ def test_lenet5_fits_and_runs_on_the_atmega1284_in_fixed_point(tmp_path):
     assert report["measured_cycles"] <= report["wcet_cycles"] and report["bound_over_measured"] <= 1.02
     assert report["flash_bytes"] <= 131_072 and report["ram_bytes"] <= 16_384
     assert (project / "build/avr/lenet5/gate.json").exists()
+
+
+def adversarial(n_in, lo, hi, rng):
+    """In-range inputs that push the data-dependent paths of the fixed-point code: range ends and
+    checkerboards (the largest pre-activations: table saturation, relu, max pooling's swaps), tiny
+    and subnormal values (the rounding's zero path), values needing every shift, out of range, NaN."""
+    mid = (lo + hi) / 2
+    rows = [np.full(n_in, v) for v in (lo, hi, mid, 1e-38, -1e-38, 1e-45, 7.5e-4, hi * 0.999)]
+    rows.append(np.where(np.arange(n_in) % 2 == 0, hi, lo))
+    rows.append(np.where((np.arange(n_in) // 3) % 2 == 0, lo, hi))
+    rows.append(rng.choice([lo, hi, mid, np.inf, -np.inf, np.nan, 1e4], size=n_in))
+    rows += list(rng.uniform(lo, hi, (3, n_in)) * 10.0 ** rng.integers(-6, 1, size=(3, 1)))
+    return np.array(rows, dtype=np.float32)
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("name, precision", [("lenet5", "q16-acc32"), ("cifarnet", "q16-acc32"), ("cifarnet", "q16")])
+def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision):
+    """Soundness of the built-in analyzer's bound on the fixed-point v2 code, random and adversarial
+    inputs, and its tightness (integer code: within 3% of the worst run)."""
+    from nnbuild import wcet
+    example = REPO / "firmware_examples" / name
+    lo, hi = json.loads((example / "example.json").read_text())["input_range"]
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(example / f"{name}.h5", board, tmp_path, name=name, shape="v2",
+                                                precision=precision, input_range=(lo, hi))
+    model, _ = pipeline.load_model(example / f"{name}.h5", name)
+    x = np.vstack([check_inputs(model.input_size, 6, 3, (lo, hi)),
+                   adversarial(model.input_size, lo, hi, np.random.default_rng(7))])
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{name}_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (lo, hi)), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path)
+    worst = int(cycles.max())
+    print(f"\n{name} {precision}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
+          f"bound/measured {bound.cycles / worst:.4f}")
+    assert worst <= bound.cycles <= 1.03 * worst
