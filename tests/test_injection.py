@@ -90,7 +90,8 @@ def assert_inert(files, raw_names):
 
 
 CASES = [("mlp", "float32", False), ("mlp", "q16", True), ("mlp", "q16-acc32", True), ("mlp", "fix16", True),
-         ("mlp", "fixed16.8", True), ("v1", "float32", None), ("v2", "float32", None), ("v3", "float32", None)]
+         ("mlp", "fixed16.8", True), ("v1", "float32", None), ("v2", "float32", None), ("v3", "float32", None),
+         ("v2", "q16", None), ("v2", "q16-acc32", None)]
 
 
 @pytest.mark.skipif(not have("gcc"), reason="gcc not installed")
@@ -98,7 +99,7 @@ CASES = [("mlp", "float32", False), ("mlp", "q16", True), ("mlp", "q16-acc32", T
 def test_canary_names_come_out_inert(tmp_path, shape, precision, fixed):
     model = cnn_model() if fixed is None else mlp_model(fixed)
     options = dict(shape=shape, precision=precision, storage="const",
-                   input_range=(-1.0, 1.0) if fixed else None)
+                   input_range=(-1.0, 1.0) if fixed or precision != "float32" else None)
     evil = codegen.generate(model, tmp_path / "evil", **options)
     plain_model = renamed(model, names.c_identifier)
     plain = codegen.generate(plain_model, tmp_path / "plain", **options)

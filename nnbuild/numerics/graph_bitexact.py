@@ -7,11 +7,8 @@ MLP's table activations; pooling, padding, Add and Concatenate are integer opera
 monotone in each input, so the planner bounds them by evaluating them on the interval ends.
 """
 
-import dataclasses
-
 import numpy as np
 
-from nnbuild.ir import semantics
 from nnbuild.numerics.bitexact import quantize_input, round_shift, sigmoid_q, softmax_q, tanh_q
 from nnbuild.numerics.formats import Z_FRAC, Z_LIMIT
 
@@ -19,25 +16,51 @@ from nnbuild.numerics.formats import Z_FRAC, Z_LIMIT
 MAX_PAD = -(1 << 62)
 
 
+def windows(xp, window, strides, dilation, out_hw):
+    """(ky, kx, the [N, OH, OW, C] slice of a padded [N, H, W, C] x under that kernel tap)."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = window, strides, dilation, out_hw
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dh, kx * dw
+            yield ky, kx, xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def pad2d(x, padding, value=0):
+    t, b, l, r = padding
+    return np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)), constant_values=value)
+
+
+def affine(layer, x, kernel, bias):
+    """bias + the Conv2D (layer's strides, dilation, padding, groups) or Dense sum of kernel * x, in
+    x's dtype: int64 for what the code computes, float64 for the real intervals (the IR's own
+    definition, nnbuild.ir.semantics, is the same sum; numerics sits below the IR)."""
+    kernel = np.asarray(kernel, dtype=x.dtype)
+    bias = np.asarray(bias, dtype=x.dtype)
+    if layer.kind == "dense":
+        return x @ kernel + bias
+    oh, ow, co = layer.output_shape(x.shape[1:])
+    y = np.zeros((x.shape[0], oh, ow, co), dtype=x.dtype)
+    g, ci = int(layer.groups), kernel.shape[2]
+    cog = co // g
+    for ky, kx, patch in windows(pad2d(x, layer.padding), kernel.shape[:2], layer.strides, layer.dilation, (oh, ow)):
+        for group in range(g):
+            y[..., group * cog:(group + 1) * cog] += (patch[..., group * ci:(group + 1) * ci]
+                                                       @ kernel[ky, kx, :, group * cog:(group + 1) * cog])
+    return y + bias
+
+
 def accumulate(layer, kernel_q, bias_q, xq):
     """bias + sum of exact products of a Conv2D or Dense layer on integers (int64 numpy)."""
-    integer = dataclasses.replace(layer, kernel=np.asarray(kernel_q, dtype=np.int64),
-                                  bias=np.asarray(bias_q, dtype=np.int64), activation="linear")
-    return semantics.apply_layer(integer, np.asarray(xq, dtype=np.int64))
+    return affine(layer, np.asarray(xq, dtype=np.int64), kernel_q, bias_q)
 
 
 def pool_sum(layer, xq, mode):
     """Per-window max (padding ignored) or sum (padding adds 0) of [N, H, W, C] integers."""
     oh, ow, _ = layer.output_shape(xq.shape[1:])
-    t, b, l, r = layer.padding
-    fill = MAX_PAD if mode == "max" else 0
-    xp = np.pad(np.asarray(xq, dtype=np.int64), ((0, 0), (t, b), (l, r), (0, 0)), constant_values=fill)
-    (kh, kw), (sh, sw) = layer.pool, layer.strides
+    xp = pad2d(np.asarray(xq), layer.padding, MAX_PAD if mode == "max" else 0)
     out = None
-    for ky in range(kh):
-        for kx in range(kw):
-            patch = xp[:, ky:ky + (oh - 1) * sh + 1:sh, kx:kx + (ow - 1) * sw + 1:sw, :]
-            out = patch.copy() if out is None else (np.maximum(out, patch) if mode == "max" else out + patch)
+    for _, _, patch in windows(xp, layer.pool, layer.strides, (1, 1), (oh, ow)):
+        out = patch.copy() if out is None else (np.maximum(out, patch) if mode == "max" else out + patch)
     return out
 
 
@@ -105,8 +128,7 @@ def apply(op, xs):
     if kind == "pool2d":
         return activate(op.activation, pool(op, xs[0]), op.inputs[0].frac, op.output.frac, op.saturate_z)
     if kind == "zeropad2d":
-        t, b, l, r = op.layer.padding
-        return np.pad(xs[0], ((0, 0), (t, b), (l, r), (0, 0)))
+        return pad2d(xs[0], op.layer.padding)
     if kind == "add":
         acc = sum(align(x, f.frac, op.acc_frac) for x, f in zip(xs, op.inputs))
         return activate(op.activation, acc, op.acc_frac, op.output.frac, op.saturate_z)

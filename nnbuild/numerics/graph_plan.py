@@ -10,18 +10,16 @@ operations (nnbuild.numerics.graph_bitexact), prove that it fits. The accumulato
 every partial sum: |bias| + sum |w| * max|x|, per output element.
 """
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.ir import semantics
 from nnbuild.numerics import graph_bitexact as gb
 from nnbuild.numerics.bitexact import quantize_input, round_shift
 from nnbuild.numerics.formats import Z_FRAC, Z_LIMIT, Tensor, check_precision, frac_for, to_int
-from nnbuild.numerics.plan import Policy
+from nnbuild.numerics.plan import Policy, activation_interval
 
 #: precisions the CNN shapes generate in fixed point
 GRAPH_PRECISIONS = ("q16", "q16-acc32")
@@ -109,7 +107,7 @@ def quantize_graph(model, precision, input_range):
         sources = list(model.sources(index))
         op = QOp(layer.name, layer.kind, layer.source_type, getattr(layer, "activation", None) or "linear",
                  layer, sources, [formats[s] for s in sources], formats[sources[0]], tuple(shapes[layer.name]))
-        real[layer.name] = real_interval(layer, [real[s] for s in sources])
+        real[layer.name] = real_interval(layer, [real[s] for s in sources], op.shape)
         ints[layer.name] = plan_op(op, policy, [real[s] for s in sources], real[layer.name],
                                    [ints[s] for s in sources])
         op.interval = (int(ints[layer.name][0].min()), int(ints[layer.name][1].max()))
@@ -119,9 +117,7 @@ def quantize_graph(model, precision, input_range):
 
 
 def _linear(layer, kernel, bias, x):
-    """The layer's affine part with another kernel and bias, in x's dtype (float64 or int64)."""
-    return semantics.apply_layer(dataclasses.replace(layer, kernel=np.asarray(kernel, x.dtype),
-                                                     bias=np.asarray(bias, x.dtype), activation="linear"), x)
+    return gb.affine(layer, x, kernel, bias)
 
 
 def affine_interval(layer, kernel, bias, lo, hi):
@@ -133,31 +129,37 @@ def affine_interval(layer, kernel, bias, lo, hi):
             _linear(layer, pos, bias, hi) + _linear(layer, neg, zero, lo))
 
 
-def real_interval(layer, intervals):
-    """Per-element real interval of a layer's output over the input box (its own semantics, which
-    are monotone in each input for every kind but the affine ones and softmax)."""
-    kind = layer.kind
+def real_interval(layer, intervals, shape):
+    """Per-element real interval of a layer's output over the input box (every kind but the
+    affine ones is monotone in each input, so its interval is its value at the ends)."""
+    kind, act = layer.kind, getattr(layer, "activation", None) or "linear"
     if kind in ("conv2d", "dense"):
         kernel = np.asarray(layer.kernel, np.float64)
         bias = np.zeros(kernel.shape[-1]) if layer.bias is None else np.asarray(layer.bias, np.float64)
-        lo, hi = affine_interval(layer, kernel, bias, *intervals[0])
-        return activation_bounds(getattr(layer, "activation", "linear"), lo, hi)
+        return activation_interval(act, *affine_interval(layer, kernel, bias, *intervals[0]))
     if kind == "batchnorm":
         alpha, offset = layer.scale_offset(np.float64)
         a, b = intervals[0][0] * alpha, intervals[0][1] * alpha
-        return activation_bounds(layer.activation, np.minimum(a, b) + offset, np.maximum(a, b) + offset)
-    act = getattr(layer, "activation", "linear") or "linear"
-    if act == "softmax":
-        lo = semantics.apply_layer(dataclasses.replace(layer, activation="linear"), *[i[0] for i in intervals])
-        return np.zeros_like(lo), np.ones_like(lo)
-    return (semantics.apply_layer(layer, *[i[0] for i in intervals]),
-            semantics.apply_layer(layer, *[i[1] for i in intervals]))
-
-
-def activation_bounds(act, lo, hi):
-    if act == "softmax":
-        return np.zeros_like(lo), np.ones_like(hi)
-    return semantics.activate(act or "linear", lo), semantics.activate(act or "linear", hi)
+        return activation_interval(act, np.minimum(a, b) + offset, np.maximum(a, b) + offset)
+    ends = []
+    for end in (0, 1):
+        xs = [i[end] for i in intervals]
+        if kind == "pool2d":
+            total = gb.pool_sum(layer, xs[0], layer.mode if layer.mode == "max" else "sum")
+            ends.append(total if layer.mode == "max" else
+                        total / gb.pool_cells(layer, xs[0].shape[1:])[None, :, :, None])
+        elif kind == "zeropad2d":
+            ends.append(gb.pad2d(xs[0], layer.padding))
+        elif kind == "add":
+            ends.append(sum(xs))
+        elif kind == "concat":
+            ends.append(np.concatenate(xs, axis=layer.axis + 1))
+        elif kind in ("activation", "flatten", "reshape"):
+            ends.append(xs[0].reshape((1,) + tuple(shape)))
+        else:
+            raise NNBuildError(f"layer kind '{kind}' has no fixed-point form in the CNN shapes",
+                               item=f"{layer.source_type} '{layer.name}'")
+    return activation_interval(act, *ends)
 
 
 def magnitude(interval):
