@@ -133,6 +133,15 @@ class Program:
             xs, ys = np.ascontiguousarray(x[k:k + batch]), np.ascontiguousarray(y[k:k + batch])
             self._train(self._ptr(self.memory), self._ptr(xs), self._ptr(ys))
 
+    def fit(self, x, y, epochs, seed=1):
+        """`epochs` passes of SGD over (x, y), each in a seeded random order (the tail that does
+        not fill a batch is left out of that epoch)."""
+        order = np.random.default_rng(seed)
+        whole = len(x) - len(x) % self.model.batch
+        for _ in range(epochs):
+            pick = order.permutation(len(x))[:whole]
+            self.train(np.asarray(x)[pick], np.asarray(y)[pick])
+
     def weights(self):
         """[(W [n_in][n_out], b)] as real numbers."""
         return ir.unpack(self.plan, self.memory)
