@@ -291,11 +291,14 @@ def emit_accumulate(e, ar, model, instr):
     e.line(f"gb[j] = {ar.add('gb[j]', 'dz[j]')};")
     e.end()
     e.loop("i", n_in)
-    e.line("const gv_t s = in[i];")
-    e.line(f"gv_t *restrict row = gw + ({index_type(n_in * n_out)})i * {n_out};")
-    e.loop("j", n_out)
-    e.line(f"row[j] = {ar.add('row[j]', ar.mul('s', 'dz[j]'))};" if ar.fixed else "row[j] += s * dz[j];")
-    e.end()
+    if ar.fixed:
+        e.line("const gv_t s = in[i];")
+        e.line(f"gv_t *restrict row = gw + ({index_type(n_in * n_out)})i * {n_out};")
+        e.loop("j", n_out)
+        e.line(f"row[j] = {ar.add('row[j]', ar.mul('s', 'dz[j]'))};")
+        e.end()
+    else:
+        e.line(f"gv_axpy{n_out}(gw + ({index_type(n_in * n_out)})i * {n_out}, dz, in[i]);")
     e.end()
     e.close()
 
