@@ -156,7 +156,8 @@ def test_c_is_byte_identical_and_warning_free(tmp_path):
         assert "malloc" not in code and "static gv_t" not in code.split("typedef")[0]
         assert "layer 1: .hidden 100 relu (net.g:9:1)" in code
         facts = files["mnist.flowfacts.json"]
-        assert {l["function"] for l in facts["loops"]} >= {"mnist_activate", "mnist_train", "mnist_backprop"}
+        assert {l["function"] for l in facts["loops"]} >= {"mnist_forward", "mnist_train", "mnist_backprop"}
+        assert facts["entries"] == ["mnist_activate", "mnist_train"]
 
 
 # --------------------------------------------------------------------------- the C against numpy

@@ -397,7 +397,7 @@ def program_body(e, ar, plan, program, api):
         elif instr.op == "batch":
             batch, n_in, n_out = instr.args
             e.loop("n", batch)
-            e.line(f"{api['activate']}(m, xs + ({index_type(batch * n_in)})n * {n_in});")
+            e.line(f"{api['forward']}(v, xs + ({index_type(batch * n_in)})n * {n_in});")
             e.line(f"{api['backprop']}(v, xs + ({index_type(batch * n_in)})n * {n_in}, "
                    f"ys + ({index_type(batch * n_out)})n * {n_out});")
             e.end()
@@ -413,13 +413,15 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
     num, name, prefix = plan.number, model.name, model.prefix
     ar = Arithmetic(num)
     api = {what: api_name(prefix, what) for what in ("version", "memory_size", "memory_hard", "initialize",
-                                                     "activate", "train", "backprop")}
+                                                     "activate", "train", "forward", "backprop")}
+    functions = {"initialize": api["initialize"], "activate": api["forward"], "backprop": api["backprop"],
+                 "train": api["train"]}
     ff = common.FlowFacts(name, functions=True)
     ff.entry = api["activate"]
     bodies = {"helpers": axpy_helpers(ff, plan)}
     for program in ("initialize", "activate", "backprop", "train"):
         e = Emitter(ff)
-        e.lines.append(ff.function(api[program]))
+        e.lines.append(ff.function(functions[program]))
         program_body(e, ar, plan, program, api)
         bodies[program] = "\n".join(e.lines[1:])
         bodies[program + "_mark"] = e.lines[0]
@@ -441,6 +443,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
     text = templating.render("gravity.c.j2", context)
     code, facts, _ = ff.resolve(text)
     facts["entries"] = [api["activate"], api["train"]]
+    del facts["entry"]
     files = {f"{name}.h": templating.render("gravity.h.j2", context), f"{name}.c": code,
              f"{name}.flowfacts.json": facts,
              f"{name}.trace.json": trace(plan, facts, api)}
