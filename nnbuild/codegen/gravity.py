@@ -112,7 +112,7 @@ def layer_label(model, l):
 
 
 def layer_mark(l, model):
-    return "output" if l == len(model.layers) - 1 else f"hidden{l + 1}"
+    return model.layers[l].name or ir.default_name(l, len(model.layers))
 
 
 # --------------------------------------------------------------------------- macro-instructions
@@ -466,16 +466,22 @@ def fixed_helpers_used(code):
 
 
 def trace(plan, facts, api):
-    """Each declared layer -> its lines in each program; the blob map (what is hard, what is not)."""
+    """Each declared layer -> its lines in each program (`lines`: the activate program's, as every
+    kind reports; `program_lines`: all four); the blob map, hard region apart."""
     model = plan.model
-    return {"model": model.name, "kind": ir.KIND,
+    ranges = {l["name"]: [l["first_line"], l["last_line"]] for l in facts["layers"]}
+    layers = []
+    for i, layer in enumerate(model.layers):
+        mark = layer_mark(i, model)
+        layers.append({"index": i, "name": mark, "type": f".{layer.directive}", "activation": layer.activation,
+                       "inputs": model.sizes[i], "units": layer.size, "code": f"{model.name}.c",
+                       "where": layer.where.rsplit("/", 1)[-1],
+                       "lines": ranges.get(f"activate.{mark}", [None, None]),
+                       "program_lines": {p: ranges[f"{p}.{mark}"] for p in plan.programs if f"{p}.{mark}" in ranges}})
+    return {"model": model.name, "kind": ir.KIND, "shape": "gravity",
             "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
-            "precision": plan.number.name, "api": api,
-            "layers": [{"name": l["name"], "function": l["function"], "first_line": l["first_line"],
-                        "last_line": l["last_line"]} for l in facts["layers"]],
-            "declared": [{"layer": layer_mark(i, model), "directive": l.directive, "size": l.size,
-                          "activation": l.activation, "where": l.where.rsplit("/", 1)[-1]}
-                         for i, l in enumerate(model.layers)],
-            "memory": {"hard_bytes": plan.hard_bytes, "size_bytes": plan.size_bytes,
-                       "element_bytes": plan.number.bytes, "output_offset": plan.output_offset,
-                       "regions": [vars(r) for r in plan.regions]}}
+            "precision": plan.number.name, "api": api, "passes": [], "layers": layers,
+            "program": {"cost": model.cost, "batch": model.batch, "rate": model.learning_rate},
+            "blob": {"memory_hard_bytes": plan.hard_bytes, "memory_size_bytes": plan.size_bytes,
+                     "rest_bytes": plan.size_bytes - plan.hard_bytes, "element_bytes": plan.number.bytes,
+                     "output_offset": plan.output_offset, "regions": [vars(r) for r in plan.regions]}}

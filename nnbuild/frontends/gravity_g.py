@@ -15,6 +15,7 @@ counts as white space. Every error is one line `file:line:column: message`.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from nnbuild import files
@@ -219,8 +220,9 @@ def parse(path, text):
     for required in ("module", "input", "output", "hidden"):
         if required not in seen:
             reader.fail(end, f"missing .{required} directive")
+    layers = [replace(l, name=f"hidden{i + 1}") for i, l in enumerate(layers)] + [replace(output, name="output")]
     model = GravityModel(name=values["module"], prefix=values.get("prefix", "g"), inputs=values["input"],
-                         layers=layers + [output], precision=values.get("precision", "float32"),
+                         layers=layers, precision=values.get("precision", "float32"),
                          cost=values.get("cost", "cross_entropy"), batch=values.get("batch", 1),
                          learning_rate=values.get("rate", 0.1), source_files=[str(path)])
     return validate(model)

@@ -25,7 +25,7 @@ SGD averages the batch: w -= rate / batch * sum of the batch's gradients.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -51,6 +51,7 @@ class Layer:
     activation: str
     where: str = ""          # file:line:column of its directive
     directive: str = "hidden"
+    name: str = ""           # hidden1, hidden2, ..., output (what the trace and the C comments call it)
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,8 @@ def plan(model: GravityModel, precision=None) -> Plan:
     """The layout and programs of `model` computed in `precision` (default: the model's own)."""
     validate(model)
     num = number(precision or model.precision)
+    model.layers = [layer if layer.name else replace(layer, name=default_name(i, len(model.layers)))
+                    for i, layer in enumerate(model.layers)]
     sizes = model.sizes
     regions, hard, size, params, gradients = layout(sizes)
     if num.fixed:
@@ -259,6 +262,10 @@ def plan(model: GravityModel, precision=None) -> Plan:
              Instr("update", -1, (0, gradients, params, model.learning_rate / model.batch))]
     return Plan(model, num, regions, hard, size, params, gradients,
                 {"initialize": init, "activate": activate, "backprop": backprop, "train": train})
+
+
+def default_name(index, count):
+    return "output" if index == count - 1 else f"hidden{index + 1}"
 
 
 def glorot_limit(n_in, n_out):
