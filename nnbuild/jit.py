@@ -149,6 +149,14 @@ class Program:
     def set_weights(self, weights):
         self.memory[:] = ir.pack(self.plan, weights, self.memory)
 
+    def save_keras(self, path):
+        """The trained network as a Keras 2 full-model .h5 (Dense layers, the program's activations):
+        a model file every nnbuild target builds for inference."""
+        from nnbuild.frontends import keras_h5
+        layers = [(f"dense_{l + 1}", w, b, layer.activation)
+                  for l, ((w, b), layer) in enumerate(zip(self.weights(), self.model.layers))]
+        keras_h5.write_dense(path, self.model.name, layers)
+
     def save(self, g_path):
         """The trained program as a model file pair: `net.g` and `net.npz` beside it (W1, b1, ...)."""
         from nnbuild.frontends import gravity_g
@@ -161,14 +169,18 @@ class Program:
             np.savez(tmp, **arrays)
 
 
-def compile(path, precision=None, cache=None, cc=None, seed=1):  # noqa: A001 - the API's name
+def compile(path, precision=None, cache=None, cc=None, seed=1, **training):  # noqa: A001 - the API's name
     """A Program for a Gravity `.g` file (or a model already loaded), in its own precision unless
-    `precision` says otherwise."""
-    model = path
+    `precision` says otherwise. Any other model file nnbuild reads that is a chain of Dense layers
+    becomes a program holding its trained weights (`training`: cost, batch, learning_rate)."""
+    model, weights = path, None
     if isinstance(path, (str, os.PathLike)):
         kind = kinds.of_file(path)
-        if kind.NAME != ir.KIND:
-            raise NNBuildError(f"the JIT compiles Gravity programs; this is a {kind.NAME} model", path=path)
         model, _ = kind.load(path)
+        if kind.NAME != ir.KIND:
+            model, weights = ir.from_network(model, precision=precision or "float32", **training)
     library, plan, compiled = build(model, precision, cache, cc)
-    return Program(library, plan, compiled, seed)
+    program = Program(library, plan, compiled, seed)
+    if weights is not None:
+        program.set_weights(weights)
+    return program

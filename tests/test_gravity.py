@@ -275,3 +275,34 @@ def test_a_trained_program_saves_as_a_g_and_weights_pair(tmp_path, cache):
         again.set_weights([(saved[f"W{l}"], saved[f"b{l}"]) for l in (1, 2, 3)])
     x = np.linspace(-1, 1, 5)
     assert np.array_equal(again.activate(x), net.activate(x))
+
+
+def test_a_trained_program_exports_as_keras_h5_that_nnbuild_builds(tmp_path, cache):
+    from nnbuild import frontends
+    from nnbuild.ir import reference
+    net = jit.compile(program(tmp_path, small("tanh", "softmax", "cross_entropy", "float")), seed=9)
+    rng = np.random.default_rng(2)
+    net.train(rng.uniform(-1, 1, (3, 5)), targets("softmax", 3, rng))
+    net.save_keras(tmp_path / "trained.h5")
+    model = frontends.load(tmp_path / "trained.h5")
+    x = rng.uniform(-1, 1, (4, 5)).astype(np.float32)
+    assert np.abs(reference.run(model, x.astype(np.float64)) - net.activate(x)).max() < 1e-6
+
+
+def test_the_jit_takes_a_trained_keras_model_and_keeps_its_weights(tmp_path, cache):
+    from nnbuild import frontends
+    from nnbuild.ir import reference
+    from pathlib import Path
+    xor = Path(__file__).resolve().parents[1] / "firmware_examples" / "xor" / "xor.h5"
+    net = jit.compile(xor, learning_rate=0.5, batch=4)
+    x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+    expected = reference.run(frontends.load(xor), x.astype(np.float64))
+    assert np.abs(net.activate(x) - expected).max() < 1e-6
+    assert net.model.cost == "cross_entropy" and net.model.sizes == [2, 2, 1]   # sigmoid output
+    before = net.weights()
+    step = ir.train_step(net.model, before, x, 1 - np.round(expected))   # and it trains
+    net.train(x, 1 - np.round(expected))
+    assert any(np.abs(b - bb).max() > 1e-3 for (_, b), (_, bb) in zip(net.weights(), before))
+    for (w, b), (ew, eb) in zip(net.weights(), step):
+        scale = max(1.0, np.abs(ew).max(), np.abs(eb).max())
+        assert np.abs(w - ew).max() < 1e-6 * scale and np.abs(b - eb).max() < 1e-6 * scale

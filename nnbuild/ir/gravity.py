@@ -444,3 +444,43 @@ def train_step(model, weights, x, y):
     """The weights after one SGD batch: w -= rate / batch * gradient of the batch cost."""
     scale = model.learning_rate / model.batch
     return [(w - scale * gw, b - scale * gb) for (w, b), (gw, gb) in zip(weights, gradients(model, weights, x, y))]
+
+
+# --------------------------------------------------------------------------- from a trained network
+
+
+def from_network(network, *, cost=None, batch=1, learning_rate=0.1, precision="float32"):
+    """(GravityModel, [(W, b)]) of a trained fully connected network (nnbuild.ir.graph.Model: a
+    chain of Dense layers, each optionally followed by an Activation), so any model file nnbuild
+    reads can be fine-tuned by generated training code. Anything else is refused naming the layer.
+    The cost defaults to cross-entropy on softmax/sigmoid outputs, else quadratic."""
+    from nnbuild.ir.graph import Activation, Dense
+    where = network.source_files[0] if network.source_files else network.name
+    if getattr(network, "edges", None) or len(getattr(network, "input_shape", ())) != 1:
+        raise NNBuildError("a Gravity program is a chain of Dense layers over a vector input", path=where)
+    layers, weights = [], []
+    for layer in network.layers:
+        if isinstance(layer, Dense):
+            bias = layer.bias if layer.bias is not None else np.zeros(layer.units)
+            weights.append((np.asarray(layer.kernel, np.float64), np.asarray(bias, np.float64)))
+            layers.append([layer.units, layer.activation, layer.name])
+        elif isinstance(layer, Activation) and layers and layers[-1][1] == "linear":
+            layers[-1][1] = layer.activation
+        else:
+            raise NNBuildError(f"{layer.source_type} layer has no Gravity form (Dense layers and their "
+                               "activations only)", path=where, item=f"layer '{layer.name}'")
+    for size, act, name in layers:
+        if act not in ACTIVATIONS:
+            raise NNBuildError(f"activation '{act}' has no Gravity form ({', '.join(ACTIVATIONS)})", path=where,
+                               item=f"layer '{name}'")
+    if len(layers) < 2:
+        raise NNBuildError("a Gravity program needs a hidden layer and an output layer", path=where)
+    out_act = layers[-1][1]
+    cost = cost or ("cross_entropy" if out_act in ("softmax", "sigmoid") else "quadratic")
+    count = len(layers)
+    model = GravityModel(name=network.name, prefix=network.name, inputs=int(network.input_shape[0]),
+                         layers=[Layer(size, act, f"{where} layer '{name}'", "output" if i == count - 1 else "hidden",
+                                       default_name(i, count)) for i, (size, act, name) in enumerate(layers)],
+                         precision=precision, cost=cost, batch=batch, learning_rate=learning_rate,
+                         source_files=list(network.source_files))
+    return validate(model), weights
