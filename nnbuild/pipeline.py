@@ -58,8 +58,12 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     board = boards.load_board(board)
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
-    gen = [f"gen/{f}" for f in codegen.outputs(name)]
-    header, code, _, weights, flowfacts, trace = gen
+    gen = [f"gen/{f}" for f in codegen.outputs(name, kinds.resolve_shape(kind, shape))]
+    header, code = gen[0], gen[1]
+    weights = [f for f in gen if f.endswith("_weights.c")]
+    flowfacts, trace = (next(f for f in gen if f.endswith(suffix)) for suffix in (".flowfacts.json", ".trace.json"))
+    #: the functions measured and bounded: the inference entry first (a Gravity program: activate, train)
+    entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
                   options={"name": name, "shape": shape, "precision": precision, "input_range": input_range,
                            "storage": board.get("weights_storage", "const"), "target": board.name,
@@ -75,7 +79,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     def program(target_board, sub, what, main_source, main_defines):
         prefix = f"{sub}/" if sub else ""
         target = f"{prefix}{what}{target_board.program_suffix}"
-        tasks.append(Task("program", [target], {"sources": [code, weights, main_source]}, role=f"{prefix}{what}",
+        tasks.append(Task("program", [target], {"sources": [code, *weights, main_source]}, role=f"{prefix}{what}",
                           options={"board": target_board.name, "include": ["gen"], "objdir": f"{prefix}obj",
                                    "defines": {main_source: main_defines}, "header": header,
                                    "opt": opt if target_board is board else None}))
@@ -86,19 +90,22 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     firmware = program(board, None, "firmware", main, []) if main and purpose == "build" else None
     nodes["firmware"] = firmware
 
-    runs = {}
+    runs, extra_runs = {}, {}
     runner = board.runner
     on_host = runner is not None and getattr(runner, "RUNS_ON_HOST", False)
     if purpose == "build" and not on_host:
         host = boards.load_board("host")
         host_check = program(host, "host", "check", check_main, defines)
-        runs["host"] = _run_task(tasks, host, host_check, None, f"{name}_infer", inputs)
+        runs["host"] = _run_task(tasks, host, host_check, None, entries[0], inputs)
     if runner is not None:
         harness = None
         if getattr(runner, "NEEDS_HARNESS", False):
             harness = f"{HARNESS_DIR}/{runner.__name__.rsplit('.', 1)[-1]}_run"
             tasks.append(Task("harness", [harness], options={"board": board.name}, role="harness"))
-        runs[board.run_label()] = _run_task(tasks, board, check, harness, f"{name}_infer", inputs)
+        runs[board.run_label()] = _run_task(tasks, board, check, harness, entries[0], inputs)
+        if purpose == "build" and measures_cycles(board):
+            extra_runs = {entry: _run_task(tasks, board, check, harness, entry, inputs, suffix=f"_{entry}")
+                          for entry in entries[1:]}
     elif purpose == "check":
         raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run; check on the host or on a "
                            "board with one")
@@ -111,21 +118,27 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
 
     image = firmware or check
     tasks.append(Task("size", ["size.json"], {"elf": image, "trace": trace, "flowfacts": flowfacts}, role="size",
-                      options={"board": board.name, "entry": (["main"] if firmware else []) + [f"{name}_infer"]}))
+                      options={"board": board.name, "entry": (["main"] if firmware else []) + entries[:1]}))
     for task in tasks:  # the memory gate first: nothing runs on a simulator of a board the image does not fit
         if task.step == "run" and task.options["board"] == board.name and not on_host:
             task.after.append("size.json")
     target_run = runs.get(board.run_label()) if runner else None
-    wcet_json = None
+    wcet_json, entry_bounds = None, {}
     from nnbuild import wcet as analyzers
     if wcet != "skip" and not analyzers.unavailable_reason(board, path):
         wcet_json = "wcet.json"
         tasks.append(Task("wcet", [wcet_json], {"elf": check, "flowfacts": flowfacts}, role="wcet",
-                          options={"board": board.name, "entry": f"{name}_infer",
+                          options={"board": board.name, "entry": entries[0],
                                    "record_errors": record_wcet_errors}))
+        for entry in entries[1:]:   # every other entry: its own bound, held to its own measured runs
+            entry_bounds[entry] = f"wcet_{entry}.json"
+            tasks.append(Task("wcet", [entry_bounds[entry]], {"elf": check, "flowfacts": flowfacts},
+                              role=f"wcet_{entry}", options={"board": board.name, "entry": entry,
+                                                             "record_errors": record_wcet_errors}))
     tasks.append(Task("report", ["report.json", "report.html"],
                       {"semantic": "semantic.json", "size": "size.json", "trace": trace, "run": target_run,
-                       "wcet": wcet_json},
+                       "wcet": wcet_json, "entry_wcet": entry_bounds or None,
+                       "entry_runs": {e: r for e, r in extra_runs.items() if e in entry_bounds} or None},
                       options={"model": name, "board": board.name, "precision": precision, "shape": shape,
                                "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin}, role="report"))
     nodes.update(size="size.json", wcet=wcet_json, report="report.json")
@@ -148,13 +161,13 @@ def measures_cycles(board):
     return decide(board) if decide else board.runner.MEASURES_CYCLES
 
 
-def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz"):
+def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz", suffix=""):
     label = board.run_label()
-    target = f"run_{label}.npz"
+    target = f"run_{label}{suffix}.npz"
     sources = {"program": program, "inputs": inputs}
     if harness:
         sources["harness"] = harness
-    tasks.append(Task("run", [target], sources, role=f"run_{label}",
+    tasks.append(Task("run", [target], sources, role=f"run_{label}{suffix}",
                       options={"board": board.name, "entry": entry if measures_cycles(board) else None}))
     return target
 

@@ -134,16 +134,27 @@ def wcet(elf, output, *, board, entry, flowfacts, record_errors=False):
     print(f"WCET[{result.entry}] = {result.cycles} cycles ({result.analyzer})")
 
 
+def labelled(specs):
+    """{label: path} from a dict, or from LABEL=PATH strings (how SCons passes them)."""
+    if not specs:
+        return {}
+    return dict(specs) if isinstance(specs, dict) else dict(spec.partition("=")[::2] for spec in specs)
+
+
 def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAULT_PRECISION,
-           shape=kinds.DEFAULT_SHAPE, opt=None, run=None, wcet=None, deadline=None, deadline_origin=None):
+           shape=kinds.DEFAULT_SHAPE, opt=None, run=None, wcet=None, deadline=None, deadline_origin=None,
+           entry_wcet=None, entry_runs=None):
     """report.json: every step's result in one record, and a short printed summary; report.html
-    beside it draws the record for a person."""
+    beside it draws the record for a person. `entry_wcet`/`entry_runs`: the bound and the measured
+    run of each further entry point (a Gravity program's train), gated like the first."""
     from nnbuild.checks import report as reports
     from nnbuild.checks import report_html
+    runs_by_entry = labelled(entry_runs)
+    entries = {entry: (read_json(path), runs_by_entry.get(entry)) for entry, path in labelled(entry_wcet).items()}
     summary = reports.build_report(
         model=model, board=boards.load_board(board), semantic=read_json(semantic), size=read_json(size),
         trace=read_json(trace), run=run, wcet=read_json(wcet) if wcet else None, precision=precision,
-        shape=shape, opt=opt, deadline=deadline, deadline_origin=deadline_origin)
+        shape=shape, opt=opt, deadline=deadline, deadline_origin=deadline_origin, entries=entries)
     report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(summary)))
     save_json(output, summary)
     print(reports.summary_text(summary))
@@ -338,6 +349,10 @@ STEPS = {s.name: s for s in (
           _a("--semantic", required=True), _a("--size", required=True), _a("--trace", required=True),
           _a("--run", default=None, help="the target run (.npz with cycles)"),
           _a("--wcet", default=None, help="wcet.json of the WCET step"),
+          _a("--entry-wcet", action="append", default=[], metavar="ENTRY=WCET.json",
+             help="the bound of each further entry point (Gravity: train)"),
+          _a("--entry-runs", action="append", default=[], metavar="ENTRY=RUN.npz",
+             help="the target run measuring each further entry point"),
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--deadline-origin", default=None, help="where the deadline came from")),
          "merge the step results into report.json and print a summary", code=("checks",), cacheable=False),

@@ -35,7 +35,7 @@ LAYERS = [
     ("checks",),
     ("kinds", "boards"),
     ("options", "steps", "pipeline", "project"),
-    ("cli", "scons_tool", "__main__"),
+    ("cli", "scons_tool", "__main__", "jit"),
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 #: stages that must not see the front-ends (they read IR)

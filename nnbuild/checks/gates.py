@@ -28,4 +28,10 @@ def violations(report):
         origin = f" (deadline from the {report['deadline_origin']})" if report.get("deadline_origin") else ""
         found.append(f"deadline {fmt_ms(deadline_ms)} cannot be checked: {why}{origin}; waive it with "
                      "deadline=none or wcet=skip")
+    for entry, fields in sorted((report.get("entries") or {}).items()):
+        if fields.get("wcet"):
+            found += [soundness_violation(fields["wcet"]), deadline_violation(fields["wcet"])]
+        elif fields.get("deadline_ms") is not None:
+            found.append(f"deadline {fmt_ms(fields['deadline_ms'])} cannot be checked for {entry}: "
+                         f"{fields.get('wcet_error') or fields.get('wcet_unavailable')}")
     return [clause for clause in found if clause]

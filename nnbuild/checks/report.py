@@ -11,13 +11,19 @@ from nnbuild import __version__
 from nnbuild.checks import memory
 
 
+def run_cycles(run):
+    """The cycles of each case of a run .npz (None when the runner measures none)."""
+    if not run:
+        return None
+    with np.load(run) as data:
+        return data["cycles"] if "cycles" in data.files else None
+
+
 def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, precision="float32",
-                 shape="auto", opt=None, deadline=None, deadline_origin=None):
-    """The report record from the step results (dicts; `run` is the target run's .npz path)."""
-    cycles = None
-    if run:
-        with np.load(run) as data:
-            cycles = data["cycles"] if "cycles" in data.files else None
+                 shape="auto", opt=None, deadline=None, deadline_origin=None, entries=None):
+    """The report record from the step results (dicts; `run` is the target run's .npz path;
+    `entries`: {entry: (wcet dict, run path)} of further entry points, bounded and gated each)."""
+    cycles = run_cycles(run)
     measured = int(cycles.max()) if cycles is not None and len(cycles) else None
     target_run = board.run_label() if board.run_label() in semantic["runs"] else board["name"]
     if target_run not in semantic["runs"]:
@@ -53,7 +59,16 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
         "passes": trace["passes"],
         "tool_versions": tool_versions(board),
     }
+    if trace.get("blob"):
+        record["blob"] = trace["blob"]
     record.update(wcet_fields(model, board, measured, wcet, deadline, deadline_origin))
+    record["entries"] = {}
+    for entry, (entry_wcet, entry_run) in sorted((entries or {}).items()):
+        entry_cycles = run_cycles(entry_run)
+        worst = int(entry_cycles.max()) if entry_cycles is not None and len(entry_cycles) else None
+        fields = wcet_fields(f"{model} {entry}", board, worst, entry_wcet, deadline, deadline_origin)
+        fields.update(measured_cycles=worst, measured_inputs=int(len(entry_cycles)) if entry_cycles is not None else None)
+        record["entries"][entry] = fields
     return record
 
 
@@ -157,6 +172,18 @@ def summary_text(r):
     elif r.get("deadline_ms") is not None:
         lines.append(f"  WCET     : not computed ({r['wcet_unavailable']}); deadline {r['deadline_ms']:g} ms cannot be "
                      "checked")
+    for entry, e in sorted((r.get("entries") or {}).items()):
+        if e.get("wcet"):
+            w = e["wcet"]
+            tight = f", bound/measured {w['bound_over_measured']:.4f}" if w["bound_over_measured"] else ""
+            measured = f", measured {e['measured_cycles']:,}" if e.get("measured_cycles") is not None else ""
+            lines.append(f"  {entry}: WCET {w['wcet_cycles']:,} cycles ({w['wcet_ms']:.3f} ms){measured}{tight}")
+        else:
+            lines.append(f"  {entry}: no bound ({e.get('wcet_error') or e.get('wcet_unavailable')})")
+    if r.get("blob"):
+        b = r["blob"]
+        lines.append(f"  blob     : {b['memory_size_bytes']:,} bytes, memory_hard {b['memory_hard_bytes']:,} "
+                     f"(weights and activations), training-only {b['rest_bytes']:,}")
     for waiver in r.get("waivers") or ():
         lines.append(f"  waived   : {waiver}")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")

@@ -27,6 +27,7 @@ SHAPES = {
     "v3": "nnbuild.codegen.v3",
     "switch": "nnbuild.codegen.tpg_switch",
     "stack": "nnbuild.codegen.tpg_stack",
+    "gravity": "nnbuild.codegen.gravity",
 }
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
@@ -36,8 +37,12 @@ PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
 STORAGES = ("const", "avr-progmem-far", "avr-progmem-near")
 
 
-def outputs(name):
-    """Every file a generation of model `name` writes, in a fixed order (independent of the options)."""
+def outputs(name, shape=None):
+    """Every file a generation of model `name` writes, in a fixed order (independent of the options
+    but for a shape with files of its own)."""
+    module = shape_module(shape) if shape and shape != "auto" else None
+    if module is not None and hasattr(module, "outputs"):
+        return module.outputs(name)
     return [f"{name}.h", f"{name}.c", f"{name}_weights.h", f"{name}_weights.c",
             f"{name}.flowfacts.json", f"{name}.trace.json"]
 
@@ -139,11 +144,11 @@ def generate(model, outdir, *, shape="auto", precision="float32", storage="const
     trace_name = f"{model.name}.trace.json"
     if isinstance(files.get(trace_name), dict):
         files[trace_name] = portable_trace(files[trace_name])
-    missing = set(outputs(model.name)) - set(files)
+    missing = set(outputs(model.name, shape)) - set(files)
     if missing:
         raise NNBuildError(f"generator for shape '{shape}' did not produce {sorted(missing)}")
     write_all(Path(outdir), files)
-    return [Path(outdir) / n for n in outputs(model.name)]
+    return [Path(outdir) / n for n in outputs(model.name, shape)]
 
 
 def portable_trace(trace):

@@ -50,6 +50,8 @@ FORMATS: Tuple[Format, ...] = (
            "NNet text (ACAS Xu, Reluplex), with its input and output normalisation"),
     Format("nnef", (".nnef",), "nnbuild.frontends.nnef_text", "NNEF 1.0 text graph + .dat tensors (a *.nnef folder)",
            folder_file="graph.nnef"),
+    Format("gravity-g", (".g",), "nnbuild.frontends.gravity_g",
+           "Gravity program (.g): a network that trains itself (Givargis, ASP-DAC'21)"),
 )
 
 #: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).

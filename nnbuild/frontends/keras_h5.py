@@ -1178,3 +1178,39 @@ def implicit_dependencies(path) -> List[str]:
     candidates = weights_candidates(path)
     found = [c for c in candidates if c.exists()]
     return [str(found[0] if found else candidates[0])]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_dense(path, name, layers):
+    """A Keras 2 full-model .h5 (Sequential of Dense layers, as model.save writes it) that this
+    reader loads back: `layers` = [(layer name, kernel [in][out], bias [out], activation)]. The
+    JIT exports trained Gravity programs with it, so every nnbuild target can build them."""
+    import h5py
+
+    from nnbuild import files
+    specs = []
+    for index, (layer, kernel, bias, activation) in enumerate(layers):
+        config = {"name": layer, "units": int(np.shape(kernel)[1]), "activation": activation, "use_bias": True,
+                  "trainable": True, "dtype": "float32"}
+        if index == 0:
+            config["batch_input_shape"] = [None, int(np.shape(kernel)[0])]
+        specs.append((layer, config, np.asarray(kernel, np.float32), np.asarray(bias, np.float32)))
+    model_config = {"class_name": "Sequential",
+                    "config": {"name": name, "layers": [{"class_name": "Dense", "config": c} for _, c, _, _ in specs]}}
+    with files.atomic(path, suffix=".h5") as tmp:
+        with h5py.File(tmp, "w", libver=("earliest", "v110")) as f:
+            f.attrs["keras_version"] = "2.3.1"
+            f.attrs["backend"] = "tensorflow"
+            f.attrs["model_config"] = json.dumps(model_config, sort_keys=True)
+            root = f.create_group("model_weights")
+            root.attrs["keras_version"] = "2.3.1"
+            root.attrs["backend"] = "tensorflow"
+            root.attrs["layer_names"] = np.array([s[0].encode() for s in specs])
+            for layer, _, kernel, bias in specs:
+                group = root.create_group(layer)
+                group.attrs["weight_names"] = np.array([f"{layer}/kernel:0".encode(), f"{layer}/bias:0".encode()])
+                sub = group.create_group(layer)
+                sub.create_dataset("kernel:0", data=kernel, track_times=False)
+                sub.create_dataset("bias:0", data=bias, track_times=False)

@@ -1,0 +1,487 @@
+"""Gravity programs -> C: the four programs of nnbuild.ir.gravity printed as functions over one blob.
+
+API (p = the program's prefix): p_version, p_memory_size, p_memory_hard, p_initialize(m, seed),
+p_activate(m, x) (returns a pointer to the output inside m), p_train(m, x, y) (one SGD batch: x
+holds `batch` inputs, y as many targets). Values are the precision's type T (float, double, or the
+fixed format's intN_t). No globals, no malloc, every loop bound a literal (repeated in the flow facts
+and in NN_LOOPBOUND), so the code is reentrant and WCET-analysable; every block names its layer
+and the .g line that declared it.
+
+Fixed point fixedW.F: value = q / 2^F in the smallest of int8/16/32 holding W + F bits; every
+result saturates to [-2^(W+F-1), 2^(W+F-1) - 1]; products and dot products are exact in a wide
+accumulator, then rounded once, half up (add 2^(F-1), shift right arithmetically); sigmoid, tanh
+and exp go through the C double (a float on AVR) and back with the same rounding.
+"""
+
+from nnbuild import __version__
+from nnbuild.codegen import common, templating
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import gravity as ir
+from nnbuild.names import c_identifier
+
+KIND = ir.KIND
+PRECISIONS = ("float32", "float64", "fixedW.F")
+
+
+def outputs(name):
+    return [f"{name}.h", f"{name}.c", f"{name}.flowfacts.json", f"{name}.trace.json"]
+
+
+def api_name(prefix, what):
+    return f"{prefix}_{what}" if prefix else what
+
+
+def index_type(bound):
+    """uint_fast8_t is a char on x86-64, whose wrap-around keeps gcc from vectorising: 16 bits at least."""
+    return "uint_fast16_t" if bound <= 65535 else "uint_fast32_t"
+
+
+def literal(num, value):
+    """A C literal of T for a real constant (float: round-trips float32; double: float64)."""
+    if num.ctype == "double":
+        text = "%.17g" % value
+        return text if any(c in text for c in ".eE") else text + ".0"
+    text = "%.9g" % value
+    return (text if any(c in text for c in ".eE") else text + ".0") + "f"
+
+
+class Emitter:
+    """Indented C lines with the flow-fact recorder's loop marks."""
+
+    def __init__(self, ff):
+        self.ff, self.lines, self.depth = ff, [], 1
+
+    def line(self, text=""):
+        self.lines.append(("    " * self.depth + text) if text else "")
+
+    def loop(self, var, bound, head=None):
+        """`for (var = 0; var < bound; ++var) {` with its bound fact; close with end()."""
+        self.line(self.ff.loop(bound))
+        self.line(f"for ({index_type(bound)} {var} = 0; {var} < {bound}; ++{var}) {{")
+        self.depth += 1
+
+    def end(self):
+        self.depth -= 1
+        self.line("}" + self.ff.end())
+
+    def open(self, text="{"):
+        self.line(text)
+        self.depth += 1
+
+    def close(self):
+        self.depth -= 1
+        self.line("}")
+
+
+class Arithmetic:
+    """C expressions of the precision's operations (float: the operators; fixed: the helpers)."""
+
+    def __init__(self, num):
+        self.num = num
+        self.fixed = num.fixed
+
+    def one(self):
+        return str(1 << self.num.frac) if self.fixed else literal(self.num, 1.0)
+
+    def mul(self, a, b):
+        return f"gv_mul({a}, {b})" if self.fixed else f"{a} * {b}"
+
+    def add(self, a, b):
+        return f"gv_add({a}, {b})" if self.fixed else f"({a} + {b})"
+
+    def sub(self, a, b):
+        return f"gv_sub({a}, {b})" if self.fixed else f"({a} - {b})"
+
+    def func(self, name, a):
+        """exp/tanh of a T value, as T."""
+        if self.fixed:
+            return f"gv_fixed({name}(gv_real({a})))"
+        return f"{name}{'f' if self.num.ctype == 'float' else ''}({a})"
+
+    def acc_type(self, terms):
+        """Accumulator of a dot product of `terms` exact products (fixed: int32 when it provably fits)."""
+        if not self.fixed:
+            return "gv_t"
+        return "int32_t" if terms * (1 << (2 * (self.num.bits - 1))) < (1 << 31) else "int64_t"
+
+
+def layer_label(model, l):
+    layer = model.layers[l]
+    where = layer.where.rsplit("/", 1)[-1]
+    return f"layer {l + 1}: .{layer.directive} {layer.size} {layer.activation} ({where})"
+
+
+def layer_mark(l, model):
+    return model.layers[l].name or ir.default_name(l, len(model.layers))
+
+
+# --------------------------------------------------------------------------- macro-instructions
+
+
+def emit_affine(e, ar, model, instr):
+    dst, w, b, src, n_in, n_out = instr.args
+    source = "x" if src is None else f"v + {src}"
+    e.open("{")
+    e.line(f"gv_t *restrict z = v + {dst};")
+    e.line(f"const gv_t *restrict in = {source};")
+    e.line(f"const gv_t *restrict w = v + {w};")
+    e.line(f"const gv_t *restrict bias = v + {b};")
+    if ar.fixed:
+        acc = ar.acc_type(n_in + 1)
+        e.loop("j", n_out)
+        e.line(f"{acc} acc = ({acc})bias[j] << {ar.num.frac};")
+        e.loop("i", n_in)
+        e.line(f"acc += ({acc})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
+        e.end()
+        e.line("z[j] = gv_narrow(acc);")
+        e.end()
+    else:
+        e.loop("j", n_out)
+        e.line("z[j] = bias[j];")
+        e.end()
+        e.loop("i", n_in)
+        e.line(f"gv_axpy{n_out}(z, w + ({index_type(n_in * n_out)})i * {n_out}, in[i]);")
+        e.end()
+    e.close()
+
+
+def axpy_helpers(ff, plan):
+    """z += s * row over n: a function per width, its restrict parameters let compilers vectorise
+    (restrict pointers declared in a block do not, with gcc 12)."""
+    widths = sorted({i.args[5] for i in plan.programs["activate"] if i.op == "affine"})
+    e = Emitter(ff)
+    e.depth = 0
+    for n in widths if not plan.number.fixed else ():
+        e.line(f"/* z[0..{n}) += s * row[0..{n}) */")
+        e.line(f"static void {ff.function(f'gv_axpy{n}')}(gv_t *restrict z, const gv_t *restrict row, gv_t s)")
+        e.open("{")
+        e.loop("j", n)
+        e.line("z[j] += s * row[j];")
+        e.end()
+        e.close()
+        e.line()
+    return "\n".join(e.lines)
+
+
+def emit_activation(e, ar, model, instr):
+    dst, n, act = instr.args
+    if act == "linear":
+        e.line("/* linear activation: a = z */")
+        return
+    e.open("{")
+    e.line(f"gv_t *restrict z = v + {dst};")
+    if act == "relu":
+        e.loop("j", n)
+        e.line("if (z[j] < 0) z[j] = 0;")
+        e.end()
+    elif act == "sigmoid":
+        e.loop("j", n)
+        if ar.fixed:
+            e.line("z[j] = gv_fixed(1.0 / (1.0 + exp(-gv_real(z[j]))));")
+        else:
+            e.line(f"z[j] = {ar.one()} / ({ar.one()} + {ar.func('exp', '-z[j]')});")
+        e.end()
+    elif act == "tanh":
+        e.loop("j", n)
+        e.line(f"z[j] = {ar.func('tanh', 'z[j]')};")
+        e.end()
+    else:
+        emit_softmax(e, ar, n)
+    e.close()
+
+
+def emit_softmax(e, ar, n):
+    """z = exp(z - max z) / sum: the max keeps exp from overflowing."""
+    e.line("gv_t top = z[0];")
+    e.line(f"{'int64_t' if ar.fixed else 'gv_t'} sum = 0;")
+    e.loop("j", n)
+    e.line("if (z[j] > top) top = z[j];")
+    e.end()
+    e.loop("j", n)
+    e.line(f"z[j] = {ar.func('exp', ar.sub('z[j]', 'top'))};")
+    e.line("sum += z[j];")
+    e.end()
+    e.loop("j", n)
+    if ar.fixed:
+        e.line(f"z[j] = gv_sat((((int64_t)z[j] << {ar.num.frac}) + sum / 2) / sum);")
+    else:
+        e.line("z[j] /= sum;")
+    e.end()
+
+
+def emit_derivative(e, ar, act, d, a, n):
+    """d *= act'(z), written with the activation's output a."""
+    if act == "linear":
+        e.line("/* linear: dC/dz = dC/da */")
+        return
+    e.open("{")
+    e.line(f"gv_t *restrict dz = v + {d};")
+    e.line(f"const gv_t *restrict a = v + {a};")
+    if act == "softmax":
+        e.line(f"{'int64_t' if ar.fixed else 'gv_t'} dot = 0;")
+        e.loop("j", n)
+        e.line(f"dot += {'(int64_t)a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
+        e.end()
+        e.loop("j", n)
+        if ar.fixed:
+            e.line("dz[j] = gv_mul(a[j], gv_sub(dz[j], gv_narrow(dot)));")
+        else:
+            e.line("dz[j] = a[j] * (dz[j] - dot);")
+        e.end()
+    else:
+        e.loop("j", n)
+        if act == "relu":
+            e.line("if (a[j] <= 0) dz[j] = 0;")
+        elif act == "sigmoid":
+            e.line(f"dz[j] = {ar.mul(ar.mul('dz[j]', 'a[j]'), ar.sub(ar.one(), 'a[j]'))};")
+        else:
+            e.line(f"dz[j] = {ar.mul('dz[j]', ar.sub(ar.one(), ar.mul('a[j]', 'a[j]')))};")
+        e.end()
+    e.close()
+
+
+def emit_output_delta(e, ar, model, instr):
+    d, a, n, cost, act = instr.args
+    e.open("{")
+    e.line(f"gv_t *restrict dz = v + {d};")
+    e.line(f"const gv_t *restrict a = v + {a};")
+    if cost == "cross_entropy" and act == "softmax":
+        e.line(f"{'int64_t' if ar.fixed else 'gv_t'} total = 0; /* dC/dz = a sum(y) - y */")
+        e.loop("j", n)
+        e.line("total += y[j];")
+        e.end()
+        e.loop("j", n)
+        e.line(f"dz[j] = {ar.sub('gv_sat(((int64_t)a[j] * total + ' + str(half(ar)) + ') >> ' + str(ar.num.frac) + ')' if ar.fixed else 'a[j] * total', 'y[j]')};")
+        e.end()
+        e.close()
+        return
+    if cost == "exponential":
+        e.line("double square = 0; /* C = exp(sum (a - y)^2), dC/da = 2 (a - y) C */")
+        e.loop("j", n)
+        diff = "gv_real(gv_sub(a[j], y[j]))" if ar.fixed else "(double)(a[j] - y[j])"
+        e.line(f"square += {diff} * {diff};")
+        e.end()
+        e.line(f"const gv_t scale = {'gv_fixed(2.0 * exp(square))' if ar.fixed else '(gv_t)(2.0 * exp(square))'};")
+        e.loop("j", n)
+        e.line(f"dz[j] = {ar.mul('scale', ar.sub('a[j]', 'y[j]'))};")
+        e.end()
+    else:
+        e.line("/* " + ("dC/dz = a - y" if cost == "cross_entropy" else "quadratic: dC/da = a - y") + " */")
+        e.loop("j", n)
+        e.line(f"dz[j] = {ar.sub('a[j]', 'y[j]')};")
+        e.end()
+    e.close()
+    if cost != "cross_entropy":
+        emit_derivative(e, ar, act, d, a, n)
+
+
+def half(ar):
+    return (1 << (ar.num.frac - 1)) if ar.num.frac else 0
+
+
+def emit_accumulate(e, ar, model, instr):
+    gw, gb, d, src, n_in, n_out = instr.args
+    source = "x" if src is None else f"v + {src}"
+    e.open("{")
+    e.line(f"gv_t *restrict gw = v + {gw};")
+    e.line(f"gv_t *restrict gb = v + {gb};")
+    e.line(f"const gv_t *restrict dz = v + {d};")
+    e.line(f"const gv_t *restrict in = {source};")
+    e.loop("j", n_out)
+    e.line(f"gb[j] = {ar.add('gb[j]', 'dz[j]')};")
+    e.end()
+    e.loop("i", n_in)
+    if ar.fixed:
+        e.line("const gv_t s = in[i];")
+        e.line(f"gv_t *restrict row = gw + ({index_type(n_in * n_out)})i * {n_out};")
+        e.loop("j", n_out)
+        e.line(f"row[j] = {ar.add('row[j]', ar.mul('s', 'dz[j]'))};")
+        e.end()
+    else:
+        e.line(f"gv_axpy{n_out}(gw + ({index_type(n_in * n_out)})i * {n_out}, dz, in[i]);")
+    e.end()
+    e.close()
+
+
+def emit_hidden_delta(e, ar, model, instr):
+    d_prev, w, d, a_prev, n_prev, n, act = instr.args
+    e.open("{")
+    e.line(f"gv_t *restrict back = v + {d_prev};")
+    e.line(f"const gv_t *restrict w = v + {w};")
+    e.line(f"const gv_t *restrict dz = v + {d};")
+    acc = ar.acc_type(n)
+    e.loop("i", n_prev)
+    e.line(f"const gv_t *restrict row = w + ({index_type(n_prev * n)})i * {n};")
+    e.line(f"{acc} acc = 0;")
+    e.loop("j", n)
+    e.line(f"acc += ({acc})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
+    e.end()
+    e.line("back[i] = gv_narrow(acc);" if ar.fixed else "back[i] = acc;")
+    e.end()
+    e.close()
+    emit_derivative(e, ar, act, d_prev, a_prev, n_prev)
+
+
+def emit_update(e, ar, plan, instr, api):
+    start, grads, count, scale = instr.args
+    e.open("{")
+    e.line(f"gv_t *restrict w = v + {start};")
+    e.line(f"gv_t *restrict g = v + {grads};")
+    if ar.fixed:
+        rate = int(round(scale * (1 << ir.SCALE_FRAC)))
+        if rate < 1:
+            raise NNBuildError(f"rate / batch = {scale:g} is below 2^-{ir.SCALE_FRAC}: fixed-point SGD would not move")
+        e.line(f"const int64_t rate = {rate}; /* rate / batch = {scale:.9g}, {ir.SCALE_FRAC} fraction bits */")
+        e.loop("k", count)
+        e.line(f"w[k] = gv_sat((int64_t)w[k] - (((int64_t)g[k] * rate + {1 << (ir.SCALE_FRAC - 1)}) >> {ir.SCALE_FRAC}));")
+    else:
+        e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
+        e.loop("k", count)
+        e.line("w[k] -= rate * g[k];")
+    e.line("g[k] = 0;")
+    e.end()
+    e.close()
+
+
+def emit_uniform(e, ar, instr):
+    offset, count, limit = instr.args
+    scale = ir.uniform_scale(ar.num, limit)
+    shift = 32 - ir.UNIFORM_BITS
+    draw = f"(int32_t)(s >> {shift}) - {1 << (ir.UNIFORM_BITS - 1)}L"
+    e.open("{")
+    e.line(f"gv_t *restrict w = v + {offset}; /* Glorot-uniform, limit {limit:.9g} */")
+    e.loop("k", count)
+    e.line("s ^= s << 13; s ^= s >> 17; s ^= s << 5;")
+    if ar.fixed:
+        e.line(f"w[k] = gv_sat(((int64_t)({draw}) * {scale}LL + {1 << (ir.SCALE_FRAC - 1)}) >> {ir.SCALE_FRAC});")
+    else:
+        e.line(f"w[k] = (gv_t)({draw}) * {literal(ar.num, float(scale))};")
+    e.end()
+    e.close()
+
+
+def emit_zero(e, instr):
+    offset, count = instr.args
+    e.open("{")
+    e.line(f"gv_t *restrict z = v + {offset};")
+    e.loop("k", count)
+    e.line("z[k] = 0;")
+    e.end()
+    e.close()
+
+
+EMIT = {"affine": emit_affine, "activation": emit_activation, "output_delta": emit_output_delta,
+        "accumulate": emit_accumulate, "hidden_delta": emit_hidden_delta}
+
+
+def program_body(e, ar, plan, program, api):
+    """The C statements of one program, each layer's block marked for the trace."""
+    model, current = plan.model, None
+    for instr in plan.programs[program]:
+        if instr.layer >= 0 and instr.layer != current:
+            current = instr.layer
+            e.line(e.ff.layer(f"{program}.{layer_mark(instr.layer, model)}") +
+                   f" /* {layer_label(model, instr.layer)} */")
+        e.line(f"/* {instr.op} */")
+        if instr.op in EMIT:
+            EMIT[instr.op](e, ar, model, instr)
+        elif instr.op == "uniform":
+            emit_uniform(e, ar, instr)
+        elif instr.op == "zero":
+            emit_zero(e, instr)
+        elif instr.op == "update":
+            if current is not None:
+                e.line(e.ff.layers_end())
+                current = None
+            emit_update(e, ar, plan, instr, api)
+        elif instr.op == "batch":
+            batch, n_in, n_out = instr.args
+            e.loop("n", batch)
+            e.line(f"{api['forward']}(v, xs + ({index_type(batch * n_in)})n * {n_in});")
+            e.line(f"{api['backprop']}(v, xs + ({index_type(batch * n_in)})n * {n_in}, "
+                   f"ys + ({index_type(batch * n_out)})n * {n_out});")
+            e.end()
+        else:
+            raise NNBuildError(f"internal error: no C for Gravity instruction '{instr.op}'")
+    if current is not None:
+        e.line(e.ff.layers_end())
+
+
+def render(model, *, precision=None, storage="const", passes_log=(), input_range=None):
+    """{file name: text or JSON-able} for a Gravity model (`precision` overrides the .g's)."""
+    plan = ir.plan(model, precision)
+    num, name, prefix = plan.number, model.name, model.prefix
+    ar = Arithmetic(num)
+    api = {what: api_name(prefix, what) for what in ("version", "memory_size", "memory_hard", "initialize",
+                                                     "activate", "train", "forward", "backprop")}
+    functions = {"initialize": api["initialize"], "activate": api["forward"], "backprop": api["backprop"],
+                 "train": api["train"]}
+    ff = common.FlowFacts(name, functions=True)
+    ff.entry = api["activate"]
+    bodies = {"helpers": axpy_helpers(ff, plan)}
+    for program in ("initialize", "activate", "backprop", "train"):
+        e = Emitter(ff)
+        e.lines.append(ff.function(functions[program]))
+        program_body(e, ar, plan, program, api)
+        bodies[program] = "\n".join(e.lines[1:])
+        bodies[program + "_mark"] = e.lines[0]
+    guard = c_identifier(name).upper()
+    uses = fixed_helpers_used("\n".join(bodies.values())) if num.fixed else set()
+    context = {
+        "name": name, "guard": guard, "version": __version__, "gravity_version": ir.VERSION,
+        "source": (model.source_files[0].rsplit("/", 1)[-1] if model.source_files else name),
+        "precision": num.name, "ctype": num.ctype, "fixed": num.fixed, "frac": num.frac,
+        "uses": uses, "qmax": num.qmax if num.fixed else None, "qmin": num.qmin if num.fixed else None,
+        "half": half(ar) if num.fixed else None, "api": api, "bodies": bodies,
+        "n_in": model.inputs, "n_out": model.output_size, "batch": model.batch,
+        "hard_bytes": plan.hard_bytes, "size_bytes": plan.size_bytes, "output_offset": plan.output_offset,
+        "sizes": model.sizes, "cost": model.cost, "rate": model.learning_rate,
+        "layers": [layer_label(model, l) for l in range(len(model.layers))],
+        "frac_scale": literal(num, 2.0 ** -num.frac) if num.fixed else None,
+        "frac_unit": float(1 << num.frac),
+    }
+    text = templating.render("gravity.c.j2", context)
+    code, facts, _ = ff.resolve(text)
+    facts["entries"] = [api["activate"], api["train"]]
+    del facts["entry"]
+    files = {f"{name}.h": templating.render("gravity.h.j2", context), f"{name}.c": code,
+             f"{name}.flowfacts.json": facts,
+             f"{name}.trace.json": trace(plan, facts, api)}
+    return files
+
+
+#: the fixed-point helpers each helper calls
+HELPER_CALLS = {"gv_mul": ("gv_narrow",), "gv_narrow": ("gv_sat",), "gv_add": ("gv_sat",), "gv_sub": ("gv_sat",),
+                "gv_real": (), "gv_fixed": (), "gv_sat": ()}
+
+
+def fixed_helpers_used(code):
+    """The helpers the code calls, with the ones they call (an unused static function is a warning)."""
+    used = {h for h in HELPER_CALLS if h + "(" in code}
+    while True:
+        more = used | {c for h in used for c in HELPER_CALLS[h]}
+        if more == used:
+            return used
+        used = more
+
+
+def trace(plan, facts, api):
+    """Each declared layer -> its lines in each program (`lines`: the activate program's, as every
+    kind reports; `program_lines`: all four); the blob map, hard region apart."""
+    model = plan.model
+    ranges = {l["name"]: [l["first_line"], l["last_line"]] for l in facts["layers"]}
+    layers = []
+    for i, layer in enumerate(model.layers):
+        mark = layer_mark(i, model)
+        layers.append({"index": i, "name": mark, "type": f".{layer.directive}", "activation": layer.activation,
+                       "inputs": model.sizes[i], "units": layer.size, "code": f"{model.name}.c",
+                       "where": layer.where.rsplit("/", 1)[-1],
+                       "lines": ranges.get(f"activate.{mark}", [None, None]),
+                       "program_lines": {p: ranges[f"{p}.{mark}"] for p in plan.programs if f"{p}.{mark}" in ranges}})
+    return {"model": model.name, "kind": ir.KIND, "shape": "gravity",
+            "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
+            "precision": plan.number.name, "api": api, "passes": [], "layers": layers,
+            "program": {"cost": model.cost, "batch": model.batch, "rate": model.learning_rate},
+            "blob": {"memory_hard_bytes": plan.hard_bytes, "memory_size_bytes": plan.size_bytes,
+                     "rest_bytes": plan.size_bytes - plan.hard_bytes, "element_bytes": plan.number.bytes,
+                     "output_offset": plan.output_offset, "regions": [vars(r) for r in plan.regions]}}

@@ -1,0 +1,99 @@
+"""Gravity programs (nnbuild.ir.gravity): networks that carry their own training code.
+
+What differs from a neural network: the model is a program, not trained weights; its C has two
+entry points, activate and train, over one caller-owned blob, each measured and bounded on its
+own; its numbers are those of the `.g` file's `.precision` unless precision= says otherwise. The
+check program (gravity_check_main.c) replays a learning sequence: the blob is initialised with
+seed 1, each case is one batch (inputs, then targets), and the case's outputs are activate's on
+the batch's first input before the batch's training step. The reference runs the same sequence in
+float64 numpy, so one semantic check covers activate and train together.
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from nnbuild import frontends
+from nnbuild.checks.inputs import check_inputs
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import gravity as ir
+from nnbuild.kinds import nn
+from nnbuild.runners import CheckIO
+
+NAME = ir.KIND
+SHAPES = ("gravity",)
+PRECISIONS = ("float32", "float64")
+IO = CheckIO(input="<f4", output="<f4")
+VIOLATION = nn.VIOLATION
+SUMMARY = nn.SUMMARY
+ERROR_FORMAT = nn.ERROR_FORMAT
+#: the seed the check program initialises the blob with
+CHECK_SEED = 1
+CHECK_MAIN = Path(__file__).resolve().parents[1] / "runners" / "gravity_check_main.c"
+
+compare, describe, check_line, check_failure = nn.compare, nn.describe, nn.check_line, nn.check_failure
+
+
+def load(path, name=None, environment=None):
+    """The program a .g file declares; no graph passes apply: (model, [])."""
+    model = frontends.load(path)
+    if name:
+        from nnbuild import codegen
+        model.name = codegen.check_model_name(name)
+    return model, []
+
+
+def entries(name, model_path):
+    """The functions a build measures and bounds: activate first (what inference runs), then train.
+    The .g file is a few lines: reading its prefix here is cheap."""
+    prefix = load(model_path)[0].prefix
+    return [f"{prefix}_activate" if prefix else "activate", f"{prefix}_train" if prefix else "train"]
+
+
+def check_main():
+    return CHECK_MAIN
+
+
+def check_defines(name):
+    """gravity_check_main.c bound to model `name` through its generated header's macros."""
+    guard = name.upper()
+    return [("NN_HEADER", f'"{name}.h"')] + [
+        (f"NN_{what}", f"{guard}_{what}") for what in ("INITIALIZE", "ACTIVATE", "TRAIN", "REAL", "FRAC", "FIXED",
+                                                       "BATCH")] + [
+        ("NN_IN", f"{guard}_INPUTS"), ("NN_OUT", f"{guard}_OUTPUTS"), ("NN_MEMORY", f"{guard}_MEMORY_SIZE")]
+
+
+def targets(model, count, rng):
+    """Targets the output activation can reach: one-hot (softmax), 0/1 (sigmoid), [-1, 1] (linear)."""
+    n = model.output_size
+    activation = model.layers[-1].activation
+    if activation == "softmax":
+        return np.eye(n)[rng.integers(0, n, count)]
+    if activation == "sigmoid":
+        return rng.integers(0, 2, (count, n)).astype(np.float64)
+    return rng.uniform(-1, 1, (count, n))
+
+
+def reference_arrays(model, count, seed, input_range, data=None):
+    """inputs.npz: `count` seeded batches (inputs over input_range, reachable targets) as float32
+    case vectors, and the float64 reference of the learning sequence: activate on each batch's
+    first input, then one SGD step, from the blob the C initialises."""
+    if data:
+        raise NNBuildError("Gravity programs are checked on seeded learning sequences; check data does not apply")
+    batch, n_in = model.batch, model.inputs
+    x = check_inputs(n_in, count * batch, seed, input_range)[:count * batch].astype(np.float32)
+    x = x.reshape(-1, batch, n_in)
+    count = len(x)
+    y = targets(model, count * batch, np.random.default_rng(seed)).astype(np.float32).reshape(count, batch, -1)
+    plan = ir.plan(model)
+    weights = ir.unpack(plan, ir.initial_blob(plan, CHECK_SEED))
+    outputs = []
+    for xb, yb in zip(x.astype(np.float64), y.astype(np.float64)):
+        outputs.append(ir.activate(model, weights, xb[:1])[0])
+        weights = ir.train_step(model, weights, xb, yb)
+    cases = np.concatenate([x.reshape(count, -1), y.reshape(count, -1)], axis=1)
+    return {"x": cases, "y": np.array(outputs), "kind": np.array(NAME)}
+
+
+def decode(outputs, path=None):
+    return outputs

@@ -1,0 +1,308 @@
+"""Gravity programs: the .g front-end, the blob layout, the generated C (through the JIT, built by
+the host compiler) against the float64 numpy reference, and the reference's gradients against
+finite differences."""
+
+import itertools
+import subprocess
+
+import numpy as np
+import pytest
+
+from nnbuild import jit
+from nnbuild.codegen import gravity as generator
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import gravity_g
+from nnbuild.ir import gravity as ir
+
+MNIST = """.module "mnist"; // output: mnist.[h|c]
+.prefix "mnist";
+.optimizer sgd 0.1;
+.precision float;
+.costfnc cross_entropy;
+.batch 8;
+.input 28 * 28;
+.output 10 softmax;
+.hidden 100 relu; // first hidden layer
+.hidden 100 relu; // second hidden layer
+"""
+
+HIDDEN = ("relu", "sigmoid", "tanh", "linear")
+OUTPUTS = ("softmax", "sigmoid", "linear")
+PAIRS = [(h, o, c) for h, o, c in itertools.product(HIDDEN, OUTPUTS, ir.COSTS)
+         if not (c == "cross_entropy" and o == "linear")]
+
+
+def program(tmp_path, text, name="net.g"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def small(hidden="tanh", output="softmax", cost="quadratic", precision="double", batch=3, rate="0.5"):
+    return (f'.module "net"; .prefix "nt"; .optimizer sgd {rate}; .precision {precision};\n'
+            f".costfnc {cost}; .batch {batch}; .input 5;\n.hidden 7 {hidden}; .hidden 6 {hidden};\n"
+            f".output 4 {output};\n")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNBUILD_JIT_CACHE", str(tmp_path / "jit"))
+    return tmp_path / "jit"
+
+
+def targets(output, n, rng):
+    """Targets each output activation can reach: one-hot (softmax), in (0, 1) (sigmoid), any (linear)."""
+    if output == "softmax":
+        return np.eye(4)[rng.integers(0, 4, n)]
+    if output == "sigmoid":
+        return rng.uniform(0.05, 0.95, (n, 4))
+    return rng.uniform(-0.5, 0.5, (n, 4))
+
+
+# --------------------------------------------------------------------------- the language
+
+
+def test_the_papers_listing_reads_in_declared_order(tmp_path):
+    model = gravity_g.load(program(tmp_path, MNIST))
+    assert (model.name, model.prefix, model.inputs, model.batch, model.cost) == ("mnist", "mnist", 784, 8,
+                                                                                "cross_entropy")
+    assert [(l.size, l.activation, l.directive) for l in model.layers] == [
+        (100, "relu", "hidden"), (100, "relu", "hidden"), (10, "softmax", "output")]
+    assert model.layers[0].where.endswith("net.g:9:1") and model.layers[1].where.endswith("net.g:10:1")
+
+
+def test_declared_order_is_kept(tmp_path):
+    text = '.module "m"; .input 4; .hidden 9 relu; .hidden 3 sigmoid; .output 2 sigmoid; .costfnc quadratic;'
+    model = gravity_g.load(program(tmp_path, text))
+    assert model.sizes == [4, 9, 3, 2] and model.layers[1].activation == "sigmoid"
+
+
+@pytest.mark.parametrize("expr, value", [("28 * 28", 784), ("28 - 1", 27), ("-(3 + 4) * -2", 14),
+                                         ("17 / 5", 3), ("17 % 5", 2), ("2 + 3 * 4", 14), ("(2 + 3) * 4", 20)])
+def test_integer_expressions(tmp_path, expr, value):
+    model = gravity_g.load(program(tmp_path, f'.module "m"; .input {expr}; .hidden 2 relu; .output 2 softmax;'))
+    assert model.inputs == value
+
+
+def test_defaults_strings_reals_and_precisions(tmp_path):
+    text = (".module 'a''b'; .input 3; .hidden 2 linear; .output 1 sigmoid;" if False else
+            ".module 'net_1'; .prefix \"\"; .optimizer sgd .5E-1; .precision fixed [8, 2 * 4];"
+            " .input 3; .hidden 2 linear; .output 1 sigmoid; // final comment without a newline")
+    model = gravity_g.load(program(tmp_path, text))
+    assert (model.prefix, model.learning_rate, model.precision, model.batch) == ("", 0.05, "fixed8.8", 1)
+    default = gravity_g.load(program(tmp_path, '.module "m"; .input 3; .hidden 2 relu; .output 2 softmax;'))
+    assert (default.prefix, default.learning_rate, default.precision, default.cost) == ("g", 0.1, "float32",
+                                                                                    "cross_entropy")
+
+
+@pytest.mark.parametrize("text, where, words", [
+    ('.module "m"; .input 28 -1; .hidden 2 relu; .output 2 softmax;', "1:24", "expected ';'"),
+    ('.module "m"; .optimizer sgd 1; .input 2; .hidden 2 relu; .output 2 softmax;', "1:29", "real learning rate"),
+    ('.module "m"; .input 4 / (2 - 2); .hidden 2 relu; .output 2 softmax;', "1:23", "division by zero"),
+    ('.module "m";\n.input 4;\n  .hidden 2 gelu; .output 2 softmax;', "3:13", "activation"),
+    ('.module "m"; .input 4; .output 2 softmax;', "1:42", "missing .hidden"),
+    ('.input 4; .hidden 2 relu; .output 2 softmax;', "1:45", "missing .module"),
+    ('.module "m"; .module "n"; .input 4; .hidden 2 relu; .output 2 softmax;', "1:14", "given twice"),
+    ('.module "2x"; .input 4; .hidden 2 relu; .output 2 softmax;', "1:9", "not a C identifier"),
+    ('.module "m"; .batch 1001; .input 4; .hidden 2 relu; .output 2 softmax;', "1:21", ".batch must be"),
+    ('.module "m"; .input 0; .hidden 2 relu; .output 2 softmax;', "1:21", ".input must be"),
+    ('.module "m"; .precision fixed [0, 8]; .input 4; .hidden 2 relu; .output 2 softmax;', "1:32", "w >= 1"),
+    ('.module "m"; .optimizer sgd 1.5; .input 4; .hidden 2 relu; .output 2 softmax;', "1:29", "(0, 1]"),
+    ('.module "m"; .input 4; .hidden 2 relu; .output 2 linear;', "1:40", "softmax or sigmoid"),
+    ('.module "m"; .input 4 .hidden 2 relu; .output 2 softmax;', "1:23", "expected ';'"),
+    ('.module "m"; .input 4; @', "1:24", "unexpected character"),
+    ('.module "m"; .speed 4;', "1:14", "unknown directive"),
+    ('.module "m"; .costfnc hinge;', "1:23", "cost function"),
+])
+def test_errors_are_one_line_with_file_line_column(tmp_path, text, where, words):
+    path = program(tmp_path, text)
+    with pytest.raises(NNBuildError) as error:
+        gravity_g.load(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}:{where}: ") and words in message and "\n" not in message
+
+
+def test_write_reads_back(tmp_path):
+    model = gravity_g.load(program(tmp_path, small(rate="1.0E-3", precision="fixed [6, 10]")))
+    gravity_g.write(model, tmp_path / "again.g")
+    again = gravity_g.load(tmp_path / "again.g")
+    assert (again.sizes, again.precision, again.learning_rate, again.cost, again.batch) == (
+        model.sizes, model.precision, model.learning_rate, model.cost, model.batch)
+
+
+# --------------------------------------------------------------------------- blob and C
+
+
+def test_mnist_blob_matches_gravitys_size(tmp_path):
+    """Gravity's blob is 721,696 bytes with a0 copied in (784 floats); ours reads x in place and
+    keeps the 210 activations in the hard region."""
+    plan = ir.plan(gravity_g.load(program(tmp_path, MNIST)))
+    assert plan.size_bytes == 721_696 - 784 * 4
+    assert plan.hard_bytes == 358_440 + 210 * 4
+    assert plan.output_offset * 4 + 40 == plan.hard_bytes
+
+
+def test_c_is_byte_identical_and_warning_free(tmp_path):
+    model = gravity_g.load(program(tmp_path, MNIST))
+    first, second = generator.render(model), generator.render(gravity_g.load(program(tmp_path, MNIST)))
+    assert first == second
+    for precision in ("float32", "fixed8.8"):
+        files = generator.render(model, precision=precision)
+        for name in ("mnist.c", "mnist.h"):
+            (tmp_path / name).write_text(files[name])
+        subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "mnist.c"],
+                       cwd=tmp_path, check=True)
+        code = files["mnist.c"]
+        assert "malloc" not in code and "static gv_t" not in code.split("typedef")[0]
+        assert "layer 1: .hidden 100 relu (net.g:9:1)" in code
+        facts = files["mnist.flowfacts.json"]
+        assert {l["function"] for l in facts["loops"]} >= {"mnist_forward", "mnist_train", "mnist_backprop"}
+        assert facts["entries"] == ["mnist_activate", "mnist_train"]
+
+
+# --------------------------------------------------------------------------- the C against numpy
+
+
+def test_initialisation_is_seeded_glorot(tmp_path, cache):
+    net = jit.compile(program(tmp_path, small(precision="float")), seed=7)
+    assert np.array_equal(net.memory, ir.initial_blob(net.plan, 7))
+    weights = net.weights()
+    for (w, b), (n_in, n_out) in zip(weights, zip(net.model.sizes[:-1], net.model.sizes[1:])):
+        assert np.all(np.abs(w) <= ir.glorot_limit(n_in, n_out)) and not b.any()
+    net.initialize(8)
+    assert not np.array_equal(net.memory, ir.initial_blob(net.plan, 7))
+    fixed = jit.compile(program(tmp_path, small(precision="fixed [4, 12]")), seed=7)
+    assert np.array_equal(fixed.memory, ir.initial_blob(fixed.plan, 7))
+
+
+@pytest.mark.parametrize("precision, floor", [("float", 2e-6), ("double", 1e-14)])
+def test_activate_matches_the_reference(tmp_path, cache, precision, floor):
+    rng = np.random.default_rng(3)
+    for hidden, output in [("relu", "softmax"), ("tanh", "sigmoid"), ("sigmoid", "linear")]:
+        net = jit.compile(program(tmp_path, small(hidden, output, precision=precision)), seed=5)
+        x = rng.uniform(-2, 2, (16, 5)).astype(np.float32)
+        assert np.abs(net.activate(x) - ir.activate(net.model, net.weights(), x)).max() < floor
+
+
+@pytest.mark.e2e   # 32 host compilations
+@pytest.mark.parametrize("hidden, output, cost", PAIRS)
+def test_one_train_step_matches_the_numpy_gradient_step(tmp_path, cache, hidden, output, cost):
+    rng = np.random.default_rng(11)
+    net = jit.compile(program(tmp_path, small(hidden, output, cost, "double")), seed=2)
+    if hidden == "relu":   # keep every relu away from its kink (finite differences need it)
+        net.set_weights([(w, b + 0.3) for w, b in net.weights()])
+    x, y = rng.uniform(-1, 1, (3, 5)), targets(output, 3, rng)
+    before = net.weights()
+    expected = ir.train_step(net.model, before, x, y)
+    net.train(x, y)
+    for (w, b), (ew, eb) in zip(net.weights(), expected):
+        scale = max(1.0, np.abs(ew).max(), np.abs(eb).max())
+        assert np.abs(w - ew).max() < 1e-13 * scale and np.abs(b - eb).max() < 1e-13 * scale
+
+
+@pytest.mark.parametrize("hidden, output, cost", PAIRS)
+def test_reference_gradient_matches_finite_differences(hidden, output, cost):
+    model = gravity_g.parse("net.g", small(hidden, output, cost))
+    rng = np.random.default_rng(4)
+    weights = [(rng.normal(0, 0.5, (a, b)), rng.normal(0.3 if hidden == "relu" else 0, 0.2, b))
+               for a, b in zip(model.sizes[:-1], model.sizes[1:])]
+    x, y = rng.uniform(-1, 1, (3, 5)), targets(output, 3, rng)
+    grads = ir.gradients(model, weights, x, y)
+    h = 1e-6
+    for l, (w, b) in enumerate(weights):
+        for array, grad in ((w, grads[l][0]), (b, grads[l][1])):
+            numeric = np.zeros_like(array)
+            for index in np.ndindex(array.shape):
+                keep = array[index]
+                array[index] = keep + h
+                up = ir.cost(model, weights, x, y)
+                array[index] = keep - h
+                down = ir.cost(model, weights, x, y)
+                array[index] = keep
+                numeric[index] = (up - down) / (2 * h)
+            assert np.abs(numeric - grad).max() < 1e-6 * max(1.0, np.abs(grad).max())
+
+
+def test_float_train_step_at_the_float_floor(tmp_path, cache):
+    rng = np.random.default_rng(6)
+    net = jit.compile(program(tmp_path, small("sigmoid", "softmax", "cross_entropy", "float")), seed=3)
+    x, y = rng.uniform(-1, 1, (3, 5)).astype(np.float32), targets("softmax", 3, rng)
+    expected = ir.train_step(net.model, net.weights(), x, y)
+    net.train(x, y)
+    for (w, b), (ew, eb) in zip(net.weights(), expected):
+        assert np.abs(w - ew).max() < 1e-6 and np.abs(b - eb).max() < 1e-6
+
+
+@pytest.mark.parametrize("hidden, output, cost", [("relu", "softmax", "cross_entropy"),
+                                                  ("tanh", "linear", "quadratic"),
+                                                  ("sigmoid", "sigmoid", "exponential")])
+def test_fixed_point_tracks_the_reference(tmp_path, cache, hidden, output, cost):
+    """fixed [8, 16]: activate within a few LSB per layer; one train step within the rounding of
+    its gradient products (exponential: 2 exp(sum (a - y)^2) must stay below 128, hence sigmoid)."""
+    rng = np.random.default_rng(8)
+    net = jit.compile(program(tmp_path, small(hidden, output, cost, "fixed [8, 16]", rate="0.5")), seed=4)
+    lsb = 2.0 ** -16
+    x, y = rng.uniform(-1, 1, (3, 5)), targets(output, 3, rng)
+    weights = net.weights()
+    assert np.abs(net.activate(x) - ir.activate(net.model, weights, x)).max() < 64 * lsb
+    expected = ir.train_step(net.model, weights, x, y)
+    net.train(x, y)
+    for (w, b), (ew, eb) in zip(net.weights(), expected):
+        assert np.abs(w - ew).max() < 256 * lsb and np.abs(b - eb).max() < 256 * lsb
+
+
+def test_fixed_saturates_instead_of_wrapping(tmp_path, cache):
+    net = jit.compile(program(tmp_path, small("linear", "linear", "quadratic", "fixed [3, 5]")), seed=1)
+    net.set_weights([(np.full_like(w, 3.0), np.full_like(b, 3.0)) for w, b in net.weights()])
+    assert np.all(net.activate(np.full(5, 3.0)) == (2 ** 7 - 1) / 32)
+
+
+def test_the_jit_recompiles_only_when_the_model_changes(tmp_path, cache):
+    path = program(tmp_path, small())
+    assert jit.compile(path).compiled
+    again = jit.compile(path)
+    assert not again.compiled and again.version == ir.VERSION
+    path.write_text(small(rate="0.25"))
+    assert jit.compile(path).compiled
+    assert not jit.compile(path, precision="float64").compiled   # the .g says double already
+
+
+def test_a_trained_program_saves_as_a_g_and_weights_pair(tmp_path, cache):
+    net = jit.compile(program(tmp_path, small(precision="float")), seed=9)
+    net.save(tmp_path / "out" / "trained.g") if (tmp_path / "out").mkdir() is None else None
+    again = jit.compile(tmp_path / "out" / "trained.g")
+    with np.load(tmp_path / "out" / "trained.npz") as saved:
+        again.set_weights([(saved[f"W{l}"], saved[f"b{l}"]) for l in (1, 2, 3)])
+    x = np.linspace(-1, 1, 5)
+    assert np.array_equal(again.activate(x), net.activate(x))
+
+
+def test_a_trained_program_exports_as_keras_h5_that_nnbuild_builds(tmp_path, cache):
+    from nnbuild import frontends
+    from nnbuild.ir import reference
+    net = jit.compile(program(tmp_path, small("tanh", "softmax", "cross_entropy", "float")), seed=9)
+    rng = np.random.default_rng(2)
+    net.train(rng.uniform(-1, 1, (3, 5)), targets("softmax", 3, rng))
+    net.save_keras(tmp_path / "trained.h5")
+    model = frontends.load(tmp_path / "trained.h5")
+    x = rng.uniform(-1, 1, (4, 5)).astype(np.float32)
+    assert np.abs(reference.run(model, x.astype(np.float64)) - net.activate(x)).max() < 1e-6
+
+
+def test_the_jit_takes_a_trained_keras_model_and_keeps_its_weights(tmp_path, cache):
+    from nnbuild import frontends
+    from nnbuild.ir import reference
+    from pathlib import Path
+    xor = Path(__file__).resolve().parents[1] / "firmware_examples" / "xor" / "xor.h5"
+    net = jit.compile(xor, learning_rate=0.5, batch=4)
+    x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+    expected = reference.run(frontends.load(xor), x.astype(np.float64))
+    assert np.abs(net.activate(x) - expected).max() < 1e-6
+    assert net.model.cost == "cross_entropy" and net.model.sizes == [2, 2, 1]   # sigmoid output
+    before = net.weights()
+    step = ir.train_step(net.model, before, x, 1 - np.round(expected))   # and it trains
+    net.train(x, 1 - np.round(expected))
+    assert any(np.abs(b - bb).max() > 1e-3 for (_, b), (_, bb) in zip(net.weights(), before))
+    for (w, b), (ew, eb) in zip(net.weights(), step):
+        scale = max(1.0, np.abs(ew).max(), np.abs(eb).max())
+        assert np.abs(w - ew).max() < 1e-6 * scale and np.abs(b - eb).max() < 1e-6 * scale

@@ -1,0 +1,56 @@
+"""Gravity programs through SCons on the ATmega1284: activate and train built, run under simavr
+against the host and the float64 learning sequence, each bounded by the built-in WCET analyzer."""
+
+import json
+
+import pytest
+
+from conftest import copy_project, needs_avr, scons
+
+pytestmark = pytest.mark.e2e
+
+
+def report_of(project, target):
+    with open(project / "build" / target / "gravity_digits" / "report.json") as f:
+        return json.load(f)
+
+
+@needs_avr
+def test_gravity_digits_on_avr_passes_every_gate(tmp_path):
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=gravity_digits")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = report_of(project, "avr")
+    assert set(report["max_abs_error_by_run"]) == {"host", "simavr"}
+    assert max(report["max_abs_error_by_run"].values()) <= report["tolerance"]
+    activate, train = report["wcet"], report["entries"]["digits_train"]["wcet"]
+    for bound in (activate, train):
+        assert bound["analyzer"] == "builtin-avr" and bound["wcet_cycles"] >= bound["measured_cycles"] > 0
+        assert bound["met"]
+    assert train["measured_cycles"] > activate["measured_cycles"]   # train runs activate and more
+    assert report["blob"]["memory_hard_bytes"] == 4944 and report["blob"]["memory_size_bytes"] == 9888
+    assert (project / "build/avr/gravity_digits/gate.json").exists()
+    gen = (project / "build/avr/gravity_digits/gen/gravity_digits.c").read_text()
+    assert "static" in gen and "malloc" not in gen
+
+
+@needs_avr
+def test_a_train_deadline_it_cannot_meet_fails_the_build(tmp_path):
+    """The learning step has a deadline too: 60 ms holds activate's bound, not train's."""
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=gravity_digits", "deadline=60ms")
+    assert result.returncode != 0
+    assert "digits_train" in result.stderr and "> deadline 60" in result.stderr, result.stderr
+    assert not (project / "build/avr/gravity_digits/gate.json").exists()
+
+
+def test_a_g_file_with_an_error_fails_in_one_line_with_its_position(tmp_path):
+    project = copy_project(tmp_path)
+    program = project / "firmware_examples/gravity_digits/gravity_digits.g"
+    program.write_text(program.read_text().replace(".hidden 16 relu;", ".hidden 16 gelu;"))
+    result = scons(project, "target=host", "model=gravity_digits")
+    assert result.returncode != 0
+    errors = [l for l in result.stderr.splitlines() if "gravity_digits.g:" in l]
+    assert len(errors) == 1 and "gravity_digits.g:11:12: expected an activation" in errors[0], result.stderr
+    gen = project / "build/host/gravity_digits/gen"
+    assert not gen.exists() or not any(gen.iterdir())
