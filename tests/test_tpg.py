@@ -255,7 +255,7 @@ def test_switch_visit_facts_name_each_teams_code_in_the_loop(tmp_path, graph, mo
     generate(graph, tmp_path / "s", "switch", "small")
     lines = (tmp_path / "s" / "small.c").read_text().split("\n")
     facts = json.loads((tmp_path / "s" / "small.flowfacts.json").read_text())
-    assert [v["name"] for v in facts["visits"]] == ["T2", "T5"]
+    assert [(v["name"], v["parents"]) for v in facts["visits"]] == [("T2", []), ("T5", ["T2"])]
     for v in facts["visits"]:
         assert v["function"] == "small_infer" and v["max_per_call"] == 1 and "acyclic" in v["why"]
         case = lines[v["first_line"] - 1:v["last_line"]]

@@ -34,21 +34,22 @@ def team_loop(a_lines, b_lines, shared=None):
     return Region(0x10, "f (0x10)", blocks, {}, edges)
 
 
-def bound(region, rows, passes=3):
+def bound(region, rows, passes=3, binaries=0):
     """Worst case of the loop (at most `passes` passes) with calls costing 100 and the given rows."""
     loops = avr_loops.find_loops(region)
     loops[0].bounds.append(("back", passes))
     cost = {n: (100 if b.calls else 1) for n, b in region.blocks.items()}
-    return avr_ilp.solve(region, loops, cost, paths=PathRows(rows=list(rows)))[0]
+    return avr_ilp.solve(region, loops, cost, paths=PathRows(rows=list(rows), binaries=binaries))[0]
 
 
-def rows_of(region):
-    return avr_visits.visit_rows(region, avr_loops.find_loops(region), FACTS)
+def rows_of(region, facts=FACTS):
+    rows, notes, binaries = avr_visits.visit_rows(region, avr_loops.find_loops(region), facts)
+    return rows, notes, binaries
 
 
 def test_each_team_anchor_is_bounded_once_per_call():
     region = team_loop(11, 21)
-    rows, notes = rows_of(region)
+    rows, notes, _ = rows_of(region)
     assert sorted(next(iter(r)) for r, _ in rows) == [("node", 0x30), ("node", 0x40)]
     assert all(hi == 1 for _, hi in rows)
     assert notes == ["visits A <= 1 per call: 1 of 1 anchor blocks", "visits B <= 1 per call: 1 of 1 anchor blocks"]
@@ -62,7 +63,7 @@ def test_code_both_teams_run_gets_no_row():
     """gcc merged a call both teams make and kept team A's line on it: a pass through B runs it
     too, so neither it nor B's call (on a path with it) is bounded; A's own call still is."""
     region = team_loop(11, 21, shared=12)
-    rows, notes = rows_of(region)
+    rows, notes, _ = rows_of(region)
     assert [next(iter(r)) for r, _ in rows] == [("node", 0x30)]
     assert notes[0] == "visits A <= 1 per call: 1 of 2 anchor blocks (not bounded: a pass can run code of both A and B)"
     assert notes[1] == "visits B <= 1 per call: 0 of 1 anchor blocks (not bounded: a pass can run code of both B and A)"
@@ -74,7 +75,7 @@ def test_a_call_on_every_pass_gets_no_row():
     """A team's call hoisted into code every pass runs (here: the dispatch) is not bounded."""
     region = team_loop(11, 21)
     region.blocks[0x20] = block(0x20, 13, call=True)
-    rows, notes = rows_of(region)
+    rows, notes, _ = rows_of(region)
     assert ("node", 0x20) not in {k for r, _ in rows for k in r}
     assert "a pass can run code of both A and B" in notes[0]
 
@@ -82,7 +83,7 @@ def test_a_call_on_every_pass_gets_no_row():
 def test_blocks_mixing_lines_of_two_teams_are_not_anchors():
     region = team_loop(11, 21)
     region.blocks[0x30].insns[0].line = 25  # the call block holds a B line too
-    rows, notes = rows_of(region)
+    rows, notes, _ = rows_of(region)
     assert [next(iter(r)) for r, _ in rows] == [("node", 0x40)]
     assert notes[0] == "visits A <= 1 per call: 0 of 0 anchor blocks"
 
@@ -90,3 +91,26 @@ def test_blocks_mixing_lines_of_two_teams_are_not_anchors():
 def test_facts_of_other_functions_do_not_apply():
     assert avr_visits.facts_for({"visits": FACTS}, "g") == []
     assert avr_visits.facts_for({}, "f") == []
+
+
+def test_visited_teams_form_one_root_path_of_the_graph():
+    """A and B are both children of the root R (whose code has no call): an inference visits one
+    of them, never both. With the parents in the facts, one pass can run a team's call, and as
+    every pass of this loop runs A's or B's, one pass is all there is; without them, two."""
+    region = team_loop(11, 21)
+    facts = [dict(FACTS[0], parents=["R"]), dict(FACTS[1], parents=["R"]),
+             {"name": "R", "function": "f", "file": "t.c", "first_line": 4, "last_line": 9, "max_per_call": 1,
+              "parents": []}]
+    rows, notes, binaries = rows_of(region, facts)
+    assert binaries == 3 + 2 and notes[-1] == "visits: the visited teams form one root path (3 teams, 2 edges)"
+    assert bound(region, rows, binaries=binaries) == 103 + 1
+    assert bound(region, rows_of(region)[0]) == 2 * 103 + 1
+
+
+def test_path_rows_need_every_parent_and_one_root():
+    region = team_loop(11, 21)
+    orphan = [dict(FACTS[0], parents=["X"]), dict(FACTS[1], parents=[])]
+    rows, notes, binaries = rows_of(region, orphan)
+    assert binaries == 0 and len(rows) == 2 and not any("root path" in n for n in notes)
+    two_roots = [dict(FACTS[0], parents=[]), dict(FACTS[1], parents=[])]
+    assert rows_of(region, two_roots)[2] == 0

@@ -265,8 +265,9 @@ class Analyzer:
             L.require_bounds(region, loops, prog)
         visits = [f for name in prog.names.get(region.start, []) for f in V.facts_for(self.facts, name)]
         if visits:
-            rows, notes = V.visit_rows(region, loops, visits)
+            rows, notes, binaries = V.visit_rows(region, loops, visits, first_aux=paths.binaries)
             paths.rows.extend(rows)
+            paths.binaries += binaries
             paths.sources.extend(notes)
         return region, loops, cost, callee, tail, paths, choices
 

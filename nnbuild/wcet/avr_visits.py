@@ -64,9 +64,14 @@ def _skippable(region, loop, node, dag):
     return bool(_reach(loop.headers, inside, frozenset([node])) & latches)
 
 
-def visit_rows(region, loops, facts):
-    """(rows, notes): rows ({("node", anchor): 1}, max_per_call) for the visit facts of this
-    region's function, and one note per fact saying what was bounded or why not."""
+def visit_rows(region, loops, facts, first_aux=0):
+    """(rows, notes, binaries) for the visit facts of this region's function: one row per anchor
+    block, and one note per fact saying what was bounded or why not. When every fact names its
+    team's `parents` (the teams with an edge to it; none for the root), the visited teams must
+    also form one root path of that graph: a 0/1 variable per team (visited) and per edge (taken),
+    numbered from `first_aux` ("aux" terms, avr_paths.PathRows), bound the anchors instead of the
+    constant max_per_call. Without them the ILP could charge the costliest teams together even
+    when no path of the graph visits them all."""
     dag = _dag(region, loops)
     back = {n: set() for n in dag}
     for n, ds in dag.items():
@@ -74,13 +79,12 @@ def visit_rows(region, loops, facts):
             back[d].add(n)
     anchors = {f["name"]: _anchors(region, f) for f in facts}
     owner = {n: name for name, ns in anchors.items() for n in ns}
-    rows, notes = [], []
+    kept, notes = {}, []
     for fact in facts:
-        name, kept, why = fact["name"], [], set()
+        name, mine, why = fact["name"], [], set()
         for n in sorted(anchors[name], key=lambda n: n if isinstance(n, int) else n[2]):
             around = [l for l in loops if n in l.body]
-            reached = _reach([n], dag) | _reach([n], back)
-            others = sorted({owner[m] for m in reached if m in owner} - {name})
+            others = sorted({owner[m] for m in _reach([n], dag) | _reach([n], back) if m in owner} - {name})
             if others:
                 why.add(f"a pass can run code of both {name} and {others[0]}")
             elif len(around) > 1:
@@ -88,9 +92,43 @@ def visit_rows(region, loops, facts):
             elif around and not _skippable(region, around[0], n, dag):
                 why.add("an anchor runs on every pass")
             else:
-                kept.append(n)
-        for n in kept:
-            rows.append(({("node", n): 1}, int(fact["max_per_call"])))
-        note = f"visits {name} <= {fact['max_per_call']} per call: {len(kept)} of {len(anchors[name])} anchor blocks"
+                mine.append(n)
+        kept[name] = mine
+        note = f"visits {name} <= {fact['max_per_call']} per call: {len(mine)} of {len(anchors[name])} anchor blocks"
         notes.append(note + (f" (not bounded: {'; '.join(sorted(why))})" if why else ""))
-    return rows, notes
+    graph_rows, binaries = _path_rows(facts, kept, first_aux)
+    if graph_rows is not None:
+        notes.append(f"visits: the visited teams form one root path ({len(facts)} teams, {binaries - len(facts)} edges)")
+        return graph_rows, notes, binaries
+    rows = [({("node", n): 1}, int(f["max_per_call"])) for f in facts for n in kept[f["name"]]]
+    return rows, notes, 0
+
+
+def _path_rows(facts, kept, first):
+    """Rows tying each team's anchors to a 0/1 "visited" variable, and the visited teams to one
+    root path of the team graph (visited non-root team: one taken edge into it; taken edges out of a
+    team: at most one, and only if it was visited). (None, 0) when a fact has no `parents`, a
+    parent is unknown, the facts do not have exactly one root, or a team may run more than once."""
+    names = [f["name"] for f in facts]
+    if (any("parents" not in f or int(f["max_per_call"]) != 1 for f in facts)
+            or any(p not in names for f in facts for p in f["parents"])
+            or sum(1 for f in facts if not f["parents"]) != 1):
+        return None, 0
+    visited = {name: first + k for k, name in enumerate(names)}
+    edges = [(p, f["name"]) for f in facts for p in f["parents"]]
+    taken = {e: first + len(names) + k for k, e in enumerate(edges)}
+    rows = []
+    for f in facts:
+        name = f["name"]
+        for n in kept[name]:
+            rows.append(({("node", n): 1, ("aux", visited[name]): -1}, 0))
+        if f["parents"]:
+            row = {("aux", visited[name]): 1}
+            row.update({("aux", taken[(p, name)]): -1 for p in f["parents"]})
+            rows.append((row, 0))
+        out = [taken[e] for e in edges if e[0] == name]
+        if out:
+            row = {("aux", k): 1 for k in out}
+            row[("aux", visited[name])] = -1
+            rows.append((row, 0))
+    return rows, len(names) + len(edges)
