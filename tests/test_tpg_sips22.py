@@ -174,7 +174,7 @@ def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, traces, shape
 #: the slowest inputs bench/tpg_avr_wcet.py --write-slow found per shape (screen cell -> value)
 SLOW_INPUTS = Path(__file__).parent / "data" / "tpg_fishing_derby_slow.json"
 #: bound / slowest measured inference, per shape, as measured (README, Tangled Program Graphs)
-TIGHTNESS = {"switch": 2.0, "stack": 2.1}
+TIGHTNESS = {"switch": 1.75, "stack": 1.8}
 
 
 def adversarial_screens(rng, n):
@@ -210,7 +210,8 @@ def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_p
     assert bound.cycles <= TIGHTNESS[shape] * cycles[-2:].max()
     if shape == "switch":
         notes = bound.details["paths"][next(k for k in bound.details["paths"] if k.startswith("fd_infer"))]
-        assert all("not bounded" not in n for n in notes) and len(notes) == 4
+        assert all("not bounded" not in n for n in notes) and len(notes) == 5
+        assert notes[-1] == "visits: the visited teams form one root path (4 teams, 4 edges)"
         loop_only = wcet.analyze(board, program, "fd_infer", {k: v for k, v in facts.items() if k != "visits"},
                                  tmp_path / "loop_only")
         assert cycles.max() <= bound.cycles < 0.8 * loop_only.cycles
