@@ -244,6 +244,30 @@ def test_generation_is_byte_identical_and_complete(tmp_path, graph, shape):
                                              "bid": trace["teams"][0]["edges"][1]["bid"]}
 
 
+@pytest.mark.parametrize("functions", [False, True])
+def test_switch_visit_facts_name_each_teams_code_in_the_loop(tmp_path, graph, monkeypatch, functions):
+    """Each team runs at most once per inference: one fact per team over the lines the team loop
+    runs for it (its case; with one function per team, the case that calls it). The stack shape
+    has none: its call graph visits each team once per path."""
+    from nnbuild.codegen import tpg_lower
+    if functions:
+        monkeypatch.setattr(tpg_lower, "SWITCH_INLINE_OPERATIONS", 0)
+    generate(graph, tmp_path / "s", "switch", "small")
+    lines = (tmp_path / "s" / "small.c").read_text().split("\n")
+    facts = json.loads((tmp_path / "s" / "small.flowfacts.json").read_text())
+    assert [(v["name"], v["parents"]) for v in facts["visits"]] == [("T2", []), ("T5", ["T2"])]
+    for v in facts["visits"]:
+        assert v["function"] == "small_infer" and v["max_per_call"] == 1 and "acyclic" in v["why"]
+        case = lines[v["first_line"] - 1:v["last_line"]]
+        assert case[0].lstrip().startswith("case ") and case[-1].strip().startswith("}")
+        if functions:
+            assert any(f"small_{v['name']}(" in l for l in case)
+        else:
+            assert f"nnbuild-team {v['name']}" in case[0] and f"nnbuild-team-end {v['name']}" in case[-1]
+    generate(graph, tmp_path / "k", "stack", "small")
+    assert "visits" not in json.loads((tmp_path / "k" / "small.flowfacts.json").read_text())
+
+
 def test_single_edge_teams_run_no_program_and_introns_vanish(tmp_path, env_file):
     text = small_graph().replace("\t\tT5 -> P0\n", "")  # T5 keeps one edge
     g = load(write(tmp_path / "one.dot", text), environment=env_file)

@@ -10,10 +10,13 @@ other four full graphs (122 to 505 teams, up to 2.6 MB) take minutes to compile 
 NNBUILD_SLOW_TESTS=1. AVR: fishing_derby.9 cleaned, the example's TPG, on its whole trace.
 """
 
+import json
 import os
 import shutil
 import subprocess
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,6 +169,54 @@ def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, traces, shape
     assert mismatches == 0  # as measured on this trace
     assert bound.cycles >= cycles.max()
     assert set(bound.per_layer) == {"T0", "T1", "T2", "T3"}
+
+
+#: the slowest inputs bench/tpg_avr_wcet.py --write-slow found per shape (screen cell -> value)
+SLOW_INPUTS = Path(__file__).parent / "data" / "tpg_fishing_derby_slow.json"
+#: bound / slowest measured inference, per shape, as measured (README, Tangled Program Graphs)
+TIGHTNESS = {"switch": 1.75, "stack": 1.8}
+
+
+def adversarial_screens(rng, n):
+    """Random screens (bytes), random doubles of every magnitude in the cells, and the stored
+    slowest inputs of both shapes: the C function takes any double, so the bound must cover them."""
+    bytes_ = rng.integers(0, 256, (n, 1344)).astype(float)
+    magnitudes = rng.choice([-1.0, 1.0], (n, 1344)) * 10.0 ** rng.uniform(-40, 38.5, (n, 1344))
+    fractions = rng.integers(-300, 300, (n, 1344)) + rng.choice([0.0, 0.25, 0.5, 0.999], (n, 1344))
+    slow = np.zeros((2, 1344))
+    for row, shape in zip(slow, ("switch", "stack")):
+        for cell, value in json.loads(SLOW_INPUTS.read_text())[shape].items():
+            row[int(cell)] = value
+    return np.vstack([bytes_, magnitudes, fractions, slow])
+
+
+@needs_avr
+@pytest.mark.parametrize("shape", ["switch", "stack"])
+def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_path):
+    """Soundness beyond the trace, and tightness: the switch bound uses the visit facts (each team
+    once per inference: without them it charges the costliest team to every loop pass), and is
+    within TIGHTNESS of the slowest input found."""
+    board, program, harness, facts_path = avr_builds[shape]
+    x = adversarial_screens(np.random.default_rng(3), 600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # doubles beyond float range become inf on AVR
+        _, cycles = tpg_run.run_simavr(program, x, entry_symbol="fd_infer", mcu=board["mcu"],
+                                       freq=board["clock_hz"], harness=harness, nm=board["nm"])
+    facts = json.loads(facts_path.read_text())
+    bound = wcet.analyze(board, program, "fd_infer", facts, tmp_path / "visits")
+    print(f"\n  fishing_derby.9 cleaned, {shape}: WCET bound {bound.cycles:,}; simavr max {cycles.max():,} over "
+          f"{len(x)} random and adversarial inputs ({bound.cycles / cycles.max():.2f}x)")
+    assert bound.cycles >= cycles.max()
+    assert bound.cycles <= TIGHTNESS[shape] * cycles[-2:].max()
+    if shape == "switch":
+        notes = bound.details["paths"][next(k for k in bound.details["paths"] if k.startswith("fd_infer"))]
+        assert all("not bounded" not in n for n in notes) and len(notes) == 5
+        assert notes[-1] == "visits: the visited teams form one root path (4 teams, 4 edges)"
+        loop_only = wcet.analyze(board, program, "fd_infer", {k: v for k, v in facts.items() if k != "visits"},
+                                 tmp_path / "loop_only")
+        assert cycles.max() <= bound.cycles < 0.8 * loop_only.cycles
+    else:
+        assert "visits" not in facts  # the call graph visits each team once per path already
 
 
 # ------------------------------------------------------------------------------- SCons

@@ -342,13 +342,49 @@ def recorder(name):
     return common.FlowFacts(name, functions=True, loop_extra={"why": LOOP_WHY})
 
 
-def finish_facts(name, facts):
-    """The recorder's facts plus the TPG's standing facts; every team mark must be closed."""
+#: why each team's code runs at most once per call (in each visit fact)
+VISIT_WHY = ("a team is visited at most once per inference: the graph is acyclic and is walked "
+             "root -> team -> ... -> action, never returning to a team")
+
+
+def team_parents(plan):
+    """{team label: labels of the teams with an edge to it, in team order} (the root has none)."""
+    out = {t.label: [] for t in plan.teams}
+    for t in plan.teams:
+        for e in t.edges:
+            child = plan.teams[e.dest_team].label if e.dest_team is not None else None
+            if child is not None and t.label not in out[child]:
+                out[child].append(t.label)
+    return out
+
+
+def visit_facts(facts, marks, parents):
+    """One "at most once per call" fact per team: the team's code where the inference visits it.
+    That is the team's mark, or, for a team whose body is a function of its own called from the
+    switch, the case calling it (its `visit` marks): the bound of the team loop alone lets the WCET
+    analyzer charge the costliest team on every pass (nnbuild.wcet.avr_visits). `parents` gives
+    each team's parents in the graph: the visited teams form one root path of it."""
+    out = []
+    for lay in facts["layers"]:
+        where = dict(function=lay["function"], first_line=lay["first_line"], last_line=lay["last_line"])
+        case = marks.get(f"visit {lay['name']}"), marks.get(f"visit-end {lay['name']}")
+        if case[0] and case[1]:
+            where = dict(function=facts["entry"], first_line=case[0][0], last_line=case[1][0])
+        out.append({"name": lay["name"], "file": lay["file"], **where, "max_per_call": 1,
+                    "parents": parents[lay["name"]], "why": VISIT_WHY})
+    return out
+
+
+def finish_facts(name, facts, marks=None, parents=None):
+    """The recorder's facts plus the TPG's standing facts and, given the team graph's `parents`
+    (the switch shape, whose teams share one loop; the stack shape's call graph already visits each
+    team once per path), the teams' visit facts; every team mark must be closed."""
     missing = [l["name"] for l in facts["layers"] if l["last_line"] is None]
     if missing:
         raise NNBuildError(f"internal error: unterminated team marks in {name}.c ({missing})")
-    return dict(facts, facts=["programs are straight-line code (no loops, no calls but <math.h> functions)",
-                              "each team runs at most once per inference (acyclic graph)"])
+    return dict(facts, **({"visits": visit_facts(facts, marks or {}, parents)} if parents is not None else {}),
+                facts=["programs are straight-line code (no loops, no calls but <math.h> functions)",
+                       "each team runs at most once per inference (acyclic graph)"])
 
 
 def trace(tpg, plan, code, facts, shape):
@@ -460,9 +496,9 @@ def render(tpg, *, shape, template, share, storage="const"):
     name = tpg.name
     plan = lower(tpg, name, share=share)
     c = Context(tpg, plan, shape, storage)
-    code, facts, _ = common.render(template, {"c": c}, recorder(name),
-                                   lambda text: re.sub(r"\n{3,}", "\n\n", text))  # one blank line at most
-    facts = finish_facts(name, facts)
+    code, facts, marks = common.render(template, {"c": c}, recorder(name),
+                                       lambda text: re.sub(r"\n{3,}", "\n\n", text))  # one blank line at most
+    facts = finish_facts(name, facts, marks, team_parents(plan) if shape == "switch" else None)
     return {
         f"{name}.h": templating.render("tpg.h.j2", {"c": c}),
         f"{name}.c": code,

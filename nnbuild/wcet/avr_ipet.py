@@ -33,6 +33,7 @@ from nnbuild.wcet import avr_ilp as I
 from nnbuild.wcet import avr_loops as L
 from nnbuild.wcet import avr_paths as P
 from nnbuild.wcet import avr_timing as T
+from nnbuild.wcet import avr_visits as V
 
 ANALYZER = "builtin-avr"
 
@@ -262,6 +263,12 @@ class Analyzer:
             L.apply_table(region, loops, prog, self.table, own, ctx.site, dict(ctx.regs))
             L.apply_auto(region, loops)
             L.require_bounds(region, loops, prog)
+        visits = [f for name in prog.names.get(region.start, []) for f in V.facts_for(self.facts, name)]
+        if visits:
+            rows, notes, binaries = V.visit_rows(region, loops, visits, first_aux=paths.binaries)
+            paths.rows.extend(rows)
+            paths.binaries += binaries
+            paths.sources.extend(notes)
         return region, loops, cost, callee, tail, paths, choices
 
     def _reaches(self, addr, symbol):
