@@ -100,7 +100,7 @@ def plan_layers(model, storage, real="float"):
         dst = "out" if last else ("buf0" if src != "buf0" else "buf1")
         entry = {"index": index, "name": layer.name, "source_type": layer.source_type,
                  "c_name": c_identifier(layer.name), "src": src, "dst": dst,
-                 "inputs": shapes[index][0], "units": shapes[index + 1][0]}
+                 "inputs": shapes[index][0], "units": shapes[index + 1][0], "facts": None}
         if isinstance(layer, Dense):
             entry.update(kind="dense", activation=layer.activation,
                          chunks=weight_chunks(model.name, layer, storage, real),
@@ -108,6 +108,7 @@ def plan_layers(model, storage, real="float"):
                          split=split_accumulation(storage, real))
             if entry["split"]:
                 entry["facts"] = float_facts.mac_facts(layer.kernel)
+                entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:

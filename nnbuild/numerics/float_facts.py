@@ -39,6 +39,8 @@ class MacFacts:
     weight_exp_min: Optional[int]
     #: largest change of any neuron's sum the flush can cause (sum_i |w_i| * 2^(keep_exp - 127))
     flush_error: float
+    #: every weight is finite and zero or normal: only then are the multiply facts claimed
+    weights_normal: bool = True
 
     def why(self):
         low = "no non-zero weight" if self.weight_exp_min is None else \
@@ -55,20 +57,19 @@ def biased_exponents(values):
 
 
 def mac_facts(kernel):
-    """MacFacts for a [inputs, units] float32 kernel, or None when a weight is subnormal or not
-    finite (then nothing is claimed about that layer's products)."""
+    """MacFacts for a [inputs, units] float32 kernel. A subnormal or non-finite weight leaves
+    weights_normal False (nothing is claimed about the products; subnormal inputs are still
+    flushed, keep_exp 1, so the code does not depend on the weights)."""
     w = np.asarray(kernel, dtype=np.float32)
-    if not np.all(np.isfinite(w)):
-        return None
-    nonzero = w[w != 0]
+    nonzero = w[(w != 0) & np.isfinite(w)]
     exps = biased_exponents(nonzero)
-    if np.any(exps == 0):
-        return None
-    e_min = int(exps.min()) if exps.size else None
-    keep = max(1, BIAS - e_min) if e_min is not None else 1
-    per_unit = np.abs(w.astype(np.float64)).sum(axis=0) if w.ndim == 2 else np.abs(w.astype(np.float64))
+    normal = bool(np.all(np.isfinite(w)) and not np.any(exps == 0))
+    e_min = int(exps[exps > 0].min()) if np.any(exps > 0) else None
+    keep = max(1, BIAS - e_min) if normal and e_min is not None else 1
+    magnitudes = np.abs(np.where(np.isfinite(w), w, 0).astype(np.float64))
+    per_unit = magnitudes.sum(axis=0) if w.ndim == 2 else magnitudes
     flush_error = float(per_unit.max(initial=0.0)) * 2.0 ** (keep - BIAS)
-    return MacFacts(keep, e_min, flush_error)
+    return MacFacts(keep, e_min, flush_error, normal)
 
 
 def flushed(x, keep_exp):
