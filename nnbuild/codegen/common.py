@@ -185,6 +185,11 @@ class FlowFacts:
     def mark(self, key):
         return self._put("M", key)
 
+    def value(self, op, tags, why):
+        """A value fact about the float operation `op` ("mul", "add") on this line: `tags` name
+        the operand properties the generator proved (`why`), for the WCET analyser's table."""
+        return self._put("V", {"op": op, "tags": list(tags), "why": why, "layer": self._layer})
+
     def resolve(self, text):
         """(text without sentinels, flow facts, {mark key: [lines]}); facts of dropped text vanish."""
         if self._open:
@@ -197,7 +202,7 @@ class FlowFacts:
                     where[int(m.group(2))] = number
                 lines[number - 1] = _SENTINEL.sub("", line)
         starts = []             # (line, function) in order
-        loops, layers, marks, by_index = [], [], {}, {}
+        loops, layers, marks, by_index, values = [], [], {}, {}, []
         for index in sorted(where):
             kind, payload = self._items[index]
             number = where[index]
@@ -232,11 +237,16 @@ class FlowFacts:
                 match[-1]["last_line"] = number
             elif kind == "M":
                 marks.setdefault(payload, []).append(number)
+            elif kind == "V":
+                values.append({"file": self.file, "line": number, **payload})
         for l in layers:
             l.pop("open", None)
         if any(l["last_line"] is None for l in loops):
             raise NNBuildError(f"internal error: a loop of {self.file} has no end mark")
-        return "\n".join(lines), {"entry": self.entry, "loops": loops, "layers": layers}, marks
+        facts = {"entry": self.entry, "loops": loops, "layers": layers}
+        if values:
+            facts["values"] = values
+        return "\n".join(lines), facts, marks
 
     def _owner(self, starts, line):
         if self.functions and starts and starts[-1][0] <= line:

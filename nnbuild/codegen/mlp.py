@@ -12,6 +12,7 @@ from nnbuild.codegen.common import bias_array, index_type, weight_chunks, weight
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import Activation, Dense
+from nnbuild.numerics import float_facts
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "fix16", "fixedW.F")
@@ -50,6 +51,11 @@ def render(model, *, precision, storage, passes_log, input_range=None):
         "n_out": model.output_size,
         "layers": layers,
         "buffer": max([l["units"] for l in layers[:-1]], default=0),
+        # split float32 layers reading the input flush it into a copy (the API's `in` is const)
+        "xin": any(l.get("facts") and l["src"] == "in" for l in layers),
+        "mul_tags": float_facts.MUL_TAGS,
+        "add_tags": float_facts.ADD_TAGS,
+        "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
         "block": block_for(storage),
@@ -71,6 +77,17 @@ def render(model, *, precision, storage, passes_log, input_range=None):
     return files
 
 
+def split_accumulation(storage, real):
+    """float32 on AVR (soft-float): sum the products by sign and flush tiny inputs, so the WCET
+    analyser can drop the soft-float paths that cannot run (nnbuild.numerics.float_facts)."""
+    return storage in common.FLASH_STORAGES and real == "float"
+
+
+def flushed_source(layer):
+    """The buffer a split layer reads its flushed inputs from (`in` is const: copied to xin)."""
+    return "xin" if layer["src"] == "in" else layer["src"]
+
+
 def plan_layers(model, storage, real="float"):
     """Per layer: source/destination buffers, weight arrays (split in chunks) and loop bounds."""
     shapes = model.shapes()
@@ -83,11 +100,15 @@ def plan_layers(model, storage, real="float"):
         dst = "out" if last else ("buf0" if src != "buf0" else "buf1")
         entry = {"index": index, "name": layer.name, "source_type": layer.source_type,
                  "c_name": c_identifier(layer.name), "src": src, "dst": dst,
-                 "inputs": shapes[index][0], "units": shapes[index + 1][0]}
+                 "inputs": shapes[index][0], "units": shapes[index + 1][0], "facts": None}
         if isinstance(layer, Dense):
             entry.update(kind="dense", activation=layer.activation,
                          chunks=weight_chunks(model.name, layer, storage, real),
-                         bias=bias_array(model.name, layer, real))
+                         bias=bias_array(model.name, layer, real),
+                         split=split_accumulation(storage, real))
+            if entry["split"]:
+                entry["facts"] = float_facts.mac_facts(layer.kernel)
+                entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:

@@ -137,6 +137,7 @@ class Analyzer:
         self.site_tags = {}
         self.layers = layer_map(facts)
         self.indirect = indirect_targets(facts, prog)
+        self.values = P.value_facts(facts)
         self.workdir = workdir
         self.done, self.stack = {}, []
         self.matched = set()
@@ -208,6 +209,21 @@ class Analyzer:
         self.site_tags.update((a, t) for a, t in tags.items() if t)
         return tags
 
+    def _value_tags(self, region):
+        """{call address: tags} of calls from compiled C whose line carries a value fact about
+        the called routine (avr_paths.value_facts), restricted to tags some table entry names."""
+        found = {}
+        if not self.values:
+            return found
+        for b in region.blocks.values():
+            for insn, t in b.calls:
+                facts = self.values.get((os.path.basename(insn.file), insn.line)) if insn.file else None
+                if facts and not isinstance(t, tuple):
+                    tags = P.value_fact_tags(facts, self.prog.names.get(t, [])) & self.ctxs.names
+                    if tags:
+                        found[insn.addr] = tags
+        return found
+
     def _callee(self, target, ctx):
         """Worst of the callee regions (several only for indirect calls)."""
         targets = target if isinstance(target, tuple) else (target,)
@@ -221,6 +237,9 @@ class Analyzer:
         region = self._region(addr)
         own = self.ctxs.own(ctx, addr)
         tags = self._operand_tags(region)
+        for a, extra in self._value_tags(region).items():
+            tags[a] = frozenset(tags.get(a, ())) | extra
+            self.site_tags[a] = tags[a]
         paths = P.path_rows(region, prog, self.paths, own, ctx.site)
         wanted = set(counters) | paths.counters
         for name in wanted:

@@ -44,6 +44,12 @@ Operand tags. A call from compiled C to a float operator whose argument register
 constant (from `ldi`/`mov`/`movw`/`eor`, call_constants) adds tags to the callee's context, e.g.
 "__mulsf3:C.e<=128" (one factor is a normal constant with biased exponent <= 128); entries name
 them in "within" like context functions (operand_tags lists them).
+
+Value facts. The generator may prove facts about the operands of the float operations it emits
+(flow facts "values": [{"file", "line", "op": "mul" | "add" | "div", "tags": [...], "why": ...}], e.g. both
+factors of a multiply-accumulate are zero or normal). A call from compiled C on that line to a
+routine of the op (VALUE_OPS) gets those tags in its context exactly like operand tags; table
+entries name them in "within" (value_fact_tags).
 """
 
 from dataclasses import dataclass, field, replace
@@ -323,6 +329,31 @@ def operand_tags(callee_names, a, b):
                 tags.add("__divsf3:A.e>=127")
     return tags
 
+
+#: value fact op -> the float routines that implement it (a C `a - b` calls __subsf3, which flips
+#: b's sign and falls into __addsf3: the fact is about the addition __addsf3x performs)
+VALUE_OPS = {"mul": frozenset(["__mulsf3"]), "add": frozenset(["__addsf3", "__subsf3"]),
+             "div": frozenset(["__divsf3"])}
+
+
+def value_facts(facts):
+    """{(file basename, line): [(routine names, tags)]} from the flow facts' "values" entries;
+    an entry with an unknown op is one clear error (a fact the analyser cannot place)."""
+    import os
+    out = {}
+    for ent in (facts or {}).get("values", []):
+        if ent.get("op") not in VALUE_OPS:
+            raise NNBuildError(f"value flow fact at {ent.get('file')}:{ent.get('line')}: unknown op "
+                               f"'{ent.get('op')}' (known: {', '.join(sorted(VALUE_OPS))})")
+        key = (os.path.basename(ent["file"]), int(ent["line"]))
+        out.setdefault(key, []).append((VALUE_OPS[ent["op"]], frozenset(ent["tags"])))
+    return out
+
+
+def value_fact_tags(facts_at_line, callee_names):
+    """Tags of the value facts on a call's line that are about the called routine."""
+    names = set(callee_names)
+    return frozenset(t for routines, tags in facts_at_line if routines & names for t in tags)
 
 
 def counter_symbols(ent):

@@ -1,0 +1,113 @@
+"""Generator value facts (flow facts "values") on the float32 F1/10 controller, checked on simavr.
+
+The MLP shape on AVR sums each neuron's products by sign and flushes tiny inputs, and says so in
+the flow facts; the analyser gives the tagged calls contexts in which avr_libloops.json drops soft-
+float loops (__mulsf3's normalisation and underflow loops, __addsf3's normalisation after a
+subtraction, nn_tanh's division underflow). tests/wcet_fixtures/avr_trace.c follows every call on
+adversarial inputs (subnormal, tiny, huge, mixed signs) and checks, per invocation in each tagged
+context: the table's loop bound holds and the analyser's bound of the region covers the cycles.
+"""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from nnbuild.numerics import float_facts
+from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
+from nnbuild.wcet import avr_timing as T
+
+from test_wcet_avr import board
+from test_wcet_avr_context import (Probe, build_tracer, called_targets, frames_reaching, loop_headers,
+                                   run_trace_sites)
+from test_wcet_avr_generated import ARCH, generate_and_build, n_inputs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
+                                reason="avr-gcc or the f1tenth example missing")]
+
+#: the table tags that only value facts give
+VALUE_TAGS = frozenset(float_facts.MUL_TAGS + float_facts.ADD_TAGS + ("__divsf3:A.normal", "__divsf3:eA-eB>=-125"))
+
+
+def cases(n_in):
+    rng = np.random.default_rng(13)
+    rows = [rng.uniform(-1, 1, n_in), np.full(n_in, 1e-45), np.full(n_in, -1e-39), np.full(n_in, 3e-36),
+            np.where(np.arange(n_in) % 2 == 0, 1e4, -1e4), np.full(n_in, 1e30),
+            rng.choice([-1e-38, -1e-20, 0.0, 1e-30, 1.0, -0.5], size=n_in)]
+    return np.array(rows, dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    out = tmp_path_factory.mktemp("f1vf")
+    elf, facts_path = generate_and_build(out, ARCH, "f1tenth")
+    tracer = build_tracer(out / "avr_trace")
+    if tracer is None:
+        pytest.skip("libsimavr not available")
+    facts = avr_ipet.load_flowfacts(facts_path)
+    prog = avr_decode.load(elf)
+    an = avr_ipet.Analyzer(prog, T.family(board()), facts, avr_loops.load_table(), None, avr_loops.load_paths())
+    an.region(prog.address_of("f1tenth_infer"))
+    probes = {}
+    targets = called_targets(prog)
+    for (addr, ctx), res in an.done.items():
+        if addr in targets and ctx.names & VALUE_TAGS:
+            probes[("region", addr, ctx)] = Probe(addr, ctx.names, ctx.site if ctx.site is not None else "!", "eq")
+    for k, ent in enumerate(avr_loops.load_table()):
+        if not set(ent.get("within", [])) & VALUE_TAGS:
+            continue
+        header = prog.address_of(ent["symbol"]) + ent["offset"]
+        group = 1 + len({key[1] for key in probes if key[0] == "loop"})
+        for start in sorted({a for a, _ in an.done}):
+            heads = loop_headers(an, prog, start, header)
+            for t in frames_reaching(an, prog, start) if heads else ():
+                probes[("loop", k, t)] = Probe(t, ent["within"], None, "sup", sorted(heads), group)
+    keys = list(probes)
+    run_trace_sites(tracer, elf, [probes[k] for k in keys], cases(n_inputs(out, "f1tenth")), an.ctxs.names,
+                    an.ctxs.sites, out, an.site_tags)
+    return facts, an, dict(zip(keys, (probes[k] for k in keys)))
+
+
+def test_every_value_tag_reaches_a_call(traced):
+    """The generated code's facts land on calls: every value tag is in some analysed context."""
+    facts, an, _ = traced
+    assert {v["op"] for v in facts["values"]} == {"mul", "add", "div"}
+    seen = set().union(*(ctx.names for _, ctx in an.done)) & VALUE_TAGS
+    assert seen == VALUE_TAGS
+
+
+def test_tagged_regions_cover_every_invocation(traced):
+    _, an, probes = traced
+    print()
+    observed = 0
+    for key, p in probes.items():
+        if key[0] != "region":
+            continue
+        res = an.done[(key[1], key[2])]
+        name = res.name + res.ctx.label(an.prog)
+        if p.invocations:
+            observed += 1
+            print(f"  {name:80s} bound {res.cycles:5d} simavr max {p.maxcycles:5d} ({p.invocations} calls)")
+        assert p.maxcycles <= res.cycles, f"UNSOUND: {name}: {p.maxcycles} > {res.cycles}"
+    assert observed >= 3
+
+
+def test_value_fact_loop_entries_hold(traced):
+    """Each table entry conditioned on a value tag: loop header passes per invocation in context."""
+    _, an, probes = traced
+    table = avr_loops.load_table()
+    checked = set()
+    print()
+    for key, p in probes.items():
+        if key[0] != "loop":
+            continue
+        ent = table[key[1]]
+        worst = max((sum(v) for _, _, v in p.vectors), default=0)
+        print(f"  {ent['symbol']}+{ent['offset']:#x} in {', '.join(ent['within'])}: header_max "
+              f"{ent['header_max']}, simavr max {worst} over {p.invocations} calls of {an.prog.describe(p.target)}")
+        assert worst <= ent["header_max"]
+        if p.invocations:
+            checked.add(key[1])
+    wanted = {k for k, e in enumerate(table) if set(e.get("within", [])) & VALUE_TAGS}
+    assert wanted <= checked, [f"{table[k]['symbol']}+{table[k]['offset']:#x}" for k in wanted - checked]
