@@ -6,8 +6,9 @@ of the function (dominators, natural loops), then run owcet under a timeout and 
 clean `WCET[entry] = N cycles` line: a negative value, a non-zero exit, an `ERROR:` line or a
 timeout is an NNBuildError, never a number.
 
-Timing: OTAWA's `trivial` (5 cycles/instruction) and `generic` scripts do not model ARM7TDMI or
-LPC2138; only the lpc2138 plugin does (board key `otawa_script`).
+Timing (board key `otawa_script`): `arm7tdmi` is nnbuild's ARM7TDMI model (otawa_timing.py: the
+TRM's clocks per instruction, zero-wait memory, summed per block by an OTAWA plugin); OTAWA's own
+`trivial` (5 cycles/instruction) and `generic` scripts model no ARM core.
 """
 
 import json
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet import WcetResult, tools
+from nnbuild.wcet import WcetResult, otawa_timing, tools
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -99,13 +100,18 @@ def add_insn(func, addr, body, file, line):
 
 def disassemble(elf, board) -> Dict[str, List[Function]]:
     """Run the board's objdump with line numbers on `elf` and parse it."""
+    return parse_objdump(disassembly(elf, board))
+
+
+def disassembly(elf, board) -> str:
+    """The board's `objdump -dl --no-show-raw-insn` text of `elf`."""
     objdump = tools.which(board.get("objdump", "objdump"), target=board.get("name"),
                           hint=board.get("install_hint", "install the board's binutils"))
     done = tools.run([objdump, "-dl", "--no-show-raw-insn", str(elf)],
                      timeout=tools.timeout_of(board), what=Path(objdump).name)
     if done.returncode != 0:
         raise NNBuildError(f"{Path(objdump).name} failed: {tools.one_line(done.stderr)}", path=elf)
-    return parse_objdump(done.stdout)
+    return done.stdout
 
 
 # ---------------------------------------------------------------- ARM/Thumb control flow
@@ -436,10 +442,11 @@ def render_ffx(bounds: Sequence[LoopBound]) -> str:
 # ---------------------------------------------------------------- command and output
 
 
-def build_command(owcet, elf, entry, ff, board) -> List[str]:
-    """`owcet -s SCRIPT [-p ID=VAL ...] -f prog.ff prog.elf ENTRY`."""
-    cmd = [str(owcet), "-s", str(board.get("otawa_script") or DEFAULT_SCRIPT)]
-    for param in board.get("otawa_params", []):
+def build_command(owcet, elf, entry, ff, board, script=None, params=()) -> List[str]:
+    """`owcet -s SCRIPT [-p ID=VAL ...] -f prog.ff prog.elf ENTRY`; `script` (a prepared .osx path)
+    and `params` override the board's `otawa_script` and add to its `otawa_params`."""
+    cmd = [str(owcet), "-s", str(script or board.get("otawa_script") or DEFAULT_SCRIPT)]
+    for param in [*board.get("otawa_params", []), *params]:
         cmd += ["-p", str(param)]
     return cmd + ["-f", str(ff), str(elf), entry]
 
@@ -503,6 +510,16 @@ def analysis_elf(elf, board, workdir) -> Path:
     return out
 
 
+def timing_script(board, owcet, objdump_text, workdir, entry):
+    """(script path or None, extra -p values): for nnbuild's own scripts, the built plugin's .osx and
+    the per-instruction cost table of this ELF; OTAWA's scripts go by name."""
+    name = board.get("otawa_script") or DEFAULT_SCRIPT
+    if not otawa_timing.is_ours(name):
+        return None, []
+    costs = otawa_timing.cost_file(name, objdump_text, workdir, entry)
+    return otawa_timing.prepared_script(name, owcet, board), otawa_timing.script_params(name, costs)
+
+
 #: board keys this analyzer reads (Board.check refuses a board without them)
 BOARD_NEEDS = ("clock_hz",)
 
@@ -514,7 +531,8 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     workdir = Path(workdir).resolve()   # owcet runs in workdir: every path it gets is absolute
     workdir.mkdir(parents=True, exist_ok=True)
     elf = Path(elf).resolve()
-    functions = disassemble(elf, board)
+    text = disassembly(elf, board)
+    functions = parse_objdump(text)
     require_no_computed_jumps(functions, entry)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
@@ -523,14 +541,16 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     ff = workdir / f"{stem}.ff"
     ff.write_text(render_ff(bounds, entry))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
-    cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board)
+    script, params = timing_script(board, owcet, text, workdir, entry)
+    cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)
     (workdir / "owcet.stderr").write_text(done.stderr)
     cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
     return WcetResult(
         analyzer="otawa", entry=entry, cycles=cycles,
-        details={"command": cmd, "script": cmd[2], "flowfacts_file": str(ff),
+        details={"command": cmd, "script": board.get("otawa_script") or DEFAULT_SCRIPT,
+                 "timing_model": board.get("timing_model"), "flowfacts_file": str(ff),
                  "loop_bounds": [{"address": f"0x{b.address:x}", "max": b.max, "source": b.source,
                                   "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
