@@ -119,24 +119,48 @@ def arm_builds(tmp_path_factory):
             "dense-O2": build_arm(tmp_path_factory.mktemp("armO2"), "dense", DENSE_C, "-O2")}
 
 
-def recorded(case):
-    return ((RECORDED / f"{case}.stdout").read_text(), (RECORDED / f"{case}.stderr").read_text(),
-            int((RECORDED / f"{case}.rc").read_text()))
+CAPTURED = Path(__file__).resolve().parent / "data" / "otawa"
+
+
+def recorded(case, folder=RECORDED):
+    return ((folder / f"{case}.stdout").read_text(), (folder / f"{case}.stderr").read_text(),
+            int((folder / f"{case}.rc").read_text()))
+
+
+def captured(case):
+    """Real owcet output (tests/otawa_capture.py; OTAWA version in tests/data/otawa/VERSION)."""
+    return recorded(case, CAPTURED)
 
 
 # ---------------------------------------------------------------- (a) recorded outputs
 
 
-def test_owcet_recorded_success_is_the_number():
-    assert otawa.parse_output(*recorded("otawa_ok"), entry="dot") == 2180
+def test_owcet_captured_success_is_the_number():
+    assert "otawa-config 2.3.0" in (CAPTURED / "VERSION").read_text()
+    assert otawa.parse_output(*captured("ok_trivial"), entry="dot") == 1610
+    assert otawa.parse_output(*captured("ok_arm7tdmi"), entry="dot") == 755
 
 
 @pytest.mark.parametrize("case, entry, words", [
-    ("otawa_unbounded", "dot", ["unbounded", "dot + 0x94 (00008094)", "exit 2"]),
+    ("unbounded", "dot", ["unbounded", "dot + 0x68 (00008368)", "exit 2"]),
+    ("missing_cost", "dot", ["failed", "exit 2", "no ARM7TDMI cost", "00008368"]),
+    ("no_such_entry", "nosuch", ["failed", "exit 2", "nosuch cannot be resolved"]),
+])
+def test_owcet_captured_failures_raise_one_line(case, entry, words):
+    with pytest.raises(NNBuildError) as e:
+        otawa.parse_output(*captured(case), entry=entry)
+    msg = str(e.value)
+    assert "\n" not in msg and entry in msg
+    for w in words:
+        assert w in msg
+
+
+@pytest.mark.parametrize("case, entry, words", [
     ("otawa_old_minus1", "main", ["unbounded", "-1"]),
     ("otawa_old_unbounded", "main", ["unbounded", "UNBOUNDED"]),
 ])
-def test_owcet_recorded_failures_raise_one_line(case, entry, words):
+def test_owcet_older_versions_failures_raise_one_line(case, entry, words):
+    """Formats of OTAWA versions before 2.3 (transcribed from their documentation: not runnable here)."""
     with pytest.raises(NNBuildError) as e:
         otawa.parse_output(*recorded(case), entry=entry)
     msg = str(e.value)
@@ -146,7 +170,7 @@ def test_owcet_recorded_failures_raise_one_line(case, entry, words):
 
 
 def test_owcet_error_line_or_nonzero_exit_is_never_a_number():
-    stdout, stderr, _ = recorded("otawa_ok")
+    stdout, stderr, _ = captured("ok_trivial")
     with pytest.raises(NNBuildError, match="failed"):
         otawa.parse_output(stdout, stderr + "ERROR: cannot open dot.ff\n", 0, "dot")
     with pytest.raises(NNBuildError, match="exit 1"):
@@ -198,9 +222,12 @@ def test_tiny_yaml_reader_matches_pyyaml_and_is_strict():
 
 
 def test_owcet_command_line():
-    cmd = otawa.build_command("/x/owcet", "p.elf", "dot", "p.ff", {**ARM, "otawa_params": ["stages=1"]})
+    trivial = {**ARM, "otawa_script": "trivial", "otawa_params": ["stages=1"]}
+    cmd = otawa.build_command("/x/owcet", "p.elf", "dot", "p.ff", trivial)
     assert cmd == ["/x/owcet", "-s", "trivial", "-p", "stages=1", "-f", "p.ff", "p.elf", "dot"]
     assert otawa.build_command("owcet", "p.elf", "f", "p.ff", {})[1:3] == ["-s", "trivial"]
+    ours = otawa.build_command("owcet", "p.elf", "f", "p.ff", ARM, "/c/arm7tdmi.osx", ["costs=/w/f.costs"])
+    assert ours == ["owcet", "-s", "/c/arm7tdmi.osx", "-p", "costs=/w/f.costs", "-f", "p.ff", "p.elf", "f"]
 
 
 def test_render_ff_and_ffx():
@@ -379,7 +406,8 @@ def test_boards_share_avr_keys_and_document_new_ones():
         assert board["wcet_tool"] in ("otawa", "platin")
         new = set(board) - set(AVR) - {"notes", "deadline_ms"}
         assert new <= set(board["notes"]), new - set(board["notes"])
-    assert ARM["otawa_script"] == "trivial" and "lpc2138" in ARM["notes"]["timing"]
+    assert ARM["otawa_script"] == ARM["instruction_timing"] == "arm7tdmi"
+    assert "zero-wait" in ARM["notes"]["timing"] and "MAM" in ARM["notes"]["timing"]
     assert (PATMOS["clock_hz"], PATMOS["deadline_ms"]) == (50_000_000, 100)
 
 
@@ -391,7 +419,7 @@ def test_boards_share_avr_keys_and_document_new_ones():
                     reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
 def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
     (line,) = for_lines(DOT_C)
-    result = otawa.analyze(arm_builds["dot"], "dot", dot_facts(line), ARM, tmp_path)
+    result = otawa.analyze(arm_builds["dot"], "dot", dot_facts(line), {**ARM, "otawa_script": "trivial"}, tmp_path)
     assert result.analyzer == "otawa" and result.cycles > 0
     if shutil.which("qemu-arm"):
         log = tmp_path / "exec.log"
@@ -399,6 +427,28 @@ def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
                        timeout=30)
         executed = len(re.findall(r"\] dot$", log.read_text(), re.M))
         assert result.cycles >= 5 * executed    # trivial: 5 cycles per instruction on the longest path
+
+
+@pytest.mark.e2e
+@needs_arm_gcc
+@needs_qemu
+@pytest.mark.skipif(otawa.locate() is None,
+                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+def test_real_owcet_arm7tdmi_model_is_exact_on_a_single_path_kernel(arm_builds, tmp_path):
+    """dot has one path: OTAWA's arm7tdmi bound must equal the same clocks charged to qemu-arm's
+    executed instructions, and differ from trivial's 5 per instruction."""
+    from nnbuild.runners import qemu_user
+    (line,) = for_lines(DOT_C)
+    elf = arm_builds["dot"]
+    bound = otawa.analyze(elf, "dot", dot_facts(line), ARM, tmp_path / "w")
+    assert bound.details["script"] == "arm7tdmi" and "costs=" in " ".join(bound.details["command"])
+    text = qemu_user.disassembly(ARM, elf)
+    start, returns = qemu_user.call_sites(text, elf, "dot")
+    log = tmp_path / "exec.log"
+    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30, check=True)
+    (measured,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+    (count,) = qemu_user.instructions_per_call(log, start, returns)
+    assert bound.cycles == measured and measured != 5 * count
 
 
 @pytest.mark.skipif(shutil.which("patmos-clang") is None or shutil.which("platin") is None,

@@ -510,14 +510,16 @@ def analysis_elf(elf, board, workdir) -> Path:
     return out
 
 
-def timing_script(board, owcet, objdump_text, workdir, entry):
+def timing_script(board, objdump_text, workdir, entry):
     """(script path or None, extra -p values): for nnbuild's own scripts, the built plugin's .osx and
     the per-instruction cost table of this ELF; OTAWA's scripts go by name."""
     name = board.get("otawa_script") or DEFAULT_SCRIPT
     if not otawa_timing.is_ours(name):
         return None, []
     costs = otawa_timing.cost_file(name, objdump_text, workdir, entry)
-    return otawa_timing.prepared_script(name, owcet, board), otawa_timing.script_params(name, costs)
+    config = tools.which("otawa-config", target=board.get("name"), hint=INSTALL_HINT,
+                         path=tools.search_path("otawa"))
+    return otawa_timing.prepared_script(name, config, board), otawa_timing.script_params(name, costs)
 
 
 #: board keys this analyzer reads (Board.check refuses a board without them)
@@ -541,7 +543,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     ff = workdir / f"{stem}.ff"
     ff.write_text(render_ff(bounds, entry))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
-    script, params = timing_script(board, owcet, text, workdir, entry)
+    script, params = timing_script(board, text, workdir, entry)
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)

@@ -25,11 +25,12 @@ def is_ours(script) -> bool:
     return script in SCRIPTS
 
 
-def prepared_script(name, owcet, board) -> Path:
-    """The `.osx` of script `name`, its plugin compiled against the OTAWA of `owcet`, cached by the
-    hash of the sources and of that OTAWA's library (a rebuilt OTAWA gets a rebuilt plugin)."""
+def prepared_script(name, otawa_config, board) -> Path:
+    """The `.osx` of script `name`, its plugin compiled against the OTAWA of `otawa_config` (its
+    prefix), cached by the hash of the sources and of that OTAWA's library (a rebuilt OTAWA gets a
+    rebuilt plugin)."""
     source, template, _ = SCRIPTS[name]
-    prefix = Path(owcet).resolve().parent.parent
+    prefix = Path(otawa_config).resolve().parent.parent
     libotawa = prefix / "lib" / "libotawa.so"
     digest = hashlib.sha256()
     for part in (SOURCES / source, SOURCES / template):
