@@ -525,3 +525,69 @@ def test_computed_jumps_are_refused_returns_are_not():
     g = otawa.Function("g", 0x200, [otawa.Insn(0x200, "ldrls", "pc, [pc, r3, lsl #2]")])
     with pytest.raises(NNBuildError, match=r"computed jump `ldrls pc, \[pc, r3, lsl #2\]` at g\+0x0"):
         otawa.require_no_computed_jumps({"f": [f], "g": [g]}, "f")
+
+
+def switch_function(cmp_reg="r3", table=(0x118, 0x120, 0x118)):
+    """gcc's bounded ARM switch: cmp rI, #N; ldrls pc, [pc, rI, lsl #2]; b default; N+1 words."""
+    insns = [otawa.Insn(0x100, "cmp", f"{cmp_reg}, #{len(table) - 1}"),
+             otawa.Insn(0x104, "ldrls", "pc, [pc, r3, lsl #2]"), otawa.Insn(0x108, "b", "124 <g+0x24>")]
+    words = {0x10c + 4 * k: t for k, t in enumerate(table)}
+    insns += [otawa.Insn(a, "mov", "r0, #1") for a in (0x118, 0x11c, 0x120, 0x124)] + [otawa.Insn(0x128, "bx", "lr")]
+    return otawa.Function("g", 0x100, insns, words)
+
+
+def test_bounded_jump_table_is_resolved_to_multibranch():
+    g = switch_function()
+    assert otawa.jump_tables(g) == {0x104: [0x118, 0x120]}
+    otawa.require_no_computed_jumps({"g": [g]}, "g")          # resolved: not refused
+    blocks = otawa.build_cfg(g)
+    assert set(blocks[0x100].succs) == {0x118, 0x120, 0x108}  # the cases and the default
+    ff = otawa.render_ff([], "g", otawa.jump_tables(g))
+    assert "multibranch 0x104 to 0x118, 0x120; // jump table" in ff
+
+
+@pytest.mark.parametrize("kwargs", [{"cmp_reg": "r2"}, {"table": (0x118, 0x900)}])
+def test_unproven_jump_table_stays_refused(kwargs):
+    """Another register compared, or a word that is no instruction of the function: not resolved."""
+    g = switch_function(**kwargs)
+    assert otawa.jump_tables(g) == {}
+    with pytest.raises(NNBuildError, match="computed jump `ldrls"):
+        otawa.require_no_computed_jumps({"g": [g]}, "g")
+
+
+SWITCH_C = (Path(__file__).resolve().parent / "wcet_fixtures" / "switch_act.c").read_text()
+SWITCH_MAIN = """
+static const int16_t IN[8] = {CASE, CASE, CASE, CASE};
+int main(void) { int16_t out[4]; switch_act(IN, out); return out[0] == 5 ? 0 : 1; }
+"""
+
+
+@pytest.mark.e2e
+@needs_arm_gcc
+@needs_qemu
+@pytest.mark.skipif(otawa.locate() is None,
+                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_switch_jump_table_bound_covers_every_case(tmp_path, opt):
+    """The switch's jump table reaches owcet as `multibranch`: its bound is >= every case measured
+    under qemu-arm with the same clocks, and at -O0 equals the worst one (case 2, negative x, four
+    times: 362; OTAWA's own WCET step truncated lp_solve's 361.99999999999994 to 361)."""
+    from nnbuild.runners import qemu_user
+    facts = json.loads((Path(__file__).resolve().parent / "wcet_fixtures" / "switch_act.flowfacts.json").read_text())
+    measured, bounds = [], set()
+    for k, case in enumerate(["5, 0", "-5, 1", "-9, 2", "9, 2", "4, 3", "4, 7"]):
+        elf = build_arm(tmp_path, f"switch{k}", SWITCH_C + SWITCH_MAIN.replace("CASE", case), opt)
+        loops = [{**loop, "file": elf.with_suffix(".c").name} for loop in facts["loops"]]
+        result = otawa.analyze(elf, "switch_act", {**facts, "loops": loops}, ARM, tmp_path / f"w{k}")
+        assert len(result.details["jump_tables"]) == 1
+        bounds.add(result.cycles)
+        text = qemu_user.disassembly(ARM, elf)
+        start, returns = qemu_user.call_sites(text, elf, "switch_act")
+        log = tmp_path / f"exec{k}.log"
+        subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30)
+        (cost,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+        measured.append(cost)
+    (bound,) = bounds                      # the same function in every build
+    assert bound >= max(measured)
+    if opt == "-O0":
+        assert bound == max(measured) == 362

@@ -52,6 +52,8 @@ class Function:
     name: str
     start: int
     insns: List[Insn] = field(default_factory=list)
+    #: data words inside the function (`.word`: literal pools, jump tables) by address
+    words: Dict[int, int] = field(default_factory=dict)
 
     @property
     def end(self):
@@ -89,8 +91,12 @@ def parse_objdump(text) -> Dict[str, List[Function]]:
 
 
 def add_insn(func, addr, body, file, line):
-    """Append one decoded instruction; directives (.word, .short) and undefined words are dropped."""
+    """Append one decoded instruction; `.word` data is kept apart (jump tables are read from it),
+    other directives and undefined words are dropped."""
     body = re.split(r"\s[@;]", body, maxsplit=1)[0].strip()
+    word = re.match(r"^\.word\s+0x([0-9a-f]+)$", body)
+    if word:
+        func.words[addr] = int(word.group(1), 16)
     if not body or body.startswith(".") or "UNDEFINED" in body:
         return
     parts = body.split(None, 1)
@@ -184,12 +190,14 @@ def build_cfg(func: Function) -> Dict[int, Block]:
     insns = func.insns
     inside = {i.addr for i in insns}
     flows = [classify(i) for i in insns]
+    tables = jump_tables(func)
     leaders = {insns[0].addr} if insns else set()
     for k, flow in enumerate(flows):
         if flow.kind != "plain" and k + 1 < len(insns):
             leaders.add(insns[k + 1].addr)
         if flow.kind == "branch" and flow.target in inside:
             leaders.add(flow.target)
+        leaders.update(tables.get(insns[k].addr, ()))
     blocks: Dict[int, Block] = {}
     last_flow: Dict[int, Flow] = {}
     current = None
@@ -204,6 +212,7 @@ def build_cfg(func: Function) -> Dict[int, Block]:
         nxt = starts[k + 1] if k + 1 < len(starts) else None
         if flow.kind == "branch" and flow.target in blocks:
             block.succs.append(flow.target)
+        block.succs.extend(t for t in tables.get(block.last.addr, ()) if t not in block.succs)
         falls = flow.kind in ("plain", "call") or flow.conditional
         if falls and nxt is not None and nxt not in block.succs:
             block.succs.append(nxt)
@@ -354,6 +363,32 @@ def computed_jump(insn: Insn) -> bool:
     return False
 
 
+_TABLE_JUMP_RE = re.compile(r"^pc,\[pc,(r\d+|ip|fp|lr|sl|sb),lsl#2\]$")
+
+
+def jump_tables(func: Function) -> Dict[int, List[int]]:
+    """{address of a switch's `ldrls pc, [pc, rI, lsl #2]`: its case targets, in table order}.
+
+    Only gcc's bounded ARM form is resolved: the instruction right before is `cmp rI, #N`, so the
+    `ls` load runs for rI in 0..N (unsigned) and reads the N+1 words at address+8 (the PC reads 8
+    ahead); every word must be a `.word` of this function that is an instruction address of it.
+    Anything else stays a computed jump (refused by require_no_computed_jumps).
+    """
+    inside = {i.addr for i in func.insns}
+    found = {}
+    for prev, insn in zip(func.insns, func.insns[1:]):
+        m = _TABLE_JUMP_RE.match(insn.operands.replace(" ", ""))
+        bound = re.match(r"^(r\d+|ip|fp|lr|sl|sb),#(\d+)$", prev.operands.replace(" ", ""))
+        if not (m and insn.mnemonic == "ldrls" and prev.mnemonic == "cmp" and bound
+                and bound.group(1) == m.group(1)):
+            continue
+        slots = [insn.addr + 8 + 4 * k for k in range(int(bound.group(2)) + 1)]
+        targets = [func.words.get(a) for a in slots]
+        if all(t in inside for t in targets):
+            found[insn.addr] = list(dict.fromkeys(targets))
+    return found
+
+
 def reachable(functions, entry) -> List[Function]:
     """`entry` and every function it calls directly, transitively (by `bl` targets)."""
     by_start = {f.start: f for fs in functions.values() for f in fs}
@@ -372,8 +407,9 @@ def reachable(functions, entry) -> List[Function]:
 
 def require_no_computed_jumps(functions, entry):
     for func in reachable(functions, entry):
+        resolved = jump_tables(func)
         for insn in func.insns:
-            if computed_jump(insn):
+            if computed_jump(insn) and insn.addr not in resolved:
                 raise NNBuildError(f"owcet cannot follow the computed jump `{insn.mnemonic} {insn.operands}` at "
                                    f"{func.name}+0x{insn.addr - func.start:x} (0x{insn.addr:x}): its bound would "
                                    "miss the paths behind it, so none is taken", item=entry)
@@ -411,7 +447,7 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
 # ---------------------------------------------------------------- rendering
 
 
-def render_ff(bounds: Sequence[LoopBound], entry=None) -> str:
+def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[int, List[int]]] = None) -> str:
     """F4 text: one `loop 0xADDR max N;` per header.
 
     OTAWA's constraint for header h is  sum x(back edges into h) <= max * sum x(entry edges into h),
@@ -430,6 +466,8 @@ def render_ff(bounds: Sequence[LoopBound], entry=None) -> str:
     for b in bounds:
         where = f"{b.function}, {b.source}" + (f", layer {b.layer}" if b.layer else "")
         lines.append(f"loop 0x{b.address:x} max {b.max}; // {where}")
+    for addr, targets in sorted((branches or {}).items()):
+        lines.append(f"multibranch 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // jump table")
     return "\n".join(lines) + "\n"
 
 
@@ -541,7 +579,8 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     bounds += [b for b in library_bounds(functions) if b.address not in known]
     stem = Path(elf).stem
     ff = workdir / f"{stem}.ff"
-    ff.write_text(render_ff(bounds, entry))
+    branches = {a: t for func in reachable(functions, entry) for a, t in jump_tables(func).items()}
+    ff.write_text(render_ff(bounds, entry, branches))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
     script, params = timing_script(board, text, workdir, entry)
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
@@ -556,5 +595,6 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
                  "loop_bounds": [{"address": f"0x{b.address:x}", "max": b.max, "source": b.source,
                                   "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
+                 "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
                  "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
         tool_version=tools.version([locate("otawa-config") or "otawa-config", "--version"]))
