@@ -591,3 +591,29 @@ def test_switch_jump_table_bound_covers_every_case(tmp_path, opt):
     assert bound >= max(measured)
     if opt == "-O0":
         assert bound == max(measured) == 362
+
+
+def test_register_call_resolved_by_indirect_flow_fact():
+    """v1's kernel call (`mov lr, pc; bx r3` on the fact's line) gets its targets as `multicall`; the
+    call falls through in our CFG (a loop around it keeps its back edge); a target missing from the
+    ELF is an error; without the fact the call stays refused."""
+    at = lambda a, m, o, line=None: otawa.Insn(a, m, o, "gen/net.c", line)  # noqa: E731
+    run = otawa.Function("net_infer", 0x100, [
+        at(0x100, "mov", "r4, #0"), at(0x104, "mov", "lr, pc", 40), at(0x108, "bx", "r3", 40),
+        at(0x10c, "add", "r4, r4, #1", 39), at(0x110, "cmp", "r4, #3", 39), at(0x114, "bls", "104 <net_infer+0x4>", 39),
+        at(0x118, "bx", "lr")])
+    kernels = {name: [otawa.Function(name, start, [at(start, "bx", "lr")])]
+               for name, start in (("nn_dense", 0x200), ("nn_conv2d", 0x300))}
+    functions = {"net_infer": [run], **kernels}
+    fact = {"indirect": [{"file": "net.c", "line": 40, "targets": ["nn_conv2d", "nn_dense"]}]}
+    calls = otawa.indirect_calls(functions, fact)
+    assert calls == {0x108: [0x300, 0x200]}
+    assert otawa.register_call(run.insns[1], run.insns[2]) and not otawa.register_call(None, run.insns[6])
+    assert [loop.header for loop in otawa.natural_loops(run)] == [0x104]
+    otawa.require_no_computed_jumps(functions, "net_infer", calls)
+    assert {f.name for f in otawa.reachable(functions, "net_infer", calls)} == {"net_infer", "nn_dense", "nn_conv2d"}
+    assert "multicall 0x108 to 0x300, 0x200; // indirect flow fact" in otawa.render_ff([], "net_infer", {}, calls)
+    with pytest.raises(NNBuildError, match="computed jump `bx r3`"):
+        otawa.require_no_computed_jumps(functions, "net_infer", {})
+    with pytest.raises(NNBuildError, match="target 'nn_pool2d' is not a function of the ELF"):
+        otawa.indirect_calls(functions, {"indirect": [{**fact["indirect"][0], "targets": ["nn_pool2d"]}]})

@@ -189,7 +189,7 @@ def build_cfg(func: Function) -> Dict[int, Block]:
     """
     insns = func.insns
     inside = {i.addr for i in insns}
-    flows = [classify(i) for i in insns]
+    flows = [Flow("call") if k and register_call(insns[k - 1], i) else classify(i) for k, i in enumerate(insns)]
     tables = jump_tables(func)
     leaders = {insns[0].addr} if insns else set()
     for k, flow in enumerate(flows):
@@ -363,6 +363,40 @@ def computed_jump(insn: Insn) -> bool:
     return False
 
 
+def register_call(prev: Optional[Insn], insn: Insn) -> bool:
+    """A call through a register: ARMv4T's `mov lr, pc` then `bx rN` / `mov pc, rN` (the PC reads 8
+    ahead, so lr is the instruction after the jump), or `blx rN`. It returns like any call."""
+    mnem, ops = re.sub(r"\.[nw]$", "", insn.mnemonic), insn.operands.replace(" ", "")
+    if mnem == "blx":
+        return "<" not in ops
+    linked = prev is not None and prev.mnemonic == "mov" and prev.operands.replace(" ", "") == "lr,pc"
+    return linked and ((mnem == "bx" and ops != "lr") or (mnem == "mov" and ops.startswith("pc,") and ops != "pc,lr"))
+
+
+def indirect_calls(functions, facts) -> Dict[int, List[int]]:
+    """{address of a register call on an `indirect` flow fact's source line: its targets' addresses}.
+
+    The generator names the functions one C call through a pointer may reach (v1's kernel and
+    activation calls); every register call compiled from that line gets them (OTAWA `multicall`).
+    A target that is not a function of the ELF is an error; a line without a register call is not
+    (the compiler resolved or removed it), and a register call without a fact stays refused.
+    """
+    starts = {name: fs[0].start for name, fs in functions.items() if fs}
+    found: Dict[int, List[int]] = {}
+    for ent in facts.get("indirect", []):
+        missing = [t for t in ent.get("targets", []) if t not in starts]
+        if missing:
+            raise NNBuildError(f"indirect flow fact {ent['file']}:{ent['line']}: target '{missing[0]}' is not "
+                               "a function of the ELF")
+        targets = [starts[t] for t in ent.get("targets", [])]
+        for func in (f for fs in functions.values() for f in fs):
+            for prev, insn in zip([None] + func.insns, func.insns):
+                if insn.line == ent["line"] and same_file(insn.file, ent["file"]) and register_call(prev, insn):
+                    known = found.setdefault(insn.addr, [])
+                    known.extend(t for t in targets if t not in known)
+    return found
+
+
 _TABLE_JUMP_RE = re.compile(r"^pc,\[pc,(r\d+|ip|fp|lr|sl|sb),lsl#2\]$")
 
 
@@ -389,9 +423,11 @@ def jump_tables(func: Function) -> Dict[int, List[int]]:
     return found
 
 
-def reachable(functions, entry) -> List[Function]:
-    """`entry` and every function it calls directly, transitively (by `bl` targets)."""
+def reachable(functions, entry, calls: Optional[Dict[int, List[int]]] = None) -> List[Function]:
+    """`entry` and every function it calls, transitively: `bl` targets and the resolved register
+    calls' targets (`calls`, from indirect_calls)."""
     by_start = {f.start: f for fs in functions.values() for f in fs}
+    calls = calls or {}
     todo, seen = list(functions.get(entry, [])), {}
     while todo:
         func = todo.pop()
@@ -402,12 +438,16 @@ def reachable(functions, entry) -> List[Function]:
             flow = classify(insn)
             if flow.kind == "call" and flow.target in by_start:
                 todo.append(by_start[flow.target])
+            todo.extend(by_start[t] for t in calls.get(insn.addr, ()) if t in by_start)
     return list(seen.values())
 
 
-def require_no_computed_jumps(functions, entry):
-    for func in reachable(functions, entry):
-        resolved = jump_tables(func)
+def require_no_computed_jumps(functions, entry, calls: Optional[Dict[int, List[int]]] = None):
+    """Refuse any computed jump reachable from `entry` that is neither a bounded jump table nor a
+    register call resolved by an `indirect` flow fact (`calls`)."""
+    calls = calls or {}
+    for func in reachable(functions, entry, calls):
+        resolved = set(jump_tables(func)) | set(calls)
         for insn in func.insns:
             if computed_jump(insn) and insn.addr not in resolved:
                 raise NNBuildError(f"owcet cannot follow the computed jump `{insn.mnemonic} {insn.operands}` at "
@@ -447,7 +487,8 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
 # ---------------------------------------------------------------- rendering
 
 
-def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[int, List[int]]] = None) -> str:
+def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[int, List[int]]] = None,
+              calls: Optional[Dict[int, List[int]]] = None) -> str:
     """F4 text: one `loop 0xADDR max N;` per header.
 
     OTAWA's constraint for header h is  sum x(back edges into h) <= max * sum x(entry edges into h),
@@ -468,6 +509,8 @@ def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[i
         lines.append(f"loop 0x{b.address:x} max {b.max}; // {where}")
     for addr, targets in sorted((branches or {}).items()):
         lines.append(f"multibranch 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // jump table")
+    for addr, targets in sorted((calls or {}).items()):
+        lines.append(f"multicall 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // indirect flow fact")
     return "\n".join(lines) + "\n"
 
 
@@ -573,14 +616,15 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     elf = Path(elf).resolve()
     text = disassembly(elf, board)
     functions = parse_objdump(text)
-    require_no_computed_jumps(functions, entry)
+    calls = indirect_calls(functions, facts)
+    require_no_computed_jumps(functions, entry, calls)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
     bounds += [b for b in library_bounds(functions) if b.address not in known]
     stem = Path(elf).stem
     ff = workdir / f"{stem}.ff"
-    branches = {a: t for func in reachable(functions, entry) for a, t in jump_tables(func).items()}
-    ff.write_text(render_ff(bounds, entry, branches))
+    branches = {a: t for func in reachable(functions, entry, calls) for a, t in jump_tables(func).items()}
+    ff.write_text(render_ff(bounds, entry, branches, calls))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
     script, params = timing_script(board, text, workdir, entry)
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
@@ -596,5 +640,6 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
                                   "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
                  "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
+                 "indirect_calls": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(calls.items())},
                  "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
         tool_version=tools.version([locate("otawa-config") or "otawa-config", "--version"]))
