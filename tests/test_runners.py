@@ -383,3 +383,26 @@ def test_qemu_instruction_count_follows_blocks_from_entry_to_return(tmp_path):
                    "Trace 0: 0x7f02 [00000480/00003000/00000000/00000200] g\n"
                    "Trace 0: 0x7f01 [00000480/00002004/00000000/00000200] main\n")
     assert qemu_user.instructions_per_call(log, 0x1000, {0x2004}) == [2, 5]
+
+
+def test_qemu_charges_each_executed_instruction_its_timing_cost(tmp_path):
+    """instruction_timing: every executed instruction of a call costs its ARM7TDMI clocks; an executed
+    address without a cost stops the count (no default)."""
+    from nnbuild.errors import NNBuildError
+    from nnbuild.runners import qemu_user
+    text = ("00001000 <f>:\n    1000:\tmul\tr0, r1, r2\n    1004:\tbx\tlr\n"
+            "00002000 <main>:\n    2000:\tbl\t1000 <f>\n    2004:\tmov\tr0, r0\n")
+    board = {"name": "arm", "instruction_timing": "arm7tdmi"}
+    cost = qemu_user.instruction_cost(board, text, "p.elf")
+    assert qemu_user.call_sites(text, "p.elf", "f") == (0x1000, {0x2004})
+    log = tmp_path / "exec.log"
+    log.write_text("IN: f\n0x00001000:  e0000291  mul r0, r1, r2\n0x00001004:  e12fff1e  bx lr\n\n"
+                   "Trace 0: 0x7f00 [00000480/00001000/00000000/00000200] f\n"
+                   "IN: main\n0x00002004:  e1a00000  mov r0, r0\n\n"
+                   "Trace 0: 0x7f01 [00000480/00002004/00000000/00000200] main\n")
+    assert qemu_user.instructions_per_call(log, 0x1000, {0x2004}, cost) == [5 + 3]
+    with pytest.raises(NNBuildError, match="executed 0x3000, which has no arm7tdmi cost"):
+        cost(0x3000)
+    with pytest.raises(NNBuildError, match="unknown instruction_timing 'arm9'"):
+        qemu_user.instruction_cost({**board, "instruction_timing": "arm9"}, text, "p.elf")
+    assert qemu_user.instruction_cost({"instruction_cycles": 5}, text, "p.elf")(0x3000) == 5

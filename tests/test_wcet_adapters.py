@@ -119,24 +119,48 @@ def arm_builds(tmp_path_factory):
             "dense-O2": build_arm(tmp_path_factory.mktemp("armO2"), "dense", DENSE_C, "-O2")}
 
 
-def recorded(case):
-    return ((RECORDED / f"{case}.stdout").read_text(), (RECORDED / f"{case}.stderr").read_text(),
-            int((RECORDED / f"{case}.rc").read_text()))
+CAPTURED = Path(__file__).resolve().parent / "data" / "otawa"
+
+
+def recorded(case, folder=RECORDED):
+    return ((folder / f"{case}.stdout").read_text(), (folder / f"{case}.stderr").read_text(),
+            int((folder / f"{case}.rc").read_text()))
+
+
+def captured(case):
+    """Real owcet output (tests/otawa_capture.py; OTAWA version in tests/data/otawa/VERSION)."""
+    return recorded(case, CAPTURED)
 
 
 # ---------------------------------------------------------------- (a) recorded outputs
 
 
-def test_owcet_recorded_success_is_the_number():
-    assert otawa.parse_output(*recorded("otawa_ok"), entry="dot") == 2180
+def test_owcet_captured_success_is_the_number():
+    assert "otawa-config 2.3.0" in (CAPTURED / "VERSION").read_text()
+    assert otawa.parse_output(*captured("ok_trivial"), entry="dot") == 1610
+    assert otawa.parse_output(*captured("ok_arm7tdmi"), entry="dot") == 755
 
 
 @pytest.mark.parametrize("case, entry, words", [
-    ("otawa_unbounded", "dot", ["unbounded", "dot + 0x94 (00008094)", "exit 2"]),
+    ("unbounded", "dot", ["unbounded", "dot + 0x68 (00008368)", "exit 2"]),
+    ("missing_cost", "dot", ["failed", "exit 2", "no ARM7TDMI cost", "00008368"]),
+    ("no_such_entry", "nosuch", ["failed", "exit 2", "nosuch cannot be resolved"]),
+])
+def test_owcet_captured_failures_raise_one_line(case, entry, words):
+    with pytest.raises(NNBuildError) as e:
+        otawa.parse_output(*captured(case), entry=entry)
+    msg = str(e.value)
+    assert "\n" not in msg and entry in msg
+    for w in words:
+        assert w in msg
+
+
+@pytest.mark.parametrize("case, entry, words", [
     ("otawa_old_minus1", "main", ["unbounded", "-1"]),
     ("otawa_old_unbounded", "main", ["unbounded", "UNBOUNDED"]),
 ])
-def test_owcet_recorded_failures_raise_one_line(case, entry, words):
+def test_owcet_older_versions_failures_raise_one_line(case, entry, words):
+    """Formats of OTAWA versions before 2.3 (transcribed from their documentation: not runnable here)."""
     with pytest.raises(NNBuildError) as e:
         otawa.parse_output(*recorded(case), entry=entry)
     msg = str(e.value)
@@ -146,7 +170,7 @@ def test_owcet_recorded_failures_raise_one_line(case, entry, words):
 
 
 def test_owcet_error_line_or_nonzero_exit_is_never_a_number():
-    stdout, stderr, _ = recorded("otawa_ok")
+    stdout, stderr, _ = captured("ok_trivial")
     with pytest.raises(NNBuildError, match="failed"):
         otawa.parse_output(stdout, stderr + "ERROR: cannot open dot.ff\n", 0, "dot")
     with pytest.raises(NNBuildError, match="exit 1"):
@@ -198,9 +222,12 @@ def test_tiny_yaml_reader_matches_pyyaml_and_is_strict():
 
 
 def test_owcet_command_line():
-    cmd = otawa.build_command("/x/owcet", "p.elf", "dot", "p.ff", {**ARM, "otawa_params": ["stages=1"]})
+    trivial = {**ARM, "otawa_script": "trivial", "otawa_params": ["stages=1"]}
+    cmd = otawa.build_command("/x/owcet", "p.elf", "dot", "p.ff", trivial)
     assert cmd == ["/x/owcet", "-s", "trivial", "-p", "stages=1", "-f", "p.ff", "p.elf", "dot"]
     assert otawa.build_command("owcet", "p.elf", "f", "p.ff", {})[1:3] == ["-s", "trivial"]
+    ours = otawa.build_command("owcet", "p.elf", "f", "p.ff", ARM, "/c/arm7tdmi.osx", ["costs=/w/f.costs"])
+    assert ours == ["owcet", "-s", "/c/arm7tdmi.osx", "-p", "costs=/w/f.costs", "-f", "p.ff", "p.elf", "f"]
 
 
 def test_render_ff_and_ffx():
@@ -379,7 +406,8 @@ def test_boards_share_avr_keys_and_document_new_ones():
         assert board["wcet_tool"] in ("otawa", "platin")
         new = set(board) - set(AVR) - {"notes", "deadline_ms"}
         assert new <= set(board["notes"]), new - set(board["notes"])
-    assert ARM["otawa_script"] == "trivial" and "lpc2138" in ARM["notes"]["timing"]
+    assert ARM["otawa_script"] == ARM["instruction_timing"] == "arm7tdmi"
+    assert "zero-wait" in ARM["notes"]["timing"] and "MAM" in ARM["notes"]["timing"]
     assert (PATMOS["clock_hz"], PATMOS["deadline_ms"]) == (50_000_000, 100)
 
 
@@ -391,7 +419,7 @@ def test_boards_share_avr_keys_and_document_new_ones():
                     reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
 def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
     (line,) = for_lines(DOT_C)
-    result = otawa.analyze(arm_builds["dot"], "dot", dot_facts(line), ARM, tmp_path)
+    result = otawa.analyze(arm_builds["dot"], "dot", dot_facts(line), {**ARM, "otawa_script": "trivial"}, tmp_path)
     assert result.analyzer == "otawa" and result.cycles > 0
     if shutil.which("qemu-arm"):
         log = tmp_path / "exec.log"
@@ -399,6 +427,28 @@ def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
                        timeout=30)
         executed = len(re.findall(r"\] dot$", log.read_text(), re.M))
         assert result.cycles >= 5 * executed    # trivial: 5 cycles per instruction on the longest path
+
+
+@pytest.mark.e2e
+@needs_arm_gcc
+@needs_qemu
+@pytest.mark.skipif(otawa.locate() is None,
+                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+def test_real_owcet_arm7tdmi_model_is_exact_on_a_single_path_kernel(arm_builds, tmp_path):
+    """dot has one path: OTAWA's arm7tdmi bound must equal the same clocks charged to qemu-arm's
+    executed instructions, and differ from trivial's 5 per instruction."""
+    from nnbuild.runners import qemu_user
+    (line,) = for_lines(DOT_C)
+    elf = arm_builds["dot"]
+    bound = otawa.analyze(elf, "dot", dot_facts(line), ARM, tmp_path / "w")
+    assert bound.details["script"] == "arm7tdmi" and "costs=" in " ".join(bound.details["command"])
+    text = qemu_user.disassembly(ARM, elf)
+    start, returns = qemu_user.call_sites(text, elf, "dot")
+    log = tmp_path / "exec.log"
+    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30, check=True)
+    (measured,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+    (count,) = qemu_user.instructions_per_call(log, start, returns)
+    assert bound.cycles == measured and measured != 5 * count
 
 
 @pytest.mark.skipif(shutil.which("patmos-clang") is None or shutil.which("platin") is None,
@@ -475,3 +525,95 @@ def test_computed_jumps_are_refused_returns_are_not():
     g = otawa.Function("g", 0x200, [otawa.Insn(0x200, "ldrls", "pc, [pc, r3, lsl #2]")])
     with pytest.raises(NNBuildError, match=r"computed jump `ldrls pc, \[pc, r3, lsl #2\]` at g\+0x0"):
         otawa.require_no_computed_jumps({"f": [f], "g": [g]}, "f")
+
+
+def switch_function(cmp_reg="r3", table=(0x118, 0x120, 0x118)):
+    """gcc's bounded ARM switch: cmp rI, #N; ldrls pc, [pc, rI, lsl #2]; b default; N+1 words."""
+    insns = [otawa.Insn(0x100, "cmp", f"{cmp_reg}, #{len(table) - 1}"),
+             otawa.Insn(0x104, "ldrls", "pc, [pc, r3, lsl #2]"), otawa.Insn(0x108, "b", "124 <g+0x24>")]
+    words = {0x10c + 4 * k: t for k, t in enumerate(table)}
+    insns += [otawa.Insn(a, "mov", "r0, #1") for a in (0x118, 0x11c, 0x120, 0x124)] + [otawa.Insn(0x128, "bx", "lr")]
+    return otawa.Function("g", 0x100, insns, words)
+
+
+def test_bounded_jump_table_is_resolved_to_multibranch():
+    g = switch_function()
+    assert otawa.jump_tables(g) == {0x104: [0x118, 0x120]}
+    otawa.require_no_computed_jumps({"g": [g]}, "g")          # resolved: not refused
+    blocks = otawa.build_cfg(g)
+    assert set(blocks[0x100].succs) == {0x118, 0x120, 0x108}  # the cases and the default
+    ff = otawa.render_ff([], "g", otawa.jump_tables(g))
+    assert "multibranch 0x104 to 0x118, 0x120; // jump table" in ff
+
+
+@pytest.mark.parametrize("kwargs", [{"cmp_reg": "r2"}, {"table": (0x118, 0x900)}])
+def test_unproven_jump_table_stays_refused(kwargs):
+    """Another register compared, or a word that is no instruction of the function: not resolved."""
+    g = switch_function(**kwargs)
+    assert otawa.jump_tables(g) == {}
+    with pytest.raises(NNBuildError, match="computed jump `ldrls"):
+        otawa.require_no_computed_jumps({"g": [g]}, "g")
+
+
+SWITCH_C = (Path(__file__).resolve().parent / "wcet_fixtures" / "switch_act.c").read_text()
+SWITCH_MAIN = """
+static const int16_t IN[8] = {CASE, CASE, CASE, CASE};
+int main(void) { int16_t out[4]; switch_act(IN, out); return out[0] == 5 ? 0 : 1; }
+"""
+
+
+@pytest.mark.e2e
+@needs_arm_gcc
+@needs_qemu
+@pytest.mark.skipif(otawa.locate() is None,
+                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_switch_jump_table_bound_covers_every_case(tmp_path, opt):
+    """The switch's jump table reaches owcet as `multibranch`: its bound is >= every case measured
+    under qemu-arm with the same clocks, and at -O0 equals the worst one (case 2, negative x, four
+    times: 362; OTAWA's own WCET step truncated lp_solve's 361.99999999999994 to 361)."""
+    from nnbuild.runners import qemu_user
+    facts = json.loads((Path(__file__).resolve().parent / "wcet_fixtures" / "switch_act.flowfacts.json").read_text())
+    measured, bounds = [], set()
+    for k, case in enumerate(["5, 0", "-5, 1", "-9, 2", "9, 2", "4, 3", "4, 7"]):
+        elf = build_arm(tmp_path, f"switch{k}", SWITCH_C + SWITCH_MAIN.replace("CASE", case), opt)
+        loops = [{**loop, "file": elf.with_suffix(".c").name} for loop in facts["loops"]]
+        result = otawa.analyze(elf, "switch_act", {**facts, "loops": loops}, ARM, tmp_path / f"w{k}")
+        assert len(result.details["jump_tables"]) == 1
+        bounds.add(result.cycles)
+        text = qemu_user.disassembly(ARM, elf)
+        start, returns = qemu_user.call_sites(text, elf, "switch_act")
+        log = tmp_path / f"exec{k}.log"
+        subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30)
+        (cost,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+        measured.append(cost)
+    (bound,) = bounds                      # the same function in every build
+    assert bound >= max(measured)
+    if opt == "-O0":
+        assert bound == max(measured) == 362
+
+
+def test_register_call_resolved_by_indirect_flow_fact():
+    """v1's kernel call (`mov lr, pc; bx r3` on the fact's line) gets its targets as `multicall`; the
+    call falls through in our CFG (a loop around it keeps its back edge); a target missing from the
+    ELF is an error; without the fact the call stays refused."""
+    at = lambda a, m, o, line=None: otawa.Insn(a, m, o, "gen/net.c", line)  # noqa: E731
+    run = otawa.Function("net_infer", 0x100, [
+        at(0x100, "mov", "r4, #0"), at(0x104, "mov", "lr, pc", 40), at(0x108, "bx", "r3", 40),
+        at(0x10c, "add", "r4, r4, #1", 39), at(0x110, "cmp", "r4, #3", 39), at(0x114, "bls", "104 <net_infer+0x4>", 39),
+        at(0x118, "bx", "lr")])
+    kernels = {name: [otawa.Function(name, start, [at(start, "bx", "lr")])]
+               for name, start in (("nn_dense", 0x200), ("nn_conv2d", 0x300))}
+    functions = {"net_infer": [run], **kernels}
+    fact = {"indirect": [{"file": "net.c", "line": 40, "targets": ["nn_conv2d", "nn_dense"]}]}
+    calls = otawa.indirect_calls(functions, fact)
+    assert calls == {0x108: [0x300, 0x200]}
+    assert otawa.register_call(run.insns[1], run.insns[2]) and not otawa.register_call(None, run.insns[6])
+    assert [loop.header for loop in otawa.natural_loops(run)] == [0x104]
+    otawa.require_no_computed_jumps(functions, "net_infer", calls)
+    assert {f.name for f in otawa.reachable(functions, "net_infer", calls)} == {"net_infer", "nn_dense", "nn_conv2d"}
+    assert "multicall 0x108 to 0x300, 0x200; // indirect flow fact" in otawa.render_ff([], "net_infer", {}, calls)
+    with pytest.raises(NNBuildError, match="computed jump `bx r3`"):
+        otawa.require_no_computed_jumps(functions, "net_infer", {})
+    with pytest.raises(NNBuildError, match="target 'nn_pool2d' is not a function of the ELF"):
+        otawa.indirect_calls(functions, {"indirect": [{**fact["indirect"][0], "targets": ["nn_pool2d"]}]})

@@ -6,8 +6,9 @@ of the function (dominators, natural loops), then run owcet under a timeout and 
 clean `WCET[entry] = N cycles` line: a negative value, a non-zero exit, an `ERROR:` line or a
 timeout is an NNBuildError, never a number.
 
-Timing: OTAWA's `trivial` (5 cycles/instruction) and `generic` scripts do not model ARM7TDMI or
-LPC2138; only the lpc2138 plugin does (board key `otawa_script`).
+Timing (board key `otawa_script`): `arm7tdmi` is nnbuild's ARM7TDMI model (otawa_timing.py: the
+TRM's clocks per instruction, zero-wait memory, summed per block by an OTAWA plugin); OTAWA's own
+`trivial` (5 cycles/instruction) and `generic` scripts model no ARM core.
 """
 
 import json
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet import WcetResult, tools
+from nnbuild.wcet import WcetResult, otawa_timing, tools
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -51,6 +52,8 @@ class Function:
     name: str
     start: int
     insns: List[Insn] = field(default_factory=list)
+    #: data words inside the function (`.word`: literal pools, jump tables) by address
+    words: Dict[int, int] = field(default_factory=dict)
 
     @property
     def end(self):
@@ -88,8 +91,12 @@ def parse_objdump(text) -> Dict[str, List[Function]]:
 
 
 def add_insn(func, addr, body, file, line):
-    """Append one decoded instruction; directives (.word, .short) and undefined words are dropped."""
+    """Append one decoded instruction; `.word` data is kept apart (jump tables are read from it),
+    other directives and undefined words are dropped."""
     body = re.split(r"\s[@;]", body, maxsplit=1)[0].strip()
+    word = re.match(r"^\.word\s+0x([0-9a-f]+)$", body)
+    if word:
+        func.words[addr] = int(word.group(1), 16)
     if not body or body.startswith(".") or "UNDEFINED" in body:
         return
     parts = body.split(None, 1)
@@ -99,13 +106,18 @@ def add_insn(func, addr, body, file, line):
 
 def disassemble(elf, board) -> Dict[str, List[Function]]:
     """Run the board's objdump with line numbers on `elf` and parse it."""
+    return parse_objdump(disassembly(elf, board))
+
+
+def disassembly(elf, board) -> str:
+    """The board's `objdump -dl --no-show-raw-insn` text of `elf`."""
     objdump = tools.which(board.get("objdump", "objdump"), target=board.get("name"),
                           hint=board.get("install_hint", "install the board's binutils"))
     done = tools.run([objdump, "-dl", "--no-show-raw-insn", str(elf)],
                      timeout=tools.timeout_of(board), what=Path(objdump).name)
     if done.returncode != 0:
         raise NNBuildError(f"{Path(objdump).name} failed: {tools.one_line(done.stderr)}", path=elf)
-    return parse_objdump(done.stdout)
+    return done.stdout
 
 
 # ---------------------------------------------------------------- ARM/Thumb control flow
@@ -177,13 +189,15 @@ def build_cfg(func: Function) -> Dict[int, Block]:
     """
     insns = func.insns
     inside = {i.addr for i in insns}
-    flows = [classify(i) for i in insns]
+    flows = [Flow("call") if k and register_call(insns[k - 1], i) else classify(i) for k, i in enumerate(insns)]
+    tables = jump_tables(func)
     leaders = {insns[0].addr} if insns else set()
     for k, flow in enumerate(flows):
         if flow.kind != "plain" and k + 1 < len(insns):
             leaders.add(insns[k + 1].addr)
         if flow.kind == "branch" and flow.target in inside:
             leaders.add(flow.target)
+        leaders.update(tables.get(insns[k].addr, ()))
     blocks: Dict[int, Block] = {}
     last_flow: Dict[int, Flow] = {}
     current = None
@@ -198,6 +212,7 @@ def build_cfg(func: Function) -> Dict[int, Block]:
         nxt = starts[k + 1] if k + 1 < len(starts) else None
         if flow.kind == "branch" and flow.target in blocks:
             block.succs.append(flow.target)
+        block.succs.extend(t for t in tables.get(block.last.addr, ()) if t not in block.succs)
         falls = flow.kind in ("plain", "call") or flow.conditional
         if falls and nxt is not None and nxt not in block.succs:
             block.succs.append(nxt)
@@ -348,9 +363,71 @@ def computed_jump(insn: Insn) -> bool:
     return False
 
 
-def reachable(functions, entry) -> List[Function]:
-    """`entry` and every function it calls directly, transitively (by `bl` targets)."""
+def register_call(prev: Optional[Insn], insn: Insn) -> bool:
+    """A call through a register: ARMv4T's `mov lr, pc` then `bx rN` / `mov pc, rN` (the PC reads 8
+    ahead, so lr is the instruction after the jump), or `blx rN`. It returns like any call."""
+    mnem, ops = re.sub(r"\.[nw]$", "", insn.mnemonic), insn.operands.replace(" ", "")
+    if mnem == "blx":
+        return "<" not in ops
+    linked = prev is not None and prev.mnemonic == "mov" and prev.operands.replace(" ", "") == "lr,pc"
+    return linked and ((mnem == "bx" and ops != "lr") or (mnem == "mov" and ops.startswith("pc,") and ops != "pc,lr"))
+
+
+def indirect_calls(functions, facts) -> Dict[int, List[int]]:
+    """{address of a register call on an `indirect` flow fact's source line: its targets' addresses}.
+
+    The generator names the functions one C call through a pointer may reach (v1's kernel and
+    activation calls); every register call compiled from that line gets them (OTAWA `multicall`).
+    A target that is not a function of the ELF is an error; a line without a register call is not
+    (the compiler resolved or removed it), and a register call without a fact stays refused.
+    """
+    starts = {name: fs[0].start for name, fs in functions.items() if fs}
+    found: Dict[int, List[int]] = {}
+    for ent in facts.get("indirect", []):
+        missing = [t for t in ent.get("targets", []) if t not in starts]
+        if missing:
+            raise NNBuildError(f"indirect flow fact {ent['file']}:{ent['line']}: target '{missing[0]}' is not "
+                               "a function of the ELF")
+        targets = [starts[t] for t in ent.get("targets", [])]
+        for func in (f for fs in functions.values() for f in fs):
+            for prev, insn in zip([None] + func.insns, func.insns):
+                if insn.line == ent["line"] and same_file(insn.file, ent["file"]) and register_call(prev, insn):
+                    known = found.setdefault(insn.addr, [])
+                    known.extend(t for t in targets if t not in known)
+    return found
+
+
+_TABLE_JUMP_RE = re.compile(r"^pc,\[pc,(r\d+|ip|fp|lr|sl|sb),lsl#2\]$")
+
+
+def jump_tables(func: Function) -> Dict[int, List[int]]:
+    """{address of a switch's `ldrls pc, [pc, rI, lsl #2]`: its case targets, in table order}.
+
+    Only gcc's bounded ARM form is resolved: the instruction right before is `cmp rI, #N`, so the
+    `ls` load runs for rI in 0..N (unsigned) and reads the N+1 words at address+8 (the PC reads 8
+    ahead); every word must be a `.word` of this function that is an instruction address of it.
+    Anything else stays a computed jump (refused by require_no_computed_jumps).
+    """
+    inside = {i.addr for i in func.insns}
+    found = {}
+    for prev, insn in zip(func.insns, func.insns[1:]):
+        m = _TABLE_JUMP_RE.match(insn.operands.replace(" ", ""))
+        bound = re.match(r"^(r\d+|ip|fp|lr|sl|sb),#(\d+)$", prev.operands.replace(" ", ""))
+        if not (m and insn.mnemonic == "ldrls" and prev.mnemonic == "cmp" and bound
+                and bound.group(1) == m.group(1)):
+            continue
+        slots = [insn.addr + 8 + 4 * k for k in range(int(bound.group(2)) + 1)]
+        targets = [func.words.get(a) for a in slots]
+        if all(t in inside for t in targets):
+            found[insn.addr] = list(dict.fromkeys(targets))
+    return found
+
+
+def reachable(functions, entry, calls: Optional[Dict[int, List[int]]] = None) -> List[Function]:
+    """`entry` and every function it calls, transitively: `bl` targets and the resolved register
+    calls' targets (`calls`, from indirect_calls)."""
     by_start = {f.start: f for fs in functions.values() for f in fs}
+    calls = calls or {}
     todo, seen = list(functions.get(entry, [])), {}
     while todo:
         func = todo.pop()
@@ -361,13 +438,18 @@ def reachable(functions, entry) -> List[Function]:
             flow = classify(insn)
             if flow.kind == "call" and flow.target in by_start:
                 todo.append(by_start[flow.target])
+            todo.extend(by_start[t] for t in calls.get(insn.addr, ()) if t in by_start)
     return list(seen.values())
 
 
-def require_no_computed_jumps(functions, entry):
-    for func in reachable(functions, entry):
+def require_no_computed_jumps(functions, entry, calls: Optional[Dict[int, List[int]]] = None):
+    """Refuse any computed jump reachable from `entry` that is neither a bounded jump table nor a
+    register call resolved by an `indirect` flow fact (`calls`)."""
+    calls = calls or {}
+    for func in reachable(functions, entry, calls):
+        resolved = set(jump_tables(func)) | set(calls)
         for insn in func.insns:
-            if computed_jump(insn):
+            if computed_jump(insn) and insn.addr not in resolved:
                 raise NNBuildError(f"owcet cannot follow the computed jump `{insn.mnemonic} {insn.operands}` at "
                                    f"{func.name}+0x{insn.addr - func.start:x} (0x{insn.addr:x}): its bound would "
                                    "miss the paths behind it, so none is taken", item=entry)
@@ -405,7 +487,8 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
 # ---------------------------------------------------------------- rendering
 
 
-def render_ff(bounds: Sequence[LoopBound], entry=None) -> str:
+def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[int, List[int]]] = None,
+              calls: Optional[Dict[int, List[int]]] = None) -> str:
     """F4 text: one `loop 0xADDR max N;` per header.
 
     OTAWA's constraint for header h is  sum x(back edges into h) <= max * sum x(entry edges into h),
@@ -424,6 +507,10 @@ def render_ff(bounds: Sequence[LoopBound], entry=None) -> str:
     for b in bounds:
         where = f"{b.function}, {b.source}" + (f", layer {b.layer}" if b.layer else "")
         lines.append(f"loop 0x{b.address:x} max {b.max}; // {where}")
+    for addr, targets in sorted((branches or {}).items()):
+        lines.append(f"multibranch 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // jump table")
+    for addr, targets in sorted((calls or {}).items()):
+        lines.append(f"multicall 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // indirect flow fact")
     return "\n".join(lines) + "\n"
 
 
@@ -436,10 +523,11 @@ def render_ffx(bounds: Sequence[LoopBound]) -> str:
 # ---------------------------------------------------------------- command and output
 
 
-def build_command(owcet, elf, entry, ff, board) -> List[str]:
-    """`owcet -s SCRIPT [-p ID=VAL ...] -f prog.ff prog.elf ENTRY`."""
-    cmd = [str(owcet), "-s", str(board.get("otawa_script") or DEFAULT_SCRIPT)]
-    for param in board.get("otawa_params", []):
+def build_command(owcet, elf, entry, ff, board, script=None, params=()) -> List[str]:
+    """`owcet -s SCRIPT [-p ID=VAL ...] -f prog.ff prog.elf ENTRY`; `script` (a prepared .osx path)
+    and `params` override the board's `otawa_script` and add to its `otawa_params`."""
+    cmd = [str(owcet), "-s", str(script or board.get("otawa_script") or DEFAULT_SCRIPT)]
+    for param in [*board.get("otawa_params", []), *params]:
         cmd += ["-p", str(param)]
     return cmd + ["-f", str(ff), str(elf), entry]
 
@@ -503,6 +591,18 @@ def analysis_elf(elf, board, workdir) -> Path:
     return out
 
 
+def timing_script(board, objdump_text, workdir, entry):
+    """(script path or None, extra -p values): for nnbuild's own scripts, the built plugin's .osx and
+    the per-instruction cost table of this ELF; OTAWA's scripts go by name."""
+    name = board.get("otawa_script") or DEFAULT_SCRIPT
+    if not otawa_timing.is_ours(name):
+        return None, []
+    costs = otawa_timing.cost_file(name, objdump_text, workdir, entry)
+    config = tools.which("otawa-config", target=board.get("name"), hint=INSTALL_HINT,
+                         path=tools.search_path("otawa"))
+    return otawa_timing.prepared_script(name, config, board), otawa_timing.script_params(name, costs)
+
+
 #: board keys this analyzer reads (Board.check refuses a board without them)
 BOARD_NEEDS = ("clock_hz",)
 
@@ -514,25 +614,32 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     workdir = Path(workdir).resolve()   # owcet runs in workdir: every path it gets is absolute
     workdir.mkdir(parents=True, exist_ok=True)
     elf = Path(elf).resolve()
-    functions = disassemble(elf, board)
-    require_no_computed_jumps(functions, entry)
+    text = disassembly(elf, board)
+    functions = parse_objdump(text)
+    calls = indirect_calls(functions, facts)
+    require_no_computed_jumps(functions, entry, calls)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
     bounds += [b for b in library_bounds(functions) if b.address not in known]
     stem = Path(elf).stem
     ff = workdir / f"{stem}.ff"
-    ff.write_text(render_ff(bounds, entry))
+    branches = {a: t for func in reachable(functions, entry, calls) for a, t in jump_tables(func).items()}
+    ff.write_text(render_ff(bounds, entry, branches, calls))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
-    cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board)
+    script, params = timing_script(board, text, workdir, entry)
+    cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)
     (workdir / "owcet.stderr").write_text(done.stderr)
     cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
     return WcetResult(
         analyzer="otawa", entry=entry, cycles=cycles,
-        details={"command": cmd, "script": cmd[2], "flowfacts_file": str(ff),
+        details={"command": cmd, "script": board.get("otawa_script") or DEFAULT_SCRIPT,
+                 "timing_model": board.get("timing_model"), "flowfacts_file": str(ff),
                  "loop_bounds": [{"address": f"0x{b.address:x}", "max": b.max, "source": b.source,
                                   "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
+                 "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
+                 "indirect_calls": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(calls.items())},
                  "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
         tool_version=tools.version([locate("otawa-config") or "otawa-config", "--version"]))
