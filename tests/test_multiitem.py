@@ -95,7 +95,7 @@ def test_split_map_must_cover_every_instruction(tmp_path):
     ([("    vsync2 = send_var([ITEM1], o3);\n", "")],
      "item ITEM1: get_var(ITEM2, vsync2) has no matching send_var in item ITEM2"),
     # a send to an item that never gets it
-    ([("    o1 = get_var(ITEM1, vsync1);\n    o4", "    o1 = conv(e1, v7, v8);\n    o4")],
+    ([("    o1 = get_var(ITEM1, vsync1);\n    o4", "    o1 = external<scalar>(shape = [1, 4, 8, 8]);\n    o4")],
      "item ITEM3: send_var 'vsync1' of item ITEM1 has no matching get_var in item ITEM3"),
     ([("o3 = get_var(ITEM2, vsync2)", "o3 = get_var(ITEM9, vsync2)")], "item ITEM1: get_var(ITEM9, vsync2): unknown item ITEM9"),
     ([("vsync2 = variablesync<scalar>(shape = [1, 4, 8, 8]);\n    o1", "vsync2 = variablesync<scalar>(shape = [1, 4, 8, 9]);\n    o1")],
