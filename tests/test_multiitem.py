@@ -116,3 +116,122 @@ def test_sync_shape_must_match_the_sent_tensor(tmp_path):
     with pytest.raises(NNBuildError) as exc:
         nnef_items.load(folder)
     assert "item ITEM1: variablesync 'vsync1' has shape [1, 4, 8, 7] but 'o1' is [1, 4, 8, 8]" in one_line(exc)
+
+
+# ------------------------------------------------------------------------------ Petri nets
+
+from nnbuild.frontends import nnef_text  # noqa: E402
+from nnbuild.ir import petri  # noqa: E402
+
+#: the seed's listing 1 (LeNet-5): its figure 4 net
+LENET5 = """version 1.0;
+graph torch_jit_export(e1) -> (out)
+{
+    e1 = external<scalar>(shape = [1, 1, 32, 32]);
+    v1 = variable<scalar>(shape = [6, 1, 5, 5], label = 'v1');
+    v2 = variable<scalar>(shape = [1, 6], label = 'v2');
+    v3 = variable<scalar>(shape = [16, 6, 5, 5], label = 'v3');
+    v4 = variable<scalar>(shape = [1, 16], label = 'v4');
+    v5 = variable<scalar>(shape = [120, 400], label = 'v5');
+    v6 = variable<scalar>(shape = [1, 120], label = 'v6');
+    v7 = variable<scalar>(shape = [84, 120], label = 'v7');
+    v8 = variable<scalar>(shape = [1, 84], label = 'v8');
+    v9 = variable<scalar>(shape = [10, 84], label = 'v9');
+    v10 = variable<scalar>(shape = [1, 10], label = 'v10');
+    o1 = conv(e1, v1, v2, stride = [1, 1], dilation = [1, 1], padding = [(0, 0), (0, 0)], groups = 1);
+    o2 = relu(o1);
+    o3 = max_pool(o2, size = [1, 1, 2, 2], stride = [1, 1, 2, 2], border = 'ignore');
+    o4 = conv(o3, v3, v4);
+    o5 = relu(o4);
+    o6 = max_pool(o5, size = [1, 1, 2, 2], stride = [1, 1, 2, 2], border = 'ignore');
+    o7 = reshape(o6, shape = [0, -1]);
+    o8 = linear(o7, v5, v6);
+    o9 = relu(o8);
+    o10 = linear(o9, v7, v8);
+    o11 = relu(o10);
+    o12 = linear(o11, v9, v10);
+    out = softmax(o12, axes = [1]);
+}
+"""
+
+#: two items each waiting for the other's variable: a cycle with no initial token
+CYCLE = """version 1.0;
+graphitem A GA([x, s2]) -> ([s1, y]) {
+    x = external<scalar>(shape = [1, 4]);
+    s1 = variablesync<scalar>(shape = [1, 4]);
+    s2 = variablesync<scalar>(shape = [1, 4]);
+    b = get_var(B, s2);
+    a = add(x, b);
+    s1 = send_var([B], a);
+    y = relu(a);
+}
+graphitem B GB([s1]) -> ([s2]) {
+    s1 = variablesync<scalar>(shape = [1, 4]);
+    s2 = variablesync<scalar>(shape = [1, 4]);
+    a = get_var(A, s1);
+    b = relu(a);
+    s2 = send_var([A], b);
+}
+"""
+
+
+def test_lenet5_net_of_the_papers_figure_4():
+    graph = nnef_text.parse(LENET5)
+    sources = [st.outputs[0] for st in graph.statements if st.op in nnef_items.SOURCES]
+    instructions = [(st.outputs[0], nnef_items.statement_reads(st)) for st in graph.statements
+                    if st.op not in nnef_items.SOURCES]
+    net = petri.graph_net(instructions, sources, "out")
+    result = petri.check_live(net)
+    # the paper's "24 states" are its 24 places (e1, v1..v10, o1..o12, out): 11 initial tokens, one
+    # final; a chain of 13 instructions has 14 reachable markings
+    assert len(net.places) == 24 and sum(net.initial) == 11 and sum(net.final) == 1
+    assert result.states == 14 and result.dead == [tuple(net.final)]
+
+
+def test_example_nets_are_live_safe_and_equivalent_to_the_unsplit_net():
+    record = nnef_items.load(EXAMPLE).meta["petri"]
+    assert record["states"] == 21 and record["unsplit_states"] == 13
+    assert record["program_order_states"] == 36
+    assert record["places"] == 25 and record["initial_tokens"] == 13
+    assert record["deadlock_free"] and record["one_safe"] and record["trace_inclusion"] and record["equivalence"]
+
+
+def test_cycle_between_items_fails_naming_items_and_variables(tmp_path):
+    folder = tmp_path / "cycle.nnef"
+    folder.mkdir()
+    (folder / "graph.nnef").write_text(CYCLE)
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    assert ("deadlock in the data-flow net (1 states explored): A waits for s2 from B; B waits for s1 from A"
+            in one_line(exc))
+
+
+def test_get_before_send_deadlocks_in_program_order(tmp_path):
+    folder = example_copy(tmp_path, [
+        ("    vsync1 = send_var([ITEM2, ITEM3], o1);\n    o3 = get_var(ITEM2, vsync2);\n",
+         "    o3 = get_var(ITEM2, vsync2);\n    vsync1 = send_var([ITEM2, ITEM3], o1);\n")])
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    assert "deadlock in the items' program order" in one_line(exc)
+    assert "ITEM1 waits for vsync2 from ITEM2" in one_line(exc) or "ITEM2" in one_line(exc)
+
+
+def test_trace_inclusion_catches_an_instruction_that_lost_an_input():
+    system = nnef_items.load(EXAMPLE)
+    multi, whole = petri.item_net(system), petri.unsplit_net(system)
+    concat = multi.index("ITEM1.o6")
+    t = multi.transitions[concat]
+    multi.transitions[concat] = petri.Transition(t.name, t.colour, t.kind, t.label, t.inputs[:1], t.outputs)
+    with pytest.raises(NNBuildError) as exc:
+        petri.check_traces(multi, whole)
+    assert "trace inclusion fails: item ITEM1 can compute 'o6' where the unsplit model cannot" in one_line(exc)
+
+
+def test_replay_accepts_firing_sequences_only():
+    system = nnef_items.load(EXAMPLE)
+    net = petri.item_net(system)
+    good = ["ITEM1.o1", "sync.vsync1", "ITEM3.o4", "ITEM2.o2", "ITEM3.o5", "ITEM2.o3", "sync.vsync3",
+            "sync.vsync2", "ITEM1.o6", "ITEM1.o7", "ITEM1.out"]
+    assert petri.replay(net, good) is None
+    assert "'ITEM2.o2' fires while not enabled" in petri.replay(net, ["ITEM1.o1", "ITEM2.o2"])
+    assert "stop before the final marking" in petri.replay(net, good[:-1])

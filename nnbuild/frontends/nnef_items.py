@@ -31,6 +31,7 @@ from nnbuild import names
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_text as nnef
 from nnbuild.frontends.nnef_text import Ref, Statement
+from nnbuild.ir import petri
 from nnbuild.ir.multiitem import Instruction, Item, MultiItem, Segment, Sync
 
 KIND = "multiitem"
@@ -366,13 +367,6 @@ class _Builder:
     def build(self) -> MultiItem:
         scans = {item: self.scan(block) for item, block in self.blocks.items()}
         syncs = self.match_syncs(scans)
-        merged, renames = self.merged_graph(scans, syncs)
-        shapes = _shapes_of(merged, self.path)
-        for sync in syncs.values():
-            actual = shapes.get(sync.tensor)
-            if actual is not None and tuple(actual) != sync.shape:
-                self.fail(sync.writer, f"variablesync '{sync.name}' has shape {list(sync.shape)} but "
-                                       f"'{sync.tensor}' is {list(actual)}")
         externals = sorted({n for s in scans.values() for n, st in s[1].items() if st.op == "external"})
         if len(externals) != 1:
             raise NNBuildError(f"a multi-item system needs exactly one external input (found {externals})",
@@ -384,23 +378,38 @@ class _Builder:
         items = []
         for item, block in self.blocks.items():
             declared, sources, sends, gets, instructions, actions = scans[item]
-            local = {n: shapes[renames[item].get(n, n)] for n in
-                     list(sources) + [i.output for i in instructions] + [g[1] for g in gets.values()]
-                     if renames[item].get(n, n) in shapes}
-            outputs = tuple(o for o in block.outputs if o in system_outputs)
             sent = {}
             for var, (_, tensor) in sends.items():
                 sent[tensor] = sent.get(tensor, ()) + (var,)
+            outputs = tuple(o for o in block.outputs if o in system_outputs)
             it = Item(item, block.graph, {n: st.op for n, st in sources.items()}, instructions, [],
                       outputs=outputs, sends=sent)
-            self.segment(it, block, sources, actions, gets, local)
+            self.plan_segments(it, actions)
             items.append(it)
-        whole_proto = nnef._Translator(merged, self.folder, self.path).run()
+        system = MultiItem(self.name, items, syncs, externals[0], system_outputs[0], {},
+                           source_files=(str(self.path),))
+        merged, renames = self.merged_graph(scans, syncs)
+        try:
+            system.meta["petri"] = petri.verify(system)
+        except NNBuildError as error:
+            raise NNBuildError(str(error), path=self.path) from None
+        shapes = _shapes_of(merged, self.path)
+        for sync in syncs.values():
+            actual = shapes.get(sync.tensor)
+            if actual is not None and tuple(actual) != sync.shape:
+                self.fail(sync.writer, f"variablesync '{sync.name}' has shape {list(sync.shape)} but "
+                                       f"'{sync.tensor}' is {list(actual)}")
+        for it in items:
+            _, sources, _, gets, instructions, _ = scans[it.name]
+            local = {n: tuple(shapes[renames[it.name].get(n, n)]) for n in
+                     list(sources) + [i.output for i in instructions] + [g[1] for g in gets.values()]
+                     if renames[it.name].get(n, n) in shapes}
+            self.compile_segments(it, self.blocks[it.name], sources, local)
         from nnbuild.frontends import onnx_graph
-        whole = onnx_graph.convert(whole_proto, self.path, self.name)
-        global_shapes = {n: tuple(s) for n, s in shapes.items()}
-        return MultiItem(self.name, items, syncs, externals[0], system_outputs[0], global_shapes, whole,
-                         source_files=(str(self.path),))
+        system.whole = onnx_graph.convert(nnef._Translator(merged, self.folder, self.path).run(), self.path,
+                                          self.name)
+        system.shapes = {n: tuple(s) for n, s in shapes.items()}
+        return system
 
     def match_syncs(self, scans) -> Dict[str, Sync]:
         """Every get_var has its send_var (same variable, the right items) and the reverse."""
@@ -467,12 +476,11 @@ class _Builder:
         outputs = [o for block in self.doc.items for o in block.outputs if o not in syncs]
         return nnef.Graph(self.name, inputs, outputs, ordered, "1.0", list(self.doc.extensions)), renames
 
-    def segment(self, item: Item, block, sources, actions, gets, shapes):
-        """Cut the item's instructions into chains between sync actions; each chain becomes an IR
-        model through the NNEF translator (several inputs packed into one flat vector)."""
+    def plan_segments(self, item: Item, actions):
+        """Cut the item's instructions into chains between sync actions (one segment each): an
+        instruction joins the previous one when it reads only that one's tensor, its sole reader."""
         by_output = {i.output: i for i in item.instructions}
         params = {n for n, op in item.sources.items() if op != "external"}
-        statements = {st.outputs[0]: st for st in block.statements if st.op not in SYNC_OPS}
         chains: List[List[str]] = []
         previous = None
         for kind, name in actions:
@@ -483,9 +491,8 @@ class _Builder:
             tensors = [n for n in by_output[name].inputs if n not in params]
             if not tensors:
                 self.fail(item.name, f"'{name}' reads no tensor (only parameters)")
-            joins = (previous is not None and tensors == [previous] and item.uses(previous) == 1
-                     and previous not in item.outputs)
-            if joins:
+            if (previous is not None and tensors == [previous] and item.uses(previous) == 1
+                    and previous not in item.outputs):
                 chains[-1].append(name)
             else:
                 chains.append([name])
@@ -494,6 +501,16 @@ class _Builder:
         for index, chain in enumerate(chains):
             seg_name = f"{self.name}_{item.name}_{index}"
             inputs = tuple(dict.fromkeys(n for n in by_output[chain[0]].inputs if n not in params))
+            item.segments[seg_name] = Segment(seg_name, tuple(chain), inputs, chain[-1])
+
+    def compile_segments(self, item: Item, block, sources, shapes):
+        """Each segment as an IR model through the NNEF translator (several inputs are packed into
+        one flat vector: the code shapes take one input)."""
+        by_output = {i.output: i for i in item.instructions}
+        params = {n for n, op in item.sources.items() if op != "external"}
+        statements = {st.outputs[0]: st for st in block.statements if st.op not in SYNC_OPS}
+        for seg_name, segment in item.segments.items():
+            chain, inputs = segment.instructions, segment.inputs
             body = []
             if len(inputs) == 1:
                 body.append(Statement([inputs[0]], "external", None, [], {"shape": list(shapes[inputs[0]])}, 0, 0))
@@ -515,9 +532,8 @@ class _Builder:
                                list(self.doc.extensions))
             proto = nnef._Translator(graph, self.folder, self.path).run()
             from nnbuild.frontends import onnx_graph
-            model = onnx_graph.convert(proto, self.path, seg_name)
-            model.meta["item"] = item.name
-            item.segments[seg_name] = Segment(seg_name, tuple(chain), inputs, chain[-1], model)
+            segment.model = onnx_graph.convert(proto, self.path, seg_name)
+            segment.model.meta["item"] = item.name
 
 
 def _source_key(st: Statement):
@@ -548,9 +564,11 @@ def _topological(statements, path) -> List[Statement]:
     while pending:
         ready = [st for st in pending if all(n in defined for n in statement_reads(st))]
         if not ready:
-            missing = next(n for st in pending for n in statement_reads(st) if n not in defined
-                           and n not in {p.outputs[0] for p in pending})
-            raise NNBuildError(f"'{missing}' is read but never computed nor declared", path=path)
+            produced = {p.outputs[0] for p in pending}
+            missing = [n for st in pending for n in statement_reads(st) if n not in defined and n not in produced]
+            if missing:
+                raise NNBuildError(f"'{missing[0]}' is read but never computed nor declared", path=path)
+            return ordered + pending   # a dependency cycle: the Petri-net check names it
         st = ready[0]
         ordered.append(st)
         defined.add(st.outputs[0])

@@ -84,6 +84,8 @@ class MultiItem:
     shapes: Dict[str, Tuple[int, ...]]
     whole: Optional[Model] = None
     source_files: Tuple[str, ...] = ()
+    #: facts for the report: the Petri-net checks' record ("petri")
+    meta: dict = field(default_factory=dict)
     kind: str = "multiitem"
 
     def item(self, name) -> Item:
