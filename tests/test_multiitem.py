@@ -1,0 +1,237 @@
+"""Multi-item NNEF systems (issue 15): parser, writer, split, the IR they build."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import nnef_items
+from nnbuild.frontends import nnef_text
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "firmware_examples" / "multiitem_cnn" / "multiitem_cnn.nnef"
+#: the example's split, as a map tensor -> item (the paper's example 5)
+EXAMPLE_MAP = {"o1": "ITEM1", "o2": "ITEM2", "o3": "ITEM2", "o4": "ITEM3", "o5": "ITEM3",
+               "o6": "ITEM1", "o7": "ITEM1", "out": "ITEM1"}
+
+
+def one_line(exc):
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+def example_copy(tmp_path, replace=()):
+    """The example folder in tmp_path, its document edited by (old, new) replacements."""
+    folder = tmp_path / "sys.nnef"
+    shutil.copytree(EXAMPLE, folder)
+    text = (folder / "graph.nnef").read_text()
+    for old, new in replace:
+        assert old in text, old
+        text = text.replace(old, new)
+    (folder / "graph.nnef").write_text(text)
+    return folder
+
+
+def test_example_parses_into_items_syncs_and_segments():
+    system = nnef_items.load(EXAMPLE)
+    assert [i.name for i in system.items] == ["ITEM1", "ITEM2", "ITEM3"]
+    assert system.input == "e1" and system.output == "out"
+    sync1 = system.syncs["vsync1"]
+    assert (sync1.writer, sync1.tensor, sync1.reader_items, sync1.shape) == \
+        ("ITEM1", "o1", ("ITEM2", "ITEM3"), (1, 4, 8, 8))
+    item1 = system.item("ITEM1")
+    assert [k for k, _ in item1.actions] == ["run", "send", "get", "get", "run"]
+    tail = item1.segments["multiitem_cnn_ITEM1_1"]
+    assert tail.inputs == ("o3", "o5") and tail.instructions == ("o6", "o7", "out")
+    assert tail.model.input_shape == (512,) and tail.model.output_shape == (10,)
+    assert system.whole.output_shape == (10,)
+    assert system.item("ITEM3").uses("v5") == 1 and item1.uses("o1") == 1
+
+
+def test_write_then_parse_is_identity():
+    document = nnef_items.read_document(EXAMPLE)
+    text = nnef_items.write(document)
+    assert nnef_items.parse(text) == document
+    assert nnef_items.write(nnef_items.parse(text)) == text
+
+
+def test_paper_bracket_lists_and_plain_lists_parse_alike():
+    a = nnef_items.parse("version 1.0; graphitem A G([x]) -> ([y]) { y = relu(x); }")
+    b = nnef_items.parse("version 1.0; graphitem A G(x) -> (y) { y = relu(x); }")
+    assert a == b
+
+
+def test_json_map_split_round_trips_and_rebuilds_the_example(tmp_path):
+    document = nnef_items.read_document(EXAMPLE)
+    single = tmp_path / "single.nnef"
+    shutil.copytree(EXAMPLE, single)
+    (single / "graph.nnef").write_text(nnef_items.write_graph(nnef_items.unsplit(document, EXAMPLE)))
+    (tmp_path / "map.json").write_text(json.dumps(EXAMPLE_MAP))
+    split = nnef_items.split_model(single, tmp_path / "map.json")
+    assert nnef_items.parse(nnef_items.write(split)) == split
+    out = tmp_path / "split.nnef"
+    shutil.copytree(EXAMPLE, out)
+    (out / "graph.nnef").write_text(nnef_items.write(split))
+    system = nnef_items.load(out)
+    assert {n: (s.writer, s.reader_items) for n, s in system.syncs.items()} == {
+        "sync_o1": ("ITEM1", ("ITEM2", "ITEM3")), "sync_o3": ("ITEM2", ("ITEM1",)),
+        "sync_o5": ("ITEM3", ("ITEM1",))}
+
+
+def test_split_map_must_cover_every_instruction(tmp_path):
+    document = nnef_items.read_document(EXAMPLE)
+    graph = nnef_items.unsplit(document, EXAMPLE)
+    partial = {k: v for k, v in EXAMPLE_MAP.items() if k != "o4"}
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.split(graph, partial, EXAMPLE / "graph.nnef")
+    assert "'o4' (conv) is assigned to no item" in one_line(exc)
+
+
+@pytest.mark.parametrize("replace, expected", [
+    # a get_var with no send_var
+    ([("    vsync2 = send_var([ITEM1], o3);\n", "")],
+     "item ITEM1: get_var(ITEM2, vsync2) has no matching send_var in item ITEM2"),
+    # a send to an item that never gets it
+    ([("    o1 = get_var(ITEM1, vsync1);\n    o4", "    o1 = external<scalar>(shape = [1, 4, 8, 8]);\n    o4")],
+     "item ITEM3: send_var 'vsync1' of item ITEM1 has no matching get_var in item ITEM3"),
+    ([("o3 = get_var(ITEM2, vsync2)", "o3 = get_var(ITEM9, vsync2)")], "item ITEM1: get_var(ITEM9, vsync2): unknown item ITEM9"),
+    ([("vsync2 = variablesync<scalar>(shape = [1, 4, 8, 8]);\n    o1", "vsync2 = variablesync<scalar>(shape = [1, 4, 8, 9]);\n    o1")],
+     "variablesync 'vsync2'"),
+    ([("o5 = conv(o4, v5, v6", "o2 = conv(o4, v5, v6"), ("vsync3 = send_var([ITEM1], o5)", "vsync3 = send_var([ITEM1], o2)")],
+     "'o2' is also computed by item"),
+])
+def test_broken_documents_fail_in_one_line_naming_item_and_variable(tmp_path, replace, expected):
+    folder = example_copy(tmp_path, replace)
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    text = one_line(exc)
+    assert expected in text and "graph.nnef" in text
+
+
+def test_sync_shape_must_match_the_sent_tensor(tmp_path):
+    folder = example_copy(tmp_path, [("[1, 4, 8, 8]", "[1, 4, 8, 7]")])
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    assert "item ITEM1: variablesync 'vsync1' has shape [1, 4, 8, 7] but 'o1' is [1, 4, 8, 8]" in one_line(exc)
+
+
+# ------------------------------------------------------------------------------ Petri nets
+
+from nnbuild.frontends import nnef_text  # noqa: E402
+from nnbuild.ir import petri  # noqa: E402
+
+#: the seed's listing 1 (LeNet-5): its figure 4 net
+LENET5 = """version 1.0;
+graph torch_jit_export(e1) -> (out)
+{
+    e1 = external<scalar>(shape = [1, 1, 32, 32]);
+    v1 = variable<scalar>(shape = [6, 1, 5, 5], label = 'v1');
+    v2 = variable<scalar>(shape = [1, 6], label = 'v2');
+    v3 = variable<scalar>(shape = [16, 6, 5, 5], label = 'v3');
+    v4 = variable<scalar>(shape = [1, 16], label = 'v4');
+    v5 = variable<scalar>(shape = [120, 400], label = 'v5');
+    v6 = variable<scalar>(shape = [1, 120], label = 'v6');
+    v7 = variable<scalar>(shape = [84, 120], label = 'v7');
+    v8 = variable<scalar>(shape = [1, 84], label = 'v8');
+    v9 = variable<scalar>(shape = [10, 84], label = 'v9');
+    v10 = variable<scalar>(shape = [1, 10], label = 'v10');
+    o1 = conv(e1, v1, v2, stride = [1, 1], dilation = [1, 1], padding = [(0, 0), (0, 0)], groups = 1);
+    o2 = relu(o1);
+    o3 = max_pool(o2, size = [1, 1, 2, 2], stride = [1, 1, 2, 2], border = 'ignore');
+    o4 = conv(o3, v3, v4);
+    o5 = relu(o4);
+    o6 = max_pool(o5, size = [1, 1, 2, 2], stride = [1, 1, 2, 2], border = 'ignore');
+    o7 = reshape(o6, shape = [0, -1]);
+    o8 = linear(o7, v5, v6);
+    o9 = relu(o8);
+    o10 = linear(o9, v7, v8);
+    o11 = relu(o10);
+    o12 = linear(o11, v9, v10);
+    out = softmax(o12, axes = [1]);
+}
+"""
+
+#: two items each waiting for the other's variable: a cycle with no initial token
+CYCLE = """version 1.0;
+graphitem A GA([x, s2]) -> ([s1, y]) {
+    x = external<scalar>(shape = [1, 4]);
+    s1 = variablesync<scalar>(shape = [1, 4]);
+    s2 = variablesync<scalar>(shape = [1, 4]);
+    b = get_var(B, s2);
+    a = add(x, b);
+    s1 = send_var([B], a);
+    y = relu(a);
+}
+graphitem B GB([s1]) -> ([s2]) {
+    s1 = variablesync<scalar>(shape = [1, 4]);
+    s2 = variablesync<scalar>(shape = [1, 4]);
+    a = get_var(A, s1);
+    b = relu(a);
+    s2 = send_var([A], b);
+}
+"""
+
+
+def test_lenet5_net_of_the_papers_figure_4():
+    graph = nnef_text.parse(LENET5)
+    sources = [st.outputs[0] for st in graph.statements if st.op in nnef_items.SOURCES]
+    instructions = [(st.outputs[0], nnef_items.statement_reads(st)) for st in graph.statements
+                    if st.op not in nnef_items.SOURCES]
+    net = petri.graph_net(instructions, sources, "out")
+    result = petri.check_live(net)
+    # the paper's "24 states" are its 24 places (e1, v1..v10, o1..o12, out): 11 initial tokens, one
+    # final; a chain of 13 instructions has 14 reachable markings
+    assert len(net.places) == 24 and sum(net.initial) == 11 and sum(net.final) == 1
+    assert result.states == 14 and result.dead == [tuple(net.final)]
+
+
+def test_example_nets_are_live_safe_and_equivalent_to_the_unsplit_net():
+    record = nnef_items.load(EXAMPLE).meta["petri"]
+    assert record["states"] == 21 and record["unsplit_states"] == 13
+    assert record["program_order_states"] == 36
+    assert record["places"] == 25 and record["initial_tokens"] == 13
+    assert record["deadlock_free"] and record["one_safe"] and record["trace_inclusion"] and record["equivalence"]
+
+
+def test_cycle_between_items_fails_naming_items_and_variables(tmp_path):
+    folder = tmp_path / "cycle.nnef"
+    folder.mkdir()
+    (folder / "graph.nnef").write_text(CYCLE)
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    assert ("deadlock in the data-flow net (1 states explored): A waits for s2 from B; B waits for s1 from A"
+            in one_line(exc))
+
+
+def test_get_before_send_deadlocks_in_program_order(tmp_path):
+    folder = example_copy(tmp_path, [
+        ("    vsync1 = send_var([ITEM2, ITEM3], o1);\n    o3 = get_var(ITEM2, vsync2);\n",
+         "    o3 = get_var(ITEM2, vsync2);\n    vsync1 = send_var([ITEM2, ITEM3], o1);\n")])
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    assert "deadlock in the items' program order" in one_line(exc)
+    assert "ITEM1 waits for vsync2 from ITEM2" in one_line(exc) or "ITEM2" in one_line(exc)
+
+
+def test_trace_inclusion_catches_an_instruction_that_lost_an_input():
+    system = nnef_items.load(EXAMPLE)
+    multi, whole = petri.item_net(system), petri.unsplit_net(system)
+    concat = multi.index("ITEM1.o6")
+    t = multi.transitions[concat]
+    multi.transitions[concat] = petri.Transition(t.name, t.colour, t.kind, t.label, t.inputs[:1], t.outputs)
+    with pytest.raises(NNBuildError) as exc:
+        petri.check_traces(multi, whole)
+    assert "trace inclusion fails: item ITEM1 can compute 'o6' where the unsplit model cannot" in one_line(exc)
+
+
+def test_replay_accepts_firing_sequences_only():
+    system = nnef_items.load(EXAMPLE)
+    net = petri.item_net(system)
+    good = ["ITEM1.o1", "sync.vsync1", "ITEM3.o4", "ITEM2.o2", "ITEM3.o5", "ITEM2.o3", "sync.vsync3",
+            "sync.vsync2", "ITEM1.o6", "ITEM1.o7", "ITEM1.out"]
+    assert petri.replay(net, good) is None
+    assert "'ITEM2.o2' fires while not enabled" in petri.replay(net, ["ITEM1.o1", "ITEM2.o2"])
+    assert "stop before the final marking" in petri.replay(net, good[:-1])
