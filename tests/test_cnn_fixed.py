@@ -13,7 +13,7 @@ from nnbuild import codegen, pipeline
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
-from nnbuild.ir.graph import Add, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D, Unary
+from nnbuild.ir.graph import Add, BatchNorm, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D, Unary, ZeroPadding2D
 from nnbuild.numerics import graph_bitexact, graph_plan
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
 
@@ -26,16 +26,19 @@ def lenet5():
 
 
 def layered_model():
-    """Every layer kind the fixed v2 shape generates (padding, stride, dilation, max and average
-    pooling, Add with different formats, Concatenate), with a wide pre-activation range."""
+    """Every layer kind the fixed shapes generate (padding, stride, dilation, max and average
+    pooling with equal and unequal cell counts, Add of different formats, an unfolded BatchNorm,
+    ZeroPadding2D, Concatenate), with a wide pre-activation range."""
     rng = np.random.default_rng(7)
     k = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
     layers = [Conv2D("c1", k(3, 3, 2, 4), k(4), strides=(2, 2), padding=(0, 1, 0, 1), activation="relu"),
               Pool2D("mp", "max", (2, 2), (1, 1), padding=(0, 1, 0, 1)),
               Conv2D("c2", k(3, 3, 4, 4) * 3, k(4), dilation=(2, 2), padding=(2, 2, 2, 2), activation="linear"),
               Add("sum", activation="relu"),
+              BatchNorm("bn", k(4) + 1, k(4), k(4), np.abs(k(4)) + 0.5, 1e-3),
               Conv2D("c3", k(2, 2, 4, 3), None, padding=(0, 1, 0, 1), activation="sigmoid"),
-              Conv2D("c4", k(1, 1, 4, 2), k(2), activation="tanh"),
+              ZeroPadding2D("zp", (1, 0, 0, 1)),
+              Conv2D("c4", k(2, 2, 4, 2), k(2), activation="tanh"),
               Concatenate("cat", axis=2),
               Pool2D("ap", "avg", (2, 2), (2, 2), source_type="AveragePooling2D"),
               Pool2D("ap3", "avg", (3, 3), (1, 1), padding=(1, 1, 1, 1), source_type="AveragePooling2D"),
@@ -45,7 +48,8 @@ def layered_model():
     for layer in layers:
         edges[layer.name] = (previous,)
         previous = layer.name
-    edges.update({"sum": ("mp", "c2"), "c3": ("sum",), "c4": ("sum",), "cat": ("c3", "c4")})
+    edges.update({"sum": ("mp", "c2"), "bn": ("sum",), "c3": ("bn",), "zp": ("bn",), "c4": ("zp",),
+                  "cat": ("c3", "c4")})
     return Model("layered", (9, 9, 2), layers, edges=edges, input_name="image")
 
 
@@ -57,9 +61,9 @@ def probe_inputs(n_in, lo, hi, count=24):
     return np.vstack([x, odd])
 
 
-def host_outputs(tmp_path, model, precision, x, input_range):
-    out = tmp_path / precision
-    codegen.generate(model, out, shape="v2", precision=precision, storage="avr-progmem-far", input_range=input_range)
+def host_outputs(tmp_path, model, precision, x, input_range, shape="v2"):
+    out = tmp_path / f"{shape}-{precision}"
+    codegen.generate(model, out, shape=shape, precision=precision, storage="avr-progmem-far", input_range=input_range)
     exe = out / "check"
     cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", f"-I{out}",
            *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
@@ -78,11 +82,12 @@ def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
     assert np.all(np.isfinite(c))
 
 
+@pytest.mark.parametrize("shape", ["v2", "v3"])
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
-def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
+def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()
     x = probe_inputs(model.input_size, -1.0, 1.0)
-    c = host_outputs(tmp_path, model, precision, x, (-1, 1))
+    c = host_outputs(tmp_path, model, precision, x, (-1, 1), shape)
     emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (-1, 1)), x)
     assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
     expected = reference.run(model, x[:24].reshape((24, 9, 9, 2)).astype(np.float64), "float64")

@@ -33,9 +33,10 @@ from nnbuild.codegen import cnn, common, templating, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import semantics
 from nnbuild.ir.graph import normal_axes
+from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
 
 
 #: the most multiply-accumulate/element terms v3 writes (LeNet-5 has 281,640 MACs: ~7 MB of C)
@@ -436,7 +437,11 @@ def check_precision(precision):
                            "supported by it; use shape=mlp for fixed point)")
 
 
-def render(model, *, precision, storage, passes_log, **_options):
+def render(model, *, precision, storage, passes_log, input_range=None, **_options):
+    if is_fixed(precision):
+        from nnbuild.codegen import v3_fixed
+        return v3_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
+                               input_range=input_range)
     check_precision(precision)
     lowered = cnn.lower(model, storage)
     estimate, limit = count_terms(lowered["ops"]), max_terms()

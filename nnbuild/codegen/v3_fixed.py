@@ -1,0 +1,189 @@
+"""v3 code shape, fixed-point precisions (q16, q16-acc32): the plan of nnbuild.numerics.graph_plan
+fully unrolled, every weight an integer literal in the code.
+
+Each output element is one exact integer sum (bias + the products of its in-bounds taps, zero
+weights left out: the same integers as v2's loops, so nnbuild.numerics.graph_bitexact models both),
+passed to its layer's output function (requantisation and activation, as in v2). The code is cut
+into part functions like the float v3; the softmax's division (nn_udiv32) and the input rounding
+are the only loops.
+"""
+
+from nnbuild import __version__
+from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed, v3
+from nnbuild.codegen.common import float_literal
+from nnbuild.errors import NNBuildError
+from nnbuild import numerics as q
+from nnbuild.numerics import graph_bitexact as gb, graph_plan
+
+
+class Writer(v3.Writer):
+    """v3's statement writer over the int16 tensors xq, yq and the arena."""
+
+    def at(self, ref, index):
+        if ref in ("xq", "yq"):
+            return f"{ref}[{index}]"
+        off = int(ref.split(" + ")[1]) if " + " in ref else 0
+        return f"{self.arena}[{off + index}]"
+
+
+def literal(value, bits):
+    """An integer literal of the accumulator's type (int32 or int64), C99 on every board."""
+    return f"INT{bits}_C({int(value)})"
+
+
+def product(weight, cell, bits):
+    return f"(int{bits}_t){int(weight)} * {cell}"
+
+
+def out(op):
+    return f"nn_{op['c_name']}_out"
+
+
+def layer_lines(op, w):
+    """The unrolled statements of one fixed-point op into Writer w."""
+    k, src, dst, qop = op["kind"], op["src"], op["dst"], op["q"]
+    bits = qop.acc_bits
+    store = (lambda i, expr: f"z_{op['c_name']}[{i}] = {out(op)}({expr});") if op["softmax"] else \
+        (lambda i, expr: f"{w.at(dst, i)} = {out(op)}({expr});")
+    if k == "conv2d":
+        kq = qop.kernel_q
+        H, W, C, CG, OG = op["H"], op["W"], op["C"], op["CG"], op["OG"]
+        for oy in range(op["OH"]):
+            for ox in range(op["OW"]):
+                for o in range(op["OC"]):
+                    c0 = (o // OG) * CG
+                    terms = [literal(qop.bias_q[o], bits)]
+                    for ky in range(op["KH"]):
+                        iy = oy * op["SH"] + ky * op["DH"] - op["PT"]
+                        for kx in range(op["KW"]):
+                            ix = ox * op["SW"] + kx * op["DW"] - op["PL"]
+                            if 0 <= iy < H and 0 <= ix < W:
+                                terms += [product(kq[ky, kx, c, o], w.get(src[0], (iy * W + ix) * C + c0 + c), bits)
+                                          for c in range(CG) if kq[ky, kx, c, o]]
+                    w.emit(store((oy * op["OW"] + ox) * op["OC"] + o, " + ".join(terms)), len(terms))
+    elif k == "dense":
+        kq, K, OC = qop.kernel_q, op["k"], op["OC"]
+        for p in range(op["outer"]):
+            for j in range(OC):
+                terms = [literal(qop.bias_q[j], bits)]
+                terms += [product(kq[i, j], w.get(src[0], p * K + i), bits) for i in range(K) if kq[i, j]]
+                w.emit(store(p * OC + j, " + ".join(terms)), len(terms))
+    elif k == "pool2d":
+        H, W, C = op["H"], op["W"], op["C"]
+        for oy in range(op["OH"]):
+            for ox in range(op["OW"]):
+                for c in range(C):
+                    cells = [w.get(src[0], (iy * W + ix) * C + c)
+                             for iy in range(oy * op["SH"] - op["PT"], oy * op["SH"] - op["PT"] + op["KH"])
+                             for ix in range(ox * op["SW"] - op["PL"], ox * op["SW"] - op["PL"] + op["KW"])
+                             if 0 <= iy < H and 0 <= ix < W]
+                    i = (oy * op["OW"] + ox) * C + c
+                    if op["mode"] == "max":
+                        expr = cells[0]
+                        for cell in cells[1:]:
+                            expr = f"nn_max16({expr}, {cell})"
+                    elif qop.pool_shift is None:
+                        recip = int(gb.reciprocals(len(cells))[len(cells)])
+                        expr = (f"((int32_t)({' + '.join(f'(int32_t){x}' for x in cells)}) * {recip} + "
+                                f"((int32_t)1 << {gb.RECIP_FRAC - 1})) >> {gb.RECIP_FRAC}")
+                    else:
+                        s = qop.pool_shift
+                        total = " + ".join(f"(int32_t){x}" for x in cells)
+                        expr = f"(({total}) + ((int32_t)1 << {s - 1})) >> {s}" if s else f"({total})"
+                    w.emit(store(i, expr), len(cells))
+    elif k == "zeropad2d":
+        H, W, C = op["H"], op["W"], op["C"]
+        for oy in range(op["OH"]):
+            for ox in range(op["OW"]):
+                iy, ix = oy - op["PT"], ox - op["PL"]
+                for c in range(C):
+                    i = (oy * op["OW"] + ox) * C + c
+                    inside = 0 <= iy < H and 0 <= ix < W
+                    w.emit(f"{w.at(dst, i)} = {w.get(src[0], (iy * W + ix) * C + c) if inside else 0};")
+    elif k == "batchnorm":
+        C = op["C"]
+        for i in range(op["n"]):
+            w.emit(store(i, f"(int32_t){int(qop.kernel_q[i % C])} * {w.get(src[0], i)} + "
+                            f"{literal(qop.bias_q[i % C], 32)}"), 2)
+    elif k == "activation":
+        for i in range(op["n"]):
+            w.emit(store(i, f"(int32_t){w.get(src[0], i)}"))
+    elif k == "add":
+        for i in range(op["n"]):
+            parts = [f"(int32_t){w.get(s, i)}" + (f" * {2 ** left}" if left else "")
+                     for s, left in zip(src, op["lefts"])]
+            w.emit(store(i, " + ".join(parts)), len(src))
+    elif k == "concat":
+        for p in range(op["outer"]):
+            for part in op["parts"]:
+                for i in range(part["chunk"]):
+                    cell, s = w.get(part["src"], p * part["chunk"] + i), part["shift"]
+                    value = f"(int16_t)(({cell} + ((int32_t)1 << {s - 1})) >> {s})" if s > 0 else cell
+                    w.emit(f"{w.at(dst, p * op['total'] + part['offset'] + i)} = {value};")
+    else:
+        raise NNBuildError("this layer has no fixed-point form in shape v3", item=f"{op['source_type']} '{op['name']}'")
+    if op["softmax"]:
+        n, frac = op["softmax"]["n"], qop.output.frac
+        for g in range(op["softmax"]["groups"]):
+            z = [f"z_{op['c_name']}[{g * n + i}]" for i in range(n)]
+            lines = ["int32_t m = " + z[0] + ";"] + [f"if ({c} > m) {{ m = {c}; }}" for c in z[1:]]
+            lines += [f"uint32_t e{i} = (uint32_t)nn_exp_neg_q15(m - {c});" for i, c in enumerate(z)]
+            lines += [f"uint32_t s = {' + '.join(f'e{i}' for i in range(n))};"]
+            lines += [f"{w.at(dst, g * n + i)} = (int16_t)nn_udiv32((e{i} << {frac}) + (s >> 1), s);" for i in range(n)]
+            w.emit("{ /* softmax: exp of (z - max) from the table, one rounded division per output */ "
+                   + " ".join(lines) + " }", 3 * n)
+
+
+def render(model, *, precision, storage, passes_log, input_range):
+    if input_range is None:
+        raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
+    plan = graph_plan.quantize_graph(model, precision, input_range)
+    lowered = cnn.lower(model, storage)
+    estimate, limit = v3.count_terms(lowered["ops"]), v3.max_terms()
+    if estimate > limit:
+        raise NNBuildError(f"shape v3 would unroll about {estimate:,} terms (limit {limit:,}): use shape v2 "
+                           "(the same integers in loops), or raise NNBUILD_V3_MAX_TERMS", item=f"model '{model.name}'")
+    ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, "const")
+    parts = []
+    for op in ops:
+        w = Writer(op, lowered["arena_symbol"])
+        layer_lines(op, w)
+        op["parts"] = w.parts
+        parts.extend(w.parts)
+    memory = v2_fixed.int16_memory(lowered["memory"])
+    uses = "\n".join(line for p in parts for line in p["lines"])
+    ctx = {
+        "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": "v3",
+        "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
+        **common.storage_context(storage), "near": storage == common.NEAR_STORAGE, "flash_bytes": 0,
+        "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "parts": parts, "arrays": [],
+        "int_reads": [], "memory": memory, "arena_symbol": lowered["arena_symbol"],
+        "arena_elements": memory["arena_bytes"] // v2_fixed.ELEMENT_BYTES, "part_terms": v3.PART_TERMS,
+        "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
+        "mac16": False, "dot16": False, "read64": False, "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
+        "shr64": False, "shr64_shifts": sorted({o["q"].shift for o in ops if o["q"].acc_bits == 64}),
+        "tanh_tables": v2_fixed.tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
+        "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
+        "uses_max": "nn_max16(" in uses, "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS,
+        "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT, "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS,
+        "exp_step": q.Z_FRAC - q.EXP_STEP_BITS, "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1,
+        "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1), "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1,
+        "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1), "output_scale": float_literal(2.0 ** -plan.output.frac),
+        "input_scale": float_literal(2.0 ** plan.input.frac), "input_lo": float_literal(plan.input_range[0]),
+        "input_hi": float_literal(plan.input_range[1]), **mlp_fixed.input_bounds(plan),
+    }
+    name = model.name
+    code, facts, _ = cnn.render_code("v3_fixed.c.j2", ctx)
+    for op in ops:  # the weights are literals: no arrays to trace
+        op["chunks"], op["bias"], op["arrays"] = [], None, []
+    record = cnn.trace(model, dict(lowered, ops=ops, memory=memory), facts, passes_log, "v3",
+                       [cnn.memory_log(memory)])
+    record["fixed_point"] = plan.summary()
+    return {
+        f"{name}.h": templating.render("cnn.h.j2", ctx),
+        f"{name}.c": code,
+        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
+        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
+        f"{name}.flowfacts.json": facts,
+        f"{name}.trace.json": record,
+    }
