@@ -230,3 +230,28 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
     print(f"\n{name} {precision}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
           f"bound/measured {bound.cycles / worst:.4f}")
     assert worst <= bound.cycles <= 1.03 * worst
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v3", "q16-acc32")])
+def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, precision):
+    """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
+    average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's
+    unrolled 64-bit sums of this model need 181 KB of flash: more than the ATmega1284 has.)"""
+    from nnbuild import wcet
+    model = layered_model()
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, shape=shape, precision=precision,
+                                                input_range=(-1.0, 1.0))
+    x = np.vstack([probe_inputs(model.input_size, -1.0, 1.0, count=8),
+                   adversarial(model.input_size, -1.0, 1.0, np.random.default_rng(5))])
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="layered_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (-1, 1)), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / "layered.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, "layered_infer", facts, tmp_path)
+    print(f"\nlayered {shape} {precision}: WCET bound {bound.cycles:,}, simavr worst {int(cycles.max()):,}, "
+          f"bound/measured {bound.cycles / cycles.max():.4f}")
+    assert bound.cycles >= cycles.max()
