@@ -255,3 +255,27 @@ def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, preci
     print(f"\nlayered {shape} {precision}: WCET bound {bound.cycles:,}, simavr worst {int(cycles.max()):,}, "
           f"bound/measured {bound.cycles / cycles.max():.4f}")
     assert bound.cycles >= cycles.max()
+
+
+def test_examples_give_fixed_point_its_own_tolerance(tmp_path):
+    from nnbuild import project
+    lenet = project.resolve("lenet5")
+    assert project.tolerance_for(lenet, "q16-acc32") == 1e-3 and project.tolerance_for(lenet, "float32") == 1e-5
+    for bad, words in (([1e-3], "'tolerances' must map"), ({"q17": 1e-3}, "precision 'q17'"),
+                       ({"q16": -1}, "tolerance '-1'")):
+        example = tmp_path / "ex"
+        example.mkdir(exist_ok=True)
+        (example / "m.h5").write_bytes(LENET5.read_bytes())
+        (example / "example.json").write_text(json.dumps({"model": "m.h5", "tolerances": bad}))
+        with pytest.raises(NNBuildError, match=words) as error:
+            project.resolve("ex", root=tmp_path)
+        assert "example.json" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_generation_is_deterministic(tmp_path):
+    model = layered_model()
+    for shape in ("v2", "v3"):
+        a = codegen.generate(model, tmp_path / f"{shape}a", shape=shape, precision="q16", input_range=(-1, 1))
+        b = codegen.generate(layered_model(), tmp_path / f"{shape}b", shape=shape, precision="q16",
+                             input_range=(-1, 1))
+        assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
