@@ -9,21 +9,34 @@ are the only loops.
 """
 
 from nnbuild import __version__
-from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed, v3
+from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed
 from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 from nnbuild import numerics as q
 from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
 
-class Writer(v3.Writer):
-    """v3's statement writer over the int16 tensors xq, yq and the arena."""
+class Writer:
+    """Statements of one layer over the int16 tensors xq, yq and the arena, cut into functions of at
+    most `part_terms` terms (named like the float v3's parts: nn_<layer>_p<k>)."""
+
+    def __init__(self, op, arena, part_terms):
+        self.op, self.arena, self.part_terms, self.parts, self.terms = op, arena, part_terms, [], 0
 
     def at(self, ref, index):
         if ref in ("xq", "yq"):
             return f"{ref}[{index}]"
         off = int(ref.split(" + ")[1]) if " + " in ref else 0
         return f"{self.arena}[{off + index}]"
+
+    get = at
+
+    def emit(self, line, terms=1):
+        if not self.parts or self.terms + terms > self.part_terms:
+            self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
+            self.terms = 0
+        self.parts[-1]["lines"].append(line)
+        self.terms += terms
 
 
 def literal(value, bits):
@@ -134,19 +147,15 @@ def layer_lines(op, w):
                    + " ".join(lines) + " }", 3 * n)
 
 
-def render(model, *, precision, storage, passes_log, input_range):
+def render(model, *, precision, storage, passes_log, input_range, lowered, part_terms):
+    """The files of `model` (lowered by nnbuild.codegen.cnn, its size checked by the v3 shape)."""
     if input_range is None:
         raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
     plan = graph_plan.quantize_graph(model, precision, input_range)
-    lowered = cnn.lower(model, storage)
-    estimate, limit = v3.count_terms(lowered["ops"]), v3.max_terms()
-    if estimate > limit:
-        raise NNBuildError(f"shape v3 would unroll about {estimate:,} terms (limit {limit:,}): use shape v2 "
-                           "(the same integers in loops), or raise NNBUILD_V3_MAX_TERMS", item=f"model '{model.name}'")
     ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, "const")
     parts = []
     for op in ops:
-        w = Writer(op, lowered["arena_symbol"])
+        w = Writer(op, lowered["arena_symbol"], part_terms)
         layer_lines(op, w)
         op["parts"] = w.parts
         parts.extend(w.parts)
@@ -158,7 +167,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         **common.storage_context(storage), "near": storage == common.NEAR_STORAGE, "flash_bytes": 0,
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "parts": parts, "arrays": [],
         "int_reads": [], "memory": memory, "arena_symbol": lowered["arena_symbol"],
-        "arena_elements": memory["arena_bytes"] // v2_fixed.ELEMENT_BYTES, "part_terms": v3.PART_TERMS,
+        "arena_elements": memory["arena_bytes"] // v2_fixed.ELEMENT_BYTES, "part_terms": part_terms,
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
         "mac16": False, "dot16": False, "read64": False, "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
         "shr64": False, "shr64_shifts": sorted({o["q"].shift for o in ops if o["q"].acc_bits == 64}),
