@@ -10,9 +10,7 @@ are the only loops.
 
 from nnbuild import __version__
 from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed
-from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
-from nnbuild import numerics as q
 from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
 
@@ -169,17 +167,8 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
         "int_reads": [], "memory": memory, "arena_symbol": lowered["arena_symbol"],
         "arena_elements": memory["arena_bytes"] // v2_fixed.ELEMENT_BYTES, "part_terms": part_terms,
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
-        "mac16": False, "dot16": False, "read64": False, "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
-        "shr64": False, "shr64_shifts": sorted({o["q"].shift for o in ops if o["q"].acc_bits == 64}),
-        "tanh_tables": v2_fixed.tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
-        "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
-        "uses_max": "nn_max16(" in uses, "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS,
-        "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT, "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS,
-        "exp_step": q.Z_FRAC - q.EXP_STEP_BITS, "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1,
-        "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1), "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1,
-        "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1), "output_scale": float_literal(2.0 ** -plan.output.frac),
-        "input_scale": float_literal(2.0 ** plan.input.frac), "input_lo": float_literal(plan.input_range[0]),
-        "input_hi": float_literal(plan.input_range[1]), **mlp_fixed.input_bounds(plan),
+        "mac16": False, "dot16": False, "read64": False, "uses_max": "nn_max16(" in uses,
+        **v2_fixed.helper_context(plan, ops),
     }
     name = model.name
     code, facts, _ = cnn.render_code("v3_fixed.c.j2", ctx)
