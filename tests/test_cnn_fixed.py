@@ -13,7 +13,7 @@ from nnbuild import codegen, pipeline
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
-from nnbuild.ir.graph import Add, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D, Unary
+from nnbuild.ir.graph import Add, BatchNorm, Concatenate, Conv2D, Dense, Flatten, Model, Pool2D, Unary, ZeroPadding2D
 from nnbuild.numerics import graph_bitexact, graph_plan
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
 
@@ -26,16 +26,19 @@ def lenet5():
 
 
 def layered_model():
-    """Every layer kind the fixed v2 shape generates (padding, stride, dilation, max and average
-    pooling, Add with different formats, Concatenate), with a wide pre-activation range."""
+    """Every layer kind the fixed shapes generate (padding, stride, dilation, max and average
+    pooling with equal and unequal cell counts, Add of different formats, an unfolded BatchNorm,
+    ZeroPadding2D, Concatenate), with a wide pre-activation range."""
     rng = np.random.default_rng(7)
     k = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
     layers = [Conv2D("c1", k(3, 3, 2, 4), k(4), strides=(2, 2), padding=(0, 1, 0, 1), activation="relu"),
               Pool2D("mp", "max", (2, 2), (1, 1), padding=(0, 1, 0, 1)),
               Conv2D("c2", k(3, 3, 4, 4) * 3, k(4), dilation=(2, 2), padding=(2, 2, 2, 2), activation="linear"),
               Add("sum", activation="relu"),
+              BatchNorm("bn", k(4) + 1, k(4), k(4), np.abs(k(4)) + 0.5, 1e-3),
               Conv2D("c3", k(2, 2, 4, 3), None, padding=(0, 1, 0, 1), activation="sigmoid"),
-              Conv2D("c4", k(1, 1, 4, 2), k(2), activation="tanh"),
+              ZeroPadding2D("zp", (1, 0, 0, 1)),
+              Conv2D("c4", k(2, 2, 4, 2), k(2), activation="tanh"),
               Concatenate("cat", axis=2),
               Pool2D("ap", "avg", (2, 2), (2, 2), source_type="AveragePooling2D"),
               Pool2D("ap3", "avg", (3, 3), (1, 1), padding=(1, 1, 1, 1), source_type="AveragePooling2D"),
@@ -45,7 +48,8 @@ def layered_model():
     for layer in layers:
         edges[layer.name] = (previous,)
         previous = layer.name
-    edges.update({"sum": ("mp", "c2"), "c3": ("sum",), "c4": ("sum",), "cat": ("c3", "c4")})
+    edges.update({"sum": ("mp", "c2"), "bn": ("sum",), "c3": ("bn",), "zp": ("bn",), "c4": ("zp",),
+                  "cat": ("c3", "c4")})
     return Model("layered", (9, 9, 2), layers, edges=edges, input_name="image")
 
 
@@ -57,9 +61,9 @@ def probe_inputs(n_in, lo, hi, count=24):
     return np.vstack([x, odd])
 
 
-def host_outputs(tmp_path, model, precision, x, input_range):
-    out = tmp_path / precision
-    codegen.generate(model, out, shape="v2", precision=precision, storage="avr-progmem-far", input_range=input_range)
+def host_outputs(tmp_path, model, precision, x, input_range, shape="v2"):
+    out = tmp_path / f"{shape}-{precision}"
+    codegen.generate(model, out, shape=shape, precision=precision, storage="avr-progmem-far", input_range=input_range)
     exe = out / "check"
     cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", f"-I{out}",
            *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
@@ -68,6 +72,7 @@ def host_outputs(tmp_path, model, precision, x, input_range):
     return native.run_cases(exe, x, model.output_size)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
 def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
     model = lenet5()
@@ -78,11 +83,12 @@ def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
     assert np.all(np.isfinite(c))
 
 
+@pytest.mark.parametrize("shape", ["v2", pytest.param("v3", marks=pytest.mark.e2e)])  # v3's unrolled C compiles in 5 s
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
-def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
+def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()
     x = probe_inputs(model.input_size, -1.0, 1.0)
-    c = host_outputs(tmp_path, model, precision, x, (-1, 1))
+    c = host_outputs(tmp_path, model, precision, x, (-1, 1), shape)
     emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (-1, 1)), x)
     assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
     expected = reference.run(model, x[:24].reshape((24, 9, 9, 2)).astype(np.float64), "float64")
@@ -92,7 +98,7 @@ def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precisio
 @pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 5e-4)])
 def test_lenet5_error_against_float64_reference(precision, tolerance):
     model = lenet5()
-    x = check_inputs(model.input_size, 200, 5, LENET5_RANGE)
+    x = check_inputs(model.input_size, 40, 5, LENET5_RANGE)
     plan = graph_plan.quantize_graph(model, precision, LENET5_RANGE)
     expected = reference.run(model, x.reshape((len(x),) + plan.input_shape).astype(np.float64), "float64")
     error = np.abs(graph_bitexact.run_graph(plan, x) - np.asarray(expected).reshape(len(x), -1)).max()
@@ -115,8 +121,8 @@ def test_proven_intervals_hold_on_random_and_extreme_inputs(precision):
     model = lenet5()
     plan = graph_plan.quantize_graph(model, precision, LENET5_RANGE)
     rng = np.random.default_rng(3)
-    x = np.vstack([check_inputs(model.input_size, 40, 2, LENET5_RANGE),
-                   rng.choice(LENET5_RANGE, (40, model.input_size)).astype(np.float32)])
+    x = np.vstack([check_inputs(model.input_size, 12, 2, LENET5_RANGE),
+                   rng.choice(LENET5_RANGE, (12, model.input_size)).astype(np.float32)])
     for op, inputs, y in stored_integers(plan, x):
         assert op.interval[0] <= y.min() and y.max() <= op.interval[1], op.name
         assert np.abs(y).max() <= op.output.qmax, op.name
@@ -225,3 +231,52 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
     print(f"\n{name} {precision}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
           f"bound/measured {bound.cycles / worst:.4f}")
     assert worst <= bound.cycles <= 1.03 * worst
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v3", "q16-acc32")])
+def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, precision):
+    """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
+    average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's
+    unrolled 64-bit sums of this model need 181 KB of flash: more than the ATmega1284 has.)"""
+    from nnbuild import wcet
+    model = layered_model()
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, shape=shape, precision=precision,
+                                                input_range=(-1.0, 1.0))
+    x = np.vstack([probe_inputs(model.input_size, -1.0, 1.0, count=8),
+                   adversarial(model.input_size, -1.0, 1.0, np.random.default_rng(5))])
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="layered_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (-1, 1)), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / "layered.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, "layered_infer", facts, tmp_path)
+    print(f"\nlayered {shape} {precision}: WCET bound {bound.cycles:,}, simavr worst {int(cycles.max()):,}, "
+          f"bound/measured {bound.cycles / cycles.max():.4f}")
+    assert bound.cycles >= cycles.max()
+
+
+def test_examples_give_fixed_point_its_own_tolerance(tmp_path):
+    from nnbuild import project
+    lenet = project.resolve("lenet5")
+    assert project.tolerance_for(lenet, "q16-acc32") == 1e-3 and project.tolerance_for(lenet, "float32") == 1e-5
+    for bad, words in (([1e-3], "'tolerances' must map"), ({"q17": 1e-3}, "precision 'q17'"),
+                       ({"q16": -1}, "tolerance '-1'")):
+        example = tmp_path / "ex"
+        example.mkdir(exist_ok=True)
+        (example / "m.h5").write_bytes(LENET5.read_bytes())
+        (example / "example.json").write_text(json.dumps({"model": "m.h5", "tolerances": bad}))
+        with pytest.raises(NNBuildError, match=words) as error:
+            project.resolve("ex", root=tmp_path)
+        assert "example.json" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_generation_is_deterministic(tmp_path):
+    model = layered_model()
+    for shape in ("v2", "v3"):
+        a = codegen.generate(model, tmp_path / f"{shape}a", shape=shape, precision="q16", input_range=(-1, 1))
+        b = codegen.generate(layered_model(), tmp_path / f"{shape}b", shape=shape, precision="q16",
+                             input_range=(-1, 1))
+        assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]

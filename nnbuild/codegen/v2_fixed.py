@@ -53,16 +53,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
         "mac16": any(o["mac16"] for o in ops), "dot16": near and any(o["dot"] for o in ops),
         "dot16far": not near and any(o["dot"] for o in ops), "read64": any(a["bits"] == 64 for a in arrays),
-        "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
-        "shr64": False, "shr64_shifts": sorted({o["q"].shift for o in ops if o["q"].acc_bits == 64}),
-        "tanh_tables": tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
-        "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
-        "recip_frac": gb.RECIP_FRAC, "z_frac": q.Z_FRAC, "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS, "z_limit": q.Z_LIMIT,
-        "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS, "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
-        "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1, "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1),
-        "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1),
-        "output_scale": float_literal(2.0 ** -plan.output.frac), "input_scale": float_literal(2.0 ** plan.input.frac),
-        "input_lo": float_literal(plan.input_range[0]), "input_hi": float_literal(plan.input_range[1]), **mlp_fixed.input_bounds(plan),
+        **helper_context(plan, ops),
     }
     name = model.name
     code, facts, _ = cnn.render_code(template, ctx)
@@ -79,6 +70,25 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
         f"{name}.flowfacts.json": facts,
         f"{name}.trace.json": record,
+    }
+
+
+def helper_context(plan, ops):
+    """Template context of fixed_helpers.c.j2 and the CNN requantisation (shared by v2 and v3): which
+    helpers the ops need, the tables and their constants, the input rounding and output scale."""
+    return {
+        "sar8": any(o["q"].acc_bits == 32 and o["q"].shift >= 8 for o in ops),
+        "shr64": False, "shr64_shifts": sorted({o["q"].shift for o in ops if o["q"].acc_bits == 64}),
+        "tanh_tables": tanh_tables(plan), "softmax_ops": any(o["softmax"] for o in ops),
+        "exp_table": mlp_fixed.literal_rows(q.exp_table()) if any(o.activation == "softmax" for o in plan.ops) else None,
+        "recip_frac": gb.RECIP_FRAC, "z_frac": q.Z_FRAC, "z_limit": q.Z_LIMIT,
+        "tanh_points": q.TANH_POINTS, "tanh_step_size": 2 ** q.TANH_STEP_BITS,
+        "tanh_step": q.Z_FRAC - q.TANH_STEP_BITS, "exp_step": q.Z_FRAC - q.EXP_STEP_BITS,
+        "tanh_mask": (1 << (q.Z_FRAC - q.TANH_STEP_BITS)) - 1, "tanh_half": 1 << (q.Z_FRAC - q.TANH_STEP_BITS - 1),
+        "exp_mask": (1 << (q.Z_FRAC - q.EXP_STEP_BITS)) - 1, "exp_half": 1 << (q.Z_FRAC - q.EXP_STEP_BITS - 1),
+        "output_scale": float_literal(2.0 ** -plan.output.frac), "input_scale": float_literal(2.0 ** plan.input.frac),
+        "input_lo": float_literal(plan.input_range[0]), "input_hi": float_literal(plan.input_range[1]),
+        **mlp_fixed.input_bounds(plan),
     }
 
 

@@ -33,9 +33,10 @@ from nnbuild.codegen import cnn, common, templating, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import semantics
 from nnbuild.ir.graph import normal_axes
+from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
 
 
 #: the most multiply-accumulate/element terms v3 writes (LeNet-5 has 281,640 MACs: ~7 MB of C)
@@ -432,12 +433,13 @@ def count_terms(ops):
 
 def check_precision(precision):
     if precision not in PRECISIONS:
-        raise NNBuildError(f"shape v3 generates {' and '.join(PRECISIONS)} only (precision '{precision}' is not "
-                           "supported by it; use shape=mlp for fixed point)")
+        raise NNBuildError(f"shape v3 generates {', '.join(PRECISIONS)} only (precision '{precision}' is not "
+                           "supported by it; shape=mlp generates every fixed-point precision)")
 
 
-def render(model, *, precision, storage, passes_log, **_options):
-    check_precision(precision)
+def render(model, *, precision, storage, passes_log, input_range=None, **_options):
+    if not is_fixed(precision):
+        check_precision(precision)
     lowered = cnn.lower(model, storage)
     estimate, limit = count_terms(lowered["ops"]), max_terms()
     timing = compile_estimate(estimate)
@@ -451,6 +453,10 @@ def render(model, *, precision, storage, passes_log, **_options):
               f"{duration(timing['seconds_per_compile'])} per compile of {model.name}.c "
               f"({COMPILE_BASIS}); shape v2 computes the same in loops and compiles in seconds",
               file=sys.stderr, flush=True)
+    if is_fixed(precision):
+        from nnbuild.codegen import v3_fixed
+        return v3_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
+                               input_range=input_range, lowered=lowered, part_terms=PART_TERMS)
     num = Numbers(precision)
     layers, parts = [], []
     for op in lowered["ops"]:

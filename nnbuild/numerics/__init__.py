@@ -8,7 +8,8 @@ other nnbuild stage (layers are read by duck type: `kind`, `kernel`, `bias`, `ac
   rounding and integer conversion;
 - plan: `quantize(model, precision, input_range)` -> QPlan, the formats and the proof per layer;
 - tables: tanh and exp tables of the table activations;
-- bitexact: `run(plan, x)`, exactly what the generated C computes.
+- bitexact: `run(plan, x)`, exactly what the generated C computes;
+- graph_plan, graph_bitexact: the same for the CNN shapes' graphs (`quantize_graph`, `run_graph`).
 """
 
 from nnbuild.numerics.formats import (FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED, Z_FRAC, Z_LIMIT,  # noqa: F401
