@@ -83,7 +83,8 @@ def neighbours(rng, value, n):
     bits = np.array([value], dtype=np.float32).view(np.uint32)[0]
     flips = np.concatenate([np.uint32(1) << np.arange(32, dtype=np.uint32),
                             rng.integers(1, 1 << 16, n, dtype=np.uint64).astype(np.uint32)])
-    out = (bits ^ flips).astype(np.uint32).view(np.float32).astype(float)
+    with np.errstate(invalid="ignore"):  # flips that make a NaN are dropped below
+        out = (bits ^ flips).astype(np.uint32).view(np.float32).astype(float)
     return out[np.isfinite(out)]
 
 
