@@ -78,14 +78,26 @@ def float_patterns(rng, n):
     return bits.view(np.float32).astype(float)
 
 
+def neighbours(rng, value, n):
+    """The float32 `value` with each single bit flipped, and n variants with random low bits flipped."""
+    bits = np.array([value], dtype=np.float32).view(np.uint32)[0]
+    flips = np.concatenate([np.uint32(1) << np.arange(32, dtype=np.uint32),
+                            rng.integers(1, 1 << 16, n, dtype=np.uint64).astype(np.uint32)])
+    with np.errstate(invalid="ignore"):  # flips that make a NaN are dropped below
+        out = (bits ^ flips).astype(np.uint32).view(np.float32).astype(float)
+    return out[np.isfinite(out)]
+
+
 def ascend(run, start, cycles, cells, rng, sweeps):
-    """Coordinate ascent from `start`: per cell in turn, try float bit patterns, the palette and
-    the integers -300..300 there, keep the slowest; stop after a sweep without gain."""
+    """Coordinate ascent from `start`: per cell in turn, try float bit patterns, neighbours of the
+    current value (bit flips), the palette and the integers -300..300 there, keep the slowest; stop
+    after a sweep without gain."""
     best, best_cycles = start.copy(), cycles
     for _ in range(sweeps):
         gained = False
         for k in rng.permutation(cells):
-            values = np.concatenate([float_patterns(rng, 1400), PALETTE, np.arange(-300, 301, dtype=float)])
+            values = np.concatenate([float_patterns(rng, 1000), neighbours(rng, best[k], 400), PALETTE,
+                                     np.arange(-300, 301, dtype=float)])
             x = np.repeat(best[None], len(values), axis=0)
             x[:, k] = values
             c = run(x)

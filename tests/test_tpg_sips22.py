@@ -219,6 +219,34 @@ def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_p
         assert "visits" not in facts  # the call graph visits each team once per path already
 
 
+@needs_avr
+def test_avr_visit_facts_with_one_function_per_team(tmp_path, traces, monkeypatch):
+    """The switch shape of a large graph (over SWITCH_INLINE_OPERATIONS; lowered to 0 here so the
+    example's TPG takes that form and still fits the ATmega1284) calls each team body from its case:
+    the visit facts are the cases, every team gets its rows and the visited teams one root path; the
+    bound covers the whole trace and is well under the loop-bound-only one."""
+    from nnbuild.codegen import tpg_lower
+    monkeypatch.setattr(tpg_lower, "SWITCH_INLINE_OPERATIONS", 0)
+    board = pipeline.load_board("avr")
+    program, harness = pipeline.build_check_program(str(dot_file("fishing_derby.9", "cleaned")), board, tmp_path,
+                                                    name="fd", shape="switch", environment="sips22-atari")
+    facts = json.loads((tmp_path / "gen" / "fd.flowfacts.json").read_text())
+    assert "static NN_NOINLINE int fd_T2(" in (tmp_path / "gen" / "fd.c").read_text()
+    assert {v["function"] for v in facts["visits"]} == {"fd_infer"}
+    bound = wcet.analyze(board, program, "fd_infer", facts, tmp_path / "visits")
+    notes = bound.details["paths"][next(k for k in bound.details["paths"] if k.startswith("fd_infer"))]
+    assert not [n for n in notes if "not bounded" in n]
+    assert notes[-1] == "visits: the visited teams form one root path (4 teams, 4 edges)"
+    loop_only = wcet.analyze(board, program, "fd_infer", {k: v for k, v in facts.items() if k != "visits"},
+                             tmp_path / "loop_only")
+    obs, _ = traces["fishing_derby.9"]
+    _, cycles = tpg_run.run_simavr(program, obs.astype(float), entry_symbol="fd_infer", mcu=board["mcu"],
+                                   freq=board["clock_hz"], harness=harness, nm=board["nm"])
+    print(f"\n  fishing_derby.9, switch, one function per team: WCET bound {bound.cycles:,} (loop bound only "
+          f"{loop_only.cycles:,}); trace max {cycles.max():,}")
+    assert cycles.max() <= bound.cycles < 0.8 * loop_only.cycles
+
+
 # ------------------------------------------------------------------------------- SCons
 
 

@@ -2,7 +2,7 @@
 
 One integer variable per edge (the virtual entry edge is fixed at 1), flow conservation at every
 node, one constraint per loop bound, plus the table's path constraints (avr_paths: linear rows over
-block execution counts or edge counts (avr_visits), auxiliary 0/1 variables that encode a disjunction, and counters whose
+block execution counts, auxiliary 0/1 variables that encode a disjunction, and counters whose
 callee part comes from "choice" variables: a parametric callee's cycles per counter value).
 The objective puts each node's cost on its incoming edges
 plus the edge's extra cycles (taken branch, skip), so it is an exact integer for an integer
@@ -91,8 +91,6 @@ def _rows(region, loops, paths=None, choices=(), cap=None):
                         row[i] = row.get(i, 0) + c
                 elif kind == "counter":
                     counter(key, c, row)
-                elif kind == "edge":
-                    row[key] = row.get(key, 0) + c
                 else:
                     row[n + key] = row.get(n + key, 0) + c
             rows.append((row, -np.inf, hi))

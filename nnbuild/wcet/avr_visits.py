@@ -4,7 +4,7 @@ The TPG generators know that each team is visited at most once per inference (th
 acyclic and walked root -> team -> ... -> action), but the switch shape runs the teams in one loop
 whose bound alone lets the ILP charge the costliest team on every pass. A fact in
 gen/<model>.flowfacts.json "visits" ({name, function, file, first_line, last_line, max_per_call,
-why}) names a team's source lines.
+parents, why}) names a team's source lines and the teams with an edge to it.
 
 Line tables are not exact enough to bound "the team's code" as a whole: gcc merges identical
 tails (a one-edge team's `state = 3` with another team's `next = 3`) and the loop latch may carry
@@ -17,7 +17,9 @@ sound when an anchor runs only in passes that visit its team and at most once pe
 * an anchor lies in no loop but the one around the teams, and some pass avoids it (it is not
   hoisted into code every pass runs).
 Anchors that break a rule get no row, and the reason is reported; the bound is then the looser,
-loop-bounded one for them, never unsound.
+loop-bounded one for them, never unsound. With every team's `parents`, the anchors are bounded by
+0/1 "visited" variables constrained to one root path of the team graph (so the ILP cannot add up the
+costliest teams of different paths), else by max_per_call each.
 """
 
 import os
