@@ -13,8 +13,9 @@ conditioned on them, nnbuild/wcet/avr_libloops.json):
   subnormal factor, no underflow. The flush changes a neuron's sum by at most
   sum_i |w_i| * 2^(keep_exp - 127) (`flush_error`), far below float32's rounding of any sum
   that is not itself near the smallest normal;
-* additions: the products with a clear sign bit go to one accumulator and the others are
-  subtracted from another, both starting at +0.0: each addition adds two values of clear sign.
+* additions: the bias and the products with a clear sign bit go to one accumulator, the others
+  are subtracted from another (each starts at +0.0 or at the bias' magnitude, by its sign bit):
+  each addition adds two values of clear sign; one subtraction per neuron joins the two.
 """
 
 from dataclasses import dataclass
