@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") a
                                 reason="avr-gcc or the f1tenth example missing")]
 
 #: the table tags that only value facts give
-VALUE_TAGS = frozenset(float_facts.MUL_TAGS + float_facts.ADD_TAGS + ("__divsf3:A.normal", "__divsf3:eA-eB>=-125"))
+VALUE_TAGS = frozenset(float_facts.MUL_TAGS + float_facts.ADD_TAGS + ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125"))
 
 
 def cases(n_in):
