@@ -9,8 +9,10 @@ conditioned on them, nnbuild/wcet/avr_libloops.json):
 * weights: every weight of the layer is zero or normal (checked here, bit by bit);
 * activations: before a layer runs, each input whose biased exponent is below `keep_exp` is
   flushed to a zero of its sign, `keep_exp = max(1, 127 - e_min)` with e_min the smallest biased
-  exponent of the layer's non-zero weights; so a non-zero product has eW + eX >= 127: no
-  subnormal factor, no underflow. The flush changes a neuron's sum by at most
+  exponent of the layer's non-zero weights; so non-zero factors are normal and have
+  eW + eX >= 127: __mulsf3's exponent sum eW + eX - 127 is never negative and its
+  denormalisation loop does not run (a sum of exactly 0 packs a subnormal product without a
+  loop). The flush changes a neuron's sum by at most
   sum_i |w_i| * 2^(keep_exp - 127) (`flush_error`), far below float32's rounding of any sum
   that is not itself near the smallest normal;
 * additions: the bias and the products with a clear sign bit go to one accumulator, the others
