@@ -57,6 +57,7 @@ def test_f1tenth_avr_flow_facts_tag_every_mac_and_tanh(tmp_path):
     assert all(("pos += p.f" in l or "neg -= p.f" in l or "d = e + 1.0f" in l) for l in by_op["add"])
     assert [l.strip() for l in by_op["div"]] == ["return (e - 1.0f) / d;"]
     assert [l.strip() for l in by_op["exp"]] == ["e = expf(2.0f * x);"]
+    assert {t for v in facts["values"] for t in v["tags"]} == set(F.MUL_TAGS + F.ADD_TAGS + F.DIV_TAGS + F.EXP_TAGS)
     weights = (tmp_path / "f1tenth_weights.c").read_text()
     for layer in model.layers:
         keep = F.mac_facts(layer.kernel).keep_exp

@@ -26,8 +26,8 @@ from test_wcet_avr_generated import ARCH, generate_and_build, n_inputs
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
                                 reason="avr-gcc or the f1tenth example missing")]
 
-#: the table tags that only value facts give
-VALUE_TAGS = frozenset(float_facts.MUL_TAGS + float_facts.ADD_TAGS + ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125", "exp:|x|<18"))
+#: the table tags that value facts give
+VALUE_TAGS = float_facts.VALUE_ONLY_TAGS | {"__divsf3:A.normal"}
 
 
 def cases(n_in):
