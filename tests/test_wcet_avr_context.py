@@ -19,6 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from nnbuild.numerics import float_facts
 from nnbuild.wcet import avr_decode, avr_ipet, avr_loops, avr_paths
 from nnbuild.wcet import avr_timing as T
 
@@ -205,6 +206,8 @@ def traced(drv, tracer, tmp_path_factory):
     for k, ent in enumerate(avr_loops.load_table()):  # context loop entries
         if "within" not in ent and "call_site" not in ent:
             continue
+        if set(ent.get("within", [])) & float_facts.VALUE_ONLY_TAGS:
+            continue  # generator value facts: checked on generated code, test_wcet_avr_value_facts.py
         header = prog.address_of(ent["symbol"]) + ent["offset"]
         site = avr_paths.resolve_site(prog, ent["call_site"]) if "call_site" in ent else None
         group = 1 + len({key[1] for key in probes if key[0] == "loop"})

@@ -22,7 +22,7 @@ from test_wcet_avr import MCU, FREQ, ROOT, board, worst_case_search
 
 ARCH = os.path.join(ROOT, "firmware_examples", "f1tenth", "architecture.json")
 #: analysis time limit (s) and bound/measured cap for the generated F1/10 model at -Os
-TIME_LIMIT, RATIO_CAP = 30.0, 2.9
+TIME_LIMIT, RATIO_CAP = 30.0, 1.5
 #: the same for its q16 build (integer MACs; float only in the input quantisation)
 Q16_TIME_LIMIT, Q16_RATIO_CAP = 10.0, 1.03
 

@@ -9,12 +9,15 @@ conditioned on them, nnbuild/wcet/avr_libloops.json):
 * weights: every weight of the layer is zero or normal (checked here, bit by bit);
 * activations: before a layer runs, each input whose biased exponent is below `keep_exp` is
   flushed to a zero of its sign, `keep_exp = max(1, 127 - e_min)` with e_min the smallest biased
-  exponent of the layer's non-zero weights; so a non-zero product has eW + eX >= 127: no
-  subnormal factor, no underflow. The flush changes a neuron's sum by at most
+  exponent of the layer's non-zero weights; so non-zero factors are normal and have
+  eW + eX >= 127: __mulsf3's exponent sum eW + eX - 127 is never negative and its
+  denormalisation loop does not run (a sum of exactly 0 packs a subnormal product without a
+  loop). The flush changes a neuron's sum by at most
   sum_i |w_i| * 2^(keep_exp - 127) (`flush_error`), far below float32's rounding of any sum
   that is not itself near the smallest normal;
-* additions: the products with a clear sign bit go to one accumulator and the others are
-  subtracted from another, both starting at +0.0: each addition adds two values of clear sign.
+* additions: the bias and the products with a clear sign bit go to one accumulator, the others
+  are subtracted from another (each starts at +0.0 or at the bias' magnitude, by its sign bit):
+  each addition adds two values of clear sign; one subtraction per neuron joins the two.
 """
 
 from dataclasses import dataclass
@@ -27,6 +30,11 @@ BIAS = 127
 #: value-fact tags (flow facts "values") the analyser's table entries name
 MUL_TAGS = ("__mulsf3:AB.normal", "__mulsf3:e.sum>=127")
 ADD_TAGS = ("__addsf3x:same-sign",)
+#: nn_tanh's (e - 1) / (e + 1) and expf(2x) (prelude.c.j2 emits these)
+DIV_TAGS = ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125")
+EXP_TAGS = ("exp:|x|<18",)
+#: tags only value facts give (__divsf3:A.normal also comes from constant operands)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + DIV_TAGS[1:] + EXP_TAGS)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,87 @@
+"""Value facts of float32 multiply-accumulates (nnbuild.numerics.float_facts), their flow-facts
+entries (codegen) and how the analyser places them on calls (avr_paths). Quick tier: no compiler."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from nnbuild import codegen, pipeline
+from nnbuild.errors import NNBuildError
+from nnbuild.numerics import float_facts as F
+from nnbuild.wcet import avr_paths
+
+F1TENTH = REPO / "firmware_examples/f1tenth/architecture.json"
+
+
+def test_threshold_makes_every_kept_product_normal():
+    """keep_exp = 127 - smallest weight exponent: a kept input and any non-zero weight have
+    eW + eX >= 127, so __mulsf3's exponent sum eW + eX - 127 is never negative (its
+    denormalisation loop does not run; the extreme pair's product 2^-127 is packed loop-free)."""
+    kernel = np.array([[0.75, -2.0 ** -20], [0.0, 3.0]], dtype=np.float32)
+    facts = F.mac_facts(kernel)
+    assert facts.weights_normal and facts.weight_exp_min == 127 - 20 and facts.keep_exp == 20
+    smallest_kept = np.float32(2.0 ** (facts.keep_exp - 127))
+    e_w, e_x = F.biased_exponents([np.float32(-2.0 ** -20), smallest_kept])
+    assert e_w + e_x == 127
+    assert np.float32(-2.0 ** -20) * smallest_kept == np.float32(-2.0 ** -127)
+    assert F.flushed([smallest_kept], facts.keep_exp)[0] == smallest_kept
+    below = np.nextafter(smallest_kept, np.float32(0))
+    assert F.flushed([below, -below], facts.keep_exp).view(np.uint32).tolist() == [0, 0x80000000]
+    assert facts.flush_error == pytest.approx((2.0 ** -20 + 3.0) * 2.0 ** -107)
+
+
+def test_large_weights_still_flush_subnormals():
+    facts = F.mac_facts(np.full((3, 2), 8.0, np.float32))
+    assert facts.keep_exp == 1
+    sub = np.float32(1e-40)
+    assert F.flushed([sub, np.inf, np.nan, 1.0], 1)[[0, 1, 3]].tolist() == [0.0, np.inf, 1.0]
+
+
+@pytest.mark.parametrize("bad", [1e-42, np.inf, np.nan])
+def test_subnormal_or_non_finite_weights_claim_nothing(bad):
+    facts = F.mac_facts(np.array([[0.5, bad]], dtype=np.float32))
+    assert not facts.weights_normal and facts.keep_exp == 1
+
+
+def test_f1tenth_avr_flow_facts_tag_every_mac_and_tanh(tmp_path):
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    codegen.generate(model, tmp_path, storage="avr-progmem-far")
+    facts = json.loads((tmp_path / "f1tenth.flowfacts.json").read_text())
+    lines = (tmp_path / "f1tenth.c").read_text().splitlines()
+    by_op = {}
+    for v in facts["values"]:
+        by_op.setdefault(v["op"], []).append(lines[v["line"] - 1])
+    assert len(by_op["mul"]) == 5 and all("NN_READF(w) *" in l for l in by_op["mul"])   # 5 weight chunks
+    assert all(("pos += p.f" in l or "neg -= p.f" in l or "d = e + 1.0f" in l) for l in by_op["add"])
+    assert [l.strip() for l in by_op["div"]] == ["return (e - 1.0f) / d;"]
+    assert [l.strip() for l in by_op["exp"]] == ["e = expf(2.0f * x);"]
+    assert {t for v in facts["values"] for t in v["tags"]} == set(F.MUL_TAGS + F.ADD_TAGS + F.DIV_TAGS + F.EXP_TAGS)
+    weights = (tmp_path / "f1tenth_weights.c").read_text()
+    for layer in model.layers:
+        keep = F.mac_facts(layer.kernel).keep_exp
+        assert f"const uint8_t f1tenth_{layer.name}_keep_exp = {keep}u;" in weights
+
+
+def test_host_code_has_no_value_facts(tmp_path):
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    codegen.generate(model, tmp_path)
+    facts = json.loads((tmp_path / "f1tenth.flowfacts.json").read_text())
+    assert not any(v["op"] == "mul" for v in facts.get("values", []))
+    assert "nn_bits" not in (tmp_path / "f1tenth.c").read_text()
+
+
+def test_value_facts_go_to_the_routines_of_their_op():
+    placed = avr_paths.value_facts({"values": [
+        {"file": "gen/m.c", "line": 7, "op": "mul", "tags": ["__mulsf3:AB.normal"]},
+        {"file": "m.c", "line": 7, "op": "add", "tags": ["__addsf3x:same-sign"]}]})
+    at = placed[("m.c", 7)]
+    assert avr_paths.value_fact_tags(at, ["__mulsf3"]) == {"__mulsf3:AB.normal"}
+    assert avr_paths.value_fact_tags(at, ["__subsf3"]) == {"__addsf3x:same-sign"}
+    assert avr_paths.value_fact_tags(at, ["__divsf3"]) == frozenset()
+
+
+def test_unknown_value_fact_op_is_one_clear_error():
+    with pytest.raises(NNBuildError, match=r"m.c:3: unknown op 'sqrt'"):
+        avr_paths.value_facts({"values": [{"file": "m.c", "line": 3, "op": "sqrt", "tags": []}]})
