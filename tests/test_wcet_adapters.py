@@ -617,3 +617,22 @@ def test_register_call_resolved_by_indirect_flow_fact():
         otawa.require_no_computed_jumps(functions, "net_infer", {})
     with pytest.raises(NNBuildError, match="target 'nn_pool2d' is not a function of the ELF"):
         otawa.indirect_calls(functions, {"indirect": [{**fact["indirect"][0], "targets": ["nn_pool2d"]}]})
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(otawa.locate("otawa-config") is None or shutil.which("g++") is None,
+                    reason="OTAWA (otawa-config) or g++ absent")
+def test_arm7tdmi_plugin_builds_once_and_a_failed_build_leaves_nothing(monkeypatch, tmp_path):
+    from nnbuild.wcet import otawa_timing
+    config = otawa.locate("otawa-config")
+    monkeypatch.setenv("NNBUILD_CACHE", str(tmp_path / "cache"))
+    script = otawa_timing.prepared_script("arm7tdmi", config, ARM)
+    plugin = script.parent / "nnbuild" / "arm7tdmi.so"
+    assert plugin.is_file() and f'<path to="{script.parent}"/>' in script.read_text()
+    stamp = plugin.stat().st_mtime_ns
+    assert otawa_timing.prepared_script("arm7tdmi", config, ARM) == script and plugin.stat().st_mtime_ns == stamp
+    fake = tmp_path / "fake" / "bin" / "otawa-config"         # a prefix without OTAWA's headers
+    fake.parent.mkdir(parents=True)
+    with pytest.raises(NNBuildError, match="building the OTAWA plugin failed"):
+        otawa_timing.prepared_script("arm7tdmi", fake, ARM)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [script.parent.name]

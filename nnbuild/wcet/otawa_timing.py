@@ -8,7 +8,9 @@ them per basic block of OTAWA's CFG; OTAWA's IPET solves the bound on the flow f
 """
 
 import hashlib
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -39,11 +41,20 @@ def prepared_script(name, otawa_config, board) -> Path:
     home = tools.cache_dir() / f"otawa-plugin-{name}-{digest.hexdigest()[:16]}"
     script = home / template
     if not script.is_file():
-        build_plugin(prefix, SOURCES / source, home / "nnbuild" / f"{name}.so", board)
-        text = (SOURCES / template).read_text().replace("@PLUGIN_DIR@", str(home))
-        tmp = script.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(script)   # the script last: its presence means a complete build
+        # built aside and renamed into place: parallel builds never load a half-written plugin
+        home.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{home.name}.", dir=home.parent))
+        try:
+            build_plugin(prefix, SOURCES / source, staging / "nnbuild" / f"{name}.so", board)
+            text = (SOURCES / template).read_text().replace("@PLUGIN_DIR@", str(home))
+            (staging / template).write_text(text)
+            try:
+                os.rename(staging, home)
+            except OSError:
+                if not script.is_file():   # not another build's win: a real failure
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return script
 
 
@@ -55,7 +66,6 @@ def build_plugin(prefix, source, out, board):
            "-o", str(out), f"-L{prefix / 'lib'}", "-lotawa", "-lelm", f"-Wl,-rpath,{prefix / 'lib'}"]
     done = tools.run(cmd, timeout=tools.timeout_of(board), what="g++")
     if done.returncode != 0:
-        shutil.rmtree(out.parent.parent, ignore_errors=True)
         raise NNBuildError(f"building the OTAWA plugin failed: {tools.one_line(done.stderr)}", path=source)
 
 

@@ -48,7 +48,7 @@ public:
 	}
 
 protected:
-	void setup(WorkSpace *ws) override {
+	void setup(WorkSpace *) override {
 		if(!path)
 			throw ProcessorException(*this, "no cost table: set nnbuild::arm7tdmi::COSTS_PATH");
 		FILE *f = std::fopen(path.toCString().chars(), "r");
@@ -62,7 +62,7 @@ protected:
 			throw ProcessorException(*this, _ << "empty cost table " << path);
 	}
 
-	void processBB(WorkSpace *ws, CFG *cfg, Block *b) override {
+	void processBB(WorkSpace *, CFG *cfg, Block *b) override {
 		if(!b->isBasic()) {
 			ipet::TIME(b) = 0;
 			return;
