@@ -193,7 +193,8 @@ def emit_activation(e, ar, model, instr):
 def emit_softmax(e, ar, n):
     """z = exp(z - max z) / sum: the max keeps exp from overflowing."""
     e.line("gv_t top = z[0];")
-    e.line(f"{'int64_t' if ar.fixed else 'gv_t'} sum = 0;")
+    wide = softmax_type(ar, n)
+    e.line(f"{wide if ar.fixed else 'gv_t'} sum = 0;")
     e.loop("j", n)
     e.line("if (z[j] > top) top = z[j];")
     e.end()
@@ -201,12 +202,21 @@ def emit_softmax(e, ar, n):
     e.line(f"z[j] = {ar.func('exp', ar.sub('z[j]', 'top'))};")
     e.line("sum += z[j];")
     e.end()
+    if ar.fixed:   # z / sum is a ratio of two Q(F) values: one division, then products
+        e.line("const double inverse = 1.0 / (double)sum;")
     e.loop("j", n)
     if ar.fixed:
-        e.line(f"z[j] = gv_sat((((int64_t)z[j] << {ar.num.frac}) + sum / 2) / sum);")
+        e.line("z[j] = gv_fixed((double)z[j] * inverse);")
     else:
         e.line("z[j] /= sum;")
     e.end()
+
+
+def softmax_type(ar, n):
+    """The softmax sum in int32 when it fits (every exp <= 1.0, so sum <= n 2^F). No integer
+    division follows: libgcc's 32/64-bit divisions cost more than one float division, and the AVR
+    stack analysis cannot bound them."""
+    return "int32_t" if (n + 1) * (1 << ar.num.frac) < (1 << 30) else "int64_t"
 
 
 def emit_derivative(e, ar, act, d, a, n):
@@ -439,6 +449,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
         "layers": [layer_label(model, l) for l in range(len(model.layers))],
         "frac_scale": literal(num, 2.0 ** -num.frac) if num.fixed else None,
         "frac_unit": float(1 << num.frac),
+        "narrow_convert": num.fixed and num.bits <= 24,
     }
     text = templating.render("gravity.c.j2", context)
     code, facts, _ = ff.resolve(text)
