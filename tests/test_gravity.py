@@ -306,3 +306,16 @@ def test_the_jit_takes_a_trained_keras_model_and_keeps_its_weights(tmp_path, cac
     for (w, b), (ew, eb) in zip(net.weights(), step):
         scale = max(1.0, np.abs(ew).max(), np.abs(eb).max())
         assert np.abs(w - ew).max() < 1e-6 * scale and np.abs(b - eb).max() < 1e-6 * scale
+
+
+def test_a_file_name_reaches_the_c_only_escaped(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    path = folder / "x*??\\\nint evil;.g"
+    path.write_text(small())
+    files = generator.render(gravity_g.load(path))
+    (tmp_path / "net.c").write_text(files["net.c"])
+    (tmp_path / "net.h").write_text(files["net.h"])
+    assert "int evil;" not in files["net.c"].replace("\\012int evil;", "")
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "net.c"], cwd=tmp_path,
+                   check=True)

@@ -17,7 +17,7 @@ from nnbuild import __version__
 from nnbuild.codegen import common, templating
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import gravity as ir
-from nnbuild.names import c_identifier
+from nnbuild.names import c_identifier, c_text
 
 KIND = ir.KIND
 PRECISIONS = ("float32", "float64", "fixedW.F")
@@ -391,7 +391,7 @@ def program_body(e, ar, plan, program, api):
         if instr.layer >= 0 and instr.layer != current:
             current = instr.layer
             e.line(e.ff.layer(f"{program}.{layer_mark(instr.layer, model)}") +
-                   f" /* {layer_label(model, instr.layer)} */")
+                   f" /* {c_text(layer_label(model, instr.layer))} */")
         e.line(f"/* {instr.op} */")
         if instr.op in EMIT:
             EMIT[instr.op](e, ar, model, instr)
