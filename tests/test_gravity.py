@@ -319,3 +319,11 @@ def test_a_file_name_reaches_the_c_only_escaped(tmp_path):
     assert "int evil;" not in files["net.c"].replace("\\012int evil;", "")
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "net.c"], cwd=tmp_path,
                    check=True)
+
+
+def test_a_fixed_format_whose_sums_could_overflow_is_refused_naming_the_layer(tmp_path):
+    path = program(tmp_path, '.module "m"; .precision fixed [16, 16]; .input 784;\n.hidden 100 relu; .output 10 softmax;')
+    model = gravity_g.load(path)
+    with pytest.raises(NNBuildError, match=r"net\.g:2:1: precision fixed16\.16 cannot sum 785 products"):
+        ir.plan(model)
+    assert ir.plan(model, "fixed8.16").number.ctype == "int32_t"
