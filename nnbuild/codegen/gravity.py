@@ -98,6 +98,11 @@ class Arithmetic:
             return f"gv_fixed({name}(gv_real({a})))"
         return f"{name}{'f' if self.num.ctype == 'float' else ''}({a})"
 
+    def product(self):
+        """The type one exact product of two values fits: int32 up to 16-bit formats (a 16x16 -> 32
+        multiply on AVR, not libgcc's 64-bit one), else int64."""
+        return "int32_t" if 2 * (self.num.bits - 1) < 31 else "int64_t"
+
     def acc_type(self, terms):
         """Accumulator of a dot product of `terms` exact products (fixed: int32 when it provably fits)."""
         if not self.fixed:
@@ -129,9 +134,9 @@ def emit_affine(e, ar, model, instr):
     if ar.fixed:
         acc = ar.acc_type(n_in + 1)
         e.loop("j", n_out)
-        e.line(f"{acc} acc = ({acc})bias[j] << {ar.num.frac};")
+        e.line(f"{acc} acc = ({acc})bias[j] * {1 << ar.num.frac};")
         e.loop("i", n_in)
-        e.line(f"acc += ({acc})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
+        e.line(f"acc += ({ar.product()})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
         e.end()
         e.line("z[j] = gv_narrow(acc);")
         e.end()
@@ -230,7 +235,7 @@ def emit_derivative(e, ar, act, d, a, n):
     if act == "softmax":
         e.line(f"{'int64_t' if ar.fixed else 'gv_t'} dot = 0;")
         e.loop("j", n)
-        e.line(f"dot += {'(int64_t)a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
+        e.line(f"dot += {f'({ar.product()})a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
         e.end()
         e.loop("j", n)
         if ar.fixed:
@@ -324,7 +329,7 @@ def emit_hidden_delta(e, ar, model, instr):
     e.line(f"const gv_t *restrict row = w + ({index_type(n_prev * n)})i * {n};")
     e.line(f"{acc} acc = 0;")
     e.loop("j", n)
-    e.line(f"acc += ({acc})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
+    e.line(f"acc += ({ar.product()})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
     e.end()
     e.line("back[i] = gv_narrow(acc);" if ar.fixed else "back[i] = acc;")
     e.end()
@@ -450,6 +455,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
         "frac_scale": literal(num, 2.0 ** -num.frac) if num.fixed else None,
         "frac_unit": float(1 << num.frac),
         "narrow_convert": num.fixed and num.bits <= 24,
+        "product": ar.product() if num.fixed else None,
     }
     text = templating.render("gravity.c.j2", context)
     code, facts, _ = ff.resolve(text)
