@@ -85,11 +85,14 @@ def test_integer_expressions(tmp_path, expr, value):
 
 
 def test_defaults_strings_reals_and_precisions(tmp_path):
-    text = (".module 'a''b'; .input 3; .hidden 2 linear; .output 1 sigmoid;" if False else
-            ".module 'net_1'; .prefix \"\"; .optimizer sgd .5E-1; .precision fixed [8, 2 * 4];"
+    text = (".module 'net_1'; .prefix \"\"; .optimizer sgd .5E-1; .precision fixed [8, 2 * 4];"
             " .input 3; .hidden 2 linear; .output 1 sigmoid; // final comment without a newline")
     model = gravity_g.load(program(tmp_path, text))
     assert (model.prefix, model.learning_rate, model.precision, model.batch) == ("", 0.05, "fixed8.8", 1)
+    escaped = gravity_g.load(program(tmp_path, ".module 'n\\et'; .input 3; .hidden 2 relu; .output 2 softmax;"))
+    assert escaped.name == "net"
+    with pytest.raises(NNBuildError, match="'a\"b' is not a C identifier"):
+        gravity_g.load(program(tmp_path, '.module "a""b"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     default = gravity_g.load(program(tmp_path, '.module "m"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     assert (default.prefix, default.learning_rate, default.precision, default.cost) == ("g", 0.1, "float32",
                                                                                     "cross_entropy")
@@ -269,7 +272,8 @@ def test_the_jit_recompiles_only_when_the_model_changes(tmp_path, cache):
 
 def test_a_trained_program_saves_as_a_g_and_weights_pair(tmp_path, cache):
     net = jit.compile(program(tmp_path, small(precision="float")), seed=9)
-    net.save(tmp_path / "out" / "trained.g") if (tmp_path / "out").mkdir() is None else None
+    (tmp_path / "out").mkdir()
+    net.save(tmp_path / "out" / "trained.g")
     again = jit.compile(tmp_path / "out" / "trained.g")
     with np.load(tmp_path / "out" / "trained.npz") as saved:
         again.set_weights([(saved[f"W{l}"], saved[f"b{l}"]) for l in (1, 2, 3)])
