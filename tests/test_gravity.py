@@ -331,3 +331,9 @@ def test_a_fixed_format_whose_sums_could_overflow_is_refused_naming_the_layer(tm
     with pytest.raises(NNBuildError, match=r"net\.g:2:1: precision fixed16\.16 cannot sum 785 products"):
         ir.plan(model)
     assert ir.plan(model, "fixed8.16").number.ctype == "int32_t"
+
+
+def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
+    net = jit.compile(program(tmp_path, small(precision="float").replace('.prefix "nt";', '.prefix "";')), seed=3)
+    assert net.version == ir.VERSION and net.activate(np.zeros(5)).shape == (4,)
+    assert "void *activate(void *m, const void *x);" in generator.render(net.model)["net.h"]
