@@ -118,7 +118,10 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
 
     image = firmware or check
     tasks.append(Task("size", ["size.json"], {"elf": image, "trace": trace, "flowfacts": flowfacts}, role="size",
-                      options={"board": board.name, "entry": (["main"] if firmware else []) + entries[:1]}))
+                      options={"board": board.name,
+                               # the first entry that can be bounded counts: main, else the last entry
+                               # (a Gravity program's train, which runs activate's program too)
+                               "entry": (["main"] if firmware else []) + entries[::-1]}))
     for task in tasks:  # the memory gate first: nothing runs on a simulator of a board the image does not fit
         if task.step == "run" and task.options["board"] == board.name and not on_host:
             task.after.append("size.json")

@@ -85,11 +85,14 @@ def test_integer_expressions(tmp_path, expr, value):
 
 
 def test_defaults_strings_reals_and_precisions(tmp_path):
-    text = (".module 'a''b'; .input 3; .hidden 2 linear; .output 1 sigmoid;" if False else
-            ".module 'net_1'; .prefix \"\"; .optimizer sgd .5E-1; .precision fixed [8, 2 * 4];"
+    text = (".module 'net_1'; .prefix \"\"; .optimizer sgd .5E-1; .precision fixed [8, 2 * 4];"
             " .input 3; .hidden 2 linear; .output 1 sigmoid; // final comment without a newline")
     model = gravity_g.load(program(tmp_path, text))
     assert (model.prefix, model.learning_rate, model.precision, model.batch) == ("", 0.05, "fixed8.8", 1)
+    escaped = gravity_g.load(program(tmp_path, ".module 'n\\et'; .input 3; .hidden 2 relu; .output 2 softmax;"))
+    assert escaped.name == "net"
+    with pytest.raises(NNBuildError, match="'a\"b' is not a C identifier"):
+        gravity_g.load(program(tmp_path, '.module "a""b"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     default = gravity_g.load(program(tmp_path, '.module "m"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     assert (default.prefix, default.learning_rate, default.precision, default.cost) == ("g", 0.1, "float32",
                                                                                     "cross_entropy")
@@ -269,7 +272,8 @@ def test_the_jit_recompiles_only_when_the_model_changes(tmp_path, cache):
 
 def test_a_trained_program_saves_as_a_g_and_weights_pair(tmp_path, cache):
     net = jit.compile(program(tmp_path, small(precision="float")), seed=9)
-    net.save(tmp_path / "out" / "trained.g") if (tmp_path / "out").mkdir() is None else None
+    (tmp_path / "out").mkdir()
+    net.save(tmp_path / "out" / "trained.g")
     again = jit.compile(tmp_path / "out" / "trained.g")
     with np.load(tmp_path / "out" / "trained.npz") as saved:
         again.set_weights([(saved[f"W{l}"], saved[f"b{l}"]) for l in (1, 2, 3)])
@@ -306,3 +310,30 @@ def test_the_jit_takes_a_trained_keras_model_and_keeps_its_weights(tmp_path, cac
     for (w, b), (ew, eb) in zip(net.weights(), step):
         scale = max(1.0, np.abs(ew).max(), np.abs(eb).max())
         assert np.abs(w - ew).max() < 1e-6 * scale and np.abs(b - eb).max() < 1e-6 * scale
+
+
+def test_a_file_name_reaches_the_c_only_escaped(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    path = folder / "x*??\\\nint evil;.g"
+    path.write_text(small())
+    files = generator.render(gravity_g.load(path))
+    (tmp_path / "net.c").write_text(files["net.c"])
+    (tmp_path / "net.h").write_text(files["net.h"])
+    assert "int evil;" not in files["net.c"].replace("\\012int evil;", "")
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "net.c"], cwd=tmp_path,
+                   check=True)
+
+
+def test_a_fixed_format_whose_sums_could_overflow_is_refused_naming_the_layer(tmp_path):
+    path = program(tmp_path, '.module "m"; .precision fixed [16, 16]; .input 784;\n.hidden 100 relu; .output 10 softmax;')
+    model = gravity_g.load(path)
+    with pytest.raises(NNBuildError, match=r"net\.g:2:1: precision fixed16\.16 cannot sum 785 products"):
+        ir.plan(model)
+    assert ir.plan(model, "fixed8.16").number.ctype == "int32_t"
+
+
+def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
+    net = jit.compile(program(tmp_path, small(precision="float").replace('.prefix "nt";', '.prefix "";')), seed=3)
+    assert net.version == ir.VERSION and net.activate(np.zeros(5)).shape == (4,)
+    assert "void *activate(void *m, const void *x);" in generator.render(net.model)["net.h"]

@@ -35,6 +35,18 @@ def test_gravity_digits_on_avr_passes_every_gate(tmp_path):
 
 
 @needs_avr
+def test_fixed_point_on_avr_is_bounded_too(tmp_path):
+    """fixed [6, 10] in int16: 64-bit products, no integer division (softmax divides once in float)."""
+    project = copy_project(tmp_path)
+    result = scons(project, "target=avr", "model=gravity_digits", "precision=fixed6.10", "tolerance=0.01")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = report_of(project, "avr")
+    assert report["precision"] == "fixed6.10" and report["blob"]["memory_size_bytes"] == 4944
+    for bound in (report["wcet"], report["entries"]["digits_train"]["wcet"]):
+        assert bound["wcet_cycles"] >= bound["measured_cycles"] > 0
+
+
+@needs_avr
 def test_a_train_deadline_it_cannot_meet_fails_the_build(tmp_path):
     """The learning step has a deadline too: 60 ms holds activate's bound, not train's."""
     project = copy_project(tmp_path)

@@ -12,7 +12,7 @@ int main(void)
     static float label[GRAVITY_DIGITS_OUTPUTS];
     digits_initialize(blob, 1u);
     for (int i = 0; i < GRAVITY_DIGITS_INPUTS; ++i)
-        image[i] = (float)((i * 7) % 17) / 16.0f;
+        image[i] = (float)((i * 7) & 15) / 16.0f;
     label[3] = 1.0f;
     for (int step = 0; step < 4; ++step) {
         const float *p = (const float *)digits_activate(blob, image);

@@ -167,6 +167,15 @@ def section_header(r):
              ("activation memory", r.get("activation_memory") or "-"),
              ("check inputs", r["check_inputs"]),
              ("tolerance", f"{r['tolerance']:g}")]
+    if r.get("blob"):
+        b = r["blob"]
+        facts.append(("memory blob", f"{b['memory_size_bytes']:,} bytes: memory_hard {b['memory_hard_bytes']:,} "
+                                     f"(weights, activations), training-only {b['rest_bytes']:,}"))
+    for entry, e in sorted((r.get("entries") or {}).items()):
+        w = e.get("wcet")
+        facts.append((f"WCET of {entry}", f"{w['wcet_cycles']:,} cycles ({w['wcet_ms']:.3f} ms), measured "
+                                          f"{w['measured_cycles'] or 0:,}" if w else
+                      (e.get("wcet_error") or e.get("wcet_unavailable") or "-")))
     out = [f"<h1>nnbuild report: {esc(r['model'])} on {esc(r['target'])}</h1>"]
     broken = gates.violations(r)
     if broken:

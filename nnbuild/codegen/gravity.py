@@ -17,7 +17,7 @@ from nnbuild import __version__
 from nnbuild.codegen import common, templating
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import gravity as ir
-from nnbuild.names import c_identifier
+from nnbuild.names import c_identifier, c_text
 
 KIND = ir.KIND
 PRECISIONS = ("float32", "float64", "fixedW.F")
@@ -98,6 +98,11 @@ class Arithmetic:
             return f"gv_fixed({name}(gv_real({a})))"
         return f"{name}{'f' if self.num.ctype == 'float' else ''}({a})"
 
+    def product(self):
+        """The type one exact product of two values fits: int32 up to 16-bit formats (a 16x16 -> 32
+        multiply on AVR, not libgcc's 64-bit one), else int64."""
+        return "int32_t" if 2 * (self.num.bits - 1) < 31 else "int64_t"
+
     def acc_type(self, terms):
         """Accumulator of a dot product of `terms` exact products (fixed: int32 when it provably fits)."""
         if not self.fixed:
@@ -129,9 +134,9 @@ def emit_affine(e, ar, model, instr):
     if ar.fixed:
         acc = ar.acc_type(n_in + 1)
         e.loop("j", n_out)
-        e.line(f"{acc} acc = ({acc})bias[j] << {ar.num.frac};")
+        e.line(f"{acc} acc = ({acc})bias[j] * {1 << ar.num.frac};")
         e.loop("i", n_in)
-        e.line(f"acc += ({acc})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
+        e.line(f"acc += ({ar.product()})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
         e.end()
         e.line("z[j] = gv_narrow(acc);")
         e.end()
@@ -193,7 +198,8 @@ def emit_activation(e, ar, model, instr):
 def emit_softmax(e, ar, n):
     """z = exp(z - max z) / sum: the max keeps exp from overflowing."""
     e.line("gv_t top = z[0];")
-    e.line(f"{'int64_t' if ar.fixed else 'gv_t'} sum = 0;")
+    wide = softmax_type(ar, n)
+    e.line(f"{wide if ar.fixed else 'gv_t'} sum = 0;")
     e.loop("j", n)
     e.line("if (z[j] > top) top = z[j];")
     e.end()
@@ -201,12 +207,21 @@ def emit_softmax(e, ar, n):
     e.line(f"z[j] = {ar.func('exp', ar.sub('z[j]', 'top'))};")
     e.line("sum += z[j];")
     e.end()
+    if ar.fixed:   # z / sum is a ratio of two Q(F) values: one division, then products
+        e.line("const double inverse = 1.0 / (double)sum;")
     e.loop("j", n)
     if ar.fixed:
-        e.line(f"z[j] = gv_sat((((int64_t)z[j] << {ar.num.frac}) + sum / 2) / sum);")
+        e.line("z[j] = gv_fixed((double)z[j] * inverse);")
     else:
         e.line("z[j] /= sum;")
     e.end()
+
+
+def softmax_type(ar, n):
+    """The softmax sum in int32 when it fits (every exp <= 1.0, so sum <= n 2^F). No integer
+    division follows: libgcc's 32/64-bit divisions cost more than one float division, and the AVR
+    stack analysis cannot bound them."""
+    return "int32_t" if (n + 1) * (1 << ar.num.frac) < (1 << 30) else "int64_t"
 
 
 def emit_derivative(e, ar, act, d, a, n):
@@ -220,7 +235,7 @@ def emit_derivative(e, ar, act, d, a, n):
     if act == "softmax":
         e.line(f"{'int64_t' if ar.fixed else 'gv_t'} dot = 0;")
         e.loop("j", n)
-        e.line(f"dot += {'(int64_t)a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
+        e.line(f"dot += {f'({ar.product()})a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
         e.end()
         e.loop("j", n)
         if ar.fixed:
@@ -314,7 +329,7 @@ def emit_hidden_delta(e, ar, model, instr):
     e.line(f"const gv_t *restrict row = w + ({index_type(n_prev * n)})i * {n};")
     e.line(f"{acc} acc = 0;")
     e.loop("j", n)
-    e.line(f"acc += ({acc})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
+    e.line(f"acc += ({ar.product()})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
     e.end()
     e.line("back[i] = gv_narrow(acc);" if ar.fixed else "back[i] = acc;")
     e.end()
@@ -381,7 +396,7 @@ def program_body(e, ar, plan, program, api):
         if instr.layer >= 0 and instr.layer != current:
             current = instr.layer
             e.line(e.ff.layer(f"{program}.{layer_mark(instr.layer, model)}") +
-                   f" /* {layer_label(model, instr.layer)} */")
+                   f" /* {c_text(layer_label(model, instr.layer))} */")
         e.line(f"/* {instr.op} */")
         if instr.op in EMIT:
             EMIT[instr.op](e, ar, model, instr)
@@ -439,6 +454,8 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
         "layers": [layer_label(model, l) for l in range(len(model.layers))],
         "frac_scale": literal(num, 2.0 ** -num.frac) if num.fixed else None,
         "frac_unit": float(1 << num.frac),
+        "narrow_convert": num.fixed and num.bits <= 24,
+        "product": ar.product() if num.fixed else None,
     }
     text = templating.render("gravity.c.j2", context)
     code, facts, _ = ff.resolve(text)

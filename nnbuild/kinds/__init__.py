@@ -1,5 +1,5 @@
-"""Model kinds as plug-ins: one module per kind (nn, tpg; next Gravity programs and multi-item
-systems), all behind one small interface, so the pipeline never asks which kind it holds.
+"""Model kinds as plug-ins: one module per kind (nn, tpg, gravity; next multi-item systems), all
+behind one small interface, so the pipeline never asks which kind it holds.
 
 A kind module defines:
   NAME                          the kind's name (a front-end module's KIND says which kind it loads)
@@ -12,6 +12,8 @@ A kind module defines:
   decode(outputs, path)         runner outputs -> what compare() takes
   compare(runs, reference)      -> the semantic record (errors per run, the measure's wording)
   describe(results)             -> printable lines
+  entries(name, model_path)     (optional) the functions a build measures and bounds, the
+                                inference entry first (default: <name>_infer; Gravity: activate, train)
 
 The capability check (`refusal`, `precision_candidates`) is the one place that answers whether a
 kind x shape x precision x board combination can be built, for the API, the CLI and SCons alike.
