@@ -235,3 +235,72 @@ def test_replay_accepts_firing_sequences_only():
     assert petri.replay(net, good) is None
     assert "'ITEM2.o2' fires while not enabled" in petri.replay(net, ["ITEM1.o1", "ITEM2.o2"])
     assert "stop before the final marking" in petri.replay(net, good[:-1])
+
+
+# ------------------------------------------------------------------------------ generated C
+
+from nnbuild.checks import multiitem as multiitem_check  # noqa: E402
+from nnbuild.checks.inputs import check_inputs  # noqa: E402
+from nnbuild.codegen import multiitem as multiitem_c  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def example_system():
+    return nnef_items.load(EXAMPLE)
+
+
+def test_generation_is_byte_identical_and_each_sync_has_its_code(example_system, tmp_path):
+    texts = {}
+    for run in ("a", "b"):
+        for sync in multiitem_c.SYNCS:
+            multiitem_c.generate(example_system, tmp_path / run / sync, shape="v2", sync=sync)
+            texts[(run, sync)] = {p.name: p.read_bytes() for p in sorted((tmp_path / run / sync).iterdir())}
+    for sync in multiitem_c.SYNCS:
+        assert texts[("a", sync)] == texts[("b", sync)]
+    c = {sync: texts[("a", sync)]["multiitem_cnn.c"].decode() for sync in multiitem_c.SYNCS}
+    assert "pthread_cond_wait" in c["flags"] and "pthread_barrier_wait" not in c["flags"]
+    assert "pthread_barrier_wait(&vsync1_barrier)" in c["barrier"]
+    assert "pthread" not in c["schedule"] and "multiitem_cnn_ITEM2_0_infer(ITEM1_o1, ITEM2_o3)" in c["schedule"]
+    net = json.loads(texts[("a", "schedule")]["multiitem_cnn.net.json"])
+    assert net["schedule"][:2] == ["ITEM1.run.multiitem_cnn_ITEM1_0", "ITEM1.send.vsync1"]
+
+
+def test_precision_and_sync_refusals_are_one_line(example_system, tmp_path):
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_c.generate(example_system, tmp_path, shape="v2", precision="q16")
+    assert "float32 only" in one_line(exc)
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_c.generate(example_system, tmp_path, shape="v2", sync="spin")
+    assert "sync 'spin' is unknown" in one_line(exc)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sync, sanitize", [("flags", False), ("barrier", False), ("schedule", False),
+                                            ("flags", True), ("barrier", True)])
+def test_host_runs_equal_the_unsplit_model_and_follow_the_net(example_system, tmp_path, sync, sanitize):
+    record = multiitem_check.check_host(example_system, tmp_path, shape="v2", runs=1000, max_delay_us=200,
+                                        sync=sync, sanitize=sanitize)
+    assert record["bit_equal_runs"] == 1000 and record["firing_sequences"]
+    assert record["sanitizer_reports"] == 0 and record["exit_status"] == 0
+    if sync != "schedule":
+        assert record["distinct_orders"] > 1   # the random delays do interleave the items
+
+
+@pytest.mark.e2e
+def test_a_reader_that_does_not_wait_is_caught(example_system, tmp_path):
+    sources = multiitem_check.generate_host_check(example_system, tmp_path, shape="v2", sync="flags")
+    system_c = tmp_path / "gen" / "multiitem_cnn.c"
+    text = system_c.read_text()
+    copy_line = "    memcpy(value, buf, n * sizeof *value);\n"
+    get_start = text.index("static void nn_mi_get(")
+    lock_line = text.index("    pthread_mutex_lock(&s->lock);\n", get_start)
+    # the reader copies before it waits for its writer: a data race, and stale values
+    text = text[:lock_line] + copy_line + text[lock_line:].replace(copy_line, "", 1)
+    system_c.write_text(text)
+    x = check_inputs(128, 4, 1, (-1.0, 1.0))
+    program = multiitem_check.compile_host_check(example_system, tmp_path, sources, sanitize=True)
+    record = multiitem_check.run_host_check(example_system, program, x, runs=50, max_delay_us=2000,
+                                            timeout=120)
+    assert not record["ok"]
+    assert record["sanitizer_reports"] > 0 or record.get("bit_equal_runs", 50) < 50
+    assert "ThreadSanitizer" in multiitem_check.failure(record) or "differ" in multiitem_check.failure(record)

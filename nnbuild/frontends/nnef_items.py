@@ -399,15 +399,14 @@ class _Builder:
             if actual is not None and tuple(actual) != sync.shape:
                 self.fail(sync.writer, f"variablesync '{sync.name}' has shape {list(sync.shape)} but "
                                        f"'{sync.tensor}' is {list(actual)}")
+        system.whole, layouts = _whole_model(merged, self.path, self.name)
         for it in items:
             _, sources, _, gets, instructions, _ = scans[it.name]
-            local = {n: tuple(shapes[renames[it.name].get(n, n)]) for n in
-                     list(sources) + [i.output for i in instructions] + [g[1] for g in gets.values()]
-                     if renames[it.name].get(n, n) in shapes}
-            self.compile_segments(it, self.blocks[it.name], sources, local)
-        from nnbuild.frontends import onnx_graph
-        system.whole = onnx_graph.convert(nnef._Translator(merged, self.folder, self.path).run(), self.path,
-                                          self.name)
+            names_ = list(sources) + [i.output for i in instructions] + [g[1] for g in gets.values()]
+            rename = renames[it.name]
+            local = {n: tuple(shapes[rename.get(n, n)]) for n in names_ if rename.get(n, n) in shapes}
+            perms = {n: layouts[rename.get(n, n)] for n in names_ if rename.get(n, n) in layouts}
+            self.compile_segments(it, self.blocks[it.name], sources, local, perms)
         system.shapes = {n: tuple(s) for n, s in shapes.items()}
         return system
 
@@ -503,37 +502,81 @@ class _Builder:
             inputs = tuple(dict.fromkeys(n for n in by_output[chain[0]].inputs if n not in params))
             item.segments[seg_name] = Segment(seg_name, tuple(chain), inputs, chain[-1])
 
-    def compile_segments(self, item: Item, block, sources, shapes):
-        """Each segment as an IR model through the NNEF translator (several inputs are packed into
-        one flat vector: the code shapes take one input)."""
+    def compile_segments(self, item: Item, block, sources, shapes, perms):
+        """Each segment as an IR model through the NNEF translator. A tensor crossing a segment
+        boundary is held in the layout the unsplit model holds it in (`perms`), so each layer runs
+        the unsplit model's code; several inputs are packed into one flat vector (the code shapes
+        take one input)."""
         by_output = {i.output: i for i in item.instructions}
         params = {n for n, op in item.sources.items() if op != "external"}
         statements = {st.outputs[0]: st for st in block.statements if st.op not in SYNC_OPS}
         for seg_name, segment in item.segments.items():
             chain, inputs = segment.instructions, segment.inputs
             body = []
-            if len(inputs) == 1:
-                body.append(Statement([inputs[0]], "external", None, [], {"shape": list(shapes[inputs[0]])}, 0, 0))
-            else:
+            packed = len(inputs) > 1
+            if packed:
                 total = sum(int(np.prod(shapes[n])) for n in inputs)
                 body.append(Statement([PACKED], "external", None, [], {"shape": [1, total]}, 0, 0))
-                start = 0
-                for n in inputs:
+            start = 0
+            for n in inputs:
+                held = _held_shape(shapes[n], perms.get(n))
+                name = f"{PACKED}_{n}" if perms.get(n) or packed else n
+                if packed:
                     size = int(np.prod(shapes[n]))
-                    flat = f"{PACKED}_{n}"
-                    body.append(Statement([flat], "slice", None, [Ref(PACKED)],
+                    body.append(Statement([f"{name}_flat"], "slice", None, [Ref(PACKED)],
                                           {"axes": [1], "begin": [start], "end": [start + size]}, 0, 0))
-                    body.append(Statement([n], "reshape", None, [Ref(flat)], {"shape": list(shapes[n])}, 0, 0))
+                    body.append(Statement([name], "reshape", None, [Ref(f"{name}_flat")], {"shape": held}, 0, 0))
                     start += size
+                else:
+                    body.append(Statement([name], "external", None, [], {"shape": held}, 0, 0))
+                if name != n:
+                    body.append(Statement([n], "transpose", None, [Ref(name)],
+                                          {"axes": _from_held(perms.get(n), len(shapes[n]))}, 0, 0))
             used = [p for n in chain for p in by_output[n].inputs if p in params]
             body += [sources[p] for p in dict.fromkeys(used)]
             body += [statements[n] for n in chain]
-            graph = nnef.Graph(seg_name, [PACKED if len(inputs) > 1 else inputs[0]], [chain[-1]], body, "1.0",
-                               list(self.doc.extensions))
+            output = chain[-1]
+            if perms.get(output):
+                body.append(Statement([f"{PACKED}_{output}"], "transpose", None, [Ref(output)],
+                                      {"axes": [0] + [p + 1 for p in perms[output]]}, 0, 0))
+                output = f"{PACKED}_{output}"
+            first = PACKED if packed else next(st.outputs[0] for st in body if st.op == "external")
+            graph = nnef.Graph(seg_name, [first], [output], body, "1.0", list(self.doc.extensions))
             proto = nnef._Translator(graph, self.folder, self.path).run()
             from nnbuild.frontends import onnx_graph
             segment.model = onnx_graph.convert(proto, self.path, seg_name)
             segment.model.meta["item"] = item.name
+
+
+def _whole_model(merged, path, name):
+    """The unsplit model, and the layout it holds each tensor in: tensor -> the permutation of its
+    sample axes (None for NNEF order)."""
+    from nnbuild.frontends import onnx_graph
+    proto = nnef._Translator(merged, path.parent, path).run()
+    converter = onnx_graph._Converter(proto, path)
+    try:
+        whole = converter.run(name)
+    except onnx_graph.Problem as problem:
+        raise NNBuildError(" ".join(str(problem).split()), path=path) from None
+    layouts = {}
+    for tensor, entry in converter.tensors.items():
+        if entry[0] == "ir":
+            perm = tuple(int(p) for p in entry[3])
+            layouts[tensor] = None if perm == tuple(range(len(perm))) else perm
+    return whole, layouts
+
+
+def _held_shape(shape, perm):
+    """The NNEF shape (batch first) of a tensor held with `perm` over its sample axes."""
+    if not perm:
+        return list(shape)
+    return [shape[0]] + [shape[p + 1] for p in perm]
+
+
+def _from_held(perm, rank):
+    """transpose axes turning a held tensor back into NNEF order."""
+    inverse = [perm.index(j) for j in range(rank - 1)]
+    return [0] + [k + 1 for k in inverse]
 
 
 def _source_key(st: Statement):
