@@ -304,3 +304,27 @@ def test_a_reader_that_does_not_wait_is_caught(example_system, tmp_path):
     assert not record["ok"]
     assert record["sanitizer_reports"] > 0 or record.get("bit_equal_runs", 50) < 50
     assert "ThreadSanitizer" in multiitem_check.failure(record) or "differ" in multiitem_check.failure(record)
+
+
+@pytest.mark.e2e
+def test_avr_static_schedule_runs_under_simavr_within_its_wcet_bound(example_system, tmp_path):
+    record = multiitem_check.check_board(example_system, "avr", tmp_path, shape="v2", cases=4)
+    assert record["max_abs_error"] < 1e-5
+    bound = record["wcet"]["schedule_cycles"]
+    assert max(record["measured_cycles"]) <= bound
+    timing = record["timing"]
+    segments = record["wcet"]["segment_cycles"]
+    # ITEM1's head, then the longer of the two parallel branches, then ITEM1's tail
+    assert timing["end_to_end_cycles"] == (segments["multiitem_cnn_ITEM1_0"] + segments["multiitem_cnn_ITEM1_1"]
+                                           + max(segments["multiitem_cnn_ITEM2_0"], segments["multiitem_cnn_ITEM3_0"]))
+    assert timing["sequential_cycles"] <= bound and timing["speedup_bound"] > 1.0
+
+
+def test_timing_is_the_longest_path_of_the_timed_net(example_system):
+    cycles = {"multiitem_cnn_ITEM1_0": 10, "multiitem_cnn_ITEM1_1": 20, "multiitem_cnn_ITEM2_0": 100,
+              "multiitem_cnn_ITEM3_0": 300}
+    timing = multiitem_check.timing(example_system, cycles, schedule_cycles=430, sync_cycles=5)
+    # head 10, send 5, get 5, branch 3: 300, send 5, get 5, tail 20
+    assert timing["end_to_end_cycles"] == 10 + 5 + 5 + 300 + 5 + 5 + 20
+    assert timing["item_cycles"] == {"ITEM1": 30, "ITEM2": 100, "ITEM3": 300}
+    assert timing["speedup_bound"] == round(430 / 350, 3)

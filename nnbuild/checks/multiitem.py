@@ -123,3 +123,96 @@ def failure(record):
         return (f"outputs differ from the unsplit model in {record['runs'] - record['bit_equal_runs']} "
                 f"of {record['runs']} runs")
     return f"recorded events are not a firing sequence of the Petri net: {record['trace_violation']}"
+
+
+# ------------------------------------------------------------------------- single core (AVR)
+
+def merged_flowfacts(system, gen):
+    """One flow-facts record for the whole system: every segment's loops, layers and indirect calls."""
+    import json
+    merged = {"entry": f"{system.name}_infer", "loops": [], "layers": [], "indirect": []}
+    for item in system.items:
+        for seg in item.segments:
+            with open(Path(gen) / f"{seg}.flowfacts.json") as f:
+                facts = json.load(f)
+            for key in ("loops", "layers", "indirect"):
+                merged[key] += facts.get(key, [])
+    return merged
+
+
+def check_board(system, board, workdir, *, shape, cases=8, seed=1, input_range=(-1.0, 1.0)):
+    """The static schedule on a single-core board: built with the board's compiler around the
+    generic check main, run on its simulator (cycles per case), compared with the unsplit model's
+    float64 reference, and bounded by the board's WCET analyzer as a whole and per segment. The
+    record carries the timing of the items (see `timing`)."""
+    import dataclasses
+    from nnbuild import boards, kinds, wcet as analyzers
+    from nnbuild.ir import reference
+    board = boards.load_board(board)
+    workdir = Path(workdir)
+    gen = workdir / "gen"
+    files = multiitem_c.generate(system, gen, shape=shape, sync="schedule",
+                                 storage=board.get("weights_storage", "const"))
+    nn = kinds.get("nn")
+    sources = [f for f in files if f.suffix == ".c"] + [nn.check_main()]
+    program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
+                                              include_dirs=[gen],
+                                              defines=[f"{k}={v}" for k, v in nn.check_defines(system.name)])
+    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
+    harness = None
+    if getattr(board.runner, "NEEDS_HARNESS", False):
+        harness = board.runner.build_harness(workdir / "harness")
+    outputs, cycles = board.runner.run(board, program, x, int(np.prod(system.output_shape)), io=nn.IO,
+                                       entry=f"{system.name}_infer", harness=harness)
+    expected = reference.run(system.whole, x.reshape((len(x),) + tuple(system.whole.input_shape)),
+                             dtype=np.float64)
+    error = float(np.max(np.abs(np.asarray(outputs, np.float64).reshape(len(x), -1)
+                                - np.asarray(expected).reshape(len(x), -1))))
+    record = {"board": board.name, "cases": len(x), "max_abs_error": error,
+              "measured_cycles": [int(c) for c in cycles] if cycles is not None else None}
+    reason = analyzers.unavailable_reason(board)
+    if reason:
+        record["wcet"] = {"skipped": reason}
+        return record
+    facts = merged_flowfacts(system, gen)
+    whole = analyzers.analyze(board, program, f"{system.name}_infer", facts, workdir / "wcet")
+    segments = {}
+    for item in system.items:
+        for seg in item.segments:
+            result = analyzers.analyze(board, program, f"{seg}_infer", facts, workdir / "wcet" / seg)
+            segments[seg] = int(result.cycles)
+    record["wcet"] = {"analyzer": whole.analyzer, "schedule_cycles": int(whole.cycles),
+                      "segment_cycles": segments, "clock_hz": board.get("clock_hz")}
+    record["timing"] = timing(system, segments, int(whole.cycles))
+    if cycles is not None and max(record["measured_cycles"]) > whole.cycles:
+        raise NNBuildError(f"WCET bound {whole.cycles} cycles < measured {max(record['measured_cycles'])} "
+                           f"on {board.name}: the bound is unsound")
+    return record
+
+
+def timing(system, segment_cycles, schedule_cycles=None, sync_cycles=0):
+    """The timed net's figures: per item the sum of its segments' bounds, and the end-to-end bound
+    of the items on their own cores: the longest path through the program-order net, each run
+    weighted by its segment's bound and each send/get by `sync_cycles`."""
+    net = petri.item_net(system, program_order=True)
+    cost = {}
+    for item in system.items:
+        for kind, name in item.actions:
+            if kind == "run":
+                segment = item.segments[name]
+                cost[f"{item.name}.{segment.instructions[0]}"] = segment_cycles[name]
+    finish = {}
+    order = [net.transitions[c] for c in multiitem_c.static_order(system, net)]
+    produced_by = {p: t.name for t in net.transitions for p in t.outputs}
+    for t in order:   # a topological order: every producer finishes before its consumers start
+        start = max((finish[produced_by[p]] for p in t.inputs if p in produced_by), default=0)
+        weight = cost.get(t.name, 0) if t.kind == "op" else sync_cycles
+        finish[t.name] = start + weight
+    per_item = {item.name: sum(segment_cycles[s] for s in item.segments) for item in system.items}
+    critical = max(finish.values())
+    record = {"item_cycles": per_item, "end_to_end_cycles": critical, "sync_cycles": sync_cycles,
+              "sequential_cycles": sum(per_item.values())}
+    if schedule_cycles is not None:
+        record["schedule_cycles"] = schedule_cycles
+        record["speedup_bound"] = round(schedule_cycles / critical, 3) if critical else None
+    return record
