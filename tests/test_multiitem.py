@@ -328,3 +328,28 @@ def test_timing_is_the_longest_path_of_the_timed_net(example_system):
     assert timing["end_to_end_cycles"] == 10 + 5 + 5 + 300 + 5 + 5 + 20
     assert timing["item_cycles"] == {"ITEM1": 30, "ITEM2": 100, "ITEM3": 300}
     assert timing["speedup_bound"] == round(430 / 350, 3)
+
+
+# ------------------------------------------------------------------------------ the kind's build
+
+from nnbuild.kinds import multiitem as multiitem_kind  # noqa: E402
+
+
+@pytest.mark.e2e
+def test_host_build_writes_report_and_gate(tmp_path):
+    report = multiitem_kind.build(EXAMPLE, tmp_path, target="host", runs=1000)
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["petri"]["states"] == 21 and written["host"]["bit_equal_runs"] == 1000
+    assert written["thread_sanitizer"]["sanitizer_reports"] == 0
+    assert (tmp_path / "gate.json").exists() and report["sync"] == "flags"
+
+
+@pytest.mark.e2e
+def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_kind.build(EXAMPLE, tmp_path, target="avr", deadline_ms=1500, cases=2)
+    assert "end-to-end bound" in one_line(exc) and "> deadline 1500 ms" in one_line(exc)
+    assert not (tmp_path / "gate.json").exists()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["deadline"]["met"] is False
+    assert report["deadline"]["items_on_own_cores_bound_ms"] < report["deadline"]["end_to_end_bound_ms"]
