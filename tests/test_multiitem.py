@@ -353,3 +353,29 @@ def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["deadline"]["met"] is False
     assert report["deadline"]["items_on_own_cores_bound_ms"] < report["deadline"]["end_to_end_bound_ms"]
+
+
+# ------------------------------------------------------------------------------ SCons
+
+from conftest import copy_project, needs_avr, scons  # noqa: E402
+
+
+@pytest.mark.e2e
+@needs_avr
+def test_scons_builds_the_example_on_host_and_avr_and_gates_the_deadline(tmp_path):
+    project = copy_project(tmp_path)
+    host = scons(project, "target=host", "model=multiitem_cnn")
+    assert host.returncode == 0, host.stdout + host.stderr
+    report = json.loads((project / "build/host/multiitem_cnn/report.json").read_text())
+    assert report["host"]["bit_equal_runs"] == 1000 and report["petri"]["states"] == 21
+    assert (project / "build/host/multiitem_cnn/gate.json").exists()
+    again = scons(project, "target=host", "model=multiitem_cnn")
+    assert "Multi-item build" not in again.stdout   # nothing changed: nothing rebuilt
+    late = scons(project, "target=avr", "model=multiitem_cnn", "deadline=1500ms")
+    assert late.returncode != 0
+    assert "end-to-end bound 2005.6 ms > deadline 1500 ms" in late.stdout + late.stderr
+    assert not (project / "build/avr/multiitem_cnn/gate.json").exists()
+    avr = scons(project, "target=avr", "model=multiitem_cnn")
+    assert avr.returncode == 0, avr.stdout + avr.stderr
+    deadline = json.loads((project / "build/avr/multiitem_cnn/report.json").read_text())["deadline"]
+    assert deadline["met"] and deadline["deadline_ms"] == 2500

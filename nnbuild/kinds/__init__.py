@@ -23,7 +23,7 @@ from nnbuild import codegen
 from nnbuild.errors import NNBuildError
 
 #: kind name -> module
-KINDS = {"nn": "nnbuild.kinds.nn", "tpg": "nnbuild.kinds.tpg"}
+KINDS = {"nn": "nnbuild.kinds.nn", "tpg": "nnbuild.kinds.tpg", "multiitem": "nnbuild.kinds.multiitem"}
 
 #: one set of defaults for the API, the CLI and SCons
 DEFAULT_SHAPE = "auto"

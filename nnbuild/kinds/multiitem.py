@@ -96,6 +96,24 @@ def deadline_verdict(board, deadline_ms):
     return record
 
 
+def summary(report):
+    """The lines a build prints."""
+    petri = report["petri"]
+    lines = [f"{report['model']}: {len(report['items'])} items; Petri net {petri['states']} states "
+             f"(program order {petri['program_order_states']}), deadlock-free, 1-safe, equivalent to the unsplit net"]
+    for key in ("host", "thread_sanitizer"):
+        r = report.get(key)
+        if r:
+            lines.append(f"{key}: {r['bit_equal_runs']}/{r['runs']} runs bit-equal to the unsplit model, "
+                         f"{r['distinct_orders']} event orders, all firing sequences, "
+                         f"sanitizer reports {r['sanitizer_reports']}")
+    if "board" in report:
+        d = report["deadline"]
+        lines.append(f"{report['target']}: {d['verdict']}; items on their own cores {d.get('items_on_own_cores_bound_ms')} ms, "
+                     f"item bounds {d.get('item_bounds_ms')} ms, worst measured {d.get('worst_measured_ms')} ms")
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m nnbuild.kinds.multiitem",
                                  description="Build, check and time a multi-item NNEF system.")
@@ -113,17 +131,8 @@ def main(argv=None):
     except NNBuildError as error:
         print(f"nnbuild: {error}", file=sys.stderr)
         return 1
-    petri = report["petri"]
-    print(f"{report['model']}: {len(report['items'])} items; Petri net {petri['states']} states "
-          f"(program order {petri['program_order_states']}), deadlock-free, 1-safe, equivalent to the unsplit net")
-    if "host" in report:
-        for key in ("host", "thread_sanitizer"):
-            r = report.get(key)
-            if r:
-                print(f"{key}: {r['bit_equal_runs']}/{r['runs']} runs bit-equal to the unsplit model, "
-                      f"{r['distinct_orders']} event orders, all firing sequences, sanitizer reports {r['sanitizer_reports']}")
-    else:
-        print(f"{report['target']}: {report['deadline']['verdict']}; {json.dumps(report['deadline'], sort_keys=True)}")
+    for line in summary(report):
+        print(line)
     return 0
 
 
