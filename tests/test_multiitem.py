@@ -242,6 +242,7 @@ def test_replay_accepts_firing_sequences_only():
 from nnbuild.checks import multiitem as multiitem_check  # noqa: E402
 from nnbuild.checks.inputs import check_inputs  # noqa: E402
 from nnbuild.codegen import multiitem as multiitem_c  # noqa: E402
+from nnbuild.kinds import multiitem as multiitem_kind  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +309,7 @@ def test_a_reader_that_does_not_wait_is_caught(example_system, tmp_path):
 
 @pytest.mark.e2e
 def test_avr_static_schedule_runs_under_simavr_within_its_wcet_bound(example_system, tmp_path):
-    record = multiitem_check.check_board(example_system, "avr", tmp_path, shape="v2", cases=4)
+    record = multiitem_kind.check_on_board(example_system, "avr", tmp_path, shape="v2", cases=4)
     assert record["max_abs_error"] < 1e-5
     bound = record["wcet"]["schedule_cycles"]
     assert max(record["measured_cycles"]) <= bound
@@ -331,8 +332,6 @@ def test_timing_is_the_longest_path_of_the_timed_net(example_system):
 
 
 # ------------------------------------------------------------------------------ the kind's build
-
-from nnbuild.kinds import multiitem as multiitem_kind  # noqa: E402
 
 
 @pytest.mark.e2e

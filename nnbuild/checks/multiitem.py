@@ -140,29 +140,28 @@ def merged_flowfacts(system, gen):
     return merged
 
 
-def check_board(system, board, workdir, *, shape, cases=8, seed=1, input_range=(-1.0, 1.0)):
+def check_board(system, board, workdir, *, shape, check_main, check_defines, io, cases=8, seed=1,
+                input_range=(-1.0, 1.0)):
     """The static schedule on a single-core board: built with the board's compiler around the
     generic check main, run on its simulator (cycles per case), compared with the unsplit model's
     float64 reference, and bounded by the board's WCET analyzer as a whole and per segment. The
-    record carries the timing of the items (see `timing`)."""
-    import dataclasses
-    from nnbuild import boards, kinds, wcet as analyzers
+    record carries the timing of the items (see `timing`). `board` is a loaded board; the check
+    main, its defines for the system and its wire format come from the kind."""
+    from nnbuild import wcet as analyzers
     from nnbuild.ir import reference
-    board = boards.load_board(board)
     workdir = Path(workdir)
     gen = workdir / "gen"
     files = multiitem_c.generate(system, gen, shape=shape, sync="schedule",
                                  storage=board.get("weights_storage", "const"))
-    nn = kinds.get("nn")
-    sources = [f for f in files if f.suffix == ".c"] + [nn.check_main()]
+    sources = [f for f in files if f.suffix == ".c"] + [check_main]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[gen],
-                                              defines=[f"{k}={v}" for k, v in nn.check_defines(system.name)])
+                                              defines=[f"{k}={v}" for k, v in check_defines])
     x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
     harness = None
     if getattr(board.runner, "NEEDS_HARNESS", False):
         harness = board.runner.build_harness(workdir / "harness")
-    outputs, cycles = board.runner.run(board, program, x, int(np.prod(system.output_shape)), io=nn.IO,
+    outputs, cycles = board.runner.run(board, program, x, int(np.prod(system.output_shape)), io=io,
                                        entry=f"{system.name}_infer", harness=harness)
     expected = reference.run(system.whole, x.reshape((len(x),) + tuple(system.whole.input_shape)),
                              dtype=np.float64)

@@ -60,7 +60,7 @@ def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, m
         report["deadline"] = {"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"}
     else:
         report["sync"] = "schedule"
-        board = checks.check_board(system, target, outdir, shape=shape, cases=cases, seed=seed)
+        board = check_on_board(system, target, outdir, shape=shape, cases=cases, seed=seed)
         report["board"] = board
         if board["max_abs_error"] > tolerance:
             failures.append(f"max error {board['max_abs_error']:.3g} > tolerance {tolerance:.3g}")
@@ -72,6 +72,15 @@ def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, m
         raise NNBuildError(failures[0], path=outdir / "report.json")
     files.write_text(gate, json.dumps({"gates": "passed", "model": system.name, "target": target}) + "\n")
     return report
+
+
+def check_on_board(system, target, workdir, **options):
+    """checks.multiitem.check_board with the board loaded and the NN kind's check main: the
+    system's header gives the same API (<name>_infer, <NAME>_INPUTS/OUTPUTS) as a single model."""
+    from nnbuild import boards
+    from nnbuild.kinds import nn
+    return checks.check_board(system, boards.load_board(target), workdir, check_main=nn.check_main(),
+                              check_defines=nn.check_defines(system.name), io=nn.IO, **options)
 
 
 def deadline_verdict(board, deadline_ms):
