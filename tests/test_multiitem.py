@@ -252,12 +252,10 @@ def example_system():
 
 def test_generation_is_byte_identical_and_each_sync_has_its_code(example_system, tmp_path):
     texts = {}
-    for run in ("a", "b"):
-        for sync in multiitem_c.SYNCS:
-            multiitem_c.generate(example_system, tmp_path / run / sync, shape="v2", sync=sync)
-            texts[(run, sync)] = {p.name: p.read_bytes() for p in sorted((tmp_path / run / sync).iterdir())}
-    for sync in multiitem_c.SYNCS:
-        assert texts[("a", sync)] == texts[("b", sync)]
+    for run, sync in (("a", "flags"), ("b", "flags"), ("a", "barrier"), ("a", "schedule")):
+        multiitem_c.generate(example_system, tmp_path / run / sync, shape="v2", sync=sync)
+        texts[(run, sync)] = {p.name: p.read_bytes() for p in sorted((tmp_path / run / sync).iterdir())}
+    assert texts[("a", "flags")] == texts[("b", "flags")]
     c = {sync: texts[("a", sync)]["multiitem_cnn.c"].decode() for sync in multiitem_c.SYNCS}
     assert "pthread_cond_wait" in c["flags"] and "pthread_barrier_wait" not in c["flags"]
     assert "pthread_barrier_wait(&vsync1_barrier)" in c["barrier"]
@@ -378,3 +376,44 @@ def test_scons_builds_the_example_on_host_and_avr_and_gates_the_deadline(tmp_pat
     assert avr.returncode == 0, avr.stdout + avr.stderr
     deadline = json.loads((project / "build/avr/multiitem_cnn/report.json").read_text())["deadline"]
     assert deadline["met"] and deadline["deadline_ms"] == 2500
+
+
+# ------------------------------------------------------------------------------ items=N
+
+def auto_split_of_the_example(tmp_path, items):
+    document = nnef_items.read_document(EXAMPLE)
+    graph = nnef_items.unsplit(document, EXAMPLE)
+    split = nnef_items.auto_split(graph, items, path=EXAMPLE / "graph.nnef")
+    folder = tmp_path / "auto.nnef"
+    shutil.copytree(EXAMPLE, folder)
+    (folder / "graph.nnef").write_text(nnef_items.write(split))
+    return split, folder
+
+
+def test_auto_split_puts_the_parallel_branches_on_different_items(tmp_path):
+    split, folder = auto_split_of_the_example(tmp_path, 2)
+    computed = {b.item: [s.outputs[0] for s in b.statements if s.op not in nnef_items.SOURCES + nnef_items.SYNC_OPS]
+                for b in split.items}
+    assert computed == {"ITEM1": ["o1", "o2", "o3", "o6", "o7", "out"], "ITEM2": ["o4", "o5"]}
+    graph = nnef_items.unsplit(nnef_items.read_document(EXAMPLE), EXAMPLE)
+    costs = nnef_items.instruction_costs(graph, EXAMPLE / "graph.nnef")
+    one = {k: "ITEM1" for k in costs}
+    assignment = {n: item for item, names in computed.items() for n in names}
+    assert nnef_items.split_makespan(graph, assignment, costs) == sum(costs.values()) - costs["o4"] - costs["o5"]
+    assert nnef_items.split_makespan(graph, one, costs) == sum(costs.values())
+    system = nnef_items.load(folder)
+    assert system.meta["petri"]["equivalence"] and sorted(system.syncs) == ["sync_o1", "sync_o5"]
+
+
+def test_auto_split_refuses_a_search_too_large(tmp_path):
+    graph = nnef_items.unsplit(nnef_items.read_document(EXAMPLE), EXAMPLE)
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.auto_split(graph, 9, path=EXAMPLE / "graph.nnef")
+    assert "beyond the exhaustive search" in one_line(exc)
+
+
+@pytest.mark.e2e
+def test_auto_split_runs_bit_equal_on_threads(tmp_path):
+    _, folder = auto_split_of_the_example(tmp_path, 2)
+    record = multiitem_check.check_host(nnef_items.load(folder), tmp_path / "build", shape="v2", runs=1000)
+    assert record["bit_equal_runs"] == 1000 and record["firing_sequences"]

@@ -279,6 +279,71 @@ def split_model(model_path, map_path) -> Document:
     return split(nnef._read_graph(graph_path), assignment, graph_path)
 
 
+#: largest search of `auto_split` (assignments of instructions to items)
+MAX_SPLIT_SEARCH = 300_000
+
+
+def instruction_costs(graph: nnef.Graph, path="<graph>") -> Dict[str, int]:
+    """Multiply-accumulates per instruction (one per output element for the others): the cost
+    `auto_split` balances when no measured or bounded costs are given."""
+    shapes = _shapes_of(graph, path)
+    costs = {}
+    for st in graph.statements:
+        if st.op in SOURCES:
+            continue
+        out = int(np.prod(shapes.get(st.outputs[0], (1,))))
+        reads = statement_reads(st)
+        weight = shapes.get(reads[1]) if len(reads) > 1 else None
+        if st.op == "conv" and weight and len(weight) >= 2:
+            costs[st.outputs[0]] = out * int(np.prod(weight[1:]))
+        elif st.op in ("linear", "matmul") and weight:
+            costs[st.outputs[0]] = out * int(weight[-1])
+        else:
+            costs[st.outputs[0]] = out
+    return costs
+
+
+def split_makespan(graph: nnef.Graph, assignment: Dict[str, str], costs: Dict[str, int], sync_cost=0) -> int:
+    """End-to-end time of a split with each item on its own core: instructions in the graph's
+    order per item, a tensor from another item available `sync_cost` after it is computed."""
+    finish, item_free = {}, {}
+    for st in graph.statements:
+        if st.op in SOURCES:
+            continue
+        out, item = st.outputs[0], assignment[st.outputs[0]]
+        ready = item_free.get(item, 0)
+        for name in statement_reads(st):
+            if name in finish:
+                ready = max(ready, finish[name] + (sync_cost if assignment[name] != item else 0))
+        finish[out] = item_free[item] = ready + costs[out]
+    return max(finish.values(), default=0)
+
+
+def auto_split(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>") -> Document:
+    """items=N: the split of a single graph whose end-to-end time (split_makespan) is smallest,
+    found by exhaustive search (first instruction on ITEM1; ties: fewer synchronisations, then
+    the first found). Costs default to instruction_costs (MAC counts, not WCET bounds)."""
+    import itertools
+    computed = [st.outputs[0] for st in graph.statements if st.op not in SOURCES]
+    if items < 1:
+        raise NNBuildError(f"items={items}: at least one item", path=path)
+    if items ** max(len(computed) - 1, 0) > MAX_SPLIT_SEARCH:
+        raise NNBuildError(f"items={items} over {len(computed)} instructions is beyond the exhaustive "
+                           f"search ({MAX_SPLIT_SEARCH} splits); give a map", path=path)
+    costs = costs or instruction_costs(graph, path)
+    readers = [(n, r) for st in graph.statements if st.op not in SOURCES
+               for r in statement_reads(st) for n in [st.outputs[0]] if r in computed]
+    best = None
+    for rest in itertools.product(range(items), repeat=len(computed) - 1):
+        assignment = dict(zip(computed, (0,) + rest))
+        named = {k: f"ITEM{v + 1}" for k, v in assignment.items()}
+        syncs = len({r for n, r in readers if assignment[n] != assignment[r]})
+        key = (split_makespan(graph, named, costs, sync_cost), syncs)
+        if best is None or key < best[0]:
+            best = (key, named)
+    return split(graph, best[1], path)
+
+
 def _shapes_of(graph: nnef.Graph, path) -> Dict[str, Tuple[int, ...]]:
     """Every tensor's shape (NNEF layout), from the NNEF translator's shape inference."""
     translator = nnef._Translator(graph, Path(path).parent, Path(path))
