@@ -417,3 +417,15 @@ def test_auto_split_runs_bit_equal_on_threads(tmp_path):
     _, folder = auto_split_of_the_example(tmp_path, 2)
     record = multiitem_check.check_host(nnef_items.load(folder), tmp_path / "build", shape="v2", runs=1000)
     assert record["bit_equal_runs"] == 1000 and record["firing_sequences"]
+
+
+def test_single_model_steps_refuse_a_system_in_one_line(tmp_path):
+    from nnbuild import steps
+    with pytest.raises(NNBuildError) as exc:
+        steps.generate(str(EXAMPLE), tmp_path)
+    assert "builds through the 'multiitem' step" in one_line(exc)
+    assert not any(tmp_path.iterdir())
+    steps.reference(str(EXAMPLE), tmp_path / "r.npz", count=4)
+    import numpy as np
+    with np.load(tmp_path / "r.npz") as data:
+        assert data["x"].shape[1] == 128 and data["y"].shape[1] == 10

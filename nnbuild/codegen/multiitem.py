@@ -17,8 +17,6 @@ the check program records the order and nnbuild replays it on the Petri net (`<n
 maps codes to transitions).
 """
 
-import json
-
 import numpy as np
 
 from nnbuild import codegen, names
@@ -58,7 +56,11 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
              f"{system.name}.net.json": net_record(system, net, sync)}
     from pathlib import Path
     codegen.write_all(Path(outdir), files)
-    return [Path(outdir) / n for n in files] + written
+    made = [Path(outdir) / n for n in files] + written
+    missing = set(outputs(system)) - {p.name for p in made}
+    if missing:
+        raise NNBuildError(f"multi-item generation did not produce {sorted(missing)}")
+    return made
 
 
 def net_record(system, net, sync):
@@ -99,7 +101,7 @@ int {system.name}_infer(const float in[{up}_INPUTS], float out[{up}_OUTPUTS]);
 """
 
 
-class _Item:
+class _ItemBuffers:
     """Names of an item's buffers in the generated C."""
 
     def __init__(self, system, item, sync):
@@ -113,7 +115,7 @@ class _Item:
         if self.sync == "schedule":
             got = self.got(tensor)
             if got is not None:
-                return _Item(self.system, self.system.item(got.writer), self.sync).buffer(got.tensor)
+                return _ItemBuffers(self.system, self.system.item(got.writer), self.sync).buffer(got.tensor)
         return f"{self.item.name}_{tensor}"
 
     def got(self, tensor):
@@ -144,7 +146,7 @@ def source(system, net, sync):
     lines += ["", "#ifndef NN_MI_EVENT", "#define NN_MI_EVENT(code) ((void)0)", "#endif",
               "#ifndef NN_MI_ITEM_START", "#define NN_MI_ITEM_START(item) ((void)0)", "#endif", "",
               f"static const float *nn_mi_in;", f"static float *nn_mi_out;", ""]
-    views = {item.name: _Item(system, item, sync) for item in system.items}
+    views = {item.name: _ItemBuffers(system, item, sync) for item in system.items}
     for item in system.items:
         view = views[item.name]
         for tensor in view.local_buffers():

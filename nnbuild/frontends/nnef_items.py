@@ -124,15 +124,6 @@ def parse(text: str) -> Document:
     return _ItemParser(text).document()
 
 
-def is_multi_item(text: str) -> bool:
-    """True when an NNEF text declares items (its first graph keyword is `graphitem`)."""
-    try:
-        tokens = nnef.tokenize(text)
-    except nnef.ParseError:
-        return False
-    return next((t.text for t in tokens if t.text in ("graph", "graphitem")), "") == "graphitem"
-
-
 # --------------------------------------------------------------------------------- writer
 
 def _value(value) -> str:

@@ -61,6 +61,8 @@ def resolve_shape(kind, shape):
 
 def refusal(kind, shape, precision, board=None, model=None):
     """Why this kind x shape x precision x board cannot be built (one line), or None."""
+    if getattr(kind, "REFUSAL", None):
+        return kind.REFUSAL
     try:
         shape = resolve_shape(kind, shape)
         codegen.check_precision(precision, board)

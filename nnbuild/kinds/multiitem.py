@@ -28,9 +28,22 @@ PRECISIONS = ("float32",)
 SYNCS = ("flags", "barrier")
 
 
-def load(path, name=None):
-    """The system of a multi-item document, its Petri-net checks done (system.meta["petri"])."""
-    return nnef_items.load(path, name)
+#: why the single-model steps (generate, reference, run, ...) refuse this kind
+REFUSAL = "a multi-item system builds through the 'multiitem' step (python3 -m nnbuild multiitem), not step by step"
+
+
+def load(path, name=None, environment=None):
+    """The system of a multi-item document, its Petri-net checks done (system.meta["petri"]), and
+    an empty passes log (the kinds' interface): (system, [])."""
+    if environment:
+        raise NNBuildError("an environment applies to TPGs, not to multi-item systems", path=path)
+    return nnef_items.load(path, name), []
+
+
+def reference_arrays(model, count, seed, input_range, data=None):
+    """inputs.npz of a system: its unsplit model's check inputs and float64 reference outputs."""
+    from nnbuild.kinds import nn
+    return nn.reference_arrays(model.whole, count, seed, input_range, data)
 
 
 def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, max_delay_us=200, seed=1,
@@ -43,7 +56,7 @@ def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, m
     gate = outdir / "gate.json"
     if gate.exists():
         gate.unlink()
-    system = load(path)
+    system, _ = load(path)
     report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": "float32",
               "items": [i.name for i in system.items], "petri": system.meta["petri"]}
     failures = []
