@@ -98,6 +98,8 @@ def test_split_map_must_cover_every_instruction(tmp_path):
     ([("    o1 = get_var(ITEM1, vsync1);\n    o4", "    o1 = external<scalar>(shape = [1, 4, 8, 8]);\n    o4")],
      "item ITEM3: send_var 'vsync1' of item ITEM1 has no matching get_var in item ITEM3"),
     ([("o3 = get_var(ITEM2, vsync2)", "o3 = get_var(ITEM9, vsync2)")], "item ITEM1: get_var(ITEM9, vsync2): unknown item ITEM9"),
+    # a name that would not be a C identifier (a keyword)
+    ([("vsync3", "static")], "item ITEM1: line 13: name 'static' is not a C identifier"),
     ([("vsync2 = variablesync<scalar>(shape = [1, 4, 8, 8]);\n    o1", "vsync2 = variablesync<scalar>(shape = [1, 4, 8, 9]);\n    o1")],
      "variablesync 'vsync2'"),
     ([("o5 = conv(o4, v5, v6", "o2 = conv(o4, v5, v6"), ("vsync3 = send_var([ITEM1], o5)", "vsync3 = send_var([ITEM1], o2)")],
@@ -258,8 +260,8 @@ def test_generation_is_byte_identical_and_each_sync_has_its_code(example_system,
     assert texts[("a", "flags")] == texts[("b", "flags")]
     c = {sync: texts[("a", sync)]["multiitem_cnn.c"].decode() for sync in multiitem_c.SYNCS}
     assert "pthread_cond_wait" in c["flags"] and "pthread_barrier_wait" not in c["flags"]
-    assert "pthread_barrier_wait(&vsync1_barrier)" in c["barrier"]
-    assert "pthread" not in c["schedule"] and "multiitem_cnn_ITEM2_0_infer(ITEM1_o1, ITEM2_o3)" in c["schedule"]
+    assert "pthread_barrier_wait(&nn_mi_b_vsync1)" in c["barrier"]
+    assert "pthread" not in c["schedule"] and "multiitem_cnn_ITEM2_0_infer(nn_mi_t_ITEM1_o1, nn_mi_t_ITEM2_o3)" in c["schedule"]
     net = json.loads(texts[("a", "schedule")]["multiitem_cnn.net.json"])
     assert net["schedule"][:2] == ["ITEM1.run.multiitem_cnn_ITEM1_0", "ITEM1.send.vsync1"]
 

@@ -116,7 +116,7 @@ class _ItemBuffers:
             got = self.got(tensor)
             if got is not None:
                 return _ItemBuffers(self.system, self.system.item(got.writer), self.sync).buffer(got.tensor)
-        return f"{self.item.name}_{tensor}"
+        return f"nn_mi_t_{self.item.name}_{tensor}"
 
     def got(self, tensor):
         for sync in self.system.syncs.values():
@@ -128,7 +128,7 @@ class _ItemBuffers:
         """Tensors the item keeps in its own static buffers: segment outputs and gets."""
         tensors = [seg.output for seg in self.item.segments.values()]
         tensors += [local for s in self.system.syncs.values() for r, local in s.readers if r == self.item.name]
-        return [t for t in dict.fromkeys(tensors) if self.buffer(t) == f"{self.item.name}_{t}"]
+        return [t for t in dict.fromkeys(tensors) if self.buffer(t) == f"nn_mi_t_{self.item.name}_{t}"]
 
 
 def source(system, net, sync):
@@ -211,16 +211,16 @@ def _sync_declarations(system, sync):
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
                       f"shape {list(s.shape)} */",
-                      f"static float {s.name}_value[{size}];",
-                      f"static nn_mi_sync {s.name} = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0u, 0u}};",
-                      f"static unsigned {s.name}_seen[{len(s.readers)}];"]
+                      f"static float nn_mi_v_{s.name}[{size}];",
+                      f"static nn_mi_sync nn_mi_s_{s.name} = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0u, 0u}};",
+                      f"static unsigned nn_mi_r_{s.name}[{len(s.readers)}];"]
     elif sync == "barrier":
         for s in system.syncs.values():
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
                       f"shape {list(s.shape)}; a barrier of {len(s.readers) + 1} */",
-                      f"static float {s.name}_value[{size}];",
-                      f"static pthread_barrier_t {s.name}_barrier;"]
+                      f"static float nn_mi_v_{s.name}[{size}];",
+                      f"static pthread_barrier_t nn_mi_b_{s.name};"]
     lines.append("")
     return lines
 
@@ -257,13 +257,13 @@ def _action_lines(system, item, view, sync, codes, kind, name):
         event = codes[f"sync.{name}"]
         size = int(np.prod(s.shape))
         if sync == "flags":
-            lines.append(f"    nn_mi_send(&{name}, {name}_value, {view.buffer(s.tensor)}, {size}u, "
+            lines.append(f"    nn_mi_send(&nn_mi_s_{name}, nn_mi_v_{name}, {view.buffer(s.tensor)}, {size}u, "
                          f"{len(s.readers)}u, {event}); /* send_var {name} */")
         elif sync == "barrier":
-            lines += [f"    memcpy({name}_value, {view.buffer(s.tensor)}, {size} * sizeof(float)); "
+            lines += [f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(float)); "
                       f"/* send_var {name} */",
                       f"    NN_MI_EVENT({event});",
-                      f"    pthread_barrier_wait(&{name}_barrier);"]
+                      f"    pthread_barrier_wait(&nn_mi_b_{name});"]
         else:
             lines.append(f"    NN_MI_EVENT({event}); /* send_var {name}: the readers read "
                          f"{view.buffer(s.tensor)} in place */")
@@ -274,11 +274,11 @@ def _action_lines(system, item, view, sync, codes, kind, name):
         event = codes[f"get.{name}@{item.name}"]
         size = int(np.prod(s.shape))
         if sync == "flags":
-            lines.append(f"    nn_mi_get(&{name}, &{name}_seen[{index}], {view.buffer(local)}, {name}_value, "
+            lines.append(f"    nn_mi_get(&nn_mi_s_{name}, &nn_mi_r_{name}[{index}], {view.buffer(local)}, nn_mi_v_{name}, "
                          f"{size}u, {event}); /* get_var {name} -> '{local}' */")
         elif sync == "barrier":
-            lines += [f"    pthread_barrier_wait(&{name}_barrier); /* get_var {name} -> '{local}' */",
-                      f"    memcpy({view.buffer(local)}, {name}_value, {size} * sizeof(float));",
+            lines += [f"    pthread_barrier_wait(&nn_mi_b_{name}); /* get_var {name} -> '{local}' */",
+                      f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(float));",
                       f"    NN_MI_EVENT({event});"]
         else:
             lines.append(f"    NN_MI_EVENT({event}); /* get_var {name} -> '{local}' */")
@@ -297,7 +297,7 @@ def _threads_infer(system, sync):
               f"    pthread_t threads[{up}_ITEMS];", "    int started, failed = 0;", ""]
     if sync == "barrier":
         for s in system.syncs.values():
-            lines.append(f"    pthread_barrier_init(&{s.name}_barrier, NULL, {len(s.readers) + 1}u);")
+            lines.append(f"    pthread_barrier_init(&nn_mi_b_{s.name}, NULL, {len(s.readers) + 1}u);")
     lines += ["    nn_mi_in = in;", "    nn_mi_out = out;",
               f"    for (started = 0; started < {up}_ITEMS; ++started) /* bounded: {len(system.items)} items */",
               "        if (pthread_create(&threads[started], NULL, nn_mi_threads[started], NULL) != 0) {",
@@ -305,7 +305,7 @@ def _threads_infer(system, sync):
               "    while (started > 0)", "        pthread_join(threads[--started], NULL);"]
     if sync == "barrier":
         for s in system.syncs.values():
-            lines.append(f"    pthread_barrier_destroy(&{s.name}_barrier);")
+            lines.append(f"    pthread_barrier_destroy(&nn_mi_b_{s.name});")
     return lines + ["    return failed;", "}"]
 
 

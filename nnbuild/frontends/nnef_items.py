@@ -373,6 +373,8 @@ class _Builder:
             if len(st.outputs) != 1:
                 self.fail(block.item, f"{where}{st.op}: one result per instruction")
             out = st.outputs[0]
+            if not names.is_c_identifier(out):
+                self.fail(block.item, f"{where}name {out!r} is not a C identifier (it names C symbols)")
             if st.op == "variablesync":
                 shape = st.kwargs.get("shape", st.args[0] if st.args else None)
                 if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
