@@ -153,6 +153,8 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
         fail(str(error))
     if multi:
         return multiitem_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+    if "sync" in options:
+        fail("sync= applies to multi-item systems only")
     if precision != "auto":
         return firmware_pipeline(env, name, model, target, build_dir, precision=precision, **options)
     try:
@@ -193,7 +195,7 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
 
 
 def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=kinds.DEFAULT_SHAPE, deadline=None,
-                       tolerance=1e-4, count=8, seed=1, **_pipeline_options):
+                       tolerance=1e-4, count=8, seed=1, sync="flags", **_pipeline_options):
     """A multi-item system: one `multiitem` step (Petri-net checks, the items' C, the threads or the
     static schedule checked and timed, report.json, gate.json). Its generated C stays inside the
     step (no other node reads it)."""
@@ -209,7 +211,7 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
     bdir = env.Dir(build_dir)
     report, gate = bdir.File("report.json"), bdir.File("gate.json")
     made = step_node(env, "multiitem", [report, gate], [env.File(str(document))], model="${SOURCE}",
-                     outdir="${TARGET.dir}", target=board.name, shape=shape, deadline=deadline,
+                     outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
                      tolerance=tolerance, count=count, seed=seed)
     env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
     env.NoCache(made)
