@@ -258,6 +258,19 @@ def image(elf, output, *, board):
             raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
 
 
+def multiitem(model, outdir, *, target="host", shape="v2", sync="flags", runs=1000, deadline=None,
+              tolerance=1e-4, count=8, seed=1):
+    """A multi-item system's whole build (nnbuild.kinds.multiitem.build): its C in outdir/gen,
+    report.json, and gate.json when every gate holds (the deadline on the end-to-end bound)."""
+    from nnbuild.checks.deadline import read_spec
+    from nnbuild.kinds import multiitem as kind
+    deadline_ms, waiver = read_spec(deadline)
+    report = kind.build(model, outdir, target=target, shape=shape, sync=sync, runs=runs, deadline_ms=deadline_ms,
+                        tolerance=tolerance, cases=count, seed=seed)
+    for line in kind.summary(report) + ([waiver] if waiver else []):
+        print(line)
+
+
 # --------------------------------------------------------------------------- the table
 
 
@@ -366,6 +379,14 @@ STEPS = {s.name: s for s in (
          "compile and link a C program for the board (check programs outside SCons)", code=("compilers",)),
     Step("image", "Writing image", image, (_a("elf"), BOARD, OUT),
          "the firmware as Intel HEX (.hex) or raw binary (.bin), by the board's objcopy"),
+    Step("multiitem", "Multi-item build", multiitem,
+         (_a("model"), _a("-o", "--outdir", required=True), _a("--target", default="host"),
+          _a("--shape", default="v2"), _a("--sync", default="flags"), _a("--runs", type=int, default=1000),
+          _a("--deadline", default=None, help="deadline, e.g. 100ms"),
+          _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
+          _a("--count", type=int, default=8), _a("--seed", type=int, default=1)),
+         "a multi-item system: Petri-net checks, items' C, threads or static schedule checks, timing, gates",
+         code=("frontends", "ir", "codegen", "checks", "kinds", "runners", "wcet", "compilers"), cacheable=False),
     Step("select", "Choosing precision", select,
          (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
           _a("--firmware-output", help="where to copy the winner's firmware")),

@@ -98,6 +98,8 @@ def test_split_map_must_cover_every_instruction(tmp_path):
     ([("    o1 = get_var(ITEM1, vsync1);\n    o4", "    o1 = external<scalar>(shape = [1, 4, 8, 8]);\n    o4")],
      "item ITEM3: send_var 'vsync1' of item ITEM1 has no matching get_var in item ITEM3"),
     ([("o3 = get_var(ITEM2, vsync2)", "o3 = get_var(ITEM9, vsync2)")], "item ITEM1: get_var(ITEM9, vsync2): unknown item ITEM9"),
+    # a name that would not be a C identifier (a keyword)
+    ([("vsync3", "static")], "item ITEM1: line 13: name 'static' is not a C identifier"),
     ([("vsync2 = variablesync<scalar>(shape = [1, 4, 8, 8]);\n    o1", "vsync2 = variablesync<scalar>(shape = [1, 4, 8, 9]);\n    o1")],
      "variablesync 'vsync2'"),
     ([("o5 = conv(o4, v5, v6", "o2 = conv(o4, v5, v6"), ("vsync3 = send_var([ITEM1], o5)", "vsync3 = send_var([ITEM1], o2)")],
@@ -235,3 +237,199 @@ def test_replay_accepts_firing_sequences_only():
     assert petri.replay(net, good) is None
     assert "'ITEM2.o2' fires while not enabled" in petri.replay(net, ["ITEM1.o1", "ITEM2.o2"])
     assert "stop before the final marking" in petri.replay(net, good[:-1])
+
+
+# ------------------------------------------------------------------------------ generated C
+
+from nnbuild.checks import multiitem as multiitem_check  # noqa: E402
+from nnbuild.checks.inputs import check_inputs  # noqa: E402
+from nnbuild.codegen import multiitem as multiitem_c  # noqa: E402
+from nnbuild.kinds import multiitem as multiitem_kind  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def example_system():
+    return nnef_items.load(EXAMPLE)
+
+
+def test_generation_is_byte_identical_and_each_sync_has_its_code(example_system, tmp_path):
+    texts = {}
+    for run, sync in (("a", "flags"), ("b", "flags"), ("a", "barrier"), ("a", "schedule")):
+        multiitem_c.generate(example_system, tmp_path / run / sync, shape="v2", sync=sync)
+        texts[(run, sync)] = {p.name: p.read_bytes() for p in sorted((tmp_path / run / sync).iterdir())}
+    assert texts[("a", "flags")] == texts[("b", "flags")]
+    c = {sync: texts[("a", sync)]["multiitem_cnn.c"].decode() for sync in multiitem_c.SYNCS}
+    assert "pthread_cond_wait" in c["flags"] and "pthread_barrier_wait" not in c["flags"]
+    assert "pthread_barrier_wait(&nn_mi_b_vsync1)" in c["barrier"]
+    assert "pthread" not in c["schedule"] and "multiitem_cnn_ITEM2_0_infer(nn_mi_t_ITEM1_o1, nn_mi_t_ITEM2_o3)" in c["schedule"]
+    net = json.loads(texts[("a", "schedule")]["multiitem_cnn.net.json"])
+    assert net["schedule"][:2] == ["ITEM1.run.multiitem_cnn_ITEM1_0", "ITEM1.send.vsync1"]
+
+
+def test_precision_and_sync_refusals_are_one_line(example_system, tmp_path):
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_c.generate(example_system, tmp_path, shape="v2", precision="q16")
+    assert "float32 only" in one_line(exc)
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_c.generate(example_system, tmp_path, shape="v2", sync="spin")
+    assert "sync 'spin' is unknown" in one_line(exc)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sync, sanitize", [("flags", False), ("barrier", False), ("schedule", False),
+                                            ("flags", True), ("barrier", True)])
+def test_host_runs_equal_the_unsplit_model_and_follow_the_net(example_system, tmp_path, sync, sanitize):
+    record = multiitem_check.check_host(example_system, tmp_path, shape="v2", runs=1000, max_delay_us=200,
+                                        sync=sync, sanitize=sanitize)
+    assert record["bit_equal_runs"] == 1000 and record["firing_sequences"]
+    assert record["sanitizer_reports"] == 0 and record["exit_status"] == 0
+    if sync != "schedule":
+        assert record["distinct_orders"] > 1   # the random delays do interleave the items
+
+
+@pytest.mark.e2e
+def test_a_reader_that_does_not_wait_is_caught(example_system, tmp_path):
+    sources = multiitem_check.generate_host_check(example_system, tmp_path, shape="v2", sync="flags")
+    system_c = tmp_path / "gen" / "multiitem_cnn.c"
+    text = system_c.read_text()
+    copy_line = "    memcpy(value, buf, n * sizeof *value);\n"
+    get_start = text.index("static void nn_mi_get(")
+    lock_line = text.index("    pthread_mutex_lock(&s->lock);\n", get_start)
+    # the reader copies before it waits for its writer: a data race, and stale values
+    text = text[:lock_line] + copy_line + text[lock_line:].replace(copy_line, "", 1)
+    system_c.write_text(text)
+    x = check_inputs(128, 4, 1, (-1.0, 1.0))
+    program = multiitem_check.compile_host_check(example_system, tmp_path, sources, sanitize=True)
+    record = multiitem_check.run_host_check(example_system, program, x, runs=50, max_delay_us=2000,
+                                            timeout=120)
+    assert not record["ok"]
+    assert record["sanitizer_reports"] > 0 or record.get("bit_equal_runs", 50) < 50
+    assert "ThreadSanitizer" in multiitem_check.failure(record) or "differ" in multiitem_check.failure(record)
+
+
+@pytest.mark.e2e
+def test_avr_static_schedule_runs_under_simavr_within_its_wcet_bound(example_system, tmp_path):
+    record = multiitem_kind.check_on_board(example_system, "avr", tmp_path, shape="v2", cases=4)
+    assert record["max_abs_error"] < 1e-5
+    bound = record["wcet"]["schedule_cycles"]
+    assert max(record["measured_cycles"]) <= bound
+    timing = record["timing"]
+    segments = record["wcet"]["segment_cycles"]
+    # ITEM1's head, then the longer of the two parallel branches, then ITEM1's tail
+    assert timing["outside_segments_cycles"] == bound - sum(segments.values()) > 0
+    assert timing["end_to_end_cycles"] == (segments["multiitem_cnn_ITEM1_0"] + segments["multiitem_cnn_ITEM1_1"]
+                                           + max(segments["multiitem_cnn_ITEM2_0"], segments["multiitem_cnn_ITEM3_0"])
+                                           + timing["outside_segments_cycles"])
+    assert timing["sequential_cycles"] <= bound and timing["speedup_bound"] > 1.0
+
+
+def test_timing_is_the_longest_path_of_the_timed_net(example_system):
+    cycles = {"multiitem_cnn_ITEM1_0": 10, "multiitem_cnn_ITEM1_1": 20, "multiitem_cnn_ITEM2_0": 100,
+              "multiitem_cnn_ITEM3_0": 300}
+    timing = multiitem_check.timing(example_system, cycles, schedule_cycles=437, sync_cycles=5)
+    # head 10, send 5, get 5, branch 3: 300, send 5, get 5, tail 20; 7 cycles outside the segments
+    assert timing["end_to_end_cycles"] == 10 + 5 + 5 + 300 + 5 + 5 + 20 + 7
+    assert timing["item_cycles"] == {"ITEM1": 30, "ITEM2": 100, "ITEM3": 300}
+    assert timing["speedup_bound"] == round(437 / 357, 3)
+
+
+# ------------------------------------------------------------------------------ the kind's build
+
+
+@pytest.mark.e2e
+def test_host_build_writes_report_and_gate(tmp_path):
+    report = multiitem_kind.build(EXAMPLE, tmp_path, target="host", runs=1000)
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["petri"]["states"] == 21 and written["host"]["bit_equal_runs"] == 1000
+    assert written["thread_sanitizer"]["sanitizer_reports"] == 0
+    assert (tmp_path / "gate.json").exists() and report["sync"] == "flags"
+
+
+@pytest.mark.e2e
+def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_kind.build(EXAMPLE, tmp_path, target="avr", deadline_ms=1500, cases=2)
+    assert "end-to-end bound" in one_line(exc) and "> deadline 1500 ms" in one_line(exc)
+    assert not (tmp_path / "gate.json").exists()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["deadline"]["met"] is False
+    assert report["deadline"]["items_on_own_cores_bound_ms"] < report["deadline"]["end_to_end_bound_ms"]
+
+
+# ------------------------------------------------------------------------------ SCons
+
+from conftest import copy_project, needs_avr, scons  # noqa: E402
+
+
+@pytest.mark.e2e
+@needs_avr
+def test_scons_builds_the_example_on_host_and_avr_and_gates_the_deadline(tmp_path):
+    project = copy_project(tmp_path)
+    host = scons(project, "target=host", "model=multiitem_cnn")
+    assert host.returncode == 0, host.stdout + host.stderr
+    report = json.loads((project / "build/host/multiitem_cnn/report.json").read_text())
+    assert report["host"]["bit_equal_runs"] == 1000 and report["petri"]["states"] == 21
+    assert (project / "build/host/multiitem_cnn/gate.json").exists()
+    again = scons(project, "target=host", "model=multiitem_cnn")
+    assert "Multi-item build" not in again.stdout   # nothing changed: nothing rebuilt
+    late = scons(project, "target=avr", "model=multiitem_cnn", "deadline=1500ms")
+    assert late.returncode != 0
+    assert "end-to-end bound 2005.6 ms > deadline 1500 ms" in late.stdout + late.stderr
+    assert not (project / "build/avr/multiitem_cnn/gate.json").exists()
+    avr = scons(project, "target=avr", "model=multiitem_cnn")
+    assert avr.returncode == 0, avr.stdout + avr.stderr
+    deadline = json.loads((project / "build/avr/multiitem_cnn/report.json").read_text())["deadline"]
+    assert deadline["met"] and deadline["deadline_ms"] == 2500
+
+
+# ------------------------------------------------------------------------------ items=N
+
+def auto_split_of_the_example(tmp_path, items):
+    document = nnef_items.read_document(EXAMPLE)
+    graph = nnef_items.unsplit(document, EXAMPLE)
+    split = nnef_items.auto_split(graph, items, path=EXAMPLE / "graph.nnef")
+    folder = tmp_path / "auto.nnef"
+    shutil.copytree(EXAMPLE, folder)
+    (folder / "graph.nnef").write_text(nnef_items.write(split))
+    return split, folder
+
+
+def test_auto_split_puts_the_parallel_branches_on_different_items(tmp_path):
+    split, folder = auto_split_of_the_example(tmp_path, 2)
+    computed = {b.item: [s.outputs[0] for s in b.statements if s.op not in nnef_items.SOURCES + nnef_items.SYNC_OPS]
+                for b in split.items}
+    assert computed == {"ITEM1": ["o1", "o2", "o3", "o6", "o7", "out"], "ITEM2": ["o4", "o5"]}
+    graph = nnef_items.unsplit(nnef_items.read_document(EXAMPLE), EXAMPLE)
+    costs = nnef_items.instruction_costs(graph, EXAMPLE / "graph.nnef")
+    one = {k: "ITEM1" for k in costs}
+    assignment = {n: item for item, names in computed.items() for n in names}
+    assert nnef_items.split_makespan(graph, assignment, costs) == sum(costs.values()) - costs["o4"] - costs["o5"]
+    assert nnef_items.split_makespan(graph, one, costs) == sum(costs.values())
+    system = nnef_items.load(folder)
+    assert system.meta["petri"]["equivalence"] and sorted(system.syncs) == ["sync_o1", "sync_o5"]
+
+
+def test_auto_split_refuses_a_search_too_large(tmp_path):
+    graph = nnef_items.unsplit(nnef_items.read_document(EXAMPLE), EXAMPLE)
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.auto_split(graph, 9, path=EXAMPLE / "graph.nnef")
+    assert "beyond the exhaustive search" in one_line(exc)
+
+
+@pytest.mark.e2e
+def test_auto_split_runs_bit_equal_on_threads(tmp_path):
+    _, folder = auto_split_of_the_example(tmp_path, 2)
+    record = multiitem_check.check_host(nnef_items.load(folder), tmp_path / "build", shape="v2", runs=1000)
+    assert record["bit_equal_runs"] == 1000 and record["firing_sequences"]
+
+
+def test_single_model_steps_refuse_a_system_in_one_line(tmp_path):
+    from nnbuild import steps
+    with pytest.raises(NNBuildError) as exc:
+        steps.generate(str(EXAMPLE), tmp_path)
+    assert "builds through the 'multiitem' step" in one_line(exc)
+    assert not any(tmp_path.iterdir())
+    steps.reference(str(EXAMPLE), tmp_path / "r.npz", count=4)
+    import numpy as np
+    with np.load(tmp_path / "r.npz") as data:
+        assert data["x"].shape[1] == 128 and data["y"].shape[1] == 10

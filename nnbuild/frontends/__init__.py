@@ -52,11 +52,14 @@ FORMATS: Tuple[Format, ...] = (
            folder_file="graph.nnef"),
     Format("gravity-g", (".g",), "nnbuild.frontends.gravity_g",
            "Gravity program (.g): a network that trains itself (Givargis, ASP-DAC'21)"),
+    Format("nnef-items", (), "nnbuild.frontends.nnef_items",
+           "multi-item NNEF (graphitem blocks, variablesync; seed 002): a .nnef told from NNEF by its content",
+           folder_file="graph.nnef"),
 )
 
 #: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).
 #: The test reads at most a bounded prefix of the file and never raises.
-_SNIFFED = ((".json", "acetone-json", "_is_acetone_json"),)
+_SNIFFED = ((".json", "acetone-json", "_is_acetone_json"), (".nnef", "nnef-items", "_is_nnef_items"))
 
 
 def _is_acetone_json(path) -> bool:
@@ -70,6 +73,21 @@ def _is_acetone_json(path) -> bool:
     except OSError:
         return False
     return re.search(rb'"prev_layer_idx"\s*:', head) is not None
+
+
+def _is_nnef_items(path) -> bool:
+    """A multi-item NNEF document declares `graphitem` blocks where NNEF has one `graph`."""
+    import re
+    path = Path(path)
+    if path.is_dir():
+        path = path / "graph.nnef"
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(1 << 20).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    first = re.search(r"\b(graph|graphitem)\b", re.sub(r"#[^\n]*", "", head))
+    return first is not None and first.group(1) == "graphitem"
 
 
 def format_for(path) -> Format:

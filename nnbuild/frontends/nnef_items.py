@@ -124,15 +124,6 @@ def parse(text: str) -> Document:
     return _ItemParser(text).document()
 
 
-def is_multi_item(text: str) -> bool:
-    """True when an NNEF text declares items (its first graph keyword is `graphitem`)."""
-    try:
-        tokens = nnef.tokenize(text)
-    except nnef.ParseError:
-        return False
-    return next((t.text for t in tokens if t.text in ("graph", "graphitem")), "") == "graphitem"
-
-
 # --------------------------------------------------------------------------------- writer
 
 def _value(value) -> str:
@@ -279,6 +270,71 @@ def split_model(model_path, map_path) -> Document:
     return split(nnef._read_graph(graph_path), assignment, graph_path)
 
 
+#: largest search of `auto_split` (assignments of instructions to items)
+MAX_SPLIT_SEARCH = 300_000
+
+
+def instruction_costs(graph: nnef.Graph, path="<graph>") -> Dict[str, int]:
+    """Multiply-accumulates per instruction (one per output element for the others): the cost
+    `auto_split` balances when no measured or bounded costs are given."""
+    shapes = _shapes_of(graph, path)
+    costs = {}
+    for st in graph.statements:
+        if st.op in SOURCES:
+            continue
+        out = int(np.prod(shapes.get(st.outputs[0], (1,))))
+        reads = statement_reads(st)
+        weight = shapes.get(reads[1]) if len(reads) > 1 else None
+        if st.op == "conv" and weight and len(weight) >= 2:
+            costs[st.outputs[0]] = out * int(np.prod(weight[1:]))
+        elif st.op in ("linear", "matmul") and weight:
+            costs[st.outputs[0]] = out * int(weight[-1])
+        else:
+            costs[st.outputs[0]] = out
+    return costs
+
+
+def split_makespan(graph: nnef.Graph, assignment: Dict[str, str], costs: Dict[str, int], sync_cost=0) -> int:
+    """End-to-end time of a split with each item on its own core: instructions in the graph's
+    order per item, a tensor from another item available `sync_cost` after it is computed."""
+    finish, item_free = {}, {}
+    for st in graph.statements:
+        if st.op in SOURCES:
+            continue
+        out, item = st.outputs[0], assignment[st.outputs[0]]
+        ready = item_free.get(item, 0)
+        for name in statement_reads(st):
+            if name in finish:
+                ready = max(ready, finish[name] + (sync_cost if assignment[name] != item else 0))
+        finish[out] = item_free[item] = ready + costs[out]
+    return max(finish.values(), default=0)
+
+
+def auto_split(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>") -> Document:
+    """items=N: the split of a single graph whose end-to-end time (split_makespan) is smallest,
+    found by exhaustive search (first instruction on ITEM1; ties: fewer synchronisations, then
+    the first found). Costs default to instruction_costs (MAC counts, not WCET bounds)."""
+    import itertools
+    computed = [st.outputs[0] for st in graph.statements if st.op not in SOURCES]
+    if items < 1:
+        raise NNBuildError(f"items={items}: at least one item", path=path)
+    if items ** max(len(computed) - 1, 0) > MAX_SPLIT_SEARCH:
+        raise NNBuildError(f"items={items} over {len(computed)} instructions is beyond the exhaustive "
+                           f"search ({MAX_SPLIT_SEARCH} splits); give a map", path=path)
+    costs = costs or instruction_costs(graph, path)
+    readers = [(n, r) for st in graph.statements if st.op not in SOURCES
+               for r in statement_reads(st) for n in [st.outputs[0]] if r in computed]
+    best = None
+    for rest in itertools.product(range(items), repeat=len(computed) - 1):
+        assignment = dict(zip(computed, (0,) + rest))
+        named = {k: f"ITEM{v + 1}" for k, v in assignment.items()}
+        syncs = len({r for n, r in readers if assignment[n] != assignment[r]})
+        key = (split_makespan(graph, named, costs, sync_cost), syncs)
+        if best is None or key < best[0]:
+            best = (key, named)
+    return split(graph, best[1], path)
+
+
 def _shapes_of(graph: nnef.Graph, path) -> Dict[str, Tuple[int, ...]]:
     """Every tensor's shape (NNEF layout), from the NNEF translator's shape inference."""
     translator = nnef._Translator(graph, Path(path).parent, Path(path))
@@ -317,6 +373,8 @@ class _Builder:
             if len(st.outputs) != 1:
                 self.fail(block.item, f"{where}{st.op}: one result per instruction")
             out = st.outputs[0]
+            if not names.is_c_identifier(out):
+                self.fail(block.item, f"{where}name {out!r} is not a C identifier (it names C symbols)")
             if st.op == "variablesync":
                 shape = st.kwargs.get("shape", st.args[0] if st.args else None)
                 if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
@@ -399,15 +457,14 @@ class _Builder:
             if actual is not None and tuple(actual) != sync.shape:
                 self.fail(sync.writer, f"variablesync '{sync.name}' has shape {list(sync.shape)} but "
                                        f"'{sync.tensor}' is {list(actual)}")
+        system.whole, layouts = _whole_model(merged, self.path, self.name)
         for it in items:
             _, sources, _, gets, instructions, _ = scans[it.name]
-            local = {n: tuple(shapes[renames[it.name].get(n, n)]) for n in
-                     list(sources) + [i.output for i in instructions] + [g[1] for g in gets.values()]
-                     if renames[it.name].get(n, n) in shapes}
-            self.compile_segments(it, self.blocks[it.name], sources, local)
-        from nnbuild.frontends import onnx_graph
-        system.whole = onnx_graph.convert(nnef._Translator(merged, self.folder, self.path).run(), self.path,
-                                          self.name)
+            names_ = list(sources) + [i.output for i in instructions] + [g[1] for g in gets.values()]
+            rename = renames[it.name]
+            local = {n: tuple(shapes[rename.get(n, n)]) for n in names_ if rename.get(n, n) in shapes}
+            perms = {n: layouts[rename.get(n, n)] for n in names_ if rename.get(n, n) in layouts}
+            self.compile_segments(it, self.blocks[it.name], sources, local, perms)
         system.shapes = {n: tuple(s) for n, s in shapes.items()}
         return system
 
@@ -503,37 +560,81 @@ class _Builder:
             inputs = tuple(dict.fromkeys(n for n in by_output[chain[0]].inputs if n not in params))
             item.segments[seg_name] = Segment(seg_name, tuple(chain), inputs, chain[-1])
 
-    def compile_segments(self, item: Item, block, sources, shapes):
-        """Each segment as an IR model through the NNEF translator (several inputs are packed into
-        one flat vector: the code shapes take one input)."""
+    def compile_segments(self, item: Item, block, sources, shapes, perms):
+        """Each segment as an IR model through the NNEF translator. A tensor crossing a segment
+        boundary is held in the layout the unsplit model holds it in (`perms`), so each layer runs
+        the unsplit model's code; several inputs are packed into one flat vector (the code shapes
+        take one input)."""
         by_output = {i.output: i for i in item.instructions}
         params = {n for n, op in item.sources.items() if op != "external"}
         statements = {st.outputs[0]: st for st in block.statements if st.op not in SYNC_OPS}
         for seg_name, segment in item.segments.items():
             chain, inputs = segment.instructions, segment.inputs
             body = []
-            if len(inputs) == 1:
-                body.append(Statement([inputs[0]], "external", None, [], {"shape": list(shapes[inputs[0]])}, 0, 0))
-            else:
+            packed = len(inputs) > 1
+            if packed:
                 total = sum(int(np.prod(shapes[n])) for n in inputs)
                 body.append(Statement([PACKED], "external", None, [], {"shape": [1, total]}, 0, 0))
-                start = 0
-                for n in inputs:
+            start = 0
+            for n in inputs:
+                held = _held_shape(shapes[n], perms.get(n))
+                name = f"{PACKED}_{n}" if perms.get(n) or packed else n
+                if packed:
                     size = int(np.prod(shapes[n]))
-                    flat = f"{PACKED}_{n}"
-                    body.append(Statement([flat], "slice", None, [Ref(PACKED)],
+                    body.append(Statement([f"{name}_flat"], "slice", None, [Ref(PACKED)],
                                           {"axes": [1], "begin": [start], "end": [start + size]}, 0, 0))
-                    body.append(Statement([n], "reshape", None, [Ref(flat)], {"shape": list(shapes[n])}, 0, 0))
+                    body.append(Statement([name], "reshape", None, [Ref(f"{name}_flat")], {"shape": held}, 0, 0))
                     start += size
+                else:
+                    body.append(Statement([name], "external", None, [], {"shape": held}, 0, 0))
+                if name != n:
+                    body.append(Statement([n], "transpose", None, [Ref(name)],
+                                          {"axes": _from_held(perms.get(n), len(shapes[n]))}, 0, 0))
             used = [p for n in chain for p in by_output[n].inputs if p in params]
             body += [sources[p] for p in dict.fromkeys(used)]
             body += [statements[n] for n in chain]
-            graph = nnef.Graph(seg_name, [PACKED if len(inputs) > 1 else inputs[0]], [chain[-1]], body, "1.0",
-                               list(self.doc.extensions))
+            output = chain[-1]
+            if perms.get(output):
+                body.append(Statement([f"{PACKED}_{output}"], "transpose", None, [Ref(output)],
+                                      {"axes": [0] + [p + 1 for p in perms[output]]}, 0, 0))
+                output = f"{PACKED}_{output}"
+            first = PACKED if packed else next(st.outputs[0] for st in body if st.op == "external")
+            graph = nnef.Graph(seg_name, [first], [output], body, "1.0", list(self.doc.extensions))
             proto = nnef._Translator(graph, self.folder, self.path).run()
             from nnbuild.frontends import onnx_graph
             segment.model = onnx_graph.convert(proto, self.path, seg_name)
             segment.model.meta["item"] = item.name
+
+
+def _whole_model(merged, path, name):
+    """The unsplit model, and the layout it holds each tensor in: tensor -> the permutation of its
+    sample axes (None for NNEF order)."""
+    from nnbuild.frontends import onnx_graph
+    proto = nnef._Translator(merged, path.parent, path).run()
+    converter = onnx_graph._Converter(proto, path)
+    try:
+        whole = converter.run(name)
+    except onnx_graph.Problem as problem:
+        raise NNBuildError(" ".join(str(problem).split()), path=path) from None
+    layouts = {}
+    for tensor, entry in converter.tensors.items():
+        if entry[0] == "ir":
+            perm = tuple(int(p) for p in entry[3])
+            layouts[tensor] = None if perm == tuple(range(len(perm))) else perm
+    return whole, layouts
+
+
+def _held_shape(shape, perm):
+    """The NNEF shape (batch first) of a tensor held with `perm` over its sample axes."""
+    if not perm:
+        return list(shape)
+    return [shape[0]] + [shape[p + 1] for p in perm]
+
+
+def _from_held(perm, rank):
+    """transpose axes turning a held tensor back into NNEF order."""
+    inverse = [perm.index(j) for j in range(rank - 1)]
+    return [0] + [k + 1 for k in inverse]
 
 
 def _source_key(st: Statement):

@@ -25,7 +25,8 @@ from nnbuild import codegen
 from nnbuild.errors import NNBuildError
 
 #: kind name -> module
-KINDS = {"nn": "nnbuild.kinds.nn", "tpg": "nnbuild.kinds.tpg", "gravity": "nnbuild.kinds.gravity"}
+KINDS = {"nn": "nnbuild.kinds.nn", "tpg": "nnbuild.kinds.tpg", "gravity": "nnbuild.kinds.gravity",
+         "multiitem": "nnbuild.kinds.multiitem"}
 
 #: one set of defaults for the API, the CLI and SCons
 DEFAULT_SHAPE = "auto"
@@ -63,6 +64,8 @@ def resolve_shape(kind, shape):
 
 def refusal(kind, shape, precision, board=None, model=None):
     """Why this kind x shape x precision x board cannot be built (one line), or None."""
+    if getattr(kind, "REFUSAL", None):
+        return kind.REFUSAL
     try:
         shape = resolve_shape(kind, shape)
         codegen.check_precision(precision, board)

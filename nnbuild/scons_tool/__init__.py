@@ -147,6 +147,14 @@ def cross_env(env, board, opt, verbose):
 def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, **options):
     """The whole pipeline for one precision, or for precision=auto every candidate the kind, shape
     and board allow plus a select step that keeps the smallest WCET meeting tolerance and deadline."""
+    try:
+        multi = kinds.of_file(str(model)).NAME == "multiitem"
+    except NNBuildError as error:
+        fail(str(error))
+    if multi:
+        return multiitem_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+    if "sync" in options:
+        fail("sync= applies to multi-item systems only")
     if precision != "auto":
         return firmware_pipeline(env, name, model, target, build_dir, precision=precision, **options)
     try:
@@ -184,6 +192,30 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
     return {"generated": [n["generated"] for n in runs.values()], "check": [n["check"] for n in runs.values()],
             "firmware": chosen[1] if with_firmware else None, "report": chosen[0], "gate": chosen[0],
             "candidates": runs, "board": board}
+
+
+def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=kinds.DEFAULT_SHAPE, deadline=None,
+                       tolerance=1e-4, count=8, seed=1, sync="flags", **_pipeline_options):
+    """A multi-item system: one `multiitem` step (Petri-net checks, the items' C, the threads or the
+    static schedule checked and timed, report.json, gate.json). Its generated C stays inside the
+    step (no other node reads it)."""
+    kind = kinds.get("multiitem")
+    if precision not in kind.PRECISIONS:
+        fail(f"multi-item systems are generated in {', '.join(kind.PRECISIONS)} only (precision '{precision}' asked)")
+    try:
+        shape = kinds.resolve_shape(kind, shape)
+        board = boards.load_board(target)
+    except NNBuildError as error:
+        fail(str(error))
+    document = frontends.model_file(str(model)) or model
+    bdir = env.Dir(build_dir)
+    report, gate = bdir.File("report.json"), bdir.File("gate.json")
+    made = step_node(env, "multiitem", [report, gate], [env.File(str(document))], model="${SOURCE}",
+                     outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
+                     tolerance=tolerance, count=count, seed=seed)
+    env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
+    env.NoCache(made)
+    return {"generated": [], "check": [], "firmware": None, "report": made[0], "gate": made[1], "board": board}
 
 
 def shared_inputs(env, bdir, model, options):

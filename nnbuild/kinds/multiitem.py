@@ -1,0 +1,162 @@
+"""Multi-item systems (seed 002) as a model kind: load (parse, Petri-net checks), generate the
+items' C, check it, time it and gate it, into one build directory with report.json and gate.json.
+
+Not yet behind the pipeline's plan (SCons, `nnbuild check`): `build` runs the steps itself, in
+order, and is what `python3 -m nnbuild.kinds.multiitem` calls.
+
+    host: the items as POSIX threads (sync=flags, or barrier); >= 1,000 runs with random thread
+          start delays, bit-equal to the unsplit model, each run's events a firing sequence of the
+          net, then the same under ThreadSanitizer;
+    avr:  the items in one static schedule under simavr; WCET of the schedule and of each segment;
+          the deadline gate on the schedule's bound (the end-to-end bound of this one-core
+          deployment); the bound of the items on their own cores is reported beside it.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from nnbuild import files
+from nnbuild.checks import multiitem as checks
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import nnef_items
+
+NAME = "multiitem"
+SHAPES = ("v2", "v1", "v3")
+PRECISIONS = ("float32",)
+SYNCS = ("flags", "barrier")
+
+
+#: why the single-model steps (generate, reference, run, ...) refuse this kind
+REFUSAL = "a multi-item system builds through the 'multiitem' step (python3 -m nnbuild multiitem), not step by step"
+
+
+def load(path, name=None, environment=None):
+    """The system of a multi-item document, its Petri-net checks done (system.meta["petri"]), and
+    an empty passes log (the kinds' interface): (system, [])."""
+    if environment:
+        raise NNBuildError("an environment applies to TPGs, not to multi-item systems", path=path)
+    return nnef_items.load(path, name), []
+
+
+def reference_arrays(model, count, seed, input_range, data=None):
+    """inputs.npz of a system: its unsplit model's check inputs and float64 reference outputs."""
+    from nnbuild.kinds import nn
+    return nn.reference_arrays(model.whole, count, seed, input_range, data)
+
+
+def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, max_delay_us=200, seed=1,
+          deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
+    """Every step of a multi-item build; returns the report. gate.json is written only when every
+    gate holds; a failing gate raises one NNBuildError line after report.json is written."""
+    if shape not in SHAPES:
+        raise NNBuildError(f"shape '{shape}' does not generate multi-item systems (shapes: {', '.join(SHAPES)})")
+    outdir = Path(outdir)
+    gate = outdir / "gate.json"
+    if gate.exists():
+        gate.unlink()
+    system, _ = load(path)
+    report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": "float32",
+              "items": [i.name for i in system.items], "petri": system.meta["petri"]}
+    failures = []
+    if target == "host":
+        if sync not in SYNCS:
+            raise NNBuildError(f"sync '{sync}' is not a host threading (choose {', '.join(SYNCS)})")
+        report["sync"] = sync
+        report["host"] = checks.check_host(system, outdir, shape=shape, runs=runs, max_delay_us=max_delay_us,
+                                           seed=seed, sync=sync, cases=cases)
+        if sanitize:
+            report["thread_sanitizer"] = checks.check_host(system, outdir / "tsan", shape=shape, runs=runs,
+                                                           max_delay_us=max_delay_us, seed=seed, sync=sync,
+                                                           sanitize=True, cases=cases)
+        report["deadline"] = {"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"}
+    else:
+        report["sync"] = "schedule"
+        board = check_on_board(system, target, outdir, shape=shape, cases=cases, seed=seed)
+        report["board"] = board
+        if board["max_abs_error"] > tolerance:
+            failures.append(f"max error {board['max_abs_error']:.3g} > tolerance {tolerance:.3g}")
+        report["deadline"] = deadline_verdict(board, deadline_ms)
+        if report["deadline"].get("met") is False:
+            failures.append(report["deadline"]["verdict"])
+    files.write_text(outdir / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
+    if failures:
+        raise NNBuildError(failures[0], path=outdir / "report.json")
+    files.write_text(gate, json.dumps({"gates": "passed", "model": system.name, "target": target}) + "\n")
+    return report
+
+
+def check_on_board(system, target, workdir, **options):
+    """checks.multiitem.check_board with the board loaded and the NN kind's check main: the
+    system's header gives the same API (<name>_infer, <NAME>_INPUTS/OUTPUTS) as a single model."""
+    from nnbuild import boards
+    from nnbuild.kinds import nn
+    return checks.check_board(system, boards.load_board(target), workdir, check_main=nn.check_main(),
+                              check_defines=nn.check_defines(system.name), io=nn.IO, **options)
+
+
+def deadline_verdict(board, deadline_ms):
+    """The deadline against the deployment's end-to-end bound (one core: the schedule's bound)."""
+    wcet = board.get("wcet", {})
+    if "schedule_cycles" not in wcet:
+        return {"deadline_ms": deadline_ms, "met": False if deadline_ms else None,
+                "verdict": f"no WCET bound ({wcet.get('skipped', 'no analyzer')}): the deadline cannot be checked"}
+    clock = wcet["clock_hz"]
+    timing = board["timing"]
+    bound_ms = wcet["schedule_cycles"] / clock * 1e3
+    record = {"deadline_ms": deadline_ms, "end_to_end_bound_ms": round(bound_ms, 3),
+              "items_on_own_cores_bound_ms": round(timing["end_to_end_cycles"] / clock * 1e3, 3),
+              "item_bounds_ms": {k: round(v / clock * 1e3, 3) for k, v in timing["item_cycles"].items()},
+              "worst_measured_ms": round(max(board["measured_cycles"]) / clock * 1e3, 3)}
+    if deadline_ms is None:
+        record.update(met=None, verdict="no deadline set")
+    else:
+        record["met"] = bound_ms <= deadline_ms
+        record["verdict"] = (f"end-to-end bound {bound_ms:.1f} ms {'<=' if record['met'] else '>'} "
+                             f"deadline {deadline_ms:g} ms")
+    return record
+
+
+def summary(report):
+    """The lines a build prints."""
+    petri = report["petri"]
+    lines = [f"{report['model']}: {len(report['items'])} items; Petri net {petri['states']} states "
+             f"(program order {petri['program_order_states']}), deadlock-free, 1-safe, equivalent to the unsplit net"]
+    for key in ("host", "thread_sanitizer"):
+        r = report.get(key)
+        if r:
+            lines.append(f"{key}: {r['bit_equal_runs']}/{r['runs']} runs bit-equal to the unsplit model, "
+                         f"{r['distinct_orders']} event orders, all firing sequences, "
+                         f"sanitizer reports {r['sanitizer_reports']}")
+    if "board" in report:
+        d = report["deadline"]
+        lines.append(f"{report['target']}: {d['verdict']}; items on their own cores {d.get('items_on_own_cores_bound_ms')} ms, "
+                     f"item bounds {d.get('item_bounds_ms')} ms, worst measured {d.get('worst_measured_ms')} ms")
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m nnbuild.kinds.multiitem",
+                                 description="Build, check and time a multi-item NNEF system.")
+    ap.add_argument("model")
+    ap.add_argument("--outdir", required=True)
+    ap.add_argument("--target", default="host")
+    ap.add_argument("--shape", default="v2", choices=SHAPES)
+    ap.add_argument("--sync", default="flags", choices=SYNCS)
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--deadline-ms", type=float)
+    args = ap.parse_args(argv)
+    try:
+        report = build(args.model, args.outdir, target=args.target, shape=args.shape, sync=args.sync,
+                       runs=args.runs, deadline_ms=args.deadline_ms)
+    except NNBuildError as error:
+        print(f"nnbuild: {error}", file=sys.stderr)
+        return 1
+    for line in summary(report):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

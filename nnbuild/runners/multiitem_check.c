@@ -1,0 +1,105 @@
+/*
+ * nnbuild's multi-item check program (host): runs a generated multi-item system and the unsplit
+ * model it splits on the same inputs, many times, each item's thread starting after a random delay.
+ *
+ * Build with: -DNN_MI_HEADER=\"sys.h\" -DNN_MI_INFER=sys_infer -DNN_WHOLE_HEADER=\"whole.h\"
+ *   -DNN_WHOLE_INFER=whole_infer -DNN_IN=<inputs> -DNN_OUT=<outputs> -DNN_ITEMS=<items>,
+ *   the system's .c force-including multiitem_hooks.h.
+ * Usage: check RUNS MAX_DELAY_US SEED < cases (little-endian float32 vectors of NN_IN values).
+ * Per run, on stdout: NN_OUT float32 of the system, NN_OUT float32 of the unsplit model, an int32
+ * event count, then that many int32 transition codes in the order they fired.
+ * Exit status: 0, 2 bad arguments or no case, 3 an I/O error, 4 an inference failed, 5 event overflow.
+ */
+#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
+#undef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include NN_MI_HEADER
+#include NN_WHOLE_HEADER
+#include "multiitem_hooks.h"
+
+#define MAX_CASES 4096
+#define MAX_EVENTS 4096
+
+static float cases[MAX_CASES][NN_IN];
+static int events[MAX_EVENTS];
+static int event_count;
+static int event_overflow;
+static long delays_us[NN_ITEMS];
+static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void nn_mi_record(int code)
+{
+    pthread_mutex_lock(&event_lock);
+    if (event_count < MAX_EVENTS)
+        events[event_count++] = code;
+    else
+        event_overflow = 1;
+    pthread_mutex_unlock(&event_lock);
+}
+
+void nn_mi_delay(int item)
+{
+    struct timespec wait;
+    long us = (item >= 0 && item < NN_ITEMS) ? delays_us[item] : 0;
+
+    wait.tv_sec = us / 1000000L;
+    wait.tv_nsec = (us % 1000000L) * 1000L;
+    if (us > 0)
+        nanosleep(&wait, NULL);
+}
+
+/* xorshift32: the run's delays from the seed, the same on every machine */
+static unsigned next_random(unsigned *state)
+{
+    unsigned x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    *state = x;
+    return x;
+}
+
+int main(int argc, char **argv)
+{
+    static float multi[NN_OUT], whole[NN_OUT];
+    long runs, max_delay, run;
+    unsigned state;
+    int count = 0, i;
+
+    if (argc != 4)
+        return 2;
+    runs = atol(argv[1]);
+    max_delay = atol(argv[2]);
+    state = (unsigned)strtoul(argv[3], NULL, 10) | 1u;
+    while (count < MAX_CASES && fread(cases[count], sizeof(float), NN_IN, stdin) == NN_IN)
+        count++;
+    if (count == 0 || runs < 0 || max_delay < 0)
+        return 2;
+    for (run = 0; run < runs; ++run) {
+        const float *x = cases[run % count];
+        int n;
+
+        for (i = 0; i < NN_ITEMS; ++i)
+            delays_us[i] = max_delay > 0 ? (long)(next_random(&state) % (unsigned)(max_delay + 1)) : 0;
+        event_count = 0;
+        if (NN_MI_INFER(x, multi) != 0)
+            return 4;
+        if (event_overflow)
+            return 5;
+        NN_WHOLE_INFER(x, whole);
+        n = event_count;
+        if (fwrite(multi, sizeof(float), NN_OUT, stdout) != NN_OUT
+            || fwrite(whole, sizeof(float), NN_OUT, stdout) != NN_OUT
+            || fwrite(&n, sizeof n, 1, stdout) != 1
+            || fwrite(events, sizeof(int), (size_t)n, stdout) != (size_t)n)
+            return 3;
+    }
+    return fflush(stdout) == 0 ? 0 : 3;
+}
