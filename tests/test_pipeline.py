@@ -173,8 +173,11 @@ def test_precision_auto_on_a_cnn_names_its_pick(tmp_path):
     project = copy_project(tmp_path)
     result = scons(project, "target=host", "model=lenet5", "precision=auto")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "precision=auto candidates for lenet5 on host: float32" in result.stdout
-    assert "winner: float32 has the smallest memory footprint" in result.stdout
+    assert "precision=auto candidates for lenet5 on host: float32, float64, q16, q16-acc32" in result.stdout
+    # each candidate is judged by its own tolerance (example.json "tolerances": 1e-3 for q16*, 1e-5 else):
+    # with the float tolerance no 16-bit candidate could qualify
+    assert "winner: q16-acc32 has the smallest memory footprint" in result.stdout
+    assert "(float32, float64, q16 also qualify)" in result.stdout
 
 
 def test_check_runs_the_plan_steps_in_a_temp_dir(tmp_path, capsys):

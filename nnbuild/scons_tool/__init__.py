@@ -144,9 +144,19 @@ def cross_env(env, board, opt, verbose):
     return xenv
 
 
-def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, **options):
+def candidate_options(options, tolerances, precision):
+    """The pipeline options of one precision=auto candidate: its own tolerance where one is declared."""
+    if tolerances and precision in tolerances:
+        return {**options, "tolerance": tolerances[precision]}
+    return options
+
+
+def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, tolerances=None,
+                **options):
     """The whole pipeline for one precision, or for precision=auto every candidate the kind, shape
-    and board allow plus a select step that keeps the smallest WCET meeting tolerance and deadline."""
+    and board allow plus a select step that keeps the smallest WCET meeting tolerance and deadline.
+    `tolerances` ({precision: tolerance}) overrides `tolerance` per candidate: a 16-bit format cannot
+    hold a float tolerance, and auto must judge each candidate by its own."""
     try:
         multi = kinds.of_file(str(model)).NAME == "multiitem"
     except NNBuildError as error:
@@ -172,7 +182,8 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
     bdir = env.Dir(build_dir)
     inputs = shared_inputs(env, bdir, model, options)
     runs = {p: firmware_pipeline(env, name, model, target, f"{build_dir}/candidates/{p}", precision=p,
-                                 gated=False, record_wcet_errors=True, inputs=inputs, **options)
+                                 gated=False, record_wcet_errors=True, inputs=inputs,
+                                 **candidate_options(options, tolerances, p))
             for p in candidates}
     sources, specs = [], []
     for p, nodes in runs.items():
