@@ -7,7 +7,9 @@ What runs by default (about a minute): the reference on all 12 traced TPGs (6 ga
 full) over the whole traces; the compiled C (host board flags, -O2) of both shapes on the whole
 traces for the 6 cleaned TPGs and the two small full ones (fishing_derby.9, frostbite.2); the
 other four full graphs (122 to 505 teams, up to 2.6 MB) take minutes to compile and run with
-NNBUILD_SLOW_TESTS=1. AVR: fishing_derby.9 cleaned, the example's TPG, on its whole trace.
+NNBUILD_SLOW_TESTS=1. AVR: fishing_derby.9 cleaned, the example's TPG, on its whole trace, and on
+random and adversarial inputs (with the slowest ones bench/tpg_avr_wcet.py found) against its WCET
+bound, which the switch shape's visit facts tighten.
 """
 
 import json
@@ -174,7 +176,7 @@ def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, traces, shape
 #: the slowest inputs bench/tpg_avr_wcet.py --write-slow found per shape (screen cell -> value)
 SLOW_INPUTS = Path(__file__).parent / "data" / "tpg_fishing_derby_slow.json"
 #: bound / slowest measured inference, per shape, as measured (README, Tangled Program Graphs)
-TIGHTNESS = {"switch": 1.75, "stack": 1.8}
+TIGHTNESS = {"switch": 1.75, "stack": 1.75}
 
 
 def adversarial_screens(rng, n):
