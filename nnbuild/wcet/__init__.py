@@ -15,6 +15,9 @@ Flow facts (`<model>.flowfacts.json`, written by the C generator beside the C fi
 Optional "indirect": [{"file": "m.c", "line": 88, "targets": ["nn_conv2d", "nn_dense"]}, ...] (or
 "function" + "offset", or "address", instead of file + line) lists the possible targets of the
 function-pointer calls/jumps on that line (code shape v1); any indirect call without one is an error.
+Optional "values": [{"file": "m.c", "line": 104, "op": "mul", "tags": ["__mulsf3:AB.normal", ...],
+"why": "..."}] are facts the generator proved about the operands of the float operation `op` on that
+line (nnbuild.numerics.float_facts); builtin-avr gives the call those tags as context (avr_paths).
 `max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip
 count); `line` is the line of the `for` keyword and `last_line` that of its closing brace (an
 optimiser may move the loop test off the `for` line: the range still contains the loop's code). Layer line ranges let analyzers split the bound
