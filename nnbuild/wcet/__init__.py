@@ -15,6 +15,8 @@ Flow facts (`<model>.flowfacts.json`, written by the C generator beside the C fi
 Optional "indirect": [{"file": "m.c", "line": 88, "targets": ["nn_conv2d", "nn_dense"]}, ...] (or
 "function" + "offset", or "address", instead of file + line) lists the possible targets of the
 function-pointer calls/jumps on that line (code shape v1); any indirect call without one is an error.
+Optional "total_iterations" on a loop (v1's kernel loops) bounds its body executions summed over one
+call of the entry (OTAWA: `loop ... total N`; the AVR analyzer uses max_iterations only).
 `max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip
 count); `line` is the line of the `for` keyword and `last_line` that of its closing brace (an
 optimiser may move the loop test off the `for` line: the range still contains the loop's code). Layer line ranges let analyzers split the bound
