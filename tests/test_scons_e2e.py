@@ -202,6 +202,23 @@ def test_arm_builds_runs_and_reports_sizes(tmp_path):
     assert f"{wcet['wcet_cycles']:,} cycles" in missed.stdout + missed.stderr
 
 
+@pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"), reason="arm-none-eabi-gcc/qemu-arm not installed")
+def test_arm_v1_function_pointers_reach_otawa_and_the_bound_holds(tmp_path):
+    """shape=v1 calls its kernels through a table of function pointers: the generator's `indirect`
+    facts become owcet `multicall`s and its kernel loops carry per-inference totals; the soundness
+    gate (bound >= every qemu-arm run, same ARM7TDMI clocks) passes."""
+    from nnbuild.wcet import otawa
+    if otawa.locate() is None:
+        pytest.skip("OTAWA not built (bash scripts/setup.sh --with-otawa)")
+    project = copy_project(tmp_path)
+    result = scons(project, "target=arm", "model=xor", "shape=v1", "deadline=none")
+    assert result.returncode == 0, result.stdout + result.stderr
+    wcet = report_of(project, "arm", "xor")["wcet"]
+    assert wcet["analyzer"] == "otawa" and 0 < wcet["measured_cycles"] <= wcet["wcet_cycles"]
+    ff = next((project / "build/arm/xor/wcet").glob("*.ff")).read_text()
+    assert "multicall 0x" in ff and " total " in ff
+
+
 @needs_avr
 def test_main_example_meets_the_f1tenth_deadline_in_fixed_point(tmp_path):
     project = copy_project(tmp_path)

@@ -115,3 +115,26 @@ def test_avr_runs_the_new_operations_within_the_wcet_bound(tmp_path):
                          tmp_path)
     assert bound.cycles >= max(cycles)
     print(f"avr_v1_ops: WCET {bound.cycles} cycles, measured max {max(cycles)}")
+
+
+def test_kernel_loop_totals_sum_each_entry_over_its_loop_nest():
+    """total_iterations = sum over the kernel's table entries of the product of the nest's trip counts
+    (field - start); a nest with a loop of another form, or another function, gets none."""
+    code = "\n".join([
+        "static void nn_dense(const struct nn_layer *L)",           # 1
+        "    for (uint_fast16_t p = 0; p < L->outer; ++p) {",        # 2
+        "        for (uint_fast16_t k = 1; k < L->k; ++k) {",        # 3
+        "        }",                                                 # 4
+        "        for (int i = 0; i < 4; i++) {",                     # 5
+        "        }",                                                 # 6
+        "    }",                                                     # 7
+        "    for (uint_fast16_t i = 0; i < 3u; ++i) {",              # 8
+        "    }"])                                                    # 9
+    facts = {"loops": [{"function": "nn_dense", "line": 2, "last_line": 7, "max_iterations": 3},
+                       {"function": "nn_dense", "line": 3, "last_line": 4, "max_iterations": 7},
+                       {"function": "nn_dense", "line": 5, "last_line": 6, "max_iterations": 4},
+                       {"function": "net_infer", "line": 8, "last_line": 9, "max_iterations": 3}]}
+    entries = [{"kernel": "dense", "outer": 2, "k": 8}, {"kernel": "dense", "outer": 3, "k": 5},
+               {"kernel": "pool2d", "outer": 9, "k": 9}]
+    v1.add_loop_totals(code, facts, entries)
+    assert [l.get("total_iterations") for l in facts["loops"]] == [2 + 3, 2 * 7 + 3 * 4, None, None]

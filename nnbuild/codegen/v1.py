@@ -3,7 +3,10 @@ a generic loop (see templates/v1.c.j2). Same API, weights files, arena and flow-
 each kernel's loop bounds in the flow facts are the largest any table entry uses, and the one
 indirect call site gets an `indirect` flow fact listing the kernels it may reach. The flow facts'
 "layers" are the kernels (a V1 call cannot be told apart from another by a static analyzer);
-the trace maps each model layer to its table entries.
+the trace maps each model layer to its table entries. Each kernel loop also gets
+`total_iterations`, its body executions over one inference (the sum over the table entries of that
+kernel of the product of the trip counts of the loop and the loops around it): the per-entry
+`max_iterations` alone lets an analyzer charge every call the largest entry.
 
 The IR's N-d operations run through generic table-driven kernels too: unary functions through the
 activation pointer, grouped conv2d (group fields in the conv2d entry), and `move` (gather with a
@@ -12,6 +15,7 @@ per-axis step or index table), `broadcast` (per-operand stride descriptors), `re
 Any op kind without a kernel is refused with an NNBuildError naming the layer, never dropped.
 float64 computes in double (the API's float input and output are converted once)."""
 
+import math
 import re
 
 from nnbuild.codegen import cnn, common, templating
@@ -35,6 +39,27 @@ APPLY = {"conv2d", "dense", "pool2d", "batchnorm", "activation", "add", "broadca
 FOLDS = ("add", "sub", "mul", "div", "max", "min", "mean")
 #: reductions (field `mode`)
 REDUCTIONS = ("sum", "mean", "prod", "max", "min")
+
+
+#: a kernel loop as v1.c.j2 writes it: `for (T v = START; v < L->FIELD; ++v)`
+_KERNEL_FOR_RE = re.compile(r"\bfor \(\w+ \w+ = (\d+); \w+ < L->(\w+); \+\+\w+\)")
+
+
+def add_loop_totals(code, facts, entries):
+    """Set `total_iterations` on each loop of a kernel function `nn_<kind>`: the dispatch loop calls
+    each table entry's kernel once per inference, so the loop body runs, summed over the entries of
+    that kernel, the product of (field - start) over the loop and its enclosing loops. A loop whose
+    nest is not all of that form gets no total (its `max_iterations` still bounds it)."""
+    lines = code.splitlines()
+    for loop in facts["loops"]:
+        kind = loop["function"][3:] if loop["function"].startswith("nn_") else None
+        rows = [e for e in entries if e["kernel"] == kind]
+        nest = [l for l in facts["loops"] if l["function"] == loop["function"]
+                and l["line"] <= loop["line"] <= l.get("last_line", l["line"])]
+        trips = [_KERNEL_FOR_RE.search(lines[l["line"] - 1]) for l in nest]
+        if kind in KERNELS and rows and all(trips):
+            loop["total_iterations"] = sum(math.prod(max(int(e.get(m.group(2), 0)) - int(m.group(1)), 0)
+                                                     for m in trips) for e in rows)
 
 
 def _ref(expr):
@@ -317,6 +342,7 @@ def render(model, *, precision, storage, passes_log, **_options):
     if kinds & {"move", "resample"}:
         ctx["int_reads"] = sorted(set(ctx["int_reads"]) | {16})
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
+    add_loop_totals(code, facts, entries)
     facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)]}]
     acts = pointers
     if acts:
