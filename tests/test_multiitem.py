@@ -343,6 +343,8 @@ def test_host_build_writes_report_and_gate(tmp_path):
     assert written["petri"]["states"] == 21 and written["host"]["bit_equal_runs"] == 1000
     assert written["thread_sanitizer"]["sanitizer_reports"] == 0
     assert (tmp_path / "gate.json").exists() and report["sync"] == "flags"
+    measured = written["host_timing"]
+    assert measured["runs"] == 1000 and 0 < measured["median_critical_path_ns"]
 
 
 @pytest.mark.e2e

@@ -12,7 +12,8 @@ Synchronisation (`sync=`):
             topological firing order of the items' program-order Petri net; a reader's get reads
             the writer's tensor in place (one memory, no copy).
 
-Every transition the code fires calls NN_MI_EVENT(code) (empty unless the includer defines it):
+Every transition the code fires calls NN_MI_EVENT(code), and each segment NN_MI_BEGIN(code of its
+first transition) before it starts (both empty unless the includer defines them):
 the check program records the order and nnbuild replays it on the Petri net (`<name>.net.json`
 maps codes to transitions).
 """
@@ -144,6 +145,7 @@ def source(system, net, sync):
     lines += ["#include <string.h>", "", f'#include "{name}.h"']
     lines += [f'#include "{seg}.h"' for item in system.items for seg in item.segments]
     lines += ["", "#ifndef NN_MI_EVENT", "#define NN_MI_EVENT(code) ((void)0)", "#endif",
+              "#ifndef NN_MI_BEGIN", "#define NN_MI_BEGIN(code) ((void)0)", "#endif",
               "#ifndef NN_MI_ITEM_START", "#define NN_MI_ITEM_START(item) ((void)0)", "#endif", "",
               f"static const float *nn_mi_in;", f"static float *nn_mi_out;", ""]
     views = {item.name: _ItemBuffers(system, item, sync) for item in system.items}
@@ -238,6 +240,7 @@ def _action_lines(system, item, view, sync, codes, kind, name):
     lines = []
     if kind == "run":
         seg = item.segments[name]
+        lines.append(f"    NN_MI_BEGIN({codes[f'{item.name}.{seg.instructions[0]}']}); /* segment {seg.name} starts */")
         if len(seg.inputs) > 1:
             offset = 0
             for t in seg.inputs:
@@ -251,7 +254,7 @@ def _action_lines(system, item, view, sync, codes, kind, name):
         lines.append(f"    {seg.name}_infer({src}, {view.buffer(seg.output)}); "
                      f"/* {', '.join(seg.instructions)} */")
         for ins in seg.instructions:
-            lines.append(f"    NN_MI_EVENT({codes[f'{item.name}.{ins}']});")
+            lines.append(f"    NN_MI_EVENT({codes[f'{item.name}.{ins}']}); /* fired: {item.name}.{ins} */")
     elif kind == "send":
         s = system.syncs[name]
         event = codes[f"sync.{name}"]

@@ -7,7 +7,9 @@
  *   the system's .c force-including multiitem_hooks.h.
  * Usage: check RUNS MAX_DELAY_US SEED < cases (little-endian float32 vectors of NN_IN values).
  * Per run, on stdout: NN_OUT float32 of the system, NN_OUT float32 of the unsplit model, an int32
- * event count, then that many int32 transition codes in the order they fired.
+ * event count, then that many int32 codes in the order they happened (a transition fired: its code;
+ * a segment started: -1 - the code of its first transition), then as many int64 CLOCK_MONOTONIC
+ * nanoseconds (host byte order).
  * Exit status: 0, 2 bad arguments or no case, 3 an I/O error, 4 an inference failed, 5 event overflow.
  */
 #if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
@@ -29,19 +31,35 @@
 
 static float cases[MAX_CASES][NN_IN];
 static int events[MAX_EVENTS];
+static long long event_ns[MAX_EVENTS];
 static int event_count;
 static int event_overflow;
 static long delays_us[NN_ITEMS];
 static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static long long now_ns(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 void nn_mi_record(int code)
 {
     pthread_mutex_lock(&event_lock);
-    if (event_count < MAX_EVENTS)
+    if (event_count < MAX_EVENTS) {
+        event_ns[event_count] = now_ns();
         events[event_count++] = code;
-    else
+    } else {
         event_overflow = 1;
+    }
     pthread_mutex_unlock(&event_lock);
+}
+
+void nn_mi_begin(int code)
+{
+    nn_mi_record(-1 - code);
 }
 
 void nn_mi_delay(int item)
@@ -98,7 +116,8 @@ int main(int argc, char **argv)
         if (fwrite(multi, sizeof(float), NN_OUT, stdout) != NN_OUT
             || fwrite(whole, sizeof(float), NN_OUT, stdout) != NN_OUT
             || fwrite(&n, sizeof n, 1, stdout) != 1
-            || fwrite(events, sizeof(int), (size_t)n, stdout) != (size_t)n)
+            || fwrite(events, sizeof(int), (size_t)n, stdout) != (size_t)n
+            || fwrite(event_ns, sizeof(long long), (size_t)n, stdout) != (size_t)n)
             return 3;
     }
     return fflush(stdout) == 0 ? 0 : 3;
