@@ -3,6 +3,7 @@ the host compiler) against the float64 numpy reference, and the reference's grad
 finite differences."""
 
 import itertools
+import shutil
 import subprocess
 
 import numpy as np
@@ -337,3 +338,14 @@ def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
     net = jit.compile(program(tmp_path, small(precision="float").replace('.prefix "nt";', '.prefix "";')), seed=3)
     assert net.version == ir.VERSION and net.activate(np.zeros(5)).shape == (4,)
     assert "void *activate(void *m, const void *x);" in generator.render(net.model)["net.h"]
+
+
+@pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (bash scripts/setup.sh)")
+@pytest.mark.parametrize("precision", ["float32", "fixed6.10"])
+def test_cppcheck_finds_nothing(tmp_path, precision):
+    """The house's cppcheck families (tests/test_c_warnings.py) on both arithmetics."""
+    from test_c_warnings import CPPCHECK
+    files = generator.render(gravity_g.load(program(tmp_path, MNIST)), precision=precision)
+    for name in ("mnist.c", "mnist.h"):
+        (tmp_path / name).write_text(files[name])
+    subprocess.run(CPPCHECK + [str(tmp_path / "mnist.c")], check=True)

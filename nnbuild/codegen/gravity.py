@@ -266,7 +266,7 @@ def emit_output_delta(e, ar, model, instr):
         e.line("total += y[j];")
         e.end()
         e.loop("j", n)
-        e.line(f"dz[j] = {ar.sub('gv_sat(((int64_t)a[j] * total + ' + str(half(ar)) + ') >> ' + str(ar.num.frac) + ')' if ar.fixed else 'a[j] * total', 'y[j]')};")
+        e.line(f"dz[j] = {ar.sub('gv_narrow((int64_t)a[j] * total)' if ar.fixed else 'a[j] * total', 'y[j]')};")
         e.end()
         e.close()
         return
@@ -348,7 +348,8 @@ def emit_update(e, ar, plan, instr, api):
             raise NNBuildError(f"rate / batch = {scale:g} is below 2^-{ir.SCALE_FRAC}: fixed-point SGD would not move")
         e.line(f"const int64_t rate = {rate}; /* rate / batch = {scale:.9g}, {ir.SCALE_FRAC} fraction bits */")
         e.loop("k", count)
-        e.line(f"w[k] = gv_sat((int64_t)w[k] - (((int64_t)g[k] * rate + {1 << (ir.SCALE_FRAC - 1)}) >> {ir.SCALE_FRAC}));")
+        e.line(f"w[k] = gv_sat((int64_t)w[k] - gv_floor_shift((int64_t)g[k] * rate + {1 << (ir.SCALE_FRAC - 1)}, "
+               f"{ir.SCALE_FRAC}));")
     else:
         e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
         e.loop("k", count)
@@ -368,7 +369,8 @@ def emit_uniform(e, ar, instr):
     e.loop("k", count)
     e.line("s ^= s << 13; s ^= s >> 17; s ^= s << 5;")
     if ar.fixed:
-        e.line(f"w[k] = gv_sat(((int64_t)({draw}) * {scale}LL + {1 << (ir.SCALE_FRAC - 1)}) >> {ir.SCALE_FRAC});")
+        e.line(f"w[k] = gv_sat(gv_floor_shift((int64_t)({draw}) * {scale}LL + {1 << (ir.SCALE_FRAC - 1)}, "
+               f"{ir.SCALE_FRAC}));")
     else:
         e.line(f"w[k] = (gv_t)({draw}) * {literal(ar.num, float(scale))};")
     e.end()
@@ -468,8 +470,8 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
 
 
 #: the fixed-point helpers each helper calls
-HELPER_CALLS = {"gv_mul": ("gv_narrow",), "gv_narrow": ("gv_sat",), "gv_add": ("gv_sat",), "gv_sub": ("gv_sat",),
-                "gv_real": (), "gv_fixed": (), "gv_sat": ()}
+HELPER_CALLS = {"gv_mul": ("gv_narrow",), "gv_narrow": ("gv_sat", "gv_floor_shift"), "gv_add": ("gv_sat",),
+                "gv_sub": ("gv_sat",), "gv_real": (), "gv_fixed": (), "gv_sat": (), "gv_floor_shift": ()}
 
 
 def fixed_helpers_used(code):
