@@ -245,6 +245,7 @@ from nnbuild.checks import multiitem as multiitem_check  # noqa: E402
 from nnbuild.checks.inputs import check_inputs  # noqa: E402
 from nnbuild.codegen import multiitem as multiitem_c  # noqa: E402
 from nnbuild.kinds import multiitem as multiitem_kind  # noqa: E402
+from nnbuild.checks import report_html_multiitem as multiitem_html  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -302,9 +303,11 @@ def test_a_reader_that_does_not_wait_is_caught(example_system, tmp_path):
     program = multiitem_check.compile_host_check(example_system, tmp_path, sources, sanitize=True)
     record = multiitem_check.run_host_check(example_system, program, x, runs=50, max_delay_us=2000,
                                             timeout=120)
-    assert not record["ok"]
-    assert record["sanitizer_reports"] > 0 or record.get("bit_equal_runs", 50) < 50
-    assert "ThreadSanitizer" in multiitem_check.failure(record) or "differ" in multiitem_check.failure(record)
+    assert not record["ok"] and record["sanitizer_reports"] > 0
+    assert "ThreadSanitizer: data race" in multiitem_check.failure(record)
+    plain = multiitem_check.compile_host_check(example_system, tmp_path, sources)
+    record = multiitem_check.run_host_check(example_system, plain, x, runs=50, max_delay_us=2000, timeout=120)
+    assert record["bit_equal_runs"] < 50 and "differ from the unsplit model" in multiitem_check.failure(record)
 
 
 @pytest.mark.e2e
@@ -345,6 +348,9 @@ def test_host_build_writes_report_and_gate(tmp_path):
     assert (tmp_path / "gate.json").exists() and report["sync"] == "flags"
     measured = written["host_timing"]
     assert measured["runs"] == 1000 and 0 < measured["median_critical_path_ns"]
+    page = (tmp_path / "report.html").read_text()
+    assert "21 / 36 / 13" in page and "1000 / 1000" in page and "<script" not in page
+    assert multiitem_html.render(written) == page   # the same report gives the same bytes
 
 
 @pytest.mark.e2e
@@ -354,7 +360,9 @@ def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
     assert "end-to-end bound" in one_line(exc) and "> deadline 1500 ms" in one_line(exc)
     assert not (tmp_path / "gate.json").exists()
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["deadline"]["met"] is False
+    assert report["deadline"]["met"] is False and not report["gates_passed"]
+    page = (tmp_path / "report.html").read_text()
+    assert "2005.602 ms" in page and "end-to-end bound 2005.6 ms &gt; deadline 1500 ms" in page
     assert report["deadline"]["items_on_own_cores_bound_ms"] < report["deadline"]["end_to_end_bound_ms"]
 
 

@@ -18,6 +18,8 @@ the check program records the order and nnbuild replays it on the Petri net (`<n
 maps codes to transitions).
 """
 
+from pathlib import Path
+
 import numpy as np
 
 from nnbuild import codegen, names
@@ -55,7 +57,6 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
     net = petri.item_net(system, program_order=True)
     files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync),
              f"{system.name}.net.json": net_record(system, net, sync)}
-    from pathlib import Path
     codegen.write_all(Path(outdir), files)
     made = [Path(outdir) / n for n in files] + written
     missing = set(outputs(system)) - {p.name for p in made}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from nnbuild import files
 from nnbuild.checks import multiitem as checks
+from nnbuild.checks import report_html_multiitem
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_items
 
@@ -55,7 +56,7 @@ def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, m
     outdir = Path(outdir)
     gate = outdir / "gate.json"
     if gate.exists():
-        gate.unlink()
+        gate.unlink()   # a gate passed earlier must not outlive this build
     system, _ = load(path)
     report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": "float32",
               "items": [i.name for i in system.items], "petri": system.meta["petri"]}
@@ -83,7 +84,11 @@ def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, m
         report["deadline"] = deadline_verdict(board, deadline_ms)
         if report["deadline"].get("met") is False:
             failures.append(report["deadline"]["verdict"])
+    report["gates_passed"] = not failures
+    if failures:
+        report["failure"] = failures[0]
     files.write_text(outdir / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
+    report_html_multiitem.save(outdir / "report.html", report)
     if failures:
         raise NNBuildError(failures[0], path=outdir / "report.json")
     files.write_text(gate, json.dumps({"gates": "passed", "model": system.name, "target": target}) + "\n")

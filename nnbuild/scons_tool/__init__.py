@@ -220,8 +220,8 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
         fail(str(error))
     document = frontends.model_file(str(model)) or model
     bdir = env.Dir(build_dir)
-    report, gate = bdir.File("report.json"), bdir.File("gate.json")
-    made = step_node(env, "multiitem", [report, gate], [env.File(str(document))], model="${SOURCE}",
+    report, gate, page = bdir.File("report.json"), bdir.File("gate.json"), bdir.File("report.html")
+    made = step_node(env, "multiitem", [report, gate, page], [env.File(str(document))], model="${SOURCE}",
                      outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
                      tolerance=tolerance, count=count, seed=seed)
     env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
