@@ -72,7 +72,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         inputs = "inputs.npz"
         tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
                                     environment=environment))
-    nodes = {"generated": gen, "inputs": inputs}
+    nodes = {"generated": gen, "inputs": inputs, "entries": entries}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -190,7 +190,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
     nodes = {f"image{suffix}": f"{stem}{suffix}" for suffix in images}
     from nnbuild import wcet
     analyzable = not wcet.unavailable_reason(board, path)
-    entries = ["main"] + [f"{mp.name}_infer" for mp, _ in models]
+    entries = ["main"] + [e for mp, _ in models for e in mp.nodes["entries"][::-1]]
     gates, reports = {}, {}
     for mp, mdir in models:
         if mp.board.name != board.name:
@@ -198,19 +198,28 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
         def at(rel, mdir=mdir):
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
-        _, _, _, _, flowfacts, trace = mp.nodes["generated"]
+        flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
+                            for suffix in (".flowfacts.json", ".trace.json"))
+        model_entries = mp.nodes["entries"]
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
                           options={"board": board.name, "entry": entries}, role=f"{mp.name}/size"))
-        wcet_json = None
+        wcet_json, entry_bounds = None, {}
         if analyzable:
             wcet_json = f"{sub}/wcet.json"
-            tasks.append(Task("wcet", [wcet_json], {"elf": firmware, "flowfacts": at(flowfacts)}, role=f"{mp.name}/wcet",
-                              options={"board": board.name, "entry": f"{mp.name}_infer", "record_errors": False}))
+            for entry in model_entries:
+                target = wcet_json if entry == model_entries[0] else f"{sub}/wcet_{entry}.json"
+                tasks.append(Task("wcet", [target], {"elf": firmware, "flowfacts": at(flowfacts)},
+                                  role=f"{mp.name}/wcet" + ("" if target == wcet_json else f"_{entry}"),
+                                  options={"board": board.name, "entry": entry, "record_errors": False}))
+                if target != wcet_json:
+                    entry_bounds[entry] = target
         model_report = next(t for t in mp.tasks if t.step == "report")
+        entry_runs = {e: at(r) for e, r in (model_report.sources.get("entry_runs") or {}).items() if e in entry_bounds}
         tasks.append(Task("report", [f"{sub}/report.json", f"{sub}/report.html"],
                           {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
-                           "run": at(model_report.sources.get("run")), "wcet": wcet_json},
+                           "run": at(model_report.sources.get("run")), "wcet": wcet_json,
+                           "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None},
                           options=dict(model_report.options), role=f"{mp.name}/report"))
         tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate"))
         reports[mp.name], gates[mp.name] = f"{sub}/report.json", f"{sub}/gate.json"
