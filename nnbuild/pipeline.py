@@ -41,6 +41,8 @@ class Plan:
     board: boards.Board
     #: role -> target path of the nodes callers name (generated, check, firmware, report, gate, ...)
     nodes: Dict[str, object] = field(default_factory=dict)
+    #: the functions the build measures and bounds, the inference entry first
+    entries: List[str] = field(default_factory=list)
 
 
 def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
@@ -72,7 +74,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         inputs = "inputs.npz"
         tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
                                     environment=environment))
-    nodes = {"generated": gen, "inputs": inputs, "entries": entries}
+    nodes = {"generated": gen, "inputs": inputs}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -114,7 +116,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
                       options={"tolerance": tolerance}, role="semantic"))
     nodes.update(runs={k: runs[k] for k in labels}, semantic="semantic.json")
     if purpose == "check":
-        return Plan(tasks, name, board, nodes)
+        return Plan(tasks, name, board, nodes, entries)
 
     image = firmware or check
     tasks.append(Task("size", ["size.json"], {"elf": image, "trace": trace, "flowfacts": flowfacts}, role="size",
@@ -148,7 +150,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     if purpose == "build":
         tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate"))
         nodes["gate"] = "gate.json"
-    return Plan(tasks, name, board, nodes)
+    return Plan(tasks, name, board, nodes, entries)
 
 
 def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-1.0, 1.0), environment=None):
@@ -190,7 +192,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
     nodes = {f"image{suffix}": f"{stem}{suffix}" for suffix in images}
     from nnbuild import wcet
     analyzable = not wcet.unavailable_reason(board, path)
-    entries = ["main"] + [e for mp, _ in models for e in mp.nodes["entries"][::-1]]
+    entries = ["main"] + [e for mp, _ in models for e in mp.entries[::-1]]
     gates, reports = {}, {}
     for mp, mdir in models:
         if mp.board.name != board.name:
@@ -200,7 +202,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
         flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
                             for suffix in (".flowfacts.json", ".trace.json"))
-        model_entries = mp.nodes["entries"]
+        model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
                           options={"board": board.name, "entry": entries}, role=f"{mp.name}/size"))
