@@ -41,6 +41,8 @@ class Plan:
     board: boards.Board
     #: role -> target path of the nodes callers name (generated, check, firmware, report, gate, ...)
     nodes: Dict[str, object] = field(default_factory=dict)
+    #: the functions the build measures and bounds, the inference entry first
+    entries: List[str] = field(default_factory=list)
 
 
 def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
@@ -114,7 +116,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
                       options={"tolerance": tolerance}, role="semantic"))
     nodes.update(runs={k: runs[k] for k in labels}, semantic="semantic.json")
     if purpose == "check":
-        return Plan(tasks, name, board, nodes)
+        return Plan(tasks, name, board, nodes, entries)
 
     image = firmware or check
     tasks.append(Task("size", ["size.json"], {"elf": image, "trace": trace, "flowfacts": flowfacts}, role="size",
@@ -148,7 +150,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     if purpose == "build":
         tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate"))
         nodes["gate"] = "gate.json"
-    return Plan(tasks, name, board, nodes)
+    return Plan(tasks, name, board, nodes, entries)
 
 
 def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-1.0, 1.0), environment=None):
@@ -190,7 +192,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
     nodes = {f"image{suffix}": f"{stem}{suffix}" for suffix in images}
     from nnbuild import wcet
     analyzable = not wcet.unavailable_reason(board, path)
-    entries = ["main"] + [f"{mp.name}_infer" for mp, _ in models]
+    entries = ["main"] + [e for mp, _ in models for e in mp.entries[::-1]]
     gates, reports = {}, {}
     for mp, mdir in models:
         if mp.board.name != board.name:
@@ -198,19 +200,28 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
         def at(rel, mdir=mdir):
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
-        _, _, _, _, flowfacts, trace = mp.nodes["generated"]
+        flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
+                            for suffix in (".flowfacts.json", ".trace.json"))
+        model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
                           options={"board": board.name, "entry": entries}, role=f"{mp.name}/size"))
-        wcet_json = None
+        wcet_json, entry_bounds = None, {}
         if analyzable:
             wcet_json = f"{sub}/wcet.json"
-            tasks.append(Task("wcet", [wcet_json], {"elf": firmware, "flowfacts": at(flowfacts)}, role=f"{mp.name}/wcet",
-                              options={"board": board.name, "entry": f"{mp.name}_infer", "record_errors": False}))
+            for entry in model_entries:
+                target = wcet_json if entry == model_entries[0] else f"{sub}/wcet_{entry}.json"
+                tasks.append(Task("wcet", [target], {"elf": firmware, "flowfacts": at(flowfacts)},
+                                  role=f"{mp.name}/wcet" + ("" if target == wcet_json else f"_{entry}"),
+                                  options={"board": board.name, "entry": entry, "record_errors": False}))
+                if target != wcet_json:
+                    entry_bounds[entry] = target
         model_report = next(t for t in mp.tasks if t.step == "report")
+        entry_runs = {e: at(r) for e, r in (model_report.sources.get("entry_runs") or {}).items() if e in entry_bounds}
         tasks.append(Task("report", [f"{sub}/report.json", f"{sub}/report.html"],
                           {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
-                           "run": at(model_report.sources.get("run")), "wcet": wcet_json},
+                           "run": at(model_report.sources.get("run")), "wcet": wcet_json,
+                           "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None},
                           options=dict(model_report.options), role=f"{mp.name}/report"))
         tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate"))
         reports[mp.name], gates[mp.name] = f"{sub}/report.json", f"{sub}/gate.json"

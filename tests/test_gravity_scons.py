@@ -2,10 +2,14 @@
 against the host and the float64 learning sequence, each bounded by the built-in WCET analyzer."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import copy_project, needs_avr, scons
+from conftest import copy_project, have, needs_avr, scons
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +25,7 @@ def test_gravity_digits_on_avr_passes_every_gate(tmp_path):
     result = scons(project, "target=avr", "model=gravity_digits")
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(project, "avr")
-    assert set(report["max_abs_error_by_run"]) == {"host", "simavr"}
+    assert report["kind"] == "gravity" and set(report["max_abs_error_by_run"]) == {"host", "simavr"}
     assert max(report["max_abs_error_by_run"].values()) <= report["tolerance"]
     activate, train = report["wcet"], report["entries"]["digits_train"]["wcet"]
     for bound in (activate, train):
@@ -66,3 +70,27 @@ def test_a_g_file_with_an_error_fails_in_one_line_with_its_position(tmp_path):
     assert len(errors) == 1 and "gravity_digits.g:11:12: expected an activation" in errors[0], result.stderr
     gen = project / "build/host/gravity_digits/gen"
     assert not gen.exists() or not any(gen.iterdir())
+
+
+@pytest.mark.skipif(not have("cmake", "ninja"), reason="cmake and ninja not installed (pip install cmake ninja)")
+def test_cmake_builds_a_firmware_holding_a_gravity_program(tmp_path):
+    """nnbuild_add_model + nnbuild_add_firmware on the host: both entries checked on the linked app."""
+    repo = Path(__file__).resolve().parents[1]
+    example = repo / "firmware_examples" / "gravity_digits"
+    (tmp_path / "main.c").write_text((example / "main.c").read_text())
+    (tmp_path / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.20)
+project(gdemo C)
+list(APPEND CMAKE_MODULE_PATH "{repo / 'nnbuild' / 'cmake'}")
+include(nnbuild)
+nnbuild_add_model(digits MODEL {example / 'gravity_digits.g'} NAME gravity_digits RANGE 0,1 COUNT 4 TOLERANCE 1e-5)
+add_executable(app main.c)
+nnbuild_add_firmware(app MODELS digits)
+""")
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    subprocess.run(["cmake", "-G", "Ninja", "-S", str(tmp_path), "-B", str(tmp_path / "b"),
+                    f"-DNNBUILD_PYTHON={sys.executable}"], check=True, capture_output=True, env=env)
+    built = subprocess.run(["ninja", "-C", str(tmp_path / "b")], capture_output=True, text=True, env=env)
+    assert built.returncode == 0, built.stdout[-3000:]
+    report = json.loads((tmp_path / "b/app.checks/gravity_digits/report.json").read_text())
+    assert report["kind"] == "gravity" and report["blob"]["memory_hard_bytes"] == 4944
+    assert (tmp_path / "b/app.checks/gravity_digits/gate.json").exists()
