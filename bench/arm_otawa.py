@@ -28,6 +28,7 @@ EXAMPLES = [
     ("cifarnet", ["model=cifarnet"]),
     ("lenet5", ["model=lenet5"]),
     ("lenet5-v1", ["model=lenet5", "shape=v1"]),
+    ("xor-v1", ["model=xor", "shape=v1"]),
     ("tpg-switch", ["model=tpg_fishing_derby", "shape=switch"]),
     ("tpg-stack", ["model=tpg_fishing_derby", "shape=stack"]),
 ]
