@@ -221,6 +221,13 @@ def test_tiny_yaml_reader_matches_pyyaml_and_is_strict():
 # ---------------------------------------------------------------- command lines and rendering
 
 
+def test_arm7tdmi_script_requires_the_same_measured_model(tmp_path):
+    mismatched = {**ARM, "instruction_timing": None, "instruction_cycles": 5}
+    with pytest.raises(NNBuildError, match="needs instruction_timing 'arm7tdmi'"):
+        otawa.timing_script(mismatched, "", tmp_path, "f")
+    assert otawa.timing_script({**ARM, "otawa_script": "trivial"}, "", tmp_path, "f") == (None, [])
+
+
 def test_owcet_command_line():
     trivial = {**ARM, "otawa_script": "trivial", "otawa_params": ["stages=1"]}
     cmd = otawa.build_command("/x/owcet", "p.elf", "dot", "p.ff", trivial)

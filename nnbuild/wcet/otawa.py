@@ -605,6 +605,10 @@ def timing_script(board, objdump_text, workdir, entry):
     name = board.get("otawa_script") or DEFAULT_SCRIPT
     if not otawa_timing.is_ours(name):
         return None, []
+    if board.get("simulator") and board.get("instruction_timing") != name:
+        # the soundness gate compares the bound with the measured run: both must charge one model
+        raise NNBuildError(f"otawa_script '{name}' needs instruction_timing '{name}' so that the measured "
+                           "runs charge the same clocks", item=board.get("name"))
     costs = otawa_timing.cost_file(name, objdump_text, workdir, entry)
     config = tools.which("otawa-config", target=board.get("name"), hint=INSTALL_HINT,
                          path=tools.search_path("otawa"))
