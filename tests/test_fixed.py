@@ -17,7 +17,7 @@ from nnbuild.numerics import plan as quantize
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
 
 F1TENTH = REPO / "firmware_examples/f1tenth/architecture.json"
-PRECISIONS = ["q16", "q16-acc32", "fix16", "fixed4.12", "fixed8.24"]
+PRECISIONS = ["q16", "q16-acc32", "q8", "fix16", "fixed4.12", "fixed8.24"]
 
 
 def mixed_model():
