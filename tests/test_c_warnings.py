@@ -38,7 +38,7 @@ CPPCHECK = ["cppcheck", "--enable=warning,style,performance,portability", "--std
 EX = REPO / "firmware_examples"
 SIPS22_GAME = SHARED / "data" / "tpg" / "sips22" / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
 BOARDS = ("host", "avr", "arm")
-FIXED = ("q16", "q16-acc32", "fix16", "fixed16.8", "fixed16.16")
+FIXED = ("q16", "q16-acc32", "q8", "fix16", "fixed16.8", "fixed16.16")
 #: the fixed-point precisions of the CNN shapes
 CNN_FIXED = ("q16", "q16-acc32")
 

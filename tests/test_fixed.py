@@ -61,7 +61,7 @@ def test_host_c_equals_the_emulator_bit_for_bit(tmp_path, precision, which):
     assert np.all(np.isfinite(c))
 
 
-@pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 1.2e-3), ("fix16", 3e-4)])
+@pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 1.2e-3), ("q8", 1.6e-2), ("fix16", 3e-4)])
 def test_error_against_float64_reference_on_f1tenth(precision, tolerance):
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
     x = check_inputs(model.input_size, 300, 5, (-1, 1))
@@ -132,6 +132,28 @@ def test_overflow_gets_a_wider_accumulator_or_fewer_weight_bits():
     fast = quantize.quantize(overflowing_model(), "q16-acc32", (-1, 1))
     assert fast.layers[0].acc_bits == 32 and fast.layers[0].weight.frac < q16.layers[0].weight.frac
     assert "lowered" in fast.layers[0].notes[0]
+
+
+def test_q8_stores_int8_weights_and_proves_int32_accumulators():
+    """q8: every weight tensor int8, activations int16, every accumulator proven within int32
+    (weight fraction bits given up where the full int8 scale would overflow it)."""
+    plan = quantize.quantize(mixed_model(), "q8", (-1, 1))
+    for layer in plan.layers:
+        assert layer.weight.bits == 8 and layer.input.bits == 16 and layer.output.bits == 16
+        assert layer.acc_bits == 32 and layer.acc_bound < 2 ** 31 - 1
+        assert np.abs(layer.kernel_q).max() <= 127
+    wide = quantize.quantize(overflowing_model(), "q8", (-1, 1)).layers[0]
+    assert wide.weight.frac == 7 and np.all(wide.kernel_q == 64)  # 0.5 at Q7: 64 * 16384 * 400 < 2^31
+    lowered = Model("big", (4000,), [Dense("wide", np.full((4000, 1), 0.9, np.float32), None, "linear")])
+    layer = quantize.quantize(lowered, "q8", (-1, 1)).layers[0]
+    assert layer.acc_bits == 32 and "lowered" in layer.notes[0]
+    assert layer.weight.frac < 7  # 0.9 at Q7 (115) times 16384 at Q14, 4000 times, exceeds int32
+
+
+def test_q8_refuses_a_layer_no_int32_accumulator_can_hold():
+    huge = Model("big", (20000,), [Dense("vast", np.full((20000, 1), 100.0, np.float32), None, "linear")])
+    with pytest.raises(NNBuildError, match=r"Dense 'vast'.*no weight format keeps the accumulator within int32"):
+        quantize.quantize(huge, "q8", (-1, 1))
 
 
 def test_what_cannot_fit_is_refused_with_the_layer_named():

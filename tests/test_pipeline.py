@@ -60,8 +60,9 @@ def test_capability_check_is_the_one_answer():
     lenet, _ = pipeline.load_model(LENET)
     assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32", "float64", "q16", "q16-acc32"]
     f1, _ = pipeline.load_model(F1)
-    assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "fix16"]
-    assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "fix16"]
+    assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "q8", "fix16"]
+    assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "q8",
+                                                                  "fix16"]
 
 
 def test_library_defaults_match_the_cli_and_scons(tmp_path):
