@@ -213,7 +213,8 @@ def adversarial(n_in, lo, hi, rng):
 
 @needs_avr
 @pytest.mark.e2e
-@pytest.mark.parametrize("name, precision", [("lenet5", "q16-acc32"), ("cifarnet", "q16-acc32"), ("cifarnet", "q16")])
+@pytest.mark.parametrize("name, precision", [("lenet5", "q16-acc32"), ("cifarnet", "q16-acc32"), ("cifarnet", "q16"),
+                                             ("lenet5", "q8"), ("cifarnet", "q8")])
 def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision):
     """Soundness of the built-in analyzer's bound on the fixed-point v2 code, random and adversarial
     inputs, and its tightness (integer code: within 3% of the worst run)."""
