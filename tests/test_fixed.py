@@ -1,6 +1,7 @@
 """Fixed point: overflow proofs, bit-exact C (host and simavr) against the emulator, activation
 error bounds, and the precision gates."""
 
+import json
 import subprocess
 
 import numpy as np
@@ -215,3 +216,30 @@ def test_generated_input_rounding_equals_the_model_on_every_awkward_float(tmp_pa
     got = np.frombuffer(subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout,
                         np.int32)
     assert np.array_equal(got, fixed.quantize_input(x, plan.input, plan.input_range))
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape", ["mlp", "v2"])
+def test_q8_weights_beyond_64k_of_flash_are_exact_on_avr(tmp_path, shape):
+    """q8 weights past the near-flash limit (72 KB) take the C loop with far byte reads: simavr ==
+    the bit-exact model, and the WCET bound holds on every run."""
+    from nnbuild import wcet
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    rng = np.random.default_rng(8)
+    model = Model("far8", (256,), [Dense("wide", (rng.standard_normal((256, 280)) * 0.1).astype(np.float32),
+                                         np.zeros(280, np.float32), "relu"),
+                                   Dense("out", (rng.standard_normal((280, 4)) * 0.1).astype(np.float32), None,
+                                         "linear")])
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, shape=shape, precision="q8",
+                                                input_range=(-1.0, 1.0))
+    assert "NN_DOT8(" not in (tmp_path / "gen" / "far8.c").read_text()
+    x = probe_inputs(model.input_size)[[0, 1, 60, 64]]
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="far8_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = (fixed.run(quantize.quantize(model, "q8", (-1, 1)), x) if shape == "mlp" else
+                graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q8", (-1, 1)), x))
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / "far8.flowfacts.json").read_text())
+    assert wcet.analyze(board, elf, "far8_infer", facts, tmp_path).cycles >= cycles.max()
