@@ -54,6 +54,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
         "mac16": any(o["mac16"] for o in ops), "dot16": any(o["dot"] == "NN_DOT16" for o in ops),
         "dot16far": any(o["dot"] == "NN_DOT16F" for o in ops), "dot8": any(o["dot"] == "NN_DOT8" for o in ops),
+        "dot8far": any(o["dot"] == "NN_DOT8F" for o in ops),
         "read64": any(a["bits"] == 64 for a in arrays),
         "weight_reads": sorted({8 if o.get("wbits") == 8 else 16 for o in ops} | {16, 32}),
         **helper_context(plan, ops),
@@ -116,11 +117,9 @@ def buffer(ref):
 
 
 def dot_macro(wbits, near):
-    """The AVR dot-product loop of a row of `wbits`-bit weights, or None (q8's NN_DOT8 reads near
-    flash only: far q8 weights take the C loop)."""
-    if wbits == 16:
-        return "NN_DOT16" if near else "NN_DOT16F"
-    return "NN_DOT8" if wbits == 8 and near else None
+    """The AVR dot-product loop of a row of `wbits`-bit weights: LPM Z+ in near flash, ELPM Z+ (the
+    F variants) anywhere."""
+    return {16: "NN_DOT16", 8: "NN_DOT8"}[wbits] + ("" if near else "F")
 
 
 def int_array(symbol, values, bits, comment):
