@@ -1,9 +1,9 @@
-"""v2 code shape, fixed-point precisions (q16, q16-acc32): the plan of nnbuild.numerics.graph_plan
-as the v2 shape's inlined loops over int16 tensors.
+"""v2 code shape, fixed-point precisions (q16, q16-acc32, q8): the plan of nnbuild.numerics.graph_plan
+as the v2 shape's inlined loops over int16 tensors (q8: int8 Conv2D/Dense weights).
 
 Same layout as the float v2 (channels-last tensors, one static arena placed by liveness, literal
 loop bounds in NN_LOOPBOUND and the flow facts, weights in `<name>_weights.c`, AVR flash) with the
-MLP fixed shape's arithmetic: exact integer multiply-accumulates (AVR201's 16x16 MAC on AVR),
+MLP fixed shape's arithmetic: exact integer multiply-accumulates (AVR201's 16x16 MAC on AVR, NN_DOT8's 8x16 for q8),
 proven accumulator widths, round_shift requantisation and loop-free table activations.
 nnbuild.numerics.graph_bitexact is its bit-exact model.
 """
