@@ -2,7 +2,7 @@
 cycles (simavr), bound/measured, error, flash, and per layer the bound's cycles per
 multiply-accumulate, each beside issue 13's target and the seed's figure.
 
-    python3 bench/avr_f1tenth.py [--precisions q16-acc32,fix16,float32] [--json out.json]
+    python3 bench/avr_f1tenth.py [--precisions q16-acc32,q8,fix16,float32] [--json out.json]
 
 Runs the real build (`scons target=avr model=f1tenth precision=P deadline=10s`) in a temporary copy
 of the project, so every figure comes from avr-gcc, simavr and the built-in analyzer, then reads
@@ -22,16 +22,23 @@ sys.path.insert(0, str(REPO))
 
 from nnbuild import pipeline  # noqa: E402
 
-PARTS = ("SConstruct", "site_scons", "toolchains", "firmware_examples")
+#: nnbuild too: site_init puts the copy's root first on sys.path, so the build measures this checkout
+PARTS = ("SConstruct", "site_scons", "toolchains", "firmware_examples", "nnbuild")
 #: issue 13: (WCET ms at 20 MHz, max error vs float64, bound/measured) per precision
-TARGETS = {"q16-acc32": (45.0, 1e-3, 1.03), "fix16": (None, 1e-3, 1.03), "float32": (None, 1e-3, 1.5)}
+TARGETS = {"q16-acc32": (45.0, 1e-3, 1.03), "q8": (None, 1e-3, 1.03), "fix16": (None, 1e-3, 1.03),
+           "float32": (None, 1e-3, 1.5)}
+#: the build's own gate tolerance where the example's 1e-3 cannot hold (q8's int8 weights: ~1e-2);
+#: the figure is still printed against the issue's target above
+GATE_TOLERANCE = {"q8": "2e-2"}
 #: the seed (Pearce et al.): this network in fix16 on Patmos at 50 MHz, WCET by platin
 SEED_MS = 82.83
 
 
 def build(project, precision):
     run = subprocess.run([sys.executable, "-m", "SCons", "-Q", "target=avr", "model=f1tenth",
-                          f"precision={precision}", "deadline=10s"], cwd=project, capture_output=True, text=True)
+                          f"precision={precision}", "deadline=10s",
+                          *([f"tolerance={GATE_TOLERANCE[precision]}"] if precision in GATE_TOLERANCE else [])],
+                         cwd=project, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"scons failed for {precision}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
     return json.loads((project / "build/avr/f1tenth/report.json").read_text())
@@ -43,7 +50,7 @@ def verdict(value, limit):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--precisions", default="q16-acc32,fix16,float32")
+    ap.add_argument("--precisions", default="q16-acc32,q8,fix16,float32")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
     model = pipeline.load_model(REPO / "firmware_examples/f1tenth/architecture.json", "f1tenth")[0]

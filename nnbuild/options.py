@@ -27,12 +27,13 @@ def tolerance(text):
 
 #: `nnbuild check`'s tolerance when none is given, per precision: (value, why). The numerics plan
 #: proves no end-to-end error bound yet, so fixed point takes a documented default above the errors
-#: tests/test_fixed.py measures on the F1/10 controller (q16, fix16 3e-4; q16-acc32 1.2e-3).
+#: tests/test_fixed.py measures on the F1/10 controller (q16, fix16 3e-4; q16-acc32 1.2e-3; q8 1.6e-2).
 DEFAULT_TOLERANCES = {
     "float32": (1e-4, "the float default"),
     "float64": (1e-4, "the float default"),
     "q16": (1e-3, "the q16 default: the tested F1/10 error is <= 3e-4"),
     "q16-acc32": (2e-3, "the q16-acc32 default: the tested F1/10 error is <= 1.2e-3"),
+    "q8": (2e-2, "the q8 default: the tested F1/10 error is <= 1.6e-2 (int8 weights)"),
     "fix16": (1e-3, "the fix16 default: the tested F1/10 error is <= 3e-4"),
 }
 #: fixedW.F: this many steps of the format (2^-F each), and never below DEFAULT_FIXED_FLOOR

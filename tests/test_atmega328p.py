@@ -148,7 +148,7 @@ def test_near_flash_check_covers_the_arrays(tmp_path):
 
 
 @needs_avr
-@pytest.mark.parametrize("precision", ["q16", "q16-acc32", "fix16", "fixed8.24", "float32"])
+@pytest.mark.parametrize("precision", ["q16", "q16-acc32", "q8", "fix16", "fixed8.24", "float32"])
 def test_simavr_results_equal_the_bit_exact_model_or_reference(tmp_path, precision):
     board = boards.load_board("atmega328p")
     model = tiny_mlp()

@@ -227,6 +227,7 @@ def xor_data(tmp_path, y=None):
     ("float32", 1e-4, "the float default"),
     ("q16", 1e-3, "the q16 default"),
     ("q16-acc32", 2e-3, "the q16-acc32 default"),
+    ("q8", 2e-2, "the q8 default"),
     ("fixed8.12", 64 * 2.0 ** -12, "the fixedW.F default: 64 steps of 2^-12"),
 ])
 def test_check_default_tolerance_follows_the_precision_and_says_why(tmp_path, capsys, precision, tolerance, why):

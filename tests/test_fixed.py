@@ -1,6 +1,7 @@
 """Fixed point: overflow proofs, bit-exact C (host and simavr) against the emulator, activation
 error bounds, and the precision gates."""
 
+import json
 import subprocess
 
 import numpy as np
@@ -17,7 +18,7 @@ from nnbuild.numerics import plan as quantize
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native, simavr
 
 F1TENTH = REPO / "firmware_examples/f1tenth/architecture.json"
-PRECISIONS = ["q16", "q16-acc32", "fix16", "fixed4.12", "fixed8.24"]
+PRECISIONS = ["q16", "q16-acc32", "q8", "fix16", "fixed4.12", "fixed8.24"]
 
 
 def mixed_model():
@@ -61,7 +62,7 @@ def test_host_c_equals_the_emulator_bit_for_bit(tmp_path, precision, which):
     assert np.all(np.isfinite(c))
 
 
-@pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 1.2e-3), ("fix16", 3e-4)])
+@pytest.mark.parametrize("precision, tolerance", [("q16", 3e-4), ("q16-acc32", 1.2e-3), ("q8", 1.6e-2), ("fix16", 3e-4)])
 def test_error_against_float64_reference_on_f1tenth(precision, tolerance):
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
     x = check_inputs(model.input_size, 300, 5, (-1, 1))
@@ -71,7 +72,7 @@ def test_error_against_float64_reference_on_f1tenth(precision, tolerance):
 
 
 @needs_avr
-@pytest.mark.parametrize("precision", ["q16-acc32", "q16", "fix16", "fixed4.12", "fixed8.24"])
+@pytest.mark.parametrize("precision", ["q16-acc32", "q16", "q8", "fix16", "fixed4.12", "fixed8.24"])
 def test_avr_c_equals_the_emulator_bit_for_bit(tmp_path, precision):
     """On the MCU: the inline-asm MAC, near/far flash reads and 64-bit splits are exact."""
     model = mixed_model()
@@ -134,6 +135,28 @@ def test_overflow_gets_a_wider_accumulator_or_fewer_weight_bits():
     assert "lowered" in fast.layers[0].notes[0]
 
 
+def test_q8_stores_int8_weights_and_proves_int32_accumulators():
+    """q8: every weight tensor int8, activations int16, every accumulator proven within int32
+    (weight fraction bits given up where the full int8 scale would overflow it)."""
+    plan = quantize.quantize(mixed_model(), "q8", (-1, 1))
+    for layer in plan.layers:
+        assert layer.weight.bits == 8 and layer.input.bits == 16 and layer.output.bits == 16
+        assert layer.acc_bits == 32 and layer.acc_bound < 2 ** 31 - 1
+        assert np.abs(layer.kernel_q).max() <= 127
+    wide = quantize.quantize(overflowing_model(), "q8", (-1, 1)).layers[0]
+    assert wide.weight.frac == 7 and np.all(wide.kernel_q == 64)  # 0.5 at Q7: 64 * 16384 * 400 < 2^31
+    lowered = Model("big", (4000,), [Dense("wide", np.full((4000, 1), 0.9, np.float32), None, "linear")])
+    layer = quantize.quantize(lowered, "q8", (-1, 1)).layers[0]
+    assert layer.acc_bits == 32 and "lowered" in layer.notes[0]
+    assert layer.weight.frac < 7  # 0.9 at Q7 (115) times 16384 at Q14, 4000 times, exceeds int32
+
+
+def test_q8_refuses_a_layer_no_int32_accumulator_can_hold():
+    huge = Model("big", (20000,), [Dense("vast", np.full((20000, 1), 100.0, np.float32), None, "linear")])
+    with pytest.raises(NNBuildError, match=r"Dense 'vast'.*no weight format keeps the accumulator within int32"):
+        quantize.quantize(huge, "q8", (-1, 1))
+
+
 def test_what_cannot_fit_is_refused_with_the_layer_named():
     with pytest.raises(NNBuildError, match=r"Dense 'wide' output: values up to 8e\+04 do not fit fix16"):
         quantize.quantize(Model("big", (400,), [Dense("wide", np.full((400, 1), 200.0, np.float32), None,
@@ -193,3 +216,34 @@ def test_generated_input_rounding_equals_the_model_on_every_awkward_float(tmp_pa
     got = np.frombuffer(subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout,
                         np.int32)
     assert np.array_equal(got, fixed.quantize_input(x, plan.input, plan.input_range))
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape", ["mlp", "v2"])
+def test_q8_weights_beyond_64k_of_flash_are_exact_on_avr(tmp_path, shape):
+    """q8 weights past the near-flash limit (72 KB): the mlp shape's C loop with far byte reads, v2's
+    NN_DOT8F rows (ELPM Z+); simavr == the bit-exact model, and the WCET bound holds on every run."""
+    from nnbuild import wcet
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    rng = np.random.default_rng(8)
+    model = Model("far8", (256,), [Dense("wide", (rng.standard_normal((256, 280)) * 0.1).astype(np.float32),
+                                         np.zeros(280, np.float32), "relu"),
+                                   Dense("out", (rng.standard_normal((280, 4)) * 0.1).astype(np.float32), None,
+                                         "linear")])
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, shape=shape, precision="q8",
+                                                input_range=(-1.0, 1.0))
+    code = (tmp_path / "gen" / "far8.c").read_text()
+    assert "NN_DOT8(acc" not in code and ("NN_DOT8F(acc" in code) == (shape == "v2")
+    x = probe_inputs(model.input_size)[[0, 1, 60, 64]]
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="far8_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = (fixed.run(quantize.quantize(model, "q8", (-1, 1)), x) if shape == "mlp" else
+                graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q8", (-1, 1)), x))
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / "far8.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, "far8_infer", facts, tmp_path).cycles
+    print(f"\nfar8 {shape} q8: WCET bound {bound:,}, simavr worst {int(cycles.max()):,}, "
+          f"bound/measured {bound / cycles.max():.4f}")
+    assert cycles.max() <= bound

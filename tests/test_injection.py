@@ -89,9 +89,9 @@ def assert_inert(files, raw_names):
             assert not any(l.strip().startswith(line) for l in text.splitlines()), (path.name, line)
 
 
-CASES = [("mlp", "float32", False), ("mlp", "q16", True), ("mlp", "q16-acc32", True), ("mlp", "fix16", True),
+CASES = [("mlp", "float32", False), ("mlp", "q16", True), ("mlp", "q16-acc32", True), ("mlp", "q8", True), ("mlp", "fix16", True),
          ("mlp", "fixed16.8", True), ("v1", "float32", None), ("v2", "float32", None), ("v3", "float32", None),
-         ("v2", "q16", None), ("v2", "q16-acc32", None), ("v3", "q16-acc32", None)]
+         ("v2", "q16", None), ("v2", "q16-acc32", None), ("v2", "q8", None), ("v3", "q16-acc32", None)]
 
 
 @pytest.mark.skipif(not have("gcc"), reason="gcc not installed")

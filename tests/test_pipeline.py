@@ -58,10 +58,11 @@ def test_capability_check_is_the_one_answer():
     assert "does not generate TPG models" in kinds.refusal(tpg, "mlp", "float32")
     assert "does not generate precision 'q16'" in kinds.refusal(tpg, "auto", "q16")
     lenet, _ = pipeline.load_model(LENET)
-    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32", "float64", "q16", "q16-acc32"]
+    assert kinds.precision_candidates(nn, "auto", host, lenet) == ["float32", "float64", "q16", "q16-acc32", "q8"]
     f1, _ = pipeline.load_model(F1)
-    assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "fix16"]
-    assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "fix16"]
+    assert kinds.precision_candidates(nn, "auto", avr, f1) == ["float32", "q16", "q16-acc32", "q8", "fix16"]
+    assert kinds.precision_candidates(nn, "auto", host, f1) == ["float32", "float64", "q16", "q16-acc32", "q8",
+                                                                  "fix16"]
 
 
 def test_library_defaults_match_the_cli_and_scons(tmp_path):
@@ -173,7 +174,7 @@ def test_precision_auto_on_a_cnn_names_its_pick(tmp_path):
     project = copy_project(tmp_path)
     result = scons(project, "target=host", "model=lenet5", "precision=auto")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "precision=auto candidates for lenet5 on host: float32, float64, q16, q16-acc32" in result.stdout
+    assert "precision=auto candidates for lenet5 on host: float32, float64, q16, q16-acc32, q8" in result.stdout
     # each candidate is judged by its own tolerance (example.json "tolerances": 1e-3 for q16*, 1e-5 else):
     # with the float tolerance no 16-bit candidate could qualify
     assert "winner: q16-acc32 has the smallest memory footprint" in result.stdout

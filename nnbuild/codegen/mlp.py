@@ -15,7 +15,7 @@ from nnbuild.ir.graph import Activation, Dense
 from nnbuild.numerics import float_facts
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "fix16", "fixedW.F")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8", "fix16", "fixedW.F")
 
 
 #: neurons computed together: each input value is loaded once for BLOCK weight rows (each neuron

@@ -28,13 +28,17 @@ def render(model, *, precision, storage, passes_log, input_range):
     layers = plan_layers(model.name, plan, storage)
     flash = flash_bytes(layers, plan)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
-    for layer in layers:  # the AVR dot-product loop reads rows with LPM Z+ (near flash), 4 MACs a turn
-        layer["dot16"] = near and layer["mac16"] and 4 <= layer["inputs"] <= 4 * 255 + 3
+    for layer in layers:  # the AVR dot-product loops read rows with LPM Z+ (near flash), 4 MACs a turn
+        fits_loop = near and 4 <= layer["inputs"] <= 4 * 255 + 3
+        layer["dot16"] = fits_loop and layer["mac16"]
+        layer["dot8"] = fits_loop and layer["mac8"]
+        layer["dot"] = "NN_DOT16" if layer["dot16"] else ("NN_DOT8" if layer["dot8"] else None)
     context = {
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
         "mac16": any(l["mac16"] for l in layers), "dot16": any(l["dot16"] for l in layers),
+        "dot8": any(l["dot8"] for l in layers),
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
@@ -125,6 +129,8 @@ def plan_layers(prefix, plan, storage):
             "wbits": layer.weight.bits, "wtype": layer.weight.ctype,
             "mac16": (layer.weight.bits == 16 and layer.input.bits == 16 and layer.acc_bits == 32
                       and not layer.per_mac_shift),
+            "mac8": (layer.weight.bits == 8 and layer.input.bits == 16 and layer.acc_bits == 32
+                     and not layer.per_mac_shift),
         })
         src = dst
     return out

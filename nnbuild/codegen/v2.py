@@ -13,7 +13,7 @@ from nnbuild.codegen.common import float_literal
 from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 
 
 class TensorCode:

@@ -1,9 +1,9 @@
-"""v2 code shape, fixed-point precisions (q16, q16-acc32): the plan of nnbuild.numerics.graph_plan
-as the v2 shape's inlined loops over int16 tensors.
+"""v2 code shape, fixed-point precisions (q16, q16-acc32, q8): the plan of nnbuild.numerics.graph_plan
+as the v2 shape's inlined loops over int16 tensors (q8: int8 Conv2D/Dense weights).
 
 Same layout as the float v2 (channels-last tensors, one static arena placed by liveness, literal
 loop bounds in NN_LOOPBOUND and the flow facts, weights in `<name>_weights.c`, AVR flash) with the
-MLP fixed shape's arithmetic: exact integer multiply-accumulates (AVR201's 16x16 MAC on AVR),
+MLP fixed shape's arithmetic: exact integer multiply-accumulates (AVR201's 16x16 MAC on AVR, NN_DOT8's 8x16 for q8),
 proven accumulator widths, round_shift requantisation and loop-free table activations.
 nnbuild.numerics.graph_bitexact is its bit-exact model.
 """
@@ -32,10 +32,11 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
     flash = sum(a["size"] * a["bits"] // 8 for a in arrays) + len(tanh_tables(plan)) * q.TANH_POINTS * 4 \
         + (q.EXP_POINTS * 4 if any(o.activation == "softmax" for o in plan.ops) else 0)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= mlp_fixed.NEAR_LIMIT)
-    for op in ops:  # the AVR dot-product loops (NN_DOT16: 4 MACs a turn, 1..255 turns) on flash weights
+    for op in ops:  # the AVR dot-product loops (4 MACs a turn, 1..255 turns) on flash weights: op["dot"] names it
         run = op.get("k") if op["kind"] == "dense" else op.get("run")
-        op["dot"] = (storage in common.FLASH_STORAGES and op["mac16"] and op["kind"] in ("conv2d", "dense")
-                     and 4 <= run <= 4 * 255 + 3 and (op["kind"] == "dense" or not op["generic"]))
+        fits = (storage in common.FLASH_STORAGES and op["acc_type"] == "int32_t" and op["kind"] in ("conv2d", "dense")
+                and 4 <= run <= 4 * 255 + 3 and (op["kind"] == "dense" or not op["generic"]))
+        op["dot"] = dot_macro(op.get("wbits"), near) if fits else None
     memory = int16_memory(lowered["memory"])
     readers = [o for o in ops if "xq" in o["src"] or any(p.get("src") == "xq" for p in o.get("parts", []))]
     first = readers[0] if len(readers) == 1 and readers[0].get("pad_copy") and readers[0]["src"] == ["xq"] else None
@@ -51,8 +52,11 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "int_reads": [16, 32] + ([64] if any(a["bits"] == 64 for a in arrays) else []),
         "padded_symbol": f"{model.name}_padded", "padded_elements": padded, "input_pad": first,
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
-        "mac16": any(o["mac16"] for o in ops), "dot16": near and any(o["dot"] for o in ops),
-        "dot16far": not near and any(o["dot"] for o in ops), "read64": any(a["bits"] == 64 for a in arrays),
+        "mac16": any(o["mac16"] for o in ops), "dot16": any(o["dot"] == "NN_DOT16" for o in ops),
+        "dot16far": any(o["dot"] == "NN_DOT16F" for o in ops), "dot8": any(o["dot"] == "NN_DOT8" for o in ops),
+        "dot8far": any(o["dot"] == "NN_DOT8F" for o in ops),
+        "read64": any(a["bits"] == 64 for a in arrays),
+        "weight_reads": sorted({8 if o.get("wbits") == 8 else 16 for o in ops} | {16, 32}),
         **helper_context(plan, ops),
     }
     name = model.name
@@ -112,21 +116,27 @@ def buffer(ref):
     return {"in": "xq", "out": "yq"}.get(ref, ref)
 
 
+def dot_macro(wbits, near):
+    """The AVR dot-product loop of a row of `wbits`-bit weights: LPM Z+ in near flash, ELPM Z+ (the
+    F variants) anywhere."""
+    return {16: "NN_DOT16", 8: "NN_DOT8"}[wbits] + ("" if near else "F")
+
+
 def int_array(symbol, values, bits, comment):
     return {"symbol": symbol, "size": int(np.size(values)), "ctype": f"int{bits}_t", "bits": bits, "comment": comment,
             "values": mlp_fixed.literal_rows(np.ravel(values), 8)}
 
 
-def weight_chunks(prefix, op, rows, storage):
-    """Kernel rows [out][k] as int16 arrays, split under avr-gcc's object limit on AVR."""
-    row_bytes = rows.shape[1] * 2
+def weight_chunks(prefix, op, rows, storage, bits):
+    """Kernel rows [out][k] as int16 (q8: int8) arrays, split under avr-gcc's object limit on AVR."""
+    row_bytes = rows.shape[1] * bits // 8
     flash = storage in common.FLASH_STORAGES
     if flash and row_bytes > MAX_ARRAY_BYTES:
         raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
                            item=f"{op['source_type']} '{op['name']}'")
     count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if flash else 1
     bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
-    return [dict(int_array(f"{prefix}_{op['c_name']}_w{c}", rows[a:b], 16,
+    return [dict(int_array(f"{prefix}_{op['c_name']}_w{c}", rows[a:b], bits,
                            f"{op['source_type']} '{op['name']}': outputs {a}..{b - 1}, {rows.shape[1]} weights each"),
                  start=int(a), rows=int(b - a)) for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
@@ -154,11 +164,12 @@ def fixed_ops(prefix, float_ops, plan, storage):
         if op["kind"] in ("conv2d", "dense"):
             kq = np.asarray(qop.kernel_q)
             rows = np.transpose(kq, (3, 0, 1, 2)).reshape(kq.shape[3], -1) if op["kind"] == "conv2d" else kq.T
-            op["chunks"] = weight_chunks(prefix, op, rows, storage)
+            op["wbits"], op["wtype"] = qop.weight.bits, qop.weight.ctype
+            op["chunks"] = weight_chunks(prefix, op, rows, storage, qop.weight.bits)
             bias_bits = 32 if np.abs(qop.bias_q).max(initial=0) < 2 ** 31 else 64
             op["bias"] = int_array(f"{prefix}_{op['c_name']}_b", qop.bias_q, bias_bits,
                                    f"{op['source_type']} '{op['name']}': bias at 2^-{qop.acc_frac}")
-            op["mac16"] = qop.acc_bits == 32
+            op["mac16"] = qop.acc_bits == 32 and qop.weight.bits == 16
         elif op["kind"] == "batchnorm":
             sym = f"{prefix}_{c_identifier(op['name'])}"
             op["scale"] = int_array(f"{sym}_scale", qop.kernel_q, 16, f"BatchNormalization '{op['name']}': scale "

@@ -4,7 +4,7 @@ proofs, activation tables, and the bit-exact model of the generated fixed-point 
 Below the IR in the layering: the IR, the code generators and the checks import it; it imports no
 other nnbuild stage (layers are read by duck type: `kind`, `kernel`, `bias`, `activation`).
 
-- formats: precision names (float32, float64, q16, q16-acc32, fix16, fixedW.F), tensor formats,
+- formats: precision names (float32, float64, q16, q16-acc32, q8, fix16, fixedW.F), tensor formats,
   rounding and integer conversion;
 - plan: `quantize(model, precision, input_range)` -> QPlan, the formats and the proof per layer;
 - tables: tanh and exp tables of the table activations;

@@ -11,7 +11,7 @@ import numpy as np
 from nnbuild.errors import NNBuildError
 
 FLOAT_PRECISIONS = ("float32", "float64")
-FIXED_PRECISIONS = ("q16", "q16-acc32", "fix16")
+FIXED_PRECISIONS = ("q16", "q16-acc32", "q8", "fix16")
 GENERIC_FIXED = re.compile(r"fixed(\d+)[.,_](\d+)$")
 
 #: pre-activation format of table activations (tanh, sigmoid, softmax): Q16 in int32

@@ -22,7 +22,7 @@ from nnbuild.numerics.formats import Z_FRAC, Z_LIMIT, Tensor, check_precision, f
 from nnbuild.numerics.plan import Policy, activation_interval
 
 #: precisions the CNN shapes generate in fixed point
-GRAPH_PRECISIONS = ("q16", "q16-acc32")
+GRAPH_PRECISIONS = ("q16", "q16-acc32", "q8")
 TABLES = ("tanh", "sigmoid", "softmax")
 INT32_MAX = (1 << 31) - 1
 
@@ -245,20 +245,20 @@ def plan_affine(op, policy, real_in, real_out, int_in):
     bias = np.zeros(kernel.shape[-1]) if layer.bias is None else np.asarray(layer.bias, np.float64)
     pre = affine_interval(layer, kernel, bias, *real_in)
     op.pre_activation = (float(pre[0].min()), float(pre[1].max()))
-    w_t = policy.tensor(float(np.abs(kernel).max()), f"{op.what} kernel")
+    w_t = policy.tensor(float(np.abs(kernel).max()), f"{op.what} kernel", policy.weight_bits)
     x_abs = np.maximum(np.abs(int_in[0]), np.abs(int_in[1]))
     while True:
         op.weight = w_t
-        op.kernel_q = to_int(kernel, w_t.frac, 16, f"{op.what} kernel")
+        op.kernel_q = to_int(kernel, w_t.frac, w_t.bits, f"{op.what} kernel")
         op.acc_frac = w_t.frac + op.inputs[0].frac
         op.bias_q = to_int(bias, op.acc_frac, 64, f"{op.what} bias")
         op.acc_bound = int(_linear(layer, np.abs(op.kernel_q), np.abs(op.bias_q), x_abs).max())
         op.acc_bits = 32 if op.acc_bound <= INT32_MAX else 64
-        if op.acc_bits == 32 or policy.precision != "q16-acc32":
+        if op.acc_bits == 32 or not policy.acc32_only:
             break
         if w_t.frac <= 1:
             raise NNBuildError("no weight format keeps the accumulator within int32", item=op.what)
-        w_t = Tensor(w_t.frac - 1, 16)
+        w_t = Tensor(w_t.frac - 1, w_t.bits)
         op.notes = [f"weight fraction bits lowered to {w_t.frac} so the accumulator fits int32"]
     if op.acc_bound >= 1 << 62:
         raise NNBuildError("accumulator can overflow int64 over the input range", item=op.what)

@@ -7,6 +7,9 @@ Precisions (see PRECISIONS):
   where it does not (wide accumulators are cheap adds on an 8-bit MCU).
 - `q16-acc32`: as q16, but weight fraction bits are given up until every accumulator provably
   fits int32 (faster on AVR, slightly less exact).
+- `q8`: int8 weights (a power-of-two scale per tensor), int16 activations as in q16, each 8x16
+  product summed in an int32 accumulator: weight fraction bits are given up, as in q16-acc32,
+  until every accumulator provably fits int32 (half the weight flash of q16, a cheaper AVR MAC).
 - `fix16`: Q16.16 in int32 everywhere with a rounded 64-bit product per MAC, as libfixmath's
   fix16_mul does in the Keras2C fix16 flow.
 - `fixedW.F` (Gravity's fixed[W, F]): one format for every tensor, W whole bits (sign
@@ -150,11 +153,15 @@ class Policy:
             self.whole, self.frac, self.bits = 16, 16, 32
         else:
             self.whole, self.frac, self.bits = None, None, 16
+        #: weights are stored in this many bits (q8: 8; else the activations' width)
+        self.weight_bits = 8 if precision == "q8" else self.bits
+        #: the accumulator must be proven to fit int32 (weight fraction bits are given up until it does)
+        self.acc32_only = precision in ("q16-acc32", "q8")
 
-    def tensor(self, bound, what):
-        """Per-tensor format (q16) or the uniform one (fix16, fixedW.F), checked against `bound`."""
+    def tensor(self, bound, what, bits=None):
+        """Per-tensor format (q16, q8) or the uniform one (fix16, fixedW.F), checked against `bound`."""
         if self.frac is None:
-            return Tensor(frac_for(bound, self.bits), self.bits)
+            return Tensor(frac_for(bound, bits or self.bits), bits or self.bits)
         t = Tensor(self.frac, self.bits)
         if bound * 2.0 ** t.frac + 1 > t.qmax:
             raise NNBuildError(f"values up to {bound:.4g} do not fit {self.precision} "
@@ -172,12 +179,12 @@ class Policy:
         pre_bound = float(max(np.abs(pre_lo).max(), np.abs(pre_hi).max()))
         out_lo, out_hi = activation_interval(dense.activation, pre_lo, pre_hi)
         out_t = self.output_tensor(dense.activation, float(max(np.abs(out_lo).max(), np.abs(out_hi).max())), what)
-        w_t = self.tensor(float(np.abs(kernel).max()), f"{what} kernel")
+        w_t = self.tensor(float(np.abs(kernel).max()), f"{what} kernel", self.weight_bits)
         x_max = max(abs(float(x_lo.min())), abs(float(x_hi.max()))) * 2.0 ** in_t.frac + 1
         notes = []
         while True:
             layer = self.build(dense, kernel, bias, w_t, in_t, out_t, x_max, (pre_lo.min(), pre_hi.max()), what)
-            if self.precision != "q16-acc32" or layer.acc_bits == 32:
+            if not self.acc32_only or layer.acc_bits == 32:
                 break
             if w_t.frac <= 1:
                 raise NNBuildError("no weight format keeps the accumulator within int32", item=what)
