@@ -73,17 +73,19 @@ def host_outputs(tmp_path, model, precision, x, input_range, shape="v2"):
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("shape", ["v2", "v1"])
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
-def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
+def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = lenet5()
     x = probe_inputs(model.input_size, *LENET5_RANGE)
-    c = host_outputs(tmp_path, model, precision, x, LENET5_RANGE)
+    c = host_outputs(tmp_path, model, precision, x, LENET5_RANGE, shape)
     emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, LENET5_RANGE), x)
     assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
     assert np.all(np.isfinite(c))
 
 
-@pytest.mark.parametrize("shape", ["v2", pytest.param("v3", marks=pytest.mark.e2e)])  # v3's unrolled C compiles in 5 s
+# v1's generic kernels compile in 1 to 3 s on a shared machine, v3's unrolled C in 5 s
+@pytest.mark.parametrize("shape", [pytest.param("v1", marks=pytest.mark.e2e), "v2", pytest.param("v3", marks=pytest.mark.e2e)])
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
 def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()
@@ -235,7 +237,8 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
 
 @needs_avr
 @pytest.mark.e2e
-@pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v3", "q16-acc32")])
+@pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v3", "q16-acc32"),
+                                              ("v1", "q16-acc32"), ("v1", "q16")])
 def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, precision):
     """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
     average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's
@@ -275,7 +278,7 @@ def test_examples_give_fixed_point_its_own_tolerance(tmp_path):
 
 def test_generation_is_deterministic(tmp_path):
     model = layered_model()
-    for shape in ("v2", "v3"):
+    for shape in ("v1", "v2", "v3"):
         a = codegen.generate(model, tmp_path / f"{shape}a", shape=shape, precision="q16", input_range=(-1, 1))
         b = codegen.generate(layered_model(), tmp_path / f"{shape}b", shape=shape, precision="q16",
                              input_range=(-1, 1))

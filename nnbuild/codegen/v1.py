@@ -14,12 +14,13 @@ float64 computes in double (the API's float input and output are converted once)
 
 import re
 
-from nnbuild.codegen import cnn, common, templating
+from nnbuild.codegen import cnn, common, templating, v1_fixed
 from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 
-#: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64")
+#: number formats this shape generates (codegen.shape_refusal); the fixed ones by nnbuild.codegen.v1_fixed
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
+FIXED = ("q16", "q16-acc32")
 
 
 KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax",
@@ -284,7 +285,9 @@ def initializer(e, max_src, max_opd=1, sfx="f", used=None):
     return ", ".join(fields)
 
 
-def render(model, *, precision, storage, passes_log, **_options):
+def render(model, *, precision, storage, passes_log, **options):
+    if precision in FIXED:
+        return v1_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log, **options)
     lowered = cnn.lower(model, storage)
     floats = [a for a in lowered["arrays"] if not a.get("ctype", "").startswith("int")]
     ints = [a for a in lowered["arrays"] if a.get("ctype", "").startswith("int")]
