@@ -9,6 +9,8 @@ order, so nnbuild.numerics.graph_bitexact models v1 bit for bit too. Shifts by a
 the table are five constant shifts selected by the count's bits (no loop for a WCET tool to bound).
 """
 
+import re
+
 from nnbuild import __version__
 from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed
 from nnbuild.errors import NNBuildError
@@ -116,6 +118,26 @@ def entries_of(op, index):
     return out
 
 
+def entry_bound(e, field):
+    """The iterations of the kernel loop bounded by `field` in the call of table entry e."""
+    value = int(e.get(field, 0))
+    return max(value - 1, 0) if field == "n_src" else value
+
+
+def entry_calls(entries, loops):
+    """The network loop's calls in order, each with its entry's own loop bounds (the `calls` of
+    the indirect flow fact, nnbuild.wcet.avr_indirect): a WCET tool need not charge every call
+    the largest sizes of every entry."""
+    fields = {}
+    for fact in loops:
+        why = re.fullmatch(r"v1 largest (\w+) of nn_(\w+)", str(fact.get("why")))
+        if why:
+            fields.setdefault(why.group(2), []).append((fact, why.group(1)))
+    return [{"target": f"nn_{e['kernel']}",
+             "loops": [{"file": fact["file"], "line": fact["line"], "max_iterations": entry_bound(e, field)}
+                       for fact, field in fields[e["kernel"]]]} for e in entries]
+
+
 def check_field(e, key, value, low, high):
     if not low <= value <= high:
         raise NNBuildError(f"shape v1 stores '{key}' = {value} in a table field of range {low}..{high}: the model "
@@ -198,7 +220,8 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     ctx["softmax_ops"] = "softmax" in kinds
     name = model.name
     code, facts, marks = cnn.render_code("v1_fixed.c.j2", ctx)
-    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)]}]
+    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)],
+                          "calls": entry_calls(entries, facts["loops"])}]
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
     record = cnn.trace(model, dict(lowered, ops=ops, memory=memory, arrays=arrays), facts, passes_log, "v1",
