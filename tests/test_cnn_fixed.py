@@ -304,6 +304,28 @@ def test_examples_give_fixed_point_its_own_tolerance(tmp_path):
         assert "example.json" in str(error.value) and "\n" not in str(error.value)
 
 
+def test_v1_flow_facts_give_each_table_call_its_entry_bounds(tmp_path):
+    """The `calls` fact of v1's network loop: one call per table entry, in order, each kernel loop
+    bounded by that entry's own field (the generic loop bounds stay the largest over the entries)."""
+    codegen.generate(layered_model(), tmp_path, shape="v1", precision="q16-acc32", input_range=(-1, 1))
+    facts = json.loads((tmp_path / "layered.flowfacts.json").read_text())
+    code = (tmp_path / "layered.c").read_text()
+    site = facts["indirect"][0]
+    table = [line for line in code.splitlines() if line.lstrip().startswith("{.kernel = ")]
+    assert [c["target"] for c in site["calls"]] == [line.split("=")[1].split(",")[0].strip() for line in table]
+    generic = {(l["file"], l["line"]): l["max_iterations"] for l in facts["loops"]}
+    convs = [(c, line) for c, line in zip(site["calls"], table) if c["target"] == "nn_conv2d"]
+    assert len(convs) == 4
+    for call, line in convs:
+        rows = int(line.split(".rows = ")[1].split("u")[0])
+        cg = int(line.split(".cg = ")[1].split("u")[0])
+        by_line = {l["line"]: l["max_iterations"] for l in call["loops"]}
+        loop_lines = [l["line"] for l in facts["loops"] if l["function"] == "nn_conv2d"]
+        assert [by_line[n] for n in loop_lines][2] == rows and [by_line[n] for n in loop_lines][5] == cg
+        assert all(l["max_iterations"] <= generic[(l["file"], l["line"])] for l in call["loops"])
+    assert max(c["loops"][2]["max_iterations"] for c, _ in convs) == generic[(site["file"], loop_lines[2])]
+
+
 def test_generation_is_deterministic(tmp_path):
     model = layered_model()
     for shape in ("v1", "v2", "v3"):

@@ -140,6 +140,7 @@ class Analyzer:
         self.sequences = avr_indirect.call_sequences(facts, prog)
         #: loop-bound overrides -> (done, params) memos of the analyses under them
         self.memos = {}
+        self.memo_tag = ""
         self.values = P.value_facts(facts)
         self.workdir = workdir
         self.done, self.stack = {}, []
@@ -318,15 +319,18 @@ class Analyzer:
         """analyse() with the flow facts' loops on the lines of `bounds` bounded by it, in a memo
         of its own (the same regions get other bounds there)."""
         key = tuple(sorted(bounds.items()))
-        saved = self.facts, self.done, self.params
+        saved = self.facts, self.done, self.params, self.memo_tag
+        if key not in self.memos:
+            self.memos[key] = ({}, {})
+        self.memo_tag = f"_calls{list(self.memos).index(key)}"
         loops = [dict(f, max_iterations=bounds[(os.path.basename(f["file"]), int(f["line"]))])
                  if (os.path.basename(f["file"]), int(f["line"])) in bounds else f for f in self.facts.get("loops", [])]
         self.facts = dict(self.facts, loops=loops)
-        self.done, self.params = self.memos.setdefault(key, ({}, {}))
+        self.done, self.params = self.memos[key]
         try:
             return analyse()
         finally:
-            self.facts, self.done, self.params = saved
+            self.facts, self.done, self.params, self.memo_tag = saved
 
     def _reaches(self, addr, symbol):
         """True when `symbol`'s code can run in a call of the region at `addr` (calls, tails)."""
@@ -368,6 +372,8 @@ class Analyzer:
         label = f"{prog.function_of(addr)}_{addr:x}".replace(".", "_")
         if ctx != P.EMPTY:
             label += f"_ctx{len(self.done)}"
+        if self.memo_tag:
+            label += self.memo_tag  # the same region under a table entry's loop bounds
         with self.phases.phase("ILP solve"):
             cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths, choices)
         info["blocks"] = len(region.blocks)
