@@ -153,6 +153,8 @@ def initializer(e, max_src):
     for key in ("wi", "bi", "ri"):
         check_field(e, key, e.get(key, -1), -1, 127)
     check_field(e, "shift", e.get("shift", 0), -31, 31)
+    for value in e.get("ls", ()):
+        check_field(e, "left shift", value, 0, 31)
     src = e["src"] + [(0, 0)] * (max_src - len(e["src"]))
     fields = [f".kernel = nn_{e['kernel']}", f".act = {e['act']}",
               f".src = {{{', '.join(f'{{{b}u, {o}u}}' for b, o in src)}}}", f".dst = {{{e['dst'][0]}u, {e['dst'][1]}u}}",
