@@ -85,7 +85,8 @@ def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
 
 
 # v1's generic kernels compile in 1 to 3 s on a shared machine, v3's unrolled C in 5 s
-@pytest.mark.parametrize("shape", [pytest.param("v1", marks=pytest.mark.e2e), "v2", pytest.param("v3", marks=pytest.mark.e2e)])
+@pytest.mark.parametrize("shape", [pytest.param("v1", marks=pytest.mark.e2e), "v2",
+                                   pytest.param("v3", marks=pytest.mark.e2e)])
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
 def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()

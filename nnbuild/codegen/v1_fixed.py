@@ -157,7 +157,8 @@ def initializer(e, max_src):
         check_field(e, "left shift", value, 0, 31)
     src = e["src"] + [(0, 0)] * (max_src - len(e["src"]))
     fields = [f".kernel = nn_{e['kernel']}", f".act = {e['act']}",
-              f".src = {{{', '.join(f'{{{b}u, {o}u}}' for b, o in src)}}}", f".dst = {{{e['dst'][0]}u, {e['dst'][1]}u}}",
+              f".src = {{{', '.join(f'{{{b}u, {o}u}}' for b, o in src)}}}",
+              f".dst = {{{e['dst'][0]}u, {e['dst'][1]}u}}",
               f".n_src = {len(e['src'])}u"]
     fields += [f".{key} = {e[key]}u" for key in SCALARS if e.get(key)]
     for key in ("shift", "sat", "zs", "b64"):
@@ -233,8 +234,8 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]
     if near:
-        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + [f"nn_tanh_table_q{f}" for f in ctx["tanh_tables"]]
-                                              + (["nn_exp_table"] if ctx["exp_table"] else []))
+        lookups = [f"nn_tanh_table_q{f}" for f in ctx["tanh_tables"]] + (["nn_exp_table"] if ctx["exp_table"] else [])
+        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + lookups)
     return {
         f"{name}.h": templating.render("cnn.h.j2", ctx),
         f"{name}.c": code,
