@@ -320,7 +320,8 @@ def render(model, *, precision, storage, passes_log, **options):
     if kinds & {"move", "resample"}:
         ctx["int_reads"] = sorted(set(ctx["int_reads"]) | {16})
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
-    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)]}]
+    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)],
+                          "calls": v1_fixed.entry_calls(entries, facts["loops"])}]
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})

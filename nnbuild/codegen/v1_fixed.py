@@ -121,7 +121,7 @@ def entries_of(op, index):
 def entry_bound(e, field):
     """The iterations of the kernel loop bounded by `field` in the call of table entry e."""
     value = int(e.get(field, 0))
-    return max(value - 1, 0) if field == "n_src" else value
+    return max(value - 1, 0) if field in ("n_src", "n_opd") else value
 
 
 def entry_calls(entries, loops):
