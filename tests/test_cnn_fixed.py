@@ -73,11 +73,12 @@ def host_outputs(tmp_path, model, precision, x, input_range, shape="v2"):
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("shape", ["v2", "v1"])
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
-def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
+def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = lenet5()
     x = probe_inputs(model.input_size, *LENET5_RANGE)
-    c = host_outputs(tmp_path, model, precision, x, LENET5_RANGE)
+    c = host_outputs(tmp_path, model, precision, x, LENET5_RANGE, shape)
     emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, LENET5_RANGE), x)
     assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
     assert np.all(np.isfinite(c))
@@ -87,9 +88,12 @@ def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision):
 LAYERED_ERROR = {"q16": 2e-3, "q16-acc32": 2e-3, "q8": 5e-3}
 
 
-@pytest.mark.parametrize("shape, precision", [("v2", "q16"), ("v2", "q16-acc32"), ("v2", "q8"),
-                                              pytest.param("v3", "q16", marks=pytest.mark.e2e),  # v3's unrolled C
-                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e)])  # compiles in 5 s
+# v1's generic kernels compile in 1 to 3 s on a shared machine, v3's unrolled C in 5 s
+@pytest.mark.parametrize("shape, precision", [pytest.param("v1", "q16", marks=pytest.mark.e2e),
+                                              pytest.param("v1", "q16-acc32", marks=pytest.mark.e2e),
+                                              ("v2", "q16"), ("v2", "q16-acc32"), ("v2", "q8"),
+                                              pytest.param("v3", "q16", marks=pytest.mark.e2e),
+                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e)])
 def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()
     x = probe_inputs(model.input_size, -1.0, 1.0)
@@ -241,7 +245,36 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
 
 @needs_avr
 @pytest.mark.e2e
-@pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v2", "q8"), ("v3", "q16-acc32")])
+@pytest.mark.parametrize("name", ["cifarnet", "lenet5"])
+def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name):
+    """v1's generic integer kernels under simavr: C == model on random and adversarial inputs, and
+    the analyzer's bound (one call site reaching every kernel, loops at the largest entry's sizes)
+    is never below a run."""
+    from nnbuild import wcet
+    example = REPO / "firmware_examples" / name
+    lo, hi = json.loads((example / "example.json").read_text())["input_range"]
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(example / f"{name}.h5", board, tmp_path, name=name, shape="v1",
+                                                precision="q16-acc32", input_range=(lo, hi))
+    model, _ = pipeline.load_model(example / f"{name}.h5", name)
+    x = np.vstack([check_inputs(model.input_size, 3, 3, (lo, hi)),
+                   adversarial(model.input_size, lo, hi, np.random.default_rng(7))[:8]])
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{name}_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q16-acc32", (lo, hi)), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path)
+    worst = int(cycles.max())
+    print(f"\n{name} v1 q16-acc32: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
+          f"bound/measured {bound.cycles / worst:.4f}")
+    assert worst <= bound.cycles
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v2", "q8"), ("v3", "q16-acc32"),
+                                              ("v1", "q16-acc32"), ("v1", "q16")])
 def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, precision):
     """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
     average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's
@@ -279,9 +312,31 @@ def test_examples_give_fixed_point_its_own_tolerance(tmp_path):
         assert "example.json" in str(error.value) and "\n" not in str(error.value)
 
 
+def test_v1_flow_facts_give_each_table_call_its_entry_bounds(tmp_path):
+    """The `calls` fact of v1's network loop: one call per table entry, in order, each kernel loop
+    bounded by that entry's own field (the generic loop bounds stay the largest over the entries)."""
+    codegen.generate(layered_model(), tmp_path, shape="v1", precision="q16-acc32", input_range=(-1, 1))
+    facts = json.loads((tmp_path / "layered.flowfacts.json").read_text())
+    code = (tmp_path / "layered.c").read_text()
+    site = facts["indirect"][0]
+    table = [line for line in code.splitlines() if line.lstrip().startswith("{.kernel = ")]
+    assert [c["target"] for c in site["calls"]] == [line.split("=")[1].split(",")[0].strip() for line in table]
+    generic = {(l["file"], l["line"]): l["max_iterations"] for l in facts["loops"]}
+    convs = [(c, line) for c, line in zip(site["calls"], table) if c["target"] == "nn_conv2d"]
+    assert len(convs) == 4
+    for call, line in convs:
+        rows = int(line.split(".rows = ")[1].split("u")[0])
+        cg = int(line.split(".cg = ")[1].split("u")[0])
+        by_line = {l["line"]: l["max_iterations"] for l in call["loops"]}
+        loop_lines = [l["line"] for l in facts["loops"] if l["function"] == "nn_conv2d"]
+        assert [by_line[n] for n in loop_lines][2] == rows and [by_line[n] for n in loop_lines][5] == cg
+        assert all(l["max_iterations"] <= generic[(l["file"], l["line"])] for l in call["loops"])
+    assert max(c["loops"][2]["max_iterations"] for c, _ in convs) == generic[(site["file"], loop_lines[2])]
+
+
 def test_generation_is_deterministic(tmp_path):
     model = layered_model()
-    for shape in ("v2", "v3"):
+    for shape in ("v1", "v2", "v3"):
         a = codegen.generate(model, tmp_path / f"{shape}a", shape=shape, precision="q16", input_range=(-1, 1))
         b = codegen.generate(layered_model(), tmp_path / f"{shape}b", shape=shape, precision="q16",
                              input_range=(-1, 1))

@@ -339,6 +339,25 @@ def test_indirect_call_with_flow_facts(bad_elf):
     assert res.cycles > 0 and "twice (0x" in " ".join(res.details["callee_wcet"])
 
 
+def test_indirect_calls_fact_charges_the_sum_of_its_calls(bad_elf):
+    """A site whose `calls` fact lists one call per execution is charged the mean of its calls'
+    bounds (rounded up), not the worst target's; a call outside the site's targets is refused."""
+    site = {"function": "bad_icall", "offset": _icall_offset(bad_elf), "targets": ["twice", "negate"]}
+    worst = avr_ipet.analyze(bad_elf, "bad_icall", {"loops": [], "layers": [], "indirect": [site]}, board(), None)
+    callee = {k.split(" ")[0]: v for k, v in worst.details["callee_wcet"].items()}
+    calls = dict(site, calls=[{"target": "twice", "loops": []}, {"target": "negate", "loops": []}])
+    res = avr_ipet.analyze(bad_elf, "bad_icall", {"loops": [], "layers": [], "indirect": [calls]}, board(), None)
+    mean = -(-(callee["twice"] + callee["negate"]) // 2)
+    assert res.cycles == worst.cycles - max(callee["twice"], callee["negate"]) + mean
+    cheap = min(callee, key=callee.get)
+    once = dict(site, calls=[{"target": cheap, "loops": []}])
+    res = avr_ipet.analyze(bad_elf, "bad_icall", {"loops": [], "layers": [], "indirect": [once]}, board(), None)
+    assert callee[cheap] < max(callee.values()) and res.cycles == worst.cycles - max(callee.values()) + callee[cheap]
+    stray = dict(site, calls=[{"target": "bad_rec", "loops": []}])
+    with pytest.raises(NNBuildError, match="call target 'bad_rec' is not among the site's targets"):
+        avr_ipet.analyze(bad_elf, "bad_icall", {"loops": [], "layers": [], "indirect": [stray]}, board(), None)
+
+
 def _icall_offset(elf):
     from nnbuild.wcet import avr_decode
     prog = avr_decode.load(elf)

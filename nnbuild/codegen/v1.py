@@ -18,12 +18,13 @@ float64 computes in double (the API's float input and output are converted once)
 import math
 import re
 
-from nnbuild.codegen import cnn, common, templating
+from nnbuild.codegen import cnn, common, templating, v1_fixed
 from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 
-#: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64")
+#: number formats this shape generates (codegen.shape_refusal); the fixed ones by nnbuild.codegen.v1_fixed
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
+FIXED = ("q16", "q16-acc32")
 
 
 KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax",
@@ -309,7 +310,9 @@ def initializer(e, max_src, max_opd=1, sfx="f", used=None):
     return ", ".join(fields)
 
 
-def render(model, *, precision, storage, passes_log, **_options):
+def render(model, *, precision, storage, passes_log, **options):
+    if precision in FIXED:
+        return v1_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log, **options)
     lowered = cnn.lower(model, storage)
     floats = [a for a in lowered["arrays"] if not a.get("ctype", "").startswith("int")]
     ints = [a for a in lowered["arrays"] if a.get("ctype", "").startswith("int")]
@@ -343,7 +346,8 @@ def render(model, *, precision, storage, passes_log, **_options):
         ctx["int_reads"] = sorted(set(ctx["int_reads"]) | {16})
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
     add_loop_totals(code, facts, entries)
-    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)]}]
+    facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)],
+                          "calls": v1_fixed.entry_calls(entries, facts["loops"])}]
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})

@@ -12,6 +12,12 @@ pointer may compile to several instructions (inlined or duplicated code), all wi
 targets. A line without such an instruction is not an error (the optimiser may have removed or
 resolved the call); an indirect instruction without a fact still is (in the analyzers).
 Targets are symbol names or addresses. Entries for the same site are merged (union of targets).
+
+An entry may also carry `calls`: the site runs exactly once per element of that list per call of
+its function (v1's network loop: one call per table entry), element i calling its `target` with
+the loop bounds of its `loops` ([{"file", "line", "max_iterations"}] replacing the generic ones:
+that table entry's sizes). The analyzer then charges the site the sum of those calls' bounds
+(spread evenly over its executions) instead of its count times the worst target's bound.
 """
 
 import json
@@ -69,4 +75,29 @@ def indirect_targets(facts, prog):
         for addr in _sites(prog, ent):
             known = out.setdefault(addr, [])
             known.extend(t for t in targets if t not in known)
+    return out
+
+
+def call_sequences(facts, prog):
+    """{instruction address: [(target address, {(file base name, line): max_iterations})]} for the
+    'indirect' entries with `calls`; every call's target must be one of the entry's targets."""
+    out = {}
+    for ent in (facts or {}).get("indirect", []):
+        if "calls" not in ent:
+            continue
+        allowed = {_target(prog, t) for t in ent.get("targets", [])}
+        calls = []
+        for call in ent["calls"]:
+            target = _target(prog, call["target"])
+            if target not in allowed:
+                raise NNBuildError(f"indirect flow fact: call target '{call['target']}' is not among the site's "
+                                   "targets", path=prog.elf)
+            bounds = {(os.path.basename(l["file"]), int(l["line"])): int(l["max_iterations"]) for l in call["loops"]}
+            calls.append((target, bounds))
+        if not calls:
+            raise NNBuildError("indirect flow fact: an empty 'calls' list", path=prog.elf)
+        for addr in _sites(prog, ent):
+            if addr in out:
+                raise NNBuildError(f"indirect flow fact: two 'calls' lists for the site at {addr:#x}", path=prog.elf)
+            out[addr] = calls
     return out

@@ -137,6 +137,10 @@ class Analyzer:
         self.site_tags = {}
         self.layers = layer_map(facts)
         self.indirect = indirect_targets(facts, prog)
+        self.sequences = avr_indirect.call_sequences(facts, prog)
+        #: loop-bound overrides -> (done, params) memos of the analyses under them
+        self.memos = {}
+        self.memo_tag = ""
         self.values = P.value_facts(facts)
         self.workdir = workdir
         self.done, self.stack = {}, []
@@ -267,8 +271,13 @@ class Analyzer:
             subs = []
             cost[n] = C.block_base_cycles(b, fam, prog)
             for insn, t in b.calls:
-                sub = self._callee(t, self.ctxs.call(own, insn.addr, tags.get(insn.addr, ()),
-                                                     at_call.get(insn.addr)))
+                sub_ctx = self.ctxs.call(own, insn.addr, tags.get(insn.addr, ()), at_call.get(insn.addr))
+                if insn.addr in self.sequences:
+                    sub = self._sequence(insn.addr, sub_ctx)
+                    subs.append((insn, sub))
+                    cost[n] += sub.cycles
+                    continue
+                sub = self._callee(t, sub_ctx)
                 if isinstance(t, tuple) or not param_of(t, sub.ctx, n, insn):
                     subs.append((insn, sub))
                     cost[n] += sub.cycles
@@ -289,6 +298,39 @@ class Analyzer:
             paths.binaries += binaries
             paths.sources.extend(notes)
         return region, loops, cost, callee, tail, paths, choices
+
+    def _sequence(self, site, ctx):
+        """The call site of a `calls` flow fact, per execution: the sum of its calls' bounds (each
+        target analysed under its own loop bounds) divided by their number, rounded up. The site
+        runs once per call, so its count times this is at least that sum."""
+        calls = self.sequences[site]
+        total, bd = 0, Counter()
+        for target, bounds in calls:
+            sub = self._with_loop_bounds(bounds, lambda: self.region(target, ctx))
+            total += sub.cycles
+            bd.update(sub.breakdown)
+        each = -(-total // len(calls))
+        share = Counter({lay: cyc // len(calls) for lay, cyc in bd.items()})
+        share[None] += each - sum(share.values())
+        return RegionResult(site, f"calls@{site:x}", ctx, each, share,
+                            {"calls": len(calls), "sum_cycles": total})
+
+    def _with_loop_bounds(self, bounds, analyse):
+        """analyse() with the flow facts' loops on the lines of `bounds` bounded by it, in a memo
+        of its own (the same regions get other bounds there)."""
+        key = tuple(sorted(bounds.items()))
+        saved = self.facts, self.done, self.params, self.memo_tag
+        if key not in self.memos:
+            self.memos[key] = ({}, {})
+        self.memo_tag = f"_calls{list(self.memos).index(key)}"
+        loops = [dict(f, max_iterations=bounds[(os.path.basename(f["file"]), int(f["line"]))])
+                 if (os.path.basename(f["file"]), int(f["line"])) in bounds else f for f in self.facts.get("loops", [])]
+        self.facts = dict(self.facts, loops=loops)
+        self.done, self.params = self.memos[key]
+        try:
+            return analyse()
+        finally:
+            self.facts, self.done, self.params, self.memo_tag = saved
 
     def _reaches(self, addr, symbol):
         """True when `symbol`'s code can run in a call of the region at `addr` (calls, tails)."""
@@ -330,6 +372,8 @@ class Analyzer:
         label = f"{prog.function_of(addr)}_{addr:x}".replace(".", "_")
         if ctx != P.EMPTY:
             label += f"_ctx{len(self.done)}"
+        if self.memo_tag:
+            label += self.memo_tag  # the same region under a table entry's loop bounds
         with self.phases.phase("ILP solve"):
             cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths, choices)
         info["blocks"] = len(region.blocks)
