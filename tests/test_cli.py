@@ -192,6 +192,7 @@ def test_models_named_like_headers_or_our_files_build(tmp_path, stem):
     assert (tmp_path / "b" / "gen" / f"{stem}_model.h").exists()
 
 
+@pytest.mark.e2e  # two full project copies, each generating every file (3 s)
 def test_generated_files_are_identical_across_clones(tmp_path):
     """No absolute path or machine detail in any output: two copies of a model give the same bytes."""
     import shutil

@@ -72,6 +72,7 @@ def test_error_against_float64_reference_on_f1tenth(precision, tolerance):
 
 
 @needs_avr
+@pytest.mark.e2e  # avr-gcc + simavr
 @pytest.mark.parametrize("precision", ["q16-acc32", "q16", "q8", "fix16", "fixed4.12", "fixed8.24"])
 def test_avr_c_equals_the_emulator_bit_for_bit(tmp_path, precision):
     """On the MCU: the inline-asm MAC, near/far flash reads and 64-bit splits are exact."""
