@@ -58,13 +58,18 @@ def prepared_script(name, otawa_config, board) -> Path:
     return script
 
 
+#: the plugin is built once per OTAWA build, not per analysis: the board's wcet_timeout_s (how long an
+#: analysis may run) does not apply to it
+PLUGIN_BUILD_TIMEOUT_S = 300.0
+
+
 def build_plugin(prefix, source, out, board):
     """g++ -shared the plugin against OTAWA's headers and libraries (about a second)."""
     cxx = tools.which("g++", target=board.get("name"), hint="apt-get install g++ (builds nnbuild's OTAWA plugin)")
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [cxx, "-std=c++11", "-shared", "-fPIC", "-O1", f"-I{prefix / 'include'}", str(source),
            "-o", str(out), f"-L{prefix / 'lib'}", "-lotawa", "-lelm", f"-Wl,-rpath,{prefix / 'lib'}"]
-    done = tools.run(cmd, timeout=tools.timeout_of(board), what="g++")
+    done = tools.run(cmd, timeout=PLUGIN_BUILD_TIMEOUT_S, what="g++")
     if done.returncode != 0:
         raise NNBuildError(f"building the OTAWA plugin failed: {tools.one_line(done.stderr)}", path=source)
 
