@@ -13,7 +13,7 @@ import types
 import numpy as np
 
 from nnbuild import __version__
-from nnbuild.codegen import common, tensor_ops
+from nnbuild.codegen import common, templating, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
@@ -288,3 +288,15 @@ def memory_log(memory):
                 f"{memory['one_buffer_per_tensor_bytes']:,} bytes with one buffer per tensor)")
     return (f"plan_buffers: off, one buffer per tensor: {memory['arena_bytes']:,} bytes "
             f"(liveness planning would need at least {memory['peak_live_bytes']:,})")
+
+
+def output_files(name, ctx, code, facts, record):
+    """The files of every CNN shape: header, code, weights (declared and defined), flow facts, trace."""
+    return {
+        f"{name}.h": templating.render("cnn.h.j2", ctx),
+        f"{name}.c": code,
+        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
+        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
+        f"{name}.flowfacts.json": facts,
+        f"{name}.trace.json": record,
+    }

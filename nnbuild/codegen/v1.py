@@ -18,7 +18,7 @@ float64 computes in double (the API's float input and output are converted once)
 import math
 import re
 
-from nnbuild.codegen import cnn, common, templating, v1_fixed
+from nnbuild.codegen import cnn, common, v1_fixed
 from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 
@@ -356,14 +356,7 @@ def render(model, *, precision, storage, passes_log, **options):
     for layer in trace["layers"]:
         rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]
-    return {
-        f"{name}.h": templating.render("cnn.h.j2", ctx),
-        f"{name}.c": code,
-        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
-        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
-        f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": trace,
-    }
+    return cnn.output_files(name, ctx, code, facts, trace)
 
 
 def strip_unused(code, kinds):

@@ -12,7 +12,7 @@ the table are five constant shifts selected by the count's bits (no loop for a W
 import re
 
 from nnbuild import __version__
-from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed
+from nnbuild.codegen import cnn, common, mlp_fixed, v2_fixed
 from nnbuild.errors import NNBuildError
 from nnbuild import numerics as q
 from nnbuild.numerics import graph_plan
@@ -234,13 +234,5 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]
     if near:
-        lookups = [f"nn_tanh_table_q{f}" for f in ctx["tanh_tables"]] + (["nn_exp_table"] if ctx["exp_table"] else [])
-        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + lookups)
-    return {
-        f"{name}.h": templating.render("cnn.h.j2", ctx),
-        f"{name}.c": code,
-        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
-        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
-        f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": record,
-    }
+        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + v2_fixed.table_symbols(ctx))
+    return cnn.output_files(name, ctx, code, facts, record)

@@ -8,7 +8,7 @@ are written by `TensorCode` from the loop plans of nnbuild.codegen.tensor_ops: o
 (merged) axis, literal bounds, per-axis offsets accumulated outside in, tables read through the
 prelude's NN_READ macros (AVR flash or plain const)."""
 
-from nnbuild.codegen import cnn, templating
+from nnbuild.codegen import cnn
 from nnbuild.codegen.common import float_literal
 from nnbuild.numerics.formats import is_fixed
 
@@ -276,12 +276,5 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     ctx["ptr"] = lambda ref: "float" if ref in ("in", "out") else ctx["real"]
     name = model.name
     code, facts, _ = cnn.render_code("v2.c.j2", ctx)
-    return {
-        f"{name}.h": templating.render("cnn.h.j2", ctx),
-        f"{name}.c": code,
-        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
-        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
-        f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])],
-                                                   storage=storage),
-    }
+    record = cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])], storage=storage)
+    return cnn.output_files(name, ctx, code, facts, record)

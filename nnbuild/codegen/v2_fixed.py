@@ -11,7 +11,7 @@ nnbuild.numerics.graph_bitexact is its bit-exact model.
 import numpy as np
 
 from nnbuild import __version__
-from nnbuild.codegen import cnn, common, mlp_fixed, templating
+from nnbuild.codegen import cnn, common, mlp_fixed
 from nnbuild.codegen.common import MAX_ARRAY_BYTES, float_literal
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
@@ -65,16 +65,13 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
                        [cnn.memory_log(memory)], storage=storage)
     record["fixed_point"] = plan.summary()
     if near:
-        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + [f"nn_tanh_table_q{f}" for f in ctx["tanh_tables"]]
-                                              + (["nn_exp_table"] if ctx["exp_table"] else []))
-    return {
-        f"{name}.h": templating.render("cnn.h.j2", ctx),
-        f"{name}.c": code,
-        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
-        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
-        f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": record,
-    }
+        record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + table_symbols(ctx))
+    return cnn.output_files(name, ctx, code, facts, record)
+
+
+def table_symbols(ctx):
+    """The flash lookup tables the fixed helpers emit (tanh per output format, exp for softmax)."""
+    return [f"nn_tanh_table_q{f}" for f in ctx["tanh_tables"]] + (["nn_exp_table"] if ctx["exp_table"] else [])
 
 
 def helper_context(plan, ops):

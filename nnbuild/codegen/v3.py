@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from nnbuild.codegen import cnn, common, templating, tensor_ops
+from nnbuild.codegen import cnn, common, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import semantics
 from nnbuild.ir.graph import normal_axes
@@ -482,12 +482,6 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     code, facts, _ = cnn.render_code("v3.c.j2", code_ctx)
     for op in lowered["ops"]:  # the weights are literals: no arrays to trace
         op["chunks"], op["bias"], op["arrays"] = [], None, []
-    return {
-        f"{name}.h": templating.render("cnn.h.j2", files_ctx),
-        f"{name}.c": code,
-        f"{name}_weights.h": templating.render("cnn_weights.h.j2", files_ctx),
-        f"{name}_weights.c": templating.render("cnn_weights.c.j2", files_ctx),
-        f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": dict(cnn.trace(model, lowered, facts, passes_log, "v3",
-                                             [cnn.memory_log(lowered["memory"])]), compile_estimate=timing),
-    }
+    record = dict(cnn.trace(model, lowered, facts, passes_log, "v3", [cnn.memory_log(lowered["memory"])]),
+                  compile_estimate=timing)
+    return cnn.output_files(name, files_ctx, code, facts, record)

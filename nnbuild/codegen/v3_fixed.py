@@ -9,7 +9,7 @@ are the only loops.
 """
 
 from nnbuild import __version__
-from nnbuild.codegen import cnn, common, mlp_fixed, templating, v2_fixed
+from nnbuild.codegen import cnn, common, mlp_fixed, v2_fixed
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
@@ -177,11 +177,4 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
     record = cnn.trace(model, dict(lowered, ops=ops, memory=memory), facts, passes_log, "v3",
                        [cnn.memory_log(memory)])
     record["fixed_point"] = plan.summary()
-    return {
-        f"{name}.h": templating.render("cnn.h.j2", ctx),
-        f"{name}.c": code,
-        f"{name}_weights.h": templating.render("cnn_weights.h.j2", ctx),
-        f"{name}_weights.c": templating.render("cnn_weights.c.j2", ctx),
-        f"{name}.flowfacts.json": facts,
-        f"{name}.trace.json": record,
-    }
+    return cnn.output_files(name, ctx, code, facts, record)
