@@ -27,18 +27,8 @@ from nnbuild.codegen import gravity as generator  # noqa: E402
 from nnbuild.frontends import gravity_g  # noqa: E402
 from nnbuild.ir import gravity as ir  # noqa: E402
 
-#: the paper's Listing 1
-MNIST = """.module "mnist"; // output: mnist.[h|c]
-.prefix "mnist";
-.optimizer sgd 0.1;
-.precision float;
-.costfnc cross_entropy;
-.batch 8;
-.input 28 * 28;
-.output 10 softmax;
-.hidden 100 relu; // first hidden layer
-.hidden 100 relu; // second hidden layer
-"""
+#: the paper's Listing 1 (also the tests' MNIST program)
+MNIST = (REPO / "bench" / "mnist.g").read_text()
 GRAVITY_ACTIVATE_O2 = 631_041
 TARGET = 0.5
 FLAGS = ("-O2", "-O2 -fno-tree-vectorize", "-O3", "-O0")
