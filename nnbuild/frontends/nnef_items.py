@@ -310,29 +310,40 @@ def split_makespan(graph: nnef.Graph, assignment: Dict[str, str], costs: Dict[st
     return max(finish.values(), default=0)
 
 
-def auto_split(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>") -> Document:
-    """items=N: the split of a single graph whose end-to-end time (split_makespan) is smallest,
-    found by exhaustive search (first instruction on ITEM1; ties: fewer synchronisations, then
-    the first found). Costs default to instruction_costs (MAC counts, not WCET bounds)."""
+def auto_split(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>", units=None) -> Document:
+    """items=N: the split of a single graph whose end-to-end time (split_makespan) is smallest
+    (see auto_assignment)."""
+    return split(graph, auto_assignment(graph, items, costs, sync_cost, path, units), path)
+
+
+def auto_assignment(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>",
+                    units=None) -> Dict[str, str]:
+    """The assignment instruction -> ITEMk of smallest split_makespan, found by exhaustive search
+    (first unit on ITEM1; ties: fewer synchronisations, then the first found). `units` (instruction
+    -> unit name) keeps the instructions of one unit (a model layer) on one item; by default each
+    instruction is its own unit. Costs default to instruction_costs (MAC counts, not WCET bounds)."""
     import itertools
     computed = [st.outputs[0] for st in graph.statements if st.op not in SOURCES]
+    unit_of = {n: (units or {}).get(n, n) for n in computed}
+    unit_names = list(dict.fromkeys(unit_of[n] for n in computed))
     if items < 1:
         raise NNBuildError(f"items={items}: at least one item", path=path)
-    if items ** max(len(computed) - 1, 0) > MAX_SPLIT_SEARCH:
-        raise NNBuildError(f"items={items} over {len(computed)} instructions is beyond the exhaustive "
+    if items ** max(len(unit_names) - 1, 0) > MAX_SPLIT_SEARCH:
+        raise NNBuildError(f"items={items} over {len(unit_names)} {'layers' if units else 'instructions'} is beyond the exhaustive "
                            f"search ({MAX_SPLIT_SEARCH} splits); give a map", path=path)
     costs = costs or instruction_costs(graph, path)
     readers = [(n, r) for st in graph.statements if st.op not in SOURCES
                for r in statement_reads(st) for n in [st.outputs[0]] if r in computed]
     best = None
-    for rest in itertools.product(range(items), repeat=len(computed) - 1):
-        assignment = dict(zip(computed, (0,) + rest))
+    for rest in itertools.product(range(items), repeat=len(unit_names) - 1):
+        by_unit = dict(zip(unit_names, (0,) + rest))
+        assignment = {n: by_unit[unit_of[n]] for n in computed}
         named = {k: f"ITEM{v + 1}" for k, v in assignment.items()}
         syncs = len({r for n, r in readers if assignment[n] != assignment[r]})
         key = (split_makespan(graph, named, costs, sync_cost), syncs)
         if best is None or key < best[0]:
             best = (key, named)
-    return split(graph, best[1], path)
+    return best[1]
 
 
 def _shapes_of(graph: nnef.Graph, path) -> Dict[str, Tuple[int, ...]]:
