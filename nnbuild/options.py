@@ -103,6 +103,24 @@ def count(text, what="check inputs"):
     return value
 
 
+def item_count(text):
+    """--items N: a number of items >= 1."""
+    return count(text, "items")
+
+
+def items(text):
+    """items=: a multi-item split of a single-graph model: N >= 1 items (automatic) as
+    ("items", N), or a JSON map file layer -> item as ("map", path); '' is no split (None)."""
+    text = str(text or "").strip()
+    if not text:
+        return None
+    if text.isdigit() and int(text) >= 1:
+        return ("items", int(text))
+    if text.endswith(".json"):
+        return ("map", text)
+    raise NNBuildError(f"items '{text}' is neither a number of items >= 1 nor a JSON map file (.json)")
+
+
 def argparse_type(parse):
     """An argparse `type` from one of these parsers, keeping its one-line message."""
     import argparse

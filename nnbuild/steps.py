@@ -259,14 +259,15 @@ def image(elf, output, *, board):
 
 
 def multiitem(model, outdir, *, target="host", shape="v2", sync="flags", runs=1000, deadline=None,
-              tolerance=1e-4, count=8, seed=1):
+              tolerance=1e-4, count=8, seed=1, items=None, item_map=None):
     """A multi-item system's whole build (nnbuild.kinds.multiitem.build): its C in outdir/gen,
-    report.json, and gate.json when every gate holds (the deadline on the end-to-end bound)."""
+    report.json, and gate.json when every gate holds (the deadline on the end-to-end bound). With
+    `items` or `item_map`, a single-graph model is split first (outdir/split/<name>.nnef)."""
     from nnbuild.checks.deadline import read_spec
     from nnbuild.kinds import multiitem as kind
     deadline_ms, waiver = read_spec(deadline)
     report = kind.build(model, outdir, target=target, shape=shape, sync=sync, runs=runs, deadline_ms=deadline_ms,
-                        tolerance=tolerance, cases=count, seed=seed)
+                        tolerance=tolerance, cases=count, seed=seed, items=items, item_map=item_map)
     for line in kind.summary(report) + ([waiver] if waiver else []):
         print(line)
 
@@ -384,7 +385,10 @@ STEPS = {s.name: s for s in (
           _a("--shape", default="v2"), _a("--sync", default="flags"), _a("--runs", type=int, default=1000),
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
-          _a("--count", type=int, default=8), _a("--seed", type=int, default=1)),
+          _a("--count", type=int, default=8), _a("--seed", type=int, default=1),
+          _a("--items", type=options.argparse_type(options.item_count), default=None,
+             help="split a single-graph model into N items first (per-layer WCET costs of the target)"),
+          _a("--map", dest="item_map", default=None, help="split a single-graph model by this JSON map layer -> item")),
          "a multi-item system: Petri-net checks, items' C, threads or static schedule checks, timing, gates",
          code=("frontends", "ir", "codegen", "checks", "kinds", "runners", "wcet", "compilers"), cacheable=False),
     Step("select", "Choosing precision", select,

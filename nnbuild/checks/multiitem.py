@@ -200,6 +200,8 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[gen],
                                               defines=[f"{k}={v}" for k, v in check_defines])
+    from nnbuild.checks import memory
+    memory.gate_memory(board, memory.usage(board, board.compiler.section_sizes(board, program)))
     x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
     harness = None
     if getattr(board.runner, "NEEDS_HARNESS", False):

@@ -139,7 +139,7 @@ def _split(model, written, graph_path, where, items, layer_items, layer_costs, c
     for layer, item in layer_map.items():
         per_item[item] = per_item.get(item, 0) + per_layer[layer]
     record = {"by": f"items={items}" if items is not None else "map", "layers": layer_map,
-              "cost_source": cost_source if layer_costs is not None else MAC_COSTS,
+              "cost_source": cost_source,
               "layer_costs": per_layer, "item_costs": per_item,
               "items_on_own_cores": nnef_items.split_makespan(written.graph, assignment, costs),
               "sequential": sum(per_layer.values()),

@@ -297,13 +297,20 @@ def instruction_costs(graph: nnef.Graph, path="<graph>") -> Dict[str, int]:
 def split_makespan(graph: nnef.Graph, assignment: Dict[str, str], costs: Dict[str, int], sync_cost=0) -> int:
     """End-to-end time of a split with each item on its own core: instructions in the graph's
     order per item, a tensor from another item available `sync_cost` after it is computed."""
+    return _makespan(_steps(graph), assignment, costs, sync_cost)
+
+
+def _steps(graph: nnef.Graph):
+    """(instruction, the names it reads) in the graph's order: what _makespan walks."""
+    return [(st.outputs[0], statement_reads(st)) for st in graph.statements if st.op not in SOURCES]
+
+
+def _makespan(steps, assignment, costs, sync_cost) -> int:
     finish, item_free = {}, {}
-    for st in graph.statements:
-        if st.op in SOURCES:
-            continue
-        out, item = st.outputs[0], assignment[st.outputs[0]]
+    for out, reads in steps:
+        item = assignment[out]
         ready = item_free.get(item, 0)
-        for name in statement_reads(st):
+        for name in reads:
             if name in finish:
                 ready = max(ready, finish[name] + (sync_cost if assignment[name] != item else 0))
         finish[out] = item_free[item] = ready + costs[out]
@@ -332,15 +339,15 @@ def auto_assignment(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path
         raise NNBuildError(f"items={items} over {len(unit_names)} {'layers' if units else 'instructions'} is beyond the exhaustive "
                            f"search ({MAX_SPLIT_SEARCH} splits); give a map", path=path)
     costs = costs or instruction_costs(graph, path)
-    readers = [(n, r) for st in graph.statements if st.op not in SOURCES
-               for r in statement_reads(st) for n in [st.outputs[0]] if r in computed]
+    steps = _steps(graph)
+    readers = [(n, r) for n, reads in steps for r in reads if r in unit_of]
     best = None
     for rest in itertools.product(range(items), repeat=len(unit_names) - 1):
         by_unit = dict(zip(unit_names, (0,) + rest))
         assignment = {n: by_unit[unit_of[n]] for n in computed}
         named = {k: f"ITEM{v + 1}" for k, v in assignment.items()}
         syncs = len({r for n, r in readers if assignment[n] != assignment[r]})
-        key = (split_makespan(graph, named, costs, sync_cost), syncs)
+        key = (_makespan(steps, named, costs, sync_cost), syncs)
         if best is None or key < best[0]:
             best = (key, named)
     return best[1]

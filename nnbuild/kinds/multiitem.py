@@ -47,19 +47,55 @@ def reference_arrays(model, count, seed, input_range, data=None):
     return nn.reference_arrays(model.whole, count, seed, input_range, data)
 
 
+def split(path, folder, *, target="host", items=None, item_map=None, shape="v2"):
+    """A single-graph model (any format) split into the multi-item `.nnef` folder `folder`: by a
+    JSON map layer -> item, or items=N weighted by the target board's per-layer WCET bound of the
+    unsplit model (multiply-accumulate counts where the board has no analyzer; the record says
+    which). Returns the split's record (also in folder/split.json)."""
+    from nnbuild import boards, kinds
+    from nnbuild.checks import layer_costs
+    from nnbuild.frontends import item_split
+    from nnbuild.kinds import nn
+    if kinds.of_file(str(path)).NAME == NAME:
+        raise NNBuildError("items= splits a single-graph model; this one is already a multi-item system", path=path)
+    model, _ = nn.load(path)
+    costs, source = None, item_split.MAC_COSTS
+    if items is not None:
+        board = boards.load_board(target)
+        costs, source = layer_costs.wcet_layer_costs(model, board, Path(folder).parent / "costs", shape=shape,
+                                                     check_main=nn.check_main(),
+                                                     check_defines=nn.check_defines(model.name))
+        if costs is None:
+            source = f"{item_split.MAC_COSTS} ({source})"
+    layer_items = item_split.read_map(item_map) if item_map is not None else None
+    result = item_split.split(model, folder, items=items, layer_items=layer_items, layer_costs=costs,
+                              cost_source=source, map_path=item_map)
+    return result.record
+
+
 def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, max_delay_us=200, seed=1,
-          deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
+          deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True, items=None, item_map=None):
     """Every step of a multi-item build; returns the report. gate.json is written only when every
-    gate holds; a failing gate raises one NNBuildError line after report.json is written."""
+    gate holds; a failing gate raises one NNBuildError line after report.json is written. With
+    `items` or `item_map`, `path` is a single-graph model split first (`split`) into
+    outdir/split/<name>.nnef."""
     if shape not in SHAPES:
         raise NNBuildError(f"shape '{shape}' does not generate multi-item systems (shapes: {', '.join(SHAPES)})")
     outdir = Path(outdir)
     gate = outdir / "gate.json"
     if gate.exists():
         gate.unlink()   # a gate passed earlier must not outlive this build
+    split_record = None
+    if items is not None or item_map is not None:
+        from nnbuild import names
+        folder = outdir / "split" / f"{names.c_identifier(Path(path).stem)}.nnef"
+        split_record = split(path, folder, target=target, items=items, item_map=item_map, shape=shape)
+        path = folder
     system, _ = load(path)
     report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": "float32",
               "items": [i.name for i in system.items], "petri": system.meta["petri"]}
+    if split_record is not None:
+        report["split"] = split_record
     failures = []
     if target == "host":
         if sync not in SYNCS:
@@ -131,6 +167,8 @@ def summary(report):
     petri = report["petri"]
     lines = [f"{report['model']}: {len(report['items'])} items; Petri net {petri['states']} states "
              f"(program order {petri['program_order_states']}), deadlock-free, 1-safe, equivalent to the unsplit net"]
+    if report.get("split"):
+        lines.append(split_summary(report["split"]))
     for key in ("host", "thread_sanitizer"):
         r = report.get(key)
         if r:
@@ -150,6 +188,16 @@ def summary(report):
     return lines
 
 
+def split_summary(record):
+    """One line: how a model was split, by which costs."""
+    by_item = {}
+    for layer, item in record["layers"].items():
+        by_item.setdefault(item, []).append(layer)
+    items = "; ".join(f"{item}: {', '.join(layers)}" for item, layers in by_item.items())
+    return (f"split by {record['by']} ({items}); costs: {record['cost_source']}; items on their own cores "
+            f"{record['items_on_own_cores']:,} vs {record['sequential']:,} in sequence")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m nnbuild.kinds.multiitem",
                                  description="Build, check and time a multi-item NNEF system.")
@@ -160,10 +208,12 @@ def main(argv=None):
     ap.add_argument("--sync", default="flags", choices=SYNCS)
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--deadline-ms", type=float)
+    ap.add_argument("--items", type=int, help="split a single-graph model into N items first")
+    ap.add_argument("--map", dest="item_map", help="split a single-graph model by this JSON map layer -> item")
     args = ap.parse_args(argv)
     try:
         report = build(args.model, args.outdir, target=args.target, shape=args.shape, sync=args.sync,
-                       runs=args.runs, deadline_ms=args.deadline_ms)
+                       runs=args.runs, deadline_ms=args.deadline_ms, items=args.items, item_map=args.item_map)
     except NNBuildError as error:
         print(f"nnbuild: {error}", file=sys.stderr)
         return 1

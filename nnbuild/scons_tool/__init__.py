@@ -158,7 +158,7 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
     `tolerances` ({precision: tolerance}) overrides `tolerance` per candidate: a 16-bit format cannot
     hold a float tolerance, and auto must judge each candidate by its own."""
     try:
-        multi = kinds.of_file(str(model)).NAME == "multiitem"
+        multi = kinds.of_file(str(model)).NAME == "multiitem" or bool(options.get("split"))
     except NNBuildError as error:
         fail(str(error))
     if multi:
@@ -206,10 +206,11 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
 
 
 def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=kinds.DEFAULT_SHAPE, deadline=None,
-                       tolerance=1e-4, count=8, seed=1, sync="flags", **_pipeline_options):
+                       tolerance=1e-4, count=8, seed=1, sync="flags", split=None, **_pipeline_options):
     """A multi-item system: one `multiitem` step (Petri-net checks, the items' C, the threads or the
     static schedule checked and timed, report.json, gate.json). Its generated C stays inside the
-    step (no other node reads it)."""
+    step (no other node reads it). `split` (("items", N) or ("map", file), options.items) splits a
+    single-graph model first, inside the step."""
     kind = kinds.get("multiitem")
     if precision not in kind.PRECISIONS:
         fail(f"multi-item systems are generated in {', '.join(kind.PRECISIONS)} only (precision '{precision}' asked)")
@@ -221,9 +222,12 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
     document = frontends.model_file(str(model)) or model
     bdir = env.Dir(build_dir)
     report, gate, page = bdir.File("report.json"), bdir.File("gate.json"), bdir.File("report.html")
-    made = step_node(env, "multiitem", [report, gate, page], [env.File(str(document))], model="${SOURCE}",
+    split = dict([split]) if split else {}
+    sources = [env.File(str(document))] + ([env.File(split["map"])] if "map" in split else [])
+    made = step_node(env, "multiitem", [report, gate, page], sources, model="${SOURCES[0]}",
                      outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
-                     tolerance=tolerance, count=count, seed=seed)
+                     tolerance=tolerance, count=count, seed=seed, items=split.get("items"),
+                     item_map="${SOURCES[1]}" if "map" in split else None)
     env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
     env.NoCache(made)
     return {"generated": [], "check": [], "firmware": None, "report": made[0], "gate": made[1], "board": board}
