@@ -237,6 +237,13 @@ class _Writer:
         return self.emit(self.final[layer.name], "pad", [sources[0]], padding=pads,
                          border=PAD_BORDERS[layer.mode], value=float(layer.value))
 
+    def layer_transpose(self, layer, sources, in_shapes):
+        rank = len(in_shapes[0])
+        axes = [0] * (rank + 1)
+        for k, p in enumerate(layer.perm):
+            axes[nnef_axis(k, rank)] = nnef_axis(int(p), rank)
+        return self.emit(self.final[layer.name], "transpose", [sources[0]], axes=axes)
+
     def layer_flatten(self, layer, sources, in_shapes):
         return self.reshaped(layer, sources[0], in_shapes[0], (int(np.prod(in_shapes[0])),))
 
