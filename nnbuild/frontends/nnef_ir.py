@@ -85,7 +85,7 @@ class _Writer:
 
     def emit(self, output, op, args, **kwargs):
         self.out.graph.statements.append(Statement([output], op, None, list(args), kwargs, 0, 0))
-        if self.layer is not None:
+        if self.layer is not None and op not in ("external", "variable", "constant"):
             self.out.units[output] = self.layer.name
         return Ref(output)
 

@@ -1,0 +1,190 @@
+"""A split of any single-graph model into a multi-item system (issue 15): the IR -> NNEF writer,
+the split by a map layer -> item and by items=N, and the builds of cifarnet split in two items."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnbuild import options
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import item_split, nnef_items, nnef_ir, nnef_text
+from nnbuild.ir import graph as g
+from nnbuild.ir import reference
+from nnbuild.kinds import multiitem as multiitem_kind
+from nnbuild.kinds import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+CIFARNET = ROOT / "firmware_examples" / "cifarnet" / "cifarnet.h5"
+EXAMPLE = ROOT / "firmware_examples" / "multiitem_cnn" / "multiitem_cnn.nnef"
+
+
+def one_line(exc):
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+@pytest.fixture(scope="module")
+def cifarnet():
+    return nn.load(CIFARNET)[0]
+
+
+def same_function(a, b, seed=3):
+    """Both models give the same float64 outputs on the same input bytes."""
+    x = np.random.default_rng(seed).uniform(-1, 1, (3,) + tuple(a.input_shape))
+    assert tuple(a.input_shape) == tuple(b.input_shape)
+    return np.max(np.abs(np.asarray(reference.run(a, x, dtype=np.float64))
+                         - np.asarray(reference.run(b, x, dtype=np.float64))))
+
+
+# ------------------------------------------------------------------------------ IR -> NNEF
+
+def test_keras_model_written_as_nnef_reads_back_as_the_same_function(cifarnet, tmp_path):
+    written = nnef_ir.save(cifarnet, tmp_path / "c.nnef")
+    text = (tmp_path / "c.nnef" / "graph.nnef").read_text()
+    assert nnef_items.write_graph(nnef_text.parse(text)) == text == nnef_items.write_graph(written.graph)
+    assert same_function(cifarnet, nnef_text.load(tmp_path / "c.nnef")) == 0.0
+    assert set(written.units.values()) == {layer.name for layer in cifarnet.layers}
+    assert sorted(p.stem for p in (tmp_path / "c.nnef").glob("*.dat")) == sorted(written.weights)
+
+
+def test_a_layer_without_nnef_form_fails_in_one_line_naming_it():
+    model = g.Model("m", (4,), [g.Unary("act", "leaky_relu", (0.1,)), g.Dense("d", np.ones((4, 2), np.float32), None)])
+    with pytest.raises(NNBuildError) as exc:
+        nnef_ir.to_nnef(model)
+    assert "cannot write as NNEF: layer 'act' (Unary): unary op 'leaky_relu'" in one_line(exc)
+
+
+# ------------------------------------------------------------------------------ split
+
+def items_of(result):
+    out = {}
+    for layer, item in result.layers.items():
+        out.setdefault(item, []).append(layer)
+    return out
+
+
+def test_items_2_puts_the_parallel_branches_of_cifarnet_on_different_items(cifarnet, tmp_path):
+    result = item_split.split(cifarnet, tmp_path / "cifarnet.nnef", items=2)
+    assert result.layers["dilated"] != result.layers["conv2x2"]
+    record = result.record
+    assert record["cost_source"] == item_split.MAC_COSTS and record["by"] == "items=2"
+    costs = record["layer_costs"]   # the shorter branch (pad, conv2x2) runs while dilated does
+    assert record["items_on_own_cores"] == record["sequential"] - costs["pad"] - costs["conv2x2"]
+    assert costs["pad"] + costs["conv2x2"] < costs["dilated"]
+    assert nnef_items.parse(nnef_items.write(result.document)) == result.document
+    folder = tmp_path / "cifarnet.nnef"
+    assert nnef_items.read_document(folder) == result.document
+    assert json.loads((folder / "split.json").read_text()) == record
+    system = nnef_items.load(folder)
+    assert system.meta["petri"]["equivalence"] and system.meta["petri"]["states"] == 37
+    assert same_function(cifarnet, system.whole) == 0.0
+
+
+def test_a_map_splits_by_layer_and_costs_given_steer_items_n(cifarnet, tmp_path):
+    mapping = {layer.name: "FRONT" if i < 5 else "BACK" for i, layer in enumerate(cifarnet.layers)}
+    (tmp_path / "map.json").write_text(json.dumps(mapping))
+    result = item_split.split(cifarnet, tmp_path / "m.nnef", layer_items=item_split.read_map(tmp_path / "map.json"),
+                              map_path=tmp_path / "map.json")
+    assert [b.item for b in result.document.items] == ["FRONT", "BACK"] and result.record["by"] == "map"
+    system = nnef_items.load(tmp_path / "m.nnef")
+    assert sorted(system.syncs) == ["sync_residual"]
+    # costs that make fc1 dominate: the best split of 2 items can only run the branches apart
+    costs = {layer.name: 1 for layer in cifarnet.layers}
+    costs.update(fc1=100, dilated=10, conv2x2=10)
+    steered = item_split.split(cifarnet, tmp_path / "s.nnef", items=2, layer_costs=costs, cost_source="given")
+    assert steered.record["items_on_own_cores"] == sum(costs.values()) - 10
+    assert steered.record["cost_source"] == "given"
+
+
+@pytest.mark.parametrize("mapping, expected", [
+    ({"bn1": "A"}, "the item map names 'bn1', which is no layer of the model after its passes"),
+    ({"conv1": "A"}, "layer 'pool1' is assigned to no item by the map"),
+])
+def test_bad_maps_fail_in_one_line(cifarnet, tmp_path, mapping, expected):
+    full = {layer.name: "A" for layer in cifarnet.layers} if "bn1" in mapping else {}
+    with pytest.raises(NNBuildError) as exc:
+        item_split.split(cifarnet, tmp_path / "x.nnef", layer_items={**full, **mapping})
+    assert expected in one_line(exc)
+    assert not (tmp_path / "x.nnef").exists()
+
+
+def test_bad_item_name_and_items_option():
+    with pytest.raises(NNBuildError) as exc:
+        item_split._checked_map(g.Model("m", (2,), [g.Activation("a", "relu")]), {"a": "1st"}, "map.json")
+    assert "item name '1st' is not a C identifier" in one_line(exc)
+    assert options.items("2") == ("items", 2) and options.items("m.json") == ("map", "m.json")
+    assert options.items("") is None
+    with pytest.raises(NNBuildError):
+        options.items("0")
+
+
+def unsplit_example(tmp_path):
+    """The paper's example 5 as one NNEF graph (a single-graph NNEF model)."""
+    folder = tmp_path / "cnn.nnef"
+    shutil.copytree(EXAMPLE, folder)
+    (folder / "graph.nnef").write_text(nnef_items.write_graph(nnef_items.unsplit(nnef_items.read_document(EXAMPLE),
+                                                                                 EXAMPLE)))
+    return folder
+
+
+def test_an_nnef_model_splits_through_the_ir_too(tmp_path):
+    folder = unsplit_example(tmp_path)
+    model, _ = nn.load(folder)
+    result = item_split.split(model, tmp_path / "cnn2.nnef", items=2)
+    assert result.layers["o4"] != result.layers["o2"]   # the paper's two branches apart
+    assert same_function(model, nnef_items.load(tmp_path / "cnn2.nnef").whole) == 0.0
+
+
+def test_a_multiitem_model_is_not_split_again(tmp_path):
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_kind.split(EXAMPLE, tmp_path / "x.nnef", items=2)
+    assert "already a multi-item system" in one_line(exc)
+
+
+# ------------------------------------------------------------------------------ builds
+
+@pytest.mark.e2e
+def test_avr_split_with_wcet_costs_runs_its_schedule_within_the_bound(tmp_path):
+    """items=2 of a single-graph model on avr: per-layer costs from the built-in analyzer, the static
+    schedule under simavr, the bound >= every measured run (the paper's example 5: cifarnet's split
+    needs more RAM than the ATmega1284 has, see the next test)."""
+    folder = unsplit_example(tmp_path)
+    report = multiitem_kind.build(folder, tmp_path / "avr", target="avr", items=2, cases=2)
+    split = report["split"]
+    assert split["cost_source"].startswith("builtin-avr per-layer WCET of the unsplit model")
+    assert split["layers"]["o4"] != split["layers"]["o2"]
+    board = report["board"]
+    assert board["wcet"]["schedule_cycles"] >= max(board["measured_cycles"])
+    assert report["gates_passed"] and (tmp_path / "avr" / "gate.json").exists()
+    assert (tmp_path / "avr" / "split" / "cnn.nnef" / "split.json").exists()
+
+
+@pytest.mark.e2e
+def test_cifarnet_split_on_avr_fails_the_ram_gate_in_one_line(tmp_path, cifarnet):
+    (tmp_path / "map.json").write_text(json.dumps({layer.name: "ITEM2" if layer.name == "dilated" else "ITEM1"
+                                                   for layer in cifarnet.layers}))
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_kind.build(CIFARNET, tmp_path / "avr", target="avr", item_map=tmp_path / "map.json", cases=1)
+    assert "ram 38,194 bytes needed > 16,384 bytes on avr" in one_line(exc)
+    assert not (tmp_path / "avr" / "report.json").exists()
+
+
+from conftest import copy_project, scons  # noqa: E402
+
+
+@pytest.mark.e2e
+def test_scons_builds_cifarnet_split_in_two_items_on_host(tmp_path):
+    project = copy_project(tmp_path)
+    host = scons(project, "target=host", "model=cifarnet", "items=2")
+    assert host.returncode == 0, host.stdout + host.stderr
+    out = project / "build/host/cifarnet_items2"
+    report = json.loads((out / "report.json").read_text())
+    assert report["split"]["layers"]["dilated"] != report["split"]["layers"]["conv2x2"]
+    assert "no WCET analyzer for target host" in report["split"]["cost_source"]
+    assert report["petri"]["states"] == 37 and report["host"]["bit_equal_runs"] == 1000
+    assert report["thread_sanitizer"]["sanitizer_reports"] == 0 and (out / "gate.json").exists()
+    assert nnef_items.read_document(out / "split" / "cifarnet.nnef").items[1].item == "ITEM2"
