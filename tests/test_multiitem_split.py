@@ -161,6 +161,8 @@ def test_avr_split_with_wcet_costs_runs_its_schedule_within_the_bound(tmp_path):
     assert board["wcet"]["schedule_cycles"] >= max(board["measured_cycles"])
     assert report["gates_passed"] and (tmp_path / "avr" / "gate.json").exists()
     assert (tmp_path / "avr" / "split" / "cnn.nnef" / "split.json").exists()
+    page = (tmp_path / "avr" / "report.html").read_text()
+    assert "Split of the single-graph model" in page and "builtin-avr per-layer WCET" in page
 
 
 @pytest.mark.e2e

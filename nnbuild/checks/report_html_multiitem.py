@@ -30,6 +30,20 @@ def section_petri(r):
                                                                   "equivalence")))]))
 
 
+def section_split(r):
+    """How a single-graph model was split (items=N or a map), by which costs."""
+    sp = r.get("split")
+    if not sp:
+        return ""
+    by_item = {}
+    for layer, item in sp["layers"].items():
+        by_item.setdefault(item, []).append(layer)
+    return ("<h2>Split of the single-graph model</h2>" + _rows(
+        [("split by", sp["by"]), ("layer costs", sp["cost_source"]),
+         ("items on their own cores / in sequence", f"{sp['items_on_own_cores']:,} / {sp['sequential']:,}")]
+        + [(item, ", ".join(layers)) for item, layers in by_item.items()]))
+
+
 def section_host(r):
     out = []
     for key, title in (("host", "Threads, random start delays"), ("thread_sanitizer", "Under ThreadSanitizer")):
@@ -66,7 +80,8 @@ def section_board(r):
 
 def render(report: dict) -> str:
     title = f"nnbuild report: {report['model']} (multi-item) on {report['target']}"
-    body = section_header(report) + section_petri(report) + section_host(report) + section_board(report)
+    body = (section_header(report) + section_split(report) + section_petri(report) + section_host(report)
+            + section_board(report))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n{body}\n"
             "<footer>Drawn from report.json by nnbuild.</footer>\n</main></body></html>\n")

@@ -56,8 +56,11 @@ def split(path, folder, *, target="host", items=None, item_map=None, shape="v2")
     from nnbuild.checks import layer_costs
     from nnbuild.frontends import item_split
     from nnbuild.kinds import nn
-    if kinds.of_file(str(path)).NAME == NAME:
+    kind = kinds.of_file(str(path)).NAME
+    if kind == NAME:
         raise NNBuildError("items= splits a single-graph model; this one is already a multi-item system", path=path)
+    if kind != nn.NAME:
+        raise NNBuildError(f"items= splits a neural network, not a {kind} model", path=path)
     model, _ = nn.load(path)
     costs, source = None, item_split.MAC_COSTS
     if items is not None:
