@@ -51,6 +51,17 @@ def test_keras_model_written_as_nnef_reads_back_as_the_same_function(cifarnet, t
     assert sorted(p.stem for p in (tmp_path / "c.nnef").glob("*.dat")) == sorted(written.weights)
 
 
+def test_constants_of_elementwise_layers_broadcast_in_the_ir_layout(tmp_path):
+    rng = np.random.default_rng(2)
+    scale = rng.normal(size=(3,)).astype(np.float32)          # per channel of a (2, 4, 3) image
+    model = g.Model("m", (2, 4, 3), [g.Elementwise("scaled", "mul", ((1, scale),)),
+                                     g.Elementwise("shifted", "sub", ((0, np.float32(0.5)),), "tanh"),
+                                     g.Flatten("flat"), g.Dense("d", rng.normal(size=(24, 2)).astype(np.float32), None)],
+                    edges={"scaled": ("input",), "shifted": ("scaled",), "flat": ("shifted",), "d": ("flat",)})
+    nnef_ir.save(model, tmp_path / "m.nnef")
+    assert same_function(model, nnef_text.load(tmp_path / "m.nnef")) == 0.0
+
+
 def test_a_layer_without_nnef_form_fails_in_one_line_naming_it():
     model = g.Model("m", (4,), [g.Unary("act", "leaky_relu", (0.1,)), g.Dense("d", np.ones((4, 2), np.float32), None)])
     with pytest.raises(NNBuildError) as exc:
@@ -137,6 +148,39 @@ def test_an_nnef_model_splits_through_the_ir_too(tmp_path):
     result = item_split.split(model, tmp_path / "cnn2.nnef", items=2)
     assert result.layers["o4"] != result.layers["o2"]   # the paper's two branches apart
     assert same_function(model, nnef_items.load(tmp_path / "cnn2.nnef").whole) == 0.0
+
+
+def two_branch_onnx(tmp_path):
+    """An ONNX CNN: conv -> relu, then two conv branches added, flattened into a Gemm."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(4)
+    inits = {"w0": rng.normal(size=(4, 2, 3, 3)), "wa": rng.normal(size=(4, 4, 3, 3)),
+             "wb": rng.normal(size=(4, 4, 1, 1)), "wd": rng.normal(size=(6, 4 * 6 * 6)), "bd": rng.normal(size=(6,))}
+    conv = dict(pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="c0", **conv),
+             helper.make_node("Relu", ["c0"], ["r0"], name="r0"),
+             helper.make_node("Conv", ["r0", "wa"], ["ca"], name="ca", **conv),
+             helper.make_node("Conv", ["r0", "wb"], ["cb"], name="cb", kernel_shape=[1, 1]),
+             helper.make_node("Add", ["ca", "cb"], ["s"], name="s"),
+             helper.make_node("Flatten", ["s"], ["f"], name="f"),
+             helper.make_node("Gemm", ["f", "wd", "bd"], ["y"], name="y", transB=1)]
+    graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 8)
+    path = tmp_path / "branches.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_an_onnx_model_splits_with_its_branches_apart(tmp_path):
+    model, _ = nn.load(two_branch_onnx(tmp_path))
+    result = item_split.split(model, tmp_path / "b.nnef", items=2)
+    conv_a, conv_b = (next(layer.name for layer in model.layers if layer.name.startswith(n)) for n in ("ca", "cb"))
+    assert result.layers[conv_a] != result.layers[conv_b]
+    system = nnef_items.load(tmp_path / "b.nnef")
+    assert system.meta["petri"]["equivalence"] and same_function(model, system.whole) == 0.0
 
 
 def test_a_multiitem_model_is_not_split_again(tmp_path):

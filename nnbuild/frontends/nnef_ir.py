@@ -9,6 +9,9 @@ any other IR tensor of shape s is NNEF [1] + s. The model's input and output kee
 order (an image in or out is transposed once), so the NNEF model takes and gives the same bytes. A channels-last Flatten or Reshape of an image is a
 transpose to [1, H, W, C] then a reshape (the front-end folds the transpose into the next Dense).
 
+Weights and constants are stored as float32 (the NNEF .dat encoding nnbuild reads): a model holding
+float64 constants (NNet's input normalisation) reads back rounded to float32, as its C is anyway.
+
 Each IR layer becomes one or more statements; the last one's result is named after the layer (the
 names consumers read), the others `<layer>_<op>`. `units` maps every statement result to its
 layer, so a split keeps a layer's statements on one item.
@@ -52,6 +55,11 @@ def nnef_shape(shape) -> List[int]:
     if len(shape) == 3:
         return [1, shape[2], shape[0], shape[1]]
     return [1] + shape
+
+
+def nnef_array(array):
+    """An IR tensor's values in NNEF's order (an image channels-first), without the batch axis."""
+    return np.transpose(array, (2, 0, 1)) if np.ndim(array) == 3 else np.asarray(array)
 
 
 def nnef_axis(axis, rank) -> int:
@@ -214,9 +222,18 @@ class _Writer:
         return self.chained("add", layer, sources)
 
     def layer_elementwise(self, layer, sources, in_shapes):
-        if layer.op not in BINARY or layer.constants or len({tuple(s) for s in in_shapes}) != 1:
-            self.fail(f"element-wise '{layer.op}' with constants or broadcasting is not written as NNEF yet")
-        return self.chained(layer.op, layer, sources)
+        """Tensors of the result's shape; constants broadcast to it (numpy's rule) and stored whole,
+        as NNEF broadcasts from the other end."""
+        out = tuple(self.shapes[layer.name])
+        if layer.op not in BINARY or any(tuple(s) != out for s in in_shapes):
+            self.fail(f"element-wise '{layer.op}' over tensors of shapes {[tuple(s) for s in in_shapes]} "
+                      f"is not written as NNEF yet")
+        operands = layer.operands(list(sources))
+        for k, value in enumerate(operands):
+            if isinstance(value, np.ndarray):
+                full = np.broadcast_to(value, out)
+                operands[k] = self.variable(f"const{k}", np.asarray(nnef_array(full)).reshape(nnef_shape(out)))
+        return self.chained(layer.op, layer, operands)
 
     def layer_concat(self, layer, sources, in_shapes):
         return self.emit(self.final[layer.name], "concat", [list(sources)],
