@@ -419,11 +419,14 @@ def test_auto_split_puts_the_parallel_branches_on_different_items(tmp_path):
     assert system.meta["petri"]["equivalence"] and sorted(system.syncs) == ["sync_o1", "sync_o5"]
 
 
-def test_auto_split_refuses_a_search_too_large(tmp_path):
+def test_auto_split_beyond_the_exhaustive_search_is_greedy(tmp_path):
     graph = nnef_items.unsplit(nnef_items.read_document(EXAMPLE), EXAMPLE)
-    with pytest.raises(NNBuildError) as exc:
-        nnef_items.auto_split(graph, 9, path=EXAMPLE / "graph.nnef")
-    assert "beyond the exhaustive search" in one_line(exc)
+    costs = nnef_items.instruction_costs(graph, EXAMPLE / "graph.nnef")
+    assignment, search = nnef_items.auto_assignment(graph, 9, path=EXAMPLE / "graph.nnef")
+    assert search.startswith("greedy (an exhaustive search would try 9^7 > 300,000 splits)")
+    assert assignment["o4"] != assignment["o2"]   # the branches apart, the rest where it waits least
+    assert nnef_items.split_makespan(graph, assignment, costs) == sum(costs.values()) - costs["o4"] - costs["o5"]
+    assert nnef_items.auto_assignment(graph, 2, path=EXAMPLE / "graph.nnef")[1] == "exhaustive"
 
 
 @pytest.mark.e2e

@@ -128,17 +128,18 @@ def split(model, folder, *, items: Optional[int] = None, layer_items: Optional[D
 def _split(model, written, graph_path, where, items, layer_items, layer_costs, cost_source) -> Split:
     costs = _statement_costs(written, layer_macs(model) if layer_costs is None else layer_costs)
     if items is not None:
-        assignment = nnef_items.auto_assignment(written.graph, int(items), costs, path=where, units=written.units)
+        assignment, search = nnef_items.auto_assignment(written.graph, int(items), costs, path=where,
+                                                        units=written.units)
         layer_map = {written.units[n]: item for n, item in assignment.items()}
     else:
-        layer_map = layer_items
+        layer_map, search = layer_items, "map"
         assignment = {n: layer_map[layer] for n, layer in written.units.items()}
     document = nnef_items.split(written.graph, assignment, graph_path)
     per_layer = {layer.name: int((layer_costs or layer_macs(model)).get(layer.name, 0)) for layer in model.layers}
     per_item = {}
     for layer, item in layer_map.items():
         per_item[item] = per_item.get(item, 0) + per_layer[layer]
-    record = {"by": f"items={items}" if items is not None else "map", "layers": layer_map,
+    record = {"by": f"items={items}" if items is not None else "map", "search": search, "layers": layer_map,
               "cost_source": cost_source,
               "layer_costs": per_layer, "item_costs": per_item,
               "items_on_own_cores": nnef_items.split_makespan(written.graph, assignment, costs),

@@ -320,37 +320,43 @@ def _makespan(steps, assignment, costs, sync_cost) -> int:
 def auto_split(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>", units=None) -> Document:
     """items=N: the split of a single graph whose end-to-end time (split_makespan) is smallest
     (see auto_assignment)."""
-    return split(graph, auto_assignment(graph, items, costs, sync_cost, path, units), path)
+    return split(graph, auto_assignment(graph, items, costs, sync_cost, path, units)[0], path)
 
 
 def auto_assignment(graph: nnef.Graph, items: int, costs=None, sync_cost=0, path="<graph>",
-                    units=None) -> Dict[str, str]:
-    """The assignment instruction -> ITEMk of smallest split_makespan, found by exhaustive search
-    (first unit on ITEM1; ties: fewer synchronisations, then the first found). `units` (instruction
-    -> unit name) keeps the instructions of one unit (a model layer) on one item; by default each
-    instruction is its own unit. Costs default to instruction_costs (MAC counts, not WCET bounds)."""
+                    units=None) -> Tuple[Dict[str, str], str]:
+    """(the assignment instruction -> ITEMk of smallest split_makespan, how it was searched).
+    Exhaustive up to MAX_SPLIT_SEARCH assignments (first unit on ITEM1; ties: fewer
+    synchronisations, then the first found); beyond, greedy: each unit in graph order on the item
+    (one already used, or the next new one) that ends the split so far earliest. `units`
+    (instruction -> unit name) keeps the instructions of one unit (a model layer) on one item; by
+    default each instruction is its own unit. Costs default to instruction_costs (MAC counts)."""
     import itertools
     computed = [st.outputs[0] for st in graph.statements if st.op not in SOURCES]
     unit_of = {n: (units or {}).get(n, n) for n in computed}
     unit_names = list(dict.fromkeys(unit_of[n] for n in computed))
     if items < 1:
         raise NNBuildError(f"items={items}: at least one item", path=path)
-    if items ** max(len(unit_names) - 1, 0) > MAX_SPLIT_SEARCH:
-        raise NNBuildError(f"items={items} over {len(unit_names)} {'layers' if units else 'instructions'} is beyond the exhaustive "
-                           f"search ({MAX_SPLIT_SEARCH} splits); give a map", path=path)
     costs = costs or instruction_costs(graph, path)
     steps = _steps(graph)
     readers = [(n, r) for n, reads in steps for r in reads if r in unit_of]
-    best = None
-    for rest in itertools.product(range(items), repeat=len(unit_names) - 1):
-        by_unit = dict(zip(unit_names, (0,) + rest))
-        assignment = {n: by_unit[unit_of[n]] for n in computed}
-        named = {k: f"ITEM{v + 1}" for k, v in assignment.items()}
-        syncs = len({r for n, r in readers if assignment[n] != assignment[r]})
-        key = (_makespan(steps, named, costs, sync_cost), syncs)
-        if best is None or key < best[0]:
-            best = (key, named)
-    return best[1]
+
+    def score(by_unit):
+        """(makespan, synchronisations) of the units assigned so far, and the named assignment."""
+        named = {n: f"ITEM{by_unit[unit_of[n]] + 1}" for n in computed if unit_of[n] in by_unit}
+        syncs = len({r for n, r in readers if n in named and named[n] != named[r]})
+        return (_makespan([s for s in steps if s[0] in named], named, costs, sync_cost), syncs), named
+
+    if items ** max(len(unit_names) - 1, 0) <= MAX_SPLIT_SEARCH:
+        best = min((score(dict(zip(unit_names, (0,) + rest)))
+                    for rest in itertools.product(range(items), repeat=len(unit_names) - 1)), key=lambda s: s[0])
+        return best[1], "exhaustive"
+    by_unit = {}
+    for unit in unit_names:
+        choices = range(min(items, len(set(by_unit.values())) + 1))
+        by_unit[unit] = min(choices, key=lambda k: (score({**by_unit, unit: k})[0], k))
+    return score(by_unit)[1], (f"greedy (an exhaustive search would try {items}^{len(unit_names) - 1} "
+                               f"> {MAX_SPLIT_SEARCH:,} splits)")
 
 
 def _shapes_of(graph: nnef.Graph, path) -> Dict[str, Tuple[int, ...]]:
