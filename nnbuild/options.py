@@ -117,6 +117,9 @@ def items(text):
     if text.isdigit() and int(text) >= 1:
         return ("items", int(text))
     if text.endswith(".json"):
+        import os
+        if not os.path.isfile(text):
+            raise NNBuildError(f"items map '{text}' not found")
         return ("map", text)
     raise NNBuildError(f"items '{text}' is neither a number of items >= 1 nor a JSON map file (.json)")
 

@@ -98,6 +98,7 @@ def test_items_2_puts_the_parallel_branches_of_cifarnet_on_different_items(cifar
 def test_a_map_splits_by_layer_and_costs_given_steer_items_n(cifarnet, tmp_path):
     mapping = {layer.name: "FRONT" if i < 5 else "BACK" for i, layer in enumerate(cifarnet.layers)}
     (tmp_path / "map.json").write_text(json.dumps(mapping))
+    assert options.items(str(tmp_path / "map.json")) == ("map", str(tmp_path / "map.json"))
     result = item_split.split(cifarnet, tmp_path / "m.nnef", layer_items=item_split.read_map(tmp_path / "map.json"),
                               map_path=tmp_path / "map.json")
     assert [b.item for b in result.document.items] == ["FRONT", "BACK"] and result.record["by"] == "map"
@@ -123,14 +124,16 @@ def test_bad_maps_fail_in_one_line(cifarnet, tmp_path, mapping, expected):
     assert not (tmp_path / "x.nnef").exists()
 
 
-def test_bad_item_name_and_items_option():
+def test_bad_item_name_and_items_option(tmp_path):
     with pytest.raises(NNBuildError) as exc:
         item_split._checked_map(g.Model("m", (2,), [g.Activation("a", "relu")]), {"a": "1st"}, "map.json")
     assert "item name '1st' is not a C identifier" in one_line(exc)
-    assert options.items("2") == ("items", 2) and options.items("m.json") == ("map", "m.json")
-    assert options.items("") is None
+    assert options.items("2") == ("items", 2) and options.items("") is None
     with pytest.raises(NNBuildError):
         options.items("0")
+    with pytest.raises(NNBuildError) as exc:
+        options.items("nowhere.json")
+    assert "items map 'nowhere.json' not found" in one_line(exc)
 
 
 def unsplit_example(tmp_path):
