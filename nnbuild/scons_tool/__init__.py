@@ -223,11 +223,13 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
     bdir = env.Dir(build_dir)
     report, gate, page = bdir.File("report.json"), bdir.File("gate.json"), bdir.File("report.html")
     split = dict([split]) if split else {}
-    sources = [env.File(str(document))] + ([env.File(split["map"])] if "map" in split else [])
-    made = step_node(env, "multiitem", [report, gate, page], sources, model="${SOURCES[0]}",
+    item_map = env.File(split["map"]) if "map" in split else None
+    made = step_node(env, "multiitem", [report, gate, page], [env.File(str(document))], model="${SOURCE}",
                      outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
                      tolerance=tolerance, count=count, seed=seed, items=split.get("items"),
-                     item_map="${SOURCES[1]}" if "map" in split else None)
+                     item_map=item_map.abspath if item_map else None)
+    if item_map:
+        env.Depends(made, item_map)   # not a source: the .json scanner would take it for a Keras model
     env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
     env.NoCache(made)
     return {"generated": [], "check": [], "firmware": None, "report": made[0], "gate": made[1], "board": board}
