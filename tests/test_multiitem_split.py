@@ -237,3 +237,7 @@ def test_scons_builds_cifarnet_split_in_two_items_on_host(tmp_path):
     assert report["petri"]["states"] == 37 and report["host"]["bit_equal_runs"] == 1000
     assert report["thread_sanitizer"]["sanitizer_reports"] == 0 and (out / "gate.json").exists()
     assert nnef_items.read_document(out / "split" / "cifarnet.nnef").items[1].item == "ITEM2"
+    (project / "map.json").write_text(json.dumps(report["split"]["layers"]))
+    by_map = scons(project, "-n", "target=host", "model=cifarnet", "items=map.json")   # planned, not run
+    assert by_map.returncode == 0, by_map.stdout + by_map.stderr
+    assert "Multi-item build  build/host/cifarnet_split/report.json" in by_map.stdout
