@@ -71,7 +71,7 @@ def layer_macs(model) -> Dict[str, int]:
 def _statement_costs(written, layer_costs):
     """Per statement: a layer's cost on its last statement (a layer's statements share one item)."""
     last = {layer: name for name, layer in written.units.items()}
-    return {name: int(layer_costs.get(layer, 0)) if last[layer] == name else 0
+    return {name: layer_costs[layer] if last[layer] == name else 0
             for name, layer in written.units.items()}
 
 
@@ -126,7 +126,9 @@ def split(model, folder, *, items: Optional[int] = None, layer_items: Optional[D
 
 
 def _split(model, written, graph_path, where, items, layer_items, layer_costs, cost_source) -> Split:
-    costs = _statement_costs(written, layer_macs(model) if layer_costs is None else layer_costs)
+    given = layer_macs(model) if layer_costs is None else layer_costs
+    per_layer = {layer.name: int(given.get(layer.name, 0)) for layer in model.layers}
+    costs = _statement_costs(written, per_layer)
     if items is not None:
         assignment, search = nnef_items.auto_assignment(written.graph, int(items), costs, path=where,
                                                         units=written.units)
@@ -135,13 +137,11 @@ def _split(model, written, graph_path, where, items, layer_items, layer_costs, c
         layer_map, search = layer_items, "map"
         assignment = {n: layer_map[layer] for n, layer in written.units.items()}
     document = nnef_items.split(written.graph, assignment, graph_path)
-    per_layer = {layer.name: int((layer_costs or layer_macs(model)).get(layer.name, 0)) for layer in model.layers}
     per_item = {}
     for layer, item in layer_map.items():
         per_item[item] = per_item.get(item, 0) + per_layer[layer]
     record = {"by": f"items={items}" if items is not None else "map", "search": search, "layers": layer_map,
-              "cost_source": cost_source,
-              "layer_costs": per_layer, "item_costs": per_item,
+              "cost_source": cost_source, "layer_costs": per_layer, "item_costs": per_item,
               "items_on_own_cores": nnef_items.split_makespan(written.graph, assignment, costs),
               "sequential": sum(per_layer.values()),
               "variables": [st.outputs[0] for b in document.items for st in b.statements if st.op == "send_var"]}
