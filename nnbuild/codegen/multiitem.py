@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nnbuild import codegen, names
+from nnbuild.codegen import multiitem_pool
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import petri
 
@@ -55,7 +56,8 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
             written += codegen.generate(seg.model, outdir, shape=shape, precision=precision, storage=storage,
                                         passes_log=(passes_logs or {}).get(seg.name, ()))
     net = petri.item_net(system, program_order=True)
-    files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync),
+    pool = schedule_pool(system, net, outdir) if sync == "schedule" else None
+    files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync, pool),
              f"{system.name}.net.json": net_record(system, net, sync)}
     codegen.write_all(Path(outdir), files)
     made = [Path(outdir) / n for n in files] + written
@@ -133,7 +135,23 @@ class _ItemBuffers:
         return [t for t in dict.fromkeys(tensors) if self.buffer(t) == f"nn_mi_t_{self.item.name}_{t}"]
 
 
-def source(system, net, sync):
+def schedule_pool(system, net, outdir):
+    """The static schedule's one memory (multiitem_pool), the segments' arenas moved into it."""
+    views = {item.name: _ItemBuffers(system, item, "schedule") for item in system.items}
+    spans = multiitem_pool.lifetimes(system, action_order(system, net), views, lambda i, t: _size(system, i, t),
+                                     multiitem_pool.segment_arenas(outdir, system))
+    pool = multiitem_pool.plan(f"{system.name}_mi_pool", spans)
+    multiitem_pool.redirect_arenas(outdir, system, pool)
+    return pool
+
+
+def _declare(symbol, floats, comment, pool):
+    if pool is not None and symbol in pool.offsets:
+        return pool.declaration(symbol, floats, comment)
+    return f"static float {symbol}[{floats}]; /* {comment} */"
+
+
+def source(system, net, sync, pool=None):
     name, up = system.name, system.name.upper()
     codes = {t.name: i for i, t in enumerate(net.transitions)}
     lines = [f"/* {name}: the items of a multi-item system and their variablesync exchanges (sync={sync}),",
@@ -150,15 +168,18 @@ def source(system, net, sync):
               "#ifndef NN_MI_ITEM_START", "#define NN_MI_ITEM_START(item) ((void)0)", "#endif", "",
               f"static const float *nn_mi_in;", f"static float *nn_mi_out;", ""]
     views = {item.name: _ItemBuffers(system, item, sync) for item in system.items}
+    if pool is not None:
+        lines.append(f"/* The schedule's buffers and the segments' arenas, placed by lifetime. */")
+        lines.append(f"float {pool.symbol}[{max(pool.floats, 1)}];")
     for item in system.items:
         view = views[item.name]
         for tensor in view.local_buffers():
-            lines.append(f"static float {view.buffer(tensor)}[{_size(system, item, tensor)}]; "
-                         f"/* item {item.name}: '{tensor}' */")
+            lines.append(_declare(view.buffer(tensor), _size(system, item, tensor), f"item {item.name}: '{tensor}'",
+                                  pool))
         for seg in item.segments.values():
             if len(seg.inputs) > 1:
                 total = sum(_size(system, item, t) for t in seg.inputs)
-                lines.append(f"static float {seg.name}_packed[{total}]; /* inputs {', '.join(seg.inputs)} */")
+                lines.append(_declare(f"{seg.name}_packed", total, f"inputs {', '.join(seg.inputs)}", pool))
     lines.append("")
     lines += _sync_declarations(system, sync)
     if sync == "schedule":
