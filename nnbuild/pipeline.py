@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
 
-from nnbuild import boards, codegen, kinds, steps
+from nnbuild import boards, codegen, kinds, options, steps
 from nnbuild.errors import NNBuildError
 
 #: where a simulator harness lives, shared by every build of a project
@@ -158,6 +158,23 @@ def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-
     whatever the precision (precision=auto's candidates share it)."""
     return Task("reference", [output], {"model": model, "data": data}, role="inputs",
                 options={"count": count, "seed": seed, "input_range": input_range, "environment": environment})
+
+
+def auto_candidates(model, board, *, target=None, shape=kinds.DEFAULT_SHAPE, environment=None, tolerance=1e-4,
+                    tolerances=None):
+    """precision=auto: {precision: the tolerance it is judged by} for every precision the model's
+    kind, the shape (for this model, when the shape decides from it) and the board allow, each with
+    its own tolerance where `tolerances` declares one; one line when there is none (`target`: the
+    board as the user named it)."""
+    kind = kinds.of_file(str(model))
+    loaded = None
+    if hasattr(codegen.shape_module(kinds.resolve_shape(kind, shape)), "choose"):
+        loaded, _ = kind.load(str(model), None, environment)
+    candidates = kinds.precision_candidates(kind, shape, board, loaded)
+    if not candidates:
+        raise NNBuildError(f"precision=auto: no precision of {kind.NAME} models can be generated in shape {shape} "
+                           f"for {target or board.name}")
+    return {p: options.tolerance_of(p, tolerance, tolerances) for p in candidates}
 
 
 def measures_cycles(board):

@@ -144,47 +144,38 @@ def cross_env(env, board, opt, verbose):
     return xenv
 
 
-def candidate_options(options, tolerances, precision):
-    """The pipeline options of one precision=auto candidate: its own tolerance where one is declared."""
-    if tolerances and precision in tolerances:
-        return {**options, "tolerance": tolerances[precision]}
-    return options
-
-
-def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, tolerances=None,
-                **options):
+def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, tolerance=1e-4,
+                tolerances=None, **options):
     """The whole pipeline for one precision, or for precision=auto every candidate the kind, shape
-    and board allow plus a select step that keeps the smallest WCET meeting tolerance and deadline.
-    `tolerances` ({precision: tolerance}) overrides `tolerance` per candidate: a 16-bit format cannot
-    hold a float tolerance, and auto must judge each candidate by its own."""
+    and board allow (pipeline.auto_candidates) plus a select step that keeps the smallest WCET
+    meeting tolerance and deadline. `tolerances` ({precision: tolerance}) overrides `tolerance` per
+    candidate: a 16-bit format cannot hold a float tolerance, and auto must judge each candidate by
+    its own."""
     try:
         multi = kinds.of_file(str(model)).NAME == "multiitem"
     except NNBuildError as error:
         fail(str(error))
     if multi:
-        return multiitem_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+        return multiitem_pipeline(env, name, model, target, build_dir, precision=precision, tolerance=tolerance,
+                                  **options)
     if "sync" in options:
         fail("sync= applies to multi-item systems only")
     if precision != "auto":
-        return firmware_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+        return firmware_pipeline(env, name, model, target, build_dir, precision=precision, tolerance=tolerance,
+                                 **options)
     try:
         board = boards.load_board(target)
-        kind = kinds.of_file(str(model))
-        shape = options.get("shape", kinds.DEFAULT_SHAPE)
-        loaded = None
-        if hasattr(codegen.shape_module(kinds.resolve_shape(kind, shape)), "choose"):
-            loaded, _ = kind.load(str(model), None, options.get("environment"))  # its shape depends on the model
-        candidates = kinds.precision_candidates(kind, shape, board, loaded)
+        candidates = pipeline.auto_candidates(model, board, target=target,
+                                              shape=options.get("shape", kinds.DEFAULT_SHAPE),
+                                              environment=options.get("environment"), tolerance=tolerance,
+                                              tolerances=tolerances)
     except NNBuildError as error:
         fail(str(error))
-    if not candidates:
-        fail(f"precision=auto: no precision of {kind.NAME} models can be generated in shape {shape} for {target}")
     bdir = env.Dir(build_dir)
     inputs = shared_inputs(env, bdir, model, options)
     runs = {p: firmware_pipeline(env, name, model, target, f"{build_dir}/candidates/{p}", precision=p,
-                                 gated=False, record_wcet_errors=True, inputs=inputs,
-                                 **candidate_options(options, tolerances, p))
-            for p in candidates}
+                                 tolerance=t, gated=False, record_wcet_errors=True, inputs=inputs, **options)
+            for p, t in candidates.items()}
     sources, specs = [], []
     for p, nodes in runs.items():
         spec = f"{p}=${{SOURCES[{len(sources)}]}}"
