@@ -105,7 +105,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
             harness = f"{HARNESS_DIR}/{runner.__name__.rsplit('.', 1)[-1]}_run"
             tasks.append(Task("harness", [harness], options={"board": board.name}, role="harness"))
         runs[board.run_label()] = _run_task(tasks, board, check, harness, entries[0], inputs)
-        if purpose == "build" and measures_cycles(board):
+        if purpose == "build" and board.measures_cycles():
             extra_runs = {entry: _run_task(tasks, board, check, harness, entry, inputs, suffix=f"_{entry}")
                           for entry in entries[1:]}
     elif purpose == "check":
@@ -177,12 +177,6 @@ def auto_candidates(model, board, *, target=None, shape=kinds.DEFAULT_SHAPE, env
     return {p: options.tolerance_of(p, tolerance, tolerances) for p in candidates}
 
 
-def measures_cycles(board):
-    """Whether the board's runner reports cycles (a runner may decide per board)."""
-    decide = getattr(board.runner, "measures_cycles", None)
-    return decide(board) if decide else board.runner.MEASURES_CYCLES
-
-
 def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz", suffix=""):
     label = board.run_label()
     target = f"run_{label}{suffix}.npz"
@@ -190,7 +184,7 @@ def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz", suffix
     if harness:
         sources["harness"] = harness
     tasks.append(Task("run", [target], sources, role=f"run_{label}{suffix}",
-                      options={"board": board.name, "entry": entry if measures_cycles(board) else None}))
+                      options={"board": board.name, "entry": entry if board.measures_cycles() else None}))
     return target
 
 
