@@ -128,17 +128,29 @@ def fail(message):
     raise SCons.Errors.StopError(f"nnbuild: {message}")
 
 
+def board_env(env, board):
+    """A clone of `env` that compiles and links with the board's compiler (found on its PATH, else
+    one line)."""
+    try:
+        board.compiler.require_tool(board, path=env["ENV"]["PATH"])
+    except NNBuildError as error:
+        fail(str(error))
+    clone = env.Clone()
+    clone.Replace(CC=board["cc"], LINK=board["cc"], PROGSUFFIX=board.program_suffix)
+    return clone
+
+
+def link_flags(board, opt=None):
+    """The board's link flags, its `{output}` placeholder as SCons' $TARGET."""
+    return [f.replace("{output}", "$TARGET") for f in board.compiler.link_flags(board, opt)]
+
+
 def cross_env(env, board, opt, verbose):
     """A compile/link environment for one board, from its data file and compiler family."""
     compilers = board.compiler
-    try:
-        compilers.require_tool(board, path=env["ENV"]["PATH"])
-    except NNBuildError as error:
-        fail(str(error))
-    xenv = env.Clone()
-    xenv.Replace(CC=board["cc"], LINK=board["cc"], CCFLAGS=compilers.compile_flags(board, opt),
-                 CFLAGS=[], LINKFLAGS=[f.replace("{output}", "$TARGET") for f in compilers.link_flags(board, opt)],
-                 LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[], PROGSUFFIX=board.program_suffix)
+    xenv = board_env(env, board)
+    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
+                 LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[])
     if not verbose:
         xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))
     return xenv
@@ -345,16 +357,9 @@ def user_env(env, board, include_dirs):
     """The user's environment for the board: the board's compiler, target flags and link flags
     before the user's own (CCFLAGS, CFLAGS, CPPPATH, CPPDEFINES, LINKFLAGS, LIBS are extended, never
     replaced); the generated code's warning policy stays with the generated code."""
-    compilers = board.compiler
-    try:
-        compilers.require_tool(board, path=env["ENV"]["PATH"])
-    except NNBuildError as error:
-        fail(str(error))
-    fenv = env.Clone()
-    fenv.Replace(CC=board["cc"], LINK=board["cc"], PROGSUFFIX=board.program_suffix)
-    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board),
-                 LINKFLAGS=[f.replace("{output}", "$TARGET") for f in compilers.link_flags(board)])
-    fenv.Append(CPPPATH=list(include_dirs), LIBS=compilers.libs(board))
+    fenv = board_env(env, board)
+    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board), LINKFLAGS=link_flags(board))
+    fenv.Append(CPPPATH=list(include_dirs), LIBS=board.compiler.libs(board))
     if not bool(env["NNBUILD_VERBOSE"]):
         fenv.SetDefault(CCCOMSTR=comstr(env, "CC", False), LINKCOMSTR=comstr(env, "LINK", False))
     return fenv
