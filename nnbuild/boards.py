@@ -168,6 +168,15 @@ class Board(dict):
         runner = self.runner
         return getattr(runner, "PROGRAM_SUFFIX", ".elf") if runner else ".elf"
 
+    def measures_cycles(self):
+        """Whether this board's runs report cycles: the runner's measures_cycles(board) where it
+        decides per board (qemu-arm: with an instruction cost model), else its MEASURES_CYCLES."""
+        runner = self.runner
+        if runner is None:
+            return False
+        decide = getattr(runner, "measures_cycles", None)
+        return decide(self) if decide else runner.MEASURES_CYCLES
+
     def run_label(self):
         """The name of this board's target run in reports (the runner's label: the simulator, or the
         board's own name for the host)."""

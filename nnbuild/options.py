@@ -25,6 +25,12 @@ def tolerance(text):
     return value
 
 
+def tolerance_of(precision, tolerance, tolerances=None):
+    """The tolerance a build of `precision` is judged by: its own entry in `tolerances`
+    ({precision: tolerance}: a 16-bit format cannot hold a float tolerance), else `tolerance`."""
+    return (tolerances or {}).get(precision, tolerance)
+
+
 #: `nnbuild check`'s tolerance when none is given, per precision: (value, why). The numerics plan
 #: proves no end-to-end error bound yet, so fixed point takes a documented default above the errors
 #: tests/test_fixed.py measures on the F1/10 controller (q16, fix16 3e-4; q16-acc32 1.2e-3; q8 1.6e-2).

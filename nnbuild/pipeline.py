@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
 
-from nnbuild import boards, codegen, kinds, steps
+from nnbuild import boards, codegen, kinds, options, steps
 from nnbuild.errors import NNBuildError
 
 #: where a simulator harness lives, shared by every build of a project
@@ -105,7 +105,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
             harness = f"{HARNESS_DIR}/{runner.__name__.rsplit('.', 1)[-1]}_run"
             tasks.append(Task("harness", [harness], options={"board": board.name}, role="harness"))
         runs[board.run_label()] = _run_task(tasks, board, check, harness, entries[0], inputs)
-        if purpose == "build" and measures_cycles(board):
+        if purpose == "build" and board.measures_cycles():
             extra_runs = {entry: _run_task(tasks, board, check, harness, entry, inputs, suffix=f"_{entry}")
                           for entry in entries[1:]}
     elif purpose == "check":
@@ -160,10 +160,21 @@ def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-
                 options={"count": count, "seed": seed, "input_range": input_range, "environment": environment})
 
 
-def measures_cycles(board):
-    """Whether the board's runner reports cycles (a runner may decide per board)."""
-    decide = getattr(board.runner, "measures_cycles", None)
-    return decide(board) if decide else board.runner.MEASURES_CYCLES
+def auto_candidates(model, board, *, target=None, shape=kinds.DEFAULT_SHAPE, environment=None, tolerance=1e-4,
+                    tolerances=None):
+    """precision=auto: {precision: the tolerance it is judged by} for every precision the model's
+    kind, the shape (for this model, when the shape decides from it) and the board allow, each with
+    its own tolerance where `tolerances` declares one; one line when there is none (`target`: the
+    board as the user named it)."""
+    kind = kinds.of_file(str(model))
+    loaded = None
+    if hasattr(codegen.shape_module(kinds.resolve_shape(kind, shape)), "choose"):
+        loaded, _ = kind.load(str(model), None, environment)
+    candidates = kinds.precision_candidates(kind, shape, board, loaded)
+    if not candidates:
+        raise NNBuildError(f"precision=auto: no precision of {kind.NAME} models can be generated in shape {shape} "
+                           f"for {target or board.name}")
+    return {p: options.tolerance_of(p, tolerance, tolerances) for p in candidates}
 
 
 def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz", suffix=""):
@@ -173,7 +184,7 @@ def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz", suffix
     if harness:
         sources["harness"] = harness
     tasks.append(Task("run", [target], sources, role=f"run_{label}{suffix}",
-                      options={"board": board.name, "entry": entry if measures_cycles(board) else None}))
+                      options={"board": board.name, "entry": entry if board.measures_cycles() else None}))
     return target
 
 

@@ -116,6 +116,14 @@ def environment_path(spec, base=None):
     return str(Environment.resolve(spec))
 
 
-def tolerance_for(example, precision):
-    """The example's tolerance for `precision`: its entry in 'tolerances', else 'tolerance'."""
-    return example.get("tolerances", {}).get(precision, example["tolerance"])
+def tolerances(example, given=None):
+    """(tolerance, {precision: tolerance}) the example's builds are judged by: `given` (the command
+    line's) for every precision, else the example's 'tolerance' and its 'tolerances' per precision."""
+    if given is not None:
+        return given, {}
+    return example["tolerance"], example.get("tolerances", {})
+
+
+def tolerance_for(example, precision, given=None):
+    """The tolerance a build of the example in `precision` is judged by (see `tolerances`)."""
+    return options.tolerance_of(precision, *tolerances(example, given))

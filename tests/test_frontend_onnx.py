@@ -379,6 +379,12 @@ def test_lenet5_onnx_matches_onnxruntime_and_folds_its_layout(tmp_path):
     ([node("Gemm", ["x", "w"], transA=1)], [("w", np.zeros((1, 2), np.float32))], "(Gemm): transA=1"),
     ([node("Tile", ["x", "r"])], [("r", np.array([2, 1, 1, 1], np.int64))], "(Tile): repeats along the batch axis"),
     ([node("Add", ["x", "c"])], [("c", np.zeros((2, 3, 4, 4), np.float32))], "(Add): constant operand of shape"),
+    ([node("Gather", ["x", "i"], axis=1)], [("i", np.array([0, -4], np.int64))],
+     "(Gather): indices out of range for axis of size 3"),
+    ([node("GatherElements", ["x", "i"], axis=2)], [("i", np.zeros((2, 3, 4, 4), np.int64))],
+     "(GatherElements): indices of shape (2, 3, 4, 4) (one sample expected)"),
+    ([node("GatherElements", ["x", "i"], axis=3)], [("i", np.full((1, 3, 4, 4), 4, np.int64))],
+     "(GatherElements): indices out of range for axis of size 4"),
 ])
 def test_refusals_name_the_node_and_op_in_one_line(tmp_path, nodes, inits, what):
     path = make(tmp_path, "bad", nodes, [1, 3, 4, 4], None, inits, 13)

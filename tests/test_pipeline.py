@@ -67,6 +67,19 @@ def test_capability_check_is_the_one_answer():
                                                                   "fix16"]
 
 
+def test_precision_auto_judges_each_candidate_by_its_own_tolerance():
+    """The decision SCons' precision=auto builds from (pipeline.auto_candidates, project.tolerances):
+    an example's per-precision tolerances, unless the command line gives one for every precision."""
+    from nnbuild import project
+    host = boards.load_board("host")
+    tolerance, tolerances = project.tolerances(project.resolve("lenet5"))
+    assert pipeline.auto_candidates(LENET, host, tolerance=tolerance, tolerances=tolerances) == {
+        "float32": 1e-5, "float64": 1e-5, "q16": 1e-3, "q16-acc32": 1e-3, "q8": 1e-5}
+    tolerance, tolerances = project.tolerances(project.resolve("lenet5"), given=2e-2)
+    assert set(pipeline.auto_candidates(LENET, host, tolerance=tolerance, tolerances=tolerances).values()) == {2e-2}
+    assert project.tolerance_for(project.resolve("lenet5"), "q16", given=2e-2) == 2e-2
+
+
 def test_library_defaults_match_the_cli_and_scons(tmp_path):
     """nnbuild.pipeline.generate without shape= works on a CNN (shape=auto everywhere)."""
     files = pipeline.generate(LENET, tmp_path)

@@ -187,6 +187,38 @@ def block_of(rows):
     return next(b for b in range(MAX_BLOCK, 0, -1) if rows % b == 0)
 
 
+def fold(fn, values):
+    """Left-to-right fold with a two-argument C function: fn(fn(v0, v1), v2)..."""
+    expr = values[0]
+    for v in values[1:]:
+        expr = f"{fn}({expr}, {v})"
+    return expr
+
+
+def pool_windows(op):
+    """(output index, input indices of the window's cells inside the input) of a Pool2D op, in
+    output order (HWC, row-major windows)."""
+    H, W, C = op["H"], op["W"], op["C"]
+    for oy in range(op["OH"]):
+        for ox in range(op["OW"]):
+            rows = range(oy * op["SH"] - op["PT"], oy * op["SH"] - op["PT"] + op["KH"])
+            columns = range(ox * op["SW"] - op["PL"], ox * op["SW"] - op["PL"] + op["KW"])
+            for c in range(C):
+                yield ((oy * op["OW"] + ox) * C + c,
+                       [(iy * W + ix) * C + c for iy in rows for ix in columns if 0 <= iy < H and 0 <= ix < W])
+
+
+def padded_cells(op):
+    """(output index, input index, or None in the padding) of a ZeroPadding2D op, in output order."""
+    H, W, C = op["H"], op["W"], op["C"]
+    for oy in range(op["OH"]):
+        for ox in range(op["OW"]):
+            iy, ix = oy - op["PT"], ox - op["PL"]
+            inside = 0 <= iy < H and 0 <= ix < W
+            for c in range(C):
+                yield (oy * op["OW"] + ox) * C + c, (iy * W + ix) * C + c if inside else None
+
+
 def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
     """Fill the kind-specific fields of `op` (sizes, strides, pads, weights)."""
     kind = layer.kind

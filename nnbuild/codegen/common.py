@@ -78,6 +78,17 @@ def weight_symbols(layers):
     return sorted(set(names + [l["bias"]["symbol"] for l in layers if l.get("bias")]))
 
 
+def row_chunks(n_rows, row_bytes, storage, item):
+    """[(start, stop)] of a weight array's rows: in AVR flash, balanced chunks each under
+    MAX_ARRAY_BYTES (a single row over it is refused, naming `item`); else one chunk."""
+    flash = storage in FLASH_STORAGES
+    if flash and row_bytes > MAX_ARRAY_BYTES:
+        raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit", item=item)
+    count = -(-n_rows // (MAX_ARRAY_BYTES // row_bytes)) if flash else 1
+    bounds = np.linspace(0, n_rows, count + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def bias_array(prefix, layer, real="float"):
     if layer.bias is None:
         return None

@@ -54,7 +54,7 @@ class Emitter:
     def line(self, text=""):
         self.lines.append(("    " * self.depth + text) if text else "")
 
-    def loop(self, var, bound, head=None):
+    def loop(self, var, bound):
         """`for (var = 0; var < bound; ++var) {` with its bound fact; close with end()."""
         self.line(self.ff.loop(bound))
         self.line(f"for ({index_type(bound)} {var} = 0; {var} < {bound}; ++{var}) {{")
@@ -64,9 +64,25 @@ class Emitter:
         self.depth -= 1
         self.line("}" + self.ff.end())
 
+    def each(self, var, bound, *statements):
+        """A whole loop of `statements` (see loop)."""
+        self.loop(var, bound)
+        for statement in statements:
+            self.line(statement)
+        self.end()
+
     def open(self, text="{"):
         self.line(text)
         self.depth += 1
+
+    def block(self, *pointers):
+        """Open a block declaring restrict pointers into the blob v: ("name", offset) writable,
+        ("const name", offset) read-only; offset None is the input x. Close with close()."""
+        self.open("{")
+        for decl, offset in pointers:
+            const, _, name = decl.rpartition(" ")
+            where = "x" if offset is None else f"v + {offset}"
+            self.line(f"{const + ' ' if const else ''}gv_t *restrict {name} = {where};")
 
     def close(self):
         self.depth -= 1
@@ -125,28 +141,17 @@ def layer_mark(l, model):
 
 def emit_affine(e, ar, model, instr):
     dst, w, b, src, n_in, n_out = instr.args
-    source = "x" if src is None else f"v + {src}"
-    e.open("{")
-    e.line(f"gv_t *restrict z = v + {dst};")
-    e.line(f"const gv_t *restrict in = {source};")
-    e.line(f"const gv_t *restrict w = v + {w};")
-    e.line(f"const gv_t *restrict bias = v + {b};")
+    e.block(("z", dst), ("const in", src), ("const w", w), ("const bias", b))
     if ar.fixed:
         acc = ar.acc_type(n_in + 1)
         e.loop("j", n_out)
         e.line(f"{acc} acc = ({acc})bias[j] * {1 << ar.num.frac};")
-        e.loop("i", n_in)
-        e.line(f"acc += ({ar.product()})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
-        e.end()
+        e.each("i", n_in, f"acc += ({ar.product()})in[i] * w[({index_type(n_in * n_out)})i * {n_out} + j];")
         e.line("z[j] = gv_narrow(acc);")
         e.end()
     else:
-        e.loop("j", n_out)
-        e.line("z[j] = bias[j];")
-        e.end()
-        e.loop("i", n_in)
-        e.line(f"gv_axpy{n_out}(z, w + ({index_type(n_in * n_out)})i * {n_out}, in[i]);")
-        e.end()
+        e.each("j", n_out, "z[j] = bias[j];")
+        e.each("i", n_in, f"gv_axpy{n_out}(z, w + ({index_type(n_in * n_out)})i * {n_out}, in[i]);")
     e.close()
 
 
@@ -160,9 +165,7 @@ def axpy_helpers(ff, plan):
         e.line(f"/* z[0..{n}) += s * row[0..{n}) */")
         e.line(f"static void {ff.function(f'gv_axpy{n}')}(gv_t *restrict z, const gv_t *restrict row, gv_t s)")
         e.open("{")
-        e.loop("j", n)
-        e.line("z[j] += s * row[j];")
-        e.end()
+        e.each("j", n, "z[j] += s * row[j];")
         e.close()
         e.line()
     return "\n".join(e.lines)
@@ -173,23 +176,14 @@ def emit_activation(e, ar, model, instr):
     if act == "linear":
         e.line("/* linear activation: a = z */")
         return
-    e.open("{")
-    e.line(f"gv_t *restrict z = v + {dst};")
+    e.block(("z", dst))
     if act == "relu":
-        e.loop("j", n)
-        e.line("if (z[j] < 0) z[j] = 0;")
-        e.end()
+        e.each("j", n, "if (z[j] < 0) z[j] = 0;")
     elif act == "sigmoid":
-        e.loop("j", n)
-        if ar.fixed:
-            e.line("z[j] = gv_fixed(1.0 / (1.0 + exp(-gv_real(z[j]))));")
-        else:
-            e.line(f"z[j] = {ar.one()} / ({ar.one()} + {ar.func('exp', '-z[j]')});")
-        e.end()
+        e.each("j", n, "z[j] = gv_fixed(1.0 / (1.0 + exp(-gv_real(z[j]))));" if ar.fixed else
+               f"z[j] = {ar.one()} / ({ar.one()} + {ar.func('exp', '-z[j]')});")
     elif act == "tanh":
-        e.loop("j", n)
-        e.line(f"z[j] = {ar.func('tanh', 'z[j]')};")
-        e.end()
+        e.each("j", n, f"z[j] = {ar.func('tanh', 'z[j]')};")
     else:
         emit_softmax(e, ar, n)
     e.close()
@@ -200,21 +194,11 @@ def emit_softmax(e, ar, n):
     e.line("gv_t top = z[0];")
     wide = softmax_type(ar, n)
     e.line(f"{wide if ar.fixed else 'gv_t'} sum = 0;")
-    e.loop("j", n)
-    e.line("if (z[j] > top) top = z[j];")
-    e.end()
-    e.loop("j", n)
-    e.line(f"z[j] = {ar.func('exp', ar.sub('z[j]', 'top'))};")
-    e.line("sum += z[j];")
-    e.end()
+    e.each("j", n, "if (z[j] > top) top = z[j];")
+    e.each("j", n, f"z[j] = {ar.func('exp', ar.sub('z[j]', 'top'))};", "sum += z[j];")
     if ar.fixed:   # z / sum is a ratio of two Q(F) values: one division, then products
         e.line("const double inverse = 1.0 / (double)sum;")
-    e.loop("j", n)
-    if ar.fixed:
-        e.line("z[j] = gv_fixed((double)z[j] * inverse);")
-    else:
-        e.line("z[j] /= sum;")
-    e.end()
+    e.each("j", n, "z[j] = gv_fixed((double)z[j] * inverse);" if ar.fixed else "z[j] /= sum;")
 
 
 def softmax_type(ar, n):
@@ -229,62 +213,39 @@ def emit_derivative(e, ar, act, d, a, n):
     if act == "linear":
         e.line("/* linear: dC/dz = dC/da */")
         return
-    e.open("{")
-    e.line(f"gv_t *restrict dz = v + {d};")
-    e.line(f"const gv_t *restrict a = v + {a};")
+    e.block(("dz", d), ("const a", a))
     if act == "softmax":
         e.line(f"{'int64_t' if ar.fixed else 'gv_t'} dot = 0;")
-        e.loop("j", n)
-        e.line(f"dot += {f'({ar.product()})a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
-        e.end()
-        e.loop("j", n)
-        if ar.fixed:
-            e.line("dz[j] = gv_mul(a[j], gv_sub(dz[j], gv_narrow(dot)));")
-        else:
-            e.line("dz[j] = a[j] * (dz[j] - dot);")
-        e.end()
+        e.each("j", n, f"dot += {f'({ar.product()})a[j] * dz[j]' if ar.fixed else 'a[j] * dz[j]'};")
+        e.each("j", n, "dz[j] = gv_mul(a[j], gv_sub(dz[j], gv_narrow(dot)));" if ar.fixed else
+               "dz[j] = a[j] * (dz[j] - dot);")
+    elif act == "relu":
+        e.each("j", n, "if (a[j] <= 0) dz[j] = 0;")
+    elif act == "sigmoid":
+        e.each("j", n, f"dz[j] = {ar.mul(ar.mul('dz[j]', 'a[j]'), ar.sub(ar.one(), 'a[j]'))};")
     else:
-        e.loop("j", n)
-        if act == "relu":
-            e.line("if (a[j] <= 0) dz[j] = 0;")
-        elif act == "sigmoid":
-            e.line(f"dz[j] = {ar.mul(ar.mul('dz[j]', 'a[j]'), ar.sub(ar.one(), 'a[j]'))};")
-        else:
-            e.line(f"dz[j] = {ar.mul('dz[j]', ar.sub(ar.one(), ar.mul('a[j]', 'a[j]')))};")
-        e.end()
+        e.each("j", n, f"dz[j] = {ar.mul('dz[j]', ar.sub(ar.one(), ar.mul('a[j]', 'a[j]')))};")
     e.close()
 
 
 def emit_output_delta(e, ar, model, instr):
     d, a, n, cost, act = instr.args
-    e.open("{")
-    e.line(f"gv_t *restrict dz = v + {d};")
-    e.line(f"const gv_t *restrict a = v + {a};")
+    e.block(("dz", d), ("const a", a))
     if cost == "cross_entropy" and act == "softmax":
         e.line(f"{'int64_t' if ar.fixed else 'gv_t'} total = 0; /* dC/dz = a sum(y) - y */")
-        e.loop("j", n)
-        e.line("total += y[j];")
-        e.end()
-        e.loop("j", n)
-        e.line(f"dz[j] = {ar.sub('gv_narrow((int64_t)a[j] * total)' if ar.fixed else 'a[j] * total', 'y[j]')};")
-        e.end()
+        e.each("j", n, "total += y[j];")
+        e.each("j", n, f"dz[j] = {ar.sub('gv_narrow((int64_t)a[j] * total)' if ar.fixed else 'a[j] * total', 'y[j]')};")
         e.close()
         return
     if cost == "exponential":
         e.line("double square = 0; /* C = exp(sum (a - y)^2), dC/da = 2 (a - y) C */")
-        e.loop("j", n)
         diff = "gv_real(gv_sub(a[j], y[j]))" if ar.fixed else "(double)(a[j] - y[j])"
-        e.line(f"square += {diff} * {diff};")
-        e.end()
+        e.each("j", n, f"square += {diff} * {diff};")
         e.line(f"const gv_t scale = {'gv_fixed(2.0 * exp(square))' if ar.fixed else '(gv_t)(2.0 * exp(square))'};")
-        e.loop("j", n)
-        e.line(f"dz[j] = {ar.mul('scale', ar.sub('a[j]', 'y[j]'))};")
-        e.end()
+        e.each("j", n, f"dz[j] = {ar.mul('scale', ar.sub('a[j]', 'y[j]'))};")
     else:
         e.line("/* " + ("dC/dz = a - y" if cost == "cross_entropy" else "quadratic: dC/da = a - y") + " */")
-        e.loop("j", n)
-        e.line(f"dz[j] = {ar.sub('a[j]', 'y[j]')};")
-        e.end()
+        e.each("j", n, f"dz[j] = {ar.sub('a[j]', 'y[j]')};")
     e.close()
     if cost != "cross_entropy":
         emit_derivative(e, ar, act, d, a, n)
@@ -296,22 +257,13 @@ def half(ar):
 
 def emit_accumulate(e, ar, model, instr):
     gw, gb, d, src, n_in, n_out = instr.args
-    source = "x" if src is None else f"v + {src}"
-    e.open("{")
-    e.line(f"gv_t *restrict gw = v + {gw};")
-    e.line(f"gv_t *restrict gb = v + {gb};")
-    e.line(f"const gv_t *restrict dz = v + {d};")
-    e.line(f"const gv_t *restrict in = {source};")
-    e.loop("j", n_out)
-    e.line(f"gb[j] = {ar.add('gb[j]', 'dz[j]')};")
-    e.end()
+    e.block(("gw", gw), ("gb", gb), ("const dz", d), ("const in", src))
+    e.each("j", n_out, f"gb[j] = {ar.add('gb[j]', 'dz[j]')};")
     e.loop("i", n_in)
     if ar.fixed:
         e.line("const gv_t s = in[i];")
         e.line(f"gv_t *restrict row = gw + ({index_type(n_in * n_out)})i * {n_out};")
-        e.loop("j", n_out)
-        e.line(f"row[j] = {ar.add('row[j]', ar.mul('s', 'dz[j]'))};")
-        e.end()
+        e.each("j", n_out, f"row[j] = {ar.add('row[j]', ar.mul('s', 'dz[j]'))};")
     else:
         e.line(f"gv_axpy{n_out}(gw + ({index_type(n_in * n_out)})i * {n_out}, dz, in[i]);")
     e.end()
@@ -320,17 +272,12 @@ def emit_accumulate(e, ar, model, instr):
 
 def emit_hidden_delta(e, ar, model, instr):
     d_prev, w, d, a_prev, n_prev, n, act = instr.args
-    e.open("{")
-    e.line(f"gv_t *restrict back = v + {d_prev};")
-    e.line(f"const gv_t *restrict w = v + {w};")
-    e.line(f"const gv_t *restrict dz = v + {d};")
+    e.block(("back", d_prev), ("const w", w), ("const dz", d))
     acc = ar.acc_type(n)
     e.loop("i", n_prev)
     e.line(f"const gv_t *restrict row = w + ({index_type(n_prev * n)})i * {n};")
     e.line(f"{acc} acc = 0;")
-    e.loop("j", n)
-    e.line(f"acc += ({ar.product()})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
-    e.end()
+    e.each("j", n, f"acc += ({ar.product()})row[j] * dz[j];" if ar.fixed else "acc += row[j] * dz[j];")
     e.line("back[i] = gv_narrow(acc);" if ar.fixed else "back[i] = acc;")
     e.end()
     e.close()
@@ -339,9 +286,7 @@ def emit_hidden_delta(e, ar, model, instr):
 
 def emit_update(e, ar, plan, instr, api):
     start, grads, count, scale = instr.args
-    e.open("{")
-    e.line(f"gv_t *restrict w = v + {start};")
-    e.line(f"gv_t *restrict g = v + {grads};")
+    e.block(("w", start), ("g", grads))
     if ar.fixed:
         rate = int(round(scale * (1 << ir.SCALE_FRAC)))
         if rate < 1:
@@ -379,11 +324,8 @@ def emit_uniform(e, ar, instr):
 
 def emit_zero(e, instr):
     offset, count = instr.args
-    e.open("{")
-    e.line(f"gv_t *restrict z = v + {offset};")
-    e.loop("k", count)
-    e.line("z[k] = 0;")
-    e.end()
+    e.block(("z", offset))
+    e.each("k", count, "z[k] = 0;")
     e.close()
 
 
@@ -413,11 +355,8 @@ def program_body(e, ar, plan, program, api):
             emit_update(e, ar, plan, instr, api)
         elif instr.op == "batch":
             batch, n_in, n_out = instr.args
-            e.loop("n", batch)
-            e.line(f"{api['forward']}(v, xs + ({index_type(batch * n_in)})n * {n_in});")
-            e.line(f"{api['backprop']}(v, xs + ({index_type(batch * n_in)})n * {n_in}, "
-                   f"ys + ({index_type(batch * n_out)})n * {n_out});")
-            e.end()
+            x, y = f"xs + ({index_type(batch * n_in)})n * {n_in}", f"ys + ({index_type(batch * n_out)})n * {n_out}"
+            e.each("n", batch, f"{api['forward']}(v, {x});", f"{api['backprop']}(v, {x}, {y});")
         else:
             raise NNBuildError(f"internal error: no C for Gravity instruction '{instr.op}'")
     if current is not None:

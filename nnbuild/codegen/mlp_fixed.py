@@ -9,7 +9,7 @@ import numpy as np
 
 from nnbuild import __version__
 from nnbuild.codegen import common, templating
-from nnbuild.codegen.common import MAX_ARRAY_BYTES, float_literal, index_type, weights_digest
+from nnbuild.codegen.common import float_literal, index_type, weights_digest
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild import numerics as q
@@ -155,16 +155,10 @@ def product_bits(layer):
 def chunks(prefix, cname, layer, storage):
     """Kernel rows [out][in] as typed arrays, split under avr-gcc's object limit on AVR."""
     rows = layer.kernel_q
-    row_bytes = rows.shape[1] * layer.weight.bits // 8
-    flash = storage in common.FLASH_STORAGES
-    if flash and row_bytes > MAX_ARRAY_BYTES:
-        raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
-                           item=f"Dense '{layer.name}'")
-    count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if flash else 1
-    bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
-    return [{"symbol": f"{prefix}_{cname}_w{c}", "start": int(a), "rows": int(b - a), "size": int((b - a) * rows.shape[1]),
+    bounds = common.row_chunks(rows.shape[0], rows.shape[1] * layer.weight.bits // 8, storage, f"Dense '{layer.name}'")
+    return [{"symbol": f"{prefix}_{cname}_w{c}", "start": a, "rows": b - a, "size": (b - a) * rows.shape[1],
              "ctype": layer.weight.ctype, "values": literal_rows(rows[a:b].ravel(), 8)}
-            for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+            for c, (a, b) in enumerate(bounds)]
 
 
 def flash_bytes(layers, plan):

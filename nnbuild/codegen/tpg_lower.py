@@ -511,6 +511,17 @@ def render(tpg, *, shape, template, share, storage="const"):
     }
 
 
+def shape_renderer(shape, *, share):
+    """The `render` of TPG code shape `shape` (template tpg_<shape>.c.j2; `share`: values computed in
+    a team reused by the teams it dominates)."""
+    def render_shape(model, *, precision, storage, passes_log, **_options):
+        check_options(model, precision)
+        if getattr(model, "kind", "nn") != "tpg":
+            raise NNBuildError(f"shape '{shape}' generates Tangled Program Graphs; use shape mlp for this model")
+        return render(model, shape=shape, template=f"tpg_{shape}.c.j2", storage=storage, share=share)
+    return render_shape
+
+
 def check_options(model, precision):
     """A TPG computes in the C type `double` of its environment: number formats do not apply."""
     if precision not in ("float32", "float64"):

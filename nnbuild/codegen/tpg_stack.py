@@ -8,7 +8,6 @@ function once per path; the call depth is at most the longest root-to-action pat
 """
 
 from nnbuild.codegen import tpg_lower
-from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32", "float64")
@@ -16,9 +15,4 @@ PRECISIONS = ("float32", "float64")
 
 KIND = "tpg"
 
-
-def render(model, *, precision, storage, passes_log, **_options):
-    tpg_lower.check_options(model, precision)
-    if getattr(model, "kind", "nn") != "tpg":
-        raise NNBuildError("shape 'stack' generates Tangled Program Graphs; use shape mlp for this model")
-    return tpg_lower.render(model, shape="stack", template="tpg_stack.c.j2", storage=storage, share=False)
+render = tpg_lower.shape_renderer("stack", share=False)

@@ -9,7 +9,6 @@ the teams it dominates. The loop bound goes to the flow facts, each team's line 
 """
 
 from nnbuild.codegen import tpg_lower
-from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32", "float64")
@@ -17,9 +16,4 @@ PRECISIONS = ("float32", "float64")
 
 KIND = "tpg"
 
-
-def render(model, *, precision, storage, passes_log, **_options):
-    tpg_lower.check_options(model, precision)
-    if getattr(model, "kind", "nn") != "tpg":
-        raise NNBuildError("shape 'switch' generates Tangled Program Graphs; use shape mlp for this model")
-    return tpg_lower.render(model, shape="switch", template="tpg_switch.c.j2", storage=storage, share=True)
+render = tpg_lower.shape_renderer("switch", share=True)

@@ -12,7 +12,7 @@ import numpy as np
 
 from nnbuild import __version__
 from nnbuild.codegen import cnn, common, mlp_fixed
-from nnbuild.codegen.common import MAX_ARRAY_BYTES, float_literal
+from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild import numerics as q
@@ -126,16 +126,10 @@ def int_array(symbol, values, bits, comment):
 
 def weight_chunks(prefix, op, rows, storage, bits):
     """Kernel rows [out][k] as int16 (q8: int8) arrays, split under avr-gcc's object limit on AVR."""
-    row_bytes = rows.shape[1] * bits // 8
-    flash = storage in common.FLASH_STORAGES
-    if flash and row_bytes > MAX_ARRAY_BYTES:
-        raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
-                           item=f"{op['source_type']} '{op['name']}'")
-    count = -(-rows.shape[0] // (MAX_ARRAY_BYTES // row_bytes)) if flash else 1
-    bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
+    what = f"{op['source_type']} '{op['name']}'"
     return [dict(int_array(f"{prefix}_{op['c_name']}_w{c}", rows[a:b], bits,
-                           f"{op['source_type']} '{op['name']}': outputs {a}..{b - 1}, {rows.shape[1]} weights each"),
-                 start=int(a), rows=int(b - a)) for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+                           f"{what}: outputs {a}..{b - 1}, {rows.shape[1]} weights each"), start=a, rows=b - a)
+            for c, (a, b) in enumerate(common.row_chunks(rows.shape[0], rows.shape[1] * bits // 8, storage, what))]
 
 
 def fixed_ops(prefix, float_ops, plan, storage):

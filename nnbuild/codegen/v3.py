@@ -157,14 +157,6 @@ def act(a, expr):
     return expr if a in ("linear", "softmax") else f"nn_{a}({expr})"
 
 
-def fold(fn, values):
-    """Left-to-right fold with a two-argument C function: fn(fn(v0, v1), v2)..."""
-    expr = values[0]
-    for v in values[1:]:
-        expr = f"{fn}({expr}, {v})"
-    return expr
-
-
 def softmax_lines(w, src, dst):
     """One block: softmax of the cells src -> dst (lists of (ref, index); may be the same cells)."""
     num = w.num
@@ -219,33 +211,19 @@ def layer_lines(op, w, layer=None):
                 terms += [f"{num.weight(rows[j][i])} * {w.get(src[0], p * K + i)}" for i in range(K)]
                 w.emit(w.store(dst, p * OC + j, act(a, ' + '.join(terms) or zero)), len(terms))
     elif k == "pool2d":
-        H, W, C = op["H"], op["W"], op["C"]
-        for oy in range(op["OH"]):
-            for ox in range(op["OW"]):
-                for c in range(C):
-                    cells = []
-                    for ky in range(op["KH"]):
-                        iy = oy * op["SH"] + ky - op["PT"]
-                        for kx in range(op["KW"]):
-                            ix = ox * op["SW"] + kx - op["PL"]
-                            if 0 <= iy < H and 0 <= ix < W:
-                                cells.append(w.get(src[0], (iy * W + ix) * C + c))
-                    if op["mode"] == "max":
-                        expr = fold("nn_max", cells)
-                    else:
-                        expr = f"({' + '.join(cells)}) / {num.count(len(cells))}"
-                    w.emit(w.store(dst, (oy * op['OW'] + ox) * C + c, act(a, expr)), len(cells))
+        for i, window in cnn.pool_windows(op):
+            cells = [w.get(src[0], j) for j in window]
+            if op["mode"] == "max":
+                expr = cnn.fold("nn_max", cells)
+            else:
+                expr = f"({' + '.join(cells)}) / {num.count(len(cells))}"
+            w.emit(w.store(dst, i, act(a, expr)), len(cells))
     elif k == "zeropad2d":
-        H, W, C = op["H"], op["W"], op["C"]
-        for oy in range(op["OH"]):
-            for ox in range(op["OW"]):
-                iy, ix = oy - op["PT"], ox - op["PL"]
-                for c in range(C):
-                    i = (oy * op['OW'] + ox) * C + c
-                    if 0 <= iy < H and 0 <= ix < W:
-                        w.emit(w.copy(dst, i, src[0], (iy * W + ix) * C + c))
-                    else:
-                        w.emit(f"{w.at(dst, i)} = {'0.0f' if dst in ('in', 'out') else zero};")
+        for i, j in cnn.padded_cells(op):
+            if j is not None:
+                w.emit(w.copy(dst, i, src[0], j))
+            else:
+                w.emit(f"{w.at(dst, i)} = {'0.0f' if dst in ('in', 'out') else zero};")
     elif k == "batchnorm":
         C = op["C"]
         for i in range(op["n"]):
@@ -321,7 +299,7 @@ def broadcast(op, w, layer):
     for i in range(op["n"]):
         values = [c[i] for c in columns]
         if kind in ("max", "min"):
-            expr = fold(f"nn_{kind}", values)
+            expr = cnn.fold(f"nn_{kind}", values)
         elif kind == "mean":
             total = " + ".join(values) if count > 1 else f"{values[0]} + 0.0{w.num.sfx}"
             expr = f"({total}) / {w.num.count(count)}"

@@ -80,37 +80,22 @@ def layer_lines(op, w):
                 terms += [product(kq[i, j], w.get(src[0], p * K + i), bits) for i in range(K) if kq[i, j]]
                 w.emit(store(p * OC + j, " + ".join(terms)), len(terms))
     elif k == "pool2d":
-        H, W, C = op["H"], op["W"], op["C"]
-        for oy in range(op["OH"]):
-            for ox in range(op["OW"]):
-                for c in range(C):
-                    cells = [w.get(src[0], (iy * W + ix) * C + c)
-                             for iy in range(oy * op["SH"] - op["PT"], oy * op["SH"] - op["PT"] + op["KH"])
-                             for ix in range(ox * op["SW"] - op["PL"], ox * op["SW"] - op["PL"] + op["KW"])
-                             if 0 <= iy < H and 0 <= ix < W]
-                    i = (oy * op["OW"] + ox) * C + c
-                    if op["mode"] == "max":
-                        expr = cells[0]
-                        for cell in cells[1:]:
-                            expr = f"nn_max16({expr}, {cell})"
-                    elif qop.pool_shift is None:
-                        recip = int(gb.reciprocals(len(cells))[len(cells)])
-                        expr = (f"((int32_t)({' + '.join(f'(int32_t){x}' for x in cells)}) * {recip} + "
-                                f"((int32_t)1 << {gb.RECIP_FRAC - 1})) >> {gb.RECIP_FRAC}")
-                    else:
-                        s = qop.pool_shift
-                        total = " + ".join(f"(int32_t){x}" for x in cells)
-                        expr = f"(({total}) + ((int32_t)1 << {s - 1})) >> {s}" if s else f"({total})"
-                    w.emit(store(i, expr), len(cells))
+        for i, window in cnn.pool_windows(op):
+            cells = [w.get(src[0], j) for j in window]
+            if op["mode"] == "max":
+                expr = cnn.fold("nn_max16", cells)
+            elif qop.pool_shift is None:
+                recip = int(gb.reciprocals(len(cells))[len(cells)])
+                expr = (f"((int32_t)({' + '.join(f'(int32_t){x}' for x in cells)}) * {recip} + "
+                        f"((int32_t)1 << {gb.RECIP_FRAC - 1})) >> {gb.RECIP_FRAC}")
+            else:
+                s = qop.pool_shift
+                total = " + ".join(f"(int32_t){x}" for x in cells)
+                expr = f"(({total}) + ((int32_t)1 << {s - 1})) >> {s}" if s else f"({total})"
+            w.emit(store(i, expr), len(cells))
     elif k == "zeropad2d":
-        H, W, C = op["H"], op["W"], op["C"]
-        for oy in range(op["OH"]):
-            for ox in range(op["OW"]):
-                iy, ix = oy - op["PT"], ox - op["PL"]
-                for c in range(C):
-                    i = (oy * op["OW"] + ox) * C + c
-                    inside = 0 <= iy < H and 0 <= ix < W
-                    w.emit(f"{w.at(dst, i)} = {w.get(src[0], (iy * W + ix) * C + c) if inside else 0};")
+        for i, j in cnn.padded_cells(op):
+            w.emit(f"{w.at(dst, i)} = {w.get(src[0], j) if j is not None else 0};")
     elif k == "batchnorm":
         C = op["C"]
         for i in range(op["n"]):

@@ -880,17 +880,25 @@ class _Converter:
                         tuple(ct[p] for p in perm), source_type="Slice")
         self.emit(node, layer, [src], perm=perm)
 
-    def op_Gather(self, node, a, inputs, consts):
+    def gathered(self, a, inputs, consts):
+        """A Gather-like node's data (tensor, IR shape, layout perm), its model shape, the axis and
+        the indices (constants only), as int64."""
         src, ir, perm = self.tensor_any(inputs[0])
         shape = _unpermute(ir, perm)
-        idx = consts[1]
-        if idx is None:
+        if consts[1] is None:
             raise Problem("indices computed from the input (only constants)")
-        axis = self.axis(a.get("axis", 0), len(shape))
-        idx = np.asarray(idx).astype(np.int64)
-        if idx.size and (idx.min() < -shape[axis] or idx.max() >= shape[axis]):
-            raise Problem(f"indices out of range for axis of size {shape[axis]}")
-        idx = np.where(idx < 0, idx + shape[axis], idx)
+        return src, ir, perm, shape, self.axis(a.get("axis", 0), len(shape)), np.asarray(consts[1]).astype(np.int64)
+
+    @staticmethod
+    def wrapped(idx, size):
+        """Indices into an axis of `size`, negative ones counted from its end; out of range is refused."""
+        if idx.size and (idx.min() < -size or idx.max() >= size):
+            raise Problem(f"indices out of range for axis of size {size}")
+        return np.where(idx < 0, idx + size, idx)
+
+    def op_Gather(self, node, a, inputs, consts):
+        src, ir, perm, shape, axis, idx = self.gathered(a, inputs, consts)
+        idx = self.wrapped(idx, shape[axis])
         if idx.ndim <= 1 and (idx.ndim == 1 or len(shape) > 1):
             # the IR keeps its layout: the gathered axis is where the IR holds it
             at = _inverse(perm)[axis]
@@ -910,19 +918,10 @@ class _Converter:
         self.emit(node, layer, [src], layer.output_shape(shape))
 
     def op_GatherElements(self, node, a, inputs, consts):
-        src, ir, perm = self.tensor_any(inputs[0])
-        shape = _unpermute(ir, perm)
-        idx = consts[1]
-        if idx is None:
-            raise Problem("indices computed from the input (only constants)")
-        axis = self.axis(a.get("axis", 0), len(shape))
-        idx = np.asarray(idx).astype(np.int64)
+        src, ir, perm, shape, axis, idx = self.gathered(a, inputs, consts)
         if idx.ndim != len(shape) + 1 or idx.shape[0] != 1:
             raise Problem(f"indices of shape {idx.shape} (one sample expected)")
-        idx = idx[0]
-        if idx.size and (idx.min() < -shape[axis] or idx.max() >= shape[axis]):
-            raise Problem(f"indices out of range for axis of size {shape[axis]}")
-        idx = np.transpose(np.where(idx < 0, idx + shape[axis], idx), perm)
+        idx = np.transpose(self.wrapped(idx[0], shape[axis]), perm)
         layer = g.GatherElements(self.unique(self.label(node)), _inverse(perm)[axis], idx,
                                  source_type="GatherElements")
         self.emit(node, layer, [src], perm=perm)

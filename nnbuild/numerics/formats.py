@@ -18,6 +18,9 @@ GENERIC_FIXED = re.compile(r"fixed(\d+)[.,_](\d+)$")
 Z_FRAC = 16
 #: table activations clamp their Q16 input to +-Z_LIMIT when the proof says it could be larger
 Z_LIMIT = 1 << 29
+#: activations computed from a table at Z_FRAC (the others are exact integer operations)
+TABLE_ACTIVATIONS = ("tanh", "sigmoid", "softmax")
+INT32_MAX = (1 << 31) - 1
 
 def is_fixed(precision):
     return precision in FIXED_PRECISIONS or bool(GENERIC_FIXED.match(precision))

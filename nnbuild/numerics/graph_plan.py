@@ -7,7 +7,8 @@ the output format (or to Q16 for the table activations tanh/sigmoid/softmax). Th
 twice per tensor: real intervals (the model's own values over the input box) choose each format,
 then integer intervals of what the code computes, evaluated with the bit-exact model's own
 operations (nnbuild.numerics.graph_bitexact), prove that it fits. The accumulator width covers
-every partial sum: |bias| + sum |w| * max|x|, per output element.
+every partial sum: |bias| + sum |w| * max|x|, per output element. The format policy, activation
+intervals and int32-accumulator weight search are shared with the MLP plan (nnbuild.numerics.proof).
 """
 
 from dataclasses import dataclass, field
@@ -16,15 +17,14 @@ from typing import List, Optional
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.numerics import graph_bitexact as gb
+from nnbuild.numerics import graph_bitexact as gb, proof
 from nnbuild.numerics.bitexact import quantize_input, round_shift
-from nnbuild.numerics.formats import Z_FRAC, Z_LIMIT, Tensor, check_precision, frac_for, to_int
-from nnbuild.numerics.plan import Policy, activation_interval
+from nnbuild.numerics.formats import (INT32_MAX, TABLE_ACTIVATIONS as TABLES, Z_FRAC, Z_LIMIT, Tensor, check_precision,
+                                      to_int)
+from nnbuild.numerics.proof import activation_interval, magnitude
 
 #: precisions the CNN shapes generate in fixed point
 GRAPH_PRECISIONS = ("q16", "q16-acc32", "q8")
-TABLES = ("tanh", "sigmoid", "softmax")
-INT32_MAX = (1 << 31) - 1
 
 
 @dataclass
@@ -75,15 +75,14 @@ class GraphPlan:
 
     def summary(self):
         """JSON-able proof record for the trace and the report."""
-        def entry(op):
-            return {"name": op.name, "type": op.source_type, "activation": op.activation,
-                    "inputs": [vars(t) for t in op.inputs], "output": vars(op.output),
-                    "weight": vars(op.weight) if op.weight else None, "accumulator_bits": op.acc_bits,
-                    "accumulator_frac": op.acc_frac, "accumulator_bound": int(op.acc_bound), "shift": op.shift,
-                    "saturate_pre_activation": op.saturate_z, "output_integer_interval": [int(v) for v in op.interval],
-                    "pre_activation_interval": [float(v) for v in op.pre_activation], "notes": op.notes}
-        return {"precision": self.precision, "input": vars(self.input), "input_range": list(self.input_range),
-                "saturation": self.saturation, "layers": [entry(op) for op in self.ops]}
+        return proof.record(self, [
+            {"name": op.name, "type": op.source_type, "activation": op.activation,
+             "inputs": [vars(t) for t in op.inputs], "output": vars(op.output),
+             "weight": vars(op.weight) if op.weight else None, "accumulator_bits": op.acc_bits,
+             "accumulator_frac": op.acc_frac, "accumulator_bound": int(op.acc_bound), "shift": op.shift,
+             "saturate_pre_activation": op.saturate_z, "output_integer_interval": [int(v) for v in op.interval],
+             "pre_activation_interval": [float(v) for v in op.pre_activation], "notes": op.notes}
+            for op in self.ops])
 
 
 def quantize_graph(model, precision, input_range):
@@ -92,17 +91,14 @@ def quantize_graph(model, precision, input_range):
     if precision not in GRAPH_PRECISIONS:
         raise NNBuildError(f"the CNN shapes generate fixed point as {', '.join(GRAPH_PRECISIONS)}, "
                            f"not '{precision}'")
-    policy = Policy(precision)
-    lo, hi = (float(v) for v in input_range)
+    policy, lo, hi, in_t, saturation = proof.start(precision, input_range)
     shapes = model.tensor_shapes()
     in_shape = tuple(shapes[model.input_name])
-    in_t = policy.input_tensor(max(abs(lo), abs(hi)))
     real = {model.input_name: (np.full((1,) + in_shape, lo), np.full((1,) + in_shape, hi))}
     ints = {model.input_name: tuple(quantize_input(np.full((1, int(np.prod(in_shape))), v, np.float32), in_t,
                                                    (lo, hi)).reshape((1,) + in_shape) for v in (lo, hi))}
     formats = {model.input_name: in_t}
-    plan = GraphPlan(precision, in_t, model.input_name, in_shape, (lo, hi), [], formats,
-                     saturation=[f"inputs outside [{lo:g}, {hi:g}] are clamped to it (NaN to {lo:g})"])
+    plan = GraphPlan(precision, in_t, model.input_name, in_shape, (lo, hi), [], formats, saturation=saturation)
     for index, layer in enumerate(model.layers):
         sources = list(model.sources(index))
         op = QOp(layer.name, layer.kind, layer.source_type, getattr(layer, "activation", None) or "linear",
@@ -134,9 +130,7 @@ def real_interval(layer, intervals, shape):
     affine ones is monotone in each input, so its interval is its value at the ends)."""
     kind, act = layer.kind, getattr(layer, "activation", None) or "linear"
     if kind in ("conv2d", "dense"):
-        kernel = np.asarray(layer.kernel, np.float64)
-        bias = np.zeros(kernel.shape[-1]) if layer.bias is None else np.asarray(layer.bias, np.float64)
-        return activation_interval(act, *affine_interval(layer, kernel, bias, *intervals[0]))
+        return activation_interval(act, *affine_interval(layer, *proof.affine_parameters(layer), *intervals[0]))
     if kind == "batchnorm":
         alpha, offset = layer.scale_offset(np.float64)
         a, b = intervals[0][0] * alpha, intervals[0][1] * alpha
@@ -160,10 +154,6 @@ def real_interval(layer, intervals, shape):
             raise NNBuildError(f"layer kind '{kind}' has no fixed-point form in the CNN shapes",
                                item=f"{layer.source_type} '{layer.name}'")
     return activation_interval(act, *ends)
-
-
-def magnitude(interval):
-    return float(max(np.abs(interval[0]).max(initial=0), np.abs(interval[1]).max(initial=0)))
 
 
 def plan_op(op, policy, real_in, real_out, int_in):
@@ -209,16 +199,10 @@ def plan_op(op, policy, real_in, real_out, int_in):
     raise NNBuildError(f"layer kind '{kind}' has no fixed-point form in the CNN shapes", item=op.what)
 
 
-def output_format(op, policy, real_out):
-    if op.activation in TABLES:
-        return Tensor(14, 16)  # [-1, 1] at Q14: 1.0 is representable
-    return Tensor(frac_for(magnitude(real_out), 16), 16)
-
-
 def finish(op, acc_lo, acc_hi, real_out, policy):
     """Output format, shift and saturation from the accumulator's integer interval: the output
     format loses fraction bits until the proven integers fit int16."""
-    op.output = output_format(op, policy, real_out)
+    op.output = policy.output_tensor(op.activation, magnitude(real_out), op.what)
     while True:
         target = Z_FRAC if op.activation in TABLES else op.output.frac
         op.shift = op.acc_frac - target
@@ -241,27 +225,23 @@ def finish(op, acc_lo, acc_hi, real_out, policy):
 
 def plan_affine(op, policy, real_in, real_out, int_in):
     layer = op.layer
-    kernel = np.asarray(layer.kernel, np.float64)
-    bias = np.zeros(kernel.shape[-1]) if layer.bias is None else np.asarray(layer.bias, np.float64)
+    kernel, bias = proof.affine_parameters(layer)
     pre = affine_interval(layer, kernel, bias, *real_in)
     op.pre_activation = (float(pre[0].min()), float(pre[1].max()))
-    w_t = policy.tensor(float(np.abs(kernel).max()), f"{op.what} kernel", policy.weight_bits)
     x_abs = np.maximum(np.abs(int_in[0]), np.abs(int_in[1]))
-    while True:
+
+    def with_weights(w_t):
         op.weight = w_t
         op.kernel_q = to_int(kernel, w_t.frac, w_t.bits, f"{op.what} kernel")
         op.acc_frac = w_t.frac + op.inputs[0].frac
         op.bias_q = to_int(bias, op.acc_frac, 64, f"{op.what} bias")
         op.acc_bound = int(_linear(layer, np.abs(op.kernel_q), np.abs(op.bias_q), x_abs).max())
         op.acc_bits = 32 if op.acc_bound <= INT32_MAX else 64
-        if op.acc_bits == 32 or not policy.acc32_only:
-            break
-        if w_t.frac <= 1:
-            raise NNBuildError("no weight format keeps the accumulator within int32", item=op.what)
-        w_t = Tensor(w_t.frac - 1, w_t.bits)
-        op.notes = [f"weight fraction bits lowered to {w_t.frac} so the accumulator fits int32"]
-    if op.acc_bound >= 1 << 62:
-        raise NNBuildError("accumulator can overflow int64 over the input range", item=op.what)
+        return op
+
+    _, op.notes = policy.fit_accumulator(
+        policy.tensor(float(np.abs(kernel).max()), f"{op.what} kernel", policy.weight_bits), with_weights, op.what)
+    proof.check_int64(op.acc_bound, op.what)
     acc = affine_interval(layer, op.kernel_q, op.bias_q, *int_in)
     return finish(op, acc[0], acc[1], real_out, policy)
 

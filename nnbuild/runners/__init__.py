@@ -3,7 +3,8 @@ emulator (qemu-arm), and cycle-exact on AVR through libsimavr.
 
 A runner is one module named by a board's "simulator" in RUNNERS. It offers
 `run(board, program, x, n_out, *, io, entry=None, harness=None) -> (outputs, cycles or None)`,
-`label(board)` (the run's name in reports), PROGRAM_SUFFIX, MEASURES_CYCLES, NEEDS_HARNESS (then
+`label(board)` (the run's name in reports), PROGRAM_SUFFIX, MEASURES_CYCLES (or `measures_cycles(board)`
+where it depends on the board; read through Board.measures_cycles), NEEDS_HARNESS (then
 `build_harness(dest)` too) and BOARD_NEEDS (board keys it reads). A new runner is one new module
 and one RUNNERS line.
 

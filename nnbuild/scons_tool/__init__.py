@@ -128,63 +128,66 @@ def fail(message):
     raise SCons.Errors.StopError(f"nnbuild: {message}")
 
 
+def board_env(env, board):
+    """A clone of `env` that compiles and links with the board's compiler (found on its PATH, else
+    one line)."""
+    try:
+        board.compiler.require_tool(board, path=env["ENV"]["PATH"])
+    except NNBuildError as error:
+        fail(str(error))
+    clone = env.Clone()
+    clone.Replace(CC=board["cc"], LINK=board["cc"], PROGSUFFIX=board.program_suffix)
+    return clone
+
+
+def link_flags(board, opt=None):
+    """The board's link flags, its `{output}` placeholder as SCons' $TARGET."""
+    return [f.replace("{output}", "$TARGET") for f in board.compiler.link_flags(board, opt)]
+
+
 def cross_env(env, board, opt, verbose):
     """A compile/link environment for one board, from its data file and compiler family."""
     compilers = board.compiler
-    try:
-        compilers.require_tool(board, path=env["ENV"]["PATH"])
-    except NNBuildError as error:
-        fail(str(error))
-    xenv = env.Clone()
-    xenv.Replace(CC=board["cc"], LINK=board["cc"], CCFLAGS=compilers.compile_flags(board, opt),
-                 CFLAGS=[], LINKFLAGS=[f.replace("{output}", "$TARGET") for f in compilers.link_flags(board, opt)],
-                 LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[], PROGSUFFIX=board.program_suffix)
+    xenv = board_env(env, board)
+    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
+                 LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[])
     if not verbose:
         xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))
     return xenv
 
 
-def candidate_options(options, tolerances, precision):
-    """The pipeline options of one precision=auto candidate: its own tolerance where one is declared."""
-    if tolerances and precision in tolerances:
-        return {**options, "tolerance": tolerances[precision]}
-    return options
-
-
-def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, tolerances=None,
-                **options):
+def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_PRECISION, tolerance=1e-4,
+                tolerances=None, **options):
     """The whole pipeline for one precision, or for precision=auto every candidate the kind, shape
-    and board allow plus a select step that keeps the smallest WCET meeting tolerance and deadline.
-    `tolerances` ({precision: tolerance}) overrides `tolerance` per candidate: a 16-bit format cannot
-    hold a float tolerance, and auto must judge each candidate by its own."""
+    and board allow (pipeline.auto_candidates) plus a select step that keeps the smallest WCET
+    meeting tolerance and deadline. `tolerances` ({precision: tolerance}) overrides `tolerance` per
+    candidate: a 16-bit format cannot hold a float tolerance, and auto must judge each candidate by
+    its own."""
     try:
         multi = kinds.of_file(str(model)).NAME == "multiitem" or bool(options.get("split"))
     except NNBuildError as error:
         fail(str(error))
     if multi:
-        return multiitem_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+        return multiitem_pipeline(env, name, model, target, build_dir, precision=precision, tolerance=tolerance,
+                                  **options)
     if "sync" in options:
         fail("sync= applies to multi-item systems only")
     if precision != "auto":
-        return firmware_pipeline(env, name, model, target, build_dir, precision=precision, **options)
+        return firmware_pipeline(env, name, model, target, build_dir, precision=precision, tolerance=tolerance,
+                                 **options)
     try:
         board = boards.load_board(target)
-        kind = kinds.of_file(str(model))
-        shape = options.get("shape", kinds.DEFAULT_SHAPE)
-        loaded = None
-        if hasattr(codegen.shape_module(kinds.resolve_shape(kind, shape)), "choose"):
-            loaded, _ = kind.load(str(model), None, options.get("environment"))  # its shape depends on the model
-        candidates = kinds.precision_candidates(kind, shape, board, loaded)
+        candidates = pipeline.auto_candidates(model, board, target=target,
+                                              shape=options.get("shape", kinds.DEFAULT_SHAPE),
+                                              environment=options.get("environment"), tolerance=tolerance,
+                                              tolerances=tolerances)
     except NNBuildError as error:
         fail(str(error))
-    if not candidates:
-        fail(f"precision=auto: no precision of {kind.NAME} models can be generated in shape {shape} for {target}")
     bdir = env.Dir(build_dir)
     inputs = shared_inputs(env, bdir, model, options)
     runs = {p: firmware_pipeline(env, name, model, target, f"{build_dir}/candidates/{p}", precision=p,
-                                 gated=False, record_wcet_errors=True, inputs=inputs,
-                                 **candidate_options(options, tolerances, p))
-            for p in candidates}
+                                 tolerance=t, gated=False, record_wcet_errors=True, inputs=inputs, **options)
+            for p, t in candidates.items()}
     sources, specs = [], []
     for p, nodes in runs.items():
         spec = f"{p}=${{SOURCES[{len(sources)}]}}"
@@ -360,16 +363,9 @@ def user_env(env, board, include_dirs):
     """The user's environment for the board: the board's compiler, target flags and link flags
     before the user's own (CCFLAGS, CFLAGS, CPPPATH, CPPDEFINES, LINKFLAGS, LIBS are extended, never
     replaced); the generated code's warning policy stays with the generated code."""
-    compilers = board.compiler
-    try:
-        compilers.require_tool(board, path=env["ENV"]["PATH"])
-    except NNBuildError as error:
-        fail(str(error))
-    fenv = env.Clone()
-    fenv.Replace(CC=board["cc"], LINK=board["cc"], PROGSUFFIX=board.program_suffix)
-    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board),
-                 LINKFLAGS=[f.replace("{output}", "$TARGET") for f in compilers.link_flags(board)])
-    fenv.Append(CPPPATH=list(include_dirs), LIBS=compilers.libs(board))
+    fenv = board_env(env, board)
+    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board), LINKFLAGS=link_flags(board))
+    fenv.Append(CPPPATH=list(include_dirs), LIBS=board.compiler.libs(board))
     if not bool(env["NNBUILD_VERBOSE"]):
         fenv.SetDefault(CCCOMSTR=comstr(env, "CC", False), LINKCOMSTR=comstr(env, "LINK", False))
     return fenv

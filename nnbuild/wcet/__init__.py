@@ -39,10 +39,9 @@ ANALYZERS = {
     "platin": "nnbuild.wcet.platin",
 }
 
-#: analyzers that drive an external tool: the executable that must be on PATH
+#: analyzers that drive an external tool: the executable that must be found, on PATH or in the
+#: analyzer's own cached build (`scripts/setup.sh --with-<analyzer>`, see nnbuild.wcet.tools)
 EXTERNAL_COMMANDS = {"otawa": "owcet", "platin": "platin"}
-#: analyzers whose tools `scripts/setup.sh --with-<name>` builds into nnbuild's cache (wcet.tools)
-CACHED_BUILDS = {"otawa": "otawa"}
 
 #: board "stack_tool" value -> module with stack_bound(elf, entry, board, flowfacts)
 STACK_ANALYZERS = {"builtin-avr": "nnbuild.wcet.avr_stack"}
@@ -99,15 +98,16 @@ def analyze(board, elf, entry, flowfacts, workdir):
 
 
 def unavailable_reason(board, path=None):
-    """Why the board's analyzer cannot run here (None when it can): no analyzer, or tool not on PATH."""
+    """Why the board's analyzer cannot run here (None when it can): no analyzer, or its tool found
+    neither on PATH (`path`, default $PATH) nor in the analyzer's cached build."""
     import shutil
     name = board.get("wcet_tool")
     if not name:
         return f"no WCET analyzer for target {board['name']} (no timing model)"
     command = EXTERNAL_COMMANDS.get(name)
-    if command and name in CACHED_BUILDS:
-        from nnbuild.wcet import tools
-        path = tools.search_path(CACHED_BUILDS[name], base=path)   # a build set-up cached counts as found
-    if command and not shutil.which(command, path=path):
+    if not command:
+        return None
+    from nnbuild.wcet import tools
+    if not shutil.which(command, path=tools.search_path(name, base=path)):
         return f"'{command}' ({name}) not found on PATH for target={board['name']}"
     return None
