@@ -9,6 +9,12 @@ Same measurement as peers.md and bench/acasxu_callgrind.py: one inference per pr
 `<name>_infer` and its callees, minimum over the inputs. peers.md has no -O3 column: -O3 is set
 against ACETONE's best measured figure (its -O2 with vectorisation). The outputs are checked
 against nnbuild's float64 reference.
+
+The mlp shape is measured with the host board's weights storage `const-simd` (16-byte GCC vectors,
+one neuron per lane, written in the C: `-fno-tree-vectorize` turns off gcc's auto-vectoriser, not
+vector types the source spells out, so at that flag set it is SIMD code against ACETONE's scalar
+code) and with the scalar `const` storage (no vector type anywhere: the like-for-like figure),
+then the v2 shape (scalar).
 """
 
 import argparse
