@@ -26,9 +26,10 @@ def generated(tmp_path, storage="const", model=F1TENTH, name="f1tenth"):
     return out
 
 
-def test_output_is_byte_identical_across_runs(tmp_path):
-    first = generated(tmp_path / "a", "avr-progmem-far")
-    second = generated(tmp_path / "b", "avr-progmem-far")
+@pytest.mark.parametrize("storage", ["avr-progmem-far", "const-simd"])
+def test_output_is_byte_identical_across_runs(tmp_path, storage):
+    first = generated(tmp_path / "a", storage)
+    second = generated(tmp_path / "b", storage)
     for name in codegen.outputs("f1tenth"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -223,7 +224,10 @@ def test_host_vectors_give_the_scalar_results_bit_for_bit(tmp_path, precision):
         out = tmp_path / f"{storage}{opt}"
         codegen.generate(model, out, precision=precision, storage=storage)
         runs[storage, opt] = compile_and_run(tmp_path, out, "paths", x, 6, [opt, "-ffp-contract=off"]).view(np.uint32)
-    assert "_vec" in (tmp_path / "const-simd-O2" / "paths.c").read_text()
+    code = (tmp_path / "const-simd-O2" / "paths.c").read_text().splitlines()
+    assert any("paths_vec" in line for line in code)
+    facts = json.loads((tmp_path / "const-simd-O2" / "paths.flowfacts.json").read_text())
+    assert sorted(f["line"] for f in facts["loops"]) == [i + 1 for i, l in enumerate(code) if l.strip().startswith("for (")]
     for key, y in runs.items():
         assert np.array_equal(y, runs["const", "-O2"]), key
     assert np.max(np.abs(runs["const-simd", "-O2"].view(np.float32) - reference.run(model, x))) <= 1e-5
