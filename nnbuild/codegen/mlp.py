@@ -4,6 +4,8 @@ Each Dense layer is a neuron loop around a sequential walk of that neuron's weig
 are read in storage order (one pointer increment per MAC, cheap on an 8-bit MCU). Every loop bound
 is a literal and is repeated in NN_LOOPBOUND(n) for WCET tools; the same bounds go to the flow
 facts file. Weights live in `<name>_weights.c` so a weight edit leaves `<name>.c` byte-identical.
+On hosts (storage const-simd) float layers compute 16 neurons per pass with GCC/Clang vectors, one
+neuron per lane, from weights interleaved for them: the same sums in the same order.
 """
 
 import numpy as np
@@ -130,6 +132,7 @@ def layer_chunks(prefix, layer, storage, real):
 def interleaved(rows, lanes, layer):
     """Rows [out][in] as vectors [block][in][vector], lane l of vector v of block j being neuron
     lanes * (VECTORS * j + v) + l: one group of lines per block, a line per input."""
+    common.check_finite(rows, layer)
     groups = []
     per_block = lanes * VECTORS
     for start in range(0, rows.shape[0], per_block):
@@ -138,7 +141,6 @@ def interleaved(rows, lanes, layer):
                            for l in range(0, block.shape[0], lanes))
                  for k in range(rows.shape[1])]
         groups.append({"first": start, "last": start + block.shape[0] - 1, "lines": lines})
-    common.check_finite(rows, layer)
     return groups
 
 
