@@ -2,7 +2,8 @@
 
 Every code shape and precision (MLP in float32, float64, q16, q16-acc32, fix16 and fixedW.F; CNN
 shapes v1, v2, v3; TPG shapes switch and stack), with weights `const` and (AVR only)
-`avr-progmem-far` (ATmega1284) and `avr-progmem-near` (ATmega328P), is generated and compiled,
+`avr-progmem-far` (ATmega1284) and `avr-progmem-near` (ATmega328P), and the float MLPs with the
+host's `const-simd` (GCC vectors, compiled by every board's gcc too), is generated and compiled,
 together with the check firmware main that is built around it (nnbuild/runners/check_main.c, tpg_check_main.c), by each gcc of the boards (host gcc,
 avr-gcc, arm-none-eabi-gcc) with the board's own flags plus STRICT; then cppcheck must report
 nothing. The quick cases use small models built here (every layer kind and activation, so every
@@ -95,8 +96,11 @@ def built(model):
     return lambda: (model(), [])
 
 
-def case(label, load, shape, precision="float32", storages=("const", "avr-progmem-far", "avr-progmem-near"),
-         marks=()):
+#: the weights storages every case is generated with; the float MLPs add the host's const-simd
+STORAGES = ("const", "avr-progmem-far", "avr-progmem-near")
+
+
+def case(label, load, shape, precision="float32", storages=STORAGES, marks=()):
     fixed = precision in FIXED or precision.startswith("fixed")
     return pytest.param(label, load, shape, precision, storages, (-1.0, 1.0) if fixed else None,
                         id=label, marks=list(marks))
@@ -105,18 +109,20 @@ def case(label, load, shape, precision="float32", storages=("const", "avr-progme
 E2E = [pytest.mark.e2e]
 CASES = [
     *(case(f"tinymlp-{p}", built(mlp_model), "mlp", p) for p in FIXED),
-    case("tinymlp-float32", built(mlp_float_model), "mlp", "float32"),
-    case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const",)),
-    case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp"),
+    case("tinymlp-float32", built(mlp_float_model), "mlp", "float32", storages=STORAGES + ("const-simd",)),
+    case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const", "const-simd")),
+    case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + ("const-simd",)),
     *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     case("tinycnn-v2-q8", built(cnn_model), "v2", "q8"),
     *(case(f"tpg-{s}", example(SIPS22_GAME, "sips22-atari"), s) for s in ("switch", "stack")),
     # f1tenth's 36 KB weight rows exceed avr-gcc's object size limit as plain const arrays: AVR far only
     *(case(f"f1tenth-{p}", example(EX / "f1tenth" / "architecture.json"), "mlp", p, marks=E2E)
-      for p in ("float32",) + FIXED),
-    case("f1tenth-float64", example(EX / "f1tenth" / "architecture.json"), "mlp", "float64", storages=("const",),
+      for p in FIXED),
+    case("f1tenth-float32", example(EX / "f1tenth" / "architecture.json"), "mlp", storages=STORAGES + ("const-simd",),
          marks=E2E),
+    case("f1tenth-float64", example(EX / "f1tenth" / "architecture.json"), "mlp", "float64",
+         storages=("const", "const-simd"), marks=E2E),
     *(case(f"cifarnet-{s}", example(EX / "cifarnet" / "cifarnet.h5"), s, marks=E2E) for s in ("v1", "v2")),
     case("lenet5-v2-q16-acc32", example(EX / "lenet5" / "lenet5.h5"), "v2", "q16-acc32", storages=("avr-progmem-far",),
          marks=E2E),
@@ -129,7 +135,7 @@ def targets(label, precision, storage):
     names = {"avr-progmem-far": ("avr",), "avr-progmem-near": ("atmega328p",)}.get(storage, BOARDS)
     if precision == "float64":
         names = tuple(b for b in names if boards.load_board(b).get("double_bits", 64) >= 64)
-    if label.startswith("f1tenth") and storage == "const":
+    if label.startswith("f1tenth") and storage in ("const", "const-simd"):
         names = tuple(b for b in names if b != "avr")
     return names
 

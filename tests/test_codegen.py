@@ -192,3 +192,43 @@ def test_v3_warns_before_a_long_compile_and_records_the_estimate(tmp_path, capsy
     assert len(err) == 1 and err[0].startswith("nnbuild: warning: shape v3 unrolls 40,010 terms of model 'v3m20': "
                                                "expect about 13 s per compile of v3m20.c (measured "), err
     assert v3.COMPILE_BASIS in err[0] and small["terms"] * v3.COMPILE_SECONDS_PER_TERM < v3.WARN_SECONDS
+
+
+def every_path_model():
+    """Dense layers through every path of the host mlp code: blocks of 16 neurons, a tail of vectors
+    and rows left over (37 units), no bias, rows only (3 units), each activation, softmax."""
+    rng = np.random.default_rng(7)
+
+    def kernel(a, b):
+        return rng.standard_normal((a, b)).astype(np.float32)
+    return Model("paths", (7,), [Dense("d1", kernel(7, 37), rng.standard_normal(37).astype(np.float32), "relu"),
+                                 Dense("d2", kernel(37, 16), None, "tanh"),
+                                 Dense("d3", kernel(16, 3), rng.standard_normal(3).astype(np.float32), "linear"),
+                                 Activation("s", "sigmoid"),
+                                 Dense("d4", kernel(3, 6), None, "softmax")])
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_host_vectors_give_the_scalar_results_bit_for_bit(tmp_path, precision):
+    """const-simd (one neuron per vector lane) == const (8 neurons per pass, one row each), bit for
+    bit, optimised or not; the vector code is byte-identical across generations and bounded."""
+    model = every_path_model()
+    x = np.random.default_rng(8).uniform(-3, 3, (64, 7)).astype(np.float32)
+    x[:8] *= np.float32(1e30)  # sums that overflow
+    x[8:16] *= np.float32(1e-41)  # subnormal inputs
+    x[16] = 0.0
+    x[17] = -0.0
+    runs = {}
+    for storage, opt in (("const-simd", "-O2"), ("const-simd", "-O0"), ("const", "-O2")):
+        out = tmp_path / f"{storage}{opt}"
+        codegen.generate(model, out, precision=precision, storage=storage)
+        runs[storage, opt] = compile_and_run(tmp_path, out, "paths", x, 6, [opt, "-ffp-contract=off"]).view(np.uint32)
+    code = (tmp_path / "const-simd-O2" / "paths.c").read_text().splitlines()
+    assert any("paths_vec" in line for line in code)
+    facts = json.loads((tmp_path / "const-simd-O2" / "paths.flowfacts.json").read_text())
+    for name in codegen.outputs("paths"):  # generated twice: byte-identical
+        assert (tmp_path / "const-simd-O2" / name).read_bytes() == (tmp_path / "const-simd-O0" / name).read_bytes()
+    assert sorted(f["line"] for f in facts["loops"]) == [i + 1 for i, l in enumerate(code) if l.strip().startswith("for (")]
+    for key, y in runs.items():
+        assert np.array_equal(y, runs["const", "-O2"]), key
+    assert np.max(np.abs(runs["const-simd", "-O2"].view(np.float32) - reference.run(model, x))) <= 1e-5

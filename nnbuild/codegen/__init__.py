@@ -33,8 +33,9 @@ SHAPES = {
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
 #: How weights are stored: plain const arrays, AVR flash read with ELPM (pgm_read_*_far, anywhere
 #: in flash), or AVR flash read with LPM through 16-bit pointers (pgm_read_*, below 64 KB: chips
-#: without ELPM such as the ATmega328P).
-STORAGES = ("const", "avr-progmem-far", "avr-progmem-near")
+#: without ELPM such as the ATmega328P), or const arrays the mlp shape lays out for 16-byte vectors
+#: (const-simd: GCC/Clang vector extension, one neuron per lane; the host board's).
+STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd")
 
 
 def outputs(name, shape=None):

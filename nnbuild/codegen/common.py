@@ -28,6 +28,9 @@ REALS = {"float32": ("float", "f", "expf", 9, "3e-8"), "float64": ("double", "",
 #: (pgm_read_*, the arrays must end below 64 KB: the size step checks the "near_flash_symbols")
 FLASH_STORAGES = ("avr-progmem-far", "avr-progmem-near")
 NEAR_STORAGE = "avr-progmem-near"
+#: plain const arrays that a shape may lay out for SIMD lanes, computed with GCC/Clang vectors (the
+#: host board's; every shape without a vector layout treats it as `const`)
+SIMD_STORAGE = "const-simd"
 
 
 #: the prelude's comment above the near (LPM) weight readers of storage avr-progmem-near
@@ -49,8 +52,9 @@ def reals(precision):
     return {"real": real, "sfx": sfx, "exp": exp, "tanh_limit": tanh_limit, "tanh_gap": tanh_gap}
 
 
-def weight_chunks(prefix, layer, storage, real="float"):
-    """The kernel as [out][in] rows, split into balanced chunks each under MAX_ARRAY_BYTES on AVR."""
+def weight_chunks(prefix, layer, storage, real="float", first=0):
+    """The kernel as [out][in] rows (from row `first`), split into balanced chunks each under
+    MAX_ARRAY_BYTES on AVR."""
     rows = np.asarray(layer.kernel, dtype=np.float32).T
     row_bytes = rows.shape[1] * FLOAT_BYTES
     if storage in FLASH_STORAGES:
@@ -58,10 +62,10 @@ def weight_chunks(prefix, layer, storage, real="float"):
             raise NNBuildError(f"a weight row of {row_bytes} bytes exceeds avr-gcc's 32,767-byte object limit",
                                item=f"Dense '{layer.name}'")
         per_chunk = MAX_ARRAY_BYTES // row_bytes
-        count = -(-rows.shape[0] // per_chunk)
+        count = -(-(rows.shape[0] - first) // per_chunk)
     else:
         count = 1
-    bounds = np.linspace(0, rows.shape[0], count + 1).round().astype(int)
+    bounds = np.linspace(first, rows.shape[0], count + 1).round().astype(int)
     chunks = []
     for c, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
         chunks.append({"symbol": f"{prefix}_{c_identifier(layer.name)}_w{c}", "start": int(start), "ctype": real,
@@ -96,10 +100,14 @@ def bias_array(prefix, layer, real="float"):
             "values": format_values(np.asarray(layer.bias, dtype=np.float32), layer)}
 
 
-def format_values(values, layer):
-    """Float32 literals that round-trip exactly (%.9g), 8 per line."""
+def check_finite(values, layer):
     if not np.all(np.isfinite(values)):
         raise NNBuildError("weights contain NaN or infinity", item=f"Dense '{layer.name}'")
+
+
+def format_values(values, layer):
+    """Float32 literals that round-trip exactly (%.9g), 8 per line."""
+    check_finite(values, layer)
     literals = [float_literal(v) for v in values.tolist()]
     return [", ".join(literals[i:i + 8]) for i in range(0, len(literals), 8)]
 

@@ -4,7 +4,11 @@ Each Dense layer is a neuron loop around a sequential walk of that neuron's weig
 are read in storage order (one pointer increment per MAC, cheap on an 8-bit MCU). Every loop bound
 is a literal and is repeated in NN_LOOPBOUND(n) for WCET tools; the same bounds go to the flow
 facts file. Weights live in `<name>_weights.c` so a weight edit leaves `<name>.c` byte-identical.
+On hosts (storage const-simd) float layers compute 16 neurons per pass with GCC/Clang vectors, one
+neuron per lane, from weights interleaved for them: the same sums in the same order.
 """
+
+import numpy as np
 
 from nnbuild import __version__
 from nnbuild.codegen import common, templating
@@ -26,6 +30,21 @@ BLOCK = 8
 
 def block_for(storage):
     return 1 if storage in common.FLASH_STORAGES else BLOCK
+
+
+#: storage const-simd: bytes of one vector (SSE2, the x86-64 baseline; NEON) and vectors per pass
+#: over the inputs (4 x 4 float32 lanes = 16 neurons: 4 accumulators, the broadcast input and a
+#: product fit x86-64's 16 vector registers). Each lane is one neuron summing its products in input
+#: order, as the scalar code does, so the results are bit for bit the same.
+VECTOR_BYTES = 16
+VECTORS = 4
+
+
+def vector_lanes(storage, real):
+    """Neurons per vector with storage const-simd (0: scalar code)."""
+    if storage != common.SIMD_STORAGE:
+        return 0
+    return VECTOR_BYTES // (4 if real == "float" else 8)
 
 
 def render(model, *, precision, storage, passes_log, input_range=None):
@@ -59,6 +78,9 @@ def render(model, *, precision, storage, passes_log, input_range=None):
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
         "block": block_for(storage),
+        "simd": any(c.get("lanes") for l in layers for c in l.get("chunks") or ()),
+        "vector_bytes": VECTOR_BYTES,
+        "vec": f"{name}_vec",
         "weights_sha256": weights_digest(model),
         "index_type": index_type,
         **common.reals(precision),
@@ -88,6 +110,40 @@ def flushed_source(layer):
     return "xin" if layer["src"] == "in" else layer["src"]
 
 
+def layer_chunks(prefix, layer, storage, real):
+    """The weight arrays of a Dense layer: row chunks; with const-simd first the rows that fill
+    whole vectors, interleaved for them, then the rows left (scalar code)."""
+    lanes = vector_lanes(storage, real)
+    vector_rows = layer.units // lanes * lanes if lanes else 0
+    if not vector_rows:
+        return weight_chunks(prefix, layer, storage, real)
+    rows = np.asarray(layer.kernel, dtype=np.float32).T
+    count = vector_rows // lanes
+    chunk = {"symbol": f"{prefix}_{c_identifier(layer.name)}_wv", "start": 0, "rows": vector_rows,
+             "ctype": f"{prefix}_vec", "size": count * rows.shape[1], "lanes": lanes,
+             "blocks": count // VECTORS, "vectors": VECTORS, "tail": count % VECTORS,
+             "groups": interleaved(rows[:vector_rows], lanes, layer)}
+    rest = []
+    if vector_rows < layer.units:
+        rest = weight_chunks(prefix, layer, storage, real, first=vector_rows)
+    return [chunk] + rest
+
+
+def interleaved(rows, lanes, layer):
+    """Rows [out][in] as vectors [block][in][vector], lane l of vector v of block j being neuron
+    lanes * (VECTORS * j + v) + l: one group of lines per block, a line per input."""
+    common.check_finite(rows, layer)
+    groups = []
+    per_block = lanes * VECTORS
+    for start in range(0, rows.shape[0], per_block):
+        block = rows[start:start + per_block]
+        lines = [", ".join("{" + ", ".join(common.float_literal(v) for v in block[l:l + lanes, k].tolist()) + "}"
+                           for l in range(0, block.shape[0], lanes))
+                 for k in range(rows.shape[1])]
+        groups.append({"first": start, "last": start + block.shape[0] - 1, "lines": lines})
+    return groups
+
+
 def plan_layers(model, storage, real="float"):
     """Per layer: source/destination buffers, weight arrays (split in chunks) and loop bounds."""
     shapes = model.shapes()
@@ -103,7 +159,7 @@ def plan_layers(model, storage, real="float"):
                  "inputs": shapes[index][0], "units": shapes[index + 1][0], "facts": None}
         if isinstance(layer, Dense):
             entry.update(kind="dense", activation=layer.activation,
-                         chunks=weight_chunks(model.name, layer, storage, real),
+                         chunks=layer_chunks(model.name, layer, storage, real),
                          bias=bias_array(model.name, layer, real),
                          split=split_accumulation(storage, real))
             if entry["split"]:
