@@ -11,6 +11,7 @@ TRM's clocks per instruction, zero-wait memory, summed per block by an OTAWA plu
 `trivial` (5 cycles/instruction) and `generic` scripts model no ARM core.
 """
 
+import hashlib
 import json
 import re
 import shutil
@@ -477,7 +478,12 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
     """Bounds of the library loops in arm_libloops.json whose routine is in the program and whose
     instructions match the entry's pattern exactly (else no bound: owcet then names the loop)."""
     with open(table_path) as f:
-        entries = json.load(f)["loops"]
+        table = json.load(f)
+    return loop_pattern_bounds(functions, table["loops"]) + routine_bounds(functions, table.get("routines", []))
+
+
+def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
+    """The `loops` entries: one loop each, pinned by its own instructions."""
     found = []
     for entry in entries:
         for name in entry["symbols"]:
@@ -488,6 +494,41 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
                     found.append(LoopBound(start, int(entry["max"]), name,
                                            f"arm_libloops.json {name}+{entry['offset']:#x}: {entry['why']}"))
     return found
+
+
+def routine_digest(func: Function) -> str:
+    """sha256 of a routine's instructions as loop_text writes them (addresses left out, so the
+    digest pins the code, not where the linker put it)."""
+    return hashlib.sha256("\n".join(loop_text(i) for i in func.insns).encode()).hexdigest()
+
+
+def routine_bounds(functions, entries) -> List[LoopBound]:
+    """The `routines` entries: every loop of a routine whose whole code has the entry's digest and
+    that only the entry's `callers` call (their arguments are part of the bounds' proof)."""
+    found = []
+    for entry in entries:
+        for name in entry["symbols"]:
+            for func in functions.get(name, []):
+                if routine_digest(func) != entry["sha256"] or not only_called_by(functions, func, entry):
+                    continue
+                found += [LoopBound(func.start + loop["offset"], int(loop["max"]), name,
+                                    f"arm_libloops.json {name}+{loop['offset']:#x}: {loop['why']}")
+                          for loop in entry["loops"]]
+    return found
+
+
+def only_called_by(functions, func: Function, entry) -> bool:
+    """True when the entry names no `callers`, or every `bl` to `func` is in one of them and each
+    of them has its own table entry's code (pinned by digest)."""
+    callers = entry.get("callers")
+    if callers is None:
+        return True
+    for other in (f for fs in functions.values() for f in fs):
+        calls = any(classify(i).kind == "call" and classify(i).target == func.start for i in other.insns)
+        if calls and other.name not in callers:
+            return False
+    return all(any(routine_digest(f) == digest for f in functions.get(name, []))
+               for name, digest in callers.items())
 
 
 # ---------------------------------------------------------------- rendering
