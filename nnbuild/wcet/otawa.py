@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet import WcetResult, otawa_timing, tools
+from nnbuild.wcet import WcetResult, otawa_ilp, otawa_timing, tools
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -583,6 +583,12 @@ def build_command(owcet, elf, entry, ff, board, script=None, params=()) -> List[
 
 def parse_output(stdout, stderr, returncode, entry) -> int:
     """The WCET of `entry` in cycles, or NNBuildError: unbounded or failed, never a guess."""
+    require_clean_run(stdout, stderr, returncode, entry)
+    return wcet_value(stdout.replace("\r", ""), entry)
+
+
+def require_clean_run(stdout, stderr, returncode, entry):
+    """NNBuildError for an unbounded loop, an ERROR line or a non-zero exit of owcet."""
     text = (stdout + "\n" + stderr).replace("\r", "")
     errors = [l.strip() for l in text.splitlines() if l.strip().startswith("ERROR")]
     no_limit = NO_LIMIT_RE.findall(text)
@@ -595,7 +601,6 @@ def parse_output(stdout, stderr, returncode, entry) -> int:
     if returncode != 0 or errors:
         why = errors[0] if errors else (stderr.strip().splitlines() or ["no message"])[-1]
         raise NNBuildError(f"owcet failed (exit {returncode}): {tools.one_line(why)}", item=entry)
-    return wcet_value(stdout.replace("\r", ""), entry)
 
 
 def wcet_value(stdout, entry) -> int:
@@ -656,6 +661,20 @@ def timing_script(board, objdump_text, workdir, entry):
     return otawa_timing.prepared_script(name, config, board), otawa_timing.script_params(name, costs)
 
 
+def ilp_file(board, workdir, entry) -> Optional[Path]:
+    """Where owcet writes its IPET system for HiGHS (board `otawa_ilp_solver: highs`), or None
+    (OTAWA's lp_solve solves it). Only nnbuild's own scripts can write it."""
+    solver = board.get("otawa_ilp_solver", "lp_solve")
+    if solver not in ("lp_solve", "highs"):
+        raise NNBuildError(f"otawa_ilp_solver must be 'lp_solve' or 'highs', not {solver!r}", item=board.get("name"))
+    if solver == "lp_solve":
+        return None
+    if not otawa_timing.is_ours(board.get("otawa_script") or DEFAULT_SCRIPT):
+        raise NNBuildError("otawa_ilp_solver 'highs' needs nnbuild's own otawa_script (arm7tdmi): OTAWA's "
+                           "scripts do not write the ILP", item=board.get("name"))
+    return Path(workdir) / f"{entry}.lp"
+
+
 #: board keys this analyzer reads (Board.check refuses a board without them)
 BOARD_NEEDS = ("clock_hz",)
 
@@ -680,11 +699,20 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     ff.write_text(render_ff(bounds, entry, branches, calls))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
     script, params = timing_script(board, text, workdir, entry)
+    ilp = ilp_file(board, workdir, entry)
+    if ilp:
+        params = [*params, f"ilp={ilp}"]
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)
     (workdir / "owcet.stderr").write_text(done.stderr)
-    cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
+    solved = None
+    if ilp:
+        require_clean_run(done.stdout, done.stderr, done.returncode, entry)
+        solved = otawa_ilp.solve_file(ilp, tools.timeout_of(board))
+        cycles = solved["bound"]
+    else:
+        cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
     return WcetResult(
         analyzer="otawa", entry=entry, cycles=cycles,
         details={"command": cmd, "script": board.get("otawa_script") or DEFAULT_SCRIPT,
@@ -694,5 +722,6 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
                  "unmapped_loops": unmapped,
                  "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
                  "indirect_calls": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(calls.items())},
+                 "ilp_solver": "highs" if ilp else "lp_solve (OTAWA)", "ilp": solved,
                  "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
         tool_version=tools.version([locate("otawa-config") or "otawa-config", "--version"]))
