@@ -122,3 +122,30 @@ def test_otawa_bounds_cos_over_the_worst_double(tmp_path):
     measured = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
     assert len(measured) == len(COS_ARGS)
     assert bound.cycles >= max(measured), (bound.cycles, measured)
+
+
+SIPS22 = ROOT.parent / "shared" / "data" / "tpg" / "sips22"
+FISHING_DERBY = SIPS22 / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
+
+
+@pytest.mark.e2e
+@needs_arm
+@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+@pytest.mark.skipif(not FISHING_DERBY.is_file(), reason="../shared/data/tpg/sips22 not beside this checkout")
+def test_tpg_example_on_arm_is_bounded_above_huge_cos_arguments(tmp_path):
+    """The TPG example (switch shape) gets an OTAWA bound now that newlib's double loops are in the
+    table, and it holds on screens that send huge arguments to cos() and exp()."""
+    import numpy as np
+
+    from nnbuild import pipeline, wcet
+    board = pipeline.load_board("arm")
+    program, harness = pipeline.build_check_program(str(FISHING_DERBY), board, tmp_path, name="fd",
+                                                    environment="sips22-atari")
+    facts = json.loads((tmp_path / "gen" / "fd.flowfacts.json").read_text())
+    bound = wcet.analyze(board, program, "fd_infer", facts, tmp_path / "wcet")
+    cells = [150, 373, 345, 566, 701, 754, 768, 815, 1251, 1278]   # the cells cos/exp/division read
+    screens = np.full((6, 1344), 7.0)
+    for k, value in enumerate([0.5, 1.5, 5.5e110, 1e300, 6381956970095103 * 2.0 ** 797, 88.7]):
+        screens[k, cells] = value
+    _, cycles = pipeline.run_cases(board, program, screens, 1, harness=harness, kind="tpg", entry="fd_infer")
+    assert 0 < cycles.max() <= bound.cycles
