@@ -11,6 +11,7 @@ TRM's clocks per instruction, zero-wait memory, summed per block by an OTAWA plu
 `trivial` (5 cycles/instruction) and `generic` scripts model no ARM core.
 """
 
+import hashlib
 import json
 import re
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet import WcetResult, otawa_timing, tools
+from nnbuild.wcet import WcetResult, otawa_ilp, otawa_timing, tools
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -477,7 +478,12 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
     """Bounds of the library loops in arm_libloops.json whose routine is in the program and whose
     instructions match the entry's pattern exactly (else no bound: owcet then names the loop)."""
     with open(table_path) as f:
-        entries = json.load(f)["loops"]
+        table = json.load(f)
+    return loop_pattern_bounds(functions, table["loops"]) + routine_bounds(functions, table.get("routines", []))
+
+
+def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
+    """The `loops` entries: one loop each, pinned by its own instructions."""
     found = []
     for entry in entries:
         for name in entry["symbols"]:
@@ -488,6 +494,41 @@ def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
                     found.append(LoopBound(start, int(entry["max"]), name,
                                            f"arm_libloops.json {name}+{entry['offset']:#x}: {entry['why']}"))
     return found
+
+
+def routine_digest(func: Function) -> str:
+    """sha256 of a routine's instructions as loop_text writes them (addresses left out, so the
+    digest pins the code, not where the linker put it)."""
+    return hashlib.sha256("\n".join(loop_text(i) for i in func.insns).encode()).hexdigest()
+
+
+def routine_bounds(functions, entries) -> List[LoopBound]:
+    """The `routines` entries: every loop of a routine whose whole code has the entry's digest and
+    that only the entry's `callers` call (their arguments are part of the bounds' proof)."""
+    found = []
+    for entry in entries:
+        for name in entry["symbols"]:
+            for func in functions.get(name, []):
+                if routine_digest(func) != entry["sha256"] or not only_called_by(functions, func, entry):
+                    continue
+                found += [LoopBound(func.start + loop["offset"], int(loop["max"]), name,
+                                    f"arm_libloops.json {name}+{loop['offset']:#x}: {loop['why']}")
+                          for loop in entry["loops"]]
+    return found
+
+
+def only_called_by(functions, func: Function, entry) -> bool:
+    """True when the entry names no `callers`, or every `bl` to `func` is in one of them and each
+    of them has its own table entry's code (pinned by digest)."""
+    callers = entry.get("callers")
+    if callers is None:
+        return True
+    for other in (f for fs in functions.values() for f in fs):
+        calls = any(classify(i).kind == "call" and classify(i).target == func.start for i in other.insns)
+        if calls and other.name not in callers:
+            return False
+    return all(any(routine_digest(f) == digest for f in functions.get(name, []))
+               for name, digest in callers.items())
 
 
 # ---------------------------------------------------------------- rendering
@@ -542,6 +583,12 @@ def build_command(owcet, elf, entry, ff, board, script=None, params=()) -> List[
 
 def parse_output(stdout, stderr, returncode, entry) -> int:
     """The WCET of `entry` in cycles, or NNBuildError: unbounded or failed, never a guess."""
+    require_clean_run(stdout, stderr, returncode, entry)
+    return wcet_value(stdout.replace("\r", ""), entry)
+
+
+def require_clean_run(stdout, stderr, returncode, entry):
+    """NNBuildError for an unbounded loop, an ERROR line or a non-zero exit of owcet."""
     text = (stdout + "\n" + stderr).replace("\r", "")
     errors = [l.strip() for l in text.splitlines() if l.strip().startswith("ERROR")]
     no_limit = NO_LIMIT_RE.findall(text)
@@ -554,7 +601,6 @@ def parse_output(stdout, stderr, returncode, entry) -> int:
     if returncode != 0 or errors:
         why = errors[0] if errors else (stderr.strip().splitlines() or ["no message"])[-1]
         raise NNBuildError(f"owcet failed (exit {returncode}): {tools.one_line(why)}", item=entry)
-    return wcet_value(stdout.replace("\r", ""), entry)
 
 
 def wcet_value(stdout, entry) -> int:
@@ -615,6 +661,17 @@ def timing_script(board, objdump_text, workdir, entry):
     return otawa_timing.prepared_script(name, config, board), otawa_timing.script_params(name, costs)
 
 
+def ilp_file(board, workdir, entry) -> Optional[Path]:
+    """Where owcet writes its IPET system for HiGHS (board `otawa_ilp_solver: highs`), or None
+    (OTAWA's lp_solve solves it). Only nnbuild's own scripts write it: OTAWA's keep lp_solve."""
+    solver = board.get("otawa_ilp_solver", "lp_solve")
+    if solver not in ("lp_solve", "highs"):
+        raise NNBuildError(f"otawa_ilp_solver must be 'lp_solve' or 'highs', not {solver!r}", item=board.get("name"))
+    if solver == "lp_solve" or not otawa_timing.is_ours(board.get("otawa_script") or DEFAULT_SCRIPT):
+        return None
+    return Path(workdir) / f"{entry}.lp"
+
+
 #: board keys this analyzer reads (Board.check refuses a board without them)
 BOARD_NEEDS = ("clock_hz",)
 
@@ -639,11 +696,20 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     ff.write_text(render_ff(bounds, entry, branches, calls))
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
     script, params = timing_script(board, text, workdir, entry)
+    ilp = ilp_file(board, workdir, entry)
+    if ilp:
+        params = [*params, f"ilp={ilp}"]
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)
     (workdir / "owcet.stderr").write_text(done.stderr)
-    cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
+    solved = None
+    if ilp:
+        require_clean_run(done.stdout, done.stderr, done.returncode, entry)
+        solved = otawa_ilp.solve_file(ilp, tools.timeout_of(board))
+        cycles = solved["bound"]
+    else:
+        cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)
     return WcetResult(
         analyzer="otawa", entry=entry, cycles=cycles,
         details={"command": cmd, "script": board.get("otawa_script") or DEFAULT_SCRIPT,
@@ -653,5 +719,6 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
                  "unmapped_loops": unmapped,
                  "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
                  "indirect_calls": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(calls.items())},
+                 "ilp_solver": "highs" if ilp else "lp_solve (OTAWA)", "ilp": solved,
                  "per_layer_note": "owcet reports one bound per entry; no per-layer split"},
         tool_version=tools.version([locate("otawa-config") or "otawa-config", "--version"]))

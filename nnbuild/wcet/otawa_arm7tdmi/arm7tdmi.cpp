@@ -17,6 +17,7 @@
 
 #include <elm/io/InStream.h>
 #include <elm/io/InFileStream.h>
+#include <elm/io/OutFileStream.h>
 #include <elm/data/HashMap.h>
 #include <otawa/cfg.h>
 #include <otawa/ipet.h>
@@ -36,6 +37,7 @@ namespace nnbuild { namespace arm7tdmi {
 using namespace otawa;
 
 extern p::id<elm::string> COSTS_PATH;
+extern p::id<elm::string> ILP_PATH;
 
 class BlockTime: public BBProcessor {
 public:
@@ -93,11 +95,25 @@ public:
 	static p::declare reg;
 	WCETComputation(p::declare& r = reg): Processor(r) { }
 
+	void configure(const PropList& props) override {
+		Processor::configure(props);
+		ilp_path = ILP_PATH(props);
+	}
+
 protected:
 	void processWorkSpace(WorkSpace *ws) override {
 		ilp::System *system = ipet::SYSTEM(ws);
 		if(!system)
 			throw ProcessorException(*this, "no ILP system");
+		if(ilp_path) {
+			// nnbuild solves it (HiGHS): lp_solve's branch and bound can run for hours
+			elm::io::OutFileStream file(ilp_path.toCString().chars());
+			if(!file.isReady())
+				throw ProcessorException(*this, _ << "cannot write the ILP to " << ilp_path);
+			system->dumpLPSolve(file);
+			ipet::WCET(ws) = 0;   // not a bound: owcet prints 0, nnbuild reads the file
+			return;
+		}
 		if(!system->solve(ws, *this))
 			throw ProcessorException(*this, _ << "the ILP solver failed: " << system->lastErrorMessage());
 		double value = system->value();
@@ -106,6 +122,9 @@ protected:
 			throw ProcessorException(*this, _ << "the ILP objective " << value << " is not an integer");
 		ipet::WCET(ws) = ot::time(nearest);
 	}
+
+private:
+	elm::string ilp_path;
 };
 
 p::declare WCETComputation::reg = p::init("nnbuild::arm7tdmi::WCETComputation", Version(1, 0, 0))
@@ -117,6 +136,7 @@ p::declare WCETComputation::reg = p::init("nnbuild::arm7tdmi::WCETComputation", 
 	.maker<WCETComputation>();
 
 p::id<elm::string> COSTS_PATH("nnbuild::arm7tdmi::COSTS_PATH", "");
+p::id<elm::string> ILP_PATH("nnbuild::arm7tdmi::ILP_PATH", "");
 
 ProcessorPlugin plugin = elm::sys::Plugin::make("nnbuild::arm7tdmi", OTAWA_PROC_VERSION)
 	.version(Version(1, 0, 0))

@@ -1,0 +1,151 @@
+"""The `routines` of nnbuild/wcet/arm_libloops.json (newlib's double argument reduction and libgcc's
+double division): the number behind __kernel_rem_pio2's bounds, and OTAWA's bound of cos() against
+qemu-arm on the double that comes closest to a multiple of pi/2."""
+
+import json
+import shutil
+import subprocess
+from fractions import Fraction
+from math import log2
+from pathlib import Path
+
+import pytest
+
+from nnbuild.wcet import otawa
+
+ROOT = Path(__file__).resolve().parents[1]
+ARM = json.loads((ROOT / "toolchains" / "arm.json").read_text())
+TABLE = json.loads(otawa.LIBLOOPS_PATH.read_text())
+#: the double nearest to a multiple of pi/2 (Kahan, McDonald; found again below): 6381956970095103 * 2^797
+WORST_MANTISSA, WORST_EXPONENT = 6381956970095103, 797
+
+
+def two_over_pi(bits):
+    """floor(2/pi * 2^bits), from Machin's pi = 16 atan(1/5) - 4 atan(1/239) in integers."""
+    scale = 1 << (bits + 64)
+
+    def atan_inv(n):
+        total, term, k = 0, scale // n, 1
+        while term:
+            total += term // k if k % 4 == 1 else -(term // k)
+            term //= n * n
+            k += 2
+        return total
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)
+    return (2 * scale << bits) // pi
+
+
+def closest_to_integer(alpha, limit):
+    """(q, ||q alpha||): the last convergent denominator q < limit of alpha, whose distance to an
+    integer no 0 < m < limit beats (best approximation by continued fractions)."""
+    p0, q0, p1, q1, x = 0, 1, 1, 0, alpha
+    while True:
+        a = x.numerator // x.denominator
+        p, q = a * p1 + p0, a * q1 + q0
+        if q >= limit:
+            break
+        p0, q0, p1, q1 = p1, q1, p, q
+        if x == a:
+            break
+        x = 1 / (x - a)
+    return q1, abs(q1 * alpha - p1)
+
+
+def smallest_distance_to_a_multiple_of_half_pi():
+    """min over every double x = m * 2^(e-52), 2^52 <= m < 2^53, e in 20..1023 (the exponents that
+    reach __kernel_rem_pio2) of ||x * 2/pi||, bounded below over 0 < m < 2^53: (distance, e, m)."""
+    bits = 1400
+    frac_two_over_pi = Fraction(two_over_pi(bits), 1 << bits)
+    worst = (Fraction(1), None, None)
+    for e in range(20, 1024):
+        alpha = frac_two_over_pi * Fraction(2) ** (e - 52)
+        alpha -= alpha.numerator // alpha.denominator
+        q, dist = closest_to_integer(alpha, 1 << 53)
+        worst = min(worst, (dist, e, q))
+    return worst
+
+
+def test_no_double_reaching_kernel_rem_pio2_forces_jz_above_7():
+    """The table's __kernel_rem_pio2 bounds rest on jz <= 7: a recomputation to J needs
+    ||x 2/pi|| < 4.0001 * 2^(q0 - 24 (J - 5)) with q0 <= 2, and no double comes closer than 2^-61.54."""
+    dist, e, m = smallest_distance_to_a_multiple_of_half_pi()
+    assert (m, e - 52) == (WORST_MANTISSA, WORST_EXPONENT)
+    lost_bits = -log2(dist)
+    assert 61.5 < lost_bits < 61.6
+    deepest = max(j for j in range(5, 20) if 24 * (j - 5) < 2 + log2(4.0001) + lost_bits)
+    assert deepest == 7
+    kernel = next(r for r in TABLE["routines"] if r["symbols"] == ["__kernel_rem_pio2"])
+    distil = next(loop for loop in kernel["loops"] if loop["why"].startswith("distil"))
+    assert distil["max"] == deepest
+
+
+needs_arm = pytest.mark.skipif(shutil.which(ARM["cc"]) is None or shutil.which("qemu-arm") is None,
+                               reason="arm-none-eabi-gcc or qemu-arm not installed")
+COS_C = r"""
+#include <math.h>
+volatile double sink;
+volatile double inputs[] = {ARGS};
+__attribute__((noinline)) double reduce(double x) { return cos(x); }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof inputs / sizeof inputs[0]; ++k)
+        sink = reduce(inputs[k]);
+    return 0;
+}
+"""
+#: the worst double, its neighbours, the largest double, a 2^30-scale argument, 1/3 (division) and 0.5
+COS_ARGS = [f"ldexp({WORST_MANTISSA}.0, {WORST_EXPONENT})", f"ldexp({WORST_MANTISSA + 1}.0, {WORST_EXPONENT})",
+            f"-ldexp({WORST_MANTISSA}.0, {WORST_EXPONENT})", "1.7976931348623157e308", "1.0e9", "1e22", "0.5"]
+
+
+@pytest.mark.e2e
+@needs_arm
+@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+def test_otawa_bounds_cos_over_the_worst_double(tmp_path):
+    """With the routines' bounds OTAWA bounds cos() (arm7tdmi clocks), and the bound is >= qemu-arm's
+    charged run on the double closest to a multiple of pi/2 and the others."""
+    from nnbuild.runners import qemu_user
+    src = tmp_path / "cos.c"
+    src.write_text(COS_C.replace("ARGS", ", ".join(COS_ARGS)))
+    elf = tmp_path / "cos.elf"
+    subprocess.run([ARM["cc"], "-mcpu=arm7tdmi", "-marm", "-O0", "-g", "-specs=rdimon.specs", str(src), "-o", str(elf),
+                    "-lm"], check=True, capture_output=True)
+    functions = otawa.disassemble(elf, ARM)
+    bounded = {b.function for b in otawa.library_bounds(functions)}
+    assert {"__kernel_rem_pio2", "__ieee754_rem_pio2"} <= bounded
+    bound = otawa.analyze(elf, "reduce", {"entry": "reduce", "loops": []}, ARM, tmp_path / "w")
+    text = qemu_user.disassembly(ARM, elf)
+    start, returns = qemu_user.call_sites(text, elf, "reduce")
+    log = tmp_path / "exec.log"
+    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=60, check=True)
+    measured = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+    assert len(measured) == len(COS_ARGS)
+    assert bound.cycles >= max(measured), (bound.cycles, measured)
+
+
+SIPS22 = ROOT.parent / "shared" / "data" / "tpg" / "sips22"
+FISHING_DERBY = SIPS22 / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
+
+
+@pytest.mark.e2e
+@needs_arm
+@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+@pytest.mark.skipif(not FISHING_DERBY.is_file(), reason="../shared/data/tpg/sips22 not beside this checkout")
+def test_tpg_example_on_arm_is_bounded_above_huge_cos_arguments(tmp_path):
+    """The TPG example (switch shape) gets an OTAWA bound now that newlib's double loops are in the
+    table, and it holds on screens that send huge arguments to cos() and exp()."""
+    import numpy as np
+
+    from nnbuild import pipeline, wcet
+    board = pipeline.load_board("arm")
+    program, harness = pipeline.build_check_program(str(FISHING_DERBY), board, tmp_path, name="fd",
+                                                    environment="sips22-atari")
+    facts = json.loads((tmp_path / "gen" / "fd.flowfacts.json").read_text())
+    bound = wcet.analyze(board, program, "fd_infer", facts, tmp_path / "wcet")
+    cells = [150, 373, 345, 566, 701, 754, 768, 815, 1251, 1278]   # the cells cos/exp/division read
+    screens = np.full((6, 1344), 7.0)
+    for k, value in enumerate([0.5, 1.5, 5.5e110, 1e300, 6381956970095103 * 2.0 ** 797, 88.7]):
+        screens[k, cells] = value
+    _, cycles = pipeline.run_cases(board, program, screens, 1, harness=harness, kind="tpg", entry="fd_infer")
+    assert 0 < cycles.max() <= bound.cycles
