@@ -163,6 +163,18 @@ def exp_sweep():
     return xs[np.isfinite(xs)]
 
 
+def cos_sweep(rng):
+    """x for cosf whose reduced argument y = r or r - pi/2 (__fp_sinus) spans every size: mantissas
+    just below 0xC90FDA (r close to pi/2, the subtraction cancels to |y| ~ 2^-k), at small and huge
+    exponents (1 to 128 reduction passes), and the mantissas whose remainder after 128 passes is
+    smallest; both signs."""
+    m = np.unique(np.concatenate([0xC90FDA - (1 << np.arange(18)), 0xC90FDA - rng.integers(0, 1 << 17, 60),
+                                  [0xC90FDA, 0xC90FDB, 0x800000, 0xFFFFFF]])).astype(np.uint32)
+    exps = np.array([127, 128, 130, 150, 200, 253, 254], dtype=np.uint32)
+    x = ((exps[:, None] << np.uint32(23)) | (m[None, :] & np.uint32(0x7FFFFF))).ravel().view(np.float32)
+    return np.concatenate([x, -x[::5]])
+
+
 def context_cases():
     from test_wcet_avr_libloops import adversarial_pairs
     rng = np.random.default_rng(11)
@@ -170,7 +182,9 @@ def context_cases():
     bits = np.where((bits >> 23) & 0xFF == 0xFF, bits & np.uint32(0xBFFFFFFF), bits)
     x = exp_sweep()
     sweep = np.stack([x, np.roll(x, 7)], axis=1)  # drv_all: expf(in0) via drv_exp, expf(in1) via drv_libm
-    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep]).astype(np.float32)
+    c = cos_sweep(rng)
+    trig = np.stack([c, np.roll(c, 3)], axis=1)  # drv_all: cosf(in0) via drv_trig
+    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep, trig]).astype(np.float32)
 
 
 # ------------------------------------------------------------------ fixtures
