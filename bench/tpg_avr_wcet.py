@@ -37,7 +37,12 @@ TRACE = SIPS22 / "traces" / "fishing_derby.9.obs.u8.gz"
 #: tiny magnitudes, subnormals
 PALETTE = np.array([0, 1, -1, 2, 0.5, -0.5, 1.5, 3.3, 255, -255, 256, 254.5, 88.7, -88.7, 100.25, 1000.5,
                     1e5 + 0.25, 1e10, -1e10, 1e30, -1e30, 3e38, -3e38, 1e-38, 1e-45, -1e-45, 6e7, 1.7e38,
-                    8e6 + 0.5, 12345.678, 0.999, 1.0001])
+                    8e6 + 0.5, 12345.678, 0.999, 1.0001,
+                    # the slowest arguments of avr-libc's expf and cosf found under simavr (sweeps of
+                    # expf over [80, 104] and of cosf over exponents 252-254 with bit-flip ascent): exp
+                    # of a tiny fraction whose 2^-n is subnormal, cos with 128 reduction passes
+                    103.2793, 102.5858, 101.893, 88.0297, 87.3369, -103.2793, 2.833547e38, 1.5497031e38,
+                    1.072566e38])
 POPULATION, KEEP = 2000, 100
 
 

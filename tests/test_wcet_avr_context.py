@@ -158,6 +158,9 @@ def exp_sweep():
     xs = [np.linspace(-104, 104, 1601, dtype=np.float32)]
     for e in range(-149, 7):
         xs.append(np.float32([1.0, 1.5, 1.9999999]) * np.float32(2.0) ** e)
+    for m in (1, 2, 3, 4, 8, 16, 64, 126, 127, 128, 140, 149):  # z = |x| log2(e) just above an integer
+        near = np.float32(m * np.log(2.0)).view(np.uint32) + np.arange(-2, 9, dtype=np.uint32)
+        xs.append(near.view(np.float32))
     xs = np.concatenate(xs).astype(np.float32)
     xs = np.concatenate([xs, -xs])
     return xs[np.isfinite(xs)]

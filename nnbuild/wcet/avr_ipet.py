@@ -404,7 +404,8 @@ class Analyzer:
                 bd[self.layer(insn)] += c * T.cycles(fam, insn.mnem)
             for insn, sub in callee[n]:
                 self._add_callee(bd, sub, c, self.layer(insn))
-        tails = [k for k in region.tails if into[k] and k not in chosen]
+        chosen_nodes = {node for node, _ in chosen}  # parametric tails are charged below, by their choice
+        tails = [k for k in region.tails if into[k] and k not in chosen_nodes]
         for k in tails:
             self._add_callee(bd, tail[k], into[k], self.layer(region.tails[k].insn))
         for (node, site), cyc in chosen.items():
