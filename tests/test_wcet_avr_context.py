@@ -393,3 +393,66 @@ def test_counter_mismatch_falls_back_to_the_unconstrained_bound(drv):
 
     without = bound(counters, [p for p in paths if not p.get("counters")])
     assert bound(bad, paths) == without > top.cycles
+
+
+# ------------------------------------------------------------------ polynomial facts
+
+def powser_table(elf, prog, symbol):
+    """(term count, coefficients as floats) of the __fp_powser table that `symbol` loads into Z
+    (its last `ldi r30` / `ldi r31`), read from the linked flash image."""
+    start = prog.address_of(symbol)
+    ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
+           if start <= a < start + 0x60 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
+    addr = ldi["r30"] | ldi["r31"] << 8
+    image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
+                           capture_output=True, check=True).stdout
+    count = image[addr]
+    words = [image[addr + 1:addr + 5]] + [image[addr + 6 + 5 * k:addr + 10 + 5 * k] for k in range(count)]
+    return count, [float(np.frombuffer(w, "<f4")[0]) for w in words]
+
+
+def interval_alignment_steps(coeffs, lo, hi, margin=2.0 ** -20):
+    """Upper bound of the alignment steps (floor(d/8) + d mod 8 for an exponent difference d <= 32)
+    of the Horner additions acc*f + c for f in [lo, hi], by interval arithmetic with a relative
+    margin per operation (wider than the 24-bit products' and 40-bit sums' rounding)."""
+    def widen(a, b):
+        return a - abs(a) * margin, b + abs(b) * margin
+
+    acc, total = widen(coeffs[0], coeffs[0]), 0
+    for c in coeffs[1:]:
+        ends = [acc[0] * lo, acc[0] * hi, acc[1] * lo, acc[1] * hi]
+        prod = widen(min(ends), max(ends))
+        assert prod[0] > 0 or prod[1] < 0  # the partial sums keep their sign
+        mags = sorted(abs(v) for v in prod)
+        exps = range(int(np.floor(np.log2(mags[0]))), int(np.floor(np.log2(mags[1]))) + 1)
+        ec = int(np.floor(np.log2(abs(c))))
+        total += max(0 if abs(e - ec) > 32 else abs(e - ec) // 8 + abs(e - ec) % 8 for e in exps)
+        acc = widen(prod[0] + c, prod[1] + c)
+    return total
+
+
+def test_polynomial_facts_hold_for_the_linked_tables(drv):
+    """The numbers the table's exp and cos entries rest on, recomputed from the coefficient tables
+    in the linked image: exp's alignment steps per binade of f (its paths entry's rows), the sine
+    polynomial's partial sums and cancellation ratios for t = y*y in [2^-62, (pi/2)^2]."""
+    elf, prog, _, _ = drv
+    count, c = powser_table(elf, prog, "exp")
+    assert count == 7
+    align = {}
+    for j in range(1, 40):
+        edges = np.linspace(2.0 ** -j, 2.0 ** (1 - j), 257)
+        align[j] = max(interval_alignment_steps(c, a, b) for a, b in zip(edges[:-1], edges[1:]))
+    assert max(align.values()) == 63 and all(align[j] == 0 for j in range(33, 40))
+    per_p = [2 * (24 - p) + max(align[j] for j in range(1, 25 - p)) for p in range(1, 9)]
+    row = next(r for r in avr_loops.load_paths() if r["symbol"] == "exp")["rows"]
+    assert max(per_p + [63]) == row[0][1] == 102 and max(per_p[6:]) == row[1][1] - row[1][0]["big"] == 83
+    count, c = powser_table(elf, prog, "__fp_sinus")
+    assert count == 5
+    t = np.concatenate([np.linspace(0, float(np.float32(np.pi / 2)) ** 2, 200_001), 2.0 ** -np.arange(0, 62.25, 0.25)])
+    acc = np.full_like(t, c[0])
+    for k in range(1, 6):
+        assert np.abs(acc).min() >= 2.39e-8
+        prod = acc * t
+        acc = prod + c[k]
+        assert (np.abs(acc) / np.maximum(np.abs(prod), abs(c[k]))).min() >= 0.63
+    assert 0.6366 <= acc.min() and acc.max() <= 1.0
