@@ -158,9 +158,24 @@ def exp_sweep():
     xs = [np.linspace(-104, 104, 1601, dtype=np.float32)]
     for e in range(-149, 7):
         xs.append(np.float32([1.0, 1.5, 1.9999999]) * np.float32(2.0) ** e)
+    for m in (1, 2, 3, 4, 8, 16, 64, 126, 127, 128, 140, 149):  # z = |x| log2(e) just above an integer
+        near = int(np.float32(m * np.log(2.0)).view(np.uint32)) + np.arange(-2, 9)
+        xs.append(near.astype(np.uint32).view(np.float32))
     xs = np.concatenate(xs).astype(np.float32)
     xs = np.concatenate([xs, -xs])
     return xs[np.isfinite(xs)]
+
+
+def cos_sweep(rng):
+    """x for cosf whose reduced argument y = r or r - pi/2 (__fp_sinus) spans every size: mantissas
+    just below 0xC90FDA (r close to pi/2, the subtraction cancels to |y| ~ 2^-k), at small and huge
+    exponents (1 to 128 reduction passes), and the mantissas whose remainder after 128 passes is
+    smallest; both signs."""
+    m = np.unique(np.concatenate([0xC90FDA - (1 << np.arange(18)), 0xC90FDA - rng.integers(0, 1 << 17, 60),
+                                  [0xC90FDA, 0xC90FDB, 0x800000, 0xFFFFFF]])).astype(np.uint32)
+    exps = np.array([127, 128, 130, 150, 200, 253, 254], dtype=np.uint32)
+    x = ((exps[:, None] << np.uint32(23)) | (m[None, :] & np.uint32(0x7FFFFF))).ravel().view(np.float32)
+    return np.concatenate([x, -x[::5]])
 
 
 def context_cases():
@@ -170,7 +185,9 @@ def context_cases():
     bits = np.where((bits >> 23) & 0xFF == 0xFF, bits & np.uint32(0xBFFFFFFF), bits)
     x = exp_sweep()
     sweep = np.stack([x, np.roll(x, 7)], axis=1)  # drv_all: expf(in0) via drv_exp, expf(in1) via drv_libm
-    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep]).astype(np.float32)
+    c = cos_sweep(rng)
+    trig = np.stack([c, np.roll(c, 3)], axis=1)  # drv_all: cosf(in0) via drv_trig
+    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep, trig]).astype(np.float32)
 
 
 # ------------------------------------------------------------------ fixtures
@@ -376,3 +393,36 @@ def test_counter_mismatch_falls_back_to_the_unconstrained_bound(drv):
 
     without = bound(counters, [p for p in paths if not p.get("counters")])
     assert bound(bad, paths) == without > top.cycles
+
+
+# ------------------------------------------------------------------ polynomial facts
+
+def powser_table(elf, prog, symbol):
+    """(term count, coefficients as floats) of the __fp_powser table that `symbol` loads into Z
+    (its last `ldi r30` / `ldi r31`), read from the linked flash image."""
+    start = prog.address_of(symbol)
+    ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
+           if start <= a < start + 0x60 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
+    addr = ldi["r30"] | ldi["r31"] << 8
+    image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
+                           capture_output=True, check=True).stdout
+    count = image[addr]
+    words = [image[addr + 1:addr + 5]] + [image[addr + 6 + 5 * k:addr + 10 + 5 * k] for k in range(count)]
+    return count, [float(np.frombuffer(w, "<f4")[0]) for w in words]
+
+
+def test_sine_polynomial_facts_hold_for_the_linked_table(drv):
+    """The numbers the table's cos entries rest on, recomputed from the coefficient table in the
+    linked image: the sine polynomial's partial sums (products of normal numbers) and its
+    cancellation ratios (<= 1 normalisation shift) for t = y*y in [2^-62, (pi/2)^2]."""
+    elf, prog, _, _ = drv
+    count, c = powser_table(elf, prog, "__fp_sinus")
+    assert count == 5
+    t = np.concatenate([np.linspace(0, float(np.float32(np.pi / 2)) ** 2, 200_001), 2.0 ** -np.arange(0, 62.25, 0.25)])
+    acc = np.full_like(t, c[0])
+    for k in range(1, 6):
+        assert np.abs(acc).min() >= 2.39e-8
+        prod = acc * t
+        acc = prod + c[k]
+        assert (np.abs(acc) / np.maximum(np.abs(prod), abs(c[k]))).min() >= 0.63
+    assert 0.6366 <= acc.min() and acc.max() <= 1.0

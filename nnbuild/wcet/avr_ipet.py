@@ -257,7 +257,7 @@ class Analyzer:
 
         def param_of(target, sub_ctx, node, site):
             hit = [k for k in wanted
-                   if any(self._reaches(target, sym) for sym in P.counter_symbols(self.counters[k]))]
+                   if self._reaches(target, P.counter_points(prog, self.counters[k]))]
             if len(hit) > 1:
                 raise NNBuildError(f"builtin-avr: {prog.describe(target)} reaches counters {hit}: "
                                    f"one per call is supported")
@@ -332,9 +332,11 @@ class Analyzer:
         finally:
             self.facts, self.done, self.params, self.memo_tag = saved
 
-    def _reaches(self, addr, symbol):
-        """True when `symbol`'s code can run in a call of the region at `addr` (calls, tails)."""
-        key = (addr, symbol)
+    def _reaches(self, addr, points):
+        """True when one of the instructions at `points` (addresses) can run in a call of the region
+        at `addr` (calls, tails). By address, not by symbol: a library module's code after another
+        symbol (error stubs placed after modf) would otherwise look like that symbol's."""
+        key = (addr, points)
         if key not in self.reach_sym:
             seen, work, found = set(), [addr], False
             while work and not found:
@@ -342,8 +344,8 @@ class Analyzer:
                 if a in seen:
                     continue
                 seen.add(a)
-                found = symbol in self.prog.names.get(self.prog.interval(a)[0], [])
                 r = self._region(a)
+                found = any(i.addr in points for b in r.blocks.values() for i in b.insns)
                 for b in r.blocks.values():
                     for _, t in b.calls:
                         work.extend(t if isinstance(t, tuple) else (t,))
@@ -404,7 +406,8 @@ class Analyzer:
                 bd[self.layer(insn)] += c * T.cycles(fam, insn.mnem)
             for insn, sub in callee[n]:
                 self._add_callee(bd, sub, c, self.layer(insn))
-        tails = [k for k in region.tails if into[k] and k not in chosen]
+        chosen_nodes = {node for node, _ in chosen}  # parametric tails are charged below, by their choice
+        tails = [k for k in region.tails if into[k] and k not in chosen_nodes]
         for k in tails:
             self._add_callee(bd, tail[k], into[k], self.layer(region.tails[k].insn))
         for (node, site), cyc in chosen.items():

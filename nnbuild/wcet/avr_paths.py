@@ -356,8 +356,16 @@ def value_fact_tags(facts_at_line, callee_names):
     return frozenset(t for routines, tags in facts_at_line if routines & names for t in tags)
 
 
-def counter_symbols(ent):
-    return {pt["symbol"] for pt in ent["points"]}
+def counter_points(prog, ent):
+    """Addresses of counter entry `ent`'s instructions (points whose symbol is not in the ELF
+    are left out: their code cannot run)."""
+    out = set()
+    for pt in ent["points"]:
+        try:
+            out.add(prog.address_of(pt["symbol"]) + pt["offset"])
+        except NNBuildError:
+            continue
+    return frozenset(out)
 
 
 def counter_nodes(region, prog, ent):
