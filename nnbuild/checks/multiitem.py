@@ -3,7 +3,9 @@ checked rather than argued): the system and the unsplit model run on the same in
 program, many times, each item's thread starting after a seeded random delay; every run's outputs
 must equal the unsplit model's bit for bit, and every run's recorded transitions must be a firing
 sequence of the items' program-order Petri net (and, without the get transitions, of the paper's
-data-flow net). `sanitize=True` builds with ThreadSanitizer, which must report nothing.
+data-flow net). `sanitize=True` builds with ThreadSanitizer, which must report nothing. On threads,
+every run's measured end-to-end time must be within the critical path of the timed net weighted by
+the run's measured segment and synchronisation costs (`multiitem_timing`).
 """
 
 import copy
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from nnbuild import codegen
+from nnbuild.checks import multiitem_timing as timed
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.codegen import multiitem as multiitem_c
 from nnbuild.errors import NNBuildError
@@ -79,19 +82,24 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
         return record
     code_net = petri.item_net(system, program_order=True)
     data_net = petri.item_net(system)
+    actions = timed.action_codes(system, code_net)
+    n_items = len(system.items)
     data = result.stdout
-    pos, unequal, bad_trace, orders, spans = 0, 0, None, set(), []
+    pos, unequal, bad_trace, orders, timed_runs = 0, 0, None, set(), []
     for run in range(runs):
         multi = np.frombuffer(data, "<f4", n_out, pos)
         whole = np.frombuffer(data, "<f4", n_out, pos + 4 * n_out)
         count = int(np.frombuffer(data, "<i4", 1, pos + 8 * n_out)[0])
         events = np.frombuffer(data, "<i4", count, pos + 8 * n_out + 4)
-        times = np.frombuffer(data, "=i8", count, pos + 8 * n_out + 4 + 4 * count)
-        pos += 8 * n_out + 4 + 12 * count
+        times = np.frombuffer(data, "=i8", count + n_items + 2, pos + 8 * n_out + 4 + 4 * count)
+        pos += 8 * n_out + 4 + 12 * count + 8 * (n_items + 2)
         if multi.tobytes() != whole.tobytes():
             unequal += 1
         codes = [int(c) for c in events if c >= 0]
-        spans.append(measured_spans(system, code_net, events, times))
+        if sync != "schedule":
+            stamps = timed.run_stamps(system, actions, events, times[:count], times[count:count + n_items],
+                                      int(times[-2]), int(times[-1]))
+            timed_runs.append((timed.measured_costs(system, sync, stamps), stamps["end"]))
         names = [code_net.transitions[c].name for c in codes]
         orders.add(tuple(names))
         if bad_trace is None:
@@ -100,49 +108,12 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
                 why = petri.replay(data_net, [n for n in names if not n.startswith("get.")])
             if why is not None:
                 bad_trace = f"run {run}: {why}"
-    record.update(ok=unequal == 0 and bad_trace is None and not tsan, bit_equal_runs=runs - unequal,
-                  firing_sequences=bad_trace is None, trace_violation=bad_trace, distinct_orders=len(orders),
-                  timing=measured_timing(system, spans))
+    timing = timed.soundness(system, sync, timed_runs) if timed_runs else None
+    timing_sound = timing is None or timing["first_violation"] is None
+    record.update(ok=unequal == 0 and bad_trace is None and not tsan and timing_sound,
+                  bit_equal_runs=runs - unequal, firing_sequences=bad_trace is None, trace_violation=bad_trace,
+                  distinct_orders=len(orders), timing=timing)
     return record
-
-
-def measured_spans(system, net, events, times):
-    """One run's measured segment durations (ns, start to last transition) and its end-to-end time
-    (first segment start to last transition)."""
-    began, durations = {}, {}
-    last_of = {f"{i.name}.{seg.instructions[-1]}": (seg.name, f"{i.name}.{seg.instructions[0]}")
-               for i in system.items for seg in i.segments.values()}
-    for code, t in zip(events, times):
-        if code < 0:
-            began[net.transitions[-1 - int(code)].name] = int(t)
-            continue
-        name = net.transitions[int(code)].name
-        if name in last_of:
-            segment, first = last_of[name]
-            durations[segment] = int(t) - began[first]
-    end_to_end = int(max(times)) - min(began.values()) if began else 0
-    return durations, end_to_end
-
-
-def measured_timing(system, spans):
-    """The timed net on measured times, per run: is the measured end-to-end time within the longest
-    path of the run's measured segment times (no synchronisation cost)? Meaningful for runs without
-    start delays (a delay lies on the measured path, not in the segments)."""
-    within, ratios, paths, measured = 0, [], [], []
-    for durations, end_to_end in spans:
-        if len(durations) != sum(len(i.segments) for i in system.items):
-            continue
-        path = timing(system, durations)["end_to_end_cycles"]
-        within += end_to_end <= path
-        ratios.append(end_to_end / path if path else float("inf"))
-        paths.append(path)
-        measured.append(end_to_end)
-    if not ratios:
-        return None
-    excess = np.asarray(measured) - np.asarray(paths)
-    return {"runs": len(ratios), "within_critical_path": within, "median_ratio": float(np.median(ratios)),
-            "worst_ratio": float(max(ratios)), "median_critical_path_ns": float(np.median(paths)),
-            "median_end_to_end_ns": float(np.median(measured)), "max_excess_ns": int(excess.max())}
 
 
 def check_host(system, workdir, *, shape, runs=1000, max_delay_us=200, seed=1, sync="flags", sanitize=False,
@@ -165,7 +136,9 @@ def failure(record):
     if record["bit_equal_runs"] != record["runs"]:
         return (f"outputs differ from the unsplit model in {record['runs'] - record['bit_equal_runs']} "
                 f"of {record['runs']} runs")
-    return f"recorded events are not a firing sequence of the Petri net: {record['trace_violation']}"
+    if record["trace_violation"]:
+        return f"recorded events are not a firing sequence of the Petri net: {record['trace_violation']}"
+    return f"host timing unsound: {record['timing']['first_violation']}"
 
 
 # ------------------------------------------------------------------------- single core (AVR)

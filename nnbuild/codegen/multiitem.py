@@ -12,8 +12,9 @@ Synchronisation (`sync=`):
             topological firing order of the items' program-order Petri net; a reader's get reads
             the writer's tensor in place (one memory, no copy).
 
-Every transition the code fires calls NN_MI_EVENT(code), and each segment NN_MI_BEGIN(code of its
-first transition) before it starts (both empty unless the includer defines them):
+Every transition the code fires calls NN_MI_EVENT(code), and each action NN_MI_BEGIN(code of its
+first transition) when it starts (threads: a barrier's writer again when the barrier releases it;
+both empty unless the includer defines them):
 the check program records the order and nnbuild replays it on the Petri net (`<name>.net.json`
 maps codes to transitions).
 """
@@ -186,6 +187,7 @@ def _sync_declarations(system, sync):
             "static void nn_mi_send(nn_mi_sync *s, float *buf, const float *value, unsigned n, unsigned readers, int event)",
             "{",
             "    (void)event; /* used only when NN_MI_EVENT records */",
+            "    NN_MI_BEGIN(event); /* arrived */",
             "    pthread_mutex_lock(&s->lock);",
             "    while (s->unread > 0u)",
             "        pthread_cond_wait(&s->changed, &s->lock);",
@@ -200,6 +202,7 @@ def _sync_declarations(system, sync):
             "static void nn_mi_get(nn_mi_sync *s, unsigned *seen, float *value, const float *buf, unsigned n, int event)",
             "{",
             "    (void)event; /* used only when NN_MI_EVENT records */",
+            "    NN_MI_BEGIN(event); /* arrived */",
             "    pthread_mutex_lock(&s->lock);",
             "    while (*seen == s->written)",
             "        pthread_cond_wait(&s->changed, &s->lock);",
@@ -264,10 +267,11 @@ def _action_lines(system, item, view, sync, codes, kind, name):
             lines.append(f"    nn_mi_send(&nn_mi_s_{name}, nn_mi_v_{name}, {view.buffer(s.tensor)}, {size}u, "
                          f"{len(s.readers)}u, {event}); /* send_var {name} */")
         elif sync == "barrier":
-            lines += [f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(float)); "
-                      f"/* send_var {name} */",
+            lines += [f"    NN_MI_BEGIN({event}); /* send_var {name}: arrived */",
+                      f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(float));",
                       f"    NN_MI_EVENT({event});",
-                      f"    pthread_barrier_wait(&nn_mi_b_{name});"]
+                      f"    pthread_barrier_wait(&nn_mi_b_{name});",
+                      f"    NN_MI_BEGIN({event}); /* released: every reader has arrived */"]
         else:
             lines.append(f"    NN_MI_EVENT({event}); /* send_var {name}: the readers read "
                          f"{view.buffer(s.tensor)} in place */")
@@ -281,7 +285,8 @@ def _action_lines(system, item, view, sync, codes, kind, name):
             lines.append(f"    nn_mi_get(&nn_mi_s_{name}, &nn_mi_r_{name}[{index}], {view.buffer(local)}, nn_mi_v_{name}, "
                          f"{size}u, {event}); /* get_var {name} -> '{local}' */")
         elif sync == "barrier":
-            lines += [f"    pthread_barrier_wait(&nn_mi_b_{name}); /* get_var {name} -> '{local}' */",
+            lines += [f"    NN_MI_BEGIN({event}); /* get_var {name} -> '{local}': arrived */",
+                      f"    pthread_barrier_wait(&nn_mi_b_{name});",
                       f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(float));",
                       f"    NN_MI_EVENT({event});"]
         else:

@@ -8,8 +8,9 @@
  * Usage: check RUNS MAX_DELAY_US SEED < cases (little-endian float32 vectors of NN_IN values).
  * Per run, on stdout: NN_OUT float32 of the system, NN_OUT float32 of the unsplit model, an int32
  * event count, then that many int32 codes in the order they happened (a transition fired: its code;
- * a segment started: -1 - the code of its first transition), then as many int64 CLOCK_MONOTONIC
- * nanoseconds (host byte order).
+ * an action started: -1 - the code of its first transition), then as many int64 CLOCK_MONOTONIC
+ * nanoseconds, then NN_ITEMS int64: when each item's thread started (after its delay), then two
+ * int64: the inference call and its return (host byte order).
  * Exit status: 0, 2 bad arguments or no case, 3 an I/O error, 4 an inference failed, 5 event overflow.
  */
 #if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
@@ -35,6 +36,7 @@ static long long event_ns[MAX_EVENTS];
 static int event_count;
 static int event_overflow;
 static long delays_us[NN_ITEMS];
+static long long item_start_ns[NN_ITEMS];
 static pthread_mutex_t event_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static long long now_ns(void)
@@ -71,6 +73,8 @@ void nn_mi_delay(int item)
     wait.tv_nsec = (us % 1000000L) * 1000L;
     if (us > 0)
         nanosleep(&wait, NULL);
+    if (item >= 0 && item < NN_ITEMS)
+        item_start_ns[item] = now_ns(); /* its own slot; read after the join */
 }
 
 /* xorshift32: the run's delays from the seed, the same on every machine */
@@ -87,6 +91,7 @@ static unsigned next_random(unsigned *state)
 int main(int argc, char **argv)
 {
     static float multi[NN_OUT], whole[NN_OUT];
+    long long call_ns[2];
     long runs, max_delay, run;
     unsigned state;
     int count = 0, i;
@@ -107,8 +112,11 @@ int main(int argc, char **argv)
         for (i = 0; i < NN_ITEMS; ++i)
             delays_us[i] = max_delay > 0 ? (long)(next_random(&state) % (unsigned)(max_delay + 1)) : 0;
         event_count = 0;
+        memset(item_start_ns, 0, sizeof item_start_ns);
+        call_ns[0] = now_ns();
         if (NN_MI_INFER(x, multi) != 0)
             return 4;
+        call_ns[1] = now_ns();
         if (event_overflow)
             return 5;
         NN_WHOLE_INFER(x, whole);
@@ -117,7 +125,9 @@ int main(int argc, char **argv)
             || fwrite(whole, sizeof(float), NN_OUT, stdout) != NN_OUT
             || fwrite(&n, sizeof n, 1, stdout) != 1
             || fwrite(events, sizeof(int), (size_t)n, stdout) != (size_t)n
-            || fwrite(event_ns, sizeof(long long), (size_t)n, stdout) != (size_t)n)
+            || fwrite(event_ns, sizeof(long long), (size_t)n, stdout) != (size_t)n
+            || fwrite(item_start_ns, sizeof(long long), NN_ITEMS, stdout) != NN_ITEMS
+            || fwrite(call_ns, sizeof(long long), 2, stdout) != 2)
             return 3;
     }
     return fflush(stdout) == 0 ? 0 : 3;
