@@ -269,8 +269,11 @@ def test_generation_is_byte_identical_and_each_sync_has_its_code(example_system,
 
 def test_precision_and_sync_refusals_are_one_line(example_system, tmp_path):
     with pytest.raises(NNBuildError) as exc:
-        multiitem_c.generate(example_system, tmp_path, shape="v2", precision="q16")
-    assert "float32 only" in one_line(exc)
+        multiitem_c.generate(example_system, tmp_path, shape="v2", precision="float64")
+    assert "precision 'float64' asked" in one_line(exc)
+    with pytest.raises(NNBuildError) as exc:
+        multiitem_c.generate(example_system, tmp_path, shape="v3", precision="q16")
+    assert "in fixed point by shape v2 only (shape 'v3' asked)" in one_line(exc)
     with pytest.raises(NNBuildError) as exc:
         multiitem_c.generate(example_system, tmp_path, shape="v2", sync="spin")
     assert "sync 'spin' is unknown" in one_line(exc)

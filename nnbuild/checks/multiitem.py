@@ -26,13 +26,14 @@ RUNNERS = Path(__file__).resolve().parents[1] / "runners"
 TSAN_EXIT = 66
 
 
-def generate_host_check(system, workdir, *, shape, sync="flags"):
-    """The C of `system` and of its unsplit model (`<name>_unsplit`) in workdir/gen."""
+def generate_host_check(system, workdir, *, shape, sync="flags", precision="float32"):
+    """The C of `system` and of its unsplit model (`<name>_unsplit`, same shape and precision, its
+    fixed-point formats proved over the same input box) in workdir/gen."""
     gen = Path(workdir) / "gen"
-    files = multiitem_c.generate(system, gen, shape=shape, sync=sync)
+    files = multiitem_c.generate(system, gen, shape=shape, sync=sync, precision=precision)
     whole = copy.copy(system.whole)
     whole.name = f"{system.name}_unsplit"
-    files += codegen.generate(whole, gen, shape=shape)
+    files += codegen.generate(whole, gen, shape=shape, precision=precision, input_range=multiitem_c.INPUT_RANGE)
     return [f for f in files if f.suffix == ".c"]
 
 
@@ -60,9 +61,9 @@ def compile_host_check(system, workdir, sources, *, sanitize=False, cc="gcc"):
     return program
 
 
-def build_host_check(system, workdir, *, shape, sync="flags", sanitize=False, cc="gcc"):
+def build_host_check(system, workdir, *, shape, sync="flags", sanitize=False, cc="gcc", precision="float32"):
     """The check program of `system` and its unsplit model, built in workdir."""
-    sources = generate_host_check(system, workdir, shape=shape, sync=sync)
+    sources = generate_host_check(system, workdir, shape=shape, sync=sync, precision=precision)
     return compile_host_check(system, workdir, sources, sanitize=sanitize, cc=cc)
 
 
@@ -117,12 +118,13 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
 
 
 def check_host(system, workdir, *, shape, runs=1000, max_delay_us=200, seed=1, sync="flags", sanitize=False,
-               cases=16, input_range=(-1.0, 1.0)):
+               cases=16, precision="float32"):
     """Build and run; the record, or one NNBuildError line naming what failed."""
-    program = build_host_check(system, workdir, shape=shape, sync=sync, sanitize=sanitize)
-    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
+    program = build_host_check(system, workdir, shape=shape, sync=sync, sanitize=sanitize, precision=precision)
+    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
     record = run_host_check(system, program, x, runs=runs, max_delay_us=max_delay_us, seed=seed, sync=sync)
     record["sanitizer"] = "thread" if sanitize else None
+    record["precision"] = precision
     if not record["ok"]:
         raise NNBuildError(failure(record))
     return record

@@ -26,10 +26,16 @@ import numpy as np
 from nnbuild import codegen, names
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import petri
+from nnbuild.ir.multiitem import PACKED
+from nnbuild.numerics import graph_plan
 
 SYNCS = ("flags", "barrier", "schedule")
-#: precisions generated so far (the segments are float models; fixed point needs a range per segment)
-PRECISIONS = ("float32",)
+#: precisions generated: float32 in every CNN shape; fixed point in shape v2, each segment in the
+#: formats the unsplit model's plan proved (graph_plan.segment_plan), handing int16 tensors on
+PRECISIONS = ("float32", "q16-acc32", "q16", "q8")
+FIXED_SHAPES = ("v2",)
+#: the input box the fixed-point formats are proved over when none is given
+INPUT_RANGE = (-1.0, 1.0)
 
 
 def outputs(system):
@@ -38,25 +44,35 @@ def outputs(system):
     return own + [f for item in system.items for seg in item.segments for f in codegen.outputs(seg)]
 
 
-def check(sync, precision):
+def check(sync, precision, shape="v2"):
     if sync not in SYNCS:
         raise NNBuildError(f"sync '{sync}' is unknown (known: {', '.join(SYNCS)})")
     if precision not in PRECISIONS:
-        raise NNBuildError(f"multi-item systems are generated in {', '.join(PRECISIONS)} only "
+        raise NNBuildError(f"multi-item systems are generated in {', '.join(PRECISIONS)} "
                            f"(precision '{precision}' asked)")
+    if precision != "float32" and shape not in FIXED_SHAPES:
+        raise NNBuildError(f"multi-item systems are generated in fixed point by shape "
+                           f"{', '.join(FIXED_SHAPES)} only (shape '{shape}' asked)")
 
 
-def generate(system, outdir, *, shape, precision="float32", storage="const", sync="flags", passes_logs=None):
-    """Write the system's C into outdir; returns the files written."""
-    check(sync, precision)
+def generate(system, outdir, *, shape, precision="float32", storage="const", sync="flags", passes_logs=None,
+             input_range=INPUT_RANGE):
+    """Write the system's C into outdir; returns the files written. Fixed-point formats are the
+    unsplit model's, proved over `input_range`."""
+    check(sync, precision, shape)
     codegen.check_model_name(system.name)
     written = []
+    whole_plan = None if precision == "float32" else graph_plan.quantize_graph(system.whole, precision, input_range)
     for item in system.items:
         for seg in item.segments.values():
-            written += codegen.generate(seg.model, outdir, shape=shape, precision=precision, storage=storage,
-                                        passes_log=(passes_logs or {}).get(seg.name, ()))
+            log = (passes_logs or {}).get(seg.name, ())
+            if whole_plan is None:
+                written += codegen.generate(seg.model, outdir, shape=shape, precision=precision, storage=storage,
+                                            passes_log=log)
+            else:
+                written += generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, log)
     net = petri.item_net(system, program_order=True)
-    files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync),
+    files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync, precision),
              f"{system.name}.net.json": net_record(system, net, sync)}
     codegen.write_all(Path(outdir), files)
     made = [Path(outdir) / n for n in files] + written
@@ -64,6 +80,35 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
     if missing:
         raise NNBuildError(f"multi-item generation did not produce {sorted(missing)}")
     return made
+
+
+def generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, passes_log):
+    """One segment in shape v2's fixed point with the unsplit model's formats: int16 in and out but
+    where it reads the system input (rounded as the unsplit model rounds it) or writes the system
+    output (scaled back to float as the unsplit model does)."""
+    from nnbuild.codegen import v2_fixed
+    reads_input = system.input in seg.inputs
+    if reads_input and len(seg.inputs) > 1:
+        raise NNBuildError(f"item {item.name}: segment {seg.name} packs the system input with other tensors: "
+                           "not generated in fixed point")
+    for s in system.syncs.values():
+        if s.writer == item.name and s.tensor in (system.input, system.output):
+            raise NNBuildError(f"item {item.name}: variablesync {s.name} sends the system's "
+                               f"{'input' if s.tensor == system.input else 'output'}: not generated in fixed point")
+    received = {}
+    for n in seg.inputs:
+        tensor = _global(system, item, n)
+        received.update({n: tensor, f"{PACKED}_{n}": tensor, f"{PACKED}_{n}_flat": tensor})
+    if len(seg.inputs) > 1:
+        received[PACKED] = _global(system, item, seg.inputs[0])   # the vector's nominal format: its parts have their own
+    plan = graph_plan.segment_plan(whole_plan, seg.model, {k: v for k, v in received.items() if k != system.input})
+    files = v2_fixed.render(seg.model, precision=whole_plan.precision, storage=storage, passes_log=list(passes_log),
+                            input_range=None, plan=plan, int_input=not reads_input,
+                            int_output=seg.output != system.output)
+    trace = f"{seg.model.name}.trace.json"
+    files[trace] = codegen.portable_trace(files[trace])
+    codegen.write_all(Path(outdir), files)
+    return [Path(outdir) / n for n in codegen.outputs(seg.model.name, "v2")]
 
 
 def net_record(system, net, sync):
@@ -134,8 +179,9 @@ class _ItemBuffers:
         return [t for t in dict.fromkeys(tensors) if self.buffer(t) == f"nn_mi_t_{self.item.name}_{t}"]
 
 
-def source(system, net, sync):
+def source(system, net, sync, precision="float32"):
     name, up = system.name, system.name.upper()
+    value = "float" if precision == "float32" else "int16_t"
     codes = {t.name: i for i, t in enumerate(net.transitions)}
     lines = [f"/* {name}: the items of a multi-item system and their variablesync exchanges (sync={sync}),",
              " * generated by nnbuild from " + names.c_text(", ".join(f.split("/")[-1] for f in system.source_files))
@@ -144,22 +190,24 @@ def source(system, net, sync):
         lines += ["#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L",
                   "#undef _POSIX_C_SOURCE", "#define _POSIX_C_SOURCE 200809L", "#endif",
                   "#include <pthread.h>"]
-    lines += ["#include <string.h>", "", f'#include "{name}.h"']
+    lines += ["#include <stdint.h>", "#include <string.h>", "", f'#include "{name}.h"']
     lines += [f'#include "{seg}.h"' for item in system.items for seg in item.segments]
     lines += ["", "#ifndef NN_MI_EVENT", "#define NN_MI_EVENT(code) ((void)0)", "#endif",
               "#ifndef NN_MI_BEGIN", "#define NN_MI_BEGIN(code) ((void)0)", "#endif",
               "#ifndef NN_MI_ITEM_START", "#define NN_MI_ITEM_START(item) ((void)0)", "#endif", "",
-              f"static const float *nn_mi_in;", f"static float *nn_mi_out;", ""]
+              f"static const float *nn_mi_in;", f"static float *nn_mi_out;",
+              f"/* the tensors the items hand on ({precision}: {value} values) */",
+              f"typedef {value} nn_mi_value;", ""]
     views = {item.name: _ItemBuffers(system, item, sync) for item in system.items}
     for item in system.items:
         view = views[item.name]
         for tensor in view.local_buffers():
-            lines.append(f"static float {view.buffer(tensor)}[{_size(system, item, tensor)}]; "
+            lines.append(f"static nn_mi_value {view.buffer(tensor)}[{_size(system, item, tensor)}]; "
                          f"/* item {item.name}: '{tensor}' */")
         for seg in item.segments.values():
             if len(seg.inputs) > 1:
                 total = sum(_size(system, item, t) for t in seg.inputs)
-                lines.append(f"static float {seg.name}_packed[{total}]; /* inputs {', '.join(seg.inputs)} */")
+                lines.append(f"static nn_mi_value {seg.name}_packed[{total}]; /* inputs {', '.join(seg.inputs)} */")
     lines.append("")
     lines += _sync_declarations(system, sync)
     if sync == "schedule":
@@ -184,7 +232,7 @@ def _sync_declarations(system, sync):
             "    unsigned unread;",
             "} nn_mi_sync;", "",
             "/* send_var: wait only while the previous value is unread, then publish. */",
-            "static void nn_mi_send(nn_mi_sync *s, float *buf, const float *value, unsigned n, unsigned readers, int event)",
+            "static void nn_mi_send(nn_mi_sync *s, nn_mi_value *buf, const nn_mi_value *value, unsigned n, unsigned readers, int event)",
             "{",
             "    (void)event; /* used only when NN_MI_EVENT records */",
             "    NN_MI_BEGIN(event); /* arrived */",
@@ -199,7 +247,7 @@ def _sync_declarations(system, sync):
             "    pthread_mutex_unlock(&s->lock);",
             "}", "",
             "/* get_var: wait for a value this reader has not copied, copy it, mark it read. */",
-            "static void nn_mi_get(nn_mi_sync *s, unsigned *seen, float *value, const float *buf, unsigned n, int event)",
+            "static void nn_mi_get(nn_mi_sync *s, unsigned *seen, nn_mi_value *value, const nn_mi_value *buf, unsigned n, int event)",
             "{",
             "    (void)event; /* used only when NN_MI_EVENT records */",
             "    NN_MI_BEGIN(event); /* arrived */",
@@ -217,7 +265,7 @@ def _sync_declarations(system, sync):
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
                       f"shape {list(s.shape)} */",
-                      f"static float nn_mi_v_{s.name}[{size}];",
+                      f"static nn_mi_value nn_mi_v_{s.name}[{size}];",
                       f"static nn_mi_sync nn_mi_s_{s.name} = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0u, 0u}};",
                       f"static unsigned nn_mi_r_{s.name}[{len(s.readers)}];"]
     elif sync == "barrier":
@@ -225,7 +273,7 @@ def _sync_declarations(system, sync):
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
                       f"shape {list(s.shape)}; a barrier of {len(s.readers) + 1} */",
-                      f"static float nn_mi_v_{s.name}[{size}];",
+                      f"static nn_mi_value nn_mi_v_{s.name}[{size}];",
                       f"static pthread_barrier_t nn_mi_b_{s.name};"]
     lines.append("")
     return lines
@@ -250,7 +298,7 @@ def _action_lines(system, item, view, sync, codes, kind, name):
             for t in seg.inputs:
                 size = _size(system, item, t)
                 lines.append(f"    memcpy({seg.name}_packed + {offset}, {view.buffer(t)}, "
-                             f"{size} * sizeof(float));")
+                             f"{size} * sizeof(nn_mi_value));")
                 offset += size
             src = f"{seg.name}_packed"
         else:
@@ -268,7 +316,7 @@ def _action_lines(system, item, view, sync, codes, kind, name):
                          f"{len(s.readers)}u, {event}); /* send_var {name} */")
         elif sync == "barrier":
             lines += [f"    NN_MI_BEGIN({event}); /* send_var {name}: arrived */",
-                      f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(float));",
+                      f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(nn_mi_value));",
                       f"    NN_MI_EVENT({event});",
                       f"    pthread_barrier_wait(&nn_mi_b_{name});",
                       f"    NN_MI_BEGIN({event}); /* released: every reader has arrived */"]
@@ -287,7 +335,7 @@ def _action_lines(system, item, view, sync, codes, kind, name):
         elif sync == "barrier":
             lines += [f"    NN_MI_BEGIN({event}); /* get_var {name} -> '{local}': arrived */",
                       f"    pthread_barrier_wait(&nn_mi_b_{name});",
-                      f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(float));",
+                      f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(nn_mi_value));",
                       f"    NN_MI_EVENT({event});"]
         else:
             lines.append(f"    NN_MI_EVENT({event}); /* get_var {name} -> '{local}' */")
