@@ -258,14 +258,15 @@ def image(elf, output, *, board):
             raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
 
 
-def multiitem(model, outdir, *, target="host", shape="v2", sync="flags", runs=1000, deadline=None,
-              tolerance=1e-4, count=8, seed=1):
+def multiitem(model, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+              deadline=None, tolerance=1e-4, count=8, seed=1):
     """A multi-item system's whole build (nnbuild.kinds.multiitem.build): its C in outdir/gen,
     report.json, and gate.json when every gate holds (the deadline on the end-to-end bound)."""
     from nnbuild.checks.deadline import read_spec
     from nnbuild.kinds import multiitem as kind
     deadline_ms, waiver = read_spec(deadline)
-    report = kind.build(model, outdir, target=target, shape=shape, sync=sync, runs=runs, deadline_ms=deadline_ms,
+    report = kind.build(model, outdir, target=target, shape=shape, precision=precision, sync=sync, runs=runs,
+                        deadline_ms=deadline_ms,
                         tolerance=tolerance, cases=count, seed=seed)
     for line in kind.summary(report) + ([waiver] if waiver else []):
         print(line)
@@ -381,7 +382,8 @@ STEPS = {s.name: s for s in (
          "the firmware as Intel HEX (.hex) or raw binary (.bin), by the board's objcopy"),
     Step("multiitem", "Multi-item build", multiitem,
          (_a("model"), _a("-o", "--outdir", required=True), _a("--target", default="host"),
-          _a("--shape", default="v2"), _a("--sync", default="flags"), _a("--runs", type=int, default=1000),
+          _a("--shape", default="v2"), _a("--precision", default="float32"), _a("--sync", default="flags"),
+          _a("--runs", type=int, default=1000),
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
           _a("--count", type=int, default=8), _a("--seed", type=int, default=1)),

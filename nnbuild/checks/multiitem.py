@@ -159,23 +159,24 @@ def merged_flowfacts(system, gen):
 
 
 def check_board(system, board, workdir, *, shape, check_main, check_defines, io, cases=8, seed=1,
-                input_range=(-1.0, 1.0)):
+                precision="float32"):
     """The static schedule on a single-core board: built with the board's compiler around the
     generic check main, run on its simulator (cycles per case), compared with the unsplit model's
-    float64 reference, and bounded by the board's WCET analyzer as a whole and per segment. The
+    float64 reference (in fixed point also with the bit-exact model of the unsplit model's code,
+    bit for bit), and bounded by the board's WCET analyzer as a whole and per segment. The
     record carries the timing of the items (see `timing`). `board` is a loaded board; the check
     main, its defines for the system and its wire format come from the kind."""
     from nnbuild import wcet as analyzers
     from nnbuild.ir import reference
     workdir = Path(workdir)
     gen = workdir / "gen"
-    files = multiitem_c.generate(system, gen, shape=shape, sync="schedule",
+    files = multiitem_c.generate(system, gen, shape=shape, sync="schedule", precision=precision,
                                  storage=board.get("weights_storage", "const"))
     sources = [f for f in files if f.suffix == ".c"] + [check_main]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[gen],
                                               defines=[f"{k}={v}" for k, v in check_defines])
-    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
+    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
     harness = None
     if getattr(board.runner, "NEEDS_HARNESS", False):
         harness = board.runner.build_harness(workdir / "harness")
@@ -185,8 +186,10 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
                              dtype=np.float64)
     error = float(np.max(np.abs(np.asarray(outputs, np.float64).reshape(len(x), -1)
                                 - np.asarray(expected).reshape(len(x), -1))))
-    record = {"board": board.name, "cases": len(x), "max_abs_error": error,
+    record = {"board": board.name, "cases": len(x), "max_abs_error": error, "precision": precision,
               "measured_cycles": [int(c) for c in cycles] if cycles is not None else None}
+    if precision != "float32":
+        record["bit_equal_to_unsplit_cases"] = bit_equal_cases(system, precision, x, outputs)
     reason = analyzers.unavailable_reason(board)
     if reason:
         record["wcet"] = {"skipped": reason}
@@ -205,6 +208,16 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
         raise NNBuildError(f"WCET bound {whole.cycles} cycles < measured {max(record['measured_cycles'])} "
                            f"on {board.name}: the bound is unsound")
     return record
+
+
+def bit_equal_cases(system, precision, x, outputs):
+    """How many of the board's outputs equal, bit for bit, those of the unsplit model's fixed-point
+    code (its bit-exact model, nnbuild.numerics.graph_bitexact, on the same inputs)."""
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    plan = graph_plan.quantize_graph(system.whole, precision, multiitem_c.INPUT_RANGE)
+    expected = graph_bitexact.run_graph(plan, x).astype("<f4").reshape(len(x), -1)
+    got = np.asarray(outputs, dtype="<f4").reshape(len(x), -1)
+    return int(sum(a.tobytes() == b.tobytes() for a, b in zip(got, expected)))
 
 
 def timing(system, segment_cycles, schedule_cycles=None, sync_cycles=0):

@@ -21,12 +21,13 @@ from pathlib import Path
 from nnbuild import files
 from nnbuild.checks import multiitem as checks
 from nnbuild.checks import report_html_multiitem
+from nnbuild.codegen import multiitem as multiitem_c
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_items
 
 NAME = "multiitem"
 SHAPES = ("v2", "v1", "v3")
-PRECISIONS = ("float32",)
+PRECISIONS = multiitem_c.PRECISIONS
 SYNCS = ("flags", "barrier")
 
 
@@ -48,18 +49,19 @@ def reference_arrays(model, count, seed, input_range, data=None):
     return nn.reference_arrays(model.whole, count, seed, input_range, data)
 
 
-def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, max_delay_us=200, seed=1,
-          deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
+def build(path, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+          max_delay_us=200, seed=1, deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
     """Every step of a multi-item build; returns the report. gate.json is written only when every
     gate holds; a failing gate raises one NNBuildError line after report.json is written."""
     if shape not in SHAPES:
         raise NNBuildError(f"shape '{shape}' does not generate multi-item systems (shapes: {', '.join(SHAPES)})")
+    multiitem_c.check("flags", precision, shape)
     outdir = Path(outdir)
     gate = outdir / "gate.json"
     if gate.exists():
         gate.unlink()   # a gate passed earlier must not outlive this build
     system, _ = load(path)
-    report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": "float32",
+    report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": precision,
               "items": [i.name for i in system.items], "petri": system.meta["petri"]}
     failures = []
     if target == "host":
@@ -67,21 +69,24 @@ def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, m
             raise NNBuildError(f"sync '{sync}' is not a host threading (choose {', '.join(SYNCS)})")
         report["sync"] = sync
         report["host"] = checks.check_host(system, outdir, shape=shape, runs=runs, max_delay_us=max_delay_us,
-                                           seed=seed, sync=sync, cases=cases)
+                                           seed=seed, sync=sync, cases=cases, precision=precision)
         timing_run = checks.check_host(system, outdir / "timing", shape=shape, runs=runs, max_delay_us=0,
-                                       seed=seed, sync=sync, cases=cases)
+                                       seed=seed, sync=sync, cases=cases, precision=precision)
         report["host_timing"] = timing_run["timing"]
         if sanitize:
             report["thread_sanitizer"] = checks.check_host(system, outdir / "tsan", shape=shape, runs=runs,
                                                            max_delay_us=max_delay_us, seed=seed, sync=sync,
-                                                           sanitize=True, cases=cases)
+                                                           sanitize=True, cases=cases, precision=precision)
         report["deadline"] = {"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"}
     else:
         report["sync"] = "schedule"
-        board = check_on_board(system, target, outdir, shape=shape, cases=cases, seed=seed)
+        board = check_on_board(system, target, outdir, shape=shape, cases=cases, seed=seed, precision=precision)
         report["board"] = board
         if board["max_abs_error"] > tolerance:
             failures.append(f"max error {board['max_abs_error']:.3g} > tolerance {tolerance:.3g}")
+        if board.get("bit_equal_to_unsplit_cases", board["cases"]) != board["cases"]:
+            failures.append(f"outputs differ from the unsplit model's {precision} code in "
+                            f"{board['cases'] - board['bit_equal_to_unsplit_cases']} of {board['cases']} cases")
         report["deadline"] = deadline_verdict(board, deadline_ms)
         if report["deadline"].get("met") is False:
             failures.append(report["deadline"]["verdict"])
@@ -160,11 +165,13 @@ def main(argv=None):
     ap.add_argument("--target", default="host")
     ap.add_argument("--shape", default="v2", choices=SHAPES)
     ap.add_argument("--sync", default="flags", choices=SYNCS)
+    ap.add_argument("--precision", default="float32", choices=PRECISIONS)
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--deadline-ms", type=float)
     args = ap.parse_args(argv)
     try:
-        report = build(args.model, args.outdir, target=args.target, shape=args.shape, sync=args.sync,
+        report = build(args.model, args.outdir, target=args.target, shape=args.shape, precision=args.precision,
+                       sync=args.sync,
                        runs=args.runs, deadline_ms=args.deadline_ms)
     except NNBuildError as error:
         print(f"nnbuild: {error}", file=sys.stderr)

@@ -222,7 +222,8 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
     bdir = env.Dir(build_dir)
     report, gate, page = bdir.File("report.json"), bdir.File("gate.json"), bdir.File("report.html")
     made = step_node(env, "multiitem", [report, gate, page], [env.File(str(document))], model="${SOURCE}",
-                     outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
+                     outdir="${TARGET.dir}", target=board.name, shape=shape, precision=precision, sync=sync,
+                     deadline=deadline,
                      tolerance=tolerance, count=count, seed=seed)
     env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
     env.NoCache(made)
