@@ -61,6 +61,8 @@ def section_board(r):
                       "item bounds") if items else ""
     return ("<h2>Board run and bounds</h2>" + _rows([
         ("max error vs float64", f"{b['max_abs_error']:.3g}"),
+        ("outputs bit-equal to the unsplit model's code", f"{b['bit_equal_to_unsplit_cases']} / {b['cases']}"
+         if "bit_equal_to_unsplit_cases" in b else "float32: compared with float64 only"),
         ("worst measured", f"{d.get('worst_measured_ms')} ms"),
         ("end-to-end bound (this deployment)", f"{d.get('end_to_end_bound_ms')} ms"),
         ("items on their own cores (longest path of the timed net)", f"{d.get('items_on_own_cores_bound_ms')} ms"),

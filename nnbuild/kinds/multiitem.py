@@ -154,6 +154,10 @@ def summary(report):
         d = report["deadline"]
         lines.append(f"{report['target']}: {d['verdict']}; items on their own cores {d.get('items_on_own_cores_bound_ms')} ms, "
                      f"item bounds {d.get('item_bounds_ms')} ms, worst measured {d.get('worst_measured_ms')} ms")
+        board = report["board"]
+        if "bit_equal_to_unsplit_cases" in board:
+            lines.append(f"{report['target']}: {board['bit_equal_to_unsplit_cases']}/{board['cases']} outputs bit-equal to "
+                         f"the unsplit model's {report['precision']} code, max error {board['max_abs_error']:.3g}")
     return lines
 
 
