@@ -68,6 +68,6 @@ def test_host_threads_are_bit_equal_to_the_unsplit_fixed_point_code(example_syst
 @pytest.mark.e2e
 def test_avr_schedule_in_q16_acc32_is_bit_equal_and_within_its_wcet(example_system, tmp_path):
     record = multiitem_kind.check_on_board(example_system, "avr", tmp_path, shape="v2", cases=3, precision="q16-acc32")
-    assert record["bit_equal_to_unsplit_cases"] == 3 and record["max_abs_error"] < 2e-3
+    assert record["bit_equal_to_unsplit_cases"] == record["cases"] >= 3 and record["max_abs_error"] < 1e-2
     assert max(record["measured_cycles"]) <= record["wcet"]["schedule_cycles"]
     assert record["timing"]["speedup_bound"] > 1.0
