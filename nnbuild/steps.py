@@ -260,19 +260,52 @@ def image(elf, output, *, board):
 
 def multiitem(model, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
               deadline=None, tolerance=1e-4, count=8, seed=1):
-    """A multi-item system's whole build (nnbuild.kinds.multiitem.build): its C in outdir/gen,
-    report.json, and gate.json when every gate holds (the deadline on the end-to-end bound)."""
+    """A multi-item system's whole build outside SCons (nnbuild.kinds.multiitem.build runs the
+    plan's multiitem_check, multiitem_report and multiitem_gate tasks): report.json, and gate.json
+    when every gate holds (the deadline on the end-to-end bound)."""
     from nnbuild.checks.deadline import read_spec
     from nnbuild.kinds import multiitem as kind
     deadline_ms, waiver = read_spec(deadline)
     report = kind.build(model, outdir, target=target, shape=shape, precision=precision, sync=sync, runs=runs,
-                        deadline_ms=deadline_ms,
-                        tolerance=tolerance, cases=count, seed=seed)
+                        deadline_ms=deadline_ms, tolerance=tolerance, cases=count, seed=seed)
     for line in kind.summary(report) + ([waiver] if waiver else []):
         print(line)
 
 
+def multiitem_check(model, output, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+                    max_delay_us=200, sanitize=False, count=8, seed=1, data=None):
+    """One check of a multi-item system (nnbuild.kinds.multiitem.check), its record in `output`; its
+    C and programs in the directory named after it beside it."""
+    from nnbuild.kinds import multiitem as kind
+    record = kind.check(model, Path(output).with_suffix(""), target=target, shape=shape, precision=precision,
+                        sync=sync, runs=runs, max_delay_us=max_delay_us, sanitize=sanitize, cases=count, seed=seed,
+                        data=data)
+    save_json(output, record)
+
+
+def multiitem_report(model, output, *, checks, target="host", shape="v2", precision="float32", sync="flags",
+                     deadline=None, tolerance=1e-4):
+    """report.json and report.html of a multi-item build from its checks' records (LABEL=CHECK.json)."""
+    from nnbuild.checks.deadline import read_spec
+    from nnbuild.kinds import multiitem as kind
+    deadline_ms, waiver = read_spec(deadline)
+    report = kind.report(model, {k: read_json(v) for k, v in labelled(checks).items()}, output, target=target,
+                         shape=shape, precision=precision, sync=sync, deadline_ms=deadline_ms, tolerance=tolerance)
+    for line in kind.summary(report) + ([waiver] if waiver else []):
+        print(line)
+
+
+def multiitem_gate(report, output):
+    """gate.json of a multi-item build, written only when every gate of its report holds."""
+    from nnbuild.kinds import multiitem as kind
+    kind.gate(report, output)
+
+
 # --------------------------------------------------------------------------- the table
+
+
+#: the code a multi-item check or build depends on
+MULTIITEM_CODE = ("frontends", "ir", "numerics", "codegen", "checks", "kinds", "runners", "wcet", "compilers")
 
 
 @dataclass(frozen=True)
@@ -387,8 +420,26 @@ STEPS = {s.name: s for s in (
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
           _a("--count", type=int, default=8), _a("--seed", type=int, default=1)),
-         "a multi-item system: Petri-net checks, items' C, threads or static schedule checks, timing, gates",
-         code=("frontends", "ir", "codegen", "checks", "kinds", "runners", "wcet", "compilers"), cacheable=False),
+         "a multi-item system's whole build outside SCons: its checks, report and gate in order",
+         code=MULTIITEM_CODE, cacheable=False),
+    Step("multiitem_check", "Multi-item check", multiitem_check,
+         (_a("model"), _a("--target", default="host"), _a("--shape", default="v2"), _a("--precision", default="float32"),
+          _a("--sync", default="flags"), _a("--runs", type=int, default=1000),
+          _a("--max-delay-us", dest="max_delay_us", type=int, default=200), _a("--sanitize", action="store_true"),
+          _a("--count", type=int, default=8), _a("--seed", type=int, default=1),
+          _a("--data", default=None, help=".npz whose inputs x (and outputs y) the check runs on"), OUT),
+         "one check of a multi-item system: host threads (bit-equality, firing sequences, timed net) or the "
+         "static schedule on a board (runs, WCET)", code=MULTIITEM_CODE, cacheable=False),
+    Step("multiitem_report", "Multi-item report", multiitem_report,
+         (_a("checks", nargs="+", metavar="LABEL=CHECK.json"), _a("--model", required=True),
+          _a("--target", default="host"),
+          _a("--shape", default="v2"), _a("--precision", default="float32"), _a("--sync", default="flags"),
+          _a("--deadline", default=None, help="deadline, e.g. 100ms"),
+          _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4), OUT),
+         "report.json and report.html of a multi-item build: Petri net, checks, bounds, deadline",
+         code=("frontends", "ir", "checks", "kinds"), cacheable=False),
+    Step("multiitem_gate", "Multi-item gate", multiitem_gate, (_a("report"), OUT),
+         "gate.json of a multi-item build, only when every gate holds", code=("kinds",), cacheable=False),
     Step("select", "Choosing precision", select,
          (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
           _a("--firmware-output", help="where to copy the winner's firmware")),

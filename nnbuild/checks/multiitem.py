@@ -86,9 +86,11 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
     actions = timed.action_codes(system, code_net)
     n_items = len(system.items)
     data = result.stdout
-    pos, unequal, bad_trace, orders, timed_runs = 0, 0, None, set(), []
+    pos, unequal, bad_trace, orders, timed_runs, firsts = 0, 0, None, set(), [], []
     for run in range(runs):
         multi = np.frombuffer(data, "<f4", n_out, pos)
+        if run < len(x):
+            firsts.append(multi)
         whole = np.frombuffer(data, "<f4", n_out, pos + 4 * n_out)
         count = int(np.frombuffer(data, "<i4", 1, pos + 8 * n_out)[0])
         events = np.frombuffer(data, "<i4", count, pos + 8 * n_out + 4)
@@ -114,14 +116,34 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
     record.update(ok=unequal == 0 and bad_trace is None and not tsan and timing_sound,
                   bit_equal_runs=runs - unequal, firing_sequences=bad_trace is None, trace_violation=bad_trace,
                   distinct_orders=len(orders), timing=timing)
+    record["max_abs_error"] = reference_error(system, x, firsts)
+    record["first_outputs"] = [[float(v) for v in m] for m in firsts]
     return record
 
 
+def output_error(outputs, expected):
+    """max |outputs - expected| over every case and output (float64)."""
+    outputs = np.asarray(outputs, np.float64)
+    return float(np.max(np.abs(outputs - np.asarray(expected, np.float64).reshape(outputs.shape))))
+
+
+def reference_error(system, x, outputs):
+    """max |system outputs - the unsplit model's float64 reference| over the cases run."""
+    from nnbuild.ir import reference
+    if not len(outputs):
+        return None
+    x = np.asarray(x)[:len(outputs)]
+    expected = reference.run(system.whole, x.reshape((len(x),) + tuple(system.whole.input_shape)), dtype=np.float64)
+    return output_error(outputs, expected)
+
+
 def check_host(system, workdir, *, shape, runs=1000, max_delay_us=200, seed=1, sync="flags", sanitize=False,
-               cases=16, precision="float32"):
-    """Build and run; the record, or one NNBuildError line naming what failed."""
+               cases=16, precision="float32", x=None):
+    """Build and run (on `x`, else `cases` check inputs); the record, or one NNBuildError line
+    naming what failed."""
     program = build_host_check(system, workdir, shape=shape, sync=sync, sanitize=sanitize, precision=precision)
-    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
+    if x is None:
+        x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
     record = run_host_check(system, program, x, runs=runs, max_delay_us=max_delay_us, seed=seed, sync=sync)
     record["sanitizer"] = "thread" if sanitize else None
     record["precision"] = precision
@@ -159,7 +181,7 @@ def merged_flowfacts(system, gen):
 
 
 def check_board(system, board, workdir, *, shape, check_main, check_defines, io, cases=8, seed=1,
-                precision="float32"):
+                precision="float32", x=None):
     """The static schedule on a single-core board: built with the board's compiler around the
     generic check main, run on its simulator (cycles per case), compared with the unsplit model's
     float64 reference (in fixed point also with the bit-exact model of the unsplit model's code,
@@ -167,7 +189,6 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
     record carries the timing of the items (see `timing`). `board` is a loaded board; the check
     main, its defines for the system and its wire format come from the kind."""
     from nnbuild import wcet as analyzers
-    from nnbuild.ir import reference
     workdir = Path(workdir)
     gen = workdir / "gen"
     files = multiitem_c.generate(system, gen, shape=shape, sync="schedule", precision=precision,
@@ -176,17 +197,16 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[gen],
                                               defines=[f"{k}={v}" for k, v in check_defines])
-    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
+    if x is None:
+        x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
     harness = None
     if getattr(board.runner, "NEEDS_HARNESS", False):
         harness = board.runner.build_harness(workdir / "harness")
     outputs, cycles = board.runner.run(board, program, x, int(np.prod(system.output_shape)), io=io,
                                        entry=f"{system.name}_infer", harness=harness)
-    expected = reference.run(system.whole, x.reshape((len(x),) + tuple(system.whole.input_shape)),
-                             dtype=np.float64)
-    error = float(np.max(np.abs(np.asarray(outputs, np.float64).reshape(len(x), -1)
-                                - np.asarray(expected).reshape(len(x), -1))))
+    error = reference_error(system, x, np.asarray(outputs).reshape(len(x), -1))
     record = {"board": board.name, "cases": len(x), "max_abs_error": error, "precision": precision,
+              "first_outputs": np.asarray(outputs, np.float64).reshape(len(x), -1).tolist(),
               "measured_cycles": [int(c) for c in cycles] if cycles is not None else None}
     if precision != "float32":
         record["bit_equal_to_unsplit_cases"] = bit_equal_cases(system, precision, x, outputs)

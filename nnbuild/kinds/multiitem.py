@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from nnbuild import files
 from nnbuild.checks import multiitem as checks
 from nnbuild.checks import report_html_multiitem
@@ -49,56 +51,98 @@ def reference_arrays(model, count, seed, input_range, data=None):
     return nn.reference_arrays(model.whole, count, seed, input_range, data)
 
 
-def build(path, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
-          max_delay_us=200, seed=1, deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
-    """Every step of a multi-item build; returns the report. gate.json is written only when every
-    gate holds; a failing gate raises one NNBuildError line after report.json is written."""
+def validate(target, shape, precision, sync):
+    """One line for options no multi-item build takes."""
     if shape not in SHAPES:
         raise NNBuildError(f"shape '{shape}' does not generate multi-item systems (shapes: {', '.join(SHAPES)})")
     multiitem_c.check("flags", precision, shape)
-    outdir = Path(outdir)
-    gate = outdir / "gate.json"
-    if gate.exists():
-        gate.unlink()   # a gate passed earlier must not outlive this build
+    if target == "host" and sync not in SYNCS:
+        raise NNBuildError(f"sync '{sync}' is not a host threading (choose {', '.join(SYNCS)})")
+
+
+def check(path, workdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+          max_delay_us=200, sanitize=False, cases=8, seed=1, data=None):
+    """One check of the system in workdir, its record: on the host its items as threads (runs with
+    random start delays up to max_delay_us, under ThreadSanitizer with `sanitize`), on a board its
+    static schedule run on the simulator and bounded; on `cases` check inputs, or on the inputs x of
+    `data` (.npz; then also against its outputs y when it has them). A failed check raises one line."""
+    validate(target, shape, precision, sync)
+    system, _ = load(path)
+    x = y = None
+    if data:
+        arrays = reference_arrays(system, 0, 0, multiitem_c.INPUT_RANGE, data)
+        x = arrays["x"].reshape(len(arrays["x"]), -1)
+        with np.load(data) as given:
+            y = given["y"].reshape(len(x), -1) if "y" in given.files else None
+    if target == "host":
+        record = checks.check_host(system, workdir, shape=shape, runs=runs, max_delay_us=max_delay_us, seed=seed,
+                                   sync=sync, sanitize=sanitize, cases=cases, precision=precision, x=x)
+    else:
+        record = check_on_board(system, target, workdir, shape=shape, cases=cases, seed=seed, precision=precision,
+                                x=x)
+    if y is not None:
+        record["vs_framework"] = checks.output_error(record["first_outputs"], y)
+    record["model"] = system.name
+    return record
+
+
+def report(path, records, output, *, target="host", shape="v2", precision="float32", sync="flags",
+           deadline_ms=None, tolerance=1e-4):
+    """report.json (and report.html beside it) from the checks' records ({"host", "timing",
+    "tsan"} or {"board"}); the gates' verdict is in it (gates_passed, failure)."""
     system, _ = load(path)
     report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": precision,
               "items": [i.name for i in system.items], "petri": system.meta["petri"]}
     failures = []
     if target == "host":
-        if sync not in SYNCS:
-            raise NNBuildError(f"sync '{sync}' is not a host threading (choose {', '.join(SYNCS)})")
-        report["sync"] = sync
-        report["host"] = checks.check_host(system, outdir, shape=shape, runs=runs, max_delay_us=max_delay_us,
-                                           seed=seed, sync=sync, cases=cases, precision=precision)
-        timing_run = checks.check_host(system, outdir / "timing", shape=shape, runs=runs, max_delay_us=0,
-                                       seed=seed, sync=sync, cases=cases, precision=precision)
-        report["host_timing"] = timing_run["timing"]
-        if sanitize:
-            report["thread_sanitizer"] = checks.check_host(system, outdir / "tsan", shape=shape, runs=runs,
-                                                           max_delay_us=max_delay_us, seed=seed, sync=sync,
-                                                           sanitize=True, cases=cases, precision=precision)
-        report["deadline"] = {"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"}
+        report.update(sync=sync, host=records["host"], host_timing=records["timing"]["timing"],
+                      deadline={"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"})
+        if "tsan" in records:
+            report["thread_sanitizer"] = records["tsan"]
     else:
-        report["sync"] = "schedule"
-        board = check_on_board(system, target, outdir, shape=shape, cases=cases, seed=seed, precision=precision)
-        report["board"] = board
+        board = records["board"]
+        report.update(sync="schedule", board=board, deadline=deadline_verdict(board, deadline_ms))
         if board["max_abs_error"] > tolerance:
             failures.append(f"max error {board['max_abs_error']:.3g} > tolerance {tolerance:.3g}")
         if board.get("bit_equal_to_unsplit_cases", board["cases"]) != board["cases"]:
             failures.append(f"outputs differ from the unsplit model's {precision} code in "
                             f"{board['cases'] - board['bit_equal_to_unsplit_cases']} of {board['cases']} cases")
-        report["deadline"] = deadline_verdict(board, deadline_ms)
         if report["deadline"].get("met") is False:
             failures.append(report["deadline"]["verdict"])
     report["gates_passed"] = not failures
     if failures:
         report["failure"] = failures[0]
-    files.write_text(outdir / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
-    report_html_multiitem.save(outdir / "report.html", report)
-    if failures:
-        raise NNBuildError(failures[0], path=outdir / "report.json")
-    files.write_text(gate, json.dumps({"gates": "passed", "model": system.name, "target": target}) + "\n")
+    files.write_text(output, json.dumps(report, indent=1, sort_keys=True) + "\n")
+    report_html_multiitem.save(Path(output).with_name("report.html"), report)
     return report
+
+
+def gate(report_path, output):
+    """gate.json, written only when every gate of the report holds; else its first failure, one line."""
+    record = json.loads(Path(report_path).read_text())
+    if not record.get("gates_passed"):
+        raise NNBuildError(record.get("failure", "a gate failed"), path=report_path)
+    files.write_text(output, json.dumps({"gates": "passed", "model": record["model"],
+                                         "target": record["target"]}) + "\n")
+
+
+def build(path, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+          max_delay_us=200, seed=1, deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
+    """Every task of the build's plan (nnbuild.pipeline.multiitem_plan: checks, report, gate) run in
+    order in outdir, as SCons runs them; returns the report. gate.json is written only when every
+    gate holds; a failing gate raises one NNBuildError line after report.json is written."""
+    from nnbuild import pipeline
+    validate(target, shape, precision, sync)
+    gate_file = Path(outdir) / "gate.json"
+    if gate_file.exists():
+        gate_file.unlink()   # a gate passed earlier must not outlive this build
+    the_plan = pipeline.multiitem_plan(name=NAME, model=str(Path(path).resolve()), board=target, shape=shape,
+                                       precision=precision, sync=sync, runs=runs, max_delay_us=max_delay_us,
+                                       sanitize=sanitize,
+                                       deadline=None if deadline_ms is None else f"{deadline_ms:g}ms",
+                                       tolerance=tolerance, count=cases, seed=seed)
+    pipeline.execute(the_plan, outdir)
+    return json.loads((Path(outdir) / "report.json").read_text())
 
 
 def check_on_board(system, target, workdir, **options):
@@ -175,8 +219,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         report = build(args.model, args.outdir, target=args.target, shape=args.shape, precision=args.precision,
-                       sync=args.sync,
-                       runs=args.runs, deadline_ms=args.deadline_ms)
+                       sync=args.sync, runs=args.runs, deadline_ms=args.deadline_ms)
     except NNBuildError as error:
         print(f"nnbuild: {error}", file=sys.stderr)
         return 1

@@ -207,27 +207,22 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
 
 def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=kinds.DEFAULT_SHAPE, deadline=None,
                        tolerance=1e-4, count=8, seed=1, sync="flags", **_pipeline_options):
-    """A multi-item system: one `multiitem` step (Petri-net checks, the items' C, the threads or the
-    static schedule checked and timed, report.json, gate.json). Its generated C stays inside the
-    step (no other node reads it)."""
+    """A multi-item system: the tasks of pipeline.multiitem_plan (its checks, each with its own C
+    and programs, the report, the gate) as SCons nodes, so a change re-runs only what it touches."""
     kind = kinds.get("multiitem")
     if precision not in kind.PRECISIONS:
         fail(f"multi-item systems are generated in {', '.join(kind.PRECISIONS)} only (precision '{precision}' asked)")
     try:
-        shape = kinds.resolve_shape(kind, shape)
         board = boards.load_board(target)
+        document = frontends.model_file(str(model)) or model
+        the_plan = pipeline.multiitem_plan(name=name, model=str(document), board=board, shape=shape,
+                                           precision=precision, sync=sync, deadline=deadline, tolerance=tolerance,
+                                           count=count, seed=seed)
     except NNBuildError as error:
         fail(str(error))
-    document = frontends.model_file(str(model)) or model
-    bdir = env.Dir(build_dir)
-    report, gate, page = bdir.File("report.json"), bdir.File("gate.json"), bdir.File("report.html")
-    made = step_node(env, "multiitem", [report, gate, page], [env.File(str(document))], model="${SOURCE}",
-                     outdir="${TARGET.dir}", target=board.name, shape=shape, precision=precision, sync=sync,
-                     deadline=deadline,
-                     tolerance=tolerance, count=count, seed=seed)
-    env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
-    env.NoCache(made)
-    return {"generated": [], "check": [], "firmware": None, "report": made[0], "gate": made[1], "board": board}
+    nodes = Nodes(env, the_plan, env.Dir(build_dir).abspath, document, None, None).build()
+    return {"generated": [], "check": list(nodes["checks"].values()), "firmware": None, "report": nodes["report"],
+            "gate": nodes["gate"], "board": board}
 
 
 def shared_inputs(env, bdir, model, options):
