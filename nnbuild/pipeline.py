@@ -162,17 +162,11 @@ def multiitem_plan(*, name, model, board, shape=kinds.DEFAULT_SHAPE, precision=k
     re-runs report and gate only; a new sync or run count, the host's checks. purpose "check"
     (`nnbuild check`): the target's one check on the inputs of `data`, nothing else."""
     board = boards.load_board(board)
-    shape = kinds.resolve_shape(kinds.get("multiitem"), shape)
+    kind = kinds.get("multiitem")
+    shape = kinds.resolve_shape(kind, shape)
     common = {"target": board.name, "shape": shape, "precision": precision, "count": count, "seed": seed}
-    if board.name == "host":
-        checks = {"host": {"max_delay_us": max_delay_us}, "timing": {"max_delay_us": 0}}
-        if purpose == "check":
-            checks = {"host": {"max_delay_us": max_delay_us}}
-        elif sanitize:
-            checks["tsan"] = {"max_delay_us": max_delay_us, "sanitize": True}
-        checks = {label: dict(common, sync=sync, runs=runs, **extra) for label, extra in checks.items()}
-    else:
-        checks = {"board": common}
+    checks = {label: dict(common, **options) for label, options in kind.check_options(
+        board.name, sync=sync, runs=runs, max_delay_us=max_delay_us, sanitize=sanitize, purpose=purpose).items()}
     tasks = [Task("multiitem_check", [f"{label}.json"], {"model": model, "data": data}, options=options, role=label)
              for label, options in checks.items()]
     if purpose == "check":

@@ -86,7 +86,6 @@ def generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, passe
     """One segment in shape v2's fixed point with the unsplit model's formats: int16 in and out but
     where it reads the system input (rounded as the unsplit model rounds it) or writes the system
     output (scaled back to float as the unsplit model does)."""
-    from nnbuild.codegen import v2_fixed
     reads_input = system.input in seg.inputs
     if reads_input and len(seg.inputs) > 1:
         raise NNBuildError(f"item {item.name}: segment {seg.name} packs the system input with other tensors: "
@@ -102,9 +101,9 @@ def generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, passe
     if len(seg.inputs) > 1:
         received[PACKED] = _global(system, item, seg.inputs[0])   # the vector's nominal format: its parts have their own
     plan = graph_plan.segment_plan(whole_plan, seg.model, {k: v for k, v in received.items() if k != system.input})
-    files = v2_fixed.render(seg.model, precision=whole_plan.precision, storage=storage, passes_log=list(passes_log),
-                            input_range=None, plan=plan, int_input=not reads_input,
-                            int_output=seg.output != system.output)
+    files = codegen.shape_module("v2").render(seg.model, precision=whole_plan.precision, storage=storage,
+                                               passes_log=list(passes_log), plan=plan, int_input=not reads_input,
+                                               int_output=seg.output != system.output)
     trace = f"{seg.model.name}.trace.json"
     files[trace] = codegen.portable_trace(files[trace])
     codegen.write_all(Path(outdir), files)

@@ -126,23 +126,41 @@ def gate(report_path, output):
                                          "target": record["target"]}) + "\n")
 
 
+def check_options(target, *, sync="flags", runs=1000, max_delay_us=200, sanitize=True, purpose="build"):
+    """The checks of a build, label -> their own options of `check`: on the host the threads with
+    random start delays, the timing runs without, ThreadSanitizer (`nnbuild check`: the first only);
+    on a board its static schedule."""
+    if target != "host":
+        return {"board": {}}
+    checks = {"host": {"max_delay_us": max_delay_us}, "timing": {"max_delay_us": 0},
+              "tsan": {"max_delay_us": max_delay_us, "sanitize": True}}
+    if purpose == "check":
+        checks = {"host": checks["host"]}
+    elif not sanitize:
+        del checks["tsan"]
+    return {label: dict(sync=sync, runs=runs, **extra) for label, extra in checks.items()}
+
+
 def build(path, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
           max_delay_us=200, seed=1, deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True):
-    """Every task of the build's plan (nnbuild.pipeline.multiitem_plan: checks, report, gate) run in
-    order in outdir, as SCons runs them; returns the report. gate.json is written only when every
-    gate holds; a failing gate raises one NNBuildError line after report.json is written."""
-    from nnbuild import pipeline
+    """A whole build outside SCons, what the tasks of nnbuild.pipeline.multiitem_plan do, in order:
+    each check's record in outdir/LABEL.json (its C and programs in outdir/LABEL/), report.json,
+    then gate.json only when every gate holds (else one NNBuildError line, after report.json).
+    Returns the report."""
     validate(target, shape, precision, sync)
-    gate_file = Path(outdir) / "gate.json"
-    if gate_file.exists():
-        gate_file.unlink()   # a gate passed earlier must not outlive this build
-    the_plan = pipeline.multiitem_plan(name=NAME, model=str(Path(path).resolve()), board=target, shape=shape,
-                                       precision=precision, sync=sync, runs=runs, max_delay_us=max_delay_us,
-                                       sanitize=sanitize,
-                                       deadline=None if deadline_ms is None else f"{deadline_ms:g}ms",
-                                       tolerance=tolerance, count=cases, seed=seed)
-    pipeline.execute(the_plan, outdir)
-    return json.loads((Path(outdir) / "report.json").read_text())
+    outdir = Path(outdir)
+    if (outdir / "gate.json").exists():
+        (outdir / "gate.json").unlink()   # a gate passed earlier must not outlive this build
+    records = {}
+    for label, options in check_options(target, sync=sync, runs=runs, max_delay_us=max_delay_us,
+                                        sanitize=sanitize).items():
+        records[label] = check(path, outdir / label, target=target, shape=shape, precision=precision, cases=cases,
+                               seed=seed, **options)
+        files.write_text(outdir / f"{label}.json", json.dumps(records[label], indent=1, sort_keys=True) + "\n")
+    record = report(path, records, outdir / "report.json", target=target, shape=shape, precision=precision,
+                    sync=sync, deadline_ms=deadline_ms, tolerance=tolerance)
+    gate(outdir / "report.json", outdir / "gate.json")
+    return record
 
 
 def check_on_board(system, target, workdir, **options):
