@@ -196,7 +196,7 @@ def test_schedule_pool_shares_memory_only_between_buffers_never_alive_together()
     from nnbuild.codegen import multiitem_pool
     spans = [("a", 10, 0, 1), ("b", 5, 1, 2), ("c", 10, 2, 3), ("d", 3, 3, 3)]
     pool = multiitem_pool.plan("p", spans)
-    assert pool.offsets == {"a": 0, "c": 0, "b": 10, "d": 10} and pool.floats == 15
+    assert pool.offsets == {"a": 0, "c": 0, "b": 10, "d": 10} and pool.values == 15
     for x, nx, sx, ex in spans:
         for y, ny, sy, ey in spans:
             if x < y and sx <= ey and sy <= ex:   # alive at a common step: disjoint memory
