@@ -32,6 +32,24 @@ def test_host_and_board_plans_are_checks_then_report_then_gate():
         assert steps.command(task.step, **task.options).startswith(task.step)
 
 
+def test_a_split_is_the_first_task_and_the_checks_read_what_it_makes(tmp_path):
+    """items=N / map: the multiitem_split task makes split/<name>.nnef, which the checks and the
+    report read; its options leave out precision, tolerance and deadline (they keep the split)."""
+    model = ROOT / "firmware_examples" / "cifarnet" / "cifarnet.h5"
+    the_plan = pipeline.multiitem_plan(name="c", model=str(model), board="avr", items=2, precision="q8",
+                                       deadline="5s")
+    split, check, report, _ = the_plan.tasks
+    assert (split.step, split.targets) == ("multiitem_split", ["split/cifarnet.nnef/graph.nnef",
+                                                               "split/cifarnet.nnef/split.json"])
+    assert split.options == {"target": "avr", "shape": "v2", "items": 2, "item_map": None}
+    assert check.sources["model"] == report.sources["model"] == "split/cifarnet.nnef/graph.nnef"
+    assert report.sources["split"] == "split/cifarnet.nnef/split.json"
+    (tmp_path / "map.json").write_text("{}")
+    by_map = pipeline.multiitem_plan(name="c", model=str(model), board="host", item_map=str(tmp_path / "map.json"))
+    assert by_map.tasks[0].options["item_map"] == str(tmp_path / "map.json") and by_map.nodes["split"]
+    assert steps.command("multiitem_split", **split.options).startswith("multiitem_split")
+
+
 @pytest.mark.e2e
 def test_nnbuild_check_runs_the_items_on_the_data_and_fails_on_its_outputs(tmp_path):
     x = np.random.RandomState(0).uniform(-1, 1, (3, 128)).astype(np.float32)

@@ -63,7 +63,7 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
     check(sync, precision, shape)
     codegen.check_model_name(system.name)
     written = []
-    whole_plan = None if precision == "float32" else graph_plan.quantize_graph(system.whole, precision, input_range)
+    whole_plan = None if precision == "float32" else whole_fixed_plan(system, precision, input_range)
     for item in system.items:
         for seg in item.segments.values():
             log = (passes_logs or {}).get(seg.name, ())
@@ -82,6 +82,18 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
     if missing:
         raise NNBuildError(f"multi-item generation did not produce {sorted(missing)}")
     return made
+
+
+def whole_fixed_plan(system, precision, input_range):
+    """The unsplit model's fixed-point plan, whose formats every segment takes; a layer it has no
+    fixed-point form for refuses the system in one line naming its file (e.g. a split model's
+    residual Add, which reads back from NNEF as an element-wise layer)."""
+    try:
+        return graph_plan.quantize_graph(system.whole, precision, input_range)
+    except NNBuildError as error:
+        where = system.source_files[0] if system.source_files else None
+        raise NNBuildError(f"multi-item system '{system.name}' is not generated in {precision}: {error}",
+                           path=where) from None
 
 
 def generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, passes_log):
