@@ -53,6 +53,18 @@ def c_identifier(text) -> str:
     return name
 
 
+def fresh_identifier(base, taken) -> str:
+    """c_identifier(base), suffixed _2, _3, ... until it is not in the set `taken`, which it joins:
+    distinct names for layers whose names differ only in characters C does not take."""
+    text = c_identifier(base)
+    candidate, k = text, 1
+    while candidate in taken:
+        k += 1
+        candidate = f"{text}_{k}"
+    taken.add(candidate)
+    return candidate
+
+
 def is_c_identifier(text) -> bool:
     """True when `text` is already what `c_identifier` would make of it."""
     return isinstance(text, str) and c_identifier(text) == text

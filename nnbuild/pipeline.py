@@ -153,6 +153,44 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     return Plan(tasks, name, board, nodes, entries)
 
 
+def multiitem_plan(*, name, model, board, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+                   sync="flags", runs=1000, max_delay_us=200, sanitize=True, deadline=None, tolerance=1e-4,
+                   count=8, seed=1, data=None, purpose="build", items=None, item_map=None) -> Plan:
+    """Every task of a multi-item system's build: with `items` (N) or `item_map` (a JSON map file)
+    the single-graph `model` split first into split/<name>.nnef (a new precision, tolerance or
+    deadline keeps the split); its checks, each in its own directory (the host: threads with random
+    start delays, the timing runs without, ThreadSanitizer; a board: the static schedule run on its
+    simulator and bounded), the report, the gate. A new deadline or tolerance re-runs report and
+    gate only; a new sync or run count, the host's checks. purpose "check" (`nnbuild check`): the
+    target's one check on the inputs of `data`, nothing else."""
+    board = boards.load_board(board)
+    kind = kinds.get("multiitem")
+    shape = kinds.resolve_shape(kind, shape)
+    tasks, split = [], None
+    if items is not None or item_map is not None:
+        folder = kind.split_folder(model)
+        split = f"{folder}/split.json"
+        tasks.append(Task("multiitem_split", [f"{folder}/graph.nnef", split], {"model": model}, role="split",
+                          options={"target": board.name, "shape": shape, "items": items,
+                                   "item_map": str(Path(item_map).resolve()) if item_map else None}))
+        model = f"{folder}/graph.nnef"
+    common = {"target": board.name, "shape": shape, "precision": precision, "count": count, "seed": seed}
+    checks = {label: dict(common, **options) for label, options in kind.check_options(
+        board.name, sync=sync, runs=runs, max_delay_us=max_delay_us, sanitize=sanitize, purpose=purpose).items()}
+    tasks += [Task("multiitem_check", [f"{label}.json"], {"model": model, "data": data}, options=options, role=label)
+              for label, options in checks.items()]
+    if purpose == "check":
+        return Plan(tasks, name, board, {"checks": {label: f"{label}.json" for label in checks}}, [f"{name}_infer"])
+    tasks.append(Task("multiitem_report", ["report.json", "report.html"],
+                      {"model": model, "checks": {label: f"{label}.json" for label in checks}, "split": split},
+                      role="report",
+                      options={"target": board.name, "shape": shape, "precision": precision, "sync": sync,
+                               "deadline": deadline, "tolerance": tolerance}))
+    tasks.append(Task("multiitem_gate", ["gate.json"], {"report": "report.json"}, role="gate"))
+    return Plan(tasks, name, board, {"checks": {label: f"{label}.json" for label in checks}, "split": split,
+                                     "report": "report.json", "gate": "gate.json"}, [f"{name}_infer"])
+
+
 def reference_task(model, output, *, data=None, count=32, seed=1, input_range=(-1.0, 1.0), environment=None):
     """The check inputs and the float64 reference's outputs for them: one per model and options,
     whatever the precision (precision=auto's candidates share it)."""
@@ -317,6 +355,9 @@ def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, p
     board = boards.load_board(target)
     kind = kinds.of_file(model)
     model_path = str(Path(model).resolve())
+    if kind.NAME == "multiitem":
+        return _check_multiitem(model_path, str(Path(data).resolve()), board, shape=shape, precision=precision,
+                                tolerance=tolerance, build_dir=build_dir)
     loaded_model, log = kind.load(model, name, environment)
     name = loaded_model.name
     if input_range is None:
@@ -335,6 +376,29 @@ def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, p
     if failure:
         raise NNBuildError(failure, path=model)
     return results
+
+
+def _check_multiitem(model, data, board, *, shape, precision, tolerance, build_dir):
+    """`nnbuild check` of a multi-item system: its one check on the board (the host: its items as
+    threads, bit-equal to the unsplit model) on the data's inputs, against the unsplit model's
+    float64 reference (and the data's y). Returns the check's record."""
+    import tempfile
+    the_plan = multiitem_plan(name="multiitem", model=model, board=board, shape=shape, precision=precision,
+                              data=data, purpose="check")
+    with tempfile.TemporaryDirectory(prefix="nnbuild-check-") as tmp:
+        workdir = Path(build_dir or tmp)
+        execute(the_plan, workdir)
+        (label, record_file), = the_plan.nodes["checks"].items()
+        record = steps.read_json(workdir / record_file)
+    runs = f", {record['bit_equal_runs']}/{record['runs']} runs bit-equal to the unsplit model" \
+        if "bit_equal_runs" in record else ""
+    framework = f", max |C - y| = {record['vs_framework']:.3g}" if "vs_framework" in record else ""
+    print(f"{record['model']} on {board.name}: {len(record['first_outputs'])} inputs{runs}{framework}, "
+          f"max |C - reference| = {record['max_abs_error']:.3g}")
+    worst = max(record["max_abs_error"], record.get("vs_framework", 0.0))
+    if worst > tolerance:
+        raise NNBuildError(f"max error {worst:.3g} > tolerance {tolerance:.3g}", path=model)
+    return record
 
 
 def _checked(the_plan, workdir, loaded):

@@ -258,21 +258,67 @@ def image(elf, output, *, board):
             raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
 
 
-def multiitem(model, outdir, *, target="host", shape="v2", sync="flags", runs=1000, deadline=None,
-              tolerance=1e-4, count=8, seed=1, items=None, item_map=None):
-    """A multi-item system's whole build (nnbuild.kinds.multiitem.build): its C in outdir/gen,
-    report.json, and gate.json when every gate holds (the deadline on the end-to-end bound). With
-    `items` or `item_map`, a single-graph model is split first (outdir/split/<name>.nnef)."""
+def multiitem(model, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+              deadline=None, tolerance=1e-4, count=8, seed=1, items=None, item_map=None):
+    """A multi-item system's whole build outside SCons (nnbuild.kinds.multiitem.build runs the
+    plan's multiitem_split, multiitem_check, multiitem_report and multiitem_gate tasks): report.json,
+    and gate.json when every gate holds (the deadline on the end-to-end bound). With `items` or
+    `item_map`, a single-graph model is split first (outdir/split/<name>.nnef)."""
     from nnbuild.checks.deadline import read_spec
     from nnbuild.kinds import multiitem as kind
     deadline_ms, waiver = read_spec(deadline)
-    report = kind.build(model, outdir, target=target, shape=shape, sync=sync, runs=runs, deadline_ms=deadline_ms,
-                        tolerance=tolerance, cases=count, seed=seed, items=items, item_map=item_map)
+    report = kind.build(model, outdir, target=target, shape=shape, precision=precision, sync=sync, runs=runs,
+                        deadline_ms=deadline_ms, tolerance=tolerance, cases=count, seed=seed, items=items,
+                        item_map=item_map)
     for line in kind.summary(report) + ([waiver] if waiver else []):
         print(line)
 
 
+def multiitem_split(model, output, *, target="host", shape="v2", items=None, item_map=None):
+    """A single-graph model split into a multi-item system (nnbuild.kinds.multiitem.split): `output`
+    is the graph.nnef of its `.nnef` folder (split.json beside it); items=N weighted by the target's
+    per-layer WCET bound, or by a JSON map layer -> item."""
+    from nnbuild.kinds import multiitem as kind
+    record = kind.split(model, Path(output).parent, target=target, items=items, item_map=item_map, shape=shape)
+    print(kind.split_summary(record))
+
+
+def multiitem_check(model, output, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+                    max_delay_us=200, sanitize=False, count=8, seed=1, data=None):
+    """One check of a multi-item system (nnbuild.kinds.multiitem.check), its record in `output`; its
+    C and programs in the directory named after it beside it."""
+    from nnbuild.kinds import multiitem as kind
+    record = kind.check(model, Path(output).with_suffix(""), target=target, shape=shape, precision=precision,
+                        sync=sync, runs=runs, max_delay_us=max_delay_us, sanitize=sanitize, cases=count, seed=seed,
+                        data=data)
+    save_json(output, record)
+
+
+def multiitem_report(model, output, *, checks, target="host", shape="v2", precision="float32", sync="flags",
+                     deadline=None, tolerance=1e-4, split=None):
+    """report.json and report.html of a multi-item build from its checks' records (LABEL=CHECK.json)
+    and, for a split model, the split's record (split.json)."""
+    from nnbuild.checks.deadline import read_spec
+    from nnbuild.kinds import multiitem as kind
+    deadline_ms, waiver = read_spec(deadline)
+    report = kind.report(model, {k: read_json(v) for k, v in labelled(checks).items()}, output, target=target,
+                         shape=shape, precision=precision, sync=sync, deadline_ms=deadline_ms, tolerance=tolerance,
+                         split_record=read_json(split) if split else None)
+    for line in kind.summary(report) + ([waiver] if waiver else []):
+        print(line)
+
+
+def multiitem_gate(report, output):
+    """gate.json of a multi-item build, written only when every gate of its report holds."""
+    from nnbuild.kinds import multiitem as kind
+    kind.gate(report, output)
+
+
 # --------------------------------------------------------------------------- the table
+
+
+#: the code a multi-item check or build depends on
+MULTIITEM_CODE = ("frontends", "ir", "numerics", "codegen", "checks", "kinds", "runners", "wcet", "compilers")
 
 
 @dataclass(frozen=True)
@@ -294,6 +340,10 @@ def _a(*flags, dest=None, **kwargs):
 
 
 OUT = _a("-o", "--output", required=True)
+#: how a single-graph model is split into a multi-item system (multiitem_split, multiitem)
+SPLIT_ARGS = (_a("--items", type=options.argparse_type(options.item_count), default=None,
+                 help="split a single-graph model into N items first (per-layer WCET costs of the target)"),
+              _a("--map", dest="item_map", default=None, help="split a single-graph model by this JSON map layer -> item"))
 BOARD = _a("--board", required=True, help="board name (toolchains/NAME.json) or board file")
 RANGE_HELP = "declared input range lo,hi (fixed point proves its formats over it)"
 
@@ -382,15 +432,36 @@ STEPS = {s.name: s for s in (
          "the firmware as Intel HEX (.hex) or raw binary (.bin), by the board's objcopy"),
     Step("multiitem", "Multi-item build", multiitem,
          (_a("model"), _a("-o", "--outdir", required=True), _a("--target", default="host"),
-          _a("--shape", default="v2"), _a("--sync", default="flags"), _a("--runs", type=int, default=1000),
+          _a("--shape", default="v2"), _a("--precision", default="float32"), _a("--sync", default="flags"),
+          _a("--runs", type=int, default=1000),
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
+          _a("--count", type=int, default=8), _a("--seed", type=int, default=1), *SPLIT_ARGS),
+         "a multi-item system's whole build outside SCons: its split, checks, report and gate in order",
+         code=MULTIITEM_CODE, cacheable=False),
+    Step("multiitem_split", "Multi-item split", multiitem_split,
+         (_a("model"), _a("--target", default="host"), _a("--shape", default="v2"), *SPLIT_ARGS, OUT),
+         "a single-graph model split into a multi-item system (.nnef folder, split.json): items=N by the "
+         "target's per-layer WCET bound, or a map", code=MULTIITEM_CODE + ("passes",), cacheable=False),
+    Step("multiitem_check", "Multi-item check", multiitem_check,
+         (_a("model"), _a("--target", default="host"), _a("--shape", default="v2"), _a("--precision", default="float32"),
+          _a("--sync", default="flags"), _a("--runs", type=int, default=1000),
+          _a("--max-delay-us", dest="max_delay_us", type=int, default=200), _a("--sanitize", action="store_true"),
           _a("--count", type=int, default=8), _a("--seed", type=int, default=1),
-          _a("--items", type=options.argparse_type(options.item_count), default=None,
-             help="split a single-graph model into N items first (per-layer WCET costs of the target)"),
-          _a("--map", dest="item_map", default=None, help="split a single-graph model by this JSON map layer -> item")),
-         "a multi-item system: Petri-net checks, items' C, threads or static schedule checks, timing, gates",
-         code=("frontends", "ir", "codegen", "checks", "kinds", "runners", "wcet", "compilers"), cacheable=False),
+          _a("--data", default=None, help=".npz whose inputs x (and outputs y) the check runs on"), OUT),
+         "one check of a multi-item system: host threads (bit-equality, firing sequences, timed net) or the "
+         "static schedule on a board (runs, WCET)", code=MULTIITEM_CODE, cacheable=False),
+    Step("multiitem_report", "Multi-item report", multiitem_report,
+         (_a("checks", nargs="+", metavar="LABEL=CHECK.json"), _a("--model", required=True),
+          _a("--target", default="host"),
+          _a("--shape", default="v2"), _a("--precision", default="float32"), _a("--sync", default="flags"),
+          _a("--deadline", default=None, help="deadline, e.g. 100ms"),
+          _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
+          _a("--split", default=None, help="split.json of a system split from a single-graph model"), OUT),
+         "report.json and report.html of a multi-item build: Petri net, checks, bounds, deadline",
+         code=("frontends", "ir", "checks", "kinds"), cacheable=False),
+    Step("multiitem_gate", "Multi-item gate", multiitem_gate, (_a("report"), OUT),
+         "gate.json of a multi-item build, only when every gate holds", code=("kinds",), cacheable=False),
     Step("select", "Choosing precision", select,
          (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
           _a("--firmware-output", help="where to copy the winner's firmware")),

@@ -196,7 +196,7 @@ def test_schedule_pool_shares_memory_only_between_buffers_never_alive_together()
     from nnbuild.codegen import multiitem_pool
     spans = [("a", 10, 0, 1), ("b", 5, 1, 2), ("c", 10, 2, 3), ("d", 3, 3, 3)]
     pool = multiitem_pool.plan("p", spans)
-    assert pool.offsets == {"a": 0, "c": 0, "b": 10, "d": 10} and pool.floats == 15
+    assert pool.offsets == {"a": 0, "c": 0, "b": 10, "d": 10} and pool.values == 15
     for x, nx, sx, ex in spans:
         for y, ny, sy, ey in spans:
             if x < y and sx <= ey and sy <= ex:   # alive at a common step: disjoint memory
@@ -238,7 +238,13 @@ def test_scons_builds_cifarnet_split_in_two_items_on_host(tmp_path):
     assert report["petri"]["states"] == 37 and report["host"]["bit_equal_runs"] == 1000
     assert report["thread_sanitizer"]["sanitizer_reports"] == 0 and (out / "gate.json").exists()
     assert nnef_items.read_document(out / "split" / "cifarnet.nnef").items[1].item == "ITEM2"
+    # a new precision re-runs the checks, not the split; the residual Add (an element-wise layer once
+    # read back from NNEF) has no fixed-point form: one line
+    fixed = scons(project, "target=host", "model=cifarnet", "items=2", "precision=q16-acc32")
+    assert fixed.returncode != 0 and "Multi-item split" not in fixed.stdout
+    assert "is not generated in q16-acc32: Add 'residual_add'" in fixed.stdout + fixed.stderr
     (project / "map.json").write_text(json.dumps(report["split"]["layers"]))
     by_map = scons(project, "-n", "target=host", "model=cifarnet", "items=map.json")   # planned, not run
     assert by_map.returncode == 0, by_map.stdout + by_map.stderr
-    assert "Multi-item build  build/host/cifarnet_split/report.json" in by_map.stdout
+    assert "Multi-item split  build/host/cifarnet_split/split/cifarnet.nnef/graph.nnef" in by_map.stdout
+    assert "Multi-item report build/host/cifarnet_split/report.json" in by_map.stdout

@@ -3,7 +3,9 @@ checked rather than argued): the system and the unsplit model run on the same in
 program, many times, each item's thread starting after a seeded random delay; every run's outputs
 must equal the unsplit model's bit for bit, and every run's recorded transitions must be a firing
 sequence of the items' program-order Petri net (and, without the get transitions, of the paper's
-data-flow net). `sanitize=True` builds with ThreadSanitizer, which must report nothing.
+data-flow net). `sanitize=True` builds with ThreadSanitizer, which must report nothing. On threads,
+every run's measured end-to-end time must be within the critical path of the timed net weighted by
+the run's measured segment and synchronisation costs (`multiitem_timing`).
 """
 
 import copy
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from nnbuild import codegen
+from nnbuild.checks import multiitem_timing as timed
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.codegen import multiitem as multiitem_c
 from nnbuild.errors import NNBuildError
@@ -23,13 +26,14 @@ RUNNERS = Path(__file__).resolve().parents[1] / "runners"
 TSAN_EXIT = 66
 
 
-def generate_host_check(system, workdir, *, shape, sync="flags"):
-    """The C of `system` and of its unsplit model (`<name>_unsplit`) in workdir/gen."""
+def generate_host_check(system, workdir, *, shape, sync="flags", precision="float32"):
+    """The C of `system` and of its unsplit model (`<name>_unsplit`, same shape and precision, its
+    fixed-point formats proved over the same input box) in workdir/gen."""
     gen = Path(workdir) / "gen"
-    files = multiitem_c.generate(system, gen, shape=shape, sync=sync)
+    files = multiitem_c.generate(system, gen, shape=shape, sync=sync, precision=precision)
     whole = copy.copy(system.whole)
     whole.name = f"{system.name}_unsplit"
-    files += codegen.generate(whole, gen, shape=shape)
+    files += codegen.generate(whole, gen, shape=shape, precision=precision, input_range=multiitem_c.INPUT_RANGE)
     return [f for f in files if f.suffix == ".c"]
 
 
@@ -57,9 +61,9 @@ def compile_host_check(system, workdir, sources, *, sanitize=False, cc="gcc"):
     return program
 
 
-def build_host_check(system, workdir, *, shape, sync="flags", sanitize=False, cc="gcc"):
+def build_host_check(system, workdir, *, shape, sync="flags", sanitize=False, cc="gcc", precision="float32"):
     """The check program of `system` and its unsplit model, built in workdir."""
-    sources = generate_host_check(system, workdir, shape=shape, sync=sync)
+    sources = generate_host_check(system, workdir, shape=shape, sync=sync, precision=precision)
     return compile_host_check(system, workdir, sources, sanitize=sanitize, cc=cc)
 
 
@@ -79,19 +83,26 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
         return record
     code_net = petri.item_net(system, program_order=True)
     data_net = petri.item_net(system)
+    actions = timed.action_codes(system, code_net)
+    n_items = len(system.items)
     data = result.stdout
-    pos, unequal, bad_trace, orders, spans = 0, 0, None, set(), []
+    pos, unequal, bad_trace, orders, timed_runs, firsts = 0, 0, None, set(), [], []
     for run in range(runs):
         multi = np.frombuffer(data, "<f4", n_out, pos)
+        if run < len(x):
+            firsts.append(multi)
         whole = np.frombuffer(data, "<f4", n_out, pos + 4 * n_out)
         count = int(np.frombuffer(data, "<i4", 1, pos + 8 * n_out)[0])
         events = np.frombuffer(data, "<i4", count, pos + 8 * n_out + 4)
-        times = np.frombuffer(data, "=i8", count, pos + 8 * n_out + 4 + 4 * count)
-        pos += 8 * n_out + 4 + 12 * count
+        times = np.frombuffer(data, "=i8", count + n_items + 2, pos + 8 * n_out + 4 + 4 * count)
+        pos += 8 * n_out + 4 + 12 * count + 8 * (n_items + 2)
         if multi.tobytes() != whole.tobytes():
             unequal += 1
         codes = [int(c) for c in events if c >= 0]
-        spans.append(measured_spans(system, code_net, events, times))
+        if sync != "schedule":
+            stamps = timed.run_stamps(system, actions, events, times[:count], times[count:count + n_items],
+                                      int(times[-2]), int(times[-1]))
+            timed_runs.append((timed.measured_costs(system, sync, stamps), stamps["end"]))
         names = [code_net.transitions[c].name for c in codes]
         orders.add(tuple(names))
         if bad_trace is None:
@@ -100,58 +111,42 @@ def run_host_check(system, program, x, *, runs=1000, max_delay_us=200, seed=1, s
                 why = petri.replay(data_net, [n for n in names if not n.startswith("get.")])
             if why is not None:
                 bad_trace = f"run {run}: {why}"
-    record.update(ok=unequal == 0 and bad_trace is None and not tsan, bit_equal_runs=runs - unequal,
-                  firing_sequences=bad_trace is None, trace_violation=bad_trace, distinct_orders=len(orders),
-                  timing=measured_timing(system, spans))
+    timing = timed.soundness(system, sync, timed_runs) if timed_runs else None
+    timing_sound = timing is None or timing["first_violation"] is None
+    record.update(ok=unequal == 0 and bad_trace is None and not tsan and timing_sound,
+                  bit_equal_runs=runs - unequal, firing_sequences=bad_trace is None, trace_violation=bad_trace,
+                  distinct_orders=len(orders), timing=timing)
+    record["max_abs_error"] = reference_error(system, x, firsts)
+    record["first_outputs"] = [[float(v) for v in m] for m in firsts]
     return record
 
 
-def measured_spans(system, net, events, times):
-    """One run's measured segment durations (ns, start to last transition) and its end-to-end time
-    (first segment start to last transition)."""
-    began, durations = {}, {}
-    last_of = {f"{i.name}.{seg.instructions[-1]}": (seg.name, f"{i.name}.{seg.instructions[0]}")
-               for i in system.items for seg in i.segments.values()}
-    for code, t in zip(events, times):
-        if code < 0:
-            began[net.transitions[-1 - int(code)].name] = int(t)
-            continue
-        name = net.transitions[int(code)].name
-        if name in last_of:
-            segment, first = last_of[name]
-            durations[segment] = int(t) - began[first]
-    end_to_end = int(max(times)) - min(began.values()) if began else 0
-    return durations, end_to_end
+def output_error(outputs, expected):
+    """max |outputs - expected| over every case and output (float64)."""
+    outputs = np.asarray(outputs, np.float64)
+    return float(np.max(np.abs(outputs - np.asarray(expected, np.float64).reshape(outputs.shape))))
 
 
-def measured_timing(system, spans):
-    """The timed net on measured times, per run: is the measured end-to-end time within the longest
-    path of the run's measured segment times (no synchronisation cost)? Meaningful for runs without
-    start delays (a delay lies on the measured path, not in the segments)."""
-    within, ratios, paths, measured = 0, [], [], []
-    for durations, end_to_end in spans:
-        if len(durations) != sum(len(i.segments) for i in system.items):
-            continue
-        path = timing(system, durations)["end_to_end_cycles"]
-        within += end_to_end <= path
-        ratios.append(end_to_end / path if path else float("inf"))
-        paths.append(path)
-        measured.append(end_to_end)
-    if not ratios:
+def reference_error(system, x, outputs):
+    """max |system outputs - the unsplit model's float64 reference| over the cases run."""
+    from nnbuild.ir import reference
+    if not len(outputs):
         return None
-    excess = np.asarray(measured) - np.asarray(paths)
-    return {"runs": len(ratios), "within_critical_path": within, "median_ratio": float(np.median(ratios)),
-            "worst_ratio": float(max(ratios)), "median_critical_path_ns": float(np.median(paths)),
-            "median_end_to_end_ns": float(np.median(measured)), "max_excess_ns": int(excess.max())}
+    x = np.asarray(x)[:len(outputs)]
+    expected = reference.run(system.whole, x.reshape((len(x),) + tuple(system.whole.input_shape)), dtype=np.float64)
+    return output_error(outputs, expected)
 
 
 def check_host(system, workdir, *, shape, runs=1000, max_delay_us=200, seed=1, sync="flags", sanitize=False,
-               cases=16, input_range=(-1.0, 1.0)):
-    """Build and run; the record, or one NNBuildError line naming what failed."""
-    program = build_host_check(system, workdir, shape=shape, sync=sync, sanitize=sanitize)
-    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
+               cases=16, precision="float32", x=None):
+    """Build and run (on `x`, else `cases` check inputs); the record, or one NNBuildError line
+    naming what failed."""
+    program = build_host_check(system, workdir, shape=shape, sync=sync, sanitize=sanitize, precision=precision)
+    if x is None:
+        x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
     record = run_host_check(system, program, x, runs=runs, max_delay_us=max_delay_us, seed=seed, sync=sync)
     record["sanitizer"] = "thread" if sanitize else None
+    record["precision"] = precision
     if not record["ok"]:
         raise NNBuildError(failure(record))
     return record
@@ -165,7 +160,9 @@ def failure(record):
     if record["bit_equal_runs"] != record["runs"]:
         return (f"outputs differ from the unsplit model in {record['runs'] - record['bit_equal_runs']} "
                 f"of {record['runs']} runs")
-    return f"recorded events are not a firing sequence of the Petri net: {record['trace_violation']}"
+    if record["trace_violation"]:
+        return f"recorded events are not a firing sequence of the Petri net: {record['trace_violation']}"
+    return f"host timing unsound: {record['timing']['first_violation']}"
 
 
 # ------------------------------------------------------------------------- single core (AVR)
@@ -184,17 +181,17 @@ def merged_flowfacts(system, gen):
 
 
 def check_board(system, board, workdir, *, shape, check_main, check_defines, io, cases=8, seed=1,
-                input_range=(-1.0, 1.0)):
+                precision="float32", x=None):
     """The static schedule on a single-core board: built with the board's compiler around the
     generic check main, run on its simulator (cycles per case), compared with the unsplit model's
-    float64 reference, and bounded by the board's WCET analyzer as a whole and per segment. The
+    float64 reference (in fixed point also with the bit-exact model of the unsplit model's code,
+    bit for bit), and bounded by the board's WCET analyzer as a whole and per segment. The
     record carries the timing of the items (see `timing`). `board` is a loaded board; the check
     main, its defines for the system and its wire format come from the kind."""
     from nnbuild import wcet as analyzers
-    from nnbuild.ir import reference
     workdir = Path(workdir)
     gen = workdir / "gen"
-    files = multiitem_c.generate(system, gen, shape=shape, sync="schedule",
+    files = multiitem_c.generate(system, gen, shape=shape, sync="schedule", precision=precision,
                                  storage=board.get("weights_storage", "const"))
     sources = [f for f in files if f.suffix == ".c"] + [check_main]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
@@ -202,18 +199,19 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
                                               defines=[f"{k}={v}" for k, v in check_defines])
     from nnbuild.checks import memory
     memory.gate_memory(board, memory.usage(board, board.compiler.section_sizes(board, program)))
-    x = check_inputs(int(np.prod(system.input_shape)), cases, seed, input_range)
+    if x is None:
+        x = check_inputs(int(np.prod(system.input_shape)), cases, seed, multiitem_c.INPUT_RANGE)
     harness = None
     if getattr(board.runner, "NEEDS_HARNESS", False):
         harness = board.runner.build_harness(workdir / "harness")
     outputs, cycles = board.runner.run(board, program, x, int(np.prod(system.output_shape)), io=io,
                                        entry=f"{system.name}_infer", harness=harness)
-    expected = reference.run(system.whole, x.reshape((len(x),) + tuple(system.whole.input_shape)),
-                             dtype=np.float64)
-    error = float(np.max(np.abs(np.asarray(outputs, np.float64).reshape(len(x), -1)
-                                - np.asarray(expected).reshape(len(x), -1))))
-    record = {"board": board.name, "cases": len(x), "max_abs_error": error,
+    error = reference_error(system, x, np.asarray(outputs).reshape(len(x), -1))
+    record = {"board": board.name, "cases": len(x), "max_abs_error": error, "precision": precision,
+              "first_outputs": np.asarray(outputs, np.float64).reshape(len(x), -1).tolist(),
               "measured_cycles": [int(c) for c in cycles] if cycles is not None else None}
+    if precision != "float32":
+        record["bit_equal_to_unsplit_cases"] = bit_equal_cases(system, precision, x, outputs)
     reason = analyzers.unavailable_reason(board)
     if reason:
         record["wcet"] = {"skipped": reason}
@@ -232,6 +230,16 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
         raise NNBuildError(f"WCET bound {whole.cycles} cycles < measured {max(record['measured_cycles'])} "
                            f"on {board.name}: the bound is unsound")
     return record
+
+
+def bit_equal_cases(system, precision, x, outputs):
+    """How many of the board's outputs equal, bit for bit, those of the unsplit model's fixed-point
+    code (its bit-exact model, nnbuild.numerics.graph_bitexact, on the same inputs)."""
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    plan = graph_plan.quantize_graph(system.whole, precision, multiitem_c.INPUT_RANGE)
+    expected = graph_bitexact.run_graph(plan, x).astype("<f4").reshape(len(x), -1)
+    got = np.asarray(outputs, dtype="<f4").reshape(len(x), -1)
+    return int(sum(a.tobytes() == b.tobytes() for a, b in zip(got, expected)))
 
 
 def timing(system, segment_cycles, schedule_cycles=None, sync_cycles=0):

@@ -12,8 +12,9 @@ Synchronisation (`sync=`):
             topological firing order of the items' program-order Petri net; a reader's get reads
             the writer's tensor in place (one memory, no copy).
 
-Every transition the code fires calls NN_MI_EVENT(code), and each segment NN_MI_BEGIN(code of its
-first transition) before it starts (both empty unless the includer defines them):
+Every transition the code fires calls NN_MI_EVENT(code), and each action NN_MI_BEGIN(code of its
+first transition) when it starts (threads: a barrier's writer again when the barrier releases it;
+both empty unless the includer defines them):
 the check program records the order and nnbuild replays it on the Petri net (`<name>.net.json`
 maps codes to transitions).
 """
@@ -26,10 +27,16 @@ from nnbuild import codegen, names
 from nnbuild.codegen import multiitem_pool
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import petri
+from nnbuild.ir.multiitem import PACKED
+from nnbuild.numerics import graph_plan
 
 SYNCS = ("flags", "barrier", "schedule")
-#: precisions generated so far (the segments are float models; fixed point needs a range per segment)
-PRECISIONS = ("float32",)
+#: precisions generated: float32 in every CNN shape; fixed point in shape v2, each segment in the
+#: formats the unsplit model's plan proved (graph_plan.segment_plan), handing int16 tensors on
+PRECISIONS = ("float32", "q16-acc32", "q16", "q8")
+FIXED_SHAPES = ("v2",)
+#: the input box the fixed-point formats are proved over when none is given
+INPUT_RANGE = (-1.0, 1.0)
 
 
 def outputs(system):
@@ -38,26 +45,36 @@ def outputs(system):
     return own + [f for item in system.items for seg in item.segments for f in codegen.outputs(seg)]
 
 
-def check(sync, precision):
+def check(sync, precision, shape="v2"):
     if sync not in SYNCS:
         raise NNBuildError(f"sync '{sync}' is unknown (known: {', '.join(SYNCS)})")
     if precision not in PRECISIONS:
-        raise NNBuildError(f"multi-item systems are generated in {', '.join(PRECISIONS)} only "
+        raise NNBuildError(f"multi-item systems are generated in {', '.join(PRECISIONS)} "
                            f"(precision '{precision}' asked)")
+    if precision != "float32" and shape not in FIXED_SHAPES:
+        raise NNBuildError(f"multi-item systems are generated in fixed point by shape "
+                           f"{', '.join(FIXED_SHAPES)} only (shape '{shape}' asked)")
 
 
-def generate(system, outdir, *, shape, precision="float32", storage="const", sync="flags", passes_logs=None):
-    """Write the system's C into outdir; returns the files written."""
-    check(sync, precision)
+def generate(system, outdir, *, shape, precision="float32", storage="const", sync="flags", passes_logs=None,
+             input_range=INPUT_RANGE):
+    """Write the system's C into outdir; returns the files written. Fixed-point formats are the
+    unsplit model's, proved over `input_range`."""
+    check(sync, precision, shape)
     codegen.check_model_name(system.name)
     written = []
+    whole_plan = None if precision == "float32" else whole_fixed_plan(system, precision, input_range)
     for item in system.items:
         for seg in item.segments.values():
-            written += codegen.generate(seg.model, outdir, shape=shape, precision=precision, storage=storage,
-                                        passes_log=(passes_logs or {}).get(seg.name, ()))
+            log = (passes_logs or {}).get(seg.name, ())
+            if whole_plan is None:
+                written += codegen.generate(seg.model, outdir, shape=shape, precision=precision, storage=storage,
+                                            passes_log=log)
+            else:
+                written += generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, log)
     net = petri.item_net(system, program_order=True)
-    pool = schedule_pool(system, net, outdir) if sync == "schedule" else None
-    files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync, pool),
+    pool = schedule_pool(system, net, outdir, precision) if sync == "schedule" else None
+    files = {f"{system.name}.h": header(system), f"{system.name}.c": source(system, net, sync, precision, pool),
              f"{system.name}.net.json": net_record(system, net, sync)}
     codegen.write_all(Path(outdir), files)
     made = [Path(outdir) / n for n in files] + written
@@ -65,6 +82,46 @@ def generate(system, outdir, *, shape, precision="float32", storage="const", syn
     if missing:
         raise NNBuildError(f"multi-item generation did not produce {sorted(missing)}")
     return made
+
+
+def whole_fixed_plan(system, precision, input_range):
+    """The unsplit model's fixed-point plan, whose formats every segment takes; a layer it has no
+    fixed-point form for refuses the system in one line naming its file (e.g. a split model's
+    residual Add, which reads back from NNEF as an element-wise layer)."""
+    try:
+        return graph_plan.quantize_graph(system.whole, precision, input_range)
+    except NNBuildError as error:
+        where = system.source_files[0] if system.source_files else None
+        raise NNBuildError(f"multi-item system '{system.name}' is not generated in {precision}: {error}",
+                           path=where) from None
+
+
+def generate_fixed_segment(system, item, seg, whole_plan, outdir, storage, passes_log):
+    """One segment in shape v2's fixed point with the unsplit model's formats: int16 in and out but
+    where it reads the system input (rounded as the unsplit model rounds it) or writes the system
+    output (scaled back to float as the unsplit model does)."""
+    reads_input = system.input in seg.inputs
+    if reads_input and len(seg.inputs) > 1:
+        raise NNBuildError(f"item {item.name}: segment {seg.name} packs the system input with other tensors: "
+                           "not generated in fixed point")
+    for s in system.syncs.values():
+        if s.writer == item.name and s.tensor in (system.input, system.output):
+            raise NNBuildError(f"item {item.name}: variablesync {s.name} sends the system's "
+                               f"{'input' if s.tensor == system.input else 'output'}: not generated in fixed point")
+    received = {}
+    for n in seg.inputs:
+        tensor = _global(system, item, n)
+        received.update({n: tensor, f"{PACKED}_{n}": tensor, f"{PACKED}_{n}_flat": tensor})
+    if len(seg.inputs) > 1:
+        received[PACKED] = _global(system, item, seg.inputs[0])   # the vector's nominal format: its parts have their own
+    plan = graph_plan.segment_plan(whole_plan, seg.model, {k: v for k, v in received.items() if k != system.input})
+    files = codegen.shape_module("v2").render(seg.model, precision=whole_plan.precision, storage=storage,
+                                               passes_log=list(passes_log), plan=plan, int_input=not reads_input,
+                                               int_output=seg.output != system.output)
+    trace = f"{seg.model.name}.trace.json"
+    files[trace] = codegen.portable_trace(files[trace])
+    codegen.write_all(Path(outdir), files)
+    return [Path(outdir) / n for n in codegen.outputs(seg.model.name, "v2")]
 
 
 def net_record(system, net, sync):
@@ -135,24 +192,32 @@ class _ItemBuffers:
         return [t for t in dict.fromkeys(tensors) if self.buffer(t) == f"nn_mi_t_{self.item.name}_{t}"]
 
 
-def schedule_pool(system, net, outdir):
-    """The static schedule's one memory (multiitem_pool), the segments' arenas moved into it."""
+def schedule_pool(system, net, outdir, precision="float32"):
+    """The static schedule's one memory (multiitem_pool) of the values the items hand on (float, or
+    int16 in fixed point), the segments' arenas of that type moved into it."""
+    ctype = _value_type(precision)
     views = {item.name: _ItemBuffers(system, item, "schedule") for item in system.items}
     spans = multiitem_pool.lifetimes(system, action_order(system, net), views, lambda i, t: _size(system, i, t),
-                                     multiitem_pool.segment_arenas(outdir, system))
-    pool = multiitem_pool.plan(f"{system.name}_mi_pool", spans)
+                                     multiitem_pool.segment_arenas(outdir, system, ctype))
+    pool = multiitem_pool.plan(f"{system.name}_mi_pool", spans, ctype)
     multiitem_pool.redirect_arenas(outdir, system, pool)
     return pool
 
 
-def _declare(symbol, floats, comment, pool):
+def _value_type(precision):
+    """The C type of the tensors the items hand on."""
+    return "float" if precision == "float32" else "int16_t"
+
+
+def _declare(symbol, values, comment, pool):
     if pool is not None and symbol in pool.offsets:
-        return pool.declaration(symbol, floats, comment)
-    return f"static float {symbol}[{floats}]; /* {comment} */"
+        return pool.declaration(symbol, values, comment)
+    return f"static nn_mi_value {symbol}[{values}]; /* {comment} */"
 
 
-def source(system, net, sync, pool=None):
+def source(system, net, sync, precision="float32", pool=None):
     name, up = system.name, system.name.upper()
+    value = _value_type(precision)
     codes = {t.name: i for i, t in enumerate(net.transitions)}
     lines = [f"/* {name}: the items of a multi-item system and their variablesync exchanges (sync={sync}),",
              " * generated by nnbuild from " + names.c_text(", ".join(f.split("/")[-1] for f in system.source_files))
@@ -161,16 +226,18 @@ def source(system, net, sync, pool=None):
         lines += ["#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L",
                   "#undef _POSIX_C_SOURCE", "#define _POSIX_C_SOURCE 200809L", "#endif",
                   "#include <pthread.h>"]
-    lines += ["#include <string.h>", "", f'#include "{name}.h"']
+    lines += ["#include <stdint.h>", "#include <string.h>", "", f'#include "{name}.h"']
     lines += [f'#include "{seg}.h"' for item in system.items for seg in item.segments]
     lines += ["", "#ifndef NN_MI_EVENT", "#define NN_MI_EVENT(code) ((void)0)", "#endif",
               "#ifndef NN_MI_BEGIN", "#define NN_MI_BEGIN(code) ((void)0)", "#endif",
               "#ifndef NN_MI_ITEM_START", "#define NN_MI_ITEM_START(item) ((void)0)", "#endif", "",
-              f"static const float *nn_mi_in;", f"static float *nn_mi_out;", ""]
+              f"static const float *nn_mi_in;", f"static float *nn_mi_out;",
+              f"/* the tensors the items hand on ({precision}: {value} values) */",
+              f"typedef {value} nn_mi_value;", ""]
     views = {item.name: _ItemBuffers(system, item, sync) for item in system.items}
     if pool is not None:
         lines.append(f"/* The schedule's buffers and the segments' arenas, placed by lifetime. */")
-        lines.append(f"float {pool.symbol}[{max(pool.floats, 1)}];")
+        lines.append(f"nn_mi_value {pool.symbol}[{max(pool.values, 1)}];")
     for item in system.items:
         view = views[item.name]
         for tensor in view.local_buffers():
@@ -204,9 +271,10 @@ def _sync_declarations(system, sync):
             "    unsigned unread;",
             "} nn_mi_sync;", "",
             "/* send_var: wait only while the previous value is unread, then publish. */",
-            "static void nn_mi_send(nn_mi_sync *s, float *buf, const float *value, unsigned n, unsigned readers, int event)",
+            "static void nn_mi_send(nn_mi_sync *s, nn_mi_value *buf, const nn_mi_value *value, unsigned n, unsigned readers, int event)",
             "{",
             "    (void)event; /* used only when NN_MI_EVENT records */",
+            "    NN_MI_BEGIN(event); /* arrived */",
             "    pthread_mutex_lock(&s->lock);",
             "    while (s->unread > 0u)",
             "        pthread_cond_wait(&s->changed, &s->lock);",
@@ -218,9 +286,10 @@ def _sync_declarations(system, sync):
             "    pthread_mutex_unlock(&s->lock);",
             "}", "",
             "/* get_var: wait for a value this reader has not copied, copy it, mark it read. */",
-            "static void nn_mi_get(nn_mi_sync *s, unsigned *seen, float *value, const float *buf, unsigned n, int event)",
+            "static void nn_mi_get(nn_mi_sync *s, unsigned *seen, nn_mi_value *value, const nn_mi_value *buf, unsigned n, int event)",
             "{",
             "    (void)event; /* used only when NN_MI_EVENT records */",
+            "    NN_MI_BEGIN(event); /* arrived */",
             "    pthread_mutex_lock(&s->lock);",
             "    while (*seen == s->written)",
             "        pthread_cond_wait(&s->changed, &s->lock);",
@@ -235,7 +304,7 @@ def _sync_declarations(system, sync):
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
                       f"shape {list(s.shape)} */",
-                      f"static float nn_mi_v_{s.name}[{size}];",
+                      f"static nn_mi_value nn_mi_v_{s.name}[{size}];",
                       f"static nn_mi_sync nn_mi_s_{s.name} = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0u, 0u}};",
                       f"static unsigned nn_mi_r_{s.name}[{len(s.readers)}];"]
     elif sync == "barrier":
@@ -243,7 +312,7 @@ def _sync_declarations(system, sync):
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
                       f"shape {list(s.shape)}; a barrier of {len(s.readers) + 1} */",
-                      f"static float nn_mi_v_{s.name}[{size}];",
+                      f"static nn_mi_value nn_mi_v_{s.name}[{size}];",
                       f"static pthread_barrier_t nn_mi_b_{s.name};"]
     lines.append("")
     return lines
@@ -268,7 +337,7 @@ def _action_lines(system, item, view, sync, codes, kind, name):
             for t in seg.inputs:
                 size = _size(system, item, t)
                 lines.append(f"    memcpy({seg.name}_packed + {offset}, {view.buffer(t)}, "
-                             f"{size} * sizeof(float));")
+                             f"{size} * sizeof(nn_mi_value));")
                 offset += size
             src = f"{seg.name}_packed"
         else:
@@ -285,10 +354,11 @@ def _action_lines(system, item, view, sync, codes, kind, name):
             lines.append(f"    nn_mi_send(&nn_mi_s_{name}, nn_mi_v_{name}, {view.buffer(s.tensor)}, {size}u, "
                          f"{len(s.readers)}u, {event}); /* send_var {name} */")
         elif sync == "barrier":
-            lines += [f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(float)); "
-                      f"/* send_var {name} */",
+            lines += [f"    NN_MI_BEGIN({event}); /* send_var {name}: arrived */",
+                      f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(nn_mi_value));",
                       f"    NN_MI_EVENT({event});",
-                      f"    pthread_barrier_wait(&nn_mi_b_{name});"]
+                      f"    pthread_barrier_wait(&nn_mi_b_{name});",
+                      f"    NN_MI_BEGIN({event}); /* released: every reader has arrived */"]
         else:
             lines.append(f"    NN_MI_EVENT({event}); /* send_var {name}: the readers read "
                          f"{view.buffer(s.tensor)} in place */")
@@ -302,8 +372,9 @@ def _action_lines(system, item, view, sync, codes, kind, name):
             lines.append(f"    nn_mi_get(&nn_mi_s_{name}, &nn_mi_r_{name}[{index}], {view.buffer(local)}, nn_mi_v_{name}, "
                          f"{size}u, {event}); /* get_var {name} -> '{local}' */")
         elif sync == "barrier":
-            lines += [f"    pthread_barrier_wait(&nn_mi_b_{name}); /* get_var {name} -> '{local}' */",
-                      f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(float));",
+            lines += [f"    NN_MI_BEGIN({event}); /* get_var {name} -> '{local}': arrived */",
+                      f"    pthread_barrier_wait(&nn_mi_b_{name});",
+                      f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(nn_mi_value));",
                       f"    NN_MI_EVENT({event});"]
         else:
             lines.append(f"    NN_MI_EVENT({event}); /* get_var {name} -> '{local}' */")

@@ -265,11 +265,21 @@ def tensor_code(ctx):
     return render
 
 
-def render(model, *, precision, storage, passes_log, input_range=None, **_options):
+def int16_move(op, ff):
+    """A Transpose or Slice over int16 tensors (the fixed-point shape): the same movement loops."""
+    code = TensorCode(ff, "int16_t", "f", None)
+    code.block()
+    move(code, op)
+    code.close()
+    return code.text()
+
+
+def render(model, *, precision, storage, passes_log, input_range=None, **fixed_options):
+    """The files of `model`; fixed_options (plan, int_input, int_output) go to v2_fixed.render."""
     if is_fixed(precision):
         from nnbuild.codegen import v2_fixed
         return v2_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
-                               input_range=input_range)
+                               input_range=input_range, move_code=int16_move, **fixed_options)
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
     ctx["tensor_code"] = tensor_code(ctx)

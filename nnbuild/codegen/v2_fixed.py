@@ -22,12 +22,19 @@ from nnbuild.numerics import graph_bitexact as gb, graph_plan
 ELEMENT_BYTES = 2
 
 
-def render(model, *, precision, storage, passes_log, input_range, shape="v2", template="v2_fixed.c.j2"):
-    if input_range is None:
-        raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
-    plan = graph_plan.quantize_graph(model, precision, input_range)
+def render(model, *, precision, storage, passes_log, input_range, shape="v2", template="v2_fixed.c.j2",
+           plan=None, int_input=False, int_output=False, move_code=None):
+    """The files of `model`; `plan` given (a segment of a split model: graph_plan.segment_plan) is
+    used instead of a proof over `input_range`, and `int_input`/`int_output` make the API read or
+    write the int16 integers of the plan's formats instead of floats (segments hand tensors on).
+    `move_code(op, ff)` writes a Transpose or Slice over int16 tensors (the v2 shape's movement
+    loops); without it a model with one is refused."""
+    if plan is None:
+        if input_range is None:
+            raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
+        plan = graph_plan.quantize_graph(model, precision, input_range)
     lowered = cnn.lower(model, storage)
-    ops = fixed_ops(model.name, lowered["ops"], plan, storage)
+    ops = fixed_ops(model.name, lowered["ops"], plan, storage, moves=move_code is not None)
     arrays = [a for op in ops for a in op["chunks"] + ([op["bias"]] if op["bias"] else []) + op["arrays"]]
     flash = sum(a["size"] * a["bits"] // 8 for a in arrays) + len(tanh_tables(plan)) * q.TANH_POINTS * 4 \
         + (q.EXP_POINTS * 4 if any(o.activation == "softmax" for o in plan.ops) else 0)
@@ -58,6 +65,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "read64": any(a["bits"] == 64 for a in arrays),
         "weight_reads": sorted({8 if o.get("wbits") == 8 else 16 for o in ops} | {16, 32}),
         **helper_context(plan, ops),
+        **integer_api(plan, int_input, int_output), "move_code": move_code,
     }
     name = model.name
     code, facts, _ = cnn.render_code(template, ctx)
@@ -67,6 +75,14 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
     if near:
         record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + table_symbols(ctx))
     return cnn.output_files(name, ctx, code, facts, record)
+
+
+def integer_api(plan, int_input, int_output):
+    """Template context of the API's element types, and the data movements' code."""
+    formats = ([f"in[] holds the integers of the plan's input formats ({plan.input_name})"] if int_input else []) + \
+        ([f"out[] the integers of Q{plan.output.frac}"] if int_output else [])
+    return {"int_input": int_input, "int_output": int_output, "in_type": "int16_t" if int_input else "float",
+            "out_type": "int16_t" if int_output else "float", "io_note": "; ".join(formats)}
 
 
 def table_symbols(ctx):
@@ -132,8 +148,9 @@ def weight_chunks(prefix, op, rows, storage, bits):
             for c, (a, b) in enumerate(common.row_chunks(rows.shape[0], rows.shape[1] * bits // 8, storage, what))]
 
 
-def fixed_ops(prefix, float_ops, plan, storage):
-    """The float lowering's operations with integer weights, formats and requantisation facts."""
+def fixed_ops(prefix, float_ops, plan, storage, moves=False):
+    """The float lowering's operations with integer weights, formats and requantisation facts;
+    data movements (Transpose, Slice) only with `moves` (a shape that writes them)."""
     by_name = {o.name: o for o in plan.ops}
     out = []
     for op in float_ops:
@@ -175,7 +192,10 @@ def fixed_ops(prefix, float_ops, plan, storage):
             op["recip_value"] = int(gb.reciprocals(count)[count])
             if op["padded"]:
                 op["arrays"] = [op["recip"]]
-        elif op["kind"] not in ("pool2d", "add", "concat", "zeropad2d", "activation"):
+        elif op["kind"] == "move" and (not moves or op["layer_kind"] not in gb.MOVES or op["plan"]["fills"]):
+            raise NNBuildError("this data movement has no fixed-point form in shape v2",
+                               item=f"{op['source_type']} '{op['name']}'")
+        elif op["kind"] not in ("pool2d", "add", "concat", "zeropad2d", "activation", "move"):
             raise NNBuildError("this layer has no fixed-point form in shape v2", item=f"{op['source_type']} '{op['name']}'")
         if op["kind"] == "concat":
             for part, fmt in zip(op["parts"], qop.inputs):

@@ -83,13 +83,7 @@ class _Writer:
 
     def name(self, base):
         """A fresh NNEF identifier from `base` (layer names of other formats may hold '/', '.')."""
-        text = names.c_identifier(base)
-        candidate, k = text, 1
-        while candidate in self.taken:
-            k += 1
-            candidate = f"{text}_{k}"
-        self.taken.add(candidate)
-        return candidate
+        return names.fresh_identifier(base, self.taken)
 
     def emit(self, output, op, args, **kwargs):
         self.out.graph.statements.append(Statement([output], op, None, list(args), kwargs, 0, 0))

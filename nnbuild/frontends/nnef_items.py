@@ -32,6 +32,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_text as nnef
 from nnbuild.frontends.nnef_text import Ref, Statement
 from nnbuild.ir import petri
+from nnbuild.ir import multiitem as multiitem_ir
 from nnbuild.ir.multiitem import Instruction, Item, MultiItem, Segment, Sync
 
 KIND = "multiitem"
@@ -40,7 +41,7 @@ GRAPH_FILE = nnef.GRAPH_FILE
 SOURCES = ("external", "variable", "constant")
 SYNC_OPS = ("variablesync", "send_var", "get_var")
 #: names the segment packing uses; a model may not use them
-PACKED = "mi_packed"
+PACKED = multiitem_ir.PACKED
 
 
 # ------------------------------------------------------------------------------- document

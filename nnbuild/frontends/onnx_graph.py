@@ -277,13 +277,7 @@ class _Converter:
         return node.name or (node.output[0] if node.output else node.op_type)
 
     def unique(self, base):
-        base = names.c_identifier(base) or "layer"
-        candidate, k = base, 1
-        while candidate in self.used:
-            k += 1
-            candidate = f"{base}_{k}"
-        self.used.add(candidate)
-        return candidate
+        return names.fresh_identifier(base, self.used)
 
     def add(self, layer, sources):
         shape = tuple(int(d) for d in layer.output_shape(*[self.ir_shapes[s] for s in sources]))

@@ -13,6 +13,10 @@ from typing import Dict, List, Optional, Tuple
 
 from nnbuild.ir.graph import Model
 
+#: the name of a segment's input packing several tensors; each part T is sliced out as PACKED_T_flat
+#: and viewed as PACKED_T (a tensor held in another layout is received as PACKED_T alone)
+PACKED = "mi_packed"
+
 
 @dataclass(frozen=True)
 class Instruction:

@@ -1,12 +1,14 @@
 """Multi-item systems (seed 002) as a model kind: load (parse, Petri-net checks), generate the
 items' C, check it, time it and gate it, into one build directory with report.json and gate.json.
 
-Not yet behind the pipeline's plan (SCons, `nnbuild check`): `build` runs the steps itself, in
-order, and is what `python3 -m nnbuild.kinds.multiitem` calls.
+Behind the pipeline's plan (nnbuild.pipeline.multiitem_plan: SCons, `nnbuild check`); `build`
+runs the same tasks in order outside it, and is what `python3 -m nnbuild.kinds.multiitem` calls.
+A single-graph model is split into a system first (`split`, items=N or a map).
 
     host: the items as POSIX threads (sync=flags, or barrier); >= 1,000 runs with random thread
           start delays, bit-equal to the unsplit model, each run's events a firing sequence of the
-          net, then the same under ThreadSanitizer;
+          net, then the same under ThreadSanitizer; 1,000 runs without delays time the items: every
+          run within the timed net's critical path of its measured segment and sync costs;
     avr:  the items in one static schedule under simavr; WCET of the schedule and of each segment;
           the deadline gate on the schedule's bound (the end-to-end bound of this one-core
           deployment); the bound of the items on their own cores is reported beside it.
@@ -17,15 +19,18 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from nnbuild import files
 from nnbuild.checks import multiitem as checks
 from nnbuild.checks import report_html_multiitem
+from nnbuild.codegen import multiitem as multiitem_c
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_items
 
 NAME = "multiitem"
 SHAPES = ("v2", "v1", "v3")
-PRECISIONS = ("float32",)
+PRECISIONS = multiitem_c.PRECISIONS
 SYNCS = ("flags", "barrier")
 
 
@@ -51,7 +56,8 @@ def split(path, folder, *, target="host", items=None, item_map=None, shape="v2")
     """A single-graph model (any format) split into the multi-item `.nnef` folder `folder`: by a
     JSON map layer -> item, or items=N weighted by the target board's per-layer WCET bound of the
     unsplit model (multiply-accumulate counts where the board has no analyzer; the record says
-    which). Returns the split's record (also in folder/split.json)."""
+    which). Returns the split's record (also in folder/split.json). The costs are the float32
+    code's in `shape` whatever the precision built: the split is one for every precision."""
     from nnbuild import boards, kinds
     from nnbuild.checks import layer_costs
     from nnbuild.frontends import item_split
@@ -76,62 +82,135 @@ def split(path, folder, *, target="host", items=None, item_map=None, shape="v2")
     return result.record
 
 
-def build(path, outdir, *, target="host", shape="v2", sync="flags", runs=1000, max_delay_us=200, seed=1,
-          deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True, items=None, item_map=None):
-    """Every step of a multi-item build; returns the report. gate.json is written only when every
-    gate holds; a failing gate raises one NNBuildError line after report.json is written. With
-    `items` or `item_map`, `path` is a single-graph model split first (`split`) into
-    outdir/split/<name>.nnef."""
+def validate(target, shape, precision, sync):
+    """One line for options no multi-item build takes."""
     if shape not in SHAPES:
         raise NNBuildError(f"shape '{shape}' does not generate multi-item systems (shapes: {', '.join(SHAPES)})")
-    outdir = Path(outdir)
-    gate = outdir / "gate.json"
-    if gate.exists():
-        gate.unlink()   # a gate passed earlier must not outlive this build
-    split_record = None
-    if items is not None or item_map is not None:
-        from nnbuild import names
-        folder = outdir / "split" / f"{names.c_identifier(Path(path).stem)}.nnef"
-        split_record = split(path, folder, target=target, items=items, item_map=item_map, shape=shape)
-        path = folder
+    multiitem_c.check("flags", precision, shape)
+    if target == "host" and sync not in SYNCS:
+        raise NNBuildError(f"sync '{sync}' is not a host threading (choose {', '.join(SYNCS)})")
+
+
+def check(path, workdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+          max_delay_us=200, sanitize=False, cases=8, seed=1, data=None):
+    """One check of the system in workdir, its record: on the host its items as threads (runs with
+    random start delays up to max_delay_us, under ThreadSanitizer with `sanitize`), on a board its
+    static schedule run on the simulator and bounded; on `cases` check inputs, or on the inputs x of
+    `data` (.npz; then also against its outputs y when it has them). A failed check raises one line."""
+    validate(target, shape, precision, sync)
     system, _ = load(path)
-    report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": "float32",
+    x = y = None
+    if data:
+        arrays = reference_arrays(system, 0, 0, multiitem_c.INPUT_RANGE, data)
+        x = arrays["x"].reshape(len(arrays["x"]), -1)
+        with np.load(data) as given:
+            y = given["y"].reshape(len(x), -1) if "y" in given.files else None
+    if target == "host":
+        record = checks.check_host(system, workdir, shape=shape, runs=runs, max_delay_us=max_delay_us, seed=seed,
+                                   sync=sync, sanitize=sanitize, cases=cases, precision=precision, x=x)
+    else:
+        record = check_on_board(system, target, workdir, shape=shape, cases=cases, seed=seed, precision=precision,
+                                x=x)
+    if y is not None:
+        record["vs_framework"] = checks.output_error(record["first_outputs"], y)
+    record["model"] = system.name
+    return record
+
+
+def report(path, records, output, *, target="host", shape="v2", precision="float32", sync="flags",
+           deadline_ms=None, tolerance=1e-4, split_record=None):
+    """report.json (and report.html beside it) from the checks' records ({"host", "timing",
+    "tsan"} or {"board"}); the gates' verdict is in it (gates_passed, failure). `split_record`:
+    how the system was split from a single-graph model (`split`), when it was."""
+    system, _ = load(path)
+    report = {"kind": NAME, "model": system.name, "target": target, "shape": shape, "precision": precision,
               "items": [i.name for i in system.items], "petri": system.meta["petri"]}
     if split_record is not None:
         report["split"] = split_record
     failures = []
     if target == "host":
-        if sync not in SYNCS:
-            raise NNBuildError(f"sync '{sync}' is not a host threading (choose {', '.join(SYNCS)})")
-        report["sync"] = sync
-        report["host"] = checks.check_host(system, outdir, shape=shape, runs=runs, max_delay_us=max_delay_us,
-                                           seed=seed, sync=sync, cases=cases)
-        timing_run = checks.check_host(system, outdir / "timing", shape=shape, runs=runs, max_delay_us=0,
-                                       seed=seed, sync=sync, cases=cases)
-        report["host_timing"] = timing_run["timing"]
-        if sanitize:
-            report["thread_sanitizer"] = checks.check_host(system, outdir / "tsan", shape=shape, runs=runs,
-                                                           max_delay_us=max_delay_us, seed=seed, sync=sync,
-                                                           sanitize=True, cases=cases)
-        report["deadline"] = {"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"}
+        report.update(sync=sync, host=records["host"], host_timing=records["timing"]["timing"],
+                      deadline={"deadline_ms": None, "verdict": "the host is untimed: no deadline applies"})
+        if "tsan" in records:
+            report["thread_sanitizer"] = records["tsan"]
     else:
-        report["sync"] = "schedule"
-        board = check_on_board(system, target, outdir, shape=shape, cases=cases, seed=seed)
-        report["board"] = board
+        board = records["board"]
+        report.update(sync="schedule", board=board, deadline=deadline_verdict(board, deadline_ms))
         if board["max_abs_error"] > tolerance:
             failures.append(f"max error {board['max_abs_error']:.3g} > tolerance {tolerance:.3g}")
-        report["deadline"] = deadline_verdict(board, deadline_ms)
+        if board.get("bit_equal_to_unsplit_cases", board["cases"]) != board["cases"]:
+            failures.append(f"outputs differ from the unsplit model's {precision} code in "
+                            f"{board['cases'] - board['bit_equal_to_unsplit_cases']} of {board['cases']} cases")
         if report["deadline"].get("met") is False:
             failures.append(report["deadline"]["verdict"])
     report["gates_passed"] = not failures
     if failures:
         report["failure"] = failures[0]
-    files.write_text(outdir / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
-    report_html_multiitem.save(outdir / "report.html", report)
-    if failures:
-        raise NNBuildError(failures[0], path=outdir / "report.json")
-    files.write_text(gate, json.dumps({"gates": "passed", "model": system.name, "target": target}) + "\n")
+    files.write_text(output, json.dumps(report, indent=1, sort_keys=True) + "\n")
+    report_html_multiitem.save(Path(output).with_name("report.html"), report)
     return report
+
+
+def gate(report_path, output):
+    """gate.json, written only when every gate of the report holds; else its first failure, one line."""
+    record = json.loads(Path(report_path).read_text())
+    if not record.get("gates_passed"):
+        raise NNBuildError(record.get("failure", "a gate failed"), path=report_path)
+    files.write_text(output, json.dumps({"gates": "passed", "model": record["model"],
+                                         "target": record["target"]}) + "\n")
+
+
+def check_options(target, *, sync="flags", runs=1000, max_delay_us=200, sanitize=True, purpose="build"):
+    """The checks of a build, label -> their own options of `check`: on the host the threads with
+    random start delays, the timing runs without, ThreadSanitizer (`nnbuild check`: the first only);
+    on a board its static schedule."""
+    if target != "host":
+        return {"board": {}}
+    checks = {"host": {"max_delay_us": max_delay_us}, "timing": {"max_delay_us": 0},
+              "tsan": {"max_delay_us": max_delay_us, "sanitize": True}}
+    if purpose == "check":
+        checks = {"host": checks["host"]}
+    elif not sanitize:
+        del checks["tsan"]
+    return {label: dict(sync=sync, runs=runs, **extra) for label, extra in checks.items()}
+
+
+def split_folder(path):
+    """Where a build puts the split of the single-graph model `path` (a file, or an NNEF folder or
+    its graph.nnef), relative to its directory."""
+    from nnbuild import names
+    path = Path(path)
+    stem = path.parent.stem if path.name == nnef_items.GRAPH_FILE else path.stem
+    return f"split/{names.c_identifier(stem)}.nnef"
+
+
+def build(path, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
+          max_delay_us=200, seed=1, deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True, items=None,
+          item_map=None):
+    """A whole build outside SCons, what the tasks of nnbuild.pipeline.multiitem_plan do, in order:
+    with `items` or `item_map`, the single-graph model `path` split first (`split`) into
+    outdir/split/<name>.nnef; each check's record in outdir/LABEL.json (its C and programs in
+    outdir/LABEL/), report.json, then gate.json only when every gate holds (else one NNBuildError
+    line, after report.json). Returns the report."""
+    validate(target, shape, precision, sync)
+    outdir = Path(outdir)
+    if (outdir / "gate.json").exists():
+        (outdir / "gate.json").unlink()   # a gate passed earlier must not outlive this build
+    split_record = None
+    if items is not None or item_map is not None:
+        folder = outdir / split_folder(path)
+        split_record = split(path, folder, target=target, items=items, item_map=item_map, shape=shape)
+        path = folder
+    records = {}
+    for label, options in check_options(target, sync=sync, runs=runs, max_delay_us=max_delay_us,
+                                        sanitize=sanitize).items():
+        records[label] = check(path, outdir / label, target=target, shape=shape, precision=precision, cases=cases,
+                               seed=seed, **options)
+        files.write_text(outdir / f"{label}.json", json.dumps(records[label], indent=1, sort_keys=True) + "\n")
+    record = report(path, records, outdir / "report.json", target=target, shape=shape, precision=precision,
+                    sync=sync, deadline_ms=deadline_ms, tolerance=tolerance, split_record=split_record)
+    gate(outdir / "report.json", outdir / "gate.json")
+    return record
 
 
 def check_on_board(system, target, workdir, **options):
@@ -181,13 +260,18 @@ def summary(report):
     measured = report.get("host_timing")
     if measured:
         lines.append(f"host timing (no start delays): measured end-to-end within the critical path of the measured "
-                     f"segment times in {measured['within_critical_path']}/{measured['runs']} runs (median "
-                     f"{measured['median_end_to_end_ns'] / 1e3:.1f} us vs {measured['median_critical_path_ns'] / 1e3:.1f} us: "
-                     f"synchronisation costs are not in the path; not a gate)")
+                     f"segment and synchronisation costs in {measured['within_critical_path']}/{measured['runs']} runs "
+                     f"({measured['within_without_sync_costs']} without the synchronisation costs); bound of the "
+                     f"worst costs {measured['bound_of_worst_costs_ns'] / 1e3:.1f} us, worst measured "
+                     f"{measured['max_end_to_end_ns'] / 1e3:.1f} us")
     if "board" in report:
         d = report["deadline"]
         lines.append(f"{report['target']}: {d['verdict']}; items on their own cores {d.get('items_on_own_cores_bound_ms')} ms, "
                      f"item bounds {d.get('item_bounds_ms')} ms, worst measured {d.get('worst_measured_ms')} ms")
+        board = report["board"]
+        if "bit_equal_to_unsplit_cases" in board:
+            lines.append(f"{report['target']}: {board['bit_equal_to_unsplit_cases']}/{board['cases']} outputs bit-equal to "
+                         f"the unsplit model's {report['precision']} code, max error {board['max_abs_error']:.3g}")
     return lines
 
 
@@ -209,14 +293,16 @@ def main(argv=None):
     ap.add_argument("--target", default="host")
     ap.add_argument("--shape", default="v2", choices=SHAPES)
     ap.add_argument("--sync", default="flags", choices=SYNCS)
+    ap.add_argument("--precision", default="float32", choices=PRECISIONS)
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--deadline-ms", type=float)
     ap.add_argument("--items", type=int, help="split a single-graph model into N items first")
     ap.add_argument("--map", dest="item_map", help="split a single-graph model by this JSON map layer -> item")
     args = ap.parse_args(argv)
     try:
-        report = build(args.model, args.outdir, target=args.target, shape=args.shape, sync=args.sync,
-                       runs=args.runs, deadline_ms=args.deadline_ms, items=args.items, item_map=args.item_map)
+        report = build(args.model, args.outdir, target=args.target, shape=args.shape, precision=args.precision,
+                       sync=args.sync, runs=args.runs, deadline_ms=args.deadline_ms, items=args.items,
+                       item_map=args.item_map)
     except NNBuildError as error:
         print(f"nnbuild: {error}", file=sys.stderr)
         return 1

@@ -116,6 +116,19 @@ def activate(act, v, frac, out_frac, saturate=False):
     raise ValueError(f"activation '{act}' has no fixed-point form")
 
 
+#: data movements: the code copies the integers unchanged (their format is kept)
+MOVES = ("transpose", "slice")
+
+
+def move(layer, x):
+    """A Transpose or Slice of a [N, ...] tensor (the IR's definitions, on integers)."""
+    if layer.kind == "transpose":
+        return np.transpose(x, (0,) + tuple(int(p) + 1 for p in layer.perm))
+    index = [np.arange(x.shape[0])] + [int(s) + np.arange(int(c)) * int(d)
+                                       for s, d, c in zip(layer.starts, layer.steps, layer.counts)]
+    return x[np.ix_(*index)]
+
+
 def apply(op, xs):
     """One planned operation (nnbuild.numerics.graph_plan.QOp) on its integer inputs."""
     kind = op.kind
@@ -139,6 +152,8 @@ def apply(op, xs):
         return activate(op.activation, xs[0], op.inputs[0].frac, op.output.frac, op.saturate_z)
     if kind in ("flatten", "reshape"):
         return xs[0].reshape((xs[0].shape[0],) + tuple(op.shape))
+    if kind in MOVES:
+        return move(op.layer, xs[0])
     raise ValueError(f"operation kind '{kind}' has no fixed-point form")
 
 

@@ -11,7 +11,7 @@ every partial sum: |bias| + sum |w| * max|x|, per output element. The format pol
 intervals and int32-accumulator weight search are shared with the MLP plan (nnbuild.numerics.proof).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional
 
 import numpy as np
@@ -150,6 +150,8 @@ def real_interval(layer, intervals, shape):
             ends.append(np.concatenate(xs, axis=layer.axis + 1))
         elif kind in ("activation", "flatten", "reshape"):
             ends.append(xs[0].reshape((1,) + tuple(shape)))
+        elif kind in gb.MOVES:
+            ends.append(gb.move(layer, xs[0]))
         else:
             raise NNBuildError(f"layer kind '{kind}' has no fixed-point form in the CNN shapes",
                                item=f"{layer.source_type} '{layer.name}'")
@@ -167,6 +169,8 @@ def plan_op(op, policy, real_in, real_out, int_in):
         return plan_batchnorm(op, policy, real_in[0], real_out, int_in[0])
     if kind in ("flatten", "reshape"):
         return tuple(v.reshape((1,) + op.shape) for v in int_in[0])
+    if kind in gb.MOVES:
+        return tuple(gb.move(op.layer, v) for v in int_in[0])
     if kind == "zeropad2d":
         return tuple(np.pad(v, ((0, 0),) + tuple((a, b) for a, b in (op.layer.padding[:2], op.layer.padding[2:]))
                             + ((0, 0),)) for v in int_in[0])
@@ -275,3 +279,38 @@ def plan_activation(op, policy, real_out, evaluate, check_acc=False):
         ends = [gb.activate(op.activation, a, op.acc_frac, op.output.frac) for a in (acc_lo, acc_hi)]
         return tuple(ends)
     return finish(op, acc_lo, acc_hi, real_out, policy)
+
+
+def segment_plan(whole, segment, received):
+    """The plan of `segment`, a part of the model `whole` was proved for (a multi-item split): each
+    layer the whole model has (same name and kind) keeps the whole plan's formats and proof, since
+    the segment computes the whole model's tensors from the whole model's integers; the layers that
+    only receive them (slices of a packed input, reshapes and transposes to the held layout) copy
+    integers and keep their format. `received` maps each name the segment receives a tensor under
+    (its input, a slice or view of it) to the whole plan's tensor name; the system input keeps the
+    whole plan's input rounding."""
+    by_name = {op.name: op for op in whole.ops}
+    formats = {name: whole.formats[tensor] for name, tensor in received.items()}
+    if segment.input_name == whole.input_name:
+        formats[segment.input_name] = whole.input
+    if segment.input_name not in formats:
+        raise NNBuildError(f"segment '{segment.name}': its input '{segment.input_name}' is no tensor of the "
+                           "whole model's plan")
+    shapes = segment.tensor_shapes()
+    plan = GraphPlan(whole.precision, formats[segment.input_name], segment.input_name,
+                     tuple(shapes[segment.input_name]), whole.input_range, [], formats,
+                     saturation=list(whole.saturation) if segment.input_name == whole.input_name else [])
+    for index, layer in enumerate(segment.layers):
+        sources = list(segment.sources(index))
+        mine = by_name.get(layer.name)
+        if layer.name not in received and mine is not None and mine.kind == layer.kind:
+            op = replace(mine, layer=layer, sources=sources)
+        elif layer.kind in ("flatten", "reshape") + gb.MOVES:
+            out = formats.get(layer.name, formats[sources[0]])
+            op = QOp(layer.name, layer.kind, layer.source_type, "linear", layer, sources,
+                     [formats[sources[0]]], out, tuple(shapes[layer.name]))
+        else:
+            raise NNBuildError(f"segment '{segment.name}': layer '{layer.name}' is not in the whole model's plan")
+        formats[layer.name] = op.output
+        plan.ops.append(op)
+    return plan

@@ -210,32 +210,28 @@ def nn_firmware(env, name, model, target, build_dir, *, precision=kinds.DEFAULT_
 
 def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=kinds.DEFAULT_SHAPE, deadline=None,
                        tolerance=1e-4, count=8, seed=1, sync="flags", split=None, **_pipeline_options):
-    """A multi-item system: one `multiitem` step (Petri-net checks, the items' C, the threads or the
-    static schedule checked and timed, report.json, gate.json). Its generated C stays inside the
-    step (no other node reads it). `split` (("items", N) or ("map", file), options.items) splits a
-    single-graph model first, inside the step."""
+    """A multi-item system: the tasks of pipeline.multiitem_plan (a single-graph model's split when
+    `split` (("items", N) or ("map", file), options.items) is given, its checks, each with its own C
+    and programs, the report, the gate) as SCons nodes, so a change re-runs only what it touches."""
     kind = kinds.get("multiitem")
     if precision not in kind.PRECISIONS:
         fail(f"multi-item systems are generated in {', '.join(kind.PRECISIONS)} only (precision '{precision}' asked)")
     try:
-        shape = kinds.resolve_shape(kind, shape)
         board = boards.load_board(target)
+        document = frontends.model_file(str(model)) or model
+        split = dict([split]) if split else {}
+        item_map = env.File(split["map"]) if "map" in split else None
+        the_plan = pipeline.multiitem_plan(name=name, model=str(document), board=board, shape=shape,
+                                           precision=precision, sync=sync, deadline=deadline, tolerance=tolerance,
+                                           count=count, seed=seed, items=split.get("items"),
+                                           item_map=item_map.abspath if item_map else None)
     except NNBuildError as error:
         fail(str(error))
-    document = frontends.model_file(str(model)) or model
-    bdir = env.Dir(build_dir)
-    report, gate, page = bdir.File("report.json"), bdir.File("gate.json"), bdir.File("report.html")
-    split = dict([split]) if split else {}
-    item_map = env.File(split["map"]) if "map" in split else None
-    made = step_node(env, "multiitem", [report, gate, page], [env.File(str(document))], model="${SOURCE}",
-                     outdir="${TARGET.dir}", target=board.name, shape=shape, sync=sync, deadline=deadline,
-                     tolerance=tolerance, count=count, seed=seed, items=split.get("items"),
-                     item_map=item_map.abspath if item_map else None)
+    nodes = Nodes(env, the_plan, env.Dir(build_dir).abspath, document, None, None).build()
     if item_map:
-        env.Depends(made, item_map)   # not a source: the .json scanner would take it for a Keras model
-    env.Depends(made, package_files(*steps.STEPS["multiitem"].code) + PIPELINE_FILES)
-    env.NoCache(made)
-    return {"generated": [], "check": [], "firmware": None, "report": made[0], "gate": made[1], "board": board}
+        env.Depends(nodes["split"], item_map)   # not a source: the .json scanner would take it for a Keras model
+    return {"generated": [], "check": list(nodes["checks"].values()), "firmware": None, "report": nodes["report"],
+            "gate": nodes["gate"], "board": board}
 
 
 def shared_inputs(env, bdir, model, options):
@@ -440,7 +436,9 @@ class Nodes:
                     sources.append(self.node(path))
             else:
                 values[role] = f"${{SOURCES[{len(sources)}]}}"
-                sources.append(self.extra["model"] if role == "model" else self.node(value))
+                # the model: the build's own, or one an earlier task made (a multi-item split)
+                sources.append(self.extra["model"] if role == "model" and value not in self.made
+                               else self.node(value))
         out = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
         values[out] = "${TARGET.dir}" if out == "outdir" else "$TARGET"
         targets = [self.node(t) for t in task.targets]

@@ -287,9 +287,11 @@ class Analyzer:
             cost[k] = 0 if param_of(t.target, tail[k].ctx, k, t.insn) else tail[k].cycles
         with self.phases.phase("loops"):
             loops = L.find_loops(region, prog)
-            self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, self.facts.get("loops", [])))
+            facts = self.facts.get("loops", [])
+            self.matched.update(k for k, _ in L.apply_flowfacts(region, loops, facts))
             L.apply_table(region, loops, prog, self.table, own, ctx.site, dict(ctx.regs))
             L.apply_auto(region, loops)
+            self.matched.update(k for k, _ in L.apply_flowfact_ranges(region, loops, facts))
             L.require_bounds(region, loops, prog)
         visits = [f for name in prog.names.get(region.start, []) for f in V.facts_for(self.facts, name)]
         if visits:
