@@ -91,9 +91,11 @@ LAYERED_ERROR = {"q16": 2e-3, "q16-acc32": 2e-3, "q8": 5e-3}
 # v1's generic kernels compile in 1 to 3 s on a shared machine, v3's unrolled C in 5 s
 @pytest.mark.parametrize("shape, precision", [pytest.param("v1", "q16", marks=pytest.mark.e2e),
                                               pytest.param("v1", "q16-acc32", marks=pytest.mark.e2e),
+                                              pytest.param("v1", "q8", marks=pytest.mark.e2e),
                                               ("v2", "q16"), ("v2", "q16-acc32"), ("v2", "q8"),
                                               pytest.param("v3", "q16", marks=pytest.mark.e2e),
-                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e)])
+                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e),
+                                              pytest.param("v3", "q8", marks=pytest.mark.e2e)])
 def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()
     x = probe_inputs(model.input_size, -1.0, 1.0)
@@ -274,7 +276,7 @@ def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name):
 @needs_avr
 @pytest.mark.e2e
 @pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v2", "q8"), ("v3", "q16-acc32"),
-                                              ("v1", "q16-acc32"), ("v1", "q16")])
+                                              ("v3", "q8"), ("v1", "q16-acc32"), ("v1", "q16"), ("v1", "q8")])
 def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, precision):
     """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
     average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's
