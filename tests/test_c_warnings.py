@@ -114,7 +114,8 @@ CASES = [
     case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + ("const-simd",)),
     *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
-    case("tinycnn-v2-q8", built(cnn_model), "v2", "q8"),
+    *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),
+    case("tinycnn-v3-q8", built(cnn_model), "v3", "q8", marks=E2E),  # v3's unrolled C: 2 s a compile
     *(case(f"tpg-{s}", example(SIPS22_GAME, "sips22-atari"), s) for s in ("switch", "stack")),
     # f1tenth's 36 KB weight rows exceed avr-gcc's object size limit as plain const arrays: AVR far only
     *(case(f"f1tenth-{p}", example(EX / "f1tenth" / "architecture.json"), "mlp", p, marks=E2E)

@@ -74,7 +74,7 @@ def host_outputs(tmp_path, model, precision, x, input_range, shape="v2"):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("shape", ["v2", "v1"])
-@pytest.mark.parametrize("precision", ["q16", "q16-acc32"])
+@pytest.mark.parametrize("precision", ["q16", "q16-acc32", "q8"])
 def test_lenet5_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = lenet5()
     x = probe_inputs(model.input_size, *LENET5_RANGE)
@@ -91,9 +91,11 @@ LAYERED_ERROR = {"q16": 2e-3, "q16-acc32": 2e-3, "q8": 5e-3}
 # v1's generic kernels compile in 1 to 3 s on a shared machine, v3's unrolled C in 5 s
 @pytest.mark.parametrize("shape, precision", [pytest.param("v1", "q16", marks=pytest.mark.e2e),
                                               pytest.param("v1", "q16-acc32", marks=pytest.mark.e2e),
+                                              pytest.param("v1", "q8", marks=pytest.mark.e2e),
                                               ("v2", "q16"), ("v2", "q16-acc32"), ("v2", "q8"),
                                               pytest.param("v3", "q16", marks=pytest.mark.e2e),
-                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e)])
+                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e),
+                                              pytest.param("v3", "q8", marks=pytest.mark.e2e)])
 def test_every_layer_kind_host_c_equals_the_model_bit_for_bit(tmp_path, precision, shape):
     model = layered_model()
     x = probe_inputs(model.input_size, -1.0, 1.0)
@@ -245,8 +247,8 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
 
 @needs_avr
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", ["cifarnet", "lenet5"])
-def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name):
+@pytest.mark.parametrize("name, precision", [("cifarnet", "q16-acc32"), ("lenet5", "q16-acc32"), ("cifarnet", "q8")])
+def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name, precision):
     """v1's generic integer kernels under simavr: C == model on random and adversarial inputs, and
     the analyzer's bound (one call site reaching every kernel, loops at the largest entry's sizes)
     is never below a run."""
@@ -255,18 +257,18 @@ def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name):
     lo, hi = json.loads((example / "example.json").read_text())["input_range"]
     board = pipeline.load_board("avr")
     elf, harness = pipeline.build_check_program(example / f"{name}.h5", board, tmp_path, name=name, shape="v1",
-                                                precision="q16-acc32", input_range=(lo, hi))
+                                                precision=precision, input_range=(lo, hi))
     model, _ = pipeline.load_model(example / f"{name}.h5", name)
     x = np.vstack([check_inputs(model.input_size, 3, 3, (lo, hi)),
                    adversarial(model.input_size, lo, hi, np.random.default_rng(7))[:8]])
     y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{name}_infer", mcu=board["mcu"],
                                  freq=board["clock_hz"], harness=harness)
-    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q16-acc32", (lo, hi)), x)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (lo, hi)), x)
     assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
     facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
     bound = wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path)
     worst = int(cycles.max())
-    print(f"\n{name} v1 q16-acc32: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
+    print(f"\n{name} v1 {precision}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
           f"bound/measured {bound.cycles / worst:.4f}")
     assert worst <= bound.cycles
 
@@ -274,7 +276,7 @@ def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name):
 @needs_avr
 @pytest.mark.e2e
 @pytest.mark.parametrize("shape, precision", [("v2", "q16-acc32"), ("v2", "q16"), ("v2", "q8"), ("v3", "q16-acc32"),
-                                              ("v1", "q16-acc32"), ("v1", "q16")])
+                                              ("v3", "q8"), ("v1", "q16-acc32"), ("v1", "q16"), ("v1", "q8")])
 def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, precision):
     """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
     average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's

@@ -52,8 +52,9 @@ def test_capability_check_is_the_one_answer():
     nn, tpg = kinds.get("nn"), kinds.get("tpg")
     avr, host = boards.load_board("avr"), boards.load_board("host")
     assert kinds.refusal(nn, "v1", "fix16", host) == ("shape v1 does not generate precision 'fix16' "
-                                                      "(it generates: float32, float64, q16, q16-acc32)")
+                                                      "(it generates: float32, float64, q16, q16-acc32, q8)")
     assert kinds.refusal(nn, "v1", "q16", host) is None
+    assert kinds.refusal(nn, "v1", "q8", avr) is None and kinds.refusal(nn, "v3", "q8", avr) is None
     assert kinds.refusal(nn, "v2", "q16-acc32", avr) is None
     assert "64-bit double" in kinds.refusal(nn, "mlp", "float64", avr)
     assert kinds.refusal(nn, "mlp", "fixed16.8", avr) is None

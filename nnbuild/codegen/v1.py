@@ -23,8 +23,8 @@ from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal); the fixed ones by nnbuild.codegen.v1_fixed
-PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
-FIXED = ("q16", "q16-acc32")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
+FIXED = ("q16", "q16-acc32", "q8")
 
 
 KERNELS = ("conv2d", "dense", "pool2d", "zeropad2d", "batchnorm", "activation", "add", "copy", "softmax",

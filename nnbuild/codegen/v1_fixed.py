@@ -1,10 +1,10 @@
-"""v1 code shape, fixed-point precisions (q16, q16-acc32): the plan of nnbuild.numerics.graph_plan run
+"""v1 code shape, fixed-point precisions (q16, q16-acc32, q8): the plan of nnbuild.numerics.graph_plan run
 by ACETONE V1's generic kernels (templates/v1_fixed.c.j2).
 
 Each table entry carries what v2_fixed writes as literals: its requantisation shift and rounding
 constant, accumulator width (the kernel: nn_conv2d / nn_conv2d64, nn_dense / nn_dense64), the
 pre-activation clamp, its activation function (one per table activation and output format) and the
-indices of its int16 / int32 / int64 weight arrays. The kernels do v2's integer operations in v2's
+indices of its int8 (q8 kernels) / int16 / int32 / int64 weight arrays. The kernels do v2's integer operations in v2's
 order, so nnbuild.numerics.graph_bitexact models v1 bit for bit too. Shifts by a count read from
 the table are five constant shifts selected by the count's bits (no loop for a WCET tool to bound).
 """
@@ -176,11 +176,19 @@ def initializer(e, max_src):
 
 
 def weight_tables(ops):
-    """The int16, int32 and int64 arrays of the ops, in order: {bits: [array]}, and every array."""
+    """The int8, int16, int32 and int64 arrays of the ops, in order: {bits: [array]}, and every array."""
     arrays = [a for op in ops for a in op["chunks"] + ([op["bias"]] if op["bias"] else []) + op["arrays"]
               + ([op["recip"]] if op.get("recip") and op["recip"] not in op["arrays"] else [])]
-    tables = {bits: [a for a in arrays if a["bits"] == bits] for bits in (16, 32, 64)}
+    tables = {bits: [a for a in arrays if a["bits"] == bits] for bits in (8, 16, 32, 64)}
     return tables, arrays
+
+
+def kernel_weight_bits(ops):
+    """The width of the Conv2D/Dense kernels' weights (one per plan: 8 in q8, else 16)."""
+    widths = {op["wbits"] for op in ops if op["kind"] in ("conv2d", "dense")}
+    if len(widths) > 1:
+        raise NNBuildError(f"shape v1 has one weight width per network (the plan mixes {sorted(widths)} bits)")
+    return widths.pop() if widths else 16
 
 
 def render(model, *, precision, storage, passes_log, input_range=None, **_options):
@@ -190,6 +198,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     lowered = cnn.lower(model, storage)
     ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, storage)
     tables, arrays = weight_tables(ops)
+    wbits = kernel_weight_bits(ops)
     index = {a["symbol"]: i for bits in tables for i, a in enumerate(tables[bits])}
     entries = [e for op in ops for e in entries_of(op, index)]
     max_src = max(len(e["src"]) for e in entries)
@@ -214,10 +223,12 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         "tables": tables, "entries": entries, "kinds": kinds, "bounds": bounds, "max_src": max_src,
         "acts": acts, "memory": memory, "arena_symbol": lowered["arena_symbol"],
         "arena_elements": memory["arena_bytes"] // v2_fixed.ELEMENT_BYTES, "softmax_values": softmax_values,
-        "zlim": any("zlim" in e for e in entries), "int_reads": [16, 32] + ([64] if tables[64] else []),
+        "zlim": any("zlim" in e for e in entries), "wbits": wbits, "wtype": f"int{wbits}_t",
+        "int_reads": ([8] if tables[8] else []) + [16, 32] + ([64] if tables[64] else []),
         "read64": bool(tables[64]), "index_type": cnn.index_type, "readers": mlp_fixed.READERS,
         "weights_sha256": common.weights_digest(model), "z_limit": Z_LIMIT,
-        "mac16": bool(kinds & {"conv2d", "dense"}), "dot16": False, "dot16far": False,
+        "mac16": bool(kinds & {"conv2d", "dense"}) and wbits == 16, "mac8": bool(kinds & {"conv2d", "dense"}) and wbits == 8,
+        "dot16": False, "dot16far": False,
         **v2_fixed.helper_context(plan, []),
     }
     ctx["softmax_ops"] = "softmax" in kinds

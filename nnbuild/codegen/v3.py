@@ -36,7 +36,7 @@ from nnbuild.ir.graph import normal_axes
 from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
-PRECISIONS = ("float32", "float64", "q16", "q16-acc32")
+PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 
 
 #: the most multiply-accumulate/element terms v3 writes (LeNet-5 has 281,640 MACs: ~7 MB of C)

@@ -1,4 +1,4 @@
-"""v3 code shape, fixed-point precisions (q16, q16-acc32): the plan of nnbuild.numerics.graph_plan
+"""v3 code shape, fixed-point precisions (q16, q16-acc32, q8): the plan of nnbuild.numerics.graph_plan
 fully unrolled, every weight an integer literal in the code.
 
 Each output element is one exact integer sum (bias + the products of its in-bounds taps, zero
