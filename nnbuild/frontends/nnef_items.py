@@ -34,6 +34,7 @@ from nnbuild.frontends.nnef_text import Ref, Statement
 from nnbuild.ir import petri
 from nnbuild.ir import multiitem as multiitem_ir
 from nnbuild.ir.multiitem import Instruction, Item, MultiItem, Segment, Sync
+from nnbuild.passes.native_layers import native_layers
 
 KIND = "multiitem"
 #: the document of a multi-item model folder
@@ -627,7 +628,7 @@ class _Builder:
             graph = nnef.Graph(seg_name, [first], [output], body, "1.0", list(self.doc.extensions))
             proto = nnef._Translator(graph, self.folder, self.path).run()
             from nnbuild.frontends import onnx_graph
-            segment.model = onnx_graph.convert(proto, self.path, seg_name)
+            segment.model, _ = native_layers(onnx_graph.convert(proto, self.path, seg_name))
             segment.model.meta["item"] = item.name
 
 
@@ -641,6 +642,7 @@ def _whole_model(merged, path, name):
         whole = converter.run(name)
     except onnx_graph.Problem as problem:
         raise NNBuildError(" ".join(str(problem).split()), path=path) from None
+    whole, _ = native_layers(whole)
     layouts = {}
     for tensor, entry in converter.tensors.items():
         if entry[0] == "ir":
