@@ -63,3 +63,14 @@ def test_nnbuild_check_runs_the_items_on_the_data_and_fails_on_its_outputs(tmp_p
     assert "max error" in result.stderr and "> tolerance 0.0001" in result.stderr
     with pytest.raises(NNBuildError):
         pipeline.check(str(EXAMPLE), str(tmp_path / "wrong.npz"))
+
+
+def test_a_failing_check_leaves_no_gate_of_an_earlier_build(tmp_path):
+    """The build folder is one for every precision: a gate passed in float32 must not stay beside
+    a check that fails in another precision (here refused: fixed point in shape v1)."""
+    gate = tmp_path / "gate.json"
+    gate.write_text('{"gates": "passed"}\n')
+    with pytest.raises(NNBuildError) as exc:
+        steps.multiitem_check(str(EXAMPLE), str(tmp_path / "host.json"), precision="q16-acc32", shape="v1")
+    assert "fixed point by shape v2 only" in str(exc.value)
+    assert not gate.exists() and not (tmp_path / "host.json").exists()

@@ -15,6 +15,7 @@ from nnbuild.ir import graph as g
 from nnbuild.ir import reference
 from nnbuild.kinds import multiitem as multiitem_kind
 from nnbuild.kinds import nn
+from nnbuild.passes.native_layers import native_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFARNET = ROOT / "firmware_examples" / "cifarnet" / "cifarnet.h5"
@@ -49,6 +50,37 @@ def test_keras_model_written_as_nnef_reads_back_as_the_same_function(cifarnet, t
     assert same_function(cifarnet, nnef_text.load(tmp_path / "c.nnef")) == 0.0
     assert set(written.units.values()) == {layer.name for layer in cifarnet.layers}
     assert sorted(p.stem for p in (tmp_path / "c.nnef").glob("*.dat")) == sorted(written.weights)
+
+
+def test_keras_model_read_back_from_nnef_is_the_same_ir(cifarnet, tmp_path):
+    """The residual Add, the zero padding, the Flatten and every activation (the Softmax of fc2
+    too) come back as the IR's own layers under the Keras names: the fixed-point plan has them."""
+    nnef_ir.save(cifarnet, tmp_path / "c.nnef")
+    read_back, log = native_layers(nnef_text.load(tmp_path / "c.nnef"))
+    assert [(l.name, l.kind, getattr(l, "activation", None)) for l in read_back.layers] == \
+        [(l.name, l.kind, getattr(l, "activation", None)) for l in cifarnet.layers]
+    assert [read_back.sources(i) for i in range(len(read_back.layers))] == \
+        [cifarnet.sources(i) for i in range(len(cifarnet.layers))]
+    assert same_function(cifarnet, read_back) == 0.0
+    assert "native_layers: Softmax 'fc2' (softmax) fused into Gemm 'fc2_linear', which takes its name" in log
+
+
+def test_native_layers_leaves_what_is_no_ir_layer_alone():
+    rng = np.random.default_rng(4)
+    dense = g.Dense("d", rng.normal(size=(4, 3)).astype(np.float32), None)
+    model = g.Model("m", (4,), [dense, g.Softmax("s0", 0), g.Activation("r", "relu"),
+                                g.Elementwise("plus", "add", ((1, np.float32(1.0)),)),
+                                g.Elementwise("twice", "add"), g.Unary("e", "exp")],
+                    edges={"d": ("input",), "s0": ("d",), "r": ("d",), "plus": ("r",), "twice": ("r", "plus"),
+                           "e": ("twice",)})
+    same, log = native_layers(model)
+    # d has two readers: neither the softmax nor the relu fuses; an add with a constant stays
+    assert [(l.name, l.kind) for l in same.layers] == [("d", "dense"), ("s0", "softmax"), ("r", "activation"),
+                                                       ("plus", "elementwise"), ("twice", "add"), ("e", "unary")]
+    assert log == ["native_layers: Elementwise 'twice' read as Add"]
+    image = g.Model("i", (2, 2, 3), [g.Conv2D("c", rng.normal(size=(1, 1, 3, 3)).astype(np.float32), None),
+                                     g.Softmax("s", 0)])
+    assert [l.kind for l in native_layers(image)[0].layers] == ["conv2d", "softmax"]   # not over the last axis
 
 
 def test_constants_of_elementwise_layers_broadcast_in_the_ir_layout(tmp_path):

@@ -160,6 +160,13 @@ def gate(report_path, output):
                                          "target": record["target"]}) + "\n")
 
 
+def discard_gate(outdir):
+    """Remove the gate.json of the build in `outdir` before a check of it runs: a gate passed
+    earlier (another precision, sync or model) must not outlive a check that fails, and the
+    gate is written again only once the checks and the report hold."""
+    (Path(outdir) / "gate.json").unlink(missing_ok=True)
+
+
 def check_options(target, *, sync="flags", runs=1000, max_delay_us=200, sanitize=True, purpose="build"):
     """The checks of a build, label -> their own options of `check`: on the host the threads with
     random start delays, the timing runs without, ThreadSanitizer (`nnbuild check`: the first only);
@@ -192,10 +199,9 @@ def build(path, outdir, *, target="host", shape="v2", precision="float32", sync=
     outdir/split/<name>.nnef; each check's record in outdir/LABEL.json (its C and programs in
     outdir/LABEL/), report.json, then gate.json only when every gate holds (else one NNBuildError
     line, after report.json). Returns the report."""
-    validate(target, shape, precision, sync)
     outdir = Path(outdir)
-    if (outdir / "gate.json").exists():
-        (outdir / "gate.json").unlink()   # a gate passed earlier must not outlive this build
+    discard_gate(outdir)
+    validate(target, shape, precision, sync)
     split_record = None
     if items is not None or item_map is not None:
         folder = outdir / split_folder(path)
