@@ -81,6 +81,10 @@ def test_native_layers_leaves_what_is_no_ir_layer_alone():
     image = g.Model("i", (2, 2, 3), [g.Conv2D("c", rng.normal(size=(1, 1, 3, 3)).astype(np.float32), None),
                                      g.Softmax("s", 0)])
     assert [l.kind for l in native_layers(image)[0].layers] == ["conv2d", "softmax"]   # not over the last axis
+    chain = g.Model("c", (4,), [dense, g.Activation("r", "relu")])
+    assert [l.name for l in native_layers(chain)[0].layers] == ["r"]
+    # a tensor another item reads by name (a segment boundary) stays
+    assert [l.name for l in native_layers(chain, keep={"d"})[0].layers] == ["d", "r"]
 
 
 def test_constants_of_elementwise_layers_broadcast_in_the_ir_layout(tmp_path):

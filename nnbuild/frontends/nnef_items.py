@@ -491,6 +491,9 @@ class _Builder:
             local = {n: tuple(shapes[rename.get(n, n)]) for n in names_ if rename.get(n, n) in shapes}
             perms = {n: layouts[rename.get(n, n)] for n in names_ if rename.get(n, n) in layouts}
             self.compile_segments(it, self.blocks[it.name], sources, local, perms)
+        boundaries = {renames[it.name].get(n, n) for it in items for seg in it.segments.values()
+                      for n in tuple(seg.inputs) + (seg.output,)}
+        system.whole, _ = native_layers(system.whole, keep=boundaries)   # as the segments read it
         system.shapes = {n: tuple(s) for n, s in shapes.items()}
         return system
 
@@ -642,7 +645,6 @@ def _whole_model(merged, path, name):
         whole = converter.run(name)
     except onnx_graph.Problem as problem:
         raise NNBuildError(" ".join(str(problem).split()), path=path) from None
-    whole, _ = native_layers(whole)
     layouts = {}
     for tensor, entry in converter.tensors.items():
         if entry[0] == "ir":

@@ -24,12 +24,14 @@ from nnbuild.passes.fuse_activation import FUSABLE
 SOFTMAX_FUSABLE = ("dense", "conv2d")
 
 
-def native_layers(model):
+def native_layers(model, keep=()):
+    """(model, log); no layer whose output is in `keep` (tensors other code reads by name: a
+    multi-item system's segment boundaries) is fused away."""
     shapes = model.tensor_shapes()
     log = []
     layers = [_native(model, i, layer, shapes, log) for i, layer in enumerate(model.layers)]
     model = rewrite.rebuild(model, layers, {})
-    return _fuse_activations(model, shapes, log)
+    return _fuse_activations(model, shapes, log, set(keep))
 
 
 def _native(model, index, layer, shapes, log):
@@ -61,12 +63,12 @@ def _activation_of(layer, shapes, model, index):
     return None
 
 
-def _fuse_activations(model, shapes, log):
+def _fuse_activations(model, shapes, log, keep):
     layers, removed, renamed = list(model.layers), set(), {}
     for index, layer in enumerate(model.layers):
         activation = _activation_of(layer, shapes, model, index)
         src = rewrite.source_index(model, index)
-        if activation is None or src is None or src in removed:
+        if activation is None or src is None or src in removed or model.layers[src].name in keep:
             continue
         previous = layers[src]
         fusable = SOFTMAX_FUSABLE if activation == "softmax" else FUSABLE
