@@ -269,7 +269,9 @@ def _sync_declarations(system, sync):
             "    pthread_cond_t changed;",
             "    unsigned written;",
             "    unsigned unread;",
-            "} nn_mi_sync;", "",
+            "} nn_mi_sync;", ""]
+    if sync == "flags" and system.syncs:   # one item (a split with nothing in parallel) has no variable
+        lines += [
             "/* send_var: wait only while the previous value is unread, then publish. */",
             "static void nn_mi_send(nn_mi_sync *s, nn_mi_value *buf, const nn_mi_value *value, unsigned n, unsigned readers, int event)",
             "{",
@@ -307,7 +309,7 @@ def _sync_declarations(system, sync):
                       f"static nn_mi_value nn_mi_v_{s.name}[{size}];",
                       f"static nn_mi_sync nn_mi_s_{s.name} = {{PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0u, 0u}};",
                       f"static unsigned nn_mi_r_{s.name}[{len(s.readers)}];"]
-    elif sync == "barrier":
+    if sync == "barrier":
         for s in system.syncs.values():
             size = int(np.prod(s.shape))
             lines += [f"/* variablesync {s.name}: {s.writer} -> {', '.join(s.reader_items)}, "
