@@ -286,3 +286,21 @@ def test_scons_builds_cifarnet_split_in_two_items_on_host(tmp_path):
     assert by_map.returncode == 0, by_map.stdout + by_map.stderr
     assert "Multi-item split  build/host/cifarnet_split/split/cifarnet.nnef/graph.nnef" in by_map.stdout
     assert "Multi-item report build/host/cifarnet_split/report.json" in by_map.stdout
+
+
+def test_a_split_into_one_item_compiles_without_sync_functions(tmp_path):
+    """A chain has nothing to run in parallel (lenet5 items=2 gives one item): no variablesync, so
+    no send/get function, which -Werror would refuse as unused."""
+    import subprocess
+    from nnbuild.codegen import multiitem as multiitem_c
+    rng = np.random.default_rng(5)
+    model = g.Model("chain", (4,), [g.Dense("d1", rng.normal(size=(4, 3)).astype(np.float32), None, "relu"),
+                                    g.Dense("d2", rng.normal(size=(3, 2)).astype(np.float32), None, "softmax")])
+    item_split.split(model, tmp_path / "c.nnef", items=2)
+    system = nnef_items.load(tmp_path / "c.nnef")
+    assert len(system.items) == 1 and not system.syncs
+    multiitem_c.generate(system, tmp_path / "gen", shape="v2", precision="q16-acc32", sync="flags")
+    compiled = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-pthread", "-c",
+                               f"{system.name}.c", "-o", str(tmp_path / "system.o")], cwd=tmp_path / "gen",
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
