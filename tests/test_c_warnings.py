@@ -1,12 +1,11 @@
-"""Generated C is clean under the strictest warning set we hold it to and under cppcheck.
+"""Generated C is clean under the strictest warning set we hold it to (cppcheck: test_c_cppcheck.py).
 
 Every code shape and precision (MLP in float32, float64, q16, q16-acc32, fix16 and fixedW.F; CNN
 shapes v1, v2, v3; TPG shapes switch and stack), with weights `const` and (AVR only)
 `avr-progmem-far` (ATmega1284) and `avr-progmem-near` (ATmega328P), and the float MLPs with the
 host's `const-simd` (GCC vectors, compiled by every board's gcc too), is generated and compiled,
 together with the check firmware main that is built around it (nnbuild/runners/check_main.c, tpg_check_main.c), by each gcc of the boards (host gcc,
-avr-gcc, arm-none-eabi-gcc) with the board's own flags plus STRICT; then cppcheck must report
-nothing. The quick cases use small models built here (every layer kind and activation, so every
+avr-gcc, arm-none-eabi-gcc) with the board's own flags plus STRICT. The quick cases use small models built here (every layer kind and activation, so every
 template branch is rendered) and the xor example; the repo's larger examples (f1tenth in every
 precision, cifarnet v1/v2, the SiPS'22 TPG) are e2e.
 """
@@ -27,14 +26,6 @@ from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, D
 #: on top of each board's own cflags (which already hold -std=c99 -Wall -Wextra -Werror -pedantic)
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wdouble-promotion", "-Wfloat-equal",
           "-Wswitch-default", "-Werror"]
-
-#: cppcheck: every check family but `information` (which only reports its own configuration
-#: limits) and `unusedFunction` (needs the whole program). --suppress=missingIncludeSystem:
-#: cppcheck is deliberately not given the system headers (its manual advises against it; it
-#: knows the standard library itself), so it would report every #include <...> as not found.
-CPPCHECK = ["cppcheck", "--enable=warning,style,performance,portability", "--std=c99", "--language=c",
-            "--error-exitcode=1", "--inline-suppr", "--quiet", "--suppress=missingIncludeSystem",
-            "--template={file}:{line}: {severity}: {message} [{id}]"]
 
 EX = REPO / "firmware_examples"
 SIPS22_GAME = SHARED / "data" / "tpg" / "sips22" / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
@@ -194,30 +185,3 @@ def test_generated_c_compiles_without_a_warning(tmp_path, generated, label, load
     main, defines = check_main(model)
     rc, err = compile_strict(spec, [main], gen_dir, tmp_path, defines)
     assert rc == 0 and "warning" not in err, f"{spec['cc']} on {main.name}:\n{err[:6000]}"
-
-
-def cppcheck_variants():
-    for p in CASES:
-        label, load, shape, precision, storages, rng = p.values
-        for storage in storages:
-            # the AVR flash branches and v3's unrolled C (2-6 s of cppcheck each): e2e tier
-            slow = storage != "const" or shape == "v3"
-            flash = E2E if slow else []
-            yield pytest.param(label, load, shape, precision, storage, rng, id=f"{label}-{storage}",
-                               marks=list(p.marks) + flash)
-
-
-@pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (apt-get install cppcheck)")
-@pytest.mark.parametrize("label,load,shape,precision,storage,input_range", list(cppcheck_variants()))
-def test_cppcheck_finds_nothing(tmp_path, generated, label, load, shape, precision, storage, input_range):
-    """cppcheck checks every preprocessor configuration it finds (so both the AVR and the other
-    branch of the far-storage code), the generated files and the check main built with them."""
-    gen_dir, model = generated(label, load, shape, precision, storage, input_range)
-    main, defines = check_main(model)
-    sources = sorted(gen_dir.glob("*.c"))
-    # the generated C first (every configuration), then the main with the -D flags that bind it
-    for files, extra in ((sources, []), ([main], defines)):
-        result = subprocess.run([*CPPCHECK, f"-I{gen_dir}", *extra, *map(str, files)], cwd=tmp_path,
-                                capture_output=True, text=True)
-        assert result.returncode == 0 and not result.stderr.strip(), \
-            f"cppcheck on {[f.name for f in files]}:\n{result.stderr[:6000]}"

@@ -1,0 +1,60 @@
+"""cppcheck reports nothing on the generated C and the check main built around it, for the cases of
+test_c_warnings.py (its own file so that pytest-xdist runs it beside the compiler cases).
+
+The repo's large examples add size, not code paths: their cppcheck runs (up to 45 s each on lenet5)
+are kept to the storages where size changes the code (AVR far storage splits rows beyond avr-gcc's
+object limit and reads beyond 64 KB with ELPM) and to the host's own storages; every other
+storage and precision is rendered by the same template branches in the small models' cases."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from test_c_warnings import CASES, E2E, check_main, generated  # noqa: F401 (generated: the module fixture)
+
+#: cppcheck: every check family but `information` (which only reports its own configuration
+#: limits) and `unusedFunction` (needs the whole program). --suppress=missingIncludeSystem:
+#: cppcheck is deliberately not given the system headers (its manual advises against it; it
+#: knows the standard library itself), so it would report every #include <...> as not found.
+CPPCHECK = ["cppcheck", "--enable=warning,style,performance,portability", "--std=c99", "--language=c",
+            "--error-exitcode=1", "--inline-suppr", "--quiet", "--suppress=missingIncludeSystem",
+            "--template={file}:{line}: {severity}: {message} [{id}]"]
+
+#: the large examples' storages cppcheck still reads (see the module docstring)
+LARGE = ("f1tenth", "cifarnet", "lenet5")
+LARGE_STORAGES = {"f1tenth-q16-acc32": ("avr-progmem-far",), "f1tenth-q8": ("avr-progmem-far",),
+                  "f1tenth-float32": ("avr-progmem-far", "const-simd"), "f1tenth-float64": ("const",)}
+
+
+def storages_of(label, storages):
+    if not label.startswith(LARGE):
+        return storages
+    return tuple(s for s in storages if s in LARGE_STORAGES.get(label, storages if "cifarnet" in label
+                                                                 or "lenet5" in label else ()))
+
+
+def cppcheck_variants():
+    for p in CASES:
+        label, load, shape, precision, storages, rng = p.values
+        for storage in storages_of(label, storages):
+            # the AVR flash branches and v3's unrolled C (2-6 s of cppcheck each): e2e tier
+            slow = storage != "const" or shape == "v3"
+            yield pytest.param(label, load, shape, precision, storage, rng, id=f"{label}-{storage}",
+                               marks=list(p.marks) + (E2E if slow else []))
+
+
+@pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (apt-get install cppcheck)")
+@pytest.mark.parametrize("label,load,shape,precision,storage,input_range", list(cppcheck_variants()))
+def test_cppcheck_finds_nothing(tmp_path, generated, label, load, shape, precision, storage, input_range):
+    """cppcheck checks every preprocessor configuration it finds (so both the AVR and the other
+    branch of the far-storage code), the generated files and the check main built with them."""
+    gen_dir, model = generated(label, load, shape, precision, storage, input_range)
+    main, defines = check_main(model)
+    sources = sorted(gen_dir.glob("*.c"))
+    # the generated C first (every configuration), then the main with the -D flags that bind it
+    for files, extra in ((sources, []), ([main], defines)):
+        result = subprocess.run([*CPPCHECK, f"-I{gen_dir}", *extra, *map(str, files)], cwd=tmp_path,
+                                capture_output=True, text=True)
+        assert result.returncode == 0 and not result.stderr.strip(), \
+            f"cppcheck on {[f.name for f in files]}:\n{result.stderr[:6000]}"
