@@ -84,7 +84,8 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         tasks.append(Task("program", [target], {"sources": [code, *weights, main_source]}, role=f"{prefix}{what}",
                           options={"board": target_board.name, "include": ["gen"], "objdir": f"{prefix}obj",
                                    "defines": {main_source: main_defines}, "header": header,
-                                   "opt": opt if target_board is board else None}))
+                                   "opt": opt if target_board is board else None,
+                                   "model": name, "hint": codegen.too_big_hint(kinds.resolve_shape(kind, shape))}))
         return target
 
     check = program(board, None, "check", check_main, defines)
@@ -343,7 +344,7 @@ def _build_program(task, where):
         defines += [f"{k}={v}" for k, v in pairs]
     board.compiler.build_executable(board, sources, where(task.targets[0]),
                                     include_dirs=[where(d) for d in task.options["include"]],
-                                    defines=defines, opt=task.options["opt"])
+                                    defines=defines, opt=task.options["opt"], hint=task.options.get("hint", ""))
 
 
 def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,

@@ -50,3 +50,32 @@ def test_bound_is_never_below_a_measured_run(tmp_path, example):
           f"bound/measured {bound.cycles / worst:.4f}")
     assert bound.cycles >= worst
     assert set(bound.per_layer) <= {l["name"] for l in facts["layers"]}
+
+
+def every_rounding_path(n_in, rng):
+    """Fixed-point input rounding and output conversion inputs: every power of two from 1 down to below
+    the format's last bit (each shift count), halves that round up, out of range, NaN, infinities."""
+    values = [s * 2.0 ** -i * m for i in range(0, 30) for m in (1.0, 1.5, 1.9999) for s in (1, -1)]
+    values += [0.0, -0.0, 1e-45, 2.0, 1e30, -1e30, float("nan"), float("inf"), float("-inf")]
+    rows = [np.full(n_in, v) for v in values] + [rng.choice(values, size=n_in) for _ in range(16)]
+    return np.array(rows, dtype=np.float32)
+
+
+@needs_avr
+@pytest.mark.parametrize("shape, precision", [("v3", "q16-acc32"), ("v3", "q8"), ("mlp", "q16-acc32")])
+def test_fixed_point_conversions_bound_every_path(tmp_path, shape, precision):
+    """The fixed shapes' float API (nn_quantize, nn_dequantize) has no loop: its bound must still cover
+    every shift count and clamp, run here on xor (where the conversions are most of the cycles)."""
+    model, input_range = EXAMPLES["xor"]
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, name="xor", shape=shape, precision=precision,
+                                                input_range=input_range)
+    x = np.vstack([check_inputs(2, 24, 3, input_range), every_rounding_path(2, np.random.default_rng(3))])
+    _, cycles = simavr.run_cases(elf, x, 1, entry_symbol="xor_infer", mcu=board["mcu"], freq=board["clock_hz"],
+                                 harness=harness)
+    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    bound = wcet.analyze(board, elf, "xor_infer", facts, tmp_path)
+    worst = int(cycles.max())
+    print(f"\nxor {shape} {precision}: WCET bound {bound.cycles:,}, simavr worst {worst:,} over {len(x)} inputs, "
+          f"bound/measured {bound.cycles / worst:.4f}")
+    assert worst <= bound.cycles <= 1.1 * worst

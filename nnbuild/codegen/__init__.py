@@ -90,6 +90,11 @@ def shape_module(shape):
         raise NNBuildError(f"unknown code shape '{shape}' (shapes: {', '.join(sorted(SHAPES))})")
 
 
+def too_big_hint(shape):
+    """What a shape says when its code outgrows a board's memory (its TOO_BIG_HINT; "" when none)."""
+    return getattr(shape_module(shape), "TOO_BIG_HINT", "") if shape in SHAPES else ""
+
+
 def kind_of_shape(shape):
     """The model kind a code shape generates."""
     return getattr(shape_module(shape), "KIND", "nn")

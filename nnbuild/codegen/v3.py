@@ -41,6 +41,8 @@ PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 
 #: the most multiply-accumulate/element terms v3 writes (LeNet-5 has 281,640 MACs: ~7 MB of C)
 MAX_TERMS = 300_000
+#: what a link that outgrows the board's flash adds to its one line (compilers' link_failure)
+TOO_BIG_HINT = "shape=v3 unrolls every multiply; try shape=v2"
 #: terms per generated function
 PART_TERMS = 512
 

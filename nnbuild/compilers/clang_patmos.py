@@ -51,8 +51,9 @@ def compile_command(board, sources: Sequence, output, *, include_dirs: Iterable 
     return cmd + [f"-l{lib}" for lib in board.get("libs", [])]
 
 
-def build_executable(board, sources, output, **options) -> Path:
-    """Build `output` and its PML with patmos-clang (same call shape as the gcc family's)."""
+def build_executable(board, sources, output, hint="", **options) -> Path:
+    """Build `output` and its PML with patmos-clang (same call shape as the gcc family's; `hint`, the
+    shape's advice for a program too big, is not used: patmos-clang's own words are the message)."""
     cc = shutil.which(board.get("cc", COMPILER))
     if not cc:
         raise NNBuildError(f"'{board.get('cc', COMPILER)}' not found on PATH for target={board.get('name')}: "

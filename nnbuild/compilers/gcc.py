@@ -1,7 +1,9 @@
 """The gcc family (host gcc, avr-gcc, arm-none-eabi-gcc): flags from board data, builds, versions."""
 
+import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
@@ -41,7 +43,7 @@ def tool_version(executable):
     return lines[0] if lines else None
 
 
-def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None):
+def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None, hint=""):
     """Compile and link `sources` into `output` in one gcc call (used outside SCons, by the CLI)."""
     cc = require_tool(board)
     cmd = [cc, *compile_flags(board, opt), *(f"-I{d}" for d in include_dirs),
@@ -49,6 +51,10 @@ def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt
            *board.get("ldflags", []), *(f"-l{lib}" for lib in libs(board))]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
+        too_big = link_failure(board, result.stderr, output=output, model=Path(sources[0]).stem, hint=hint,
+                               relink=lambda extra: subprocess.run(cmd + extra, capture_output=True).returncode)
+        if too_big:
+            raise NNBuildError(too_big)
         first = next((l for l in result.stderr.splitlines() if "error" in l), result.stderr.strip()[:300])
         raise NNBuildError(f"{board['cc']} failed: {first}", path=sources[0])
     return Path(output)
@@ -61,3 +67,40 @@ def section_sizes(board, elf):
     text, data, bss = (int(v) for v in out.strip().splitlines()[1].split()[:3])
     return {"text": text, "data": data, "bss": bss}
 
+
+
+
+#: GNU ld's words when a section outgrows a memory region of the linker script (older binutils, such
+#: as Debian's avr binutils 2.26, say only "will not fit"; newer ones add "overflowed by N bytes")
+REGION_OVERFLOW = re.compile(r"will not fit in region `(\w+)'|region `(\w+)' overflowed by \d+ bytes")
+#: the board memory a linker region stands for: (its word, the board key, the ELF sections it holds)
+REGION_MEMORY = {"text": ("flash", "flash_bytes", ("text", "data")),
+                 "data": ("RAM", "ram_bytes", ("data", "bss"))}
+
+
+def link_failure(board, stderr, *, output, model, relink, hint=""):
+    """One line for a link that failed because the program outgrew a memory region, naming the output,
+    the model, the bytes it needs (measured by `relink(extra_args)`: the same link again with
+    --noinhibit-exec into a scratch file) and the board's; None for any other failure (the linker's
+    own words are then the message)."""
+    found = REGION_OVERFLOW.search(stderr or "")
+    if not found:
+        return None
+    region = found.group(1) or found.group(2)
+    memory, key, sections = REGION_MEMORY.get(region, (f"'{region}' region", None, ()))
+    needed = needed_bytes(board, sections, relink) if sections else None
+    chip = board.get(key) if key else None
+    chip_name = board.get("description", board["name"]).split(" (")[0].split(",")[0]
+    needs = f"it needs {needed:,} bytes" if needed else "it does not fit the linker's region"
+    return (f"{output}: {model} does not fit the {chip_name}'s {memory}: {needs}"
+            + (f", the board has {chip:,}" if chip else "") + (f" ({hint})" if hint else ""))
+
+
+def needed_bytes(board, sections, relink):
+    """Bytes of `sections` in the image the failed link would have made (None if it cannot be made)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = Path(scratch) / "overflow.elf"
+        if relink(["-Wl,--noinhibit-exec", "-o", str(probe)]) != 0 or not probe.exists():
+            return None
+        sizes = section_sizes(board, probe)
+    return sum(sizes[s] for s in sections)

@@ -468,7 +468,30 @@ class Nodes:
                     xenv.Depends(obj, self.node(task.options["header"]))
                 self.objects[obj_path] = obj[0]
             objects.append(self.objects[obj_path])
-        return xenv.Program(self.node(task.targets[0]), objects)
+        target = self.node(task.targets[0])
+        return xenv.Program(target, objects, SPAWN=explaining_spawn(board, xenv["SPAWN"], str(target),
+                                                                    task.options.get("model"), task.options.get("hint")))
+
+
+def explaining_spawn(board, spawn, output, model, hint):
+    """SCons' spawn for a link: the linker's output passes through, but a program that outgrows a
+    memory region fails with the compiler family's one line (output, model, bytes needed vs the board's)."""
+    import subprocess
+
+    def run(sh, escape, cmd, args, env):
+        if model is None or not hasattr(board.compiler, "link_failure"):
+            return spawn(sh, escape, cmd, args, env)
+        def link(extra=()):
+            return subprocess.run([sh, "-c", " ".join([*args, *map(escape, extra)])], env=env, capture_output=True,
+                                  text=True)
+        result = link()
+        line = result.returncode and board.compiler.link_failure(board, result.stderr, output=output, model=model,
+                                                                 hint=hint or "",
+                                                                 relink=lambda extra: link(extra).returncode)
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(f"nnbuild: {line}\n" if line else result.stderr)
+        return result.returncode
+    return run
 
 
 def binutil(board, tool):
