@@ -335,7 +335,7 @@ def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
 @pytest.mark.parametrize("precision", ["float32", "fixed6.10"])
 def test_cppcheck_finds_nothing(tmp_path, precision):
     """The house's cppcheck families (tests/test_c_warnings.py) on both arithmetics."""
-    from test_c_warnings import CPPCHECK
+    from test_c_cppcheck import CPPCHECK
     files = generator.render(gravity_g.load(program(tmp_path, MNIST)), precision=precision)
     for name in ("mnist.c", "mnist.h"):
         (tmp_path / name).write_text(files[name])

@@ -15,7 +15,7 @@ from nnbuild.ir import graph as g
 from nnbuild.ir import reference
 from nnbuild.kinds import multiitem as multiitem_kind
 from nnbuild.kinds import nn
-from nnbuild.passes.native_layers import native_layers
+from nnbuild.frontends.nnef_layers import native_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFARNET = ROOT / "firmware_examples" / "cifarnet" / "cifarnet.h5"

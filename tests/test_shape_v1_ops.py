@@ -57,7 +57,7 @@ def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case, pr
     assert "malloc" not in code and "while" not in code
     assert f"(shape v1, {precision})" in code
     if precision == "float32" and shutil.which("cppcheck"):
-        from test_c_warnings import CPPCHECK
+        from test_c_cppcheck import CPPCHECK
         run = subprocess.run(CPPCHECK + [str(out / f"{m.name}.c")], capture_output=True, text=True)
         assert run.returncode == 0 and not run.stderr.strip(), run.stderr
     # every computing layer has at least one table entry (none dropped)

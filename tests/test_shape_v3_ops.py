@@ -282,7 +282,7 @@ def test_every_kind_is_clean_under_the_strict_warnings(tmp_path, board, precisio
 @pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed")
 @pytest.mark.e2e
 def test_cppcheck_finds_nothing_in_every_kind(tmp_path):
-    from test_c_warnings import CPPCHECK
+    from test_c_cppcheck import CPPCHECK
     out = generate(tmp_path, every_kind(), "float64")
     result = subprocess.run([*CPPCHECK, f"-I{out}", str(out / "every_kind.c"), str(out / "every_kind_weights.c")],
                             cwd=tmp_path, capture_output=True, text=True)

@@ -34,7 +34,7 @@ from nnbuild.frontends.nnef_text import Ref, Statement
 from nnbuild.ir import petri
 from nnbuild.ir import multiitem as multiitem_ir
 from nnbuild.ir.multiitem import Instruction, Item, MultiItem, Segment, Sync
-from nnbuild.passes.native_layers import native_layers
+from nnbuild.frontends.nnef_layers import native_layers
 
 KIND = "multiitem"
 #: the document of a multi-item model folder

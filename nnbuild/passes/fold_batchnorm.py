@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from nnbuild.ir.graph import BatchNorm
-from nnbuild.passes import rewrite
+from nnbuild.ir import rewrite
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 

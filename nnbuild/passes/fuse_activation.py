@@ -5,10 +5,9 @@ when the Activation is the producer's one reader, so no other layer loses the pr
 import dataclasses
 
 from nnbuild.ir.graph import Activation
-from nnbuild.passes import rewrite
+from nnbuild.ir import rewrite
 
-#: layer kinds that apply an activation to their result
-FUSABLE = ("dense", "conv2d", "batchnorm", "pool2d", "add")
+FUSABLE = rewrite.FUSABLE
 
 
 def fuse_activation(model):

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from nnbuild.ir.graph import Activation, Pool2D
-from nnbuild.passes import rewrite
+from nnbuild.ir import rewrite
 
 
 def relu_after_maxpool(model):

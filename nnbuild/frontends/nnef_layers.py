@@ -17,8 +17,7 @@ import dataclasses
 import numpy as np
 
 from nnbuild.ir import graph as g
-from nnbuild.passes import rewrite
-from nnbuild.passes.fuse_activation import FUSABLE
+from nnbuild.ir import rewrite
 
 #: layer kinds a softmax over the last axis fuses into (the activation of a Keras Dense or Conv2D)
 SOFTMAX_FUSABLE = ("dense", "conv2d")
@@ -71,7 +70,7 @@ def _fuse_activations(model, shapes, log, keep):
         if activation is None or src is None or src in removed or model.layers[src].name in keep:
             continue
         previous = layers[src]
-        fusable = SOFTMAX_FUSABLE if activation == "softmax" else FUSABLE
+        fusable = SOFTMAX_FUSABLE if activation == "softmax" else rewrite.FUSABLE
         if (previous.kind in fusable and previous.activation == "linear"
                 and rewrite.only_reader(model, src, index)):
             layers[src] = dataclasses.replace(previous, name=layer.name, activation=activation)

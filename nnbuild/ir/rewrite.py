@@ -1,7 +1,10 @@
-"""Graph surgery shared by the passes: who reads a tensor, and replacing/removing layers in a chain
-or a DAG Model while keeping it a valid Model (edges stay None for a chain)."""
+"""Graph surgery shared by the passes and the NNEF front-end's layer recognition: who reads a
+tensor, and replacing/removing layers in a chain or a DAG Model while keeping it a valid Model (edges stay None for a chain)."""
 
 import dataclasses
+
+#: layer kinds that apply an activation to their result (a following activation may fuse into them)
+FUSABLE = ("dense", "conv2d", "batchnorm", "pool2d", "add")
 
 
 def readers(model):
