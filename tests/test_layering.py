@@ -18,6 +18,7 @@ Besides, the stages after the front-ends see a model only as IR: they never impo
 """
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -47,8 +48,10 @@ def module_name(path):
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.lru_cache(maxsize=None)
 def imports():
-    """{module: {imported nnbuild module}} from every import statement, at any depth."""
+    """{module: {imported nnbuild module}} from every import statement, at any depth (parsed once
+    for the module's tests)."""
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = defaultdict(set)
     for name, path in modules.items():
