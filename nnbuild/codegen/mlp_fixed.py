@@ -89,6 +89,8 @@ def input_bounds(plan):
     left = max(0, exponent + plan.input.frac - 23)
     if left > 7:
         raise NNBuildError(f"input range [{lo}, {hi}] at Q{plan.input.frac} does not fit a 32-bit input")
+    if not 0 < 126 - plan.input.frac < 256:  # nn_quantize's byte compare of the exponent with 126 - frac
+        raise NNBuildError(f"input format Q{plan.input.frac} is outside nn_quantize's Q-130..Q125")
     return {"input_lo_bits": int(lo.view(np.uint32)), "input_hi_bits": int(hi.view(np.uint32)),
             "input_lo_key": float_key(lo), "input_hi_key": float_key(hi), "max_left_shift": left}
 
