@@ -219,6 +219,30 @@ def test_generated_input_rounding_equals_the_model_on_every_awkward_float(tmp_pa
     assert np.array_equal(got, fixed.quantize_input(x, plan.input, plan.input_range))
 
 
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("precision, lo, hi", [("q8", 0.0, 1.0), ("q16-acc32", -3.0, 5.0), ("fixed8.24", -100.0, 100.0),
+                                               ("fixed12.20", 0.0, 1.0)])
+def test_avr_float_conversions_are_exact_and_take_the_same_cycles_on_every_float(tmp_path, precision, lo, hi):
+    """nn_quantize and nn_dequantize on AVR (branch-free selects in inline asm, the host's C fallback
+    checked above): simavr == the bit-exact model on 6,000 awkward floats (clamps both ways, NaN,
+    subnormals, ties, fixed8.24's left shifts), and each takes one cycle count for all (a 32-bit output
+    is converted by the compiler's soft float instead)."""
+    model = Model("qin", (1,), [Dense("d", np.ones((1, 1), np.float32), None, "linear")])
+    board = pipeline.load_board("avr")
+    elf, harness = pipeline.build_check_program(model, board, tmp_path, precision=precision, input_range=(lo, hi))
+    plan = quantize.quantize(model, precision, (lo, hi))
+    x = awkward_floats(plan.input.frac, lo, hi)
+    x = x[np.random.default_rng(0).choice(len(x), 6000, replace=False)].reshape(-1, 1)
+    run = lambda entry: simavr.run_cases(elf, x, 1, entry_symbol=entry, mcu=board["mcu"],  # noqa: E731
+                                         freq=board["clock_hz"], harness=harness)
+    y, _ = run("qin_infer")
+    assert np.array_equal(y.view(np.uint32), np.asarray(fixed.run(plan, x), np.float32).view(np.uint32))
+    for entry in ("nn_quantize",) + (("nn_dequantize",) if plan.output.bits <= 16 else ()):
+        cycles = run(entry)[1]
+        assert cycles.min() == cycles.max(), (entry, cycles.min(), cycles.max())
+
 @needs_avr
 @pytest.mark.e2e
 @pytest.mark.parametrize("shape", ["mlp", "v2"])
