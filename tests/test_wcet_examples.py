@@ -62,10 +62,11 @@ def every_rounding_path(n_in, rng):
 
 
 @needs_avr
-@pytest.mark.parametrize("shape, precision", [("v3", "q16-acc32"), ("v3", "q8"), ("mlp", "q16-acc32")])
+@pytest.mark.parametrize("shape, precision", [("v3", "q16-acc32"), ("v3", "q8"), ("mlp", "q16-acc32"), ("mlp", "q8")])
 def test_fixed_point_conversions_bound_every_path(tmp_path, shape, precision):
-    """The fixed shapes' float API (nn_quantize, nn_dequantize) has no loop: its bound must still cover
-    every shift count and clamp, run here on xor (where the conversions are most of the cycles)."""
+    """The fixed shapes' float API (nn_quantize, nn_dequantize) has no loop and no data-dependent time:
+    its bound must cover every shift count and clamp, and stay within issue 13's 1.03 of the worst run,
+    here on xor (where the conversions are most of the cycles)."""
     model, input_range = EXAMPLES["xor"]
     board = pipeline.load_board("avr")
     elf, harness = pipeline.build_check_program(model, board, tmp_path, name="xor", shape=shape, precision=precision,
@@ -78,4 +79,4 @@ def test_fixed_point_conversions_bound_every_path(tmp_path, shape, precision):
     worst = int(cycles.max())
     print(f"\nxor {shape} {precision}: WCET bound {bound.cycles:,}, simavr worst {worst:,} over {len(x)} inputs, "
           f"bound/measured {bound.cycles / worst:.4f}")
-    assert worst <= bound.cycles <= 1.1 * worst
+    assert worst <= bound.cycles <= 1.03 * worst
