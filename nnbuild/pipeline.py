@@ -467,6 +467,7 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
     workdir = Path(workdir)
     files = generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
                      storage=board.get("weights_storage", "const"), input_range=input_range)
+    steps.refuse_unfit_unrolled_code(board, workdir / "gen", model.name, kinds.resolve_shape(kind, shape))
     sources = [f for f in files if f.suffix == ".c"] + [kind.check_main()]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[workdir / "gen"], opt=opt,

@@ -57,9 +57,24 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
         model, passes_log = kind.load(model, name, environment)
     kind = kinds.of_model(model)
     kinds.check(kind, shape, precision, board, model)
-    return codegen.generate(model, outdir, shape=kinds.resolve_shape(kind, shape), precision=precision,
-                            storage=storage or board.get("weights_storage", "const"),
-                            passes_log=list(passes_log or []), input_range=input_range)
+    shape = kinds.resolve_shape(kind, shape)
+    written = codegen.generate(model, outdir, shape=shape, precision=precision,
+                               storage=storage or board.get("weights_storage", "const"),
+                               passes_log=list(passes_log or []), input_range=input_range)
+    refuse_unfit_unrolled_code(board, outdir, model.name, shape)
+    return written
+
+
+def refuse_unfit_unrolled_code(board, outdir, name, shape):
+    """Unrolled code (shape v3) that cannot fit the board's flash stops after generation (seconds),
+    not at link after minutes of compiling: the compiler family's line, with the flash it needs at least."""
+    trace = Path(outdir) / f"{name}.trace.json"
+    floor = getattr(board.compiler, "flash_floor_failure", None)
+    terms = read_json(trace).get("distinct_terms") if floor and trace.exists() else None
+    line = terms and floor(board, output=Path(outdir) / f"{name}.c", model=name, terms=terms,
+                           hint=codegen.too_big_hint(shape))
+    if line:
+        raise NNBuildError(line)
 
 
 def reference(model, output, *, count=32, seed=1, input_range=(-1.0, 1.0), environment=None, data=None):

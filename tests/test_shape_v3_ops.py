@@ -317,3 +317,47 @@ def test_avr_simavr_runs_the_new_operations(tmp_path, name):
     assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want))))
     assert min(cycles) > 100
     print(f"{m.name}: {max(cycles)} cycles, max error {np.max(np.abs(y - want)):.3g}")
+
+
+def unfit_dense(name, rows):
+    """A dense layer of `rows` x 160 random weights (v3: one distinct sum per output)."""
+    return model(name, [g.Flatten("f"), g.Dense("d", f32(160, rows), f32(rows), "linear")], shape=(4, 4, 10))
+
+
+@pytest.mark.parametrize("precision", ["q8", "float32"])
+def test_v3_too_big_for_the_flash_is_refused_before_any_compile(tmp_path, precision):
+    """About 32,000 distinct terms at the ATmega328P's 8 bytes each need about 256 KB of its 32 KB: one
+    line after generation, no object compiled (LeNet-5 v3 q8 on avr: 3 s instead of 8.5 min)."""
+    m = unfit_dense("unfit", 200)
+    line = (r"gen/unfit\.c: unfit does not fit the ATmega328P's flash: it needs at least [\d,]+ bytes \([\d,]+ "
+            r"unrolled terms of at least 8 bytes each\), the board has 32,768 \(shape=v3 unrolls every multiply; "
+            r"try shape=v2\)$")
+    with pytest.raises(Exception, match=line):
+        pipeline.build_check_program(m, pipeline.load_board("atmega328p"), tmp_path, shape="v3", precision=precision,
+                                     input_range=(-1.0, 1.0), passes_log=[])
+    assert not list(tmp_path.rglob("*.o")) and not list(tmp_path.rglob("*.elf"))
+
+
+@needs_avr
+@pytest.mark.e2e
+@pytest.mark.parametrize("precision", ["q8", "q16-acc32", "float32"])
+def test_v3_flash_bound_per_term_is_below_the_compiled_code(tmp_path, precision):
+    """The boards' v3_term_flash_bytes is a true lower bound: avr-gcc's object of each model's code is at
+    least (distinct terms) x that many bytes, for random rows and for equal rows (whose sums the
+    compiler may share: counted once)."""
+    board = boards.load_board("avr")
+    ones = model("ones", [g.Flatten("f"), g.Dense("d", np.ones((48, 40), np.float32), None, "linear")],
+                 shape=(4, 4, 3))
+    for m in (unfit_dense("rand", 12), ones):
+        out = tmp_path / m.name
+        codegen.generate(m, out, shape="v3", precision=precision, storage=board["weights_storage"],
+                         input_range=(-1.0, 1.0), passes_log=[])
+        terms = json.loads((out / f"{m.name}.trace.json").read_text())["distinct_terms"]
+        obj = out / f"{m.name}.o"
+        subprocess.run([board["cc"], *compile_flags(board), f"-I{out}", "-c", str(out / f"{m.name}.c"), "-o", str(obj)],
+                       check=True, capture_output=True)
+        listing = subprocess.run([board["size"], "-A", str(obj)], capture_output=True, text=True, check=True).stdout
+        code = sum(int(line.split()[1]) for line in listing.splitlines()
+                   if line.startswith((".text", ".data", ".rodata", ".progmem")))
+        print(f"\n{m.name} {precision}: {terms:,} distinct terms, {code:,} bytes, {code / terms:.1f} B/term")
+        assert code >= terms * board["v3_term_flash_bytes"]

@@ -117,7 +117,8 @@ class Writer:
     def __init__(self, op, arena, num=None):
         self.op, self.arena, self.parts, self.terms = op, arena, [], 0
         self.num = num or Numbers("float32")
-        self.count = 0
+        self.count = self.distinct = 0
+        self.sums = set()
 
     def at(self, ref, index):
         """C lvalue of element `index` of the tensor at `ref` ('in', 'out' or 'arena + k')."""
@@ -144,15 +145,27 @@ class Writer:
             (f"(float){self.at(src, j)}" if dst in ("in", "out") else f"(double){self.at(src, j)}")
         return f"{self.at(dst, i)} = {value};"
 
-    def emit(self, line, terms=1):
+    def emit(self, line, terms=1, sum_key=None):
         """Add one statement of `terms` terms; parts are nn_<layer>_p<k> (never a helper's name:
-        those end in a letter or in _<digits>)."""
+        those end in a letter or in _<digits>). `sum_key`: the statement's sum, when an equal one
+        elsewhere in the layer could share its code (the compiler's CSE): counted once in `distinct`."""
         if not self.parts or self.terms + terms > PART_TERMS:
             self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
             self.terms = 0
         self.parts[-1]["lines"].append(line)
         self.terms += terms
         self.count += terms
+        self.distinct += count_once(self.sums, sum_key, terms)
+
+
+def count_once(seen, key, terms):
+    """`terms` the first time `key` is seen (always when it is None), else 0."""
+    if key is None:
+        return terms
+    if key in seen:
+        return 0
+    seen.add(key)
+    return terms
 
 
 def act(a, expr):
@@ -204,14 +217,14 @@ def layer_lines(op, w, layer=None):
                                 wv = rows[o][(ky * op["KW"] + kx) * CG + c]
                                 terms.append(f"{num.weight(wv)} * {w.get(src[0], (iy * W + ix) * C + c0 + c)}")
                     expr = " + ".join(terms) if terms else zero
-                    w.emit(w.store(dst, (oy * op['OW'] + ox) * op['OC'] + o, act(a, expr)), len(terms))
+                    w.emit(w.store(dst, (oy * op['OW'] + ox) * op['OC'] + o, act(a, expr)), len(terms), expr)
     elif k == "dense":
         rows, bias, K, OC = op["weights"], op["bias_values"], op["k"], op["OC"]
         for p in range(op["outer"]):
             for j in range(OC):
                 terms = [num.weight(bias[j])] if bias is not None else []
                 terms += [f"{num.weight(rows[j][i])} * {w.get(src[0], p * K + i)}" for i in range(K)]
-                w.emit(w.store(dst, p * OC + j, act(a, ' + '.join(terms) or zero)), len(terms))
+                w.emit(w.store(dst, p * OC + j, act(a, ' + '.join(terms) or zero)), len(terms), ' + '.join(terms))
     elif k == "pool2d":
         for i, window in cnn.pool_windows(op):
             cells = [w.get(src[0], j) for j in window]
@@ -438,13 +451,15 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         return v3_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
                                input_range=input_range, lowered=lowered, part_terms=PART_TERMS)
     num = Numbers(precision)
-    layers, parts = [], []
+    layers, parts, written, distinct = [], [], 0, 0
     for op in lowered["ops"]:
         if op["kind"] in ("conv2d", "dense"):
             op["bias_values"] = None if not op["bias"] else [float(v.rstrip("f")) for line in op["bias"]["values"]
                                                                for v in line.split(", ")]
         w = Writer(op, lowered["arena_symbol"], num)
         layer_lines(op, w, model.layers[op["index"]])
+        written += w.count
+        distinct += w.distinct
         for p in w.parts:
             text = "\n".join(p["lines"])
             p["uses_in"] = "in[" in text
@@ -463,5 +478,6 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     for op in lowered["ops"]:  # the weights are literals: no arrays to trace
         op["chunks"], op["bias"], op["arrays"] = [], None, []
     record = dict(cnn.trace(model, lowered, facts, passes_log, "v3", [cnn.memory_log(lowered["memory"])]),
-                  compile_estimate=timing)
+                  compile_estimate=timing, unrolled_terms=written,
+                  distinct_terms=distinct)
     return cnn.output_files(name, files_ctx, code, facts, record)

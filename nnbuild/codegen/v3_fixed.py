@@ -10,6 +10,7 @@ are the only loops.
 
 from nnbuild import __version__
 from nnbuild.codegen import cnn, common, mlp_fixed, v2_fixed
+from nnbuild.codegen.v3 import count_once
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
@@ -20,6 +21,8 @@ class Writer:
 
     def __init__(self, op, arena, part_terms):
         self.op, self.arena, self.part_terms, self.parts, self.terms = op, arena, part_terms, [], 0
+        self.count = self.distinct = 0
+        self.sums = set()
 
     def at(self, ref, index):
         if ref in ("xq", "yq"):
@@ -29,12 +32,15 @@ class Writer:
 
     get = at
 
-    def emit(self, line, terms=1):
+    def emit(self, line, terms=1, sum_key=None):
+        """v3.Writer.emit's counting: `distinct` counts an equal sum of the layer once."""
         if not self.parts or self.terms + terms > self.part_terms:
             self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
             self.terms = 0
         self.parts[-1]["lines"].append(line)
         self.terms += terms
+        self.count += terms
+        self.distinct += count_once(self.sums, sum_key, terms)
 
 
 def literal(value, bits):
@@ -71,14 +77,14 @@ def layer_lines(op, w):
                             if 0 <= iy < H and 0 <= ix < W:
                                 terms += [product(kq[ky, kx, c, o], w.get(src[0], (iy * W + ix) * C + c0 + c), bits)
                                           for c in range(CG) if kq[ky, kx, c, o]]
-                    w.emit(store((oy * op["OW"] + ox) * op["OC"] + o, " + ".join(terms)), len(terms))
+                    w.emit(store((oy * op["OW"] + ox) * op["OC"] + o, " + ".join(terms)), len(terms), " + ".join(terms))
     elif k == "dense":
         kq, K, OC = qop.kernel_q, op["k"], op["OC"]
         for p in range(op["outer"]):
             for j in range(OC):
                 terms = [literal(qop.bias_q[j], bits)]
                 terms += [product(kq[i, j], w.get(src[0], p * K + i), bits) for i in range(K) if kq[i, j]]
-                w.emit(store(p * OC + j, " + ".join(terms)), len(terms))
+                w.emit(store(p * OC + j, " + ".join(terms)), len(terms), " + ".join(terms))
     elif k == "pool2d":
         for i, window in cnn.pool_windows(op):
             cells = [w.get(src[0], j) for j in window]
@@ -136,10 +142,12 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
         raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
     plan = graph_plan.quantize_graph(model, precision, input_range)
     ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, "const")
-    parts = []
+    parts, written, distinct = [], 0, 0
     for op in ops:
         w = Writer(op, lowered["arena_symbol"], part_terms)
         layer_lines(op, w)
+        written += w.count
+        distinct += w.distinct
         op["parts"] = w.parts
         parts.extend(w.parts)
     memory = v2_fixed.int16_memory(lowered["memory"])
@@ -162,4 +170,5 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
     record = cnn.trace(model, dict(lowered, ops=ops, memory=memory), facts, passes_log, "v3",
                        [cnn.memory_log(memory)])
     record["fixed_point"] = plan.summary()
+    record["unrolled_terms"], record["distinct_terms"] = written, distinct
     return cnn.output_files(name, ctx, code, facts, record)

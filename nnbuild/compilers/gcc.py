@@ -90,10 +90,25 @@ def link_failure(board, stderr, *, output, model, relink, hint=""):
     memory, key, sections = REGION_MEMORY.get(region, (f"'{region}' region", None, ()))
     needed = needed_bytes(board, sections, relink) if sections else None
     chip = board.get(key) if key else None
-    chip_name = board.get("description", board["name"]).split(" (")[0].split(",")[0]
     needs = f"it needs {needed:,} bytes" if needed else "it does not fit the linker's region"
-    return (f"{output}: {model} does not fit the {chip_name}'s {memory}: {needs}"
+    return (f"{output}: {model} does not fit the {chip_name(board)}'s {memory}: {needs}"
             + (f", the board has {chip:,}" if chip else "") + (f" ({hint})" if hint else ""))
+
+
+def chip_name(board):
+    return board.get("description", board["name"]).split(" (")[0].split(",")[0]
+
+
+def flash_floor_failure(board, *, output, model, terms, hint=""):
+    """link_failure's line before any compile, for unrolled code (shape v3) whose `terms` distinct
+    terms need more flash than the board has at its measured lower bound of bytes per term
+    (`v3_term_flash_bytes`); None when the board gives no bound or the terms may fit."""
+    per_term, flash = board.get("v3_term_flash_bytes"), board.get("flash_bytes")
+    if not per_term or not flash or terms * per_term <= flash:
+        return None
+    return (f"{output}: {model} does not fit the {chip_name(board)}'s flash: it needs at least "
+            f"{terms * per_term:,} bytes ({terms:,} unrolled terms of at least {per_term} bytes each), "
+            f"the board has {flash:,}" + (f" ({hint})" if hint else ""))
 
 
 def needed_bytes(board, sections, relink):
