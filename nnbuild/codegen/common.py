@@ -296,3 +296,13 @@ def trace(model, layers, facts, passes_log):
             "weights": [c["symbol"] for c in l.get("chunks", [])] + ([l["bias"]["symbol"]] if l.get("bias") else []),
         } for l in layers],
     }
+
+
+def count_once(seen, key, terms):
+    """`terms` the first time `key` is seen (always when it is None), else 0."""
+    if key is None:
+        return terms
+    if key in seen:
+        return 0
+    seen.add(key)
+    return terms

@@ -155,17 +155,7 @@ class Writer:
         self.parts[-1]["lines"].append(line)
         self.terms += terms
         self.count += terms
-        self.distinct += count_once(self.sums, sum_key, terms)
-
-
-def count_once(seen, key, terms):
-    """`terms` the first time `key` is seen (always when it is None), else 0."""
-    if key is None:
-        return terms
-    if key in seen:
-        return 0
-    seen.add(key)
-    return terms
+        self.distinct += common.count_once(self.sums, sum_key, terms)
 
 
 def act(a, expr):

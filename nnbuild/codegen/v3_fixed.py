@@ -10,7 +10,6 @@ are the only loops.
 
 from nnbuild import __version__
 from nnbuild.codegen import cnn, common, mlp_fixed, v2_fixed
-from nnbuild.codegen.v3 import count_once
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
@@ -40,7 +39,7 @@ class Writer:
         self.parts[-1]["lines"].append(line)
         self.terms += terms
         self.count += terms
-        self.distinct += count_once(self.sums, sum_key, terms)
+        self.distinct += common.count_once(self.sums, sum_key, terms)
 
 
 def literal(value, bits):
