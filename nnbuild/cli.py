@@ -1,5 +1,5 @@
-"""Command line: `python -m nnbuild <step>`, one subcommand per pipeline step, plus `check` and
-`boards`.
+"""Command line: `python -m nnbuild <step>`, one subcommand per pipeline step, plus `check`,
+`multiitem` and `boards`.
 
 Users run generate, check and boards; SCons actions run the other steps. The subcommands are made
 from the step table (nnbuild.steps.STEPS).
@@ -93,6 +93,23 @@ def parser():
             p.add_argument(*arg.flags, dest=arg.dest, **arg.kwargs)
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("multiitem", help="a multi-item system's whole build outside SCons: its split, checks, "
+                                         "report and gate in order (the tasks SCons runs)")
+    p.add_argument("model")
+    p.add_argument("-o", "--outdir", required=True)
+    p.add_argument("--target", default="host", help="board name (see `nnbuild boards`) or a board file")
+    p.add_argument("--shape", default="v2")
+    p.add_argument("--precision", default="float32")
+    p.add_argument("--sync", default="flags")
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--deadline", default=None, help="deadline, e.g. 100ms")
+    p.add_argument("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4)
+    p.add_argument("--count", type=int, default=8)
+    p.add_argument("--seed", type=int, default=1)
+    for arg in steps.SPLIT_ARGS:
+        p.add_argument(*arg.flags, dest=arg.dest, **arg.kwargs)
+    p.set_defaults(func=cmd_multiitem)
+
     p = sub.add_parser("boards", help="list the boards: MCU, clock, memories, runner, WCET analyzer")
     p.add_argument("--json", action="store_true", help="one JSON object per board, as a list")
     p.set_defaults(func=cmd_boards)
@@ -144,6 +161,12 @@ def _check(args, tolerance, build_dir):
     pipeline.check(args.model, args.data, target=args.target, name=args.name, shape=args.shape,
                    precision=args.precision, opt=args.opt, input_range=args.input_range,
                    tolerance=tolerance, environment=args.environment, build_dir=build_dir)
+
+
+def cmd_multiitem(args):
+    pipeline.build_multiitem(args.model, args.outdir, board=args.target, shape=args.shape, precision=args.precision,
+                             sync=args.sync, runs=args.runs, deadline=args.deadline, tolerance=args.tolerance,
+                             count=args.count, seed=args.seed, items=args.items, item_map=args.item_map)
 
 
 def cmd_boards(args):

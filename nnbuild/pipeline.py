@@ -336,6 +336,18 @@ def execute(the_plan: Plan, workdir, *, harness_dir=None, loaded=None):
         step.function(**{k: v for k, v in kwargs.items() if v is not None})
 
 
+def build_multiitem(model, outdir, **plan_args):
+    """A multi-item system's whole build outside SCons (`nnbuild multiitem`): the tasks of
+    multiitem_plan run in order in `outdir` by the same step functions SCons runs. An earlier
+    gate.json goes first; a broken gate raises its one line after report.json is written.
+    Returns the report."""
+    outdir = Path(outdir)
+    kinds.get("multiitem").discard_gate(outdir)
+    the_plan = multiitem_plan(name="multiitem", model=str(Path(model).resolve()), **plan_args)
+    execute(the_plan, outdir)
+    return steps.read_json(outdir / the_plan.nodes["report"])
+
+
 def _build_program(task, where):
     board = boards.load_board(task.options["board"])
     sources = [where(s) for s in task.sources["sources"]]

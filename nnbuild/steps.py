@@ -273,22 +273,6 @@ def image(elf, output, *, board):
             raise NNBuildError(f"{tool} failed: {(result.stderr.strip().splitlines() or ['?'])[-1]}", path=elf)
 
 
-def multiitem(model, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
-              deadline=None, tolerance=1e-4, count=8, seed=1, items=None, item_map=None):
-    """A multi-item system's whole build outside SCons (nnbuild.kinds.multiitem.build runs the
-    plan's multiitem_split, multiitem_check, multiitem_report and multiitem_gate tasks): report.json,
-    and gate.json when every gate holds (the deadline on the end-to-end bound). With `items` or
-    `item_map`, a single-graph model is split first (outdir/split/<name>.nnef)."""
-    from nnbuild.checks.deadline import read_spec
-    from nnbuild.kinds import multiitem as kind
-    deadline_ms, waiver = read_spec(deadline)
-    report = kind.build(model, outdir, target=target, shape=shape, precision=precision, sync=sync, runs=runs,
-                        deadline_ms=deadline_ms, tolerance=tolerance, cases=count, seed=seed, items=items,
-                        item_map=item_map)
-    for line in kind.summary(report) + ([waiver] if waiver else []):
-        print(line)
-
-
 def multiitem_split(model, output, *, target="host", shape="v2", items=None, item_map=None):
     """A single-graph model split into a multi-item system (nnbuild.kinds.multiitem.split): `output`
     is the graph.nnef of its `.nnef` folder (split.json beside it); items=N weighted by the target's
@@ -447,15 +431,6 @@ STEPS = {s.name: s for s in (
          "compile and link a C program for the board (check programs outside SCons)", code=("compilers",)),
     Step("image", "Writing image", image, (_a("elf"), BOARD, OUT),
          "the firmware as Intel HEX (.hex) or raw binary (.bin), by the board's objcopy"),
-    Step("multiitem", "Multi-item build", multiitem,
-         (_a("model"), _a("-o", "--outdir", required=True), _a("--target", default="host"),
-          _a("--shape", default="v2"), _a("--precision", default="float32"), _a("--sync", default="flags"),
-          _a("--runs", type=int, default=1000),
-          _a("--deadline", default=None, help="deadline, e.g. 100ms"),
-          _a("--tolerance", type=options.argparse_type(options.tolerance), default=1e-4),
-          _a("--count", type=int, default=8), _a("--seed", type=int, default=1), *SPLIT_ARGS),
-         "a multi-item system's whole build outside SCons: its split, checks, report and gate in order",
-         code=MULTIITEM_CODE, cacheable=False),
     Step("multiitem_split", "Multi-item split", multiitem_split,
          (_a("model"), _a("--target", default="host"), _a("--shape", default="v2"), *SPLIT_ARGS, OUT),
          "a single-graph model split into a multi-item system (.nnef folder, split.json): items=N by the "

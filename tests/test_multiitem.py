@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nnbuild import pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_items
 from nnbuild.frontends import nnef_text
@@ -340,12 +341,12 @@ def test_timing_is_the_longest_path_of_the_timed_net(example_system):
     assert timing["speedup_bound"] == round(437 / 357, 3)
 
 
-# ------------------------------------------------------------------------------ the kind's build
+# ------------------------------------------------------------------------------ the whole build outside SCons
 
 
 @pytest.mark.e2e
 def test_host_build_writes_report_and_gate(tmp_path):
-    report = multiitem_kind.build(EXAMPLE, tmp_path, target="host", runs=1000)
+    report = pipeline.build_multiitem(EXAMPLE, tmp_path, board="host", runs=1000)
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["petri"]["states"] == 21 and written["host"]["bit_equal_runs"] == 1000
     assert written["thread_sanitizer"]["sanitizer_reports"] == 0
@@ -359,9 +360,16 @@ def test_host_build_writes_report_and_gate(tmp_path):
 
 @pytest.mark.e2e
 def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
-    with pytest.raises(NNBuildError) as exc:
-        multiitem_kind.build(EXAMPLE, tmp_path, target="avr", deadline_ms=1500, cases=2)
-    assert "end-to-end bound" in one_line(exc) and "> deadline 1500 ms" in one_line(exc)
+    """`nnbuild multiitem` (the plan's tasks outside SCons) in a real process: one line, exit 2."""
+    import subprocess
+    import sys
+    (tmp_path / "gate.json").write_text("{}")   # a gate passed earlier must not outlive this build
+    run = subprocess.run([sys.executable, "-m", "nnbuild", "multiitem", str(EXAMPLE), "-o", str(tmp_path),
+                          "--target", "avr", "--deadline", "1500ms", "--count", "2"], capture_output=True, text=True)
+    error = run.stderr.strip()
+    assert run.returncode == 2 and "\n" not in error, run.stderr
+    assert error.startswith("nnbuild: error: ") and "end-to-end bound" in error and "> deadline 1500 ms" in error
+    assert "Petri net 21 states" in run.stdout   # the report step's summary
     assert not (tmp_path / "gate.json").exists()
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["deadline"]["met"] is False and not report["gates_passed"]
@@ -448,7 +456,7 @@ def test_single_model_steps_refuse_a_system_in_one_line(tmp_path):
     from nnbuild import steps
     with pytest.raises(NNBuildError) as exc:
         steps.generate(str(EXAMPLE), tmp_path)
-    assert "builds through the 'multiitem' step" in one_line(exc)
+    assert "builds through `python3 -m nnbuild multiitem`" in one_line(exc)
     assert not any(tmp_path.iterdir())
     steps.reference(str(EXAMPLE), tmp_path / "r.npz", count=4)
     import numpy as np

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnbuild import options
+from nnbuild import options, pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import item_split, nnef_items, nnef_ir, nnef_text
 from nnbuild.ir import graph as g
@@ -246,7 +246,7 @@ def test_schedule_pool_shares_memory_only_between_buffers_never_alive_together()
 def test_cifarnet_in_two_items_on_avr_fits_and_runs_within_its_bound(tmp_path):
     """items=2 on avr: per-layer costs from the built-in analyzer, the static schedule in one pool
     (without it: 38,194 B of RAM on a 16 KB part), one case under simavr, bound >= measured."""
-    report = multiitem_kind.build(CIFARNET, tmp_path / "avr", target="avr", items=2, cases=1, tolerance=1e-5)
+    report = pipeline.build_multiitem(CIFARNET, tmp_path / "avr", board="avr", items=2, count=1, tolerance=1e-5)
     split = report["split"]
     assert split["cost_source"].startswith("builtin-avr per-layer WCET of the unsplit model")
     assert split["layers"]["dilated"] != split["layers"]["conv2x2"]

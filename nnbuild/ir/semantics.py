@@ -94,9 +94,11 @@ def activate(name: str, x: np.ndarray) -> np.ndarray:
 def dense(layer, x: np.ndarray) -> np.ndarray:
     """Dense: y = act(x @ kernel + bias), kernel [inputs, units]; no bias term if bias is None.
 
-    Weights are cast to x's dtype so the whole layer runs in one precision.
+    Weights are cast to x's dtype so the whole layer runs in one precision, and made C-contiguous:
+    BLAS sums in an order that depends on the operand's layout, and the same weights read from
+    another format (NNEF's OIHW, transposed) must give the same bits.
     """
-    kernel = np.asarray(layer.kernel, dtype=x.dtype)
+    kernel = np.ascontiguousarray(layer.kernel, dtype=x.dtype)
     y = x @ kernel
     if layer.bias is not None:
         y = y + np.asarray(layer.bias, dtype=x.dtype)
@@ -125,7 +127,7 @@ def _pad(x: np.ndarray, padding, value) -> np.ndarray:
 def conv2d(layer, x: np.ndarray) -> np.ndarray:
     """Conv2D (ACETONE Definitions 6, 7, 14 with dilation): zero-pad (top, bottom, left, right),
     then y[n,oy,ox,o] = act(bias[o] + sum_{ky,kx,c} K[ky,kx,c,o] * xp[n, oy*sh+ky*dh, ox*sw+kx*dw, c])."""
-    kernel = np.asarray(layer.kernel, dtype=x.dtype)
+    kernel = np.ascontiguousarray(layer.kernel, dtype=x.dtype)   # layout-independent sums (see dense)
     oh, ow, co = layer.output_shape(x.shape[1:])
     xp = _pad(x, layer.padding, 0)
     y = np.zeros((x.shape[0], oh, ow, co), dtype=x.dtype)

@@ -1,9 +1,8 @@
 """Multi-item systems (seed 002) as a model kind: load (parse, Petri-net checks), generate the
 items' C, check it, time it and gate it, into one build directory with report.json and gate.json.
 
-Behind the pipeline's plan (nnbuild.pipeline.multiitem_plan: SCons, `nnbuild check`); `build`
-runs the same tasks in order outside it, and is what `python3 -m nnbuild.kinds.multiitem` calls.
-A single-graph model is split into a system first (`split`, items=N or a map).
+Behind the pipeline's plan (nnbuild.pipeline.multiitem_plan: SCons, `nnbuild check`, and
+`nnbuild multiitem`, which runs the same tasks in order outside SCons). A single-graph model is split into a system first (`split`, items=N or a map).
 
     host: the items as POSIX threads (sync=flags, or barrier); >= 1,000 runs with random thread
           start delays, bit-equal to the unsplit model, each run's events a firing sequence of the
@@ -14,9 +13,7 @@ A single-graph model is split into a system first (`split`, items=N or a map).
           deployment); the bound of the items on their own cores is reported beside it.
 """
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +32,7 @@ SYNCS = ("flags", "barrier")
 
 
 #: why the single-model steps (generate, reference, run, ...) refuse this kind
-REFUSAL = "a multi-item system builds through the 'multiitem' step (python3 -m nnbuild multiitem), not step by step"
+REFUSAL = "a multi-item system builds through `python3 -m nnbuild multiitem` (or SCons), not step by step"
 
 
 def load(path, name=None, environment=None):
@@ -191,34 +188,6 @@ def split_folder(path):
     return f"split/{names.c_identifier(stem)}.nnef"
 
 
-def build(path, outdir, *, target="host", shape="v2", precision="float32", sync="flags", runs=1000,
-          max_delay_us=200, seed=1, deadline_ms=None, tolerance=1e-4, cases=8, sanitize=True, items=None,
-          item_map=None):
-    """A whole build outside SCons, what the tasks of nnbuild.pipeline.multiitem_plan do, in order:
-    with `items` or `item_map`, the single-graph model `path` split first (`split`) into
-    outdir/split/<name>.nnef; each check's record in outdir/LABEL.json (its C and programs in
-    outdir/LABEL/), report.json, then gate.json only when every gate holds (else one NNBuildError
-    line, after report.json). Returns the report."""
-    outdir = Path(outdir)
-    discard_gate(outdir)
-    validate(target, shape, precision, sync)
-    split_record = None
-    if items is not None or item_map is not None:
-        folder = outdir / split_folder(path)
-        split_record = split(path, folder, target=target, items=items, item_map=item_map, shape=shape)
-        path = folder
-    records = {}
-    for label, options in check_options(target, sync=sync, runs=runs, max_delay_us=max_delay_us,
-                                        sanitize=sanitize).items():
-        records[label] = check(path, outdir / label, target=target, shape=shape, precision=precision, cases=cases,
-                               seed=seed, **options)
-        files.write_text(outdir / f"{label}.json", json.dumps(records[label], indent=1, sort_keys=True) + "\n")
-    record = report(path, records, outdir / "report.json", target=target, shape=shape, precision=precision,
-                    sync=sync, deadline_ms=deadline_ms, tolerance=tolerance, split_record=split_record)
-    gate(outdir / "report.json", outdir / "gate.json")
-    return record
-
-
 def check_on_board(system, target, workdir, **options):
     """checks.multiitem.check_board with the board loaded and the NN kind's check main: the
     system's header gives the same API (<name>_infer, <NAME>_INPUTS/OUTPUTS) as a single model."""
@@ -289,33 +258,3 @@ def split_summary(record):
     items = "; ".join(f"{item}: {', '.join(layers)}" for item, layers in by_item.items())
     return (f"split by {record['by']} ({items}); costs: {record['cost_source']}; items on their own cores "
             f"{record['items_on_own_cores']:,} vs {record['sequential']:,} in sequence")
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python3 -m nnbuild.kinds.multiitem",
-                                 description="Build, check and time a multi-item NNEF system.")
-    ap.add_argument("model")
-    ap.add_argument("--outdir", required=True)
-    ap.add_argument("--target", default="host")
-    ap.add_argument("--shape", default="v2", choices=SHAPES)
-    ap.add_argument("--sync", default="flags", choices=SYNCS)
-    ap.add_argument("--precision", default="float32", choices=PRECISIONS)
-    ap.add_argument("--runs", type=int, default=1000)
-    ap.add_argument("--deadline-ms", type=float)
-    ap.add_argument("--items", type=int, help="split a single-graph model into N items first")
-    ap.add_argument("--map", dest="item_map", help="split a single-graph model by this JSON map layer -> item")
-    args = ap.parse_args(argv)
-    try:
-        report = build(args.model, args.outdir, target=args.target, shape=args.shape, precision=args.precision,
-                       sync=args.sync, runs=args.runs, deadline_ms=args.deadline_ms, items=args.items,
-                       item_map=args.item_map)
-    except NNBuildError as error:
-        print(f"nnbuild: {error}", file=sys.stderr)
-        return 1
-    for line in summary(report):
-        print(line)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
