@@ -61,7 +61,12 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
     written = codegen.generate(model, outdir, shape=shape, precision=precision,
                                storage=storage or board.get("weights_storage", "const"),
                                passes_log=list(passes_log or []), input_range=input_range)
-    refuse_unfit_unrolled_code(board, outdir, model.name, shape)
+    try:
+        refuse_unfit_unrolled_code(board, outdir, model.name, shape)
+    except NNBuildError:
+        for path in written:   # no partial outputs: the C that cannot fit goes with the refusal
+            Path(path).unlink(missing_ok=True)
+        raise
     return written
 
 

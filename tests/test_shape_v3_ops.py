@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from nnbuild import boards, codegen, pipeline
+from nnbuild import boards, codegen, pipeline, steps
+from nnbuild.errors import NNBuildError
 from nnbuild.compilers.gcc import compile_flags
 from nnbuild.codegen import v3
 from nnbuild.ir import graph as g
@@ -336,6 +337,14 @@ def test_v3_too_big_for_the_flash_is_refused_before_any_compile(tmp_path, precis
         pipeline.build_check_program(m, pipeline.load_board("atmega328p"), tmp_path, shape="v3", precision=precision,
                                      input_range=(-1.0, 1.0), passes_log=[])
     assert not list(tmp_path.rglob("*.o")) and not list(tmp_path.rglob("*.elf"))
+
+
+def test_v3_generate_step_too_big_for_the_flash_leaves_no_files(tmp_path):
+    """`nnbuild generate --board atmega328p --shape v3`: the same line, and none of the C it wrote."""
+    with pytest.raises(NNBuildError, match=r"unfit does not fit the ATmega328P's flash: it needs at least"):
+        steps.generate(unfit_dense("unfit", 200), tmp_path / "gen", shape="v3", precision="q8", target="atmega328p",
+                       input_range=(-1.0, 1.0))
+    assert not [p for p in (tmp_path / "gen").rglob("*") if p.is_file()]
 
 
 @needs_avr
