@@ -431,8 +431,8 @@ def jump_tables(func: Function) -> Dict[int, List[int]]:
 
 
 def reachable(functions, entry, calls: Optional[Dict[int, List[int]]] = None) -> List[Function]:
-    """`entry` and every function it calls, transitively: `bl` targets and the resolved register
-    calls' targets (`calls`, from indirect_calls)."""
+    """`entry` and every function it calls, transitively: `bl` targets, tail calls (`b` to a function's
+    start) and the resolved register calls' targets (`calls`, from indirect_calls)."""
     by_start = {f.start: f for fs in functions.values() for f in fs}
     calls = calls or {}
     todo, seen = list(functions.get(entry, [])), {}
@@ -443,8 +443,8 @@ def reachable(functions, entry, calls: Optional[Dict[int, List[int]]] = None) ->
         seen[func.start] = func
         for insn in func.insns:
             flow = classify(insn)
-            if flow.kind == "call" and flow.target in by_start:
-                todo.append(by_start[flow.target])
+            if flow.kind in ("call", "branch") and flow.target in by_start:
+                todo.append(by_start[flow.target])   # a `b` to another function's start is a tail call
             todo.extend(by_start[t] for t in calls.get(insn.addr, ()) if t in by_start)
     return list(seen.values())
 
@@ -474,12 +474,15 @@ def loop_text(insn: Insn) -> str:
     return f"{insn.mnemonic} {' '.join(operands.split())}".strip()
 
 
-def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
+def library_bounds(functions, entry=None, calls=None, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
     """Bounds of the library loops in arm_libloops.json whose routine is in the program and whose
-    instructions match the entry's pattern exactly (else no bound: owcet then names the loop)."""
+    instructions match the entry's pattern exactly (else no bound: owcet then names the loop).
+    Routines bounded by a size argument get bounds only from the call sites reachable from `entry`
+    (`calls`: its resolved register calls), none without an entry."""
     with open(table_path) as f:
         table = json.load(f)
-    return loop_pattern_bounds(functions, table["loops"]) + routine_bounds(functions, table.get("routines", []))
+    return (loop_pattern_bounds(functions, table["loops"])
+            + routine_bounds(functions, table.get("routines", []), entry, calls))
 
 
 def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
@@ -502,19 +505,124 @@ def routine_digest(func: Function) -> str:
     return hashlib.sha256("\n".join(loop_text(i) for i in func.insns).encode()).hexdigest()
 
 
-def routine_bounds(functions, entries) -> List[LoopBound]:
+def routine_bounds(functions, entries, program_entry=None, calls=None) -> List[LoopBound]:
     """The `routines` entries: every loop of a routine whose whole code has the entry's digest and
-    that only the entry's `callers` call (their arguments are part of the bounds' proof)."""
+    that only the entry's `callers` call (their arguments are part of the bounds' proof). An entry
+    with a `size_register` bounds its loops from the largest constant size of its call sites."""
     found = []
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
                 if routine_digest(func) != entry["sha256"] or not only_called_by(functions, func, entry):
                     continue
+                if "size_register" in entry:
+                    found += sized_routine_bounds(functions, func, entry, program_entry, calls)
+                    continue
                 found += [LoopBound(func.start + loop["offset"], int(loop["max"]), name,
                                     f"arm_libloops.json {name}+{loop['offset']:#x}: {loop['why']}")
                           for loop in entry["loops"]]
     return found
+
+
+def sized_routine_bounds(functions, func: Function, entry, program_entry, calls) -> List[LoopBound]:
+    """Bounds of a routine whose passes follow from a size argument (memset's r2): each loop's
+    `max_from_size` applied to the largest constant size over the call sites reachable from the
+    program's entry. A call whose size is not a constant at the call is an NNBuildError."""
+    if program_entry is None:
+        return []
+    register, loops = entry["size_register"], entry["loops"]
+    where = f"{func.name}+{loops[0]['offset']:#x}" + (f" and {len(loops) - 1} more" if len(loops) > 1 else "")
+    sizes = []
+    for caller, call in call_sites(functions, func, program_entry, calls):
+        size = constant_argument(caller, call, register)
+        if size is None:
+            raise NNBuildError(f"no bound for the loops of {func.name} ({where}): its call at "
+                               f"{caller.name}+0x{call.addr - caller.start:x} (0x{call.addr:x}) passes a size "
+                               f"({register}) that is not a constant", item=program_entry)
+        sizes.append(size)
+    if not sizes:
+        return []
+    size = max(sizes)
+    return [LoopBound(func.start + loop["offset"], passes_for_size(loop["max_from_size"], size), func.name,
+                      f"arm_libloops.json {func.name}+{loop['offset']:#x}: {loop['why']} (size {size}, the "
+                      f"largest of {len(sizes)} call site{'s' if len(sizes) > 1 else ''})")
+            for loop in loops]
+
+
+def passes_for_size(rule, size) -> int:
+    """floor(size / divisor), capped by `at_most` when the rule has one."""
+    passes = size // int(rule["divisor"])
+    return min(passes, int(rule["at_most"])) if "at_most" in rule else passes
+
+
+def call_sites(functions, callee: Function, entry, calls=None) -> List[Tuple[Function, Insn]]:
+    """(caller, instruction) of every `bl`/`b` to `callee` in the functions reachable from `entry`;
+    a register call that may reach `callee` is an NNBuildError (its arguments cannot be read)."""
+    for addr, targets in (calls or {}).items():
+        if callee.start in targets:
+            raise NNBuildError(f"{callee.name} is called through a register at 0x{addr:x}: its size "
+                               "argument cannot be read, so its loops get no bound", item=entry)
+    return [(func, insn) for func in reachable(functions, entry, calls) if func.start != callee.start
+            for insn in func.insns
+            if classify(insn).kind in ("call", "branch") and classify(insn).target == callee.start]
+
+
+CALL_CLOBBERED = ("r0", "r1", "r2", "r3", "ip", "lr")
+_COMPARE_RE = re.compile(rf"^(cmp|cmn|tst|teq)({CONDS})?$")
+_LONG_MULTIPLY_RE = re.compile(r"^(umull|smull|umlal|smlal|ldrd)")
+_IMMEDIATE_RE = r"#(-?(?:0x[0-9a-f]+|\d+))"
+
+
+def constant_argument(func: Function, call: Insn, register) -> Optional[int]:
+    """The constant `register` holds when `call` runs: its last write before the call in the call's
+    basic block must be an unconditional `mov`/`mvn` of an immediate or a `ldr` from the literal
+    pool; anything else (another write, no write in the block) is None, never a guess."""
+    block = next(b for b in build_cfg(func).values() if call in b.insns)
+    for insn in reversed(block.insns[:block.insns.index(call)]):
+        if may_write(insn, register):
+            return constant_written(func, insn, register)
+    return None
+
+
+def constant_written(func: Function, insn: Insn, register) -> Optional[int]:
+    """The unsigned 32-bit constant an unconditional `mov`/`mvn rX, #imm` or `ldr rX, [pc, #off]`
+    writes, else None."""
+    ops = insn.operands.replace(" ", "")
+    imm = re.fullmatch(rf"{register},{_IMMEDIATE_RE}", ops)
+    if imm and insn.mnemonic in ("mov", "movs"):
+        return int(imm.group(1), 0) & 0xFFFFFFFF
+    if imm and insn.mnemonic in ("mvn", "mvns"):
+        return ~int(imm.group(1), 0) & 0xFFFFFFFF
+    pool = re.fullmatch(rf"{register},\[pc(?:,{_IMMEDIATE_RE})?\]", ops)
+    if pool and insn.mnemonic == "ldr":
+        return func.words.get(insn.addr + 8 + int(pool.group(1) or "0", 0))
+    return None
+
+
+def may_write(insn: Insn, register) -> bool:
+    """Whether `insn` may change `register` (ARM state, objdump's UAL): its destination(s), a loaded
+    register list, a written-back base, or a call's clobbers. Unknown forms count as writes."""
+    mnem, ops = insn.mnemonic, insn.operands.replace(" ", "")
+    if CALL_RE.match(mnem) or mnem.startswith(("svc", "swi")):
+        return register in CALL_CLOBBERED
+    if not re.search(rf"(?<!\w){register}(?!\w)", ops):
+        return False
+    if _COMPARE_RE.match(mnem):
+        return False
+    if register in written_back_bases(ops):
+        return True
+    if mnem.startswith(("str", "stm", "push")):
+        return False
+    if mnem.startswith(("ldm", "pop")):
+        return register in re.findall(r"\w+", ops[ops.find("{"):]) if "{" in ops else True
+    return register in ops.split(",")[:2 if _LONG_MULTIPLY_RE.match(mnem) else 1]
+
+
+def written_back_bases(ops) -> List[str]:
+    """Base registers an addressing mode writes back: `[rB], ...` (post-indexed), `[rB, ...]!`
+    (pre-indexed) and `rB!, {...}` (load/store multiple)."""
+    return (re.findall(r"\[(\w+)\],", ops) + re.findall(r"\[(\w+)(?:,[^\]]*)?\]!", ops)
+            + re.findall(r"^(\w+)!", ops))
 
 
 def only_called_by(functions, func: Function, entry) -> bool:
@@ -689,7 +797,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     require_no_computed_jumps(functions, entry, calls)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
-    bounds += [b for b in library_bounds(functions) if b.address not in known]
+    bounds += [b for b in library_bounds(functions, entry, calls) if b.address not in known]
     stem = Path(elf).stem
     ff = workdir / f"{stem}.ff"
     branches = {a: t for func in reachable(functions, entry, calls) for a, t in jump_tables(func).items()}
