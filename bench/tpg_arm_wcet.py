@@ -2,7 +2,7 @@
 newlib's and libgcc's double loops bounded by nnbuild/wcet/arm_libloops.json) vs the slowest
 inference qemu-arm is driven to with the same clocks charged, per code shape.
 
-    python3 bench/tpg_arm_wcet.py [--shapes switch,stack] [--opt -O2] [--count 200] [--seed 1] [--json out.json]
+    python3 bench/tpg_arm_wcet.py [--shapes switch,stack] [--opt=-O2] [--count 200] [--seed 1] [--json out.json]
 
 Measured on the recorded game trace, on random screens (bytes), on random doubles of every magnitude
 (bench/tpg_avr_wcet.py's palette and magnitudes, in the cells the programs read) and on screens
