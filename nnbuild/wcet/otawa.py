@@ -600,8 +600,9 @@ def constant_written(func: Function, insn: Insn, register) -> Optional[int]:
 
 
 def may_write(insn: Insn, register) -> bool:
-    """Whether `insn` may change `register` (ARM state, objdump's UAL): its destination(s), a loaded
-    register list, a written-back base, or a call's clobbers. Unknown forms count as writes."""
+    """Whether `insn` may change `register` (ARM state, objdump's UAL): a call's clobbers, a written-back
+    base, a loaded register list, else the destination, the first operand (the first two of long
+    multiplies and ldrd); compares and stores write none. Conditional writes count as writes."""
     mnem, ops = insn.mnemonic, insn.operands.replace(" ", "")
     if CALL_RE.match(mnem) or mnem.startswith(("svc", "swi")):
         return register in CALL_CLOBBERED
