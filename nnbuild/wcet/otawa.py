@@ -176,6 +176,8 @@ class Block:
     start: int
     insns: List[Insn]
     succs: List[int] = field(default_factory=list)
+    #: its last instruction may leave the function (return, indirect jump, tail call)
+    leaves: bool = False
 
     @property
     def last(self):
@@ -213,6 +215,7 @@ def build_cfg(func: Function) -> Dict[int, Block]:
         nxt = starts[k + 1] if k + 1 < len(starts) else None
         if flow.kind == "branch" and flow.target in blocks:
             block.succs.append(flow.target)
+        block.leaves = flow.kind == "exit" or (flow.kind == "branch" and flow.target not in blocks)
         block.succs.extend(t for t in tables.get(block.last.addr, ()) if t not in block.succs)
         falls = flow.kind in ("plain", "call") or flow.conditional
         if falls and nxt is not None and nxt not in block.succs:
@@ -246,11 +249,13 @@ def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
 @dataclass
 class Loop:
     """A natural loop: its header block address and, per back edge, the address of the latch
-    block's last instruction (the one that goes back to the header)."""
+    block's last instruction (the one that goes back to the header); `rotated` as in
+    `bottom_tested`."""
 
     function: str
     header: int
     latches: List[int]
+    rotated: bool = False
 
 
 def natural_loops(func: Function) -> List[Loop]:
@@ -259,12 +264,45 @@ def natural_loops(func: Function) -> List[Loop]:
         return []
     blocks = build_cfg(func)
     dom = dominators(blocks, func.insns[0].addr)
-    loops: Dict[int, Loop] = {}
+    latch_blocks: Dict[int, List[int]] = {}
     for u in sorted(dom):
         for h in blocks[u].succs:
             if h in dom[u]:
-                loops.setdefault(h, Loop(func.name, h, [])).latches.append(blocks[u].last.addr)
-    return [loops[h] for h in sorted(loops)]
+                latch_blocks.setdefault(h, []).append(u)
+    return [Loop(func.name, h, [blocks[u].last.addr for u in us], bottom_tested(blocks, h, us))
+            for h, us in sorted(latch_blocks.items())]
+
+
+def loop_body(blocks: Dict[int, Block], header: int, latches: Sequence[int]) -> set:
+    """Blocks of the natural loop: the header and every block reaching a latch without it."""
+    preds: Dict[int, List[int]] = {}
+    for b in blocks.values():
+        for s in b.succs:
+            preds.setdefault(s, []).append(b.start)
+    body, stack = {header}, list(latches)
+    while stack:
+        b = stack.pop()
+        if b not in body:
+            body.add(b)
+            stack.extend(preds.get(b, ()))
+    return body
+
+
+def bottom_tested(blocks: Dict[int, Block], header: int, latches: Sequence[int]) -> bool:
+    """True when the loop can only be left from a latch and never from its header.
+
+    Then the header starts a pass and every pass ends at a latch, which either goes back or
+    leaves: the header runs once per pass, so N passes per entry are N - 1 back edges (gcc's
+    rotated loops, -O1 and up, the guard before the loop). A header that can leave holds the
+    test (top-tested, -O0: N passes are N + 1 header runs and N back edges), and so does a loop
+    left from a block that is not a latch (the test may follow the header in the same pass).
+    """
+    body = loop_body(blocks, header, latches)
+
+    def exits(b):
+        return blocks[b].leaves or any(s not in body for s in blocks[b].succs)
+
+    return not exits(header) and all(b in latches for b in body if exits(b))
 
 
 # ---------------------------------------------------------------- flow fact -> header address
@@ -279,6 +317,22 @@ class LoopBound:
     layer: Optional[str] = None
     #: body executions over one call of the entry (the fact's `total_iterations`), when known
     total: Optional[int] = None
+    #: the loop is bottom-tested (`bottom_tested`): a pass is a header run, not a back edge
+    rotated: bool = False
+
+    @property
+    def max_back_edges(self) -> int:
+        """OTAWA's `max`: back edges per entry. N passes of a rotated loop are N - 1 of them."""
+        return max(self.max - 1, 0) if self.rotated else self.max
+
+    @property
+    def total_back_edges(self) -> Optional[int]:
+        """OTAWA's `total`: back edges over one call. A rotated loop's P passes over E entries
+        take P - E back edges, with E >= P / N (at most N passes each), so at most
+        P * (N - 1) / N; that grows with P, hence floor(T * (N - 1) / N) for P <= T."""
+        if self.total is None or not self.rotated:
+            return self.total
+        return self.total * (self.max - 1) // self.max if self.max > 0 else 0
 
 
 def same_file(dwarf_path, fact_file):
@@ -330,7 +384,7 @@ def map_loops(functions, facts) -> Tuple[List[LoopBound], List[dict]]:
             total = fact.get("total_iterations")
             bound = LoopBound(loop.header, int(fact["max_iterations"]), loop.function,
                               f"{fact['file']}:{fact['line']}", fact.get("layer"),
-                              None if total is None else int(total))
+                              None if total is None else int(total), loop.rotated)
             old = bounds.get(loop.header)
             if old and old.max != bound.max:
                 raise NNBuildError(f"loop at {loop.function} 0x{loop.header:x} matches {old.source} "
@@ -645,26 +699,26 @@ def only_called_by(functions, func: Function, entry) -> bool:
 
 def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[int, List[int]]] = None,
               calls: Optional[Dict[int, List[int]]] = None) -> str:
-    """F4 text: one `loop 0xADDR max N;` per header.
+    """F4 text: one `loop 0xADDR max M [total T];` per header.
 
-    OTAWA's constraint for header h is  sum x(back edges into h) <= max * sum x(entry edges into h),
-    so `max` counts back-edge traversals per entry into the loop. Our N (`max_iterations`) is the
-    number of body executions per entry. gcc -O0 compiles `for (i = 0; i < N; i++)` top-tested:
-    the preheader jumps to the test block (the header), every body run ends in the latch
-    (the increment) and goes back to the header, so there are exactly N back-edge traversals per
-    entry: max N is exact. A rotated loop (test at the bottom, -O1 and up) has its header at the
-    body start, entered once and re-entered N-1 times, so max N is sound with one iteration of
-    pessimism. Hence `max N` is sound for both shapes. `total T` (a fact's `total_iterations`, body
-    executions over one call of the entry) bounds the sum of the back-edge traversals the same way.
+    OTAWA's constraints for header h (ipet::FlowFactConstraintBuilder) are
+    sum x(back edges into h) <= max * sum x(entry edges into h)  and  sum x(back edges into h) <= total,
+    so both count back-edge traversals, not header runs. Our N (`max_iterations`) and T
+    (`total_iterations`) count body passes. A top-tested loop (gcc -O0: the header is the test,
+    each pass ends in a back edge) takes N back edges per entry: M = N, T as is. A bottom-tested
+    one (gcc's rotated loops, `bottom_tested`) takes one back edge fewer than passes per entry:
+    M = N - 1 and T * (N - 1) / N (`LoopBound.total_back_edges`). Library bounds are already
+    back edges and are not rotated.
     """
-    lines = ["// generated by nnbuild from the generator's flow facts: max = back-edge traversals",
-             "// per loop entry = source trip count (sound for top-tested and rotated loops)"]
+    lines = ["// generated by nnbuild from the generator's flow facts: max and total = back-edge",
+             "// traversals (passes of a top-tested loop, passes minus entries of a rotated one)"]
     if entry:
         lines.append(f"// entry: {entry}")
     for b in bounds:
         where = f"{b.function}, {b.source}" + (f", layer {b.layer}" if b.layer else "")
-        total = f" total {b.total}" if b.total is not None else ""
-        lines.append(f"loop 0x{b.address:x} max {b.max}{total}; // {where}")
+        where += f", {b.max} passes, rotated" if b.rotated else ""
+        total = f" total {b.total_back_edges}" if b.total is not None else ""
+        lines.append(f"loop 0x{b.address:x} max {b.max_back_edges}{total}; // {where}")
     for addr, targets in sorted((branches or {}).items()):
         lines.append(f"multibranch 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // jump table")
     for addr, targets in sorted((calls or {}).items()):
@@ -674,7 +728,7 @@ def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[i
 
 def render_ffx(bounds: Sequence[LoopBound]) -> str:
     """The same bounds as FFX (`address=` form), for tools and humans that prefer XML."""
-    rows = [f'  <loop address="0x{b.address:x}" maxcount="{b.max}"/>' for b in bounds]
+    rows = [f'  <loop address="0x{b.address:x}" maxcount="{b.max_back_edges}"/>' for b in bounds]
     return "<flowfacts>\n" + "".join(r + "\n" for r in rows) + "</flowfacts>\n"
 
 
@@ -824,6 +878,8 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
         details={"command": cmd, "script": board.get("otawa_script") or DEFAULT_SCRIPT,
                  "timing_model": board.get("timing_model"), "flowfacts_file": str(ff),
                  "loop_bounds": [{"address": f"0x{b.address:x}", "max": b.max, "total": b.total,
+                                  "rotated": b.rotated, "max_back_edges": b.max_back_edges,
+                                  "total_back_edges": b.total_back_edges,
                                   "source": b.source, "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
                  "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
