@@ -308,6 +308,14 @@ def test_loop_form_decided_by_where_the_loop_can_be_left():
     assert only_loop(rotated).rotated and only_loop(rotated).header == 0x104
     for rows in (top_tested, test_after_header, single_block, header_exits_too, header_may_return):
         assert not only_loop(rows).rotated, rows
+    # a single-block loop is rotated for a fact when it holds a line of the body, not the test alone
+    fact = {"function": "f", "file": "f.c", "line": 3, "max_iterations": 9}
+    func = loop_function(single_block)
+    (loop,) = otawa.loops_for_fact({"f": [func]}, fact)
+    assert loop.single_block and not loop.rotated
+    func.insns[1] = otawa.Insn(0x104, "add", "r3, r3, #1", "f.c", 4)
+    (loop,) = otawa.loops_for_fact({"f": [func]}, fact)
+    assert loop.rotated
 
 
 def test_back_edge_counts_written_per_loop_form():
@@ -508,6 +516,82 @@ def test_real_owcet_arm7tdmi_model_is_exact_on_a_single_path_kernel(arm_builds, 
     (measured,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
     (count,) = qemu_user.instructions_per_call(log, start, returns)
     assert bound.cycles == measured and measured != 5 * count
+
+
+# An integer row-by-column nest with one path: -O0 compiles both loops top-tested, -O2 rotates both.
+NEST_C = """\
+#include <stdint.h>
+int32_t nest(const int8_t *w, const int8_t *x, int32_t *y) __attribute__((noinline));
+int32_t nest(const int8_t *w, const int8_t *x, int32_t *y)
+{
+    int32_t sum = 0;
+    for (int i = 0; i < 6; i++) {
+        int32_t acc = 0;
+        for (int j = 0; j < 10; j++) {
+            acc += w[i * 10 + j] * x[j];
+        }
+        y[i] = acc;
+        sum ^= acc;
+    }
+    return sum;
+}
+static int8_t W[60], X[10];
+static int32_t Y[6];
+int main(void)
+{
+    for (int k = 0; k < 60; k++) {
+        W[k] = (int8_t)(k * 7 - 100);
+    }
+    for (int k = 0; k < 10; k++) {
+        X[k] = (int8_t)(k - 5);
+    }
+    return nest(W, X, Y) == 12345;
+}
+"""
+
+
+def nest_facts():
+    """The generator's facts for NEST_C: passes per entry and over one call."""
+    outer, inner = for_lines(NEST_C)[:2]
+    return {"entry": "nest", "loops": [
+        {"function": "nest", "file": "nest.c", "line": outer, "max_iterations": 6, "total_iterations": 6},
+        {"function": "nest", "file": "nest.c", "line": inner, "max_iterations": 10, "total_iterations": 60}]}
+
+
+def measured_clocks(elf, entry):
+    """ARM7TDMI clocks of the one call of `entry`, charged to qemu-arm's executed instructions."""
+    from nnbuild.runners import qemu_user
+    text = qemu_user.disassembly(ARM, elf)
+    start, returns = qemu_user.call_sites(text, elf, entry)
+    log = elf.with_suffix(".exec.log")
+    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30)
+    (clocks,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+    return clocks
+
+
+@pytest.mark.e2e
+@needs_arm_gcc
+@needs_qemu
+@pytest.mark.skipif(otawa.locate() is None,
+                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_nest_bound_is_exact_in_both_loop_forms(tmp_path, opt, monkeypatch):
+    """A single-path nest: OTAWA's arm7tdmi bound equals qemu-arm's clocks exactly, top-tested at
+    -O0 (max N, total T) and rotated at -O2 (max N - 1, total T (N - 1) / N). One back edge fewer
+    than that on the rotated loops, per entry or in total, puts the bound below the measured
+    clocks: this test catches a rotated-loop count off by one in the unsound direction."""
+    elf = build_arm(tmp_path, "nest", NEST_C, opt)
+    measured = measured_clocks(elf, "nest")
+    result = otawa.analyze(elf, "nest", nest_facts(), ARM, tmp_path / "w")
+    loops = result.details["loop_bounds"]
+    assert [l["rotated"] for l in loops] == [opt == "-O2"] * 2 and result.details["unmapped_loops"] == []
+    assert result.cycles == measured
+    if opt == "-O2":
+        for k, count in enumerate(["max_back_edges", "total_back_edges"]):
+            right = getattr(otawa.LoopBound, count).fget
+            monkeypatch.setattr(otawa.LoopBound, count, property(lambda b, right=right: right(b) - b.rotated))
+            assert otawa.analyze(elf, "nest", nest_facts(), ARM, tmp_path / f"w{k}").cycles < measured
+            monkeypatch.undo()
 
 
 @pytest.mark.skipif(shutil.which("patmos-clang") is None or shutil.which("platin") is None,

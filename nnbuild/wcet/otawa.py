@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -250,12 +250,14 @@ def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
 class Loop:
     """A natural loop: its header block address and, per back edge, the address of the latch
     block's last instruction (the one that goes back to the header); `rotated` as in
-    `bottom_tested`."""
+    `bottom_tested` (or, for a fact's single-block loop, `runs_the_body`)."""
 
     function: str
     header: int
     latches: List[int]
     rotated: bool = False
+    #: the loop is its header block alone, left only by its back branch falling through
+    single_block: bool = False
 
 
 def natural_loops(func: Function) -> List[Loop]:
@@ -269,7 +271,8 @@ def natural_loops(func: Function) -> List[Loop]:
         for h in blocks[u].succs:
             if h in dom[u]:
                 latch_blocks.setdefault(h, []).append(u)
-    return [Loop(func.name, h, [blocks[u].last.addr for u in us], bottom_tested(blocks, h, us))
+    return [Loop(func.name, h, [blocks[u].last.addr for u in us], bottom_tested(blocks, h, us),
+                 us == [h] and not blocks[h].leaves)
             for h, us in sorted(latch_blocks.items())]
 
 
@@ -296,6 +299,7 @@ def bottom_tested(blocks: Dict[int, Block], header: int, latches: Sequence[int])
     rotated loops, -O1 and up, the guard before the loop). A header that can leave holds the
     test (top-tested, -O0: N passes are N + 1 header runs and N back edges), and so does a loop
     left from a block that is not a latch (the test may follow the header in the same pass).
+    A single-block loop (header = latch, left from it) is decided per fact by `runs_the_body`.
     """
     body = loop_body(blocks, header, latches)
 
@@ -303,6 +307,21 @@ def bottom_tested(blocks: Dict[int, Block], header: int, latches: Sequence[int])
         return blocks[b].leaves or any(s not in body for s in blocks[b].succs)
 
     return not exits(header) and all(b in latches for b in body if exits(b))
+
+
+def runs_the_body(func: Function, loop: Loop, fact) -> bool:
+    """A single-block loop is rotated when it holds code of the loop's body.
+
+    The block is left only by its last instruction, the back branch, so each run executes all of
+    it: with an instruction from a line other than the fact's `for` line (test and increment),
+    each run is a body pass and N passes are N runs (N - 1 back edges). A block of the `for` line
+    alone could be a test that runs once more than the body (`while (*p++);`), so it keeps N.
+    """
+    if not loop.single_block:
+        return False
+    end = loop.latches[0]
+    return any(loop.header <= i.addr <= end and i.line is not None
+               and not (i.line == fact["line"] and same_file(i.file, fact["file"])) for i in func.insns)
 
 
 # ---------------------------------------------------------------- flow fact -> header address
@@ -362,7 +381,7 @@ def loops_for_fact(functions, fact) -> List[Loop]:
         for loop in natural_loops(func):
             if any(by_addr[a].line == fact["line"] and same_file(by_addr[a].file, fact["file"])
                    for a in loop.latches):
-                found.append(loop)
+                found.append(replace(loop, rotated=True) if runs_the_body(func, loop, fact) else loop)
     return found
 
 
