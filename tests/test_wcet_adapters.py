@@ -331,7 +331,7 @@ def test_back_edge_counts_written_per_loop_form():
     assert (once.max_back_edges, once.total_back_edges) == (0, 0)
     ff = otawa.render_ff([top, rot], "f")
     assert "loop 0x100 max 16 total 128; // f, f.c:5\n" in ff
-    assert "loop 0x200 max 15 total 120; // f, f.c:6, 16 passes, rotated\n" in ff
+    assert "loop 0x200 max 15 total 120; // f, f.c:6, rotated, N = 16\n" in ff
     assert '<loop address="0x200" maxcount="15"/>' in otawa.render_ffx([rot])
 
 

@@ -735,7 +735,7 @@ def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[i
         lines.append(f"// entry: {entry}")
     for b in bounds:
         where = f"{b.function}, {b.source}" + (f", layer {b.layer}" if b.layer else "")
-        where += f", {b.max} passes, rotated" if b.rotated else ""
+        where += f", rotated, N = {b.max}" if b.rotated else ""
         total = f" total {b.total_back_edges}" if b.total is not None else ""
         lines.append(f"loop 0x{b.address:x} max {b.max_back_edges}{total}; // {where}")
     for addr, targets in sorted((branches or {}).items()):
