@@ -410,6 +410,8 @@ def map_loops(functions, facts) -> Tuple[List[LoopBound], List[dict]]:
                                    f"(max {old.max}) and {bound.source} (max {bound.max})")
             if old and old.total != bound.total:
                 old.total = None if old.total is None or bound.total is None else max(old.total, bound.total)
+            if old:
+                old.rotated = old.rotated and bound.rotated   # two readings of one loop: the safer
             bounds[loop.header] = old or bound
     return [bounds[a] for a in sorted(bounds)], unmapped
 
