@@ -34,6 +34,13 @@ EXAMPLES = [
     ("xor-v1", ["model=xor", "shape=v1"]),
     ("tpg-switch", ["model=tpg_fishing_derby", "shape=switch"]),
     ("tpg-stack", ["model=tpg_fishing_derby", "shape=stack"]),
+    ("lenet5-O2", ["model=lenet5", "opt=-O2"]),
+    ("acasxu-O2", ["model=acasxu", "opt=-O2"]),
+    ("cifarnet-O2", ["model=cifarnet", "opt=-O2"]),
+    ("lenet5-v1-O2", ["model=lenet5", "shape=v1", "opt=-O2"]),
+    ("xor-v1-O2", ["model=xor", "shape=v1", "opt=-O2"]),
+    ("tpg-switch-O2", ["model=tpg_fishing_derby", "shape=switch", "opt=-O2"]),
+    ("tpg-stack-O2", ["model=tpg_fishing_derby", "shape=stack", "opt=-O2"]),
 ]
 
 

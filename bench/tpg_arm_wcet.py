@@ -2,7 +2,7 @@
 newlib's and libgcc's double loops bounded by nnbuild/wcet/arm_libloops.json) vs the slowest
 inference qemu-arm is driven to with the same clocks charged, per code shape.
 
-    python3 bench/tpg_arm_wcet.py [--shapes switch,stack] [--count 200] [--seed 1] [--json out.json]
+    python3 bench/tpg_arm_wcet.py [--shapes switch,stack] [--opt=-O2] [--count 200] [--seed 1] [--json out.json]
 
 Measured on the recorded game trace, on random screens (bytes), on random doubles of every magnitude
 (bench/tpg_avr_wcet.py's palette and magnitudes, in the cells the programs read) and on screens
@@ -38,9 +38,9 @@ def huge_cos_screens(cells, rng, n):
     return x
 
 
-def measure(shape, count, seed, work):
+def measure(shape, count, seed, work, opt=None):
     board = pipeline.load_board("arm")
-    program, harness = pipeline.build_check_program(str(DOT), board, work, name="fd", shape=shape,
+    program, harness = pipeline.build_check_program(str(DOT), board, work, name="fd", shape=shape, opt=opt,
                                                     environment="sips22-atari")
     facts = json.loads((work / "gen" / "fd.flowfacts.json").read_text())
     bound = wcet.analyze(board, program, "fd_infer", facts, work / "wcet")
@@ -66,12 +66,13 @@ def main():
     ap.add_argument("--shapes", default="switch,stack")
     ap.add_argument("--count", type=int, default=200, help="inputs per kind")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--opt", help="optimisation flag (default: the board's, -O0)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if not DOT.is_file():
         sys.exit(f"{DOT} not found: ../shared must be beside this checkout")
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [measure(shape, args.count, args.seed, Path(tmp) / shape) for shape in args.shapes.split(",")]
+        rows = [measure(shape, args.count, args.seed, Path(tmp) / shape, args.opt) for shape in args.shapes.split(",")]
     print("| shape | OTAWA bound | trace max | random bytes max | random doubles max | huge cos() args max "
           "| bound/measured |")
     print("|---|---|---|---|---|---|---|")

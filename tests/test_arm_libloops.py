@@ -1,8 +1,10 @@
 """The `routines` of nnbuild/wcet/arm_libloops.json (newlib's double argument reduction and libgcc's
 double division): the number behind __kernel_rem_pio2's bounds, and OTAWA's bound of cos() against
-qemu-arm on the double that comes closest to a multiple of pi/2."""
+qemu-arm on the double that comes closest to a multiple of pi/2; newlib's memset, bounded per call
+site from its constant size, driven to each loop's bound under qemu-arm."""
 
 import json
+import re
 import shutil
 import subprocess
 from fractions import Fraction
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nnbuild.errors import NNBuildError
 from nnbuild.wcet import otawa
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,3 +152,130 @@ def test_tpg_example_on_arm_is_bounded_above_huge_cos_arguments(tmp_path):
         screens[k, cells] = value
     _, cycles = pipeline.run_cases(board, program, screens, 1, harness=harness, kind="tpg", entry="fd_infer")
     assert 0 < cycles.max() <= bound.cycles
+
+
+# ---------------------------------------------------------------- newlib memset, bounded by its size
+
+MEMSET = next(r for r in TABLE["routines"] if r["symbols"] == ["memset"])
+MEMSET_SWEEP_C = r"""
+#include <string.h>
+static unsigned char buf[96] __attribute__((aligned(4)));
+__attribute__((noinline)) void clear(unsigned char *p, unsigned n) { memset(p, 0, n); }
+int main(void)
+{
+    unsigned n, off;
+    for (n = 0; n <= LARGEST; ++n)
+        for (off = 0; off < 4; ++off)
+            clear(buf + off, n);
+    return 0;
+}
+"""
+#: sizes 0..67 at the four alignments: every loop reaches its largest count (4 passes of 16 bytes)
+LARGEST_SWEPT = 67
+
+
+def arm_elf(tmp_path, source, name, opt="-O0"):
+    """`source` built for the ARM board's core (ARM state, newlib with semihosting)."""
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    elf = tmp_path / f"{name}.elf"
+    subprocess.run([ARM["cc"], "-mcpu=arm7tdmi", "-marm", opt, "-g", "-specs=rdimon.specs", str(src), "-o", str(elf)],
+                   check=True, capture_output=True)
+    return elf
+
+
+def executed_pcs(tmp_path, elf):
+    """Every executed instruction's address, in order (qemu-arm one instruction a block)."""
+    log = tmp_path / "exec.log"
+    subprocess.run(["qemu-arm", "-singlestep", "-d", "exec,nochain", "-D", str(log), str(elf)], check=True, timeout=60)
+    return [int(m, 16) for m in re.findall(r"\[[0-9a-f]+/([0-9a-f]+)/", log.read_text())]
+
+
+@needs_arm
+def test_memset_loop_bounds_hold_and_are_reached_under_qemu(tmp_path):
+    """Each memset call's loop header counts, over sizes 0..67 at every alignment, stay within the
+    table's bound for that size, the 16-byte loop makes exactly size/16 passes when aligned, and
+    every loop reaches its largest bound."""
+    elf = arm_elf(tmp_path, MEMSET_SWEEP_C.replace("LARGEST", str(LARGEST_SWEPT)), "sweep")
+    functions = otawa.disassemble(elf, ARM)
+    memset = functions["memset"][0]
+    call = next(i.addr for i in functions["clear"][0].insns if i.mnemonic == "bl" and "<memset>" in i.operands)
+    assert otawa.routine_digest(memset) == MEMSET["sha256"]
+    assert [hex(loop.header - memset.start) for loop in otawa.natural_loops(memset)] == \
+        [hex(loop["offset"]) for loop in MEMSET["loops"]]
+    pcs = executed_pcs(tmp_path, elf)
+    entries = [k for k, pc in enumerate(pcs) if pc == memset.start and pcs[k - 1] == call]   # crt0 and stdio call it too
+    calls = [(n, off) for n in range(LARGEST_SWEPT + 1) for off in range(4)]
+    assert len(entries) == len(calls)
+    returned = call + 4
+    reached = {loop["offset"]: 0 for loop in MEMSET["loops"]}
+    for (n, off), begin in zip(calls, entries):
+        run = pcs[begin:pcs.index(returned, begin)]
+        for loop in MEMSET["loops"]:
+            passes, bound = run.count(memset.start + loop["offset"]), otawa.passes_for_size(loop["max_from_size"], n)
+            assert passes <= bound, (n, off, loop["offset"], passes, bound)
+            if passes == bound:
+                reached[loop["offset"]] = max(reached[loop["offset"]], bound)
+        if off == 0:
+            assert run.count(memset.start + 0x6C) == n // 16
+    assert reached == {0x2C: 3, 0x6C: 4, 0xAC: 3, 0xCC: 3}
+
+
+MEMSET_SITES_C = r"""
+#include <string.h>
+static unsigned char buf[8192] __attribute__((aligned(4)));
+__attribute__((noinline)) void small(unsigned char *p) { memset(p, 0, 3); }
+__attribute__((noinline)) void mid(unsigned char *p) { memset(p, 0, 63); }
+__attribute__((noinline)) void big(unsigned char *p) { memset(p, 0, 4100); }
+__attribute__((noinline)) void any(unsigned char *p, unsigned n) { memset(p, 0, n); }
+__attribute__((noinline)) void both(unsigned char *p) { small(p + 1); mid(p); }
+int main(void) { both(buf); big(buf); any(buf, 5); return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def memset_sites(tmp_path_factory):
+    """The call-site program built at -O0 (each size a constant in r2 at its `bl memset`)."""
+    if shutil.which(ARM["cc"]) is None:
+        pytest.skip("arm-none-eabi-gcc not installed")
+    return arm_elf(tmp_path_factory.mktemp("memset"), MEMSET_SITES_C, "sites")
+
+
+@pytest.mark.parametrize("entry, passes", [("small", [3, 0, 0, 3]), ("mid", [3, 3, 3, 3]), ("both", [3, 3, 3, 3]),
+                                           ("big", [3, 256, 3, 3])])
+def test_memset_bounds_follow_the_largest_constant_size_reachable(memset_sites, entry, passes):
+    """Each entry bounds memset's loops from the sizes of the calls it reaches: 3 bytes, 63, both
+    (the larger wins) and 4100 (a literal-pool constant)."""
+    functions = otawa.disassemble(memset_sites, ARM)
+    start = functions["memset"][0].start
+    bounds = [b for b in otawa.library_bounds(functions, entry) if b.function == "memset"]
+    assert [b.address - start for b in bounds] == [loop["offset"] for loop in MEMSET["loops"]]
+    assert [b.max for b in bounds] == passes
+
+
+def test_memset_with_a_size_that_is_not_a_constant_is_refused(memset_sites):
+    """`any` passes its argument: one line naming memset's loops and the call site."""
+    functions = otawa.disassemble(memset_sites, ARM)
+    call = next(i for i in functions["any"][0].insns if i.mnemonic == "bl" and "<memset>" in i.operands)
+    with pytest.raises(NNBuildError) as err:
+        otawa.library_bounds(functions, "main")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "memset+0x2c" in message and f"any+0x{call.addr - functions['any'][0].start:x} (0x{call.addr:x})" in message
+    assert not [b for b in otawa.library_bounds(functions) if b.function == "memset"]   # no entry, no call sites
+
+
+@pytest.mark.e2e
+@needs_arm
+@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+def test_otawa_bounds_memset_calls_above_qemu(memset_sites, tmp_path):
+    """OTAWA bounds `both` (memset of 3 bytes misaligned, then 63 aligned) with the size-derived
+    bounds, and the bound is >= the same clocks charged to qemu-arm's run."""
+    from nnbuild.runners import qemu_user
+    bound = otawa.analyze(memset_sites, "both", {"entry": "both", "loops": []}, ARM, tmp_path / "w")
+    text = qemu_user.disassembly(ARM, memset_sites)
+    start, returns = qemu_user.call_sites(text, memset_sites, "both")
+    log = tmp_path / "exec.log"
+    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(memset_sites)], timeout=60, check=True)
+    (measured,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, memset_sites))
+    assert measured <= bound.cycles, (measured, bound.cycles)

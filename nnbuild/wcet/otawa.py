@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -176,6 +176,8 @@ class Block:
     start: int
     insns: List[Insn]
     succs: List[int] = field(default_factory=list)
+    #: its last instruction may leave the function (return, indirect jump, tail call)
+    leaves: bool = False
 
     @property
     def last(self):
@@ -213,6 +215,7 @@ def build_cfg(func: Function) -> Dict[int, Block]:
         nxt = starts[k + 1] if k + 1 < len(starts) else None
         if flow.kind == "branch" and flow.target in blocks:
             block.succs.append(flow.target)
+        block.leaves = flow.kind == "exit" or (flow.kind == "branch" and flow.target not in blocks)
         block.succs.extend(t for t in tables.get(block.last.addr, ()) if t not in block.succs)
         falls = flow.kind in ("plain", "call") or flow.conditional
         if falls and nxt is not None and nxt not in block.succs:
@@ -246,11 +249,15 @@ def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
 @dataclass
 class Loop:
     """A natural loop: its header block address and, per back edge, the address of the latch
-    block's last instruction (the one that goes back to the header)."""
+    block's last instruction (the one that goes back to the header); `rotated` as in
+    `bottom_tested` (or, for a fact's single-block loop, `runs_the_body`)."""
 
     function: str
     header: int
     latches: List[int]
+    rotated: bool = False
+    #: the loop is its header block alone, left only by its back branch falling through
+    single_block: bool = False
 
 
 def natural_loops(func: Function) -> List[Loop]:
@@ -259,12 +266,62 @@ def natural_loops(func: Function) -> List[Loop]:
         return []
     blocks = build_cfg(func)
     dom = dominators(blocks, func.insns[0].addr)
-    loops: Dict[int, Loop] = {}
+    latch_blocks: Dict[int, List[int]] = {}
     for u in sorted(dom):
         for h in blocks[u].succs:
             if h in dom[u]:
-                loops.setdefault(h, Loop(func.name, h, [])).latches.append(blocks[u].last.addr)
-    return [loops[h] for h in sorted(loops)]
+                latch_blocks.setdefault(h, []).append(u)
+    return [Loop(func.name, h, [blocks[u].last.addr for u in us], bottom_tested(blocks, h, us),
+                 us == [h] and not blocks[h].leaves)
+            for h, us in sorted(latch_blocks.items())]
+
+
+def loop_body(blocks: Dict[int, Block], header: int, latches: Sequence[int]) -> set:
+    """Blocks of the natural loop: the header and every block reaching a latch without it."""
+    preds: Dict[int, List[int]] = {}
+    for b in blocks.values():
+        for s in b.succs:
+            preds.setdefault(s, []).append(b.start)
+    body, stack = {header}, list(latches)
+    while stack:
+        b = stack.pop()
+        if b not in body:
+            body.add(b)
+            stack.extend(preds.get(b, ()))
+    return body
+
+
+def bottom_tested(blocks: Dict[int, Block], header: int, latches: Sequence[int]) -> bool:
+    """True when the loop can only be left from a latch and never from its header.
+
+    Then the header starts a pass and every pass ends at a latch, which either goes back or
+    leaves: the header runs once per pass, so N passes per entry are N - 1 back edges (gcc's
+    rotated loops, -O1 and up, the guard before the loop). A header that can leave holds the
+    test (top-tested, -O0: N passes are N + 1 header runs and N back edges), and so does a loop
+    left from a block that is not a latch (the test may follow the header in the same pass).
+    A single-block loop (header = latch, left from it) is decided per fact by `runs_the_body`.
+    """
+    body = loop_body(blocks, header, latches)
+
+    def exits(b):
+        return blocks[b].leaves or any(s not in body for s in blocks[b].succs)
+
+    return not exits(header) and all(b in latches for b in body if exits(b))
+
+
+def runs_the_body(func: Function, loop: Loop, fact) -> bool:
+    """A single-block loop is rotated when it holds code of the loop's body.
+
+    The block is left only by its last instruction, the back branch, so each run executes all of
+    it: with an instruction from a line other than the fact's `for` line (test and increment),
+    each run is a body pass and N passes are N runs (N - 1 back edges). A block of the `for` line
+    alone could be a test that runs once more than the body (`while (*p++);`), so it keeps N.
+    """
+    if not loop.single_block:
+        return False
+    end = loop.latches[0]
+    return any(loop.header <= i.addr <= end and i.line is not None
+               and not (i.line == fact["line"] and same_file(i.file, fact["file"])) for i in func.insns)
 
 
 # ---------------------------------------------------------------- flow fact -> header address
@@ -279,6 +336,22 @@ class LoopBound:
     layer: Optional[str] = None
     #: body executions over one call of the entry (the fact's `total_iterations`), when known
     total: Optional[int] = None
+    #: the loop is bottom-tested (`bottom_tested`): a pass is a header run, not a back edge
+    rotated: bool = False
+
+    @property
+    def max_back_edges(self) -> int:
+        """OTAWA's `max`: back edges per entry. N passes of a rotated loop are N - 1 of them."""
+        return max(self.max - 1, 0) if self.rotated else self.max
+
+    @property
+    def total_back_edges(self) -> Optional[int]:
+        """OTAWA's `total`: back edges over one call. A rotated loop's P passes over E entries
+        take P - E back edges, with E >= P / N (at most N passes each), so at most
+        P * (N - 1) / N; that grows with P, hence floor(T * (N - 1) / N) for P <= T."""
+        if self.total is None or not self.rotated:
+            return self.total
+        return self.total * (self.max - 1) // self.max if self.max > 0 else 0
 
 
 def same_file(dwarf_path, fact_file):
@@ -308,7 +381,7 @@ def loops_for_fact(functions, fact) -> List[Loop]:
         for loop in natural_loops(func):
             if any(by_addr[a].line == fact["line"] and same_file(by_addr[a].file, fact["file"])
                    for a in loop.latches):
-                found.append(loop)
+                found.append(replace(loop, rotated=True) if runs_the_body(func, loop, fact) else loop)
     return found
 
 
@@ -330,13 +403,15 @@ def map_loops(functions, facts) -> Tuple[List[LoopBound], List[dict]]:
             total = fact.get("total_iterations")
             bound = LoopBound(loop.header, int(fact["max_iterations"]), loop.function,
                               f"{fact['file']}:{fact['line']}", fact.get("layer"),
-                              None if total is None else int(total))
+                              None if total is None else int(total), loop.rotated)
             old = bounds.get(loop.header)
             if old and old.max != bound.max:
                 raise NNBuildError(f"loop at {loop.function} 0x{loop.header:x} matches {old.source} "
                                    f"(max {old.max}) and {bound.source} (max {bound.max})")
             if old and old.total != bound.total:
                 old.total = None if old.total is None or bound.total is None else max(old.total, bound.total)
+            if old:
+                old.rotated = old.rotated and bound.rotated   # two readings of one loop: the safer
             bounds[loop.header] = old or bound
     return [bounds[a] for a in sorted(bounds)], unmapped
 
@@ -431,8 +506,8 @@ def jump_tables(func: Function) -> Dict[int, List[int]]:
 
 
 def reachable(functions, entry, calls: Optional[Dict[int, List[int]]] = None) -> List[Function]:
-    """`entry` and every function it calls, transitively: `bl` targets and the resolved register
-    calls' targets (`calls`, from indirect_calls)."""
+    """`entry` and every function it calls, transitively: `bl` targets, tail calls (`b` to a function's
+    start) and the resolved register calls' targets (`calls`, from indirect_calls)."""
     by_start = {f.start: f for fs in functions.values() for f in fs}
     calls = calls or {}
     todo, seen = list(functions.get(entry, [])), {}
@@ -443,8 +518,8 @@ def reachable(functions, entry, calls: Optional[Dict[int, List[int]]] = None) ->
         seen[func.start] = func
         for insn in func.insns:
             flow = classify(insn)
-            if flow.kind == "call" and flow.target in by_start:
-                todo.append(by_start[flow.target])
+            if flow.kind in ("call", "branch") and flow.target in by_start:
+                todo.append(by_start[flow.target])   # a `b` to another function's start is a tail call
             todo.extend(by_start[t] for t in calls.get(insn.addr, ()) if t in by_start)
     return list(seen.values())
 
@@ -474,12 +549,15 @@ def loop_text(insn: Insn) -> str:
     return f"{insn.mnemonic} {' '.join(operands.split())}".strip()
 
 
-def library_bounds(functions, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
+def library_bounds(functions, entry=None, calls=None, table_path=LIBLOOPS_PATH) -> List[LoopBound]:
     """Bounds of the library loops in arm_libloops.json whose routine is in the program and whose
-    instructions match the entry's pattern exactly (else no bound: owcet then names the loop)."""
+    instructions match the entry's pattern exactly (else no bound: owcet then names the loop).
+    Routines bounded by a size argument get bounds only from the call sites reachable from `entry`
+    (`calls`: its resolved register calls), none without an entry."""
     with open(table_path) as f:
         table = json.load(f)
-    return loop_pattern_bounds(functions, table["loops"]) + routine_bounds(functions, table.get("routines", []))
+    return (loop_pattern_bounds(functions, table["loops"])
+            + routine_bounds(functions, table.get("routines", []), entry, calls))
 
 
 def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
@@ -502,19 +580,125 @@ def routine_digest(func: Function) -> str:
     return hashlib.sha256("\n".join(loop_text(i) for i in func.insns).encode()).hexdigest()
 
 
-def routine_bounds(functions, entries) -> List[LoopBound]:
+def routine_bounds(functions, entries, program_entry=None, calls=None) -> List[LoopBound]:
     """The `routines` entries: every loop of a routine whose whole code has the entry's digest and
-    that only the entry's `callers` call (their arguments are part of the bounds' proof)."""
+    that only the entry's `callers` call (their arguments are part of the bounds' proof). An entry
+    with a `size_register` bounds its loops from the largest constant size of its call sites."""
     found = []
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
                 if routine_digest(func) != entry["sha256"] or not only_called_by(functions, func, entry):
                     continue
+                if "size_register" in entry:
+                    found += sized_routine_bounds(functions, func, entry, program_entry, calls)
+                    continue
                 found += [LoopBound(func.start + loop["offset"], int(loop["max"]), name,
                                     f"arm_libloops.json {name}+{loop['offset']:#x}: {loop['why']}")
                           for loop in entry["loops"]]
     return found
+
+
+def sized_routine_bounds(functions, func: Function, entry, program_entry, calls) -> List[LoopBound]:
+    """Bounds of a routine whose passes follow from a size argument (memset's r2): each loop's
+    `max_from_size` applied to the largest constant size over the call sites reachable from the
+    program's entry. A call whose size is not a constant at the call is an NNBuildError."""
+    if program_entry is None:
+        return []
+    register, loops = entry["size_register"], entry["loops"]
+    where = f"{func.name}+{loops[0]['offset']:#x}" + (f" and {len(loops) - 1} more" if len(loops) > 1 else "")
+    sizes = []
+    for caller, call in call_sites(functions, func, program_entry, calls):
+        size = constant_argument(caller, call, register)
+        if size is None:
+            raise NNBuildError(f"no bound for the loops of {func.name} ({where}): its call at "
+                               f"{caller.name}+0x{call.addr - caller.start:x} (0x{call.addr:x}) passes a size "
+                               f"({register}) that is not a constant", item=program_entry)
+        sizes.append(size)
+    if not sizes:
+        return []
+    size = max(sizes)
+    return [LoopBound(func.start + loop["offset"], passes_for_size(loop["max_from_size"], size), func.name,
+                      f"arm_libloops.json {func.name}+{loop['offset']:#x}: {loop['why']} (size {size}, the "
+                      f"largest of {len(sizes)} call site{'s' if len(sizes) > 1 else ''})")
+            for loop in loops]
+
+
+def passes_for_size(rule, size) -> int:
+    """floor(size / divisor), capped by `at_most` when the rule has one."""
+    passes = size // int(rule["divisor"])
+    return min(passes, int(rule["at_most"])) if "at_most" in rule else passes
+
+
+def call_sites(functions, callee: Function, entry, calls=None) -> List[Tuple[Function, Insn]]:
+    """(caller, instruction) of every `bl`/`b` to `callee` in the functions reachable from `entry`;
+    a register call that may reach `callee` is an NNBuildError (its arguments cannot be read)."""
+    for addr, targets in (calls or {}).items():
+        if callee.start in targets:
+            raise NNBuildError(f"{callee.name} is called through a register at 0x{addr:x}: its size "
+                               "argument cannot be read, so its loops get no bound", item=entry)
+    return [(func, insn) for func in reachable(functions, entry, calls) if func.start != callee.start
+            for insn in func.insns
+            if classify(insn).kind in ("call", "branch") and classify(insn).target == callee.start]
+
+
+CALL_CLOBBERED = ("r0", "r1", "r2", "r3", "ip", "lr")
+_COMPARE_RE = re.compile(rf"^(cmp|cmn|tst|teq)({CONDS})?$")
+_LONG_MULTIPLY_RE = re.compile(r"^(umull|smull|umlal|smlal|ldrd)")
+_IMMEDIATE_RE = r"#(-?(?:0x[0-9a-f]+|\d+))"
+
+
+def constant_argument(func: Function, call: Insn, register) -> Optional[int]:
+    """The constant `register` holds when `call` runs: its last write before the call in the call's
+    basic block must be an unconditional `mov`/`mvn` of an immediate or a `ldr` from the literal
+    pool; anything else (another write, no write in the block) is None, never a guess."""
+    block = next(b for b in build_cfg(func).values() if call in b.insns)
+    for insn in reversed(block.insns[:block.insns.index(call)]):
+        if may_write(insn, register):
+            return constant_written(func, insn, register)
+    return None
+
+
+def constant_written(func: Function, insn: Insn, register) -> Optional[int]:
+    """The unsigned 32-bit constant an unconditional `mov`/`mvn rX, #imm` or `ldr rX, [pc, #off]`
+    writes, else None."""
+    ops = insn.operands.replace(" ", "")
+    imm = re.fullmatch(rf"{register},{_IMMEDIATE_RE}", ops)
+    if imm and insn.mnemonic in ("mov", "movs"):
+        return int(imm.group(1), 0) & 0xFFFFFFFF
+    if imm and insn.mnemonic in ("mvn", "mvns"):
+        return ~int(imm.group(1), 0) & 0xFFFFFFFF
+    pool = re.fullmatch(rf"{register},\[pc(?:,{_IMMEDIATE_RE})?\]", ops)
+    if pool and insn.mnemonic == "ldr":
+        return func.words.get(insn.addr + 8 + int(pool.group(1) or "0", 0))
+    return None
+
+
+def may_write(insn: Insn, register) -> bool:
+    """Whether `insn` may change `register` (ARM state, objdump's UAL): a call's clobbers, a written-back
+    base, a loaded register list, else the destination, the first operand (the first two of long
+    multiplies and ldrd); compares and stores write none. Conditional writes count as writes."""
+    mnem, ops = insn.mnemonic, insn.operands.replace(" ", "")
+    if CALL_RE.match(mnem) or mnem.startswith(("svc", "swi")):
+        return register in CALL_CLOBBERED
+    if not re.search(rf"(?<!\w){register}(?!\w)", ops):
+        return False
+    if _COMPARE_RE.match(mnem):
+        return False
+    if register in written_back_bases(ops):
+        return True
+    if mnem.startswith(("str", "stm", "push")):
+        return False
+    if mnem.startswith(("ldm", "pop")):
+        return register in re.findall(r"\w+", ops[ops.find("{"):]) if "{" in ops else True
+    return register in ops.split(",")[:2 if _LONG_MULTIPLY_RE.match(mnem) else 1]
+
+
+def written_back_bases(ops) -> List[str]:
+    """Base registers an addressing mode writes back: `[rB], ...` (post-indexed), `[rB, ...]!`
+    (pre-indexed) and `rB!, {...}` (load/store multiple)."""
+    return (re.findall(r"\[(\w+)\],", ops) + re.findall(r"\[(\w+)(?:,[^\]]*)?\]!", ops)
+            + re.findall(r"^(\w+)!", ops))
 
 
 def only_called_by(functions, func: Function, entry) -> bool:
@@ -536,26 +720,26 @@ def only_called_by(functions, func: Function, entry) -> bool:
 
 def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[int, List[int]]] = None,
               calls: Optional[Dict[int, List[int]]] = None) -> str:
-    """F4 text: one `loop 0xADDR max N;` per header.
+    """F4 text: one `loop 0xADDR max M [total T];` per header.
 
-    OTAWA's constraint for header h is  sum x(back edges into h) <= max * sum x(entry edges into h),
-    so `max` counts back-edge traversals per entry into the loop. Our N (`max_iterations`) is the
-    number of body executions per entry. gcc -O0 compiles `for (i = 0; i < N; i++)` top-tested:
-    the preheader jumps to the test block (the header), every body run ends in the latch
-    (the increment) and goes back to the header, so there are exactly N back-edge traversals per
-    entry: max N is exact. A rotated loop (test at the bottom, -O1 and up) has its header at the
-    body start, entered once and re-entered N-1 times, so max N is sound with one iteration of
-    pessimism. Hence `max N` is sound for both shapes. `total T` (a fact's `total_iterations`, body
-    executions over one call of the entry) bounds the sum of the back-edge traversals the same way.
+    OTAWA's constraints for header h (ipet::FlowFactConstraintBuilder) are
+    sum x(back edges into h) <= max * sum x(entry edges into h)  and  sum x(back edges into h) <= total,
+    so both count back-edge traversals, not header runs. Our N (`max_iterations`) and T
+    (`total_iterations`) count body passes. A top-tested loop (gcc -O0: the header is the test,
+    each pass ends in a back edge) takes N back edges per entry: M = N, T as is. A bottom-tested
+    one (gcc's rotated loops, `bottom_tested`) takes one back edge fewer than passes per entry:
+    M = N - 1 and T * (N - 1) / N (`LoopBound.total_back_edges`). Library bounds are already
+    back edges and are not rotated.
     """
-    lines = ["// generated by nnbuild from the generator's flow facts: max = back-edge traversals",
-             "// per loop entry = source trip count (sound for top-tested and rotated loops)"]
+    lines = ["// generated by nnbuild from the generator's flow facts: max and total = back-edge",
+             "// traversals (passes of a top-tested loop, passes minus entries of a rotated one)"]
     if entry:
         lines.append(f"// entry: {entry}")
     for b in bounds:
         where = f"{b.function}, {b.source}" + (f", layer {b.layer}" if b.layer else "")
-        total = f" total {b.total}" if b.total is not None else ""
-        lines.append(f"loop 0x{b.address:x} max {b.max}{total}; // {where}")
+        where += f", rotated, N = {b.max}" if b.rotated else ""
+        total = f" total {b.total_back_edges}" if b.total is not None else ""
+        lines.append(f"loop 0x{b.address:x} max {b.max_back_edges}{total}; // {where}")
     for addr, targets in sorted((branches or {}).items()):
         lines.append(f"multibranch 0x{addr:x} to {', '.join(f'0x{t:x}' for t in targets)}; // jump table")
     for addr, targets in sorted((calls or {}).items()):
@@ -565,7 +749,7 @@ def render_ff(bounds: Sequence[LoopBound], entry=None, branches: Optional[Dict[i
 
 def render_ffx(bounds: Sequence[LoopBound]) -> str:
     """The same bounds as FFX (`address=` form), for tools and humans that prefer XML."""
-    rows = [f'  <loop address="0x{b.address:x}" maxcount="{b.max}"/>' for b in bounds]
+    rows = [f'  <loop address="0x{b.address:x}" maxcount="{b.max_back_edges}"/>' for b in bounds]
     return "<flowfacts>\n" + "".join(r + "\n" for r in rows) + "</flowfacts>\n"
 
 
@@ -689,7 +873,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     require_no_computed_jumps(functions, entry, calls)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
-    bounds += [b for b in library_bounds(functions) if b.address not in known]
+    bounds += [b for b in library_bounds(functions, entry, calls) if b.address not in known]
     stem = Path(elf).stem
     ff = workdir / f"{stem}.ff"
     branches = {a: t for func in reachable(functions, entry, calls) for a, t in jump_tables(func).items()}
@@ -715,6 +899,8 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
         details={"command": cmd, "script": board.get("otawa_script") or DEFAULT_SCRIPT,
                  "timing_model": board.get("timing_model"), "flowfacts_file": str(ff),
                  "loop_bounds": [{"address": f"0x{b.address:x}", "max": b.max, "total": b.total,
+                                  "rotated": b.rotated, "max_back_edges": b.max_back_edges,
+                                  "total_back_edges": b.total_back_edges,
                                   "source": b.source, "layer": b.layer} for b in bounds],
                  "unmapped_loops": unmapped,
                  "jump_tables": {f"0x{a:x}": [f"0x{t:x}" for t in ts] for a, ts in sorted(branches.items())},
