@@ -11,7 +11,6 @@ at least the measured cycles, and a model too big for 32 KB fails the memory gat
 import json
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -32,7 +31,7 @@ XOR = REPO / "firmware_examples/xor/xor.h5"
 SIPS22_GAME = (REPO.parent / "shared/data/tpg/sips22/cleaned/out_best_cleaned.fishing_derby.9.t48.dot")
 
 
-def test_board_is_shipped_valid_and_listed():
+def test_board_is_shipped_valid_and_listed(run_cli):
     board = boards.load_board("atmega328p")
     assert (board["mcu"], board["clock_hz"], board["flash_bytes"], board["ram_bytes"]) == \
         ("atmega328p", 16_000_000, 32_768, 2_048)
@@ -42,8 +41,9 @@ def test_board_is_shipped_valid_and_listed():
     assert board["timing_model"] == "avre-16bit-pc"
     schema = json.loads((REPO / "nnbuild/board.schema.json").read_text())
     assert NEAR in schema["properties"]["weights_storage"]["enum"] and NEAR in codegen.STORAGES
-    listing = subprocess.run([sys.executable, "-m", "nnbuild", "boards"], cwd=REPO, capture_output=True,
-                             text=True, check=True).stdout
+    result = run_cli("boards")
+    assert result.returncode == 0, result.stderr
+    listing = result.stdout
     assert re.search(r"^atmega328p +atmega328p +16 MHz +32 KB +2 KB +simavr +builtin-avr", listing, re.M), listing
 
 
