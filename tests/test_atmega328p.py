@@ -77,6 +77,7 @@ def weights_of(out, name):
 @pytest.mark.parametrize("which, shape, precision", [
     ("mlp", "mlp", "float32"), ("mlp", "mlp", "q16"), ("mlp", "mlp", "q16-acc32"), ("mlp", "mlp", "fix16"),
     ("mlp", "mlp", "fixed8.24"), ("cnn", "v1", "float32"), ("cnn", "v2", "float32"), ("tpg", "switch", "float32")])
+@pytest.mark.e2e  # avr-gcc
 def test_near_weights_are_in_flash_read_with_lpm_and_traced(tmp_path, which, shape, precision):
     board = boards.load_board("atmega328p")
     if which == "tpg":
@@ -131,6 +132,7 @@ def far_placed_elf(tmp_path, board):
     return elf
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 def test_near_flash_check_covers_the_arrays(tmp_path):
     trace = tmp_path / "trace.json"
@@ -147,6 +149,7 @@ def test_near_flash_check_covers_the_arrays(tmp_path):
         memory.gate_memory(small, use)
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32", "q8", "fix16", "fixed8.24", "float32"])
 def test_simavr_results_equal_the_bit_exact_model_or_reference(tmp_path, precision):

@@ -328,6 +328,7 @@ def test_a_nan_bid_after_minus_infinity_does_not_block_later_edges(tmp_path, env
         assert replay(program_, k, x).tolist() == want.tolist()
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 @pytest.mark.parametrize("shape", ["switch", "stack"])
 def test_avr_build_is_warning_free(tmp_path, graph, shape):
