@@ -56,8 +56,8 @@ _SILENT_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarni
 def run_cli(capfd, monkeypatch):
     """`python -m nnbuild ARGS` in this process (no interpreter start, imports done once): a
     CompletedProcess with the exit status and the fd-level stdout/stderr (a compiler's output
-    counts), Python warnings appended to stderr as the interpreter would print them. Each test
-    file that uses it still has `python -m nnbuild` run for real somewhere (test_cli holds those)."""
+    counts), Python warnings appended to stderr as the interpreter would print them. The real
+    command in its own process stays tested by test_cli's `nnbuild(...)` tests."""
     from nnbuild import cli
 
     def run(*args, cwd=REPO):
