@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,35 @@ def scons(project, *args, env=None):
     """Run scons in `project` with --debug=explain; returns the CompletedProcess (text)."""
     return subprocess.run([sys.executable, "-m", "SCons", "-Q", "--debug=explain", *args],
                           cwd=project, capture_output=True, text=True, env=env or os.environ.copy())
+
+
+#: the warnings a plain `python` prints (its default filters), so in-process runs see what a shell would
+_SILENT_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+@pytest.fixture
+def run_cli(capfd, monkeypatch):
+    """`python -m nnbuild ARGS` in this process (no interpreter start, imports done once): a
+    CompletedProcess with the exit status and the fd-level stdout/stderr (a compiler's output
+    counts), Python warnings appended to stderr as the interpreter would print them. The real
+    command in its own process stays tested by test_cli's `nnbuild(...)` tests."""
+    from nnbuild import cli
+
+    def run(*args, cwd=REPO):
+        monkeypatch.chdir(cwd)
+        capfd.readouterr()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            for category in _SILENT_BY_DEFAULT:
+                warnings.simplefilter("ignore", category)
+            try:
+                status = cli.main([str(a) for a in args])
+            except SystemExit as exit_:  # argparse: --help, --version, a refused option
+                status = exit_.code
+                if isinstance(status, str):
+                    print(status, file=sys.stderr)
+                    status = 1
+        out, err = capfd.readouterr()
+        err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
+        return subprocess.CompletedProcess(["nnbuild", *map(str, args)], status or 0, out, err)
+    return run

@@ -11,7 +11,6 @@ at least the measured cycles, and a model too big for 32 KB fails the memory gat
 import json
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -32,7 +31,7 @@ XOR = REPO / "firmware_examples/xor/xor.h5"
 SIPS22_GAME = (REPO.parent / "shared/data/tpg/sips22/cleaned/out_best_cleaned.fishing_derby.9.t48.dot")
 
 
-def test_board_is_shipped_valid_and_listed():
+def test_board_is_shipped_valid_and_listed(run_cli):
     board = boards.load_board("atmega328p")
     assert (board["mcu"], board["clock_hz"], board["flash_bytes"], board["ram_bytes"]) == \
         ("atmega328p", 16_000_000, 32_768, 2_048)
@@ -42,8 +41,9 @@ def test_board_is_shipped_valid_and_listed():
     assert board["timing_model"] == "avre-16bit-pc"
     schema = json.loads((REPO / "nnbuild/board.schema.json").read_text())
     assert NEAR in schema["properties"]["weights_storage"]["enum"] and NEAR in codegen.STORAGES
-    listing = subprocess.run([sys.executable, "-m", "nnbuild", "boards"], cwd=REPO, capture_output=True,
-                             text=True, check=True).stdout
+    result = run_cli("boards")
+    assert result.returncode == 0, result.stderr
+    listing = result.stdout
     assert re.search(r"^atmega328p +atmega328p +16 MHz +32 KB +2 KB +simavr +builtin-avr", listing, re.M), listing
 
 
@@ -77,6 +77,7 @@ def weights_of(out, name):
 @pytest.mark.parametrize("which, shape, precision", [
     ("mlp", "mlp", "float32"), ("mlp", "mlp", "q16"), ("mlp", "mlp", "q16-acc32"), ("mlp", "mlp", "fix16"),
     ("mlp", "mlp", "fixed8.24"), ("cnn", "v1", "float32"), ("cnn", "v2", "float32"), ("tpg", "switch", "float32")])
+@pytest.mark.e2e  # avr-gcc
 def test_near_weights_are_in_flash_read_with_lpm_and_traced(tmp_path, which, shape, precision):
     board = boards.load_board("atmega328p")
     if which == "tpg":
@@ -131,6 +132,7 @@ def far_placed_elf(tmp_path, board):
     return elf
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 def test_near_flash_check_covers_the_arrays(tmp_path):
     trace = tmp_path / "trace.json"
@@ -147,6 +149,7 @@ def test_near_flash_check_covers_the_arrays(tmp_path):
         memory.gate_memory(small, use)
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 @pytest.mark.parametrize("precision", ["q16", "q16-acc32", "q8", "fix16", "fixed8.24", "float32"])
 def test_simavr_results_equal_the_bit_exact_model_or_reference(tmp_path, precision):

@@ -1,4 +1,8 @@
-"""`python -m nnbuild ...`: what a user runs outside SCons."""
+"""`python -m nnbuild ...`: what a user runs outside SCons.
+
+A few tests start the real command (`nnbuild`: the entry point, exit status and streams of a
+process); the rest call the same command line in-process (`run_cli`, conftest.py), which saves an
+interpreter start and the imports on each."""
 
 import subprocess
 import sys
@@ -14,6 +18,7 @@ GOLDEN_L61 = -0.662313857  # ../shared/data/f1tenth/README.md, all inputs 0.1 (t
 
 
 def nnbuild(*args):
+    """The real command in a new interpreter."""
     return subprocess.run([sys.executable, "-m", "nnbuild", *args], cwd=REPO, capture_output=True, text=True)
 
 
@@ -40,29 +45,29 @@ def test_check_matches_keras_golden_on_simavr(tmp_path):
     assert "on simavr" in result.stdout and "cycles" in result.stdout
 
 
-def test_check_fails_above_tolerance_with_one_line(tmp_path):
+def test_check_fails_above_tolerance_with_one_line(tmp_path, run_cli):
     model = shared_file("data", "f1tenth", "TD3_L21_64x64_C1.h5")
     data = tmp_path / "bad.npz"
     np.savez(data, x=np.full((1, 21), 0.1, dtype=np.float32), y=np.array([[-0.6]]))
-    result = nnbuild("check", str(model), "--data", str(data), "--tolerance", "1e-3")
+    result = run_cli("check", str(model), "--data", str(data), "--tolerance", "1e-3")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "> tolerance" in result.stderr
 
 
-def test_generate_unsupported_layer_is_one_line_and_writes_nothing(tmp_path):
+def test_generate_unsupported_layer_is_one_line_and_writes_nothing(tmp_path, run_cli):
     lstm = {"class_name": "LSTM", "weights": [],
             "config": {"name": "lstm_1", "units": 4, "batch_input_shape": [None, 3, 2]}}
     path = write_full_model(tmp_path / "rnn.h5", [lstm, dense("dense_1", np.zeros((4, 2)), np.zeros(2))])
     out = tmp_path / "out"
-    result = nnbuild("generate", str(path), "-o", str(out))
+    result = run_cli("generate", str(path), "-o", str(out))
     assert result.returncode == 2
     assert result.stderr.startswith("nnbuild: error:") and result.stderr.strip().count("\n") == 0
     assert "lstm_1" in result.stderr and "LSTM" in result.stderr and "rnn.h5" in result.stderr
     assert not out.exists()
 
 
-def test_generate_writes_the_declared_files(tmp_path):
-    result = nnbuild("generate", "firmware_examples/xor/xor.h5", "-o", str(tmp_path), "--target", "avr")
+def test_generate_writes_the_declared_files(tmp_path, run_cli):
+    result = run_cli("generate", "firmware_examples/xor/xor.h5", "-o", str(tmp_path), "--target", "avr")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["xor.h", "xor.c", "xor_weights.h", "xor_weights.c", "xor.flowfacts.json", "xor.trace.json"])
@@ -114,7 +119,7 @@ def bad_data_files(tmp_path):
 
 
 def test_check_data_is_validated_in_one_line(tmp_path, capsys):
-    """In-process (cli.main) for speed; test_check_options_are_refused_in_one_line covers the shell."""
+    """In-process (cli.main) for speed; the shell: test_a_refused_option_is_one_line_and_exit_2_from_the_shell."""
     from nnbuild import cli
     for label, path, words in bad_data_files(tmp_path):
         assert cli.main(["check", str(XOR), "--data", str(path)]) == 2, label
@@ -123,7 +128,7 @@ def test_check_data_is_validated_in_one_line(tmp_path, capsys):
         one_line_error(result, str(path), words)
 
 
-def test_check_nan_inputs_pass_when_c_and_reference_agree_on_nan(tmp_path):
+def test_check_nan_inputs_pass_when_c_and_reference_agree_on_nan(tmp_path, run_cli):
     """A float model fed NaN gives NaN in C and in the reference: equal, not an infinite error."""
     from nnbuild.checks.semantic import max_abs_error
     assert max_abs_error([[np.nan, 1.0]], [[np.nan, 1.0]]) == (0.0, 0)
@@ -132,7 +137,7 @@ def test_check_nan_inputs_pass_when_c_and_reference_agree_on_nan(tmp_path):
     assert max_abs_error([[1.0], [np.inf]], [[1.0], [-np.inf]]) == (float("inf"), 1)
     data = tmp_path / "nan.npz"
     np.savez(data, x=np.array([[np.nan, 0.0], [1.0, 0.0]], dtype=np.float32))
-    result = nnbuild("check", str(XOR), "--data", str(data))
+    result = run_cli("check", str(XOR), "--data", str(data))
     assert result.returncode == 0, result.stderr
     assert "max |C - reference| = 0" in result.stdout or "max |C - reference| = " in result.stdout
 
@@ -167,15 +172,22 @@ def test_check_leaves_no_temp_dir_pass_or_fail_and_loads_the_model_once(tmp_path
     (["--name", "bad name;"], "model name 'bad name;'"),
     (["--name", "../escaped"], "model name '../escaped'"),
 ])
-def test_check_options_are_refused_in_one_line(tmp_path, args, words):
+def test_check_options_are_refused_in_one_line(tmp_path, run_cli, args, words):
     data = tmp_path / "d.npz"
     np.savez(data, x=np.zeros((1, 2), dtype=np.float32))
-    one_line_error(nnbuild("check", str(XOR), "--data", str(data), *args), words)
+    one_line_error(run_cli("check", str(XOR), "--data", str(data), *args), words)
 
 
-def test_generate_refuses_a_bad_name_and_writes_nothing(tmp_path):
+def test_a_refused_option_is_one_line_and_exit_2_from_the_shell(tmp_path):
+    """The argparse refusal path (SystemExit) through the real interpreter, as a user meets it."""
+    data = tmp_path / "d.npz"
+    np.savez(data, x=np.zeros((1, 2), dtype=np.float32))
+    one_line_error(nnbuild("check", str(XOR), "--data", str(data), "--tolerance", "abc"), "tolerance 'abc'")
+
+
+def test_generate_refuses_a_bad_name_and_writes_nothing(tmp_path, run_cli):
     for name in ("bad name;", "../escaped", "int", "math"):
-        one_line_error(nnbuild("generate", str(XOR), "-o", str(tmp_path / "out"), "--name", name), "model name")
+        one_line_error(run_cli("generate", str(XOR), "-o", str(tmp_path / "out"), "--name", name), "model name")
     assert not (tmp_path / "out").exists()
     assert not (REPO / "escaped").exists()
 
@@ -184,13 +196,13 @@ def test_generate_refuses_a_bad_name_and_writes_nothing(tmp_path):
 # the quick tier, the rest in e2e
 @pytest.mark.parametrize("stem", ["stdint", "check_main", *(pytest.param(s, marks=pytest.mark.e2e)
                                                             for s in ("math", "stdio", "string"))])
-def test_models_named_like_headers_or_our_files_build(tmp_path, stem):
+def test_models_named_like_headers_or_our_files_build(tmp_path, run_cli, stem):
     """math.h5 must not make a math.h that hides <math.h> (the C would not compile)."""
     path = tmp_path / f"{stem}.h5"
     path.write_bytes(XOR.read_bytes())
     data = tmp_path / "d.npz"
     np.savez(data, x=np.array([[0.0, 1.0], [1.0, 1.0]], dtype=np.float32))
-    result = nnbuild("check", str(path), "--data", str(data), "--build-dir", str(tmp_path / "b"))
+    result = run_cli("check", str(path), "--data", str(data), "--build-dir", str(tmp_path / "b"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "b" / "gen" / f"{stem}_model.h").exists()
 
@@ -260,22 +272,22 @@ def test_check_json_prints_the_record_on_stdout_pass_and_fail(tmp_path, capsys):
     assert captured.err.startswith("nnbuild: error:") and captured.err.count("\n") == 1
 
 
-def test_range_and_opt_take_their_dash_value_as_the_next_word(tmp_path):
+def test_range_and_opt_take_their_dash_value_as_the_next_word(tmp_path, run_cli):
     """`--range -1,1` and `--opt -O0` (space form), as `--range=-1,1` and `--opt=-O0`."""
-    result = nnbuild("check", str(XOR), "--data", str(xor_data(tmp_path)), "--precision", "q16", "--range", "-1,1",
+    result = run_cli("check", str(XOR), "--data", str(xor_data(tmp_path)), "--precision", "q16", "--range", "-1,1",
                      "--opt", "-O0", "--tolerance", "1e-2")
     assert result.returncode == 0, result.stderr
     assert "tolerance 0.01 (--tolerance)" in result.stdout
 
 
-def test_outputs_are_readable_like_any_file_the_user_writes(tmp_path):
+def test_outputs_are_readable_like_any_file_the_user_writes(tmp_path, run_cli):
     """Generated files and step outputs get 0666 less the umask (mkstemp alone would give 0600)."""
     import os
 
     from nnbuild import steps
     old = os.umask(0o022)
     try:
-        assert nnbuild("generate", str(XOR), "-o", str(tmp_path / "gen")).returncode == 0
+        assert run_cli("generate", str(XOR), "-o", str(tmp_path / "gen")).returncode == 0
         steps.save_json(tmp_path / "r.json", {})
         steps.save_npz(tmp_path / "r.npz", x=np.zeros(1))
         os.umask(0o027)

@@ -131,6 +131,7 @@ def test_host_build_is_clean_and_exact(tmp_path, storage, opt):
     assert np.max(np.abs(y - reference.run(model, x))) <= 1e-5
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 @pytest.mark.parametrize("opt", ["-Os", "-O0"])
 def test_avr_build_is_clean_and_fits(tmp_path, opt):

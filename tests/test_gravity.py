@@ -331,6 +331,7 @@ def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
     assert "void *activate(void *m, const void *x);" in generator.render(net.model)["net.h"]
 
 
+@pytest.mark.e2e  # cppcheck
 @pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (bash scripts/setup.sh)")
 @pytest.mark.parametrize("precision", ["float32", "fixed6.10"])
 def test_cppcheck_finds_nothing(tmp_path, precision):

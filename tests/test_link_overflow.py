@@ -36,6 +36,7 @@ def test_other_link_failures_keep_the_linkers_words():
                             relink=None) is None
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 def test_a_real_text_overflow_is_one_line_with_the_bytes_needed(tmp_path):
     source = tmp_path / "big.c"

@@ -153,6 +153,7 @@ def test_native_rejects_float64(tmp_path):
 
 # --- AVR ------------------------------------------------------------------------------
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_avr_bit_exact_and_cycles(tmp_path, harness):
     x = tiny_inputs()
@@ -164,6 +165,7 @@ def test_avr_bit_exact_and_cycles(tmp_path, harness):
     assert cycles[2] < cycles[0] - 100             # branch not taken: no 4 float mul+add
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 @needs_gcc
 def test_avr_matches_host(tmp_path, harness):
@@ -172,6 +174,7 @@ def test_avr_matches_host(tmp_path, harness):
     assert y_avr.tobytes() == native.run_cases(compile_host(tmp_path), x, 2).tobytes()
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_avr_runs_are_reproducible(tmp_path, harness):
     elf, x = compile_avr_model(tmp_path), tiny_inputs()
@@ -180,6 +183,7 @@ def test_avr_runs_are_reproducible(tmp_path, harness):
     assert (c1 == c2[::-1]).all()                  # no state leaks between cases
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_avr_cycle_limit(tmp_path, harness):
     body = TINY_C.replace("out[0] = s;", "while (s > 100.0f) { __asm__ __volatile__(\"\"); }\n    out[0] = s;")
@@ -189,6 +193,7 @@ def test_avr_cycle_limit(tmp_path, harness):
     assert str(elf) in str(err.value)
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_avr_crash(tmp_path, harness):
     body = TINY_C.replace("out[0] = s;", "if (s > 100.0f) { void (*volatile f)(void) = 0; f(); }\n    out[0] = s;")
@@ -197,12 +202,14 @@ def test_avr_crash(tmp_path, harness):
         sim(elf, np.array([[200, 0, 0]], np.float32), harness)
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_avr_wrong_model_size(tmp_path, harness):
     with pytest.raises(NNBuildError, match="nnbuild_in holds 3 floats, expected 4"):
         sim(compile_avr_model(tmp_path), np.zeros((1, 4), np.float32), harness)
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 def test_symbol_addresses(tmp_path):
     elf = compile_avr_model(tmp_path)
@@ -282,6 +289,7 @@ def hand_count(x):
     return head + branch + skip1 + skip2 + 1 + 1 + 3 + 4
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_measured_cycles_equal_hand_count(tmp_path, harness):
     (tmp_path / "hand.S").write_text(HAND_S)
@@ -294,6 +302,7 @@ def test_measured_cycles_equal_hand_count(tmp_path, harness):
     assert simavr.measure_calls(elf, "handret", **kw).tolist() == [4]   # RET only, CALL excluded
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_measured_stack_equals_hand_count_and_bound(tmp_path, harness):
     """stack = return address (2) + pushes: handfn pushes one byte, handret none."""
@@ -308,6 +317,7 @@ def test_measured_stack_equals_hand_count_and_bound(tmp_path, harness):
         assert stack_bound(elf, fn, BOARD)["bytes"] == expected
 
 
+@pytest.mark.e2e  # avr-gcc and simavr
 @needs_avr
 def test_avr_run_cases_with_stack(tmp_path, harness):
     elf, x = compile_avr_model(tmp_path), tiny_inputs()
@@ -357,6 +367,7 @@ def test_check_main_define_spelling():
         '-DNN_HEADER="f1tenth.h"', "-DNN_INFER=f1tenth_infer", "-DNN_IN=61", "-DNN_OUT=1"]
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 @needs_gcc
 def test_check_main_compiles_clean_both_targets(tmp_path):

@@ -5,12 +5,11 @@ environment description, GEGELATI's inference rules in the reference, and the ge
 import json
 import math
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, have, needs_avr
+from conftest import have, needs_avr
 from tpg_helpers import (DOT_HEADER, TEST_ENV, action, build_replay, program, replay, small_graph, write,
                          write_env)
 
@@ -329,6 +328,7 @@ def test_a_nan_bid_after_minus_infinity_does_not_block_later_edges(tmp_path, env
         assert replay(program_, k, x).tolist() == want.tolist()
 
 
+@pytest.mark.e2e  # avr-gcc
 @needs_avr
 @pytest.mark.parametrize("shape", ["switch", "stack"])
 def test_avr_build_is_warning_free(tmp_path, graph, shape):
@@ -343,30 +343,26 @@ def test_avr_build_is_warning_free(tmp_path, graph, shape):
 # ------------------------------------------------------------------------------- CLI
 
 
-def nnbuild(*args):
-    return subprocess.run([sys.executable, "-m", "nnbuild", *args], cwd=REPO, capture_output=True, text=True)
-
-
-def test_cli_check_counts_mismatching_actions(tmp_path, graph, env_file):
+def test_cli_check_counts_mismatching_actions(tmp_path, graph, env_file, run_cli):
     dot = write(tmp_path / "small.dot", small_graph())
     x = random_observations(50)
     y = tpg_reference.run(graph, x)
     np.savez(tmp_path / "ok.npz", x=x, y=y)
-    ok = nnbuild("check", str(dot), "--environment", str(env_file), "--data", str(tmp_path / "ok.npz"),
+    ok = run_cli("check", str(dot), "--environment", str(env_file), "--data", str(tmp_path / "ok.npz"),
                  "--shape", "stack")
     assert ok.returncode == 0, ok.stderr
     assert "(stack) on host: 50 observations, 0 actions differ from y, 0 from the reference" in ok.stdout
     y[[4, 9, 11]] = (y[[4, 9, 11]] + 1) % 4
     np.savez(tmp_path / "bad.npz", x=x, y=y)
-    bad = nnbuild("check", str(dot), "--environment", str(env_file), "--data", str(tmp_path / "bad.npz"))
+    bad = run_cli("check", str(dot), "--environment", str(env_file), "--data", str(tmp_path / "bad.npz"))
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0
     assert "3 of 50 actions differ from y (first at observation 4)" in bad.stderr
     assert "(switch) on host: 50 observations, 3 actions differ from y, 0 from the reference" in bad.stdout
 
 
-def test_cli_generate_names_the_missing_environment(tmp_path):
+def test_cli_generate_names_the_missing_environment(tmp_path, run_cli):
     dot = write(tmp_path / "small.dot", small_graph())
-    result = nnbuild("generate", str(dot), "-o", str(tmp_path / "out"))
+    result = run_cli("generate", str(dot), "-o", str(tmp_path / "out"))
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
     assert "small.dot" in result.stderr and "--environment" in result.stderr
     assert not (tmp_path / "out").exists()

@@ -338,6 +338,7 @@ def test_back_edge_counts_written_per_loop_form():
 # ---------------------------------------------------------------- (b) real ELF: line -> header address
 
 
+@pytest.mark.e2e  # arm-none-eabi-gcc (arm_builds)
 @needs_arm_gcc
 def test_ff_for_real_o0_elf_names_the_loop_header(arm_builds, tmp_path):
     elf = arm_builds["dot"]
@@ -356,6 +357,7 @@ def test_ff_for_real_o0_elf_names_the_loop_header(arm_builds, tmp_path):
     assert f"loop 0x{addr:x} max 16;" in ff
 
 
+@pytest.mark.e2e  # arm-none-eabi-gcc and qemu-arm
 @needs_arm_gcc
 @needs_qemu
 @pytest.mark.parametrize("build", ["dense-O0", "dense-O2"])
@@ -377,6 +379,7 @@ def test_bounds_hold_on_qemu_execution_counts(arm_builds, build, tmp_path):
         assert back_edges / entries[b.max] == b.max_back_edges == (b.max if build == "dense-O0" else b.max - 1)
 
 
+@pytest.mark.e2e  # arm-none-eabi-gcc (arm_builds)
 @needs_arm_gcc
 def test_arm_board_links_and_runs_a_bare_main(arm_builds):
     if shutil.which("qemu-arm") is None:
@@ -384,6 +387,7 @@ def test_arm_board_links_and_runs_a_bare_main(arm_builds):
     assert subprocess.run(["qemu-arm", str(arm_builds["dot"])], timeout=30).returncode == 0
 
 
+@pytest.mark.e2e  # arm-none-eabi-gcc (arm_builds)
 @needs_arm_gcc
 def test_conflicting_bounds_on_one_header_raise(arm_builds):
     (line,) = for_lines(DOT_C)
@@ -430,6 +434,7 @@ def sleeping_tool(directory, name):
     return directory
 
 
+@pytest.mark.e2e  # arm-none-eabi-gcc (arm_builds)
 @needs_arm_gcc
 def test_owcet_hang_is_killed_and_reported(monkeypatch, tmp_path, arm_builds):
     bin_dir = sleeping_tool(tmp_path / "bin", "owcet")
@@ -485,6 +490,7 @@ def test_boards_share_avr_keys_and_document_new_ones():
 @needs_arm_gcc
 @pytest.mark.skipif(otawa.locate() is None,
                     reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@pytest.mark.e2e  # arm-none-eabi-gcc, OTAWA and qemu-arm
 def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
     (line,) = for_lines(DOT_C)
     result = otawa.analyze(arm_builds["dot"], "dot", dot_facts(line), {**ARM, "otawa_script": "trivial"}, tmp_path)
@@ -630,6 +636,7 @@ int main(void)
 """
 
 
+@pytest.mark.e2e  # arm-none-eabi-gcc and qemu-arm
 @needs_arm_gcc
 @pytest.mark.skipif(shutil.which("qemu-arm") is None, reason="qemu-arm not installed")
 @pytest.mark.parametrize("operation", sorted(LIBLOOP_CASES))

@@ -12,8 +12,6 @@ solution. The model is written to `workdir` in CPLEX LP format for review.
 import os
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import lil_matrix
 
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet.avr_cfg import ENTRY, EXIT
@@ -120,6 +118,10 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
     node's cost must exclude them); `cap` = (counter, n) adds counter <= n; `objective` (a
     weight vector per _layout) replaces the cycles as the objective (then "cycles" is its value).
     info["choice_cycles"] gives the cycles charged to each (choice node, site)."""
+    # here, not at the top: every step that loads an AVR board imports this module (0.4 s of scipy)
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import lil_matrix
+
     w = edge_weights(region, node_cost)
     rows = _rows(region, loops, paths, choices, cap)
     n_aux = paths.binaries if paths is not None else 0
