@@ -125,11 +125,10 @@ def test_every_cleaned_tpg_compiles_cleanly_and_equals_the_reference(tmp_path, e
         assert np.array_equal(got, want), f"{name}: {np.sum(got != want)} of {len(x)} differ"
 
 
-def test_cli_check_on_a_recorded_trace(tmp_path, traces):
+def test_cli_check_on_a_recorded_trace(tmp_path, traces, run_cli):
     obs, recorded = traces["frostbite.2"]
     np.savez(tmp_path / "trace.npz", x=obs.astype(float), y=recorded)
-    from test_tpg import nnbuild
-    result = nnbuild("check", str(dot_file("frostbite.2", "cleaned")), "--environment", "sips22-atari",
+    result = run_cli("check", str(dot_file("frostbite.2", "cleaned")), "--environment", "sips22-atari",
                      "--data", str(tmp_path / "trace.npz"))
     assert result.returncode == 0, result.stderr
     assert f"(switch) on host: {len(obs)} observations, 0 actions differ from y, 0 from the reference" in result.stdout
