@@ -30,6 +30,15 @@ needs_avr = pytest.mark.skipif(not have("avr-gcc", "avr-nm", "avr-objdump"),
                                reason="avr-gcc/binutils-avr not installed (bash scripts/setup.sh)")
 
 
+def _otawa_missing():
+    from nnbuild.wcet import otawa
+    return otawa.locate() is None
+
+
+needs_otawa = pytest.mark.skipif(_otawa_missing(),
+                                 reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+
+
 def copy_project(dest):
     """A private copy of the project so a test can edit models and build without touching the repo."""
     dest = Path(dest)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_otawa
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import otawa
 
@@ -104,7 +105,7 @@ COS_ARGS = [f"ldexp({WORST_MANTISSA}.0, {WORST_EXPONENT})", f"ldexp({WORST_MANTI
 
 @pytest.mark.e2e
 @needs_arm
-@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+@needs_otawa
 def test_otawa_bounds_cos_over_the_worst_double(tmp_path):
     """With the routines' bounds OTAWA bounds cos() (arm7tdmi clocks), and the bound is >= qemu-arm's
     charged run on the double closest to a multiple of pi/2 and the others."""
@@ -133,7 +134,7 @@ FISHING_DERBY = SIPS22 / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
 
 @pytest.mark.e2e
 @needs_arm
-@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+@needs_otawa
 @pytest.mark.skipif(not FISHING_DERBY.is_file(), reason="../shared/data/tpg/sips22 not beside this checkout")
 def test_tpg_example_on_arm_is_bounded_above_huge_cos_arguments(tmp_path):
     """The TPG example (switch shape) gets an OTAWA bound now that newlib's double loops are in the
@@ -267,7 +268,7 @@ def test_memset_with_a_size_that_is_not_a_constant_is_refused(memset_sites):
 
 @pytest.mark.e2e
 @needs_arm
-@pytest.mark.skipif(otawa.locate() is None, reason="OTAWA owcet not built (bash scripts/setup.sh --with-otawa)")
+@needs_otawa
 def test_otawa_bounds_memset_calls_above_qemu(memset_sites, tmp_path):
     """OTAWA bounds `both` (memset of 3 bytes misaligned, then 63 aligned) with the size-derived
     bounds, and the bound is >= the same clocks charged to qemu-arm's run."""

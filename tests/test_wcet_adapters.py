@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_otawa
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import otawa, platin, tools
 
@@ -488,8 +489,7 @@ def test_boards_share_avr_keys_and_document_new_ones():
 
 
 @needs_arm_gcc
-@pytest.mark.skipif(otawa.locate() is None,
-                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@needs_otawa
 @pytest.mark.e2e  # arm-none-eabi-gcc, OTAWA and qemu-arm
 def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
     (line,) = for_lines(DOT_C)
@@ -506,8 +506,7 @@ def test_real_owcet_bounds_the_dot_kernel(arm_builds, tmp_path):
 @pytest.mark.e2e
 @needs_arm_gcc
 @needs_qemu
-@pytest.mark.skipif(otawa.locate() is None,
-                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@needs_otawa
 def test_real_owcet_arm7tdmi_model_is_exact_on_a_single_path_kernel(arm_builds, tmp_path):
     """dot has one path: OTAWA's arm7tdmi bound must equal the same clocks charged to qemu-arm's
     executed instructions, and differ from trivial's 5 per instruction."""
@@ -579,8 +578,7 @@ def measured_clocks(elf, entry):
 @pytest.mark.e2e
 @needs_arm_gcc
 @needs_qemu
-@pytest.mark.skipif(otawa.locate() is None,
-                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@needs_otawa
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_nest_bound_is_exact_in_both_loop_forms(tmp_path, opt, monkeypatch):
     """A single-path nest: OTAWA's arm7tdmi bound equals qemu-arm's clocks exactly, top-tested at
@@ -716,8 +714,7 @@ int main(void) { int16_t out[4]; switch_act(IN, out); return out[0] == 5 ? 0 : 1
 @pytest.mark.e2e
 @needs_arm_gcc
 @needs_qemu
-@pytest.mark.skipif(otawa.locate() is None,
-                    reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+@needs_otawa
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
 def test_switch_jump_table_bound_covers_every_case(tmp_path, opt):
     """The switch's jump table reaches owcet as `multibranch`: its bound is >= every case measured
