@@ -35,8 +35,25 @@ def _otawa_missing():
     return otawa.locate() is None
 
 
-needs_otawa = pytest.mark.skipif(_otawa_missing(),
-                                 reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+def needs_otawa(test):
+    """A test that runs OTAWA's owcet: skipped with a reason where it is not built, and marked
+    `otawa` so that the run's last lines count the OTAWA tests that ran (CI's log shows it)."""
+    skip = pytest.mark.skipif(_otawa_missing(),
+                              reason="OTAWA owcet neither on PATH nor built by `bash scripts/setup.sh --with-otawa`")
+    return pytest.mark.otawa(skip(test))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line: how many tests marked `otawa` passed, failed or were skipped, and which owcet ran."""
+    outcomes = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "otawa" in getattr(report, "keywords", {}):
+                outcomes.setdefault(outcome, set()).add(report.nodeid)
+    if outcomes:
+        from nnbuild.wcet import otawa
+        counts = ", ".join(f"{len(ids)} {outcome}" for outcome, ids in outcomes.items())
+        terminalreporter.write_line(f"OTAWA tests: {counts} (owcet: {otawa.locate() or 'not built'})")
 
 
 def copy_project(dest):

@@ -172,6 +172,7 @@ def test_real_f1tenth_controller_builds_on_host(tmp_path):
     assert report["max_abs_error"] <= 1e-5
 
 
+@pytest.mark.otawa
 @pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"), reason="arm-none-eabi-gcc/qemu-arm not installed")
 def test_arm_builds_runs_and_reports_sizes(tmp_path):
     project = copy_project(tmp_path)
@@ -202,6 +203,7 @@ def test_arm_builds_runs_and_reports_sizes(tmp_path):
     assert f"{wcet['wcet_cycles']:,} cycles" in missed.stdout + missed.stderr
 
 
+@pytest.mark.otawa
 @pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"), reason="arm-none-eabi-gcc/qemu-arm not installed")
 def test_arm_v1_function_pointers_reach_otawa_and_the_bound_holds(tmp_path):
     """shape=v1 calls its kernels through a table of function pointers: the generator's `indirect`
