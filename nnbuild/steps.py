@@ -74,10 +74,9 @@ def refuse_unfit_unrolled_code(board, outdir, name, shape):
     """Unrolled code (shape v3) that cannot fit the board's flash stops after generation (seconds),
     not at link after minutes of compiling: the compiler family's line, with the flash it needs at least."""
     trace = Path(outdir) / f"{name}.trace.json"
-    floor = getattr(board.compiler, "flash_floor_failure", None)
-    terms = read_json(trace).get("distinct_terms") if floor and trace.exists() else None
-    line = terms and floor(board, output=Path(outdir) / f"{name}.c", model=name, terms=terms,
-                           hint=codegen.too_big_hint(shape))
+    terms = read_json(trace).get("distinct_terms") if trace.exists() else None
+    line = terms and board.compiler.flash_floor_failure(board, output=Path(outdir) / f"{name}.c", model=name,
+                                                        terms=terms, hint=codegen.too_big_hint(shape))
     if line:
         raise NNBuildError(line)
 

@@ -76,3 +76,14 @@ def test_scons_stops_a_v3_model_over_the_flash_at_link_in_one_line(tmp_path):
                         r"\(shape=v3 unrolls every multiply; try shape=v2\)", lines[0]), lines[0]
     left = {p.name for p in (project / "build/flash2k/xor").iterdir()}
     assert not left & {"check.elf", "firmware.elf", "run_simavr.npz", "report.json", "size.json"}, left
+
+
+def test_every_compiler_family_gives_the_interface_the_steps_call():
+    """SCons, the steps and the pipeline call a board's compiler family without asking what it has:
+    the too-big lines included (patmos: GNU ld's words never match there, so its own words stay)."""
+    import importlib
+    from nnbuild import compilers
+    for family, module in compilers.FAMILIES.items():
+        missing = [name for name in compilers.INTERFACE if not callable(getattr(importlib.import_module(module), name, None))]
+        assert not missing, (family, missing)
+    assert gcc.flash_floor_failure(boards.load_board("patmos"), output="x.c", model="x", terms=10**9) is None

@@ -1,8 +1,14 @@
-"""Compiler families: one module per family maps a board's data onto command lines."""
+"""Compiler families: one module per family maps a board's data onto command lines; each gives
+the functions of INTERFACE, which the board's users (steps, pipeline, SCons) call without asking."""
 
 import importlib
 
 from nnbuild.errors import NNBuildError
+
+#: what every family module gives; link_failure: the one line for a program that outgrew a memory
+#: region (or None); flash_floor_failure: unrolled code refused before compiling (or None)
+INTERFACE = ("require_tool", "compile_flags", "link_flags", "libs", "tool_version", "build_executable",
+             "section_sizes", "link_failure", "flash_floor_failure")
 
 FAMILIES = {
     "gcc": "nnbuild.compilers.gcc",

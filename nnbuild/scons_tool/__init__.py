@@ -479,7 +479,7 @@ def explaining_spawn(board, spawn, output, model, hint):
     import subprocess
 
     def run(sh, escape, cmd, args, env):
-        if model is None or not hasattr(board.compiler, "link_failure"):
+        if model is None:
             return spawn(sh, escape, cmd, args, env)
         def link(extra=()):
             return subprocess.run([sh, "-c", " ".join([*args, *map(escape, extra)])], env=env, capture_output=True,
