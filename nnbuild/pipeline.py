@@ -475,11 +475,9 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
     if isinstance(model, (str, os.PathLike)):
         model, passes_log = load_model(model, name, environment)
     kind = kinds.of_model(model)
-    kinds.check(kind, shape, precision, board, model)
     workdir = Path(workdir)
-    files = generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
-                     storage=board.get("weights_storage", "const"), input_range=input_range)
-    steps.refuse_unfit_unrolled_code(board, workdir / "gen", model.name, kinds.resolve_shape(kind, shape))
+    files = steps.generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
+                           target=board, input_range=input_range)   # refuses v3 code the flash cannot hold
     sources = [f for f in files if f.suffix == ".c"] + [kind.check_main()]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[workdir / "gen"], opt=opt,

@@ -62,7 +62,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
                                storage=storage or board.get("weights_storage", "const"),
                                passes_log=list(passes_log or []), input_range=input_range)
     try:
-        refuse_unfit_unrolled_code(board, outdir, model.name, shape)
+        _refuse_unfit_unrolled_code(board, outdir, model.name, shape)
     except NNBuildError:
         for path in written:   # no partial outputs: the C that cannot fit goes with the refusal
             Path(path).unlink(missing_ok=True)
@@ -70,7 +70,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
     return written
 
 
-def refuse_unfit_unrolled_code(board, outdir, name, shape):
+def _refuse_unfit_unrolled_code(board, outdir, name, shape):
     """Unrolled code (shape v3) that cannot fit the board's flash stops after generation (seconds),
     not at link after minutes of compiling: the compiler family's line, with the flash it needs at least."""
     trace = Path(outdir) / f"{name}.trace.json"
