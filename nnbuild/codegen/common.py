@@ -298,11 +298,38 @@ def trace(model, layers, facts, passes_log):
     }
 
 
-def count_once(seen, key, terms):
-    """`terms` the first time `key` is seen (always when it is None), else 0."""
-    if key is None:
-        return terms
-    if key in seen:
-        return 0
-    seen.add(key)
-    return terms
+
+class UnrolledParts:
+    """The statements of one unrolled (shape v3) layer, cut into functions nn_<layer>_p<k> of at
+    most `part_terms` terms (never a helper's name: those end in a letter or in _<digits>). It
+    counts the terms written and the distinct ones: an equal sum elsewhere in the layer, which the
+    compiler may share (CSE), once; the flash floor of the board is charged on those."""
+
+    #: the tensors the API passes in and out (indexed directly; the rest lives in the arena)
+    API_BUFFERS = ("in", "out")
+
+    def __init__(self, op, arena, part_terms):
+        self.op, self.arena, self.part_terms, self.parts, self.terms = op, arena, part_terms, [], 0
+        self.count = self.distinct = 0
+        self._sums = set()
+
+    def at(self, ref, index):
+        """C lvalue of element `index` of the tensor at `ref` (an API buffer or 'arena + k')."""
+        if ref in self.API_BUFFERS:
+            return f"{ref}[{index}]"
+        off = int(ref.split(" + ")[1]) if " + " in ref else 0
+        return f"{self.arena}[{off + index}]"
+
+    def emit(self, line, terms=1, sum_key=None):
+        """Add one statement of `terms` terms; `sum_key`: its sum, when an equal one elsewhere in
+        the layer could share its code (counted once in `distinct`)."""
+        if not self.parts or self.terms + terms > self.part_terms:
+            self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
+            self.terms = 0
+        self.parts[-1]["lines"].append(line)
+        self.terms += terms
+        self.count += terms
+        if sum_key is None or sum_key not in self._sums:
+            self.distinct += terms
+            if sum_key is not None:
+                self._sums.add(sum_key)

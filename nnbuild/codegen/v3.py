@@ -111,21 +111,12 @@ class Numbers:
         return f"{int(n)}.0{self.sfx}"
 
 
-class Writer:
+class Writer(common.UnrolledParts):
     """Statements of one layer, cut into functions of at most PART_TERMS terms."""
 
     def __init__(self, op, arena, num=None):
-        self.op, self.arena, self.parts, self.terms = op, arena, [], 0
+        super().__init__(op, arena, PART_TERMS)
         self.num = num or Numbers("float32")
-        self.count = self.distinct = 0
-        self.sums = set()
-
-    def at(self, ref, index):
-        """C lvalue of element `index` of the tensor at `ref` ('in', 'out' or 'arena + k')."""
-        if ref in ("in", "out"):
-            return f"{ref}[{index}]"
-        off = int(ref.split(" + ")[1]) if " + " in ref else 0
-        return f"{self.arena}[{off + index}]"
 
     def get(self, ref, index):
         """Element `index` of `ref` as a value of the compute type (the API buffers are float)."""
@@ -144,18 +135,6 @@ class Writer:
         value = self.at(src, j) if same or not self.num.f64 else \
             (f"(float){self.at(src, j)}" if dst in ("in", "out") else f"(double){self.at(src, j)}")
         return f"{self.at(dst, i)} = {value};"
-
-    def emit(self, line, terms=1, sum_key=None):
-        """Add one statement of `terms` terms; parts are nn_<layer>_p<k> (never a helper's name:
-        those end in a letter or in _<digits>). `sum_key`: the statement's sum, when an equal one
-        elsewhere in the layer could share its code (the compiler's CSE): counted once in `distinct`."""
-        if not self.parts or self.terms + terms > PART_TERMS:
-            self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
-            self.terms = 0
-        self.parts[-1]["lines"].append(line)
-        self.terms += terms
-        self.count += terms
-        self.distinct += common.count_once(self.sums, sum_key, terms)
 
 
 def act(a, expr):
@@ -214,7 +193,8 @@ def layer_lines(op, w, layer=None):
             for j in range(OC):
                 terms = [num.weight(bias[j])] if bias is not None else []
                 terms += [f"{num.weight(rows[j][i])} * {w.get(src[0], p * K + i)}" for i in range(K)]
-                w.emit(w.store(dst, p * OC + j, act(a, ' + '.join(terms) or zero)), len(terms), ' + '.join(terms))
+                expr = " + ".join(terms)
+                w.emit(w.store(dst, p * OC + j, act(a, expr or zero)), len(terms), expr)
     elif k == "pool2d":
         for i, window in cnn.pool_windows(op):
             cells = [w.get(src[0], j) for j in window]

@@ -14,32 +14,12 @@ from nnbuild.errors import NNBuildError
 from nnbuild.numerics import graph_bitexact as gb, graph_plan
 
 
-class Writer:
+class Writer(common.UnrolledParts):
     """Statements of one layer over the int16 tensors xq, yq and the arena, cut into functions of at
     most `part_terms` terms (named like the float v3's parts: nn_<layer>_p<k>)."""
 
-    def __init__(self, op, arena, part_terms):
-        self.op, self.arena, self.part_terms, self.parts, self.terms = op, arena, part_terms, [], 0
-        self.count = self.distinct = 0
-        self.sums = set()
-
-    def at(self, ref, index):
-        if ref in ("xq", "yq"):
-            return f"{ref}[{index}]"
-        off = int(ref.split(" + ")[1]) if " + " in ref else 0
-        return f"{self.arena}[{off + index}]"
-
-    get = at
-
-    def emit(self, line, terms=1, sum_key=None):
-        """v3.Writer.emit's counting: `distinct` counts an equal sum of the layer once."""
-        if not self.parts or self.terms + terms > self.part_terms:
-            self.parts.append({"fn": f"nn_{self.op['c_name']}_p{len(self.parts)}", "lines": []})
-            self.terms = 0
-        self.parts[-1]["lines"].append(line)
-        self.terms += terms
-        self.count += terms
-        self.distinct += common.count_once(self.sums, sum_key, terms)
+    API_BUFFERS = ("xq", "yq")
+    get = common.UnrolledParts.at
 
 
 def literal(value, bits):
@@ -76,14 +56,16 @@ def layer_lines(op, w):
                             if 0 <= iy < H and 0 <= ix < W:
                                 terms += [product(kq[ky, kx, c, o], w.get(src[0], (iy * W + ix) * C + c0 + c), bits)
                                           for c in range(CG) if kq[ky, kx, c, o]]
-                    w.emit(store((oy * op["OW"] + ox) * op["OC"] + o, " + ".join(terms)), len(terms), " + ".join(terms))
+                    expr = " + ".join(terms)
+                    w.emit(store((oy * op["OW"] + ox) * op["OC"] + o, expr), len(terms), expr)
     elif k == "dense":
         kq, K, OC = qop.kernel_q, op["k"], op["OC"]
         for p in range(op["outer"]):
             for j in range(OC):
                 terms = [literal(qop.bias_q[j], bits)]
                 terms += [product(kq[i, j], w.get(src[0], p * K + i), bits) for i in range(K) if kq[i, j]]
-                w.emit(store(p * OC + j, " + ".join(terms)), len(terms), " + ".join(terms))
+                expr = " + ".join(terms)
+                w.emit(store(p * OC + j, expr), len(terms), expr)
     elif k == "pool2d":
         for i, window in cnn.pool_windows(op):
             cells = [w.get(src[0], j) for j in window]
