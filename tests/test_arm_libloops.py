@@ -280,3 +280,15 @@ def test_otawa_bounds_memset_calls_above_qemu(memset_sites, tmp_path):
     subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(memset_sites)], timeout=60, check=True)
     (measured,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, memset_sites))
     assert measured <= bound.cycles, (measured, bound.cycles)
+
+
+@pytest.mark.parametrize("mnemonic, operands, writes", [
+    ("mov", "r2, #3", True), ("mov", "r1, r2", False), ("ldr", "r1, [r2], #4", True), ("ldr", "r1, [r2, #4]", False),
+    ("ldr", "r1, [r2, #4]!", True), ("str", "r2, [r1]", False), ("cmp", "r2, #0", False), ("ldm", "sp, {r0-r3}", True),
+    ("pop", "{r4, pc}", False), ("stmia", "r2!, {r3}", True), ("bl", "8000 <x>", True),
+    ("umull", "r1, r2, r3, r4", True), ("mul", "r1, r2, r3", False), ("vmov", "s0, r2", True)])
+def test_a_size_register_write_is_never_missed(mnemonic, operands, writes):
+    """constant_argument reads r2 back to its last write: every way an instruction may change it
+    counts (a loaded range `{r0-r3}`, a written-back base, a call), an unknown instruction naming it
+    too; reads, compares and stores do not."""
+    assert otawa.may_write(otawa.Insn(0, mnemonic, operands), "r2") is writes

@@ -59,14 +59,19 @@ def instruction_class(mnemonic) -> Optional[str]:
     return None
 
 
-def register_count(operands) -> int:
-    """Registers in an LDM/STM/PUSH/POP list: `{r4, r5, fp, lr}` or ranges `{r4-r7}`."""
+def register_list(operands) -> List[str]:
+    """The registers of an LDM/STM/PUSH/POP list, ranges expanded: `{r4, r5, fp, lr}`, `{r4-r7}`."""
     inside = operands[operands.index("{") + 1:operands.index("}")]
-    count = 0
+    names = []
     for item in (part.strip() for part in inside.split(",") if part.strip()):
         low, _, high = item.partition("-")
-        count += int(high.strip()[1:]) - int(low.strip()[1:]) + 1 if high else 1
-    return count
+        names += [f"r{k}" for k in range(int(low.strip()[1:]), int(high.strip()[1:]) + 1)] if high else [item]
+    return names
+
+
+def register_count(operands) -> int:
+    """Registers in an LDM/STM/PUSH/POP list."""
+    return len(register_list(operands))
 
 
 def cycles(mnemonic, operands) -> Optional[int]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from nnbuild.errors import NNBuildError
+from nnbuild.runners import arm7tdmi_timing
 from nnbuild.wcet import WcetResult, otawa_ilp, otawa_timing, tools
 
 TOOL = "owcet"
@@ -223,6 +224,15 @@ def build_cfg(func: Function) -> Dict[int, Block]:
     return blocks
 
 
+def predecessors(blocks: Dict[int, Block]) -> Dict[int, List[int]]:
+    """block -> the blocks with an edge to it."""
+    preds: Dict[int, List[int]] = {}
+    for b in blocks.values():
+        for succ in b.succs:
+            preds.setdefault(succ, []).append(b.start)
+    return preds
+
+
 def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
     """Dominator sets of the blocks reachable from `entry` (iterative data-flow, small CFGs)."""
     reach, stack = set(), [entry]
@@ -231,7 +241,7 @@ def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
         if b not in reach:
             reach.add(b)
             stack.extend(blocks[b].succs)
-    preds = {b: [p for p in reach if b in blocks[p].succs] for b in reach}
+    preds = predecessors(blocks)
     dom = {b: set(reach) for b in reach}
     dom[entry] = {entry}
     changed = True
@@ -240,7 +250,8 @@ def dominators(blocks: Dict[int, Block], entry: int) -> Dict[int, set]:
         for b in sorted(reach):
             if b == entry:
                 continue
-            new = set.intersection(*(dom[p] for p in preds[b])) | {b} if preds[b] else {b}
+            live = [p for p in preds.get(b, ()) if p in reach]
+            new = set.intersection(*(dom[p] for p in live)) | {b} if live else {b}
             if new != dom[b]:
                 dom[b], changed = new, True
     return dom
@@ -278,10 +289,7 @@ def natural_loops(func: Function) -> List[Loop]:
 
 def loop_body(blocks: Dict[int, Block], header: int, latches: Sequence[int]) -> set:
     """Blocks of the natural loop: the header and every block reaching a latch without it."""
-    preds: Dict[int, List[int]] = {}
-    for b in blocks.values():
-        for s in b.succs:
-            preds.setdefault(s, []).append(b.start)
+    preds = predecessors(blocks)
     body, stack = {header}, list(latches)
     while stack:
         b = stack.pop()
@@ -643,8 +651,6 @@ def call_sites(functions, callee: Function, entry, calls=None) -> List[Tuple[Fun
 
 
 CALL_CLOBBERED = ("r0", "r1", "r2", "r3", "ip", "lr")
-_COMPARE_RE = re.compile(rf"^(cmp|cmn|tst|teq)({CONDS})?$")
-_LONG_MULTIPLY_RE = re.compile(r"^(umull|smull|umlal|smlal|ldrd)")
 _IMMEDIATE_RE = r"#(-?(?:0x[0-9a-f]+|\d+))"
 
 
@@ -675,23 +681,24 @@ def constant_written(func: Function, insn: Insn, register) -> Optional[int]:
 
 
 def may_write(insn: Insn, register) -> bool:
-    """Whether `insn` may change `register` (ARM state, objdump's UAL): a call's clobbers, a written-back
-    base, a loaded register list, else the destination, the first operand (the first two of long
-    multiplies and ldrd); compares and stores write none. Conditional writes count as writes."""
+    """Whether `insn` may change `register` (ARM state, objdump's UAL; classes from the ARM7TDMI
+    timing table): a call's or SWI's clobbers, a written-back base, a loaded register list, else the
+    destination (the first two operands of long multiplies). Compares and stores write none; an
+    instruction of no known class that names the register counts as a write. Conditional writes
+    count as writes."""
     mnem, ops = insn.mnemonic, insn.operands.replace(" ", "")
-    if CALL_RE.match(mnem) or mnem.startswith(("svc", "swi")):
+    kind = arm7tdmi_timing.instruction_class(mnem)
+    if CALL_RE.match(mnem) or kind == "swi":
         return register in CALL_CLOBBERED
-    if not re.search(rf"(?<!\w){register}(?!\w)", ops):
-        return False
-    if _COMPARE_RE.match(mnem):
-        return False
     if register in written_back_bases(ops):
         return True
-    if mnem.startswith(("str", "stm", "push")):
+    if kind == "ldm":
+        return "{" not in ops or register in arm7tdmi_timing.register_list(ops)
+    if kind in ("compare", "str", "stm") or not re.search(rf"(?<!\w){register}(?!\w)", ops):
         return False
-    if mnem.startswith(("ldm", "pop")):
-        return register in re.findall(r"\w+", ops[ops.find("{"):]) if "{" in ops else True
-    return register in ops.split(",")[:2 if _LONG_MULTIPLY_RE.match(mnem) else 1]
+    if kind is None:
+        return True
+    return register in ops.split(",")[:2 if kind == "mull" else 1]
 
 
 def written_back_bases(ops) -> List[str]:
