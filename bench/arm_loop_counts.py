@@ -24,11 +24,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from nnbuild import boards  # noqa: E402
+from nnbuild.runners import qemu_user  # noqa: E402
 from nnbuild.wcet import otawa  # noqa: E402
 
-ARM = {"objdump": "arm-none-eabi-objdump", "name": "arm"}
 FF_LOOP = re.compile(r"^loop 0x([0-9a-f]+) max (\d+)(?: total (\d+))?; // (.*)$", re.M)
-TRACE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
 
 
 def ff_bounds(ff_text):
@@ -36,9 +36,8 @@ def ff_bounds(ff_text):
     return {int(a, 16): (int(m), int(t) if t else None, c) for a, m, t, c in FF_LOOP.findall(ff_text)}
 
 
-def latches_by_header(elf):
+def latches_by_header(functions):
     """header -> addresses of the back-edge instructions, from our CFG of the ELF."""
-    functions = otawa.parse_objdump(otawa.disassembly(elf, ARM))
     return {loop.header: set(loop.latches) for fs in functions.values() for f in fs for loop in otawa.natural_loops(f)}
 
 
@@ -52,17 +51,14 @@ def executed_pcs(elf, stdin_bytes):
         feeder = threading.Thread(target=lambda: (proc.stdin.write(stdin_bytes), proc.stdin.close()))
         feeder.start()
         with open(fifo, errors="replace") as log:
-            for line in log:
-                m = TRACE.match(line)
-                if m:
-                    yield int(m.group(1), 16)
+            yield from qemu_user.traced_pcs(log)
         feeder.join()
         proc.wait()
 
 
-def count(elf, entry, bounds, latches, stdin_bytes):
-    """(header -> most back edges in one entry, header -> most back edges in one inference)."""
-    start = otawa.parse_objdump(otawa.disassembly(elf, ARM))[entry][0].start
+def count(elf, start, bounds, latches, stdin_bytes):
+    """(header -> most back edges in one entry, header -> most back edges in one inference), the
+    inference starting at `start`."""
     per_entry, per_call = defaultdict(int), defaultdict(int)
     current, in_call = {}, defaultdict(int)
     prev = None
@@ -94,7 +90,9 @@ def main(argv=None):
     entry = re.search(r"^// entry: (\S+)$", (build / "wcet" / "check.ff").read_text(), re.M).group(1)
     bounds = ff_bounds((build / "wcet" / "check.ff").read_text())
     x = np.load(build / "inputs.npz")["x"][:opts.cases]
-    per_entry, per_call = count(elf, entry, bounds, latches_by_header(elf), np.ascontiguousarray(x, "<f4").tobytes())
+    functions = otawa.disassemble(elf, boards.load_board("arm"))
+    per_entry, per_call = count(elf, functions[entry][0].start, bounds, latches_by_header(functions),
+                                np.ascontiguousarray(x, "<f4").tobytes())
     bad = 0
     print("| header | max | most per entry | total | most per inference | loop |")
     print("|---|---|---|---|---|---|")

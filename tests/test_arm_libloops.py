@@ -4,21 +4,19 @@ qemu-arm on the double that comes closest to a multiple of pi/2; newlib's memset
 site from its constant size, driven to each loop's bound under qemu-arm."""
 
 import json
-import re
 import shutil
-import subprocess
 from fractions import Fraction
 from math import log2
 from pathlib import Path
 
 import pytest
 
+from arm_helpers import ARM, arm7tdmi_elf, clocks_per_call, executed_pcs
 from conftest import needs_otawa
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import otawa
 
 ROOT = Path(__file__).resolve().parents[1]
-ARM = json.loads((ROOT / "toolchains" / "arm.json").read_text())
 TABLE = json.loads(otawa.LIBLOOPS_PATH.read_text())
 #: the double nearest to a multiple of pi/2 (Kahan, McDonald; found again below): 6381956970095103 * 2^797
 WORST_MANTISSA, WORST_EXPONENT = 6381956970095103, 797
@@ -109,21 +107,12 @@ COS_ARGS = [f"ldexp({WORST_MANTISSA}.0, {WORST_EXPONENT})", f"ldexp({WORST_MANTI
 def test_otawa_bounds_cos_over_the_worst_double(tmp_path):
     """With the routines' bounds OTAWA bounds cos() (arm7tdmi clocks), and the bound is >= qemu-arm's
     charged run on the double closest to a multiple of pi/2 and the others."""
-    from nnbuild.runners import qemu_user
-    src = tmp_path / "cos.c"
-    src.write_text(COS_C.replace("ARGS", ", ".join(COS_ARGS)))
-    elf = tmp_path / "cos.elf"
-    subprocess.run([ARM["cc"], "-mcpu=arm7tdmi", "-marm", "-O0", "-g", "-specs=rdimon.specs", str(src), "-o", str(elf),
-                    "-lm"], check=True, capture_output=True)
+    elf = arm7tdmi_elf(tmp_path, "cos", COS_C.replace("ARGS", ", ".join(COS_ARGS)), libs=["m"])
     functions = otawa.disassemble(elf, ARM)
     bounded = {b.function for b in otawa.library_bounds(functions)}
     assert {"__kernel_rem_pio2", "__ieee754_rem_pio2"} <= bounded
     bound = otawa.analyze(elf, "reduce", {"entry": "reduce", "loops": []}, ARM, tmp_path / "w")
-    text = qemu_user.disassembly(ARM, elf)
-    start, returns = qemu_user.call_sites(text, elf, "reduce")
-    log = tmp_path / "exec.log"
-    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=60, check=True)
-    measured = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+    measured = clocks_per_call(elf, "reduce", tmp_path / "exec.log")
     assert len(measured) == len(COS_ARGS)
     assert bound.cycles >= max(measured), (bound.cycles, measured)
 
@@ -175,36 +164,19 @@ int main(void)
 LARGEST_SWEPT = 67
 
 
-def arm_elf(tmp_path, source, name, opt="-O0"):
-    """`source` built for the ARM board's core (ARM state, newlib with semihosting)."""
-    src = tmp_path / f"{name}.c"
-    src.write_text(source)
-    elf = tmp_path / f"{name}.elf"
-    subprocess.run([ARM["cc"], "-mcpu=arm7tdmi", "-marm", opt, "-g", "-specs=rdimon.specs", str(src), "-o", str(elf)],
-                   check=True, capture_output=True)
-    return elf
-
-
-def executed_pcs(tmp_path, elf):
-    """Every executed instruction's address, in order (qemu-arm one instruction a block)."""
-    log = tmp_path / "exec.log"
-    subprocess.run(["qemu-arm", "-singlestep", "-d", "exec,nochain", "-D", str(log), str(elf)], check=True, timeout=60)
-    return [int(m, 16) for m in re.findall(r"\[[0-9a-f]+/([0-9a-f]+)/", log.read_text())]
-
-
 @needs_arm
 def test_memset_loop_bounds_hold_and_are_reached_under_qemu(tmp_path):
     """Each memset call's loop header counts, over sizes 0..67 at every alignment, stay within the
     table's bound for that size, the 16-byte loop makes exactly size/16 passes when aligned, and
     every loop reaches its largest bound."""
-    elf = arm_elf(tmp_path, MEMSET_SWEEP_C.replace("LARGEST", str(LARGEST_SWEPT)), "sweep")
+    elf = arm7tdmi_elf(tmp_path, "sweep", MEMSET_SWEEP_C.replace("LARGEST", str(LARGEST_SWEPT)))
     functions = otawa.disassemble(elf, ARM)
     memset = functions["memset"][0]
     call = next(i.addr for i in functions["clear"][0].insns if i.mnemonic == "bl" and "<memset>" in i.operands)
     assert otawa.routine_digest(memset) == MEMSET["sha256"]
     assert [hex(loop.header - memset.start) for loop in otawa.natural_loops(memset)] == \
         [hex(loop["offset"]) for loop in MEMSET["loops"]]
-    pcs = executed_pcs(tmp_path, elf)
+    pcs = executed_pcs(elf, tmp_path / "exec.log")
     entries = [k for k, pc in enumerate(pcs) if pc == memset.start and pcs[k - 1] == call]   # crt0 and stdio call it too
     calls = [(n, off) for n in range(LARGEST_SWEPT + 1) for off in range(4)]
     assert len(entries) == len(calls)
@@ -239,7 +211,7 @@ def memset_sites(tmp_path_factory):
     """The call-site program built at -O0 (each size a constant in r2 at its `bl memset`)."""
     if shutil.which(ARM["cc"]) is None:
         pytest.skip("arm-none-eabi-gcc not installed")
-    return arm_elf(tmp_path_factory.mktemp("memset"), MEMSET_SITES_C, "sites")
+    return arm7tdmi_elf(tmp_path_factory.mktemp("memset"), "sites", MEMSET_SITES_C)
 
 
 @pytest.mark.parametrize("entry, passes", [("small", [3, 0, 0, 3]), ("mid", [3, 3, 3, 3]), ("both", [3, 3, 3, 3]),
@@ -272,13 +244,8 @@ def test_memset_with_a_size_that_is_not_a_constant_is_refused(memset_sites):
 def test_otawa_bounds_memset_calls_above_qemu(memset_sites, tmp_path):
     """OTAWA bounds `both` (memset of 3 bytes misaligned, then 63 aligned) with the size-derived
     bounds, and the bound is >= the same clocks charged to qemu-arm's run."""
-    from nnbuild.runners import qemu_user
     bound = otawa.analyze(memset_sites, "both", {"entry": "both", "loops": []}, ARM, tmp_path / "w")
-    text = qemu_user.disassembly(ARM, memset_sites)
-    start, returns = qemu_user.call_sites(text, memset_sites, "both")
-    log = tmp_path / "exec.log"
-    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(memset_sites)], timeout=60, check=True)
-    (measured,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, memset_sites))
+    (measured,) = clocks_per_call(memset_sites, "both", tmp_path / "exec.log")
     assert measured <= bound.cycles, (measured, bound.cycles)
 
 

@@ -394,6 +394,7 @@ def test_qemu_instruction_count_follows_blocks_from_entry_to_return(tmp_path):
                    "Trace 0: 0x7f02 [00000480/00003000/00000000/00000200] g\n"
                    "Trace 0: 0x7f01 [00000480/00002004/00000000/00000200] main\n")
     assert qemu_user.instructions_per_call(log, 0x1000, {0x2004}) == [2, 5]
+    assert list(qemu_user.traced_pcs(log.read_text().splitlines())) == [0x1000, 0x2004, 0x1000, 0x3000, 0x2004]
 
 
 def test_qemu_charges_each_executed_instruction_its_timing_cost(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from arm_helpers import arm7tdmi_elf, clocks_per_call, executed_pcs
 from conftest import needs_otawa
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import otawa, platin, tools
@@ -369,14 +370,11 @@ def test_bounds_hold_on_qemu_execution_counts(arm_builds, build, tmp_path):
     elf = arm_builds[build]
     bounds, unmapped = otawa.map_loops(otawa.disassemble(elf, ARM), dense_facts())
     assert unmapped == [] and [b.max for b in sorted(bounds, key=lambda b: b.max)] == [8, 16]
-    log = tmp_path / "exec.log"
-    subprocess.run(["qemu-arm", "-singlestep", "-d", "exec,nochain", "-D", str(log), str(elf)],
-                   check=False, timeout=30)
-    pcs = re.findall(r"\[[0-9a-f]+/([0-9a-f]+)/", log.read_text())
+    pcs = executed_pcs(elf, tmp_path / "exec.log", timeout=30, check=False)
     entries = {8: 1, 16: 8}                     # outer loop entered once, inner once per neuron
     for b in bounds:
         assert b.rotated == (build == "dense-O2")
-        back_edges = pcs.count(f"{b.address:08x}") - entries[b.max]
+        back_edges = pcs.count(b.address) - entries[b.max]
         assert back_edges / entries[b.max] == b.max_back_edges == (b.max if build == "dense-O0" else b.max - 1)
 
 
@@ -564,17 +562,6 @@ def nest_facts():
         {"function": "nest", "file": "nest.c", "line": inner, "max_iterations": 10, "total_iterations": 60}]}
 
 
-def measured_clocks(elf, entry):
-    """ARM7TDMI clocks of the one call of `entry`, charged to qemu-arm's executed instructions."""
-    from nnbuild.runners import qemu_user
-    text = qemu_user.disassembly(ARM, elf)
-    start, returns = qemu_user.call_sites(text, elf, entry)
-    log = elf.with_suffix(".exec.log")
-    subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30)
-    (clocks,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
-    return clocks
-
-
 @pytest.mark.e2e
 @needs_arm_gcc
 @needs_qemu
@@ -586,7 +573,7 @@ def test_nest_bound_is_exact_in_both_loop_forms(tmp_path, opt, monkeypatch):
     than that on the rotated loops, per entry or in total, puts the bound below the measured
     clocks: this test catches a rotated-loop count off by one in the unsound direction."""
     elf = build_arm(tmp_path, "nest", NEST_C, opt)
-    measured = measured_clocks(elf, "nest")
+    (measured,) = clocks_per_call(elf, "nest", elf.with_suffix(".exec.log"), timeout=30, check=False)
     result = otawa.analyze(elf, "nest", nest_facts(), ARM, tmp_path / "w")
     loops = result.details["loop_bounds"]
     assert [l["rotated"] for l in loops] == [opt == "-O2"] * 2 and result.details["unmapped_loops"] == []
@@ -642,20 +629,14 @@ def test_arm_libloop_bounds_are_reached_under_qemu(operation, tmp_path):
     """Each arm_libloops.json entry matches the linked libgcc (pattern) and its bound is exact: the
     adversarial operands make qemu-arm execute the loop header exactly `max` times, and no other
     table loop more than its own bound."""
-    src = tmp_path / "ll.c"
-    src.write_text(LIBLOOP_C.replace("OPERATION", operation))
-    elf = tmp_path / "ll.elf"
-    subprocess.run([ARM["cc"], "-mcpu=arm7tdmi", "-marm", "-O0", "-specs=rdimon.specs", str(src), "-o", str(elf)],
-                   check=True, capture_output=True)
+    elf = arm7tdmi_elf(tmp_path, "ll", LIBLOOP_C.replace("OPERATION", operation))
     functions = otawa.disassemble(elf, ARM)
     bounds = otawa.library_bounds(functions)
     by_key = {(b.function, b.address): b for b in bounds}
     table = json.loads(otawa.LIBLOOPS_PATH.read_text())["loops"]
     linked = [e for e in table if e["symbols"][0] in functions]
     assert len(bounds) == len(linked) >= 2, [b.source for b in bounds]   # every linked loop matches its pattern
-    log = tmp_path / "exec.log"
-    subprocess.run(["qemu-arm", "-singlestep", "-d", "exec,nochain", "-D", str(log), str(elf)], check=True, timeout=60)
-    pcs = [int(m, 16) for m in re.findall(r"\[[0-9a-f]+/([0-9a-f]+)/", log.read_text())]
+    pcs = executed_pcs(elf, tmp_path / "exec.log")
     routine, offset = LIBLOOP_CASES[operation]
     start = functions[routine][0].start
     for b in bounds:
@@ -720,7 +701,6 @@ def test_switch_jump_table_bound_covers_every_case(tmp_path, opt):
     """The switch's jump table reaches owcet as `multibranch`: its bound is >= every case measured
     under qemu-arm with the same clocks, and at -O0 equals the worst one (case 2, negative x, four
     times: 362; OTAWA's own WCET step truncated lp_solve's 361.99999999999994 to 361)."""
-    from nnbuild.runners import qemu_user
     facts = json.loads((Path(__file__).resolve().parent / "wcet_fixtures" / "switch_act.flowfacts.json").read_text())
     measured, bounds = [], set()
     for k, case in enumerate(["5, 0", "-5, 1", "-9, 2", "9, 2", "4, 3", "4, 7"]):
@@ -729,11 +709,7 @@ def test_switch_jump_table_bound_covers_every_case(tmp_path, opt):
         result = otawa.analyze(elf, "switch_act", {**facts, "loops": loops}, ARM, tmp_path / f"w{k}")
         assert len(result.details["jump_tables"]) == 1
         bounds.add(result.cycles)
-        text = qemu_user.disassembly(ARM, elf)
-        start, returns = qemu_user.call_sites(text, elf, "switch_act")
-        log = tmp_path / f"exec{k}.log"
-        subprocess.run(["qemu-arm", "-d", "in_asm,exec,nochain", "-D", str(log), str(elf)], timeout=30)
-        (cost,) = qemu_user.instructions_per_call(log, start, returns, qemu_user.instruction_cost(ARM, text, elf))
+        (cost,) = clocks_per_call(elf, "switch_act", tmp_path / f"exec{k}.log", timeout=30, check=False)
         measured.append(cost)
     (bound,) = bounds                      # the same function in every build
     assert bound >= max(measured)

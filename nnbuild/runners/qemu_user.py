@@ -97,6 +97,15 @@ def call_sites(text, program, entry):
     return int(head.group(1), 16), {int(a, 16) + 4 for a in calls}
 
 
+def traced_pcs(lines):
+    """The address of each translated-block execution in the lines of a `-d exec` log, in order
+    (under -singlestep, of every executed instruction)."""
+    for line in lines:
+        m = _TRACE_RE.match(line)
+        if m:
+            yield int(m.group(1), 16)
+
+
 def instructions_per_call(log, start, returns, cost=lambda addr: 1):
     """Cost of each call: `cost(address)` summed over the instructions of the translated blocks
     (`in_asm`) executed (`exec`, chaining off so every execution is logged) from `start` until one of
