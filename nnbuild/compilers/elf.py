@@ -3,9 +3,11 @@
 table as `objdump -l` prints it (each instruction address to the file and line of the row that
 covers it). One reader instead of parsing the text of three tools per toolchain.
 
-The DWARF of avr-gcc 5.4 (version 2 line programs, version 4 compilation units) is read by
-pyelftools as it is; a line program pyelftools cannot decode raises NNBuildError naming the ELF,
-and callers that can fall back to the toolchain's objdump say so (see wcet/avr_decode.py)."""
+The DWARF of avr-gcc 5.4 under -gdwarf-4 (version 2 line programs in version 4 units, what the
+shipped AVR boards compile with) is read by pyelftools as it is. avr-gcc's plain `-g` writes STABS,
+which pyelftools does not read: line_table then raises NNBuildError naming the ELF, as it does for
+a line program pyelftools cannot decode, and callers that can fall back to the toolchain's
+objdump say so (see wcet/avr_decode.py)."""
 
 import bisect
 import os
@@ -90,13 +92,19 @@ def symbols(path) -> List[ElfSymbol]:
             return found
         sections = list(elf.iter_sections())
         for symbol in table.iter_symbols():
-            if (symbol["st_shndx"] == "SHN_UNDEF" or not symbol.name
+            if (symbol["st_shndx"] == "SHN_UNDEF" or not symbol.name or is_mapping_symbol(symbol.name)
                     or symbol["st_info"]["type"] in ("STT_SECTION", "STT_FILE")):
                 continue
             found.append(ElfSymbol(symbol.name, symbol["st_value"], symbol["st_size"] or None,
                                    _kind(symbol, sections)))
     found.sort(key=lambda s: (s.addr, s.name))
     return found
+
+
+def is_mapping_symbol(name):
+    """ARM's mapping symbols ($a, $t, $d and $x, with an optional .suffix) mark code and data in a
+    section; nm leaves them out (they are no names of the program)."""
+    return name[:2] in ("$a", "$t", "$d", "$x") and (len(name) == 2 or name[2] == ".")
 
 
 class LineTable:
@@ -124,7 +132,8 @@ def line_table(path) -> LineTable:
     rows = []
     with open(path, "rb") as stream:
         elf = _elf(stream, path)
-        if not elf.has_dwarf_info():
+        stabs = elf.get_section_by_name(".stab") is not None
+        if not elf.has_dwarf_info() and not stabs:
             return LineTable(rows)
         try:
             dwarf = elf.get_dwarf_info()
@@ -134,6 +143,9 @@ def line_table(path) -> LineTable:
                     rows += _rows(program, _comp_dir(unit))
         except (DWARFError, ELFParseError, KeyError, IndexError, ValueError) as error:
             raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=path)
+    if not rows and stabs:
+        raise NNBuildError("line information is STABS (avr-gcc's plain -g), which pyelftools does not read: "
+                           "compile with -gdwarf-4", path=path)
     return LineTable(rows)
 
 
