@@ -208,7 +208,8 @@ def load(elf, board=None):
     key = (os.path.realpath(elf), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
         return _CACHE[key]
-    prog = Program(str(elf), decode(elf, board), elf_symbols(elf))
+    syms = elf_symbols(elf)
+    prog = Program(str(elf), decode(elf, board), syms)
     names = {}
     for s in syms:
         names.setdefault(s.addr, []).append(s)
