@@ -157,6 +157,8 @@ def test_every_example_decodes_as_avr_objdump_and_nm_gave_it(tmp_path, name, spe
     nm = subprocess.run(["avr-nm", "-n", "-S", "--defined-only", str(elf)], capture_output=True, text=True,
                         check=True).stdout
     assert avr_decode.elf_symbols(elf) == avr_decode.parse_symbols(nm)
+    program = avr_decode.load(elf, board)
+    assert program.insns == listed and program.symbols == avr_decode.parse_symbols(nm) and program.starts
     assert board.compiler.section_sizes(board, elf) == tool_sizes("avr-size", elf)
 
 
