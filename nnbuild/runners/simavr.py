@@ -16,6 +16,7 @@ CLI (the SCons build calls the first):
 
 import argparse
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -245,7 +246,7 @@ def _run_harness(harness, elf, args, stdin, timeout, total=None, what="cases"):
 
 def _progress(done, total, what, seconds):
     count = f"{done}/{total}" if total is not None else f"{done}"
-    print(f"simavr: {count} {what}, {seconds:.1f} s", file=sys.stderr, flush=True)
+    logging.getLogger(__name__).info(f"simavr: {count} {what}, {seconds:.1f} s")
 
 
 def _target_args(mcu, freq, entry, max_cycles):
