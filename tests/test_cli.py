@@ -367,4 +367,4 @@ def test_check_says_each_fact_once_and_the_timing_lines_only_with_v(tmp_path, ru
     assert len(lines) == len(set(lines)) and sum("max |C - reference|" in l for l in lines) == 1, lines
     assert "simavr:" not in said.stderr
     loud = run_cli("check", str(XOR), "--data", str(data), "--tolerance", "0.5", "--target", "avr", "-v")
-    assert loud.returncode == 0 and "simavr: 4 inputs" in loud.stderr
+    assert loud.returncode == 0 and "simavr: 4/4 cases" in loud.stderr
