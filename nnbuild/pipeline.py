@@ -416,9 +416,22 @@ def _check_multiitem(model, data, board, *, shape, precision, tolerance, build_d
 
 def _checked(the_plan, workdir, loaded):
     """Execute a check plan; print where it ran and the most cycles an inference took."""
+    import contextlib
+    import io
+
     import numpy as np
-    execute(the_plan, workdir, loaded=loaded)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            execute(the_plan, workdir, loaded=loaded)
+    except BaseException:
+        print(said.getvalue(), end="")
+        raise
     results = steps.read_json(workdir / "semantic.json")
+    described = set(kinds.get(results["kind"]).describe(results))
+    for line in said.getvalue().splitlines():   # the compare step's lines: the line below says it once
+        if line not in described:
+            print(line)
     (label, run_file), = the_plan.nodes["runs"].items()
     with np.load(workdir / run_file) as run:
         cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""

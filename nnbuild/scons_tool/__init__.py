@@ -418,7 +418,7 @@ class Nodes:
         objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in (code, weights)]
         if not self.verbose:
             xenv["ARCOMSTR"] = comstr(self.env, "AR", False)
-            xenv["RANLIBCOMSTR"] = comstr(self.env, "AR", False)
+            xenv["RANLIBCOMSTR"] = ""   # one "Archiving" line per library (ranlib finishes that step)
         for tool in ("AR", "RANLIB"):
             xenv[tool] = binutil(board, tool.lower())
         return xenv.StaticLibrary(self.bdir.File(f"lib{name}.a"), objs)[0]
