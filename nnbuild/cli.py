@@ -67,7 +67,6 @@ def configure_logging(verbosity):
     logger.handlers[:] = [logging.StreamHandler(sys.stderr)]
     logger.handlers[0].setFormatter(logging.Formatter("%(message)s"))
     logger.setLevel(logging.INFO if verbosity > 0 else logging.WARNING)
-    logger.propagate = False
 
 
 def suggestion(word, choices):
