@@ -19,6 +19,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 from nnbuild import boards, codegen, files, kinds, options
+from nnbuild.checks.deadline import INTERFACES
 from nnbuild.errors import NNBuildError
 
 
@@ -179,16 +180,23 @@ def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAU
     print(reports.summary_text(summary))
 
 
-def gate(report, output):
-    """gate.json, written only when every gate (tolerance, deadline, bound soundness) holds."""
+def gate(report, output, *, interface=None, discard=()):
+    """gate.json, written only when every gate (tolerance, deadline, bound soundness) holds. A gate
+    that fails removes any earlier gate.json and the release images in `discard` (.hex, .bin of a
+    firmware), so nothing "passed" outlives the failure; its hints speak `interface`'s syntax."""
     from nnbuild.checks import deadline, gates
     from nnbuild.checks import select as selection
+    Path(output).unlink(missing_ok=True)
     record = read_json(report)
-    broken = gates.violations(record)
+    broken = gates.violations(record, interface)
     if broken:
         hint = selection.known_to_meet(record, Path(report)) if deadline.deadline_violation(record.get("wcet") or {
             "deadline_ms": None}) else None
-        raise NNBuildError("; ".join(broken) + (f"; {hint}" if hint else ""))
+        removed = [Path(p) for p in discard or () if Path(p).exists()]
+        for path in removed:
+            path.unlink()
+        release = (f"; not a release: {', '.join(p.name for p in removed)} removed" if removed else "")
+        raise NNBuildError("; ".join(broken) + (f"; {hint}" if hint else "") + release)
     if record.get("wcet"):
         print(deadline.bar(record["wcet"]))
     save_json(output, {"passed": True, "wcet": record.get("wcet")})
@@ -425,7 +433,10 @@ STEPS = {s.name: s for s in (
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--deadline-origin", default=None, help="where the deadline came from")),
          "merge the step results into report.json and print a summary", code=("checks",), cacheable=False),
-    Step("gate", "Gates", gate, (_a("report"), OUT),
+    Step("gate", "Gates", gate,
+         (_a("report"), OUT, _a("--interface", default=None, choices=INTERFACES,
+                                help="the front that runs the build: its syntax in the hints (waivers)"),
+          _a("--discard", action="append", default=[], help="a release image to remove when a gate fails")),
          "fail when report.json shows a broken tolerance, a missed deadline or an unsound bound",
          code=("checks",), cacheable=False),
     Step("program", "Building program", program,
