@@ -263,7 +263,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
                           options={"board": board.ref, "entry": entries}, role=f"{mp.name}/size"))
         wcet_json, entry_bounds = None, {}
-        if analyzable and any(t.step == "wcet" for t in mp.tasks):
+        if analyzable and mp.nodes.get("wcet"):
             wcet_json = f"{sub}/wcet.json"
             for entry in model_entries:
                 target = wcet_json if entry == model_entries[0] else f"{sub}/wcet_{entry}.json"

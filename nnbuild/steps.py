@@ -195,22 +195,27 @@ def gate(report, output, *, interface=None, discard=()):
         removed = [Path(p) for p in discard or () if Path(p).exists()]
         for path in removed:
             path.unlink()
-        release = (f"; not a release: {', '.join(p.name for p in removed)} removed" if removed else "")
+        images = [Path(p).name for p in discard or ()]
+        release = (f"; no release image ({', '.join(images)} {'removed' if removed else 'not written'})"
+                   if images else "")
         raise NNBuildError("; ".join(broken) + (f"; {hint}" if hint else "") + release)
     if record.get("wcet"):
         print(deadline.bar(record["wcet"]))
     save_json(output, {"passed": True, "wcet": record.get("wcet")})
 
 
-def select(candidates, output, *, firmware_output=None):
-    """precision=auto: the candidate with the smallest WCET that meets every gate."""
+def select(candidates, output, *, firmware_output=None, install=()):
+    """precision=auto: the candidate with the smallest WCET that meets every gate. Each candidate is
+    PRECISION=REPORT[:FILE...]: the winner's files are copied to --firmware-output (the first) and
+    to each --install in order (NNModel: its library, header, flow facts, ... for NNFirmware)."""
     from nnbuild.checks import select as selection
     from nnbuild.checks.report import summary_text
     reports, firmwares = {}, {}
+    destinations = ([firmware_output] if firmware_output else []) + list(install or ())
     for spec in candidates:
         precision, _, rest = spec.partition("=")
-        path, _, firmware = rest.partition(":")
-        reports[precision], firmwares[precision] = read_json(path), firmware or None
+        path, *files = rest.split(":")
+        reports[precision], firmwares[precision] = read_json(path), files
     winner, table, why = selection.choose(reports)
     print("precision=auto candidates:")
     bounded = any(r["wcet_cycles"] is not None for r in table)
@@ -222,9 +227,10 @@ def select(candidates, output, *, firmware_output=None):
         print(f"  {r['precision']:<10} WCET {wcet_text}  max error {err:<9}  flash {r['flash_bytes']:>7,}  {verdict}")
     if winner is None:
         raise NNBuildError(selection.refusal(table))
-    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table})
-    if firmware_output:
-        selection.install_winner(firmwares[winner], firmware_output)
+    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table},
+                 auto={"chosen": winner, "why": why, "candidates": table})
+    for source, destination in zip(firmwares[winner], destinations):
+        selection.install_winner(source, destination)
     from nnbuild.checks import report_html
     report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(final)))
     save_json(output, final)
@@ -470,8 +476,10 @@ STEPS = {s.name: s for s in (
     Step("multiitem_gate", "Multi-item gate", multiitem_gate, (_a("report"), OUT),
          "gate.json of a multi-item build, only when every gate holds", code=("kinds",), cacheable=False),
     Step("select", "Choosing precision", select,
-         (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
-          _a("--firmware-output", help="where to copy the winner's firmware")),
+         (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FILE...]"), OUT,
+          _a("--firmware-output", help="where to copy the winner's firmware"),
+          _a("--install", action="append", default=[],
+             help="where to copy the winner's next file (in the order of the candidates' files)")),
          "precision=auto: pick the candidate with the smallest qualifying WCET", code=("checks",), cacheable=False),
 )}
 

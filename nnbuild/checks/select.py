@@ -66,9 +66,12 @@ def refusal(table):
     return "precision=auto: no candidate qualifies; " + "; ".join(parts)
 
 
-def install_winner(winner_firmware, destination):
-    if winner_firmware:
-        shutil.copyfile(winner_firmware, destination)
+def install_winner(winner_file, destination):
+    """The winner's file at `destination`, atomically (a failed copy leaves nothing)."""
+    if winner_file:
+        from nnbuild import files
+        with files.atomic(destination) as tmp:
+            shutil.copyfile(winner_file, tmp)
 
 
 def known_to_meet(record, report_path):
