@@ -143,7 +143,7 @@ def argparse_type(parse):
     return convert
 
 
-def refuse_unknown(given, known, where):
+def refuse_unknown(given, known, where, what="keyword"):
     """One line for the first keyword of `given` that `known` does not hold, with the nearest
     known one ("did you mean deadline?"), never a traceback or a silent drop."""
     import difflib
@@ -154,4 +154,4 @@ def refuse_unknown(given, known, where):
     near = difflib.get_close_matches(word, sorted(known), n=1)
     hint = f"; did you mean {near[0]}?" if near else f"; known: {', '.join(sorted(known))}"
     more = f" (and {', '.join(unknown[1:])})" if unknown[1:] else ""
-    raise NNBuildError(f"{where}: unknown keyword '{word}'{more}{hint}")
+    raise NNBuildError(f"{where}: unknown {what} '{word}'{more}{hint}")
