@@ -340,7 +340,13 @@ def _board_of(env, board):
         fail(str(error))
 
 
-def model_deadline(name, keywords):
+def interface_of(env):
+    """Whose syntax the hints speak: NNModel's, unless a front running NNModel for the user says
+    otherwise (env['NNBUILD_INTERFACE']: `nnbuild check --precision auto` sets cli)."""
+    return env.get("NNBUILD_INTERFACE") or "nnmodel"
+
+
+def model_deadline(env, name, keywords):
     """NNModel's deadline= and wcet= as the report step's deadline spec and its origin: "none" waives
     the deadline, wcet="skip" turns it into a waiver (not checked, said in report.json)."""
     given, wcet = keywords.pop("deadline", None), keywords.get("wcet", "auto")
@@ -349,7 +355,8 @@ def model_deadline(name, keywords):
         spec, _ = deadlines.deadline_spec(given, None, None, wcet)
     except NNBuildError as error:
         fail(f"NNModel('{name}'): {error}")
-    return spec, (origin or "NNModel") if spec else None
+    front = "command line" if interface_of(env) == "cli" else "NNModel"
+    return spec, (origin or front) if spec else None
 
 
 def nn_model(env, name, model, **keywords):
@@ -366,14 +373,14 @@ def nn_model(env, name, model, **keywords):
         name = codegen.check_model_name(name)
     except NNBuildError as error:
         fail(str(error))
-    keywords["deadline"], keywords["deadline_origin"] = model_deadline(name, keywords)
+    keywords["deadline"], keywords["deadline_origin"] = model_deadline(env, name, keywords)
     build_dir = build_dir or f"build/{board.name}/{name}"
     model_node = env.File(str(model))
     if precision == "auto":
         return auto_model(env, name, model_node, board, build_dir, **keywords)
     keywords.pop("tolerances", None)
     nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision,
-                              interface="nnmodel", **keywords)
+                              interface=interface_of(env), **keywords)
     made = nodes.pop("_nodes")
     gen = nodes["generated"]
     library = made.library(gen[1], gen[3], name)
@@ -403,7 +410,7 @@ def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, toler
     for precision, tol in candidates.items():
         nodes = firmware_pipeline(env, name, model_node.abspath, board, f"{build_dir}/candidates/{precision}",
                                   precision=precision, tolerance=tol, gated=False, record_wcet_errors=True,
-                                  inputs=inputs, interface="nnmodel", **options)
+                                  inputs=inputs, interface=interface_of(env), **options)
         made = nodes.pop("_nodes")
         gen = nodes["generated"]
         last = made.plan
@@ -434,7 +441,7 @@ def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, toler
     the_plan = pipeline.Plan(
         [pipeline.Task("report", ["report.json"], {"run": installed[5] if run is not None else None},
                        options=dict(report_task.options, precision="auto"), role="report"),
-         pipeline.Task("gate", ["gate.json"], {"report": "report.json"}, options={"interface": "nnmodel"},
+         pipeline.Task("gate", ["gate.json"], {"report": "report.json"}, options={"interface": interface_of(env)},
                        role="gate")],
         name, board, {"generated": [header, flowfacts, trace], "semantic": "semantic.json", "report": "report.json",
                       "wcet": last.nodes.get("wcet"), "gate": "gate.json"}, last.entries)
@@ -483,7 +490,7 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, **ke
     try:
         the_plan = pipeline.firmware_plan(firmware=program[0].abspath, stem=stem, board=board,
                                           models=[(m.plan, m.dir.abspath) for m in models], path=env["ENV"]["PATH"],
-                                          interface="nnmodel")
+                                          interface=interface_of(env))
     except NNBuildError as error:
         fail(str(error))
     made = Nodes(env, the_plan, target.dir.abspath, None, None, None)
