@@ -138,9 +138,9 @@ def cmd_check(args):
     """Semantic preservation against the training framework's own outputs (y of the .npz)."""
     if args.precision == "auto":
         return check_auto(args)
-    if args.deadline is not None or args.wcet != "auto":
-        raise NNBuildError("--deadline and --wcet apply to --precision auto (a check of one precision runs no WCET "
-                           "analysis; build it with SCons, CMake or NNModel to gate a deadline)")
+    if args.deadline is not None and not deadline.is_no_deadline(args.deadline):
+        raise NNBuildError("--deadline applies to --precision auto (a check of one precision runs no WCET analysis; "
+                           "build it with SCons, CMake or NNModel to gate a deadline)")
     if args.tolerance is not None:
         tolerance, why = args.tolerance, "--tolerance"
     else:
@@ -230,7 +230,8 @@ def check_auto(args):
             [str(Path(__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
         result = subprocess.run([sys.executable, "-m", "SCons", "-Q", f"-j{max(1, args.jobs)}"], cwd=build_dir,
                                 env=env, capture_output=True, text=True)
-        sys.stdout.write(result.stdout)
+        sys.stdout.write("".join(line for line in result.stdout.splitlines(keepends=True)
+                                 if not line.startswith("scons: ")))
         errors = [line for line in result.stderr.splitlines() if line.startswith("nnbuild: ")]
         if result.returncode != 0:
             raise NNBuildError(errors[-1][len("nnbuild: "):].removeprefix("error: ") if errors else

@@ -204,7 +204,7 @@ def gate(report, output, *, interface=None, discard=()):
     save_json(output, {"passed": True, "wcet": record.get("wcet")})
 
 
-def select(candidates, output, *, firmware_output=None, install=()):
+def select(candidates, output, *, firmware_output=None, install=(), interface=None):
     """precision=auto: the candidate with the smallest WCET that meets every gate. Each candidate is
     PRECISION=REPORT[:FILE...]: the winner's files are copied to --firmware-output (the first) and
     to each --install in order (NNModel: its library, header, flow facts, ... for NNFirmware)."""
@@ -216,7 +216,7 @@ def select(candidates, output, *, firmware_output=None, install=()):
         precision, _, rest = spec.partition("=")
         path, *files = rest.split(":")
         reports[precision], firmwares[precision] = read_json(path), files
-    winner, table, why = selection.choose(reports)
+    winner, table, why = selection.choose(reports, interface)
     print("precision=auto candidates:")
     bounded = any(r["wcet_cycles"] is not None for r in table)
     for r in table:
@@ -479,7 +479,9 @@ STEPS = {s.name: s for s in (
          (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FILE...]"), OUT,
           _a("--firmware-output", help="where to copy the winner's firmware"),
           _a("--install", action="append", default=[],
-             help="where to copy the winner's next file (in the order of the candidates' files)")),
+             help="where to copy the winner's next file (in the order of the candidates' files)"),
+          _a("--interface", default=None, choices=INTERFACES,
+             help="the front that runs the build: its syntax in the hints (waivers)")),
          "precision=auto: pick the candidate with the smallest qualifying WCET", code=("checks",), cacheable=False),
 )}
 

@@ -434,7 +434,8 @@ def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, toler
     installed = [f"lib{name}.a", header, flowfacts, trace, "semantic.json"] + ([run.name] if run is not None else [])
     targets = [bdir.File("report.json"), bdir.File("report.html")] + [bdir.File(f) for f in installed]
     selected = step_node(env, "select", targets, sources, candidates=specs, output="${TARGETS[0]}",
-                         install=[f"${{TARGETS[{i + 2}]}}" for i in range(len(installed))])
+                         install=[f"${{TARGETS[{i + 2}]}}" for i in range(len(installed))],
+                         interface=interface_of(env))
     env.Depends(selected, package_files(*steps.STEPS["select"].code) + PIPELINE_FILES)
     env.NoCache(selected)
     # the chosen build, as NNFirmware reads a model's plan: its files installed in the model's directory
