@@ -330,12 +330,17 @@ def refuse_unknown(given, known, where):
 
 
 def _board_of(env, board):
+    if isinstance(board, boards.Board):
+        return board
     board = board or env.get("NNBOARD")
     if not board:
         fail("no board: pass board=... or set env['NNBOARD'] (a name: shipped, in $NNBUILD_BOARDS or the project's "
              "boards/ folder; or a board file's path)")
+    board = env.subst(str(board))
+    if board.endswith(".json"):   # a path, relative to the calling SConscript's directory (SCons' rule)
+        board = env.File(board).srcnode().abspath
     try:
-        return boards.load_board(env.subst(str(board)))
+        return boards.load_board(board)
     except NNBuildError as error:
         fail(str(error))
 
@@ -471,7 +476,7 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, **ke
     models = list(models) if isinstance(models, (list, tuple)) else [models]
     if not models or not all(isinstance(m, Built) and hasattr(m, "library") for m in models):
         fail("NNFirmware: models= takes the results of env.NNModel(...)")
-    board = _board_of(env, board or models[0].board.ref)
+    board = _board_of(env, board or models[0].board)
     fenv = user_env(env, board, [m.include for m in models])
     target = env.File(env.subst(str(target)))
     stem = target.name
