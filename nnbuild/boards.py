@@ -149,9 +149,12 @@ def validate(data, where):
 class Board(dict):
     """One board's data, and the compiler, runner and analyzers it names."""
 
-    def __init__(self, data, path=None):
+    def __init__(self, data, path=None, project_dir=None):
         super().__init__(data)
         self.path = Path(path) if path else None
+        #: the project root it was loaded for, when a build tool's steps run elsewhere (CMake: ninja
+        #: runs them in the build tree); None: the current directory, where the steps run (SCons, CLI)
+        self.project_dir = project_dir
 
     @property
     def name(self):
@@ -167,6 +170,10 @@ class Board(dict):
         if self.path is None:
             return self.name
         path = self.path.resolve()
+        if self.project_dir is not None:   # steps run elsewhere: a name only where no project folder is needed
+            found = next((d / f"{self.name}.json" for d in user_dirs() + [builtin_dir()]
+                          if (d / f"{self.name}.json").is_file()), None)
+            return self.name if found is not None and found.resolve() == path else str(path)
         found = board_path(self.name)
         if found is not None and found.is_file() and found.resolve() == path:
             return self.name
@@ -251,4 +258,4 @@ def load_board(name, project_dir=None) -> Board:
                            f"looked in {dirs})")
     data = files.read_json_object(path, "board file")
     data.setdefault("name", path.stem)
-    return Board(data, path).check()
+    return Board(data, path, project_dir).check()
