@@ -306,7 +306,7 @@ NNMODEL_KEYWORDS = {
     "seed": "seed of the random check inputs; default 1",
     "input_range": "declared input range (lo, hi) of the check inputs and of fixed-point formats; default (-1, 1)",
     "deadline": 'WCET deadline, e.g. "5ms" or "800us"; "none" waives any; default none set',
-    "deadline_origin": "where the deadline came from, for report.json; default NNModel",
+    "deadline_origin": "where the deadline came from, for report.json; default \"NNModel call\"",
     "wcet": '"auto" (bound the WCET, check the deadline) or "skip" (no analysis; the deadline is a waiver); '
             'default "auto"',
     "environment": "environment description of a TPG (.dot): JSON file or shipped name",
@@ -360,7 +360,7 @@ def model_deadline(env, name, keywords):
         spec, _ = deadlines.deadline_spec(given, None, None, wcet)
     except NNBuildError as error:
         fail(f"NNModel('{name}'): {error}")
-    front = "command line" if interface_of(env) == "cli" else "NNModel"
+    front = "command line" if interface_of(env) == "cli" else "NNModel call"
     return spec, (origin or front) if spec else None
 
 
