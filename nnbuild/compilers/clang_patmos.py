@@ -12,7 +12,7 @@ from typing import Iterable, List, Optional, Sequence
 from nnbuild.compilers import gcc
 from nnbuild.compilers.gcc import compile_flags, libs, require_tool, section_sizes, tool_version  # noqa: F401
 # the program-too-big lines: GNU ld's region words, the board's v3 flash floor (neither on patmos.json)
-from nnbuild.compilers.gcc import flash_floor_failure, link_failure  # noqa: F401
+from nnbuild.compilers.gcc import flash_floor_failure, link_failure, script_flags  # noqa: F401
 from nnbuild.errors import NNBuildError
 
 COMPILER = "patmos-clang"

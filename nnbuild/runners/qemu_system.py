@@ -1,0 +1,160 @@
+"""The `qemu-system-arm` runner: the check program of a Cortex-M board runs on a QEMU machine with
+that core's instruction set (the board's `qemu_machine`: mps2-an386 for a Cortex-M4, microbit's
+Cortex-M0 for ARMv6-M), linked with nnbuild's reset code and the machine's linker script
+(nnbuild/runners/cortexm/), reading its inputs from stdin and writing its outputs to stdout
+through semihosting (newlib's rdimon, `-semihosting-config enable=on,target=native`).
+
+QEMU counts no cycles. On a board with `instruction_timing` the run logs QEMU's translated blocks
+and their executions (`-d in_asm,exec,nochain`) and charges each instruction executed inside each
+call of the inference function, from its entry to the return to its call site, the clocks of the
+core's TRM table (nnbuild/runners/cortexm_timing.py): the timing model applied to the executed
+path, not a measurement of the silicon. A conditional branch is charged taken when the next
+executed block does not start right after it. An executed instruction without a cost stops the
+count in one line naming its address."""
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from nnbuild.errors import NNBuildError
+from nnbuild.runners import cortexm_timing, native
+
+PROGRAM_SUFFIX = ".elf"
+MEASURES_CYCLES = False
+NEEDS_HARNESS = False
+BOARD_NEEDS = ("qemu_machine",)
+EMULATOR = "qemu-system-arm"
+INSTALL_HINT = "apt-get install qemu-system-arm"
+#: the whole batch runs in one emulated machine; logging every executed block is slow
+TIMEOUT_S = 900.0
+#: where the reset code and the linker scripts of the machines live
+SOURCES = Path(__file__).with_name("cortexm")
+STARTUP = SOURCES / "startup.c"
+#: the QEMU machines a board may name, and the core each one emulates
+MACHINES = {"mps2-an386": "cortex-m4", "microbit": "cortex-m0"}
+_TRACE_RE = re.compile(r"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/")
+_INSN_RE = re.compile(r"^0x([0-9a-f]+):")
+
+
+def label(board):
+    return EMULATOR
+
+
+def measures_cycles(board):
+    return bool(board.get("instruction_timing"))
+
+
+def machine(board):
+    """The board's QEMU machine, checked against the ones nnbuild has a linker script for."""
+    name = board.get("qemu_machine")
+    if name not in MACHINES:
+        raise NNBuildError(f"board '{board['name']}': qemu_machine {name!r} has no linker script "
+                           f"(known: {', '.join(sorted(MACHINES))})")
+    return name
+
+
+def check_program(board):
+    """What a check program for this board is linked with besides the model and its main: the reset
+    code (sources) and the machine's linker script."""
+    return {"sources": [str(STARTUP)], "ldscript": str(SOURCES / f"{machine(board)}.ld")}
+
+
+def command(board, program, log=None):
+    """The qemu-system-arm command line running `program` with semihosting on stdin/stdout."""
+    qemu = shutil.which(EMULATOR)
+    if not qemu:
+        raise NNBuildError(f"'{EMULATOR}' not found on PATH for target={board['name']}; install it with: "
+                           f"{INSTALL_HINT}")
+    trace = ["-d", "in_asm,exec,nochain", "-D", str(log)] if log else []
+    return [qemu, "-M", machine(board), "-nographic", "-monitor", "none", "-serial", "none",
+            "-semihosting-config", "enable=on,target=native", *trace, "-kernel", str(program)]
+
+
+def run(board, program, x, n_out, *, io, entry=None, harness=None):
+    x = native.np.asarray(x, dtype=io.input)
+    if not (entry and measures_cycles(board)):
+        outputs = native.run_cases(program, x, n_out, prefix=command(board, program)[:-1], timeout=TIMEOUT_S,
+                                   dtype=io.input, out_dtype=io.output)
+        return outputs, None
+    text = disassembly(board, program)
+    start, returns = call_sites(text, program, entry)
+    name = board["instruction_timing"]
+    if name not in cortexm_timing.MODELS:
+        raise NNBuildError(f"unknown instruction_timing {name!r} for {EMULATOR} "
+                           f"(known: {', '.join(sorted(cortexm_timing.MODELS))})", item=board.get("name"))
+    table, _unknown = cortexm_timing.cost_table(text, name)
+    with tempfile.TemporaryDirectory(prefix="nnbuild-qemu-system-") as tmp:
+        log = Path(tmp) / "exec.log"
+        outputs = native.run_cases(program, x, n_out, prefix=command(board, program, log)[:-1], timeout=TIMEOUT_S,
+                                   dtype=io.input, out_dtype=io.output)
+        with open(log, errors="replace") as lines:
+            counts = cycles_per_call(lines, start, returns, table, name, program)
+    if len(counts) != len(x):
+        raise NNBuildError(f"{EMULATOR}: {len(counts)} complete calls of {entry} in the exec log for {len(x)} "
+                           "inputs", path=program)
+    return outputs, native.np.asarray(counts, dtype=native.np.int64)
+
+
+def disassembly(board, program):
+    """`objdump -d --no-show-raw-insn` of the program, with the board's objdump."""
+    done = subprocess.run([board["objdump"], "-d", "--no-show-raw-insn", str(program)], capture_output=True,
+                          text=True, errors="replace")
+    if done.returncode != 0:
+        raise NNBuildError(f"{board['objdump']} failed: {done.stderr.strip()[:200]}", path=program)
+    return done.stdout
+
+
+def call_sites(text, program, entry):
+    """(address of `entry`, the return addresses of its `bl` call sites: a Thumb BL is 4 bytes)."""
+    head = re.search(rf"^([0-9a-f]+) <{re.escape(entry)}>:$", text, re.M)
+    if not head:
+        raise NNBuildError(f"no function {entry} in the program", path=program)
+    calls = re.findall(rf"^\s*([0-9a-f]+):\s+bl(?:\.w)?\s+[0-9a-f]+ <{re.escape(entry)}>$", text, re.M)
+    if not calls:
+        raise NNBuildError(f"no call of {entry} in the program", path=program)
+    return int(head.group(1), 16), {int(a, 16) + 4 for a in calls}
+
+
+def cycles_per_call(lines, start, returns, table, model="the cost model", program=None):
+    """Clocks of each call in a `-d in_asm,exec,nochain` log: every block executed from `start` until
+    one of `returns`, each of its instructions charged its table cost, the last one taken or not
+    taken as the next executed block says. `table`: address -> (not taken, taken, next address)."""
+    blocks, counts = {}, []
+    block, current, pending = None, None, None
+
+    def cost(addr, next_pc):
+        if addr not in table:
+            raise NNBuildError(f"{EMULATOR} executed 0x{addr:x}, which has no {model} cost", path=program)
+        not_taken, taken, after = table[addr]
+        return not_taken if next_pc == after else taken
+
+    def charge(pc, next_pc):
+        addrs = blocks[pc]
+        return sum(cost(a, None) for a in addrs[:-1]) + cost(addrs[-1], next_pc)
+
+    for line in lines:
+        m = _INSN_RE.match(line)
+        if m:
+            if block is None:
+                block = []
+            block.append(int(m.group(1), 16))
+            continue
+        m = _TRACE_RE.match(line)
+        if not m:
+            continue
+        pc = int(m.group(1), 16)
+        if block is not None:
+            blocks[block[0]], block = block, None
+        if current is None:
+            if pc == start:
+                current, pending = 0, pc
+            continue
+        current += charge(pending, pc)
+        if pc in returns:
+            counts.append(current)
+            current = pending = None
+        else:
+            pending = pc
+    return counts
