@@ -141,12 +141,12 @@ def cycles_per_call(lines, start, returns, table, model="the cost model", progra
                 block = []
             block.append(int(m.group(1), 16))
             continue
+        if block is not None:   # a block's listing ends at the first line that is not an instruction
+            blocks[block[0]], block = block, None
         m = _TRACE_RE.match(line)
         if not m:
             continue
         pc = int(m.group(1), 16)
-        if block is not None:
-            blocks[block[0]], block = block, None
         if current is None:
             if pc == start:
                 current, pending = 0, pc
