@@ -21,7 +21,6 @@ stops silently there), and so is every graph the environment cannot run (nnbuild
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -70,8 +69,9 @@ def load(path, environment=None):
 
 
 def _environment(spec) -> Environment:
-    """Environment.load, with anything it failed to check (a NUL in a Python expression, JSON
-    nested 100,000 deep) made one line naming the environment file."""
+    """Environment.load, with anything it failed to check (JSON nested 100,000 deep) made one line
+    naming the environment file. Its C templates are parsed there (nnbuild.ir.tpg_template): only
+    the template grammar reaches the generated C."""
     try:
         env = Environment.load(spec)
     except NNBuildError:
@@ -79,41 +79,7 @@ def _environment(spec) -> Environment:
     except (ValueError, TypeError, LookupError, AttributeError, RecursionError, MemoryError) as exc:
         message = " ".join(str(exc).split())[:200]
         raise NNBuildError(f"malformed TPG environment ({type(exc).__name__}: {message})", path=spec) from None
-    for k, ins in enumerate(env.declared):
-        problem = _c_expression_problem(ins.c_expression)
-        if problem:
-            raise NNBuildError(f"C template {ins.c!r} {problem}", path=env.path, item=f"'instructions[{k}]'")
     return env
-
-
-#: What a C template's expression may hold: operands, names, numbers, operators, parentheses.
-_C_EXPRESSION = re.compile(r"^[A-Za-z0-9_$.\s+\-*/%<>=!&|^~?:(),]*$")
-
-
-def _c_expression_problem(expr: str):
-    """Why an environment's C expression could do more than compute a value (None if it cannot):
-    it is pasted into generated C, so comments, directives, literals, statements, braces, line
-    splices and trigraphs are refused, and parentheses must balance."""
-    if not _C_EXPRESSION.match(expr) or "/*" in expr or "*/" in expr or "//" in expr:
-        return ("holds characters or tokens other than operands, names, numbers, operators and "
-                "parentheses (no comments, directives, literals, statements or braces)")
-    if "++" in expr or "--" in expr or re.search(r"(?<![=<>!])=(?!=)", expr):
-        return "assigns (++, --, =): a template computes one value"
-    for number in re.findall(r"(?<![A-Za-z_$\d.])\d[\d.]*(?:[eE][-+]?\d+)?", expr):
-        try:
-            value = float(number)
-        except ValueError:  # 1.2.3
-            value = math.inf
-        if not math.isfinite(value):
-            return f"has the number {number[:20]}, which is not a finite double"
-    depth = 0
-    for ch in expr:
-        depth += (ch == "(") - (ch == ")")
-        if depth < 0:
-            break
-    if depth:
-        return "has unbalanced parentheses"
-    return None
 
 
 def parse(text, env, path=None):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
+from nnbuild.ir import tpg_template
 
 #: The environment files shipped with nnbuild, usable by name (`sips22-atari`).
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
@@ -32,12 +33,9 @@ ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
 ENVIRONMENT_FORMAT = 1
 #: Operand / data types: C type of one element and whether it is a program constant.
 TYPES = {"double": "double", "constant": "int32_t"}
-#: Names the instruction semantics may call (C99 <math.h> functions), see tpg_reference.FUNCTIONS.
-MATH_FUNCTIONS = ("cos", "sin", "tan", "acos", "asin", "atan", "atan2", "cosh", "sinh", "tanh",
-                  "exp", "log", "log10", "sqrt", "pow", "fabs", "floor", "ceil", "fmin", "fmax")
+#: Names the instruction semantics may call (C99 <math.h> functions), see tpg_template.FUNCTIONS.
+MATH_FUNCTIONS = tuple(tpg_template.FUNCTIONS)
 
-_C_TEMPLATE = re.compile(r"^\s*\$0\s*=\s*(?P<expr>.+?)\s*;\s*$", re.S)
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -46,12 +44,21 @@ _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Instruction:
-    """One instruction: `$0 = <c expression over $1..$n>;` in C, the same in Python."""
+    """One instruction: `$0 = <expression over $1..$n>;` of the template grammar (ir/tpg_template).
+    `tree` is the parsed template: the generated C and the reference both come from it."""
 
     name: str
     operand_types: Tuple[str, ...]
     c: str
-    python: str
+    python: Optional[str]
+    tree: tpg_template.Node
+
+    @classmethod
+    def parse(cls, name, operand_types, c, python=None) -> "Instruction":
+        """The instruction of an environment file's entry (NNBuildError naming it if its template
+        is not one of the grammar, or its python form is another expression)."""
+        tree = tpg_template.check(name, c, python, len(operand_types))
+        return cls(name, tuple(operand_types), c, python, tree)
 
     @property
     def arity(self) -> int:
@@ -59,13 +66,13 @@ class Instruction:
 
     @property
     def c_expression(self) -> str:
-        """The right-hand side of the C template (`$1 - $2` for `$0 = $1 - $2;`)."""
-        return _C_TEMPLATE.match(self.c).group("expr")
+        """The C expression over $1..$n, re-emitted from the tree (`$1 - $2` for `$0 = $1 - $2;`)."""
+        return tpg_template.to_c(self.tree)
 
     @property
     def libm(self) -> bool:
         """True when the C code calls a <math.h> function (costly: worth sharing)."""
-        return any(re.search(rf"\b{f}\s*\(", self.c) for f in MATH_FUNCTIONS)
+        return tpg_template.calls(self.tree)
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,9 @@ class Environment:
          "actions": 18, "action_names": [...], "integer_tables": {"min": -255, "max": 255},
          "instructions": [{"name": "sub", "operands": ["double", "double"],
                            "c": "$0 = $1 - $2;", "python": "$1 - $2"}, ...]}
+
+        "c" is a statement of the template grammar (nnbuild.ir.tpg_template); "python", optional,
+        must spell the same expression in Python.
         """
         path = cls.resolve(spec)
         try:
@@ -201,24 +211,17 @@ class Environment:
             raise err("must be a non-empty list", "instructions")
         for k, ins in enumerate(raw["instructions"]):
             key = f"instructions[{k}]"
-            if not isinstance(ins, dict) or not {"name", "operands", "c", "python"} <= set(ins):
-                raise err("needs name, operands, c and python", key)
+            if not isinstance(ins, dict) or not {"name", "operands", "c"} <= set(ins):
+                raise err("needs name, operands and c (python is optional)", key)
             types = ins["operands"]
             if not isinstance(types, list) or not types or any(t not in TYPES for t in types):
                 raise err(f"operands must be a non-empty list of {sorted(TYPES)} "
                           "(array operands are not supported)", key)
-            m = _C_TEMPLATE.match(str(ins["c"]))
-            if not m:
-                raise err(f"C template {ins['c']!r} is not of the form '$0 = <expression>;'", key)
-            for text, what in ((m.group("expr"), "C template"), (str(ins["python"]), "python semantics")):
-                used = {int(n) for n in _PLACEHOLDER.findall(text)}
-                if not used <= set(range(1, len(types) + 1)) or 0 in used:
-                    raise err(f"{what} uses {sorted('$%d' % n for n in used)} but the instruction has "
-                              f"{len(types)} operand(s) ($1..${len(types)})", key)
-            instruction = Instruction(str(ins["name"]), tuple(types), str(ins["c"]), str(ins["python"]))
-            from nnbuild.ir import tpg_reference  # the semantics are checked by compiling them once
+            for field_name in ("c", "python"):
+                if field_name in ins and not isinstance(ins[field_name], str):
+                    raise err(f"{field_name} must be a string", key)
             try:
-                tpg_reference.compile_semantics(instruction)
+                instruction = Instruction.parse(str(ins["name"]), types, ins["c"], ins.get("python"))
             except NNBuildError as exc:
                 raise err(str(exc), key) from None
             declared.append(instruction)
