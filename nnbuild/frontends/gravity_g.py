@@ -20,8 +20,8 @@ from pathlib import Path
 
 from nnbuild import files
 from nnbuild.errors import NNBuildError
-from nnbuild.ir.gravity import ACTIVATIONS, COSTS, GravityModel, Layer, validate
-from nnbuild.names import is_c_identifier
+from nnbuild.ir.gravity import ACTIVATIONS, COSTS, FLOAT32_MIN_NORMAL, GravityModel, Layer, validate
+from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
 
 KIND = "gravity"
 #: a .g file is a few lines: anything bigger is not one
@@ -163,9 +163,14 @@ def string_value(reader, token):
     return "".join(out)
 
 
-def identifier(reader, empty_ok):
+def identifier(reader, directive, empty_ok):
+    """A quoted name that becomes C symbols and file names: a C identifier of at most
+    MAX_IDENTIFIER characters (nnbuild.names)."""
     token = reader.expect("string", what="a quoted name")
     value = string_value(reader, token)
+    if len(value) > MAX_IDENTIFIER:
+        reader.fail(token, f".{directive} name of {len(value):,} characters: at most {MAX_IDENTIFIER} "
+                           "(the significant characters of a C identifier)")
     if not (empty_ok and value == "") and not is_c_identifier(value):
         reader.fail(token, f"{value!r} is not a C identifier")
     return value
@@ -182,13 +187,14 @@ def parse(path, text):
             reader.fail(token, f".{name} given twice (first at line {seen[name].line})")
         seen[name] = token
         if name in ("module", "prefix"):
-            values[name] = identifier(reader, empty_ok=name == "prefix")
+            values[name] = identifier(reader, name, empty_ok=name == "prefix")
         elif name == "optimizer":
             reader.word(("sgd",), "an optimizer")
             rate = reader.next()
             if rate.kind != "real":
                 reader.fail(rate, f"expected a real learning rate such as 0.1, found {describe(rate)}")
             values["rate"] = float(rate.text)
+            values["rate_token"] = rate
             if not 0 < values["rate"] <= 1:
                 reader.fail(rate, f"the sgd rate must be in (0, 1], got {rate.text}")
         elif name == "precision":
@@ -220,12 +226,19 @@ def parse(path, text):
     for required in ("module", "input", "output", "hidden"):
         if required not in seen:
             reader.fail(end, f"missing .{required} directive")
+    if "rate" in values and values["rate"] / values.get("batch", 1) < FLOAT32_MIN_NORMAL:
+        reader.fail(values["rate_token"], rate_refusal(values["rate"], values.get("batch", 1)))
     layers = [replace(l, name=f"hidden{i + 1}") for i, l in enumerate(layers)] + [replace(output, name="output")]
     model = GravityModel(name=values["module"], prefix=values.get("prefix", "g"), inputs=values["input"],
                          layers=layers, precision=values.get("precision", "float32"),
                          cost=values.get("cost", "cross_entropy"), batch=values.get("batch", 1),
                          learning_rate=values.get("rate", 0.1), source_files=[str(path)])
     return validate(model)
+
+
+def rate_refusal(rate, batch):
+    return (f"the sgd rate {rate!r} / batch {batch} is below the smallest normal float32 "
+            f"{FLOAT32_MIN_NORMAL:.7g}: the generated update would multiply by zero or a subnormal")
 
 
 def precision(reader):

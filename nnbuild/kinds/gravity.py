@@ -55,6 +55,26 @@ def entries(name, model_path):
     return [f"{prefix}_activate" if prefix else "activate", f"{prefix}_train" if prefix else "train"]
 
 
+def model_refusal(model, precision, board):
+    """Why the program cannot run on `board` (one line), or None: the caller-owned blob (weights,
+    activations, gradients, deltas: memory_size() bytes) must fit the board's RAM, or the C would
+    declare sizes the target cannot address."""
+    ram = board.get("ram_bytes") if board else None
+    if not ram:
+        return None
+    try:
+        element = ir.number(precision).bytes
+    except NNBuildError:
+        return None  # an unknown precision is refused by its own check
+    size = ir.layout(model.sizes)[2] * element
+    if size <= ram:
+        return None
+    where = model.source_files[0] if model.source_files else model.name
+    return (f"{where}: Gravity program '{model.name}' ({'-'.join(map(str, model.sizes))}) needs a memory blob "
+            f"of {size:,} bytes in {precision} (weights, activations, gradients, deltas); board "
+            f"{board.name} has {ram:,} bytes of RAM")
+
+
 def check_main():
     return CHECK_MAIN
 
