@@ -216,3 +216,27 @@ def test_compiled_c_and_reference_agree_bit_for_bit(tmp_path):
             differ = differ[c[differ, k] != np.broadcast_to(ref, a.shape)[differ]]
         assert not len(differ), (template, a[differ[:3]], b[differ[:3]], c[differ[:3], k], ref[differ[:3]])
 
+
+
+@pytest.mark.parametrize("changes, key, fragment", [
+    ({"data_sources": [{"name": "best", "type": "double", "shape": [6]}]}, "data_sources[0]", "generated code itself"),
+    ({"data_sources": [{"name": "v12", "type": "double", "shape": [6]}]}, "data_sources[0]", "generated code itself"),
+    ({"data_sources": [{"name": "cos", "type": "double", "shape": [6]}]}, "data_sources[0]", "generated code itself"),
+    ({"data_sources": [{"name": "double", "type": "double", "shape": [6]}]}, "data_sources[0]", "not a usable C name"),
+    ({"data_sources": [{"name": "obs\n", "type": "double", "shape": [6]}]}, "data_sources[0]", "not a usable C name"),
+    ({"data_sources": [{"name": "a" * 300, "type": "double", "shape": [6]}]}, "data_sources[0]", "300 characters"),
+    ({"data_sources": [{"name": "obs", "type": "double", "shape": [3]},
+                       {"name": "OBS", "type": "double", "shape": [3]}]}, "data_sources[1]", "given twice"),
+    ({"action_names": ["STAY", "LEFT", "RIGHT", "left"]}, "action_names[3]", "given twice"),
+    ({"action_names": ["STAY", "LEFT", "RIGHT", "J" * 64]}, "action_names[3]", "at most 63"),
+    ({"action_names": ["STAY", "LEFT", "RIGHT", "NN_X"]}, "action_names[3]", "not a usable C name"),
+])
+def test_names_that_reach_the_c_are_usable_c_names(tmp_path, changes, key, fragment):
+    """Data source names are parameters of the generated functions and action names macros: a
+    keyword, one of the code's locals (`best`, `v12`), a function (`cos`) or two names equal but
+    for case made C that did not compile."""
+    path = write_env(tmp_path / "env.json", **changes)
+    with pytest.raises(NNBuildError) as excinfo:
+        Environment.load(path)
+    text = str(excinfo.value)
+    assert "\n" not in text and text.startswith(f"{path}: '{key}': ") and fragment in text, text

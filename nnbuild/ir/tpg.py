@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import tpg_template
+from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
 
 #: The environment files shipped with nnbuild, usable by name (`sips22-atari`).
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
@@ -36,7 +37,32 @@ TYPES = {"double": "double", "constant": "int32_t"}
 #: Names the instruction semantics may call (C99 <math.h> functions), see tpg_template.FUNCTIONS.
 MATH_FUNCTIONS = tuple(tpg_template.FUNCTIONS)
 
-_C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Names the generated TPG code declares or uses beside a data source's (its locals, <math.h>'s
+#: macros): a data source of one of these names would not compile. `v<N>` locals are refused too.
+CODE_NAMES = frozenset(("best", "next", "state", "visit", "sh", "isnan", "isinf",
+                        "isfinite", "NAN", "INFINITY", "HUGE_VAL", "errno", "main") + tuple(tpg_template.FUNCTIONS))
+
+
+def name_problem(name, taken):
+    """Why an environment's data source or action name cannot be a C name in the generated code
+    (None if it can): a C identifier of at most MAX_IDENTIFIER characters, not a keyword, not one
+    of the code's own names, distinct from the other names ignoring case (they become macros)."""
+    if not isinstance(name, str) or not is_c_identifier(name) or name.startswith(("NN_", "nn_")):
+        return f"{_shown(name)} is not a usable C name (letters, digits and '_', not a keyword)"
+    if len(name) > MAX_IDENTIFIER:
+        return f"name of {len(name):,} characters: at most {MAX_IDENTIFIER}"
+    if name in CODE_NAMES or re.fullmatch(r"v[0-9]+", name):
+        return f"'{name}' is a name of the generated code itself"
+    if name.upper() in taken:
+        return f"'{name}' is given twice (names become macros: case does not separate them)"
+    taken.add(name.upper())
+    return None
+
+
+def _shown(value):
+    text = str(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return ascii(text)
 
 
 # ----------------------------------------------------------------------------- environment
@@ -188,7 +214,7 @@ class Environment:
         for key, value, low in (("registers", registers, 1), ("constants", constants, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise err(f"must be an integer >= {low}", key)
-        inputs = []
+        inputs, source_names = [], set()
         if not isinstance(raw["data_sources"], list) or not raw["data_sources"]:
             raise err("must be a non-empty list of {name, type, shape}", "data_sources")
         for k, src in enumerate(raw["data_sources"]):
@@ -201,11 +227,10 @@ class Environment:
             if (not isinstance(shape, list) or not shape
                     or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
                 raise err("shape must be a list of positive integers", key)
-            if not _C_NAME.match(str(src["name"])):
-                raise err(f"name '{src['name']}' is not a C identifier", key)
+            problem = name_problem(src["name"], source_names)
+            if problem:
+                raise err(f"data source {problem}", key)
             inputs.append(DataSource(src["name"], src["type"], tuple(shape), "input"))
-        if len({s.name for s in inputs}) != len(inputs):
-            raise err("data source names must be unique", "data_sources")
         declared = []
         if not isinstance(raw["instructions"], list) or not raw["instructions"]:
             raise err("must be a non-empty list", "instructions")
@@ -229,9 +254,13 @@ class Environment:
         if actions is not None and (not isinstance(actions, int) or isinstance(actions, bool) or actions < 1):
             raise err("must be a positive integer (the number of action ids)", "actions")
         names = raw.get("action_names", [])
-        if names and (actions is None or len(names) != actions
-                      or not all(isinstance(n, str) and _C_NAME.match(n) for n in names)):
+        if names and (actions is None or not isinstance(names, list) or len(names) != actions):
             raise err("must list one C identifier per action id", "action_names")
+        action_names = set()
+        for k, action_name in enumerate(names):
+            problem = name_problem(action_name, action_names)
+            if problem:
+                raise err(f"action {problem}", f"action_names[{k}]")
         tables = raw.get("integer_tables")
         if tables is not None:
             lo, hi = (tables.get("min"), tables.get("max")) if isinstance(tables, dict) else (None, None)
