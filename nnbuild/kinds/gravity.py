@@ -74,7 +74,8 @@ def model_refusal(model, precision, board):
     where = model.source_files[0] if model.source_files else model.name
     return (f"{where}: Gravity program '{model.name}' ({'-'.join(map(str, model.sizes))}) needs {blob + batch:,} "
             f"bytes of RAM in {precision} (a memory blob of {blob:,} bytes: weights, activations, gradients, "
-            f"deltas; and {batch:,} bytes for one batch of inputs and targets); board {board.name} has {ram:,}")
+            f"deltas; and {batch:,} bytes for one batch of inputs and targets); board {board.name} has {ram:,} "
+            "bytes of RAM")
 
 
 def check_main():
