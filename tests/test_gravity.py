@@ -82,9 +82,10 @@ def test_defaults_strings_reals_and_precisions(tmp_path):
             " .input 3; .hidden 2 linear; .output 1 sigmoid; // final comment without a newline")
     model = gravity_g.load(program(tmp_path, text))
     assert (model.prefix, model.learning_rate, model.precision, model.batch) == ("", 0.05, "fixed8.8", 1)
-    escaped = gravity_g.load(program(tmp_path, ".module 'n\\et'; .input 3; .hidden 2 relu; .output 2 softmax;"))
-    assert escaped.name == "net"
-    with pytest.raises(NNBuildError, match="'a\"b' is not a C identifier"):
+    # a string's value is the text between its quotes, unprocessed, as Gravity takes it
+    with pytest.raises(NNBuildError, match=r"'n\\\\et' is not a C identifier"):
+        gravity_g.load(program(tmp_path, ".module 'n\\et'; .input 3; .hidden 2 relu; .output 2 softmax;"))
+    with pytest.raises(NNBuildError, match="'a\"\"b' is not a C identifier"):
         gravity_g.load(program(tmp_path, '.module "a""b"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     default = gravity_g.load(program(tmp_path, '.module "m"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     assert (default.prefix, default.learning_rate, default.precision, default.cost) == ("g", 0.1, "float32",
