@@ -11,7 +11,6 @@ import pytest
 from tpg_helpers import HOST_FLAGS, TEST_ENV, small_graph, write, write_env
 
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends.gegelati_dot import load
 from nnbuild.ir import tpg_reference, tpg_template
 from nnbuild.ir.tpg import Environment, Instruction
 

@@ -34,9 +34,6 @@ ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
 ENVIRONMENT_FORMAT = 1
 #: Operand / data types: C type of one element and whether it is a program constant.
 TYPES = {"double": "double", "constant": "int32_t"}
-#: Names the instruction semantics may call (C99 <math.h> functions), see tpg_template.FUNCTIONS.
-MATH_FUNCTIONS = tuple(tpg_template.FUNCTIONS)
-
 #: Names the generated TPG code declares or uses beside a data source's (its locals, <math.h>'s
 #: macros): a data source of one of these names would not compile. `v<N>` locals are refused too.
 CODE_NAMES = frozenset(("best", "next", "state", "visit", "sh", "isnan", "isinf",
