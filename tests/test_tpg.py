@@ -377,6 +377,8 @@ def test_cli_generate_names_the_missing_environment(tmp_path, run_cli):
     (lambda t: t.replace("//3|-2|", "//3|" + "1" * 5000 + "|"), ["program constant", "not finite"]),
     (lambda t: t.replace("//3|-2|", "//3|4294967296|"), ["program constant 4294967296 is outside the int32 range"]),
     (lambda t: t.replace("//3|-2|", "//3|nan|"), ["program constant 'nan' is not finite"]),
+    (lambda t: t.replace("//3|-2|", "//3|1e-300|"), ["program constant '1e-300' is not 0 or a normal 32-bit float"]),
+    (lambda t: t.replace("//3|-2|", "//3|-1e39|"), ["program constant '-1e39' is not 0 or a normal 32-bit float"]),
 ])
 def test_hostile_numbers_in_a_graph_are_one_clear_line(tmp_path, env_file, edit, fragments):
     """5,000-digit ids were an int() ValueError traceback; NaN or out-of-range constants were accepted."""

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
+from nnbuild.ir import tpg_template
 from nnbuild.ir.tpg import TPG, Edge, Environment, Line, Operand, Program, Team, validate
 
 #: what nnbuild.frontends.kind_of reports for this format
@@ -248,6 +249,9 @@ def _constants(match, version, number, err):
                 raise err(number, f"program constant '{f[:40]}' is not a number") from None
             if value != value or value in (float("inf"), float("-inf")):
                 raise err(number, f"program constant '{f.strip()[:40]}' is not finite")
+            if value and not tpg_template.FLOAT32_MIN <= abs(value) <= tpg_template.FLOAT32_MAX:
+                raise err(number, f"program constant '{f.strip()[:40]}' is not 0 or a normal 32-bit float "
+                                  "(AVR's double): its C literal would not compile there")
         values.append(value)
     return tuple(values)
 
