@@ -528,13 +528,19 @@ def _read_arrays(group, names, wpath, layer, cls, budget) -> List[Tuple[str, "St
 _FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset", 32000: "lzf"}
 
 
+def _quoted(text, limit=200) -> str:
+    """A path named by a hostile file, quoted and cut (the error line stays short)."""
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
 def _storage_problem(dset) -> Optional[str]:
     """Why a dataset's bytes are not (only) in this file, or would load code, else None."""
     if dset.is_virtual:
         return "is a virtual dataset (its data is mapped from other datasets or files)"
     external = dset.external
     if external:
-        return f"keeps its data in an external file ({_show(str(external[0][0]))})"
+        return f"keeps its data in an external file ({_quoted(external[0][0])})"
     plist = dset.id.get_create_plist()
     for i in range(plist.get_nfilters()):
         code = plist.get_filter(i)[0]
@@ -552,7 +558,7 @@ def check_hdf5(f, path):
 
     def problem(name, link) -> Optional[str]:
         if isinstance(link, h5py.ExternalLink):
-            return (f"'{name}' is an external link to {_show(link.filename)}:{_show(link.path)} "
+            return (f"'{name}' is an external link to {_quoted(link.filename)}:{_quoted(link.path)} "
                     "(only data inside the model file is read)")
         if isinstance(link, h5py.SoftLink):
             return None
