@@ -27,6 +27,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from nnbuild import files, limits
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Elementwise, Flatten,
@@ -39,8 +40,8 @@ SUPPORTED_LAYERS = ("Add", "Average", "AveragePooling2D", "BatchNormalization", 
 #: Activations acetone-nnet's JSON parser knows (leaky_relu with its fixed slope 0.2).
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu")
 LEAKY_SLOPE = 0.2
-#: largest file read (bytes)
-MAX_BYTES = 512 * 2 ** 20
+#: largest file read (bytes): the weights are inline, and parsed JSON costs several times its size
+MAX_BYTES = limits.MAX_JSON_BYTES
 _MERGE = {"Add": "add", "Multiply": "mul", "Subtract": "sub", "Maximum": "max", "Minimum": "min",
           "Average": "mean"}
 
@@ -275,19 +276,7 @@ def _dtype(first, path):
 
 def load(path) -> Model:
     """Read an ACETONE JSON file into an IR model."""
-    try:
-        size = Path(path).stat().st_size
-        if size > MAX_BYTES:
-            raise _err(f"file is {size} bytes (at most {MAX_BYTES} read)", path)
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _err(f"cannot read the ACETONE JSON ({exc})", path) from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise _err(f"not valid JSON ({exc})", path) from None
-    except RecursionError:
-        raise _err("JSON nested too deeply", path) from None
+    doc = files.read_json(path, "ACETONE JSON", max_bytes=MAX_BYTES)
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict) or not isinstance(config.get("layers"), list) or not config["layers"]:
         raise _err("not an ACETONE JSON model: no config.layers list", path)

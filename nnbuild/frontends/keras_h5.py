@@ -27,7 +27,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from nnbuild import limits
+from nnbuild import files, limits
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
@@ -123,13 +123,8 @@ def _open_h5(path):
 
 
 def _json(text: str, path, what: str):
-    """Parse JSON, turning a syntax error into a one-line error naming the file."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise _err(f"{what} is not valid JSON ({exc})", path) from None
-    except RecursionError:
-        raise _err(f"{what} is nested too deeply", path) from None
+    """Parse untrusted JSON (files.parse_json: nesting bounded), one line naming the file on error."""
+    return files.parse_json(text, what, path)
 
 
 # --------------------------------------------------------------------------- typed config values
@@ -1297,11 +1292,7 @@ def weights_file(json_path) -> Path:
 def load_pair(json_path) -> Model:
     """Read the Keras2C pair: architecture json + its weights .h5 (model_weights layout at root)."""
     jpath = Path(json_path)
-    try:
-        text = jpath.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _err(f"cannot read model json ({exc})", json_path) from None
-    config = _json(text, json_path, "architecture json")
+    config = files.read_json(json_path, "model json")
     wpath = weights_file(json_path)
     name = jpath.resolve().parent.name if jpath.name == "architecture.json" else jpath.stem
     try:
@@ -1362,7 +1353,6 @@ def write_dense(path, name, layers):
     JIT exports trained Gravity programs with it, so every nnbuild target can build them."""
     import h5py
 
-    from nnbuild import files
     specs = []
     for index, (layer, kernel, bias, activation) in enumerate(layers):
         config = {"name": layer, "units": int(np.shape(kernel)[1]), "activation": activation, "use_bias": True,
