@@ -29,6 +29,8 @@ MAX_JSON_BYTES = 64 * 2 ** 20
 MAX_JSON_DEPTH = 64
 #: size of an NNet text file (the ACAS Xu networks are 167 KB)
 MAX_NNET_BYTES = 64 * 2 ** 20
+#: neurons of an NNet network, all layers together (two text lines each: weights and bias; ACAS Xu: 305)
+MAX_NNET_NEURONS = 2 ** 20
 #: size of a check data file (.npz)
 MAX_DATA_BYTES = 256 * 2 ** 20
 #: elements of all the arrays of a check data file together
