@@ -24,7 +24,7 @@ MAX_HDF5_OBJECTS = 100_000
 #: bytes of one HDF5 attribute (model_config, weight_names) as declared in its header
 MAX_ATTRIBUTE_BYTES = 64 * 2 ** 20
 #: size of a JSON file read (model configs, ACETONE JSON with its inline weights, boards, examples)
-MAX_JSON_BYTES = 64 * 2 ** 20
+MAX_JSON_BYTES = 32 * 2 ** 20
 #: nesting depth of a JSON document (Keras configs nest about 12 deep)
 MAX_JSON_DEPTH = 64
 #: size of an NNet text file (the ACAS Xu networks are 167 KB)

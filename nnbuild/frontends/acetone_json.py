@@ -61,10 +61,11 @@ def _show(value) -> str:
 
 
 class _Reader:
-    """Typed access to one layer's config, refusing wrong values in one line."""
+    """Typed access to one layer's config, refusing wrong values in one line; `budget` counts the
+    weights converted so far for the whole file (shared by every layer's reader)."""
 
-    def __init__(self, path, layer, cfg):
-        self.path, self.layer, self.cfg = path, layer, cfg
+    def __init__(self, path, layer, cfg, budget):
+        self.path, self.layer, self.cfg, self.budget = path, layer, cfg, budget
 
     def fail(self, message):
         return _err(message, self.path, self.layer)
@@ -106,6 +107,7 @@ class _Reader:
         value = entry.get(key)
         if value is None:
             raise self.fail(f"has no '{key}' array")
+        self._spend(key, _declared_size(value))
         try:
             arr = np.array(value, dtype=np.float64)
         except (ValueError, TypeError, OverflowError, RecursionError):
@@ -116,6 +118,27 @@ class _Reader:
         arr = arr.astype(dtype)
         arr.flags.writeable = False
         return arr
+
+
+    def _spend(self, key, size):
+        """Refuse an array beyond the limits before it is converted (limits.py)."""
+        if size > limits.MAX_TENSOR_ELEMENTS:
+            raise self.fail(f"'{key}' holds {size} values, more than {limits.MAX_TENSOR_ELEMENTS} per tensor "
+                            "(limits.MAX_TENSOR_ELEMENTS)")
+        self.budget[0] += size
+        if self.budget[0] > limits.MAX_MODEL_ELEMENTS:
+            raise self.fail(f"'{key}' brings the weights of the file to {self.budget[0]} values, more than "
+                            f"{limits.MAX_MODEL_ELEMENTS} (limits.MAX_MODEL_ELEMENTS)")
+
+
+def _declared_size(value) -> int:
+    """The element count of a nested list, from its first entries (the shape np.array will find if
+    it is rectangular; a ragged one is refused by the conversion)."""
+    size = 1
+    while isinstance(value, list):
+        size *= len(value)
+        value = value[0] if value else None
+    return size
 
 
 def _keras_shape(value, reader, key) -> tuple:
@@ -291,7 +314,8 @@ def load(path) -> Model:
             raise _err(f"layer entry {i} is not {{class_name, config}}", path, f"#{i}")
     first = entries[0]["config"]
     dtype = _dtype(first, path)
-    reader = _Reader(path, str(first.get("name") or "input"), first)
+    budget = [0]
+    reader = _Reader(path, str(first.get("name") or "input"), first, budget)
     input_shape = _keras_shape(first.get("input_shape"), reader, "input_shape")
     size = reader.int("size")
     if size != int(np.prod(input_shape)):
@@ -303,7 +327,7 @@ def load(path) -> Model:
     for position, entry in enumerate(entries[1:], start=1):
         cfg, cls = entry["config"], entry["class_name"]
         name = c_identifier(str(cfg.get("name") or f"layer_{position}"))
-        reader = _Reader(path, name, cfg)
+        reader = _Reader(path, name, cfg, budget)
         idx = reader.int("idx", position, minimum=1)
         prev = reader.get("prev_layer_idx", [idx - 1])
         if (not isinstance(prev, list) or not prev
