@@ -97,3 +97,12 @@ def test_example_check_data_on_a_device_is_refused_before_any_step(tmp_path):
     (example / "example.json").write_text(json.dumps({"model": "m.h5", "check_data": "/dev/zero"}))
     with pytest.raises(NNBuildError, match="^/dev/zero: check data file is not a regular file"):
         project.resolve("ex", root=tmp_path)
+
+
+def test_check_inputs_are_bounded_before_they_are_drawn():
+    """--count 1e9 was 'out of memory' naming the model; now one line naming the limit."""
+    from nnbuild.checks.inputs import check_inputs
+    assert check_inputs(2, 4, 1, (-1.0, 1.0)).shape == (9, 2)
+    with pytest.raises(NNBuildError, match=r"^1000000000 check inputs of 2 values \(and 5 corner cases\) are "
+                                           r"2000000010 values, more than 33554432 \(limits.MAX_DATA_ELEMENTS\)$"):
+        check_inputs(2, 1_000_000_000, 1, (-1.0, 1.0))
