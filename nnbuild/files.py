@@ -59,7 +59,7 @@ def read_json_object(path, what):
     return data
 
 
-def read_bounded(path, what, max_bytes):
+def read_bounded(path, what, max_bytes, limit_name=None):
     """The bytes of a regular file of at most `max_bytes` (a device, a FIFO or /dev/zero would be
     an unbounded read or wait; opened without blocking): one line naming the file otherwise."""
     try:
@@ -68,7 +68,8 @@ def read_bounded(path, what, max_bytes):
             if not stat.S_ISREG(info.st_mode):
                 raise NNBuildError(f"{what} is not a regular file (a device, FIFO or folder is not read)", path=path)
             if info.st_size > max_bytes:
-                raise NNBuildError(f"{what} is {info.st_size} bytes, more than {max_bytes}", path=path)
+                named = f" ({limit_name})" if limit_name else ""
+                raise NNBuildError(f"{what} is {info.st_size} bytes, more than {max_bytes}{named}", path=path)
             data = f.read(max_bytes + 1)
     except OSError as error:
         raise NNBuildError(f"cannot read {what} ({error.strerror or error})", path=path) from None
@@ -80,7 +81,7 @@ def read_bounded(path, what, max_bytes):
 def read_json(path, what, max_bytes=None, max_depth=None):
     """A JSON file from an untrusted source: a regular file of at most max_bytes
     (limits.MAX_JSON_BYTES), UTF-8, nested at most max_depth deep (parse_json)."""
-    data = read_bounded(path, what, limits.MAX_JSON_BYTES if max_bytes is None else max_bytes)
+    data = read_bounded(path, what, limits.MAX_JSON_BYTES if max_bytes is None else max_bytes, "limits.MAX_JSON_BYTES")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
