@@ -24,7 +24,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nnbuild"
 LAYERS = [
-    ("nnbuild", "errors", "names", "files"),
+    ("nnbuild", "errors", "names", "files", "limits"),
     ("numerics",),
     ("ir",),
     ("frontends",),
