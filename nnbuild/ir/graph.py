@@ -353,6 +353,10 @@ class Unary:
                              f"({', '.join(UNARY_OPS[self.op]) or 'none'}), got {len(params)}")
         if any(p != p for p in params):
             raise ValueError(f"{self.op} parameter is NaN")
+        # infinite parameters are refused, but for clip's open bounds (min -inf, max +inf)
+        allowed = ((float("-inf"),), (float("inf"),)) if self.op == "clip" else ((),) * len(params)
+        if any(abs(p) == float("inf") and p not in ok for p, ok in zip(params, allowed)):
+            raise ValueError(f"{self.op} parameter is infinite")
         object.__setattr__(self, "params", params)
 
     def output_shape(self, input_shape):
@@ -448,7 +452,8 @@ class Pad:
             raise ValueError(f"pad mode '{self.mode}' is not one of {', '.join(PAD_MODES)}")
         object.__setattr__(self, "pads", tuple((int(b), int(a)) for b, a in self.pads))
         if float(self.value) != float(self.value) and self.mode == "constant":
-            pass  # NaN padding is a legal (if odd) constant
+            # max, min and comparisons over NaN differ between numpy and C: no defined semantics
+            raise ValueError("pad value is NaN")
 
     def output_shape(self, input_shape):
         if len(self.pads) != len(input_shape):
