@@ -210,6 +210,13 @@ CONV_IN = (1, 2, 5, 5)
     ("Pad", {}, ["x", "p", "v"], [ints("p", [0, 0, 1, 1, 0, 0, 1, 1]),
                                   numpy_helper.from_array(np.array(np.nan, np.float32), "v")], "a NaN pad value"),
     ("Clip", {}, ["x", "lo"], [numpy_helper.from_array(np.array(np.inf, np.float32), "lo")], "clip parameter is infinite"),
+    ("Conv", {"pads": [1, 1]}, ["x", "w"], [W], "2 pads for 2 spatial axes"),
+    ("MaxPool", {"kernel_shape": [2, 2], "pads": [1] * 6}, ["x"], [], "6 pads for 2 spatial axes"),
+    ("Conv", {"strides": [1 << 62, 1]}, ["x", "w"], [W],
+     "strides [4611686018427387904, 1] has a value beyond 4194304 (limit MAX_TENSOR_ELEMENTS)"),
+    ("Unsqueeze", {}, ["x", "a"], [ints("a", [100])], "axes [100] out of range for a rank-5 output"),
+    ("Dropout", {}, ["x", "r", "t"], [numpy_helper.from_array(np.array(0.5, np.float32), "r"),
+                                      numpy_helper.from_array(np.array(True), "t")], "training_mode"),
 ])
 def test_attributes_are_validated(tmp_path, op, attrs, inputs, inits, expected):
     path = save(tmp_path, "attr", [helper.make_node(op, inputs, ["y"], name="n", **attrs)], inits, in_shape=CONV_IN)
@@ -259,3 +266,25 @@ def test_open_clip_bounds_and_infinite_pads_are_accepted(tmp_path):
 ])
 def test_float_literals_are_valid_c_for_every_value(number, suffix, text):
     assert float_literal(number, suffix) == text
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("fill", [-math.inf, math.inf])
+def test_infinite_pads_before_max_pooling_check_bit_exact(tmp_path, run_cli, shape, fill):
+    """PyTorch's -inf pad before a max pooling (and +inf): the C compiles (-Werror) and equals
+    onnx's own reference evaluator exactly on the host."""
+    from onnx.reference import ReferenceEvaluator
+    inits = [ints("p", [0, 0, 1, 1, 0, 0, 1, 1]), numpy_helper.from_array(np.array(fill, np.float32), "v")]
+    nodes = [helper.make_node("Pad", ["x", "p", "v"], ["t"], name="pad"),
+             helper.make_node("MaxPool", ["t"], ["y"], name="pool", kernel_shape=[2, 2])]
+    path = save(tmp_path, "padpool", nodes, inits, in_shape=(1, 2, 4, 4))
+    evaluator = ReferenceEvaluator(str(path))
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 1, 2, 4, 4)).astype(np.float32)
+    y = np.stack([evaluator.run(None, {"x": sample})[0] for sample in x])
+    assert np.isinf(y).any() == (fill > 0)
+    np.savez(tmp_path / "data.npz", x=x.reshape(4, -1), y=y.reshape(4, -1))
+    result = run_cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--shape", shape, "--tolerance", "0",
+                     "--build-dir", str(tmp_path / "build"))
+    assert result.returncode == 0, result.stderr
+    assert "max |C - y| = 0, max |C - reference| = 0" in result.stdout

@@ -237,6 +237,9 @@ def attribute_problem(node):
                 return f"attribute {name} {values[0] if len(values) == 1 else values} is not 0 or 1"
             if name in POSITIVE and any(v < 1 for v in values):
                 return f"attribute {name} {values} has a value < 1"
+            if name in POSITIVE + ("pads",) and any(abs(v) > limits.MAX_TENSOR_ELEMENTS for v in values):
+                return (f"attribute {name} {values} has a value beyond {limits.MAX_TENSOR_ELEMENTS} "
+                        "(limit MAX_TENSOR_ELEMENTS)")
             if op in NON_NEGATIVE.get(name, ()) and any(v < 0 for v in values):
                 return f"attribute {name} {values} has a negative value"
             if (op, name) in FIXED and values != [FIXED[(op, name)]]:
@@ -554,6 +557,10 @@ class _Converter:
             self.tensors[name] = ("const", np.asarray(value))
 
     def op_identity(self, node, a, inputs, consts):
+        if node.op_type == "Dropout" and len(inputs) > 2 and inputs[2]:
+            mode = consts[2]
+            if mode is None or np.asarray(mode).reshape(-1).any():
+                raise Problem("training_mode (dropout at inference is the identity only without it)")
         self.tensors[node.output[0]] = self.tensors[inputs[0]]
 
     def op_activation(self, node, a, inputs, consts):
@@ -600,6 +607,8 @@ class _Converter:
                     c = c.astype(np.float32)
                 if a.get("broadcast", 0) and "axis" in a and position == 1:
                     # opset < 7 legacy broadcast: B aligned at `axis` of A, not at the last axis
+                    if not -rank - 1 <= int(a["axis"]) <= rank:
+                        raise Problem(f"axis {a['axis']} out of range")
                     start = int(a["axis"]) % (rank + 1)
                     c = c.reshape(c.shape + (1,) * (rank + 1 - start - c.ndim))
                 if c.ndim == rank + 1:
@@ -663,6 +672,8 @@ class _Converter:
         if auto == "VALID" or "pads" not in a:
             return (0, 0, 0, 0)
         p = list(a["pads"])
+        if len(p) != 2 * rank:
+            raise Problem(f"{len(p)} pads for {rank} spatial axes")
         if rank == 1:
             return (0, 0, p[0], p[1])
         return (p[0], p[2], p[1], p[3])
@@ -933,6 +944,8 @@ class _Converter:
         if axes is None:
             raise Problem("no axes")
         rank = len(ir) + len(axes)
+        if any(not -rank - 1 <= int(x) <= rank for x in axes):
+            raise Problem(f"axes {list(axes)} out of range for a rank-{rank + 1} output")
         axes = sorted(int(x) % (rank + 1) for x in axes)
         if 0 in axes:
             raise Problem("a new axis before the batch axis")
