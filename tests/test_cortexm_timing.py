@@ -4,7 +4,7 @@ branches, an executed instruction without a cost refused in one line."""
 
 import pytest
 
-from nnbuild import boards
+from nnbuild import boards, wcet
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import cortexm_timing as timing
 from nnbuild.runners import qemu_system
@@ -129,6 +129,8 @@ def test_boards_name_machines_and_cost_models_the_runner_has():
         assert board.runner is qemu_system and board.measures_cycles() and board.run_label() == "qemu-system-arm"
         assert board["qemu_machine"] == machine and board["instruction_timing"] == model
         assert board.analyzer is None and "assumptions" in board["notes"]
+        assert wcet.unavailable_reason(board) == (f"no WCET analyzer for target {name} (its timing model "
+                                                  f"{board['timing_model']} has no analyzer yet)")
         parts = qemu_system.check_program(board)
         assert parts["ldscript"].endswith(f"{machine}.ld") and all(p for p in parts["sources"])
         assert not any("F_CPU" in flag or "-T" in flag for flag in board["cflags"] + board["ldflags"])
