@@ -1,5 +1,5 @@
 """Measured runs of a generated inference function: natively on the host, under a user-mode
-emulator (qemu-arm), and cycle-exact on AVR through libsimavr.
+emulator (qemu-arm), on a Cortex-M machine (qemu-system-arm), and cycle-exact on AVR through libsimavr.
 
 A runner is one module named by a board's "simulator" in RUNNERS. It offers
 `run(board, program, x, n_out, *, io, entry=None, harness=None) -> (outputs, cycles or None)`,

@@ -61,21 +61,22 @@ def check_program(board):
     return {"sources": [str(STARTUP)], "ldscript": str(SOURCES / f"{machine(board)}.ld")}
 
 
-def command(board, program, log=None):
-    """The qemu-system-arm command line running `program` with semihosting on stdin/stdout."""
+def command(board, log=None):
+    """The qemu-system-arm command line up to the program (its last word is `-kernel`): the board's
+    machine, semihosting on stdin/stdout, no display, monitor or serial port; with `log`, the exec log."""
     qemu = shutil.which(EMULATOR)
     if not qemu:
         raise NNBuildError(f"'{EMULATOR}' not found on PATH for target={board['name']}; install it with: "
                            f"{INSTALL_HINT}")
     trace = ["-d", "in_asm,exec,nochain", "-D", str(log)] if log else []
     return [qemu, "-M", machine(board), "-nographic", "-monitor", "none", "-serial", "none",
-            "-semihosting-config", "enable=on,target=native", *trace, "-kernel", str(program)]
+            "-semihosting-config", "enable=on,target=native", *trace, "-kernel"]
 
 
 def run(board, program, x, n_out, *, io, entry=None, harness=None):
     x = native.np.asarray(x, dtype=io.input)
     if not (entry and measures_cycles(board)):
-        outputs = native.run_cases(program, x, n_out, prefix=command(board, program)[:-1], timeout=TIMEOUT_S,
+        outputs = native.run_cases(program, x, n_out, prefix=command(board), timeout=TIMEOUT_S,
                                    dtype=io.input, out_dtype=io.output)
         return outputs, None
     text = disassembly(board, program)
@@ -87,7 +88,7 @@ def run(board, program, x, n_out, *, io, entry=None, harness=None):
     table, _unknown = cortexm_timing.cost_table(text, name)
     with tempfile.TemporaryDirectory(prefix="nnbuild-qemu-system-") as tmp:
         log = Path(tmp) / "exec.log"
-        outputs = native.run_cases(program, x, n_out, prefix=command(board, program, log)[:-1], timeout=TIMEOUT_S,
+        outputs = native.run_cases(program, x, n_out, prefix=command(board, log), timeout=TIMEOUT_S,
                                    dtype=io.input, out_dtype=io.output)
         with open(log, errors="replace") as lines:
             counts = cycles_per_call(lines, start, returns, table, name, program)
