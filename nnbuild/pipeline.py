@@ -60,10 +60,10 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     board = boards.load_board(board)
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
-    gen = [f"gen/{f}" for f in codegen.outputs(name, kinds.resolve_shape(kind, shape))]
-    header, code = gen[0], gen[1]
-    weights = [f for f in gen if f.endswith("_weights.c")]
-    flowfacts, trace = (next(f for f in gen if f.endswith(suffix)) for suffix in (".flowfacts.json", ".trace.json"))
+    roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}
+    gen = list(roles.values())
+    header, code, flowfacts, trace = roles["header"], roles["code"], roles["flowfacts"], roles["trace"]
+    weights = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles and r != "code"]
     #: the functions measured and bounded: the inference entry first (a Gravity program: activate, train)
     entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
@@ -74,7 +74,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         inputs = "inputs.npz"
         tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
                                     environment=environment))
-    nodes = {"generated": gen, "inputs": inputs}
+    nodes = {"generated": gen, "generated_roles": roles, "inputs": inputs}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -250,8 +250,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
         def at(rel, mdir=mdir):
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
-        flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
-                            for suffix in (".flowfacts.json", ".trace.json"))
+        flowfacts, trace = mp.nodes["generated_roles"]["flowfacts"], mp.nodes["generated_roles"]["trace"]
         model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
@@ -422,7 +421,7 @@ def _checked(the_plan, workdir, loaded):
     (label, run_file), = the_plan.nodes["runs"].items()
     with np.load(workdir / run_file) as run:
         cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""
-    shape = steps.read_json(workdir / the_plan.nodes["generated"][-1]).get("shape", "")
+    shape = steps.read_json(workdir / the_plan.nodes["generated_roles"]["trace"]).get("shape", "")
     print(kinds.get(results["kind"]).check_line(results, the_plan.name, label, shape) + cycles)
     return results
 
@@ -596,10 +595,11 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     board = boards.load_board(plan_args["board"])
     the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
     text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent)
-    gen = [made[p] for p in the_plan.nodes["generated"]]
+    roles = {role: made[p] for role, p in the_plan.nodes["generated_roles"].items()}
+    sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
     flags = board.compiler.compile_flags(board, plan_args.get("opt"))
-    text += (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
-             f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
+    text += (f"add_library({target} STATIC {' '.join(map(_cm, sources))})\n"
+             f"target_include_directories({target} PUBLIC {_cm(str(Path(roles['header']).parent))})\n"
              f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
              f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
              f"add_custom_target({target}_checks ALL DEPENDS {_cm(made[the_plan.nodes['gate']])})\n"

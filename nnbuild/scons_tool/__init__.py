@@ -304,11 +304,11 @@ def nn_model(env, name, model, *, board=None, build_dir=None, precision=kinds.DE
     model_node = env.File(str(model))
     nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision, **options)
     made = nodes.pop("_nodes")
-    gen = nodes["generated"]
-    library = made.library(gen[1], gen[3], name)
+    gen = nodes["generated_roles"]
+    library = made.library([gen[r] for r in codegen.C_SOURCE_ROLES if r in gen], name)
     the_plan = made.plan
     roles = {k: v for k, v in nodes.items() if k != "board"}
-    roles.update(library=library, header=gen[0], include=made.bdir.Dir("gen"), plan=the_plan, dir=made.bdir,
+    roles.update(library=library, header=gen["header"], include=made.bdir.Dir("gen"), plan=the_plan, dir=made.bdir,
                  board=board, name=name)
     return Built([library, nodes["gate"]], **roles)
 
@@ -411,11 +411,11 @@ class Nodes:
         nodes["_nodes"] = self
         return nodes
 
-    def library(self, code, weights, name):
+    def library(self, sources, name):
         """A static library of the generated code's objects (the check program's own objects)."""
         board = self.plan.board
         xenv = cross_env(self.env, board, None, self.verbose)
-        objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in (code, weights)]
+        objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in sources]
         if not self.verbose:
             xenv["ARCOMSTR"] = comstr(self.env, "AR", False)
             xenv["RANLIBCOMSTR"] = comstr(self.env, "AR", False)
