@@ -528,9 +528,7 @@ def _code_files(step_name):
 
 def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
-    step table and command lines as the SCons actions (program tasks run the `program` step)."""
-    import shlex
-
+    step table and argument lists as the SCons actions (program tasks run the `program` step)."""
     build_dir = Path(build_dir)
 
     def where(path):
@@ -545,7 +543,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
         depends = [board_file, *extra_depends]
         if task.step == "program":
             sources = [where(s) for s in task.sources["sources"]]
-            defines = [shlex.quote(f"{k}={v}") for pairs in task.options["defines"].values() for k, v in pairs]
+            defines = [f"{k}={v}" for pairs in task.options["defines"].values() for k, v in pairs]
             values = dict(sources=sources, board=task.options["board"], include=[where(d) for d in task.options["include"]],
                           define=defines, opt=task.options["opt"], output=where(task.targets[0]))
             depends += sources + [where(task.options["header"])]
@@ -568,7 +566,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             arg = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
             values[arg] = str(Path(where(task.targets[0])).parent) if arg == "outdir" else where(task.targets[0])
         depends += [where(p) for p in task.after] + _code_files(task.step)
-        argv = shlex.split(steps.command(task.step, **{k: v for k, v in values.items() if v is not None}))
+        argv = steps.arguments(task.step, **{k: v for k, v in values.items() if v is not None})
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
