@@ -58,6 +58,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     check inputs made once elsewhere (reference_task) and shared, e.g. by precision=auto's candidates;
     the plan then has no reference task of its own."""
     board = boards.load_board(board)
+    codegen.check_model_name(name)      # it names files and folders: refused here, before any is made
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
     roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}

@@ -69,7 +69,10 @@ def check_precision(precision, board=None):
 
 
 def check_model_name(name):
-    """The model name prefixes every symbol and names the files: a checked C identifier only."""
+    """The model name prefixes every symbol and names the files: a checked C identifier only, of
+    at most names.MAX_NAME_LENGTH characters."""
+    if isinstance(name, str) and names.too_long(name, "model name"):
+        raise NNBuildError(names.too_long(name, "model name"))
     if not names.is_c_identifier(name):
         raise NNBuildError(f"model name '{name}' is not a usable C name (letters, digits and '_', not a C "
                            f"keyword or header name; for example '{names.c_identifier(name)}')")
