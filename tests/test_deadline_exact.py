@@ -86,3 +86,13 @@ def test_the_gate_agrees_with_exact_arithmetic(cycles, clock_hz, digits):
 
 def base_report():
     return {"tolerance": 1e-4, "max_abs_error_by_run": {}, "check_inputs": 1}
+
+
+@pytest.mark.parametrize("cycles, met", [(870_028, True), (870_029, False)])
+def test_a_multiitem_schedule_is_held_to_the_deadline_in_cycles_too(cycles, met):
+    from nnbuild.kinds import multiitem
+    board = {"wcet": {"schedule_cycles": cycles, "clock_hz": 20_000_000},
+             "timing": {"end_to_end_cycles": cycles, "item_cycles": {"a": cycles}}, "measured_cycles": [cycles - 9]}
+    record = multiitem.deadline_verdict(board, deadline.parse_deadline("43.5014ms"))
+    assert record["met"] is met and record["deadline_cycles"] == 870_028
+    assert record["verdict"].endswith(f"({cycles:,} cycles {'<=' if met else '>'} 870,028 cycles)")
