@@ -107,3 +107,18 @@ def test_scons_words_come_back_as_the_program_arguments(tmp_path):
     status = no_shell_spawn("sh", escape_for_argv, sys.executable,
                             [sys.executable, "-c", escape_for_argv(script), *map(escape_for_argv, words)], {})
     assert status == 0 and out.read_text() == repr(words)
+
+
+@pytest.mark.e2e
+def test_nnfirmware_refuses_a_model_folder_its_shell_commands_would_read(tmp_path):
+    """The user's own sources are compiled by the user's environment (through `sh`, as SCons does):
+    a model folder with characters `sh` reads is refused in one line before anything runs."""
+    project = hostile_project(tmp_path)
+    (project / "main.c").write_text("int main(void) { return 0; }\n")
+    (project / "SConstruct").write_text(USER_SCONSTRUCT.format(model=MODELS["quotes"], build_dir=BUILD_DIR)
+                                        + 'env.NNFirmware("app", ["main.c"], models=[model])\n')
+    result = scons(project)
+    errors = [l for l in result.stderr.splitlines() if l.strip()]
+    assert result.returncode != 0 and len(errors) == 1, result.stderr
+    assert "NNFirmware: model 'model_weights' is built in" in errors[0] and "through SCons' shell" in errors[0]
+    assert canaries(tmp_path) == [] and not (project / BUILD_DIR).exists()

@@ -36,7 +36,7 @@ import SCons.Script
 import SCons.Subst
 import SCons.Util
 
-from nnbuild import boards, codegen, frontends, kinds, pipeline, steps
+from nnbuild import boards, codegen, frontends, kinds, names, pipeline, steps
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -480,6 +480,8 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, boar
     if not models or not all(isinstance(m, Built) and hasattr(m, "library") for m in models):
         fail("NNFirmware: models= takes the results of env.NNModel(...)")
     board = _board_of(env, board or models[0].board.name)
+    for m in models:
+        refuse_shell_characters(m.dir, f"NNFirmware: model '{m.name}' is built in")
     fenv = user_env(env, board, [m.include for m in models])
     target = env.File(env.subst(str(target)))
     stem = target.name
@@ -508,6 +510,20 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, boar
     gates = nodes["gates"]
     return Built([program[0], *images, *gates.values()], elf=program[0], hex=nodes.get("image.hex"),
                  bin=nodes.get("image.bin"), gates=gates, reports=nodes["reports"], board=board)
+
+
+#: what `sh` reads in a word SCons passes in double quotes (or unquoted, without blanks)
+SHELL_CHARACTERS = frozenset("`$\\\"'\n\r;&|<>(){}*?[]!#~")
+
+
+def refuse_shell_characters(node, what):
+    """The user's firmware is compiled and linked by the user's own environment, whose commands SCons
+    runs through `sh`: a model folder those commands name must hold no character `sh` reads."""
+    path = str(node)
+    found = sorted(set(path) & SHELL_CHARACTERS)
+    if found:
+        fail(f"{what} {names.one_line(path)!r}, whose name holds {' '.join(map(repr, found))}: your firmware's "
+             "compile and link commands run through SCons' shell; give NNModel a build_dir without them")
 
 
 def user_env(env, board, include_dirs):
