@@ -2,7 +2,8 @@
 options), the library function that does it, and the code its output depends on.
 
 Three users read this table: the CLI makes one subcommand per step (`python -m nnbuild <step>`),
-the SCons tool makes each build action from a step's command line (`command`), and
+the SCons tool and CMake make each build action from a step's argument list (`arguments`, run
+without a shell), and
 `nnbuild check` (pipeline.execute) calls the same functions in a temporary directory. A new step
 is one entry here and one function.
 
