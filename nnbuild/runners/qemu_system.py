@@ -12,10 +12,14 @@ path, not a measurement of the silicon. A conditional branch is charged taken wh
 executed block does not start right after it. An executed instruction without a cost stops the
 count in one line naming its address."""
 
+import os
 import re
+import select
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
@@ -86,16 +90,77 @@ def run(board, program, x, n_out, *, io, entry=None, harness=None):
         raise NNBuildError(f"unknown instruction_timing {name!r} for {EMULATOR} "
                            f"(known: {', '.join(sorted(cortexm_timing.MODELS))})", item=board.get("name"))
     table, _unknown = cortexm_timing.cost_table(text, name)
-    with tempfile.TemporaryDirectory(prefix="nnbuild-qemu-system-") as tmp:
-        log = Path(tmp) / "exec.log"
-        outputs = native.run_cases(program, x, n_out, prefix=command(board, log), timeout=TIMEOUT_S,
-                                   dtype=io.input, out_dtype=io.output)
-        with open(log, errors="replace") as lines:
-            counts = cycles_per_call(lines, start, returns, table, name, program)
+    cases = native.as_cases(x, path=program, dtype=io.input)
+    outputs, counts = run_counted(board, program, cases, n_out, io.output,
+                                  lambda lines: cycles_per_call(lines, start, returns, table, name, program))
     if len(counts) != len(x):
         raise NNBuildError(f"{EMULATOR}: {len(counts)} complete calls of {entry} in the exec log for {len(x)} "
                            "inputs", path=program)
     return outputs, native.np.asarray(counts, dtype=native.np.int64)
+
+
+def run_counted(board, program, cases, n_out, out_dtype, count):
+    """(outputs, count(exec log lines)): the program run on the cases with QEMU's exec log streamed
+    through a FIFO into `count` while it runs (a soft-float model logs gigabytes: none of it is
+    written to disk). An error of `count` stops QEMU at once."""
+    with tempfile.TemporaryDirectory(prefix="nnbuild-qemu-system-") as tmp:
+        fifo = Path(tmp) / "exec.log"
+        os.mkfifo(fifo)
+        # read end opened read-write: the open never blocks, and QEMU exiting is seen through poll()
+        fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            proc = subprocess.Popen([*command(board, fifo), str(program)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as error:
+            os.close(fd)
+            raise NNBuildError(f"{EMULATOR} could not start: {error}", path=program) from None
+        done = {}
+        talk = threading.Thread(target=lambda: done.update(zip(("out", "err"), proc.communicate(cases.tobytes()))))
+        talk.start()
+        try:
+            counts = count(_lines(fd, proc, program))
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            talk.join()
+            os.close(fd)
+    if proc.returncode != 0:
+        raise NNBuildError(native.describe_exit(proc.returncode, done.get("err", b"")), path=program)
+    out = native.np.dtype(out_dtype)
+    want = out.itemsize * int(n_out) * len(cases)
+    if len(done["out"]) != want:
+        raise NNBuildError(f"wrote {len(done['out'])} bytes, expected {want} ({len(cases)} cases x {n_out} "
+                           f"{out.name})", path=program)
+    outputs = native.np.frombuffer(done["out"], dtype=out).astype(out.newbyteorder("="))
+    return outputs.reshape(len(cases), int(n_out)), counts
+
+
+def _lines(fd, proc, program):
+    """The text lines QEMU writes into the FIFO `fd` until it exits and the FIFO is drained; past
+    TIMEOUT_S, QEMU is killed and the run fails."""
+    started, rest, exited = time.monotonic(), b"", False
+    while True:
+        exited = exited or proc.poll() is not None   # asked before reading: what it wrote is in the FIFO
+        ready, _, _ = select.select([fd], [], [], 0 if exited else 0.2)
+        chunk = b""
+        if ready:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                chunk = b""
+        if chunk:
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        elif exited:
+            break
+        if time.monotonic() - started > TIMEOUT_S:
+            proc.kill()
+            raise NNBuildError(f"timed out after {TIMEOUT_S:g} s", path=program)
+    if rest:
+        yield rest.decode("utf-8", "replace")
 
 
 def disassembly(board, program):
