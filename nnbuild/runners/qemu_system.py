@@ -196,9 +196,14 @@ def cycles_per_call(lines, start, returns, table, model="the cost model", progra
         not_taken, taken, after = table[addr]
         return not_taken if next_pc == after else taken
 
+    summed = {}   # block -> (cost of all but its last instruction, its last instruction), once per translation
+
     def charge(pc, next_pc):
-        addrs = blocks[pc]
-        return sum(cost(a, None) for a in addrs[:-1]) + cost(addrs[-1], next_pc)
+        if pc not in summed:
+            addrs = blocks[pc]
+            summed[pc] = (sum(cost(a, None) for a in addrs[:-1]), addrs[-1])
+        body, last = summed[pc]
+        return body + cost(last, next_pc)
 
     for line in lines:
         m = _INSN_RE.match(line)
@@ -208,7 +213,9 @@ def cycles_per_call(lines, start, returns, table, model="the cost model", progra
             block.append(int(m.group(1), 16))
             continue
         if block is not None:   # a block's listing ends at the first line that is not an instruction
-            blocks[block[0]], block = block, None
+            blocks[block[0]] = block
+            summed.pop(block[0], None)   # translated again (after a flush): summed again
+            block = None
         m = _TRACE_RE.match(line)
         if not m:
             continue
