@@ -634,7 +634,7 @@ def cmake_board(board):
     """CMake toolchain settings of a board: compiler, target flags (no optimisation, no warning
     policy: the user's CMAKE_C_FLAGS and build type decide those), link flags, program suffix."""
     board = boards.load_board(board)
-    target_flags = [f for f in board.get("cflags", []) if not is_policy_flag(f)]
+    target_flags = [f for f in board.get("cflags", []) + board.clock_flags() if not is_policy_flag(f)]
     lines = [f"set(CMAKE_C_COMPILER {_cm(board['cc'])})",
              f"set(CMAKE_C_FLAGS_INIT {_cm(' '.join(target_flags))})",
              f"set(CMAKE_EXE_LINKER_FLAGS_INIT {_cm(' '.join(board.get('ldflags', [])))})",

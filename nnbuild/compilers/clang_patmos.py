@@ -44,7 +44,7 @@ def compile_command(board, sources: Sequence, output, *, include_dirs: Iterable 
 
     `defines` are `NAME` or `NAME=VALUE` strings (as for the gcc family).
     """
-    cmd = [board.get("cc", COMPILER), opt or board.get("opt", "-O2"), *board.get("cflags", []),
+    cmd = [board.get("cc", COMPILER), *compile_flags(board, opt),
            f"-mserialize={pml_path(output)}"]
     if entry:
         cmd.append(f"-mserialize-roots={entry}")

@@ -21,8 +21,9 @@ def require_tool(board, key="cc", path=None):
 
 
 def compile_flags(board, opt=None):
-    """C flags for this board; `opt` overrides the board's default optimisation level."""
-    return [opt or board.get("opt", "-O2"), *board.get("cflags", [])]
+    """C flags for this board; `opt` overrides the board's default optimisation level. The clock
+    define (F_CPU) comes from the board's clock_hz, never from its cflags (one source of the clock)."""
+    return [opt or board.get("opt", "-O2"), *board.get("cflags", []), *board.clock_flags()]
 
 
 def link_flags(board, opt=None):
