@@ -20,10 +20,33 @@ def require_tool(board, key="cc", path=None):
     return found
 
 
+#: flags every build gets for byte-identical objects: gcc before 8 (avr-gcc 5.4) writes its whole
+#: command line, -fdebug-prefix-map's absolute path included, into DWARF's DW_AT_producer; the
+#: flags are in report.json instead
+REPRODUCIBLE_FLAGS = ("-gno-record-gcc-switches",)
+
+
 def compile_flags(board, opt=None):
     """C flags for this board; `opt` overrides the board's default optimisation level. The clock
     define (F_CPU) comes from the board's clock_hz, never from its cflags (one source of the clock)."""
-    return [opt or board.get("opt", "-O2"), *board.get("cflags", []), *board.clock_flags()]
+    return [opt or board.get("opt", "-O2"), *board.get("cflags", []), *board.clock_flags(), *REPRODUCIBLE_FLAGS]
+
+
+#: nnbuild's own C sources (the check programs' main, the simulator harness), as debug info names them
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def path_map_flags(root):
+    """Flags that write the build's root directory as '.' (and nnbuild's installed package, when
+    outside it, as 'nnbuild') into debug info: DWARF's comp_dir and file names then read the same
+    in every checkout and on every machine, and so do the objects, the linked ELF (its merged
+    .debug_str) and the .hex. -fdebug-prefix-map, not -ffile-prefix-map: avr-gcc 5.4 predates
+    the latter, and nnbuild's C uses no __FILE__ (the only other path it would map)."""
+    root = Path(root).resolve()
+    maps = {root: "."}
+    if root not in PACKAGE_DIR.parents and root != PACKAGE_DIR:
+        maps[PACKAGE_DIR] = "nnbuild"
+    return [f"-fdebug-prefix-map={d}={name}" for d, name in maps.items()]
 
 
 def link_flags(board, opt=None):
@@ -47,7 +70,7 @@ def tool_version(executable):
 def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None, hint=""):
     """Compile and link `sources` into `output` in one gcc call (used outside SCons, by the CLI)."""
     cc = require_tool(board)
-    cmd = [cc, *compile_flags(board, opt), *(f"-I{d}" for d in include_dirs),
+    cmd = [cc, *compile_flags(board, opt), *path_map_flags(Path.cwd()), *(f"-I{d}" for d in include_dirs),
            *(f"-D{d}" for d in defines), *map(str, sources), "-o", str(output),
            *board.get("ldflags", []), *(f"-l{lib}" for lib in libs(board))]
     result = subprocess.run(cmd, capture_output=True, text=True)

@@ -145,11 +145,18 @@ def link_flags(board, opt=None):
     return [f.replace("{output}", "$TARGET") for f in board.compiler.link_flags(board, opt)]
 
 
+def path_map(env, board):
+    """The compiler family's flags that write the project's root as '.' into debug info, kept out of
+    the command's signature ($( $)): two checkouts at different paths compile to the same objects
+    under the same signatures, so a shared CacheDir serves both."""
+    return ["$(", *board.compiler.path_map_flags(env.Dir("#").abspath), "$)"]
+
+
 def cross_env(env, board, opt, verbose):
     """A compile/link environment for one board, from its data file and compiler family."""
     compilers = board.compiler
     xenv = board_env(env, board)
-    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
+    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt) + path_map(env, board), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
                  LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[])
     if not verbose:
         xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))
@@ -360,7 +367,7 @@ def user_env(env, board, include_dirs):
     before the user's own (CCFLAGS, CFLAGS, CPPPATH, CPPDEFINES, LINKFLAGS, LIBS are extended, never
     replaced); the generated code's warning policy stays with the generated code."""
     fenv = board_env(env, board)
-    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board), LINKFLAGS=link_flags(board))
+    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board) + path_map(env, board), LINKFLAGS=link_flags(board))
     fenv.Append(CPPPATH=list(include_dirs), LIBS=board.compiler.libs(board))
     if not bool(env["NNBUILD_VERBOSE"]):
         fenv.SetDefault(CCCOMSTR=comstr(env, "CC", False), LINKCOMSTR=comstr(env, "LINK", False))
