@@ -428,6 +428,8 @@ class Nodes:
             xenv["RANLIBCOMSTR"] = comstr(self.env, "AR", False)
         for tool in ("AR", "RANLIB"):
             xenv[tool] = binutil(board, tool.lower())
+        # deterministic archives (zero timestamps, uids and modes): two checkouts give the same bytes
+        xenv.Replace(ARFLAGS="rcD", RANLIBFLAGS="-D")
         return xenv.StaticLibrary(self.bdir.File(f"lib{name}.a"), objs)[0]
 
     def step(self, task):
