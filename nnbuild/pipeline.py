@@ -141,17 +141,32 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
             tasks.append(Task("wcet", [entry_bounds[entry]], {"elf": check, "flowfacts": flowfacts},
                               role=f"wcet_{entry}", options={"board": board.name, "entry": entry,
                                                              "record_errors": record_wcet_errors}))
+    evidence = {**model_evidence(model), **{f"generated:{Path(f).name}": f for f in gen}, "elf:check": check,
+                **({"elf:firmware": firmware} if firmware else {})}
     tasks.append(Task("report", ["report.json", "report.html"],
                       {"semantic": "semantic.json", "size": "size.json", "trace": trace, "run": target_run,
                        "wcet": wcet_json, "entry_wcet": entry_bounds or None,
-                       "entry_runs": {e: r for e, r in extra_runs.items() if e in entry_bounds} or None},
+                       "entry_runs": {e: r for e, r in extra_runs.items() if e in entry_bounds} or None,
+                       "evidence": evidence, "data": data},
                       options={"model": name, "board": board.name, "precision": precision, "shape": shape,
-                               "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin}, role="report"))
+                               "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin,
+                               "seed": None if data else seed, "count": count,
+                               "input_range": input_range}, role="report"))
     nodes.update(size="size.json", wcet=wcet_json, report="report.json")
     if purpose == "build":
         tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate"))
         nodes["gate"] = "gate.json"
     return Plan(tasks, name, board, nodes, entries)
+
+
+def model_evidence(model):
+    """{role: absolute path} of the model's own files for the report's hashes: the file, or every
+    file of a model folder (NNEF: graph.nnef and its .dat tensors)."""
+    path = Path(str(model)).resolve()
+    if path.is_dir():
+        return {f"model:{p.relative_to(path).as_posix()}": str(p) for p in sorted(path.rglob("*"))
+                if p.is_file() and not p.name.startswith(".")}
+    return {"model": str(path)} if path.is_file() else {}
 
 
 def multiitem_plan(*, name, model, board, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
@@ -271,7 +286,10 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
         tasks.append(Task("report", [f"{sub}/report.json", f"{sub}/report.html"],
                           {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
                            "run": at(model_report.sources.get("run")), "wcet": wcet_json,
-                           "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None},
+                           "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None,
+                           "evidence": {**{k: at(v) for k, v in model_report.sources["evidence"].items()
+                                           if not k.startswith("elf:")}, "elf:firmware": firmware},
+                           "data": at(model_report.sources.get("data"))},
                           options=dict(model_report.options), role=f"{mp.name}/report"))
         tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate"))
         reports[mp.name], gates[mp.name] = f"{sub}/report.json", f"{sub}/gate.json"
@@ -593,6 +611,8 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     `target` (the board's flags, -Werror included) and `<target>_checks` (built by `all`, and before
     the library) whose last output is the gate."""
     plan_args = {k: v for k, v in plan_args.items() if v is not None}
+    if plan_args.get("deadline") and not plan_args.get("deadline_origin"):
+        plan_args["deadline_origin"] = "DEADLINE of nnbuild_add_model"
     board = boards.load_board(plan_args["board"])
     the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
     text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent)

@@ -21,6 +21,7 @@ UNCACHED = {"Memory report", "Semantic check", "Report", "Gates"}
 
 def checkout(dest):
     """A copy of the project (with the examples) whose steps import its own nnbuild."""
+    Path(dest).mkdir(parents=True)
     project = copy_project(dest)
     shutil.copytree(Path(__file__).resolve().parents[1] / "examples", project / "examples",
                     ignore=shutil.ignore_patterns("build", ".sconsign*", "__pycache__"))

@@ -309,6 +309,8 @@ def nn_model(env, name, model, *, board=None, build_dir=None, precision=kinds.DE
         fail(str(error))
     build_dir = build_dir or f"build/{board.name}/{name}"
     model_node = env.File(str(model))
+    if options.get("deadline") and not options.get("deadline_origin"):
+        options["deadline_origin"] = "NNModel deadline in the SConstruct"
     nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision, **options)
     made = nodes.pop("_nodes")
     gen = nodes["generated"]
