@@ -187,14 +187,16 @@ def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAU
 def write_report(output, record, save_html):
     """report.json and report.html, once the record follows the shipped schema (report.schema.json):
     evidence that does not follow its published layout is not written."""
+    import jsonschema
+
     from nnbuild.checks import report as reports
     record = json.loads(json.dumps(record))
     try:
         reports.validate(record)
-    except Exception as error:   # jsonschema.ValidationError: one line, where in the record
-        where = "/".join(str(p) for p in getattr(error, "absolute_path", ())) or "(top level)"
+    except jsonschema.ValidationError as error:   # one line, with where in the record
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise NNBuildError(f"report.json does not follow {reports.SCHEMA_FILE.name} at {where}: "
-                           f"{getattr(error, 'message', error)}") from None
+                           f"{error.message}") from None
     save_html(Path(output).with_suffix(".html"), record)
     save_json(output, record)
 

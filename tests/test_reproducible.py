@@ -3,6 +3,8 @@ gives the same bytes in every output (objects, libraries, ELF, .hex, reports), a
 CacheDir (`scons ... cache=DIR`) serves a second checkout every cacheable step, simulator runs and
 WCET bounds included."""
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_project, have, scons
+from nnbuild.checks import report as reports
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not have("avr-gcc", "avr-objcopy", "simavr"), reason="avr toolchain/simavr missing")]
@@ -51,6 +54,17 @@ def test_two_checkouts_at_different_paths_build_byte_identical_outputs(tmp_path)
             "avr/app.checks/xor/report.json"} <= set(first)
     differ = [path for path in first if first[path] != second[path]]
     assert differ == [], f"differ between the two checkouts: {differ}"
+    # the report speaks of the image it gates: the ELF's and the written .hex's sha256, and where
+    # the deadline came from
+    report = json.loads(first["avr/app.checks/xor/report.json"])
+    reports.validate(report)
+    elf = next(f for f in report["files"] if f["role"] == "elf:firmware")
+    assert elf["file"] == "build/avr/app.elf"
+    assert elf["sha256"] == hashlib.sha256(first["avr/app.elf"]).hexdigest()
+    assert elf["ihex_sha256"] == hashlib.sha256(first["avr/app.hex"]).hexdigest()
+    assert report["deadline_ms"] == 5.0 and report["deadline_origin"] == "NNModel deadline in the SConstruct"
+    assert report["timing"]["assumptions"].startswith("Every instruction takes the clock cycles of the ATmega1284")
+    assert "-DF_CPU=20000000UL" in report["compiler"]["compile_flags"] and report["passed"] is True
 
 
 def test_a_second_checkout_takes_every_cacheable_step_from_a_shared_cache(tmp_path):

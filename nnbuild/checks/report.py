@@ -36,9 +36,15 @@ def schema():
 
 
 def validate(record):
-    """Raise jsonschema.ValidationError when `record` does not follow the shipped schema."""
+    """Raise jsonschema.ValidationError when `record` does not follow the shipped schema; a key the
+    schema does not list first, by name (a new key is documented there before it is written)."""
     import jsonschema
-    jsonschema.Draft202012Validator(schema()).validate(record)
+    layout = schema()
+    unknown = sorted(set(record) - set(layout["properties"])) if isinstance(record, dict) else []
+    if unknown:
+        raise jsonschema.ValidationError(f"unknown key '{unknown[0]}' (add it to {SCHEMA_FILE.name}: its "
+                                         "description says how)")
+    jsonschema.Draft202012Validator(layout).validate(record)
 
 
 def sha256(path):
