@@ -4,6 +4,7 @@ versions, all following the shipped JSON Schema (nnbuild/report.schema.json), fo
 kind (a real host build of each: nn, tpg, gravity, multiitem)."""
 
 import hashlib
+import html
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from conftest import REPO, SHARED
 from nnbuild import pipeline, project, steps
 from nnbuild.checks import report as reports
+from nnbuild.checks import report_html
 from nnbuild.compilers import gcc
 from nnbuild.errors import NNBuildError
 
@@ -73,6 +75,16 @@ def test_a_host_build_report_is_evidence_that_follows_the_schema(tmp_path):
     for reader in ("numpy", "h5py", "onnx", "scons", "jinja2", "jsonschema", "nnbuild", "gcc"):
         assert report["tool_versions"][reader], reader
     assert report["deadline_ms"] is None and report["deadline_origin"] is None
+    # report.html's head shows the verdict, the hashes and the assumptions, escaped
+    page = (tmp_path / "report.html").read_text()
+    head = page[:page.index('<h2 id="gates">')]
+    assert "passed: every gate holds" in head and files["generated:xor.c"]["sha256"] in head
+    assert html.escape(board["assumptions"], quote=True) in head and report["compiler"]["version"] in head
+    hostile = dict(report, files=[dict(files["model"], file='<script>x</script>".h5')],
+                   timing=dict(report["timing"], assumptions="<b>zero-wait</b>"))
+    text = report_html.render(hostile)
+    assert "<script>x" not in text and "&lt;script&gt;x&lt;/script&gt;&quot;.h5" in text
+    assert "&lt;b&gt;zero-wait&lt;/b&gt;" in text
 
 
 def test_a_broken_gate_is_a_false_verdict_with_the_failing_gate(tmp_path):

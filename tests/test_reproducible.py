@@ -42,8 +42,7 @@ def test_two_checkouts_at_different_paths_build_byte_identical_outputs(tmp_path)
     """A user's firmware project (two models, NNFirmware: app.elf, app.hex, app.bin, per-model
     reports over the image) built for avr in two checkouts: every output file is the same."""
     built = []
-    for where in (tmp_path / "a", tmp_path / "second" / "clone-with-a-longer-path"):
-        project, env = checkout(where)
+    for project, env in [checkout(where) for where in (tmp_path / "a", tmp_path / "second" / "clone-with-a-longer-path")]:
         app = project / "examples" / "scons_project"
         result = scons(app, "board=avr", env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -74,8 +73,7 @@ def test_a_second_checkout_takes_every_cacheable_step_from_a_shared_cache(tmp_pa
     report, gates); its outputs are the first's."""
     cache = tmp_path / "cache"
     logs, built = [], []
-    for where in (tmp_path / "a", tmp_path / "b" / "other"):
-        project, env = checkout(where)
+    for project, env in [checkout(where) for where in (tmp_path / "a", tmp_path / "b" / "other")]:
         result = scons(project, "target=avr", "model=xor", f"cache={cache}", env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         logs.append(result.stdout)

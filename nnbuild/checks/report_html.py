@@ -61,6 +61,7 @@ svg text { font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; fon
 svg text.light { fill: #ffffff; }
 code { font-family: "DejaVu Sans Mono", "Liberation Mono", monospace; font-size: 0.92em; }
 footer { margin-top: 2em; color: #666; font-size: 0.85em; }
+table.hashes code { font-size: 0.85em; word-break: break-all; }
 """
 
 
@@ -165,10 +166,36 @@ def header(r):
         facts.append((f"WCET of {entry}", f"{w['wcet_cycles']:,} cycles ({w['wcet_ms']:.3f} ms), measured "
                                           f"{w['measured_cycles'] or 0:,}" if w else
                       (e.get("wcet_error") or e.get("wcet_unavailable") or "-")))
-    return {"facts": facts, "broken": gates.violations(r), "waived": bool(r.get("waivers")),
+    return {"facts": facts, "evidence": evidence(r), "broken": gates.violations(r), "waived": bool(r.get("waivers")),
             "auto": bool(r.get("precision_auto")),
             "gates": [(gate, status, detail, VERDICT_WORDS[status]) for gate, status, detail in gate_rows(r)],
             "waivers": r.get("waivers") or []}
+
+
+def evidence(r):
+    """What the verdict rests on, for the page's head: the timing model and its assumptions, the
+    compiler and its flags, the check inputs, and the sha256 of every file (None for a report
+    from before these keys)."""
+    if "files" not in r:
+        return None
+    timing, compiler, inputs = r.get("timing") or {}, r.get("compiler") or {}, r.get("inputs") or {}
+    made = (f"{inputs.get('count')} inputs" + (f", seed {inputs['seed']}" if inputs.get("seed") is not None else "")
+            + (f", range [{inputs['range'][0]:g}, {inputs['range'][1]:g}]" if inputs.get("range") else "")
+            + (f", from {inputs['data']}" if inputs.get("data") else ""))
+    facts = [("verdict", "passed: every gate holds" if r.get("passed") else "failed: a gate does not hold"),
+             ("WCET analyzer", timing.get("analyzer") or "none on this board"),
+             ("timing model", timing.get("timing_model") or "-"),
+             ("timing assumptions", timing.get("assumptions") or "the board file states none"),
+             ("compiler", compiler.get("version") or compiler.get("executable") or "-"),
+             ("compile flags", " ".join(compiler.get("compile_flags") or [])),
+             ("link flags", " ".join(compiler.get("link_flags") or []) or "-"),
+             ("check inputs", made)]
+    hashes = []
+    for f in r["files"]:
+        hashes.append((f["file"], f["role"], f["sha256"]))
+        if f.get("ihex_sha256"):
+            hashes.append((f"Intel HEX of {f['file']}", "image (.hex)", f["ihex_sha256"]))
+    return {"facts": facts, "hashes": hashes}
 
 
 # --------------------------------------------------------------------------- drawings

@@ -36,17 +36,17 @@ def compile_flags(board, opt=None):
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
-def path_map_flags(root):
-    """Flags that write the build's root directory as '.' (and nnbuild's installed package, when
-    outside it, as 'nnbuild') into debug info: DWARF's comp_dir and file names then read the same
-    in every checkout and on every machine, and so do the objects, the linked ELF (its merged
-    .debug_str) and the .hex. -fdebug-prefix-map, not -ffile-prefix-map: avr-gcc 5.4 predates
-    the latter, and nnbuild's C uses no __FILE__ (the only other path it would map)."""
-    root = Path(root).resolve()
-    maps = {root: "."}
-    if root not in PACKAGE_DIR.parents and root != PACKAGE_DIR:
-        maps[PACKAGE_DIR] = "nnbuild"
-    return [f"-fdebug-prefix-map={d}={name}" for d, name in maps.items()]
+def path_map_flags(*roots):
+    """Flags that write each of `roots` (the build's root directory, the directory a program is
+    built in; the most specific last) as '.' and nnbuild's installed package, when outside them,
+    as 'nnbuild' into debug info: DWARF's comp_dir and file names then read the same in every
+    checkout and on every machine, and so do the objects, the linked ELF (its merged .debug_str)
+    and the .hex. -fdebug-prefix-map, not -ffile-prefix-map: avr-gcc 5.4 predates the latter, and
+    nnbuild's C uses no __FILE__ (the only other path it would map)."""
+    roots = [Path(r).resolve() for r in roots]
+    inside = any(root == PACKAGE_DIR or root in PACKAGE_DIR.parents for root in roots)
+    maps = ([] if inside else [(PACKAGE_DIR, "nnbuild")]) + [(root, ".") for root in roots]
+    return [f"-fdebug-prefix-map={d}={name}" for d, name in maps]
 
 
 def link_flags(board, opt=None):
@@ -70,7 +70,8 @@ def tool_version(executable):
 def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None, hint=""):
     """Compile and link `sources` into `output` in one gcc call (used outside SCons, by the CLI)."""
     cc = require_tool(board)
-    cmd = [cc, *compile_flags(board, opt), *path_map_flags(Path.cwd()), *(f"-I{d}" for d in include_dirs),
+    cmd = [cc, *compile_flags(board, opt), *path_map_flags(Path.cwd(), Path(output).parent),
+           *(f"-I{d}" for d in include_dirs),
            *(f"-D{d}" for d in defines), *map(str, sources), "-o", str(output),
            *board.get("ldflags", []), *(f"-l{lib}" for lib in libs(board))]
     result = subprocess.run(cmd, capture_output=True, text=True)
