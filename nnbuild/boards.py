@@ -186,8 +186,7 @@ class Board(dict):
     def clock_flags(self):
         """The compiler's clock define derived from clock_hz (avr: -DF_CPU=20000000UL), the board's
         one source of the clock; [] when the board names no clock_define."""
-        name, clock = self.get("clock_define"), self.get("clock_hz")
-        return [f"-D{name}={clock}UL"] if name and clock else []
+        return self.compiler.clock_flags(self)
 
     def check(self):
         """Every problem of the data, one line naming the file and the key."""

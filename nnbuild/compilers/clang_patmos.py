@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
 from nnbuild.compilers import gcc
-from nnbuild.compilers.gcc import (compile_flags, libs, path_map_flags, require_tool, section_sizes,  # noqa: F401
+from nnbuild.compilers.gcc import (clock_flags, compile_flags, libs, path_map_flags, require_tool, section_sizes,  # noqa: F401
                                    tool_version)
 # the program-too-big lines: GNU ld's region words, the board's v3 flash floor (neither on patmos.json)
 from nnbuild.compilers.gcc import flash_floor_failure, link_failure  # noqa: F401

@@ -29,7 +29,14 @@ REPRODUCIBLE_FLAGS = ("-gno-record-gcc-switches",)
 def compile_flags(board, opt=None):
     """C flags for this board; `opt` overrides the board's default optimisation level. The clock
     define (F_CPU) comes from the board's clock_hz, never from its cflags (one source of the clock)."""
-    return [opt or board.get("opt", "-O2"), *board.get("cflags", []), *board.clock_flags(), *REPRODUCIBLE_FLAGS]
+    return [opt or board.get("opt", "-O2"), *board.get("cflags", []), *clock_flags(board), *REPRODUCIBLE_FLAGS]
+
+
+def clock_flags(board):
+    """The clock define derived from the board's clock_hz (avr: -DF_CPU=20000000UL) when the board
+    names a clock_define; [] otherwise."""
+    name, clock = board.get("clock_define"), board.get("clock_hz")
+    return [f"-D{name}={clock}UL"] if name and clock else []
 
 
 #: nnbuild's own C sources (the check programs' main, the simulator harness), as debug info names them
