@@ -530,6 +530,21 @@ def cmake_dir():
     return str(CMAKE_DIR)
 
 
+#: static libraries archived without timestamps (ar D, ranlib -D), as SCons does: two build
+#: folders give the same bytes (set in the scope of the CMakeLists calling nnbuild_add_model, whose
+#: function includes this code: the archive rules apply to that directory's static libraries)
+CMAKE_DETERMINISTIC_ARCHIVES = ('set(CMAKE_C_ARCHIVE_CREATE "<CMAKE_AR> qcD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)\n'
+                                'set(CMAKE_C_ARCHIVE_APPEND "<CMAKE_AR> qD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)\n'
+                                'set(CMAKE_C_ARCHIVE_FINISH "<CMAKE_RANLIB> -D <TARGET>" PARENT_SCOPE)\n')
+
+
+def _cmake_path_map(board, have=()):
+    """The compiler family's reproducibility flags (those not in `have`) with CMake's source and
+    build folders mapped to '.' (quoted, the variables expanded by CMake)."""
+    flags = board.compiler.reproducible_flags(("${CMAKE_SOURCE_DIR}", "${CMAKE_BINARY_DIR}"))
+    return " ".join(f'"{f}"' for f in flags if f not in have)
+
+
 def _cm(text):
     """One quoted CMake argument; generator expressions ($<...>) pass through."""
     text = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${")
@@ -620,7 +635,8 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     flags = board.compiler.compile_flags(board, plan_args.get("opt"))
     text += (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
              f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
-             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
+             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))} {_cmake_path_map(board, flags)})\n"
+             + CMAKE_DETERMINISTIC_ARCHIVES +
              f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
              f"add_custom_target({target}_checks ALL DEPENDS {_cm(made[the_plan.nodes['gate']])})\n"
              f"add_dependencies({target} {target}_checks)\n")
@@ -644,7 +660,8 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf])
     outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
     outs += [made[v] for v in the_plan.nodes["gates"].values()]
-    text = f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n" + text
+    text = (f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n"
+            f"target_compile_options({target} PRIVATE {_cmake_path_map(board)})\n" + text)
     text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
              f"add_dependencies({target}_nnbuild {target})\n")
     return text

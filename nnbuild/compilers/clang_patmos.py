@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
 from nnbuild.compilers import gcc
-from nnbuild.compilers.gcc import (clock_flags, compile_flags, libs, path_map_flags, require_tool, section_sizes,  # noqa: F401
-                                   tool_version)
+from nnbuild.compilers.gcc import (clock_flags, compile_flags, libs, path_map_flags,  # noqa: F401
+                                   reproducible_flags, require_tool, section_sizes, tool_version)
 # the program-too-big lines: GNU ld's region words, the board's v3 flash floor (neither on patmos.json)
 from nnbuild.compilers.gcc import flash_floor_failure, link_failure  # noqa: F401
 from nnbuild.errors import NNBuildError

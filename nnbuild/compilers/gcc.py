@@ -56,6 +56,13 @@ def path_map_flags(*roots):
     return [f"-fdebug-prefix-map={d}={name}" for d, name in maps]
 
 
+def reproducible_flags(directories):
+    """REPRODUCIBLE_FLAGS and a debug path map writing each of `directories` (as given: a build
+    tool's variable such as ${CMAKE_SOURCE_DIR} too; the most specific last) as '.': for compiles a
+    build tool runs with its own flags (CMake's library of the generated code, the user's sources)."""
+    return [*REPRODUCIBLE_FLAGS, *(f"-fdebug-prefix-map={d}=." for d in directories)]
+
+
 def link_flags(board, opt=None):
     return [opt or board.get("opt", "-O2"), *board.get("ldflags", [])]
 
