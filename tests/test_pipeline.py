@@ -266,3 +266,16 @@ def test_the_board_clock_is_written_once_in_clock_hz(tmp_path):
     path.write_text(json.dumps({**data, "clock_hz": None, "simulator": None, "wcet_tool": None, "stack_tool": None}))
     with pytest.raises(NNBuildError, match=r"key 'clock_define': 'F_CPU' needs a clock_hz"):
         boards.load_board(path)
+
+
+def test_cmake_compiles_the_generated_library_reproducibly():
+    """CMake's own compile of the generated code maps the source and build folders to '.' (the
+    check programs map theirs in the program step) and archives without timestamps."""
+    from nnbuild import pipeline
+    text = pipeline.cmake_model("xor", "/b", "/t", name="xor", model=str(REPO / "firmware_examples/xor/xor.h5"),
+                                board="avr")
+    options = next(l for l in text.splitlines() if l.startswith("target_compile_options(xor PRIVATE"))
+    assert options.endswith('"-gno-record-gcc-switches" "-fdebug-prefix-map=${CMAKE_SOURCE_DIR}=." '
+                            '"-fdebug-prefix-map=${CMAKE_BINARY_DIR}=.")')
+    assert options.count("-gno-record-gcc-switches") == 1
+    assert 'set(CMAKE_C_ARCHIVE_CREATE "<CMAKE_AR> qcD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)' in text
