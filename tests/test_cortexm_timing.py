@@ -128,7 +128,9 @@ def test_boards_name_machines_and_cost_models_the_runner_has():
         board = boards.load_board(name)
         assert board.runner is qemu_system and board.measures_cycles() and board.run_label() == "qemu-system-arm"
         assert board["qemu_machine"] == machine and board["instruction_timing"] == model
-        assert board.analyzer is None and "assumptions" in board["notes"]
+        assert board.analyzer is None and board.get("clock_define") is None
+        assert {"stm32f407": "RM0090 section 3.5.1", "rp2040": "RP2040 datasheet, section 2.6.2"}[name] in (
+            board["assumptions"]) and "Zero-wait-state memory" in board["assumptions"]
         assert wcet.unavailable_reason(board) == (f"no WCET analyzer for target {name} (its timing model "
                                                   f"{board['timing_model']} has no analyzer yet)")
         parts = qemu_system.check_program(board)
