@@ -205,17 +205,20 @@ def cycles_per_call(lines, start, returns, table, model="the cost model", progra
         body, last = summed[pc]
         return body + cost(last, next_pc)
 
-    for line in lines:
-        m = _INSN_RE.match(line)
-        if m:
-            if block is None:
-                block = []
-            block.append(int(m.group(1), 16))
-            continue
+    for line in lines:   # tens of millions of lines for a soft-float model: prefixes first, regexes after
+        if line.startswith("0x"):
+            m = _INSN_RE.match(line)
+            if m:
+                if block is None:
+                    block = []
+                block.append(int(m.group(1), 16))
+                continue
         if block is not None:   # a block's listing ends at the first line that is not an instruction
             blocks[block[0]] = block
             summed.pop(block[0], None)   # translated again (after a flush): summed again
             block = None
+        if not line.startswith("Trace "):
+            continue
         m = _TRACE_RE.match(line)
         if not m:
             continue
