@@ -194,15 +194,17 @@ def gate(report, output):
     save_json(output, {"passed": True, "wcet": record.get("wcet")})
 
 
-def select(candidates, output, *, firmware_output=None):
-    """precision=auto: the candidate with the smallest WCET that meets every gate."""
+def select(candidates, output, *, firmware_output=None, winner_files=(), winner_output=None):
+    """precision=auto: the candidate with the smallest WCET that meets every gate. `winner_files`
+    (paths relative to the winner's report) are copied to the same names under `winner_output`:
+    a build tool whose sources are fixed before the build (CMake) compiles the chosen C there."""
     from nnbuild.checks import select as selection
     from nnbuild.checks.report import summary_text
-    reports, firmwares = {}, {}
+    reports, firmwares, paths = {}, {}, {}
     for spec in candidates:
         precision, _, rest = spec.partition("=")
         path, _, firmware = rest.partition(":")
-        reports[precision], firmwares[precision] = read_json(path), firmware or None
+        reports[precision], firmwares[precision], paths[precision] = read_json(path), firmware or None, path
     winner, table, why = selection.choose(reports)
     print("precision=auto candidates:")
     bounded = any(r["wcet_cycles"] is not None for r in table)
@@ -214,9 +216,14 @@ def select(candidates, output, *, firmware_output=None):
         print(f"  {r['precision']:<10} WCET {wcet_text}  max error {err:<9}  flash {r['flash_bytes']:>7,}  {verdict}")
     if winner is None:
         raise NNBuildError(selection.refusal(table))
-    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table})
+    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table},
+                 auto={"chosen": winner, "why": why, "candidates": table})
     if firmware_output:
         selection.install_winner(firmwares[winner], firmware_output)
+    import shutil
+    for rel in winner_files or ():
+        with files.atomic(Path(winner_output) / rel) as tmp:
+            shutil.copyfile(Path(paths[winner]).parent / rel, tmp)
     from nnbuild.checks import report_html
     report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(final)))
     save_json(output, final)
@@ -460,7 +467,10 @@ STEPS = {s.name: s for s in (
          "gate.json of a multi-item build, only when every gate holds", code=("kinds",), cacheable=False),
     Step("select", "Choosing precision", select,
          (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
-          _a("--firmware-output", help="where to copy the winner's firmware")),
+          _a("--firmware-output", help="where to copy the winner's firmware"),
+          _a("--winner-file", dest="winner_files", action="append", default=[],
+             help="a file of the winner's folder (relative to its report) to copy under --winner-output"),
+          _a("--winner-output", help="the folder the winner's files are copied to, at the same names")),
          "precision=auto: pick the candidate with the smallest qualifying WCET", code=("checks",), cacheable=False),
 )}
 
