@@ -629,7 +629,9 @@ def _library(target, board, gen, opt, gate, harnesses):
     """The generated C (`gen`: header, code, weights header, weights code) as a static library
     built after the model's gate."""
     flags = board.compiler.compile_flags(board, opt)
-    text = (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
+    board_file = Path(board.path or boards.board_path(board.name)).resolve()
+    text = (f"set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS {_cm(board_file)})\n"
+            f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
             f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
             f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
@@ -787,44 +789,54 @@ def _seed(text):
     try:
         return int(text)
     except (TypeError, ValueError):
-        raise NNBuildError(f"seed '{text}' is not an integer") from None
+        raise NNBuildError(f"'{text}' is not an integer") from None
 
 
 def _shape(text):
     if text not in codegen.SHAPES and text != kinds.DEFAULT_SHAPE:
         import difflib
         near = difflib.get_close_matches(text, sorted(codegen.SHAPES), n=1)
-        raise NNBuildError(f"shape '{text}' is not one of {kinds.DEFAULT_SHAPE}, {', '.join(sorted(codegen.SHAPES))}"
+        raise NNBuildError(f"'{text}' is not one of {kinds.DEFAULT_SHAPE}, {', '.join(sorted(codegen.SHAPES))}"
                            + (f" (did you mean {near[0]}?)" if near else ""))
     return text
 
 
 def cmake_model_values(args):
     """nnbuild_add_model's keywords as plan() arguments, each checked by the parser every interface
-    uses (options.*); one NNBuildError line for the first bad value."""
+    uses (options.*); one NNBuildError line, led by the keyword, for the first bad value."""
     from nnbuild.checks import deadline as deadlines
+
+    def parsed(keyword, parse, text):
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except NNBuildError as error:
+            raise NNBuildError(f"{keyword}: {error}") from None
+
+    def wcet_mode(text):
+        if text not in deadlines.WCET_MODES:
+            raise NNBuildError(f"'{text}' is not one of {', '.join(deadlines.WCET_MODES)}")
+        return text
+
+    def deadline(text):
+        return deadlines.NO_DEADLINE if text.strip().lower() == deadlines.NO_DEADLINE else \
+            f"{options.deadline_ms(text)!r}ms"
+
     model = str(Path(args.model).resolve())
-    board = boards.load_board(args.board)
-    wcet = args.wcet or "auto"
-    if wcet not in deadlines.WCET_MODES:
-        raise NNBuildError(f"WCET '{wcet}' is not one of {', '.join(deadlines.WCET_MODES)}")
-    given = args.deadline
-    if given is not None and given.strip().lower() == deadlines.NO_DEADLINE:
-        given = deadlines.NO_DEADLINE
-    elif given is not None:
-        given = f"{options.deadline_ms(given)!r}ms"
-    spec, origin = deadlines.deadline_spec(given, board, None, wcet)
-    values = dict(name=options.model_name(args.name) or None, model=model, board=str(board.path.resolve()),
-                  shape=_shape(args.shape) if args.shape else None,
-                  precision=options.precision(args.precision, auto=True) if args.precision else None,
-                  opt=options.opt(args.opt), tolerance=options.tolerance(args.tolerance) if args.tolerance else None,
-                  count=options.count(args.count) if args.count else None,
-                  seed=_seed(args.seed) if args.seed else None,
-                  input_range=list(options.input_range(args.range)) if args.range else None,
+    board = parsed("BOARD", boards.load_board, args.board)
+    wcet = parsed("WCET", wcet_mode, args.wcet) or "auto"
+    spec, origin = deadlines.deadline_spec(parsed("DEADLINE", deadline, args.deadline), board, None, wcet)
+    values = dict(name=parsed("NAME", options.model_name, args.name), model=model, board=str(board.path.resolve()),
+                  shape=parsed("SHAPE", _shape, args.shape),
+                  precision=parsed("PRECISION", lambda t: options.precision(t, auto=True), args.precision),
+                  opt=parsed("OPT", options.opt, args.opt), tolerance=parsed("TOLERANCE", options.tolerance, args.tolerance),
+                  count=parsed("COUNT", options.count, args.count), seed=parsed("SEED", _seed, args.seed),
+                  input_range=parsed("RANGE", lambda t: list(options.input_range(t)), args.range),
                   deadline=spec, deadline_origin=CMAKE_DEADLINE_ORIGIN if origin == "command line" else origin,
                   environment=args.environment, data=args.data, wcet=wcet if wcet != "auto" else None)
     if values["data"] and not Path(values["data"]).is_file():
-        raise NNBuildError("check data file not found", path=values["data"])
+        raise NNBuildError("DATA: check data file not found", path=values["data"])
     if values["name"] is None:
         values["name"] = kinds.of_file(model).load(model, None, args.environment)[0].name
     return values
@@ -881,7 +893,9 @@ def cmake_main(argv=None):
         Path(args.o).parent.mkdir(parents=True, exist_ok=True)
         Path(args.o).write_text(text)
     except NNBuildError as error:
-        print(f"nnbuild: error: {error}", file=sys.stderr)
+        where = {"cmake-model": "nnbuild_add_model", "cmake-firmware": "nnbuild_add_firmware"}.get(args.what)
+        print(f"nnbuild: error: {where}({args.target}): {error}" if where else f"nnbuild: error: {error}",
+              file=sys.stderr)
         return 2
     return 0
 
