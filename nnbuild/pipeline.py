@@ -793,10 +793,10 @@ def _seed(text):
 
 
 def _shape(text):
-    if text not in codegen.SHAPES and text != kinds.DEFAULT_SHAPE:
+    if text not in codegen.SHAPES:
         import difflib
         near = difflib.get_close_matches(text, sorted(codegen.SHAPES), n=1)
-        raise NNBuildError(f"'{text}' is not one of {kinds.DEFAULT_SHAPE}, {', '.join(sorted(codegen.SHAPES))}"
+        raise NNBuildError(f"'{text}' is not one of {', '.join(sorted(codegen.SHAPES))}"
                            + (f" (did you mean {near[0]}?)" if near else ""))
     return text
 
