@@ -617,12 +617,19 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
     return "".join(out), made
 
 
-def _model_stale(target, gate):
-    """What a model's step removes before it runs: the model's gate.json, and the release images
-    and firmware gates of every firmware holding the model (nnbuild_add_firmware appends them to
-    the target's NNBUILD_STALE property, read when the build files are generated)."""
-    removed = [_cm(gate), _cm(f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>")]
-    return lambda task, targets: removed
+def _model_stale(target, build_dir):
+    """What a model's step removes before it runs: the model's gate.json; the model's report
+    (report.json, report.html) unless the step writes or reads it (report, select, gate): a report
+    of an earlier run never sits beside a failed step's outputs; and the release images and
+    firmware checks of every firmware holding the model (nnbuild_add_firmware appends them to the
+    target's NNBUILD_STALE property, read when the build files are generated)."""
+    gate, reports = Path(build_dir) / "gate.json", [Path(build_dir) / "report.json", Path(build_dir) / "report.html"]
+    firmware = _cm(f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>")
+
+    def stale(task, targets):
+        own = [] if task.step == "gate" or str(reports[0]) in targets else reports
+        return [*map(_cm, [gate, *own]), firmware]
+    return stale
 
 
 def _library(target, board, gen, opt, gate, harnesses):
@@ -651,9 +658,8 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
         return cmake_auto_model(target, build_dir, tools_dir, **plan_args)
     board = boards.load_board(plan_args["board"])
     the_plan = _speaks_cmake(plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args))
-    gate = str(Path(build_dir) / the_plan.nodes["gate"])
     text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent,
-                                 stale=_model_stale(target, gate))
+                                 stale=_model_stale(target, build_dir))
     gen = [made[p] for p in the_plan.nodes["generated"]]
     text += _library(target, board, gen, plan_args.get("opt"), made[the_plan.nodes["gate"]],
                      [made["harness"]] if "harness" in made else [])
@@ -684,8 +690,7 @@ def cmake_auto_model(target, build_dir, tools_dir, **plan_args):
                                count=plan_args.get("count", 32), seed=plan_args.get("seed", 1),
                                input_range=plan_args.get("input_range", (-1.0, 1.0)),
                                environment=plan_args.get("environment"))
-    gate = str(build_dir / "gate.json")
-    stale = _model_stale(target, gate)
+    stale = _model_stale(target, build_dir)
     text, _ = _cmake_commands(Plan([reference], plan_args["name"], board), build_dir, tools_dir,
                               label_base=build_dir.parent, stale=stale)
     reports, harnesses, first = {}, [], None
@@ -733,9 +738,10 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     .hex/.bin, built by `all` through `<target>_nnbuild`.
 
     The images are the release: their commands depend on every gate (the models' and the image's);
-    any step of the image's checks first removes them and its own gate.json, the link removes them
-    all (PRE_LINK), and each model's steps remove them through the model target's NNBUILD_STALE.
-    A failed gate therefore leaves no .hex, no .bin and no gate.json, also after a rerun."""
+    any step of the image's checks first removes them and its own gate.json (and, before the
+    report, its report), the link removes them all (PRE_LINK), and each model's steps remove them
+    through the model target's NNBUILD_STALE. A failed gate therefore leaves no .hex, no .bin and
+    no gate.json, also after a rerun."""
     models, model_gates, targets_of = [], [], {}
     for d in model_dirs:
         saved = steps.read_json(Path(d) / "plan.json")
@@ -753,19 +759,22 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
         if task.step == "image":
             task.after = list(dict.fromkeys([*task.after, *gates, *model_gates]))
 
-    def stale(task, targets):
-        own = [str(Path(t).parent / "gate.json") for t in targets if Path(t).name != "gate.json" and
-               f"{target}.checks" in t]
-        return [] if task.step == "image" else list(map(_cm, dict.fromkeys(images + own)))
+    def stale(task, targets):   # the images, and the model's checks of the image from the report on
+        folder = Path(targets[0]).parent
+        own = [folder / "gate.json"] + ([] if task.step in ("report", "gate") else
+                                        [folder / "report.json", folder / "report.html"])
+        return [] if task.step == "image" else list(map(_cm, dict.fromkeys(images + [str(p) for p in own])))
 
     text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale)
     outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
     outs += [made[v] for v in the_plan.nodes["gates"].values()]
     text = f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n" + text
+    checks = [str(Path(g).with_name(f)) for g in gates for f in ("gate.json", "report.json", "report.html")]
     text += (f"add_custom_command(TARGET {target} PRE_LINK\n"
-             f"  COMMAND \"${{CMAKE_COMMAND}}\" -E rm -f {' '.join(map(_cm, images + gates))}\n  VERBATIM)\n")
+             f"  COMMAND \"${{CMAKE_COMMAND}}\" -E rm -f {' '.join(map(_cm, images + checks))}\n  VERBATIM)\n")
     for name, model_target in targets_of.items():
-        mine = images + [g for g in gates if f"/{name}/" in g]
+        checks = build_dir / f"{target}.checks" / name
+        mine = images + [str(checks / f) for f in ("gate.json", "report.json", "report.html")]
         text += f"set_property(TARGET {model_target} APPEND PROPERTY NNBUILD_STALE {' '.join(map(_cm, mine))})\n"
     text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
              f"add_dependencies({target}_nnbuild {target})\n")
