@@ -11,9 +11,11 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 
 from nnbuild import __version__, options, pipeline, steps
+from nnbuild.checks import deadline
 from nnbuild.errors import NNBuildError
 
 #: the float default; every precision's is options.default_tolerance
@@ -89,8 +91,17 @@ def parser():
     p.add_argument("--json", action="store_true",
                    help="print the semantic record, the summary and the tolerance as JSON on stdout")
     for arg in steps.STEPS["generate"].args:
-        if arg.dest in ("name", "environment", "shape", "precision", "input_range"):
+        if arg.dest in ("name", "environment", "shape", "input_range"):
             p.add_argument(*arg.flags, dest=arg.dest, **arg.kwargs)
+    p.add_argument("--precision", type=options.argparse_type(lambda text: options.precision(text, auto=True)),
+                   default="float32", help="a number format (float32, q16, ..., fixedW.F), or auto: every candidate "
+                                           "built, run and bounded, the smallest qualifying WCET chosen")
+    p.add_argument("--deadline", default=None,
+                   help="with --precision auto: WCET deadline the choice must meet, e.g. 5ms; none waives it")
+    p.add_argument("--wcet", default="auto", choices=deadline.WCET_MODES,
+                   help="with --precision auto: skip to choose without WCET analysis (the deadline is not checked)")
+    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                   help="with --precision auto: candidates built in parallel (default: the cores)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("multiitem", help="a multi-item system's whole build outside SCons: its split, checks, "
@@ -125,6 +136,11 @@ def _runner(step):
 
 def cmd_check(args):
     """Semantic preservation against the training framework's own outputs (y of the .npz)."""
+    if args.precision == "auto":
+        return check_auto(args)
+    if args.deadline is not None and not deadline.is_no_deadline(args.deadline):
+        raise NNBuildError("--deadline applies to --precision auto (a check of one precision runs no WCET analysis; "
+                           "build it with SCons, CMake or NNModel to gate a deadline)")
     if args.tolerance is not None:
         tolerance, why = args.tolerance, "--tolerance"
     else:
@@ -163,9 +179,77 @@ def _check(args, tolerance, build_dir):
                    tolerance=tolerance, environment=args.environment, build_dir=build_dir)
 
 
+#: the SConstruct `nnbuild check --precision auto` runs in its build directory: NNModel's auto, so the
+#: candidates are the same independent, parallel, cached targets as in a user's SConstruct
+AUTO_SCONSTRUCT = """\
+# written by `nnbuild check --precision auto`: NNModel(precision="auto") of the model on the data
+import nnbuild.scons_tool
+env = Environment(tools=["default", "nnbuild_tool"], toolpath=[nnbuild.scons_tool.toolpath()],
+                  NNBUILD_INTERFACE="cli")
+env.SConsignFile(".sconsign")
+env.Decider("content")
+model = env.NNModel({name!r}, {model!r}, board={board!r}, build_dir="build", precision="auto",
+                    check_data={data!r}, input_range={input_range!r}, tolerance={tolerance!r},
+                    tolerances={tolerances!r}, deadline={deadline!r}, wcet={wcet!r}{extra})
+Default(model.gate)
+"""
+
+
+def check_auto(args):
+    """`nnbuild check --precision auto`: every candidate precision the kind, shape and board allow,
+    built, run on the data, measured and bounded as SCons targets of NNModel(precision="auto") (in
+    parallel, and cached in --build-dir), the winner chosen by the rule of every other interface."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from nnbuild import boards, kinds
+    board = boards.load_board(args.target)
+    model = str(Path(args.model).resolve())
+    kind = kinds.of_file(model)
+    loaded, _ = kind.load(model, args.name, args.environment)
+    input_range = args.input_range or pipeline._data_range(kind, loaded, args.data, "q16")
+    if args.tolerance is not None:
+        tolerance, tolerances = args.tolerance, None
+    else:
+        tolerance = options.DEFAULT_TOLERANCES["float32"][0]
+        tolerances = {p: options.default_tolerance(p)[0] for p in options.DEFAULT_TOLERANCES}
+    # a board by name where a step in the build directory finds the same file, else its absolute path
+    ref = board.ref
+    board_arg = ref if not ref.endswith(".json") and ref == board.name and not boards.project_dirs() else \
+        str(board.path.resolve())
+    extra = "".join(f", {k}={v!r}" for k, v in (("shape", args.shape), ("environment", args.environment)) if v)
+    text = AUTO_SCONSTRUCT.format(name=loaded.name, model=model, board=board_arg, data=str(Path(args.data).resolve()),
+                                  input_range=tuple(input_range), tolerance=tolerance, tolerances=tolerances,
+                                  deadline=args.deadline, wcet=args.wcet, extra=extra)
+    with tempfile.TemporaryDirectory(prefix="nnbuild-auto-") as tmp:
+        build_dir = Path(args.build_dir or tmp).resolve()
+        build_dir.mkdir(parents=True, exist_ok=True)
+        (build_dir / "SConstruct").write_text(text)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        result = subprocess.run([sys.executable, "-m", "SCons", "-Q", f"-j{max(1, args.jobs)}"], cwd=build_dir,
+                                env=env, capture_output=True, text=True)
+        sys.stdout.write("".join(line for line in result.stdout.splitlines(keepends=True)
+                                 if not line.startswith("scons: ")))
+        errors = [line for line in result.stderr.splitlines() if line.startswith("nnbuild: ")]
+        if result.returncode != 0:
+            raise NNBuildError(errors[-1][len("nnbuild: "):].removeprefix("error: ") if errors else
+                               (result.stderr.strip().splitlines() or ["the build failed"])[-1])
+        report = steps.read_json(build_dir / "build" / "report.json")
+    chosen = report["auto"]["chosen"]
+    wcet = report.get("wcet") or {}
+    timing = f", WCET {wcet['wcet_ms']:.4g} ms" if wcet.get("wcet_ms") is not None else ""
+    print(f"precision=auto: {chosen} chosen{timing} ({report['auto']['why']})")
+    if args.json:
+        print(json.dumps({"passed": True, "auto": report["auto"], "report": report}, indent=1, sort_keys=True))
+    return 0
+
+
 def cmd_multiitem(args):
+    spec, _ = deadline.deadline_spec(args.deadline)   # --deadline none: no deadline (one vocabulary)
     pipeline.build_multiitem(args.model, args.outdir, board=args.target, shape=args.shape, precision=args.precision,
-                             sync=args.sync, runs=args.runs, deadline=args.deadline, tolerance=args.tolerance,
+                             sync=args.sync, runs=args.runs, deadline=spec, tolerance=args.tolerance,
                              count=args.count, seed=args.seed, items=args.items, item_map=args.item_map)
 
 

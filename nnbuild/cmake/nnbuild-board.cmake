@@ -7,7 +7,7 @@ set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
 include("${CMAKE_CURRENT_LIST_DIR}/nnbuild-boards.cmake")
 list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES NNBUILD_BOARD NNBUILD_PYTHON NNBUILD_BOARD_DIRS)
 execute_process(COMMAND "${NNBUILD_PYTHON}" -m nnbuild.pipeline cmake-board --board "${NNBUILD_BOARD}"
-                OUTPUT_VARIABLE _nnbuild_board RESULT_VARIABLE _nnbuild_rc ERROR_VARIABLE _nnbuild_err)
+                WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}" OUTPUT_VARIABLE _nnbuild_board RESULT_VARIABLE _nnbuild_rc ERROR_VARIABLE _nnbuild_err)
 if(_nnbuild_rc)
   string(STRIP "${_nnbuild_err}" _nnbuild_err)
   message(FATAL_ERROR "${_nnbuild_err}")

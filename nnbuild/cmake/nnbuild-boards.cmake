@@ -4,8 +4,8 @@
 #   NNBUILD_BOARDS  folders of the project's own board files (-D, else $NNBUILD_BOARDS at the first
 #                   configure); cached, relative entries from the source folder, so later configures
 #                   and every ninja run use it without any environment.
-#   <source>/boards a project's boards/ folder at its root is searched without any variable, after
-#                   NNBUILD_BOARDS and before the boards nnbuild ships.
+#   <source>/boards a project's boards/ folder at its root is searched without any variable, first
+#                   (before NNBUILD_BOARDS and the boards nnbuild ships, as under SCons and the CLI).
 #   NNBUILD_BOARD   a board name, or a board file (absolute, or relative to the source folder).
 # Sets ENV{NNBUILD_BOARDS} for configure-time calls and NNBUILD_STEP_COMMAND, the command every
 # build step runs through (the same board folders in its environment).
@@ -32,6 +32,9 @@ if(NOT DEFINED NNBUILD_BOARD_DIRS)   # set already inside a try_compile (forward
         "Folders of the project's own board files (NAME.json), ':'-separated; relative to the source folder")
   endif()
   set(NNBUILD_BOARD_DIRS "")
+  if(IS_DIRECTORY "${CMAKE_SOURCE_DIR}/boards")
+    list(APPEND NNBUILD_BOARD_DIRS "${CMAKE_SOURCE_DIR}/boards")
+  endif()
   string(REPLACE ":" ";" _nnbuild_entries "$CACHE{NNBUILD_BOARDS}")
   foreach(_nnbuild_dir IN LISTS _nnbuild_entries)
     if(_nnbuild_dir)
@@ -42,9 +45,6 @@ if(NOT DEFINED NNBUILD_BOARD_DIRS)   # set already inside a try_compile (forward
       list(APPEND NNBUILD_BOARD_DIRS "${_nnbuild_dir}")
     endif()
   endforeach()
-  if(IS_DIRECTORY "${CMAKE_SOURCE_DIR}/boards")
-    list(APPEND NNBUILD_BOARD_DIRS "${CMAKE_SOURCE_DIR}/boards")
-  endif()
   if(NNBUILD_BOARD MATCHES "\\.json$")
     get_filename_component(NNBUILD_BOARD "${NNBUILD_BOARD}" ABSOLUTE BASE_DIR "${CMAKE_SOURCE_DIR}")
     if(NOT EXISTS "${NNBUILD_BOARD}")

@@ -31,7 +31,7 @@ set(_NNBUILD_FIRMWARE_KEYWORDS MODELS)
 
 function(_nnbuild_export what out)
   execute_process(COMMAND "${NNBUILD_PYTHON}" -m nnbuild.pipeline ${what} ${ARGN} -o "${out}"
-                  RESULT_VARIABLE rc ERROR_VARIABLE err)
+                  WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}" RESULT_VARIABLE rc ERROR_VARIABLE err)
   if(rc)
     string(STRIP "${err}" err)
     message(FATAL_ERROR "${err}")
