@@ -517,7 +517,7 @@ CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
 CMAKE_PLAN_ARGS = ("name", "model", "board", "shape", "precision", "opt", "tolerance", "count", "seed", "input_range",
                    "deadline", "deadline_origin", "environment", "data", "wcet")
 #: where a deadline given to nnbuild_add_model comes from, in report.json's deadline_origin
-CMAKE_DEADLINE_ORIGIN = "CMake (nnbuild_add_model DEADLINE)"
+CMAKE_DEADLINE_ORIGIN = "CMake DEADLINE keyword"
 #: the interface name the gate step's hints speak (DEADLINE none, WCET skip)
 CMAKE_INTERFACE = "cmake"
 
