@@ -758,13 +758,15 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     report, its report), the link removes them all (PRE_LINK), and each model's steps remove them
     through the model target's NNBUILD_STALE. A failed gate therefore leaves no .hex, no .bin and
     no gate.json, also after a rerun."""
-    models, model_gates, targets_of = [], [], {}
+    models, model_gates, targets_of, auto = [], [], {}, set()
     for d in model_dirs:
         saved = steps.read_json(Path(d) / "plan.json")
         args = saved["args"]
         models.append((plan(kind=kinds.of_file(args["model"]), path=os.environ.get("PATH"), **args), d))
         model_gates.append(str(Path(d) / "gate.json"))
         targets_of[models[-1][0].name] = saved["target"]
+        if saved.get("auto"):
+            auto.add(models[-1][0].name)
     board = models[0][0].board
     the_plan = _speaks_cmake(firmware_plan(firmware=elf, stem=target, board=board, models=models,
                                            path=os.environ.get("PATH")))
@@ -774,6 +776,8 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     for task in the_plan.tasks:
         if task.step == "image":
             task.after = list(dict.fromkeys([*task.after, *gates, *model_gates]))
+        if task.step == "report" and task.role.split("/")[0] in auto:   # chosen at build time (as NNFirmware)
+            task.options["precision"] = "auto"
 
     def stale(task, targets):   # the images, and the model's checks of the image from the report on
         folder = Path(targets[0]).parent
