@@ -59,12 +59,13 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     the plan then has no reference task of its own. `interface` (scons, nnmodel, cmake, cli): the
     front running the build, whose syntax the gate's hints use."""
     board = boards.load_board(board)
+    codegen.check_model_name(name)      # it names files and folders: refused here, before any is made
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
-    gen = [f"gen/{f}" for f in codegen.outputs(name, kinds.resolve_shape(kind, shape))]
-    header, code = gen[0], gen[1]
-    weights = [f for f in gen if f.endswith("_weights.c")]
-    flowfacts, trace = (next(f for f in gen if f.endswith(suffix)) for suffix in (".flowfacts.json", ".trace.json"))
+    roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}
+    gen = list(roles.values())
+    header, code, flowfacts, trace = roles["header"], roles["code"], roles["flowfacts"], roles["trace"]
+    weights = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles and r != "code"]
     #: the functions measured and bounded: the inference entry first (a Gravity program: activate, train)
     entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
@@ -75,7 +76,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         inputs = "inputs.npz"
         tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
                                     environment=environment))
-    nodes = {"generated": gen, "inputs": inputs}
+    nodes = {"generated": gen, "generated_roles": roles, "inputs": inputs}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -256,8 +257,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
         def at(rel, mdir=mdir):
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
-        flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
-                            for suffix in (".flowfacts.json", ".trace.json"))
+        flowfacts, trace = mp.nodes["generated_roles"]["flowfacts"], mp.nodes["generated_roles"]["trace"]
         model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
@@ -427,13 +427,26 @@ def _check_multiitem(model, data, board, *, shape, precision, tolerance, build_d
 
 def _checked(the_plan, workdir, loaded):
     """Execute a check plan; print where it ran and the most cycles an inference took."""
+    import contextlib
+    import io
+
     import numpy as np
-    execute(the_plan, workdir, loaded=loaded)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            execute(the_plan, workdir, loaded=loaded)
+    except BaseException:
+        print(said.getvalue(), end="")
+        raise
     results = steps.read_json(workdir / "semantic.json")
+    described = set(kinds.get(results["kind"]).describe(results))
+    for line in said.getvalue().splitlines():   # the compare step's lines: the line below says it once
+        if line not in described:
+            print(line)
     (label, run_file), = the_plan.nodes["runs"].items()
     with np.load(workdir / run_file) as run:
         cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""
-    shape = steps.read_json(workdir / the_plan.nodes["generated"][-1]).get("shape", "")
+    shape = steps.read_json(workdir / the_plan.nodes["generated_roles"]["trace"]).get("shape", "")
     print(kinds.get(results["kind"]).check_line(results, the_plan.name, label, shape) + cycles)
     return results
 
@@ -552,14 +565,12 @@ def _speaks_cmake(the_plan):
 
 def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None, stale=None):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
-    step table and command lines as the SCons actions (program tasks run the `program` step).
+    step table and argument lists as the SCons actions (program tasks run the `program` step).
 
     Every command runs through ${NNBUILD_STEP_COMMAND} (nnbuild.cmake: the board folders of the
     cache in its environment), names the plan's board by its file (a board given by path works in
     every step), and first removes what `stale(task, targets)` lists (CMake arguments: the gate.json
     and release images the step's outputs would otherwise sit beside, stale until the gates rerun)."""
-    import shlex
-
     build_dir = Path(build_dir)
 
     def where(path):
@@ -578,7 +589,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
         depends = [board_file, *extra_depends]
         if task.step == "program":
             sources = [where(s) for s in task.sources["sources"]]
-            defines = [shlex.quote(f"{k}={v}") for pairs in task.options["defines"].values() for k, v in pairs]
+            defines = [f"{k}={v}" for pairs in task.options["defines"].values() for k, v in pairs]
             values = dict(sources=sources, board=task.options["board"], include=[where(d) for d in task.options["include"]],
                           define=defines, opt=task.options["opt"], output=where(task.targets[0]))
             depends += sources + [where(task.options["header"])]
@@ -606,7 +617,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             if key in values:
                 values[key] = by_file(values[key])
         depends += [where(p) for p in task.after] + _code_files(task.step)
-        argv = shlex.split(steps.command(task.step, **{k: v for k, v in values.items() if v is not None}))
+        argv = steps.arguments(task.step, **{k: v for k, v in values.items() if v is not None})
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
         removed = list(stale(task, targets)) if stale and task.step != "harness" else []
@@ -643,14 +654,15 @@ def _model_stale(target, build_dir):
     return stale
 
 
-def _library(target, board, gen, opt, gate, harnesses):
-    """The generated C (`gen`: header, code, weights header, weights code) as a static library
-    built after the model's gate."""
+def _library(target, board, roles, opt, gate, harnesses):
+    """The generated C (`roles`: each generated file by its role, codegen.output_roles) as a static
+    library built after the model's gate."""
     flags = board.compiler.compile_flags(board, opt)
     board_file = Path(board.path or boards.board_path(board.name)).resolve()
+    sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
     text = (f"set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS {_cm(board_file)})\n"
-            f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
-            f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
+            f"add_library({target} STATIC {' '.join(map(_cm, sources))})\n"
+            f"target_include_directories({target} PUBLIC {_cm(str(Path(roles['header']).parent))})\n"
             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
             f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
             f"add_custom_target({target}_checks ALL DEPENDS {_cm(gate)})\n"
@@ -671,8 +683,8 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     the_plan = _speaks_cmake(plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args))
     text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent,
                                  stale=_model_stale(target, build_dir))
-    gen = [made[p] for p in the_plan.nodes["generated"]]
-    text += _library(target, board, gen, plan_args.get("opt"), made[the_plan.nodes["gate"]],
+    roles = {role: made[p] for role, p in the_plan.nodes["generated_roles"].items()}
+    text += _library(target, board, roles, plan_args.get("opt"), made[the_plan.nodes["gate"]],
                      [made["harness"]] if "harness" in made else [])
     steps.save_json(Path(build_dir) / "plan.json", {"target": target, "args": plan_args})
     return text
@@ -731,8 +743,8 @@ def cmake_auto_model(target, build_dir, tools_dir, **plan_args):
     final = _speaks_cmake(Plan([select, gate_task], plan_args["name"], board))
     code, made = _cmake_commands(final, build_dir, tools_dir, label_base=build_dir.parent, stale=stale)
     text += code
-    gen = [made[p] for p in first.nodes["generated"]]
-    text += _library(target, board, gen, plan_args.get("opt"), made["gate.json"], harnesses)
+    roles = {role: str(build_dir / p) for role, p in first.nodes["generated_roles"].items()}
+    text += _library(target, board, roles, plan_args.get("opt"), made["gate.json"], harnesses)
     # nnbuild_add_firmware checks the chosen C at the fixed names: any candidate's plan names them
     steps.save_json(build_dir / "plan.json", {"target": target, "auto": sorted(candidates),
                                               "args": dict(plan_args, precision=next(iter(candidates)),
