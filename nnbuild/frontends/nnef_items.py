@@ -607,12 +607,13 @@ class _Builder:
             start = 0
             for n in inputs:
                 held = _held_shape(shapes[n], perms.get(n))
-                name = f"{PACKED}_{n}" if perms.get(n) or packed else n
+                name = f"{PACKED}_{n}" if perms.get(n) else n    # held, then transposed into n
                 if packed:
                     size = int(np.prod(shapes[n]))
-                    body.append(Statement([f"{name}_flat"], "slice", None, [Ref(PACKED)],
+                    flat = f"{PACKED}_{n}_flat"
+                    body.append(Statement([flat], "slice", None, [Ref(PACKED)],
                                           {"axes": [1], "begin": [start], "end": [start + size]}, 0, 0))
-                    body.append(Statement([name], "reshape", None, [Ref(f"{name}_flat")], {"shape": held}, 0, 0))
+                    body.append(Statement([name], "reshape", None, [Ref(flat)], {"shape": held}, 0, 0))
                     start += size
                 else:
                     body.append(Statement([name], "external", None, [], {"shape": held}, 0, 0))
