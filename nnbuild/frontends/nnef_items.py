@@ -426,6 +426,10 @@ class _Builder:
                 shape = st.kwargs.get("shape", st.args[0] if st.args else None)
                 if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
                     self.fail(block.item, f"{where}variablesync '{out}' needs shape = [positive integers]")
+                if math.prod(shape) > nnef.MAX_ELEMENTS:
+                    self.fail(block.item, f"{where}variablesync '{out}' of shape {shape} has {math.prod(shape):,} "
+                                          f"elements, above the limit of {nnef.MAX_ELEMENTS:,} per tensor "
+                                          "(MAX_TENSOR_ELEMENTS)")
                 declared[out] = tuple(shape)
                 continue
             if st.op == "send_var":
