@@ -307,3 +307,15 @@ def test_a_huge_variablesync_is_refused(tmp_path):
         nnef_items.load(write_document(tmp_path, text))
     assert "item ITEM0: line 6: variablesync 'sx' of shape [1, 4, 65536, 65536]" in one_line(exc)
     assert "MAX_TENSOR_ELEMENTS" in one_line(exc)
+
+
+def test_a_long_chain_of_binary_operations_runs_shape_inference_once(tmp_path, monkeypatch):
+    """Shapes of element-wise results are followed statement by statement: ONNX shape inference
+    over the whole graph per statement made a chain of n statements cost n^2."""
+    lines = ["    y0 = relu(x);"] + [f"    y{i} = add(y{i - 1}, x);" for i in range(1, 500)]
+    folder = write_model(tmp_path / "c.nnef", graph(*lines).replace("-> (y)", "-> (y499)"))
+    calls = []
+    original = nnef._Translator._infer
+    monkeypatch.setattr(nnef._Translator, "_infer", lambda self: calls.append(1) or original(self))
+    proto = nnef.to_onnx(folder)
+    assert len(proto.graph.node) == 500 and len(calls) == 1

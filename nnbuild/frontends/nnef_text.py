@@ -466,6 +466,10 @@ _LINEAR_METHODS = {"symmetric": "half_pixel", "asymmetric": "asymmetric", "align
 _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min",
            "pow": "Pow"}
 
+#: ONNX operations whose output has the shape of their first input, or the broadcast of all inputs
+_SAME_SHAPE = frozenset(list(_UNARY.values()) + ["Elu", "LeakyRelu", "Softmax", "LRN", "BatchNormalization", "Clip"])
+_BROADCAST = frozenset(_BINARY.values())
+
 #: NNEF 1.0 border values (conv, pools, box, pad, multilinear_upsample) and upsampling methods
 BORDERS = ("ignore", "constant", "replicate", "reflect", "reflect-even")
 METHODS = ("symmetric", "asymmetric", "aligned")
@@ -562,6 +566,16 @@ class _Translator:
 
     def node(self, op, inputs, outputs, **attrs):
         self.nodes.append(self.h.make_node(op, inputs, outputs, name=outputs[0], **attrs))
+        known = [self.shapes.get(i) for i in inputs]
+        if outputs[0] in self.shapes or not known or known[0] is None:
+            return
+        if op in _SAME_SHAPE:   # shapes followed here: no ONNX shape inference per statement (quadratic)
+            self.shapes[outputs[0]] = tuple(known[0])
+        elif op in _BROADCAST and all(k is not None for k in known):
+            try:
+                self.shapes[outputs[0]] = tuple(int(d) for d in np.broadcast_shapes(*known))
+            except ValueError:
+                pass   # ONNX shape inference names the mismatch
 
     def tensor(self, value, what="input"):
         """An ONNX tensor name for an NNEF argument (a tensor or a scalar literal)."""
