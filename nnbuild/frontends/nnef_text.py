@@ -694,7 +694,7 @@ class _Translator:
             if name not in self.defined:
                 raise NNBuildError(f"graph output '{name}' is never computed", path=self.path)
         missing = [name for name in graph.outputs if name not in self.shapes]
-        if missing or len(self.shapes) < len(self.defined):
+        if missing or any(name not in self.shapes for name in self.defined):
             try:
                 self._infer()
             except _Refuse as exc:
