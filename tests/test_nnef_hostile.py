@@ -319,3 +319,13 @@ def test_a_long_chain_of_binary_operations_runs_shape_inference_once(tmp_path, m
     monkeypatch.setattr(nnef._Translator, "_infer", lambda self: calls.append(1) or original(self))
     proto = nnef.to_onnx(folder)
     assert len(proto.graph.node) == 500 and len(calls) <= 1
+
+
+def test_many_single_concurrent_instructions_are_bounded_too():
+    wide = [(f"r{k}", ["x"]) for k in range(18)] + [("out", [f"r{k}" for k in range(18)])]
+    with pytest.raises(NNBuildError) as exc:
+        petri.explore(petri.graph_net(wide, ["x"], "out"), what="the unsplit net")
+    assert ("the unsplit net has at least 262,144 reachable markings (18 concurrent chains of 1 transitions)"
+            in one_line(exc))
+    narrow = petri.graph_net(wide[:10] + [("out", [f"r{k}" for k in range(10)])], ["x"], "out")
+    assert petri.state_lower_bound(narrow)[0] == 1024 and petri.explore(narrow).states == 1025

@@ -487,7 +487,7 @@ def _colour_paths(net, succ, pred, fireable) -> List[List[int]]:
 def _concurrent_product(chains, succ):
     """(the largest product of (length + 1) over mutually concurrent chains found, what they are),
     or None when no two are: from each of the longest chains in turn, the longer ones first."""
-    chains = [c for c in sorted(chains, key=len, reverse=True)[:MAX_BOUND_CHAINS] if len(c) > 1]
+    chains = sorted(chains, key=len, reverse=True)[:MAX_BOUND_CHAINS]
     below = [_descendants(succ, c[0]) for c in chains]
 
     def concurrent(i, j):
@@ -503,7 +503,8 @@ def _concurrent_product(chains, succ):
         for i in chosen:
             bound *= len(chains[i]) + 1
         if len(chosen) > 1 and (best is None or bound > best[0]):
-            lengths = ", ".join(str(len(chains[i])) for i in sorted(chosen))
+            sizes = sorted(len(chains[i]) for i in chosen)
+            lengths = f"{sizes[0]}" if sizes[0] == sizes[-1] else f"{sizes[0]} to {sizes[-1]}"
             best = (bound, f"{len(chosen)} concurrent chains of {lengths} transitions")
     return best
 
