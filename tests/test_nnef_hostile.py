@@ -329,3 +329,15 @@ def test_many_single_concurrent_instructions_are_bounded_too():
             in one_line(exc))
     narrow = petri.graph_net(wide[:10] + [("out", [f"r{k}" for k in range(10)])], ["x"], "out")
     assert petri.state_lower_bound(narrow)[0] == 1024 and petri.explore(narrow).states == 1025
+
+
+@pytest.mark.e2e
+def test_a_fan_out_system_with_packed_nnef_order_inputs_runs_bit_equal_on_host(tmp_path):
+    """The shape that raised AttributeError in _from_held: one item sends to three and adds up
+    what they send back (segments packing several tensors held in NNEF order)."""
+    import json
+    from nnbuild import pipeline
+    folder = write_document(tmp_path, fanout_document(3, 2))
+    pipeline.build_multiitem(folder, tmp_path / "out", board="host", runs=200)
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert written["host"]["bit_equal_runs"] == 200 and written["petri"]["states"] == 72
