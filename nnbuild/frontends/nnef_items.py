@@ -32,6 +32,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_text as nnef
 from nnbuild.frontends.nnef_text import Ref, Statement
 from nnbuild.ir import petri
+from nnbuild.ir.petri import stable_order
 from nnbuild.ir import multiitem as multiitem_ir
 from nnbuild.ir.multiitem import Instruction, Item, MultiItem, Segment, Sync
 from nnbuild.frontends.nnef_layers import native_layers
@@ -715,20 +716,17 @@ def _renamed(st: Statement, rename) -> Statement:
 
 def _topological(statements, path) -> List[Statement]:
     """Statements in dependency order (stable: a ready statement keeps its document position)."""
-    pending = list(statements)
-    defined, ordered = set(), []
-    while pending:
-        ready = [st for st in pending if all(n in defined for n in statement_reads(st))]
-        if not ready:
-            produced = {p.outputs[0] for p in pending}
-            missing = [n for st in pending for n in statement_reads(st) if n not in defined and n not in produced]
-            if missing:
-                raise NNBuildError(f"'{missing[0]}' is read but never computed nor declared", path=path)
-            return ordered + pending   # a dependency cycle: the Petri-net check names it
-        st = ready[0]
-        ordered.append(st)
-        defined.add(st.outputs[0])
-        pending.remove(st)
+    order = stable_order([(st.outputs[0], statement_reads(st)) for st in statements], set())
+    ordered = [statements[i] for i in order]
+    if len(ordered) < len(statements):
+        placed = set(order)
+        pending = [st for i, st in enumerate(statements) if i not in placed]
+        defined = {st.outputs[0] for st in ordered}
+        produced = {p.outputs[0] for p in pending}
+        missing = [n for st in pending for n in statement_reads(st) if n not in defined and n not in produced]
+        if missing:
+            raise NNBuildError(f"'{missing[0]}' is read but never computed nor declared", path=path)
+        return ordered + pending   # a dependency cycle: the Petri-net check names it
     return ordered
 
 

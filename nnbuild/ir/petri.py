@@ -21,6 +21,7 @@ sequence of the multi-item net, projected on instructions, is one of the unsplit
 data-flow net, equivalence (every unsplit sequence is a projection of a multi-item one).
 """
 
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -30,8 +31,8 @@ from nnbuild.errors import NNBuildError
 #: exploration bound: beyond it a check fails (visibly) rather than guess. Real systems reach tens
 #: to thousands of markings; a net this large takes seconds per exploration (five per system)
 MAX_STATES = 200_000
-#: above this many places a marking is stored as the list of its marked places (a 1-safe net marks
-#: few places at once) rather than as a bit set as long as the net
+#: above this many places a visited marking is stored compressed (a 1-safe net marks few places at
+#: once) rather than as a bit set as long as the net
 SPARSE_PLACES = 2048
 
 
@@ -146,14 +147,36 @@ def unsplit_net(system) -> Net:
 def _ordered(instructions, defined):
     """Instructions in a dependency order (the items' text order need not be one globally);
     a dependency cycle keeps its instructions last, where the exploration finds them dead."""
-    done, order, pending = set(defined), [], list(instructions)
-    while pending:
-        ready = [x for x in pending if all(r in done for r in x[1])]
-        if not ready:
-            return order + pending
-        order.append(ready[0])
-        done.add(ready[0][0])
-        pending.remove(ready[0])
+    order = stable_order(instructions, defined)
+    placed = set(order)
+    return [instructions[i] for i in order] + [x for i, x in enumerate(instructions) if i not in placed]
+
+
+def stable_order(steps, defined) -> List[int]:
+    """Indices of `steps` (output, names read) in a dependency order, each time the first step in
+    the list whose reads are all in `defined` or already produced (a heap: linear, not quadratic);
+    steps that never become ready (a cycle, a name nothing produces) are left out."""
+    import heapq
+    waiting, readers = [], {}
+    for i, (_, reads) in enumerate(steps):
+        needed = {r for r in reads if r not in defined}
+        waiting.append(len(needed))
+        for r in needed:
+            readers.setdefault(r, []).append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    done, order = set(defined), []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        out = steps[i][0]
+        if out in done:
+            continue
+        done.add(out)
+        for j in readers.get(out, ()):
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
     return order
 
 
@@ -248,6 +271,7 @@ class _Bits:
                 self.sourceless.append(i)
         self.consumers = consumers
         self.sparse = len(net.places) > SPARSE_PLACES
+        self.nbytes = (len(net.places) + 7) // 8
 
     @staticmethod
     def usable(net: Net) -> bool:
@@ -259,15 +283,11 @@ class _Bits:
         return sum(1 << p for p, v in enumerate(net_marking) if v)
 
     def key(self, m):
-        """What the visited set stores: the bit set, or in a large net its marked places."""
+        """What the visited set stores: the bit set, or in a large net the bit set compressed (a
+        1-safe net marks few of its places at once: a few bytes instead of one bit per place)."""
         if not self.sparse:
             return m
-        places, rest = [], m
-        while rest:
-            low = rest & -rest
-            places.append(low.bit_length() - 1)
-            rest ^= low
-        return tuple(places)
+        return zlib.compress(m.to_bytes(self.nbytes, "little"), 1)
 
     def tuple(self, bits, extra=()) -> Tuple[int, ...]:
         m = [(bits >> p) & 1 for p in range(len(self.net.places))]
@@ -282,6 +302,20 @@ class _Bits:
             for t in consumers[low.bit_length() - 1]:
                 if m & inputs[t] == inputs[t]:
                     found.add(t)
+            rest ^= low
+        return sorted(found)
+
+    def enabled_after(self, m, before, t) -> List[int]:
+        """enabled(m) where m is the marking firing `t` led to and `before` what was enabled
+        there: only a reader of t's outputs can have become enabled (no scan of every token)."""
+        inputs = self.inputs
+        found = {u for u in before if u != t and m & inputs[u] == inputs[u]}
+        rest = self.outputs[t]
+        while rest:
+            low = rest & -rest
+            for u in self.consumers[low.bit_length() - 1]:
+                if m & inputs[u] == inputs[u]:
+                    found.add(u)
             rest ^= low
         return sorted(found)
 
@@ -335,6 +369,9 @@ class _Counts:
     def enabled(self, m):
         return self.net.enabled(m)
 
+    def enabled_after(self, m, before, t):
+        return self.net.enabled(m)
+
     def is_enabled(self, m, t) -> bool:
         return all(m[p] for p in self.net.transitions[t].inputs)
 
@@ -360,13 +397,12 @@ def explore(net: Net, limit=MAX_STATES, what="the Petri net") -> Exploration:
         raise _over_limit(what, limit, bound=bound)
     code = _coder(net)
     start = code.marking(net.initial)
-    seen, queue = {code.key(start)}, deque([start])
+    seen, queue = {code.key(start)}, deque([(start, code.enabled(start))])
     edges, dead, unsafe = 0, [], None
     while queue:
-        marking = queue.popleft()
+        marking, enabled = queue.popleft()
         if unsafe is None and code.unsafe(marking):
             unsafe = marking
-        enabled = code.enabled(marking)
         if not enabled:
             dead.append(code.tuple(marking))
         for t in enabled:
@@ -379,7 +415,7 @@ def explore(net: Net, limit=MAX_STATES, what="the Petri net") -> Exploration:
                 seen.add(key)
                 if len(seen) > limit:
                     raise _over_limit(what, limit)
-                queue.append(nxt)
+                queue.append((nxt, code.enabled_after(nxt, enabled, t)))
     return Exploration(len(seen), edges, dead, unsafe)
 
 
@@ -578,13 +614,13 @@ def check_traces(multi: Net, unsplit: Net, equivalence=True, limit=MAX_STATES) -
     mc, uc = _coder(multi), _coder(unsplit)
     final = uc.marking(unsplit.final)
     start = (mc.marking(multi.initial), uc.marking(unsplit.initial))
-    seen, queue = {(mc.key(start[0]), uc.key(start[1]))}, deque([start])
+    seen = {(mc.key(start[0]), uc.key(start[1]))}
+    queue = deque([(start[0], start[1], mc.enabled(start[0]), uc.enabled(start[1]))])
     while queue:
-        m, u = queue.popleft()
-        enabled = mc.enabled(m)
+        m, u, enabled, u_enabled = queue.popleft()
         for t in enabled:
             tr = multi.transitions[t]
-            nu = u
+            nu, nu_enabled = u, u_enabled
             if tr.kind == "op":
                 ut = op_of.get(tr.label)
                 if ut is None or not uc.is_enabled(u, ut):
@@ -594,6 +630,7 @@ def check_traces(multi: Net, unsplit: Net, equivalence=True, limit=MAX_STATES) -
                 if clash >= 0:
                     raise NNBuildError(f"the unsplit net is not 1-safe: place {unsplit.places[clash]} "
                                        "can hold two tokens")
+                nu_enabled = uc.enabled_after(nu, u_enabled, ut)
             nm, clash = mc.fire(m, t)
             if clash >= 0:
                 raise NNBuildError(f"the multi-item net is not 1-safe: place {multi.places[clash]} "
@@ -605,32 +642,33 @@ def check_traces(multi: Net, unsplit: Net, equivalence=True, limit=MAX_STATES) -
                 if len(seen) > limit:
                     raise NNBuildError(f"the product of the nets has more than {limit:,} states (MAX_STATES): "
                                        "exploration stopped there")
-                queue.append(nxt)
+                queue.append((nm, nu, mc.enabled_after(nm, enabled, t), nu_enabled))
         if not enabled and u != final:
             raise NNBuildError("trace inclusion fails: the multi-item net stops before the unsplit model ends")
         if equivalence:
-            for ut in uc.enabled(u):
+            for ut in u_enabled:
                 label = unsplit.transitions[ut].label
-                if not _reachable_by_syncs(multi, mc, m, label):
+                if not _reachable_by_syncs(multi, mc, m, enabled, label):
                     raise NNBuildError(f"equivalence fails: the unsplit model can compute '{label}' here "
                                        f"but no item can")
     return len(seen)
 
 
-def _reachable_by_syncs(net: Net, code, marking, label) -> bool:
+def _reachable_by_syncs(net: Net, code, marking, enabled, label) -> bool:
     """Can the op computing `label` fire after sync/get transitions only?"""
-    seen, queue = {code.key(marking)}, deque([marking])
+    seen, queue = {code.key(marking)}, deque([(marking, enabled)])
     while queue:
-        m = queue.popleft()
-        for t in code.enabled(m):
+        m, now = queue.popleft()
+        for t in now:
             tr = net.transitions[t]
             if tr.kind == "op" and tr.label == label:
                 return True
             if tr.kind != "op":
                 nxt, _ = code.fire(m, t)
-                if code.key(nxt) not in seen:
-                    seen.add(code.key(nxt))
-                    queue.append(nxt)
+                key = code.key(nxt)
+                if key not in seen:
+                    seen.add(key)
+                    queue.append((nxt, code.enabled_after(nxt, now, t)))
     return False
 
 
