@@ -341,3 +341,23 @@ def test_a_fan_out_system_with_packed_nnef_order_inputs_runs_bit_equal_on_host(t
     pipeline.build_multiitem(folder, tmp_path / "out", board="host", runs=200)
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert written["host"]["bit_equal_runs"] == 200 and written["petri"]["states"] == 72
+
+
+def test_stable_order_is_the_first_ready_step_each_time():
+    """The heap order equals the plain rule (rescan for the first ready step), cycles left out."""
+    def plain(steps, defined):
+        done, pending, order = set(defined), list(range(len(steps))), []
+        while True:
+            ready = [i for i in pending if all(r in done for r in steps[i][1])]
+            if not ready:
+                return order
+            order.append(ready[0])
+            done.add(steps[ready[0]][0])
+            pending.remove(ready[0])
+    rng = random.Random(2)
+    for _ in range(200):
+        count = rng.randint(1, 10)
+        names_ = [f"n{i}" for i in range(count)]
+        steps = [(names_[i], rng.sample(names_ + ["x"], rng.randint(0, min(3, count + 1)))) for i in range(count)]
+        rng.shuffle(steps)
+        assert petri.stable_order(steps, {"x"}) == plain(steps, {"x"})
