@@ -98,13 +98,34 @@ def test_dat_header_is_checked_against_the_file_and_the_declaration_before_readi
 def test_graph_and_document_reads_are_capped(tmp_path):
     folder = tmp_path / "z.nnef"
     folder.mkdir()
-    os.symlink("/dev/zero", folder / "graph.nnef")
+    (folder / "graph.nnef").write_bytes(b"#" * (nnef.MAX_GRAPH_BYTES + 1))
     with pytest.raises(NNBuildError) as exc:
         nnef.to_onnx(folder)
     assert "graph file is larger than the limit of 8,388,608 bytes" in one_line(exc)
     with pytest.raises(NNBuildError) as exc:
         nnef_items.read_document(folder)
     assert "multi-item document is larger than the limit of 8,388,608 bytes" in one_line(exc)
+
+
+def test_devices_and_fifos_are_not_read(tmp_path):
+    folder = tmp_path / "z.nnef"
+    folder.mkdir()
+    os.symlink("/dev/zero", folder / "graph.nnef")
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(folder)
+    assert "graph.nnef: graph file is not a regular file" in one_line(exc)
+    with pytest.raises(NNBuildError) as exc:
+        nnef_items.load(folder)
+    assert "multi-item document is not a regular file" in one_line(exc)
+    model = write_model(tmp_path / "f.nnef", graph("    w = variable(shape = [2], label = 'w');", "    y = relu(x);"))
+    os.mkfifo(model / "w.dat")
+    with pytest.raises(NNBuildError) as exc:
+        nnef.to_onnx(model)
+    assert "w.dat: tensor file is not a regular file" in one_line(exc)
+    os.mkfifo(tmp_path / "map.json")
+    with pytest.raises(NNBuildError) as exc:
+        item_split.read_map(tmp_path / "map.json")
+    assert "map.json: item map is not a regular file" in one_line(exc)
 
 
 # --------------------------------------------------------------------- attributes (point 8)

@@ -16,7 +16,9 @@ Grammar accepted (the flat subset, no `fragment` definitions):
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -292,6 +294,7 @@ def parse(text: str) -> Graph:
 def read_capped(path, limit, what="file") -> bytes:
     """At most `limit` bytes of `path`, refused when it holds more (read, not stat'ed: a device or
     a /proc file reports no size)."""
+    _regular(path, what)
     try:
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
@@ -302,10 +305,21 @@ def read_capped(path, limit, what="file") -> bytes:
     return data
 
 
+def _regular(path, what):
+    """A FIFO would block the read, a device never end it: only regular files are read."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise NNBuildError(f"{what} not found or unreadable", path=path) from None
+    if not stat.S_ISREG(mode):
+        raise NNBuildError(f"{what} is not a regular file", path=path)
+
+
 def read_dat(path, shape=None) -> np.ndarray:
     """A float32 NNEF binary tensor (`shape`, when given, must equal the file's). The header is
     read and checked (against the file's size and `shape`) before the data is."""
     path = Path(path)
+    _regular(path, "tensor file")
     try:
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
