@@ -1,7 +1,10 @@
 """Boards are data: one JSON file per board (mcu, clock, memories, flags, tools), validated against
 nnbuild/board.schema.json and read into a Board that owns its compiler family, its runner and its
 WCET and stack analyzers. The shipped boards are toolchains/*.json (in the wheel: nnbuild/toolchains);
-$NNBUILD_BOARDS adds directories of the user's own, which override shipped boards of the same name.
+$NNBUILD_BOARDS adds directories of the user's own, which override shipped boards of the same name,
+and a `boards/` folder at the project's root (PlatformIO's convention: the current directory, which
+is the SConstruct's directory under SCons) comes before both, found without any variable. A board
+may also be given by the path of its file.
 
 A Board is a dict of its file (so `board["cc"]` reads the data) plus the objects behind the names
 in it: `board.compiler`, `board.runner`, `board.analyzer`, `board.stack_analyzer`. Those names are
@@ -64,9 +67,22 @@ def user_dirs():
     return found
 
 
-def board_dirs():
-    """Where board names are looked up, first match wins: the user's directories, then the shipped."""
-    return user_dirs() + [builtin_dir()]
+#: the folder of a project's own boards, at the project's root (found without any variable)
+PROJECT_BOARDS = "boards"
+
+
+def project_dirs(project_dir=None):
+    """The project's own board folder (`boards/` in `project_dir`, default the current directory:
+    the SConstruct's directory under SCons, where the CLI runs for the CLI), when it exists."""
+    folder = Path(project_dir or os.getcwd()) / PROJECT_BOARDS
+    return [folder.resolve()] if folder.is_dir() and any(folder.glob("*.json")) else []
+
+
+def board_dirs(project_dir=None):
+    """Where board names are looked up, first match wins: the project's boards/ folder, the user's
+    directories ($NNBUILD_BOARDS), then the shipped."""
+    found = project_dirs(project_dir)
+    return found + [d for d in user_dirs() if d not in found] + [builtin_dir()]
 
 
 def toolchains_dir() -> Path:
@@ -83,19 +99,21 @@ def environment():
     return {var: os.pathsep.join(paths) for var, paths in dirs.items() if paths}
 
 
-def available_boards():
+def available_boards(project_dir=None):
     """Sorted board names, discovered from the files (a new board is one new file)."""
-    return sorted({p.stem for d in board_dirs() for p in d.glob("*.json")})
+    return sorted({p.stem for d in board_dirs(project_dir) for p in d.glob("*.json")})
 
 
-def board_path(name) -> Path:
+def board_path(name, project_dir=None) -> Path:
     """The file of board `name` (the first board directory holding NAME.json), or `name` itself when
-    it is a path to a board file; None when no directory holds it."""
+    it is a path to a board file (relative: to `project_dir`, default the current directory); None
+    when no directory holds it."""
     if str(name).endswith(".json"):
-        return Path(name)
+        path = Path(name).expanduser()
+        return path if path.is_absolute() or project_dir is None else Path(project_dir) / path
     if not str(name) or not set(str(name)) <= _NAME_CHARS:
         return None
-    for directory in board_dirs():
+    for directory in board_dirs(project_dir):
         if (directory / f"{name}.json").is_file():
             return directory / f"{name}.json"
     return None
@@ -131,13 +149,38 @@ def validate(data, where):
 class Board(dict):
     """One board's data, and the compiler, runner and analyzers it names."""
 
-    def __init__(self, data, path=None):
+    def __init__(self, data, path=None, project_dir=None):
         super().__init__(data)
         self.path = Path(path) if path else None
+        #: the project root it was loaded for, when a build tool's steps run elsewhere (CMake: ninja
+        #: runs them in the build tree); None: the current directory, where the steps run (SCons, CLI)
+        self.project_dir = project_dir
 
     @property
     def name(self):
         return self["name"]
+
+    @property
+    def ref(self):
+        """How the steps of a build name this board, so that every step subprocess finds this same
+        file: its name when the name finds this file (shipped, $NNBUILD_BOARDS, the project's
+        boards/), else its file's path, relative to the current directory (the build's top, where
+        SCons runs the steps) when it lies under it. Never an absolute path when it can be helped:
+        the command lines are SCons signatures, the same in every checkout."""
+        if self.path is None:
+            return self.name
+        path = self.path.resolve()
+        if self.project_dir is not None:   # steps run elsewhere: a name only where no project folder is needed
+            found = next((d / f"{self.name}.json" for d in user_dirs() + [builtin_dir()]
+                          if (d / f"{self.name}.json").is_file()), None)
+            return self.name if found is not None and found.resolve() == path else str(path)
+        found = board_path(self.name)
+        if found is not None and found.is_file() and found.resolve() == path:
+            return self.name
+        try:
+            return str(path.relative_to(Path.cwd().resolve()))
+        except ValueError:
+            return str(path)
 
     @property
     def compiler(self):
@@ -199,17 +242,20 @@ class Board(dict):
         return self
 
 
-def load_board(name) -> Board:
+def load_board(name, project_dir=None) -> Board:
     """The board by name (NAME.json in a board directory) or by the path of its file, validated
-    against the schema and checked; an unknown name lists the known ones."""
+    against the schema and checked; an unknown name lists the known ones. `project_dir`: the
+    project's root, whose boards/ folder is looked in first and against which a relative path is
+    read (default: the current directory)."""
     if isinstance(name, Board):
         return name
-    path = board_path(name)
+    path = board_path(name, project_dir)
     if path is None or not path.is_file():
         if str(name).endswith(".json"):
             raise NNBuildError("board file not found", path=path)
-        dirs = ", ".join(str(d) for d in board_dirs())
-        raise NNBuildError(f"unknown target '{name}' (boards: {', '.join(available_boards())}; looked in {dirs})")
+        dirs = ", ".join(str(d) for d in board_dirs(project_dir))
+        raise NNBuildError(f"unknown target '{name}' (boards: {', '.join(available_boards(project_dir))}; "
+                           f"looked in {dirs})")
     data = files.read_json_object(path, "board file")
     data.setdefault("name", path.stem)
-    return Board(data, path).check()
+    return Board(data, path, project_dir).check()

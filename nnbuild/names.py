@@ -32,10 +32,10 @@ RESERVED_FILE_STEMS = frozenset(
     "main check check_main tpg_check_main check_io simavr_run firmware nn_prelude".split()
 )
 
-#: longest name nnbuild takes from a model file for a multi-item system or item (names that become
-#: C symbols and file names): C99 guarantees 63 significant characters in an identifier, and the
-#: generated files (<system>_<item>_<k>_weights.c) stay well under a file name's 255 bytes
-MAX_NAME_LENGTH = 63
+#: Longest name nnbuild takes from a model file for a C identifier or a file stem: the 63 significant
+#: characters C99 guarantees for an internal identifier or macro name (5.2.4.1); it also keeps
+#: `<name>.flowfacts.json` and the like far below the 255-byte file-name limit of file systems.
+MAX_IDENTIFIER = 63
 
 _SAFE_TEXT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                        " _.,:;+-=()[]{}<>#@!$%^&|~'")

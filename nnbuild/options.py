@@ -141,3 +141,17 @@ def argparse_type(parse):
             raise argparse.ArgumentTypeError(str(error)) from None
     convert.__name__ = parse.__name__
     return convert
+
+
+def refuse_unknown(given, known, where, what="keyword"):
+    """One line for the first keyword of `given` that `known` does not hold, with the nearest
+    known one ("did you mean deadline?"), never a traceback or a silent drop."""
+    import difflib
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return
+    word = unknown[0]
+    near = difflib.get_close_matches(word, sorted(known), n=1)
+    hint = f"; did you mean {near[0]}?" if near else f"; known: {', '.join(sorted(known))}"
+    more = f" (and {', '.join(unknown[1:])})" if unknown[1:] else ""
+    raise NNBuildError(f"{where}: unknown {what} '{word}'{more}{hint}")

@@ -48,7 +48,7 @@ class Plan:
 def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
          main=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0), deadline=None,
          deadline_origin=None, environment=None, data=None, purpose="build", record_wcet_errors=False,
-         path=None, inputs=None, wcet="auto") -> Plan:
+         path=None, inputs=None, wcet="auto", interface=None) -> Plan:
     """Every task of one build of `model` for `board` in one precision.
 
     purpose "build": generate, reference, programs (firmware with `main`), runs (the host build too
@@ -56,7 +56,8 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     report and gate. purpose "check" (`nnbuild check`): check inputs from `data`, the target's run
     and the comparison only. `path` is the PATH the analyzers' tools are looked up on. `inputs`: the
     check inputs made once elsewhere (reference_task) and shared, e.g. by precision=auto's candidates;
-    the plan then has no reference task of its own."""
+    the plan then has no reference task of its own. `interface` (scons, nnmodel, cmake, cli): the
+    front running the build, whose syntax the gate's hints use."""
     board = boards.load_board(board)
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
@@ -68,7 +69,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
                   options={"name": name, "shape": shape, "precision": precision, "input_range": input_range,
-                           "storage": board.get("weights_storage", "const"), "target": board.name,
+                           "storage": board.get("weights_storage", "const"), "target": board.ref,
                            "environment": environment})]
     if inputs is None:
         inputs = "inputs.npz"
@@ -82,7 +83,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         prefix = f"{sub}/" if sub else ""
         target = f"{prefix}{what}{target_board.program_suffix}"
         tasks.append(Task("program", [target], {"sources": [code, *weights, main_source]}, role=f"{prefix}{what}",
-                          options={"board": target_board.name, "include": ["gen"], "objdir": f"{prefix}obj",
+                          options={"board": target_board.ref, "include": ["gen"], "objdir": f"{prefix}obj",
                                    "defines": {main_source: main_defines}, "header": header,
                                    "opt": opt if target_board is board else None,
                                    "model": name, "hint": codegen.too_big_hint(kinds.resolve_shape(kind, shape))}))
@@ -104,7 +105,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         harness = None
         if getattr(runner, "NEEDS_HARNESS", False):
             harness = f"{HARNESS_DIR}/{runner.__name__.rsplit('.', 1)[-1]}_run"
-            tasks.append(Task("harness", [harness], options={"board": board.name}, role="harness"))
+            tasks.append(Task("harness", [harness], options={"board": board.ref}, role="harness"))
         runs[board.run_label()] = _run_task(tasks, board, check, harness, entries[0], inputs)
         if purpose == "build" and board.measures_cycles():
             extra_runs = {entry: _run_task(tasks, board, check, harness, entry, inputs, suffix=f"_{entry}")
@@ -121,12 +122,12 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
 
     image = firmware or check
     tasks.append(Task("size", ["size.json"], {"elf": image, "trace": trace, "flowfacts": flowfacts}, role="size",
-                      options={"board": board.name,
+                      options={"board": board.ref,
                                # the first entry that can be bounded counts: main, else the last entry
                                # (a Gravity program's train, which runs activate's program too)
                                "entry": (["main"] if firmware else []) + entries[::-1]}))
     for task in tasks:  # the memory gate first: nothing runs on a simulator of a board the image does not fit
-        if task.step == "run" and task.options["board"] == board.name and not on_host:
+        if task.step == "run" and task.options["board"] == board.ref and not on_host:
             task.after.append("size.json")
     target_run = runs.get(board.run_label()) if runner else None
     wcet_json, entry_bounds = None, {}
@@ -134,22 +135,23 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     if wcet != "skip" and not analyzers.unavailable_reason(board, path):
         wcet_json = "wcet.json"
         tasks.append(Task("wcet", [wcet_json], {"elf": check, "flowfacts": flowfacts}, role="wcet",
-                          options={"board": board.name, "entry": entries[0],
+                          options={"board": board.ref, "entry": entries[0],
                                    "record_errors": record_wcet_errors}))
         for entry in entries[1:]:   # every other entry: its own bound, held to its own measured runs
             entry_bounds[entry] = f"wcet_{entry}.json"
             tasks.append(Task("wcet", [entry_bounds[entry]], {"elf": check, "flowfacts": flowfacts},
-                              role=f"wcet_{entry}", options={"board": board.name, "entry": entry,
+                              role=f"wcet_{entry}", options={"board": board.ref, "entry": entry,
                                                              "record_errors": record_wcet_errors}))
     tasks.append(Task("report", ["report.json", "report.html"],
                       {"semantic": "semantic.json", "size": "size.json", "trace": trace, "run": target_run,
                        "wcet": wcet_json, "entry_wcet": entry_bounds or None,
                        "entry_runs": {e: r for e, r in extra_runs.items() if e in entry_bounds} or None},
-                      options={"model": name, "board": board.name, "precision": precision, "shape": shape,
+                      options={"model": name, "board": board.ref, "precision": precision, "shape": shape,
                                "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin}, role="report"))
     nodes.update(size="size.json", wcet=wcet_json, report="report.json")
     if purpose == "build":
-        tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate"))
+        tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate",
+                          options={"interface": interface}))
         nodes["gate"] = "gate.json"
     return Plan(tasks, name, board, nodes, entries)
 
@@ -172,10 +174,10 @@ def multiitem_plan(*, name, model, board, shape=kinds.DEFAULT_SHAPE, precision=k
         folder = kind.split_folder(model)
         split = f"{folder}/split.json"
         tasks.append(Task("multiitem_split", [f"{folder}/graph.nnef", split], {"model": model}, role="split",
-                          options={"target": board.name, "shape": shape, "items": items,
+                          options={"target": board.ref, "shape": shape, "items": items,
                                    "item_map": str(Path(item_map).resolve()) if item_map else None}))
         model = f"{folder}/graph.nnef"
-    common = {"target": board.name, "shape": shape, "precision": precision, "count": count, "seed": seed}
+    common = {"target": board.ref, "shape": shape, "precision": precision, "count": count, "seed": seed}
     checks = {label: dict(common, **options) for label, options in kind.check_options(
         board.name, sync=sync, runs=runs, max_delay_us=max_delay_us, sanitize=sanitize, purpose=purpose).items()}
     tasks += [Task("multiitem_check", [f"{label}.json"], {"model": model, "data": data}, options=options, role=label)
@@ -185,7 +187,7 @@ def multiitem_plan(*, name, model, board, shape=kinds.DEFAULT_SHAPE, precision=k
     tasks.append(Task("multiitem_report", ["report.json", "report.html"],
                       {"model": model, "checks": {label: f"{label}.json" for label in checks}, "split": split},
                       role="report",
-                      options={"target": board.name, "shape": shape, "precision": precision, "sync": sync,
+                      options={"target": board.ref, "shape": shape, "precision": precision, "sync": sync,
                                "deadline": deadline, "tolerance": tolerance}))
     tasks.append(Task("multiitem_gate", ["gate.json"], {"report": "report.json"}, role="gate"))
     return Plan(tasks, name, board, {"checks": {label: f"{label}.json" for label in checks}, "split": split,
@@ -223,11 +225,11 @@ def _run_task(tasks, board, program, harness, entry, inputs="inputs.npz", suffix
     if harness:
         sources["harness"] = harness
     tasks.append(Task("run", [target], sources, role=f"run_{label}{suffix}",
-                      options={"board": board.name, "entry": entry if board.measures_cycles() else None}))
+                      options={"board": board.ref, "entry": entry if board.measures_cycles() else None}))
     return target
 
 
-def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", ".bin")) -> Plan:
+def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", ".bin"), interface=None) -> Plan:
     """The checks of a user's linked firmware holding one or more models: its images (.hex, .bin by
     the board's objcopy), and per model the memory report and gate over the image (stack from
     `main`), the WCET bound of the model's inference function in the image, a report joining them
@@ -235,10 +237,14 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
     `firmware`: the linked image (a path, or a build tool's expression for it); `stem`: the images'
     file stem; `models`: (model plan, its directory) pairs. Paths of the result are relative to the
-    firmware's directory."""
+    firmware's directory.
+
+    The images are the release: they come after every gate (Task.after), and a failing gate removes
+    them (the gate step's `discard`), so a .hex never sits beside a broken gate. A model built with
+    wcet="skip" (no WCET task in its plan) is not bounded in the image either."""
     board = boards.load_board(board)
-    tasks = [Task("image", [f"{stem}{suffix}"], {"elf": firmware}, options={"board": board.name},
-                  role=f"image{suffix}") for suffix in images]
+    image_files = [f"{stem}{suffix}" for suffix in images]
+    tasks = []
     nodes = {f"image{suffix}": f"{stem}{suffix}" for suffix in images}
     from nnbuild import wcet
     analyzable = not wcet.unavailable_reason(board, path)
@@ -255,15 +261,15 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
         model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
-                          options={"board": board.name, "entry": entries}, role=f"{mp.name}/size"))
+                          options={"board": board.ref, "entry": entries}, role=f"{mp.name}/size"))
         wcet_json, entry_bounds = None, {}
-        if analyzable:
+        if analyzable and mp.nodes.get("wcet"):
             wcet_json = f"{sub}/wcet.json"
             for entry in model_entries:
                 target = wcet_json if entry == model_entries[0] else f"{sub}/wcet_{entry}.json"
                 tasks.append(Task("wcet", [target], {"elf": firmware, "flowfacts": at(flowfacts)},
                                   role=f"{mp.name}/wcet" + ("" if target == wcet_json else f"_{entry}"),
-                                  options={"board": board.name, "entry": entry, "record_errors": False}))
+                                  options={"board": board.ref, "entry": entry, "record_errors": False}))
                 if target != wcet_json:
                     entry_bounds[entry] = target
         model_report = next(t for t in mp.tasks if t.step == "report")
@@ -273,8 +279,11 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
                            "run": at(model_report.sources.get("run")), "wcet": wcet_json,
                            "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None},
                           options=dict(model_report.options), role=f"{mp.name}/report"))
-        tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate"))
+        tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate",
+                          options={"interface": interface, "discard": image_files}))
         reports[mp.name], gates[mp.name] = f"{sub}/report.json", f"{sub}/gate.json"
+    tasks += [Task("image", [f"{stem}{suffix}"], {"elf": firmware}, options={"board": board.ref},
+                   role=f"image{suffix}", after=list(gates.values())) for suffix in images]
     nodes.update(reports=reports, gates=gates)
     return Plan(tasks, stem, board, nodes)
 
@@ -325,6 +334,8 @@ def execute(the_plan: Plan, workdir, *, harness_dir=None, loaded=None):
                 kwargs[role] = {k: str(where(v)) for k, v in value.items()}
             elif value is not None:
                 kwargs[role] = str(where(value))
+        if kwargs.get("discard"):
+            kwargs["discard"] = [str(where(p)) for p in kwargs["discard"]]
         if task.sources.get("model") in loaded:
             kwargs["model"], log = loaded[task.sources["model"]]
             if task.step == "generate":
@@ -416,9 +427,22 @@ def _check_multiitem(model, data, board, *, shape, precision, tolerance, build_d
 
 def _checked(the_plan, workdir, loaded):
     """Execute a check plan; print where it ran and the most cycles an inference took."""
+    import contextlib
+    import io
+
     import numpy as np
-    execute(the_plan, workdir, loaded=loaded)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            execute(the_plan, workdir, loaded=loaded)
+    except BaseException:
+        print(said.getvalue(), end="")
+        raise
     results = steps.read_json(workdir / "semantic.json")
+    described = set(kinds.get(results["kind"]).describe(results))
+    for line in said.getvalue().splitlines():   # the compare step's lines: the line below says it once
+        if line not in described:
+            print(line)
     (label, run_file), = the_plan.nodes["runs"].items()
     with np.load(workdir / run_file) as run:
         cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""
@@ -552,6 +576,8 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             depends += sources + [where(task.options["header"])]
         else:
             values = dict(task.options)
+            if values.get("discard"):
+                values["discard"] = [where(p) for p in values["discard"]]
             for role, value in task.sources.items():
                 if value is None:
                     continue

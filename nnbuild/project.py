@@ -11,6 +11,7 @@ model file is missing, e.g. third-party data in ../shared).
 from pathlib import Path
 
 from nnbuild import files, frontends, options
+from nnbuild.checks import data as check_data
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 
@@ -45,6 +46,7 @@ def resolve(model, root=EXAMPLES_DIR):
             if not Path(config["check_data"]).exists():
                 raise NNBuildError(f"check data of example '{model}' not found: {config['check_data']}"
                                    + (f" ({config['requires']})" if config.get("requires") else ""), path=config_path)
+            check_data.checked_file(config["check_data"])  # a regular file within limits: SCons hashes it
         main = base / config.get("main", "main.c")
         if "main" in config and not (main.suffix == ".c" and main.is_file()):
             raise NNBuildError(f"'main' must name a C source (.c) beside example.json, not '{config['main']}'",

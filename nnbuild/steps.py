@@ -19,6 +19,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 from nnbuild import boards, codegen, files, kinds, options
+from nnbuild.checks.deadline import INTERFACES
 from nnbuild.errors import NNBuildError
 
 
@@ -179,31 +180,41 @@ def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAU
     print(reports.summary_text(summary))
 
 
-def gate(report, output):
-    """gate.json, written only when every gate (tolerance, deadline, bound soundness) holds."""
+def gate(report, output, *, interface=None, discard=()):
+    """gate.json, written only when every gate (tolerance, deadline, bound soundness) holds. A gate
+    that fails removes any earlier gate.json and the release images in `discard` (.hex, .bin of a
+    firmware), so nothing "passed" outlives the failure; its hints speak `interface`'s syntax."""
     from nnbuild.checks import deadline, gates
     from nnbuild.checks import select as selection
+    Path(output).unlink(missing_ok=True)
     record = read_json(report)
-    broken = gates.violations(record)
+    broken = gates.violations(record, interface)
     if broken:
         hint = selection.known_to_meet(record, Path(report)) if deadline.deadline_violation(record.get("wcet") or {
             "deadline_ms": None}) else None
-        raise NNBuildError("; ".join(broken) + (f"; {hint}" if hint else ""))
-    if record.get("wcet"):
-        print(deadline.bar(record["wcet"]))
-    save_json(output, {"passed": True, "wcet": record.get("wcet")})
+        removed = [Path(p) for p in discard or () if Path(p).exists()]
+        for path in removed:
+            path.unlink()
+        images = [Path(p).name for p in discard or ()]
+        release = (f"; no release image ({', '.join(images)} {'removed' if removed else 'not written'})"
+                   if images else "")
+        raise NNBuildError("; ".join(broken) + (f"; {hint}" if hint else "") + release)
+    save_json(output, {"passed": True, "wcet": record.get("wcet")})   # the report printed the summary
 
 
-def select(candidates, output, *, firmware_output=None):
-    """precision=auto: the candidate with the smallest WCET that meets every gate."""
+def select(candidates, output, *, firmware_output=None, install=(), interface=None):
+    """precision=auto: the candidate with the smallest WCET that meets every gate. Each candidate is
+    PRECISION=REPORT[:FILE...]: the winner's files are copied to --firmware-output (the first) and
+    to each --install in order (NNModel: its library, header, flow facts, ... for NNFirmware)."""
     from nnbuild.checks import select as selection
     from nnbuild.checks.report import summary_text
     reports, firmwares = {}, {}
+    destinations = ([firmware_output] if firmware_output else []) + list(install or ())
     for spec in candidates:
         precision, _, rest = spec.partition("=")
-        path, _, firmware = rest.partition(":")
-        reports[precision], firmwares[precision] = read_json(path), firmware or None
-    winner, table, why = selection.choose(reports)
+        path, *files = rest.split(":")
+        reports[precision], firmwares[precision] = read_json(path), files
+    winner, table, why = selection.choose(reports, interface)
     print("precision=auto candidates:")
     bounded = any(r["wcet_cycles"] is not None for r in table)
     for r in table:
@@ -214,9 +225,10 @@ def select(candidates, output, *, firmware_output=None):
         print(f"  {r['precision']:<10} WCET {wcet_text}  max error {err:<9}  flash {r['flash_bytes']:>7,}  {verdict}")
     if winner is None:
         raise NNBuildError(selection.refusal(table))
-    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table})
-    if firmware_output:
-        selection.install_winner(firmwares[winner], firmware_output)
+    final = dict(reports[winner], precision_auto={"winner": winner, "why": why, "candidates": table},
+                 auto={"chosen": winner, "why": why, "candidates": table})
+    for source, destination in zip(firmwares[winner], destinations):
+        selection.install_winner(source, destination)
     from nnbuild.checks import report_html
     report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(final)))
     save_json(output, final)
@@ -382,7 +394,9 @@ def _model_options(storage=True):
 
 
 STEPS = {s.name: s for s in (
-    Step("generate", "Generating C", generate, (_a("model"), _a("-o", "--outdir", required=True)) + _model_options(),
+    Step("generate", "Generating C", generate,
+         (_a("model", help="the model file (see docs/formats.md)"),
+          _a("-o", "--outdir", required=True, help="folder of the generated C, flow facts and trace")) + _model_options(),
          "write the C code of a model", code=("codegen", "numerics", "frontends", "ir", "passes", "kinds")),
     Step("reference", "Reference", reference,
          (_a("model"), OUT, _a("--count", type=options.argparse_type(options.count), default=32), _a("--seed", type=int, default=1),
@@ -425,7 +439,10 @@ STEPS = {s.name: s for s in (
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
           _a("--deadline-origin", default=None, help="where the deadline came from")),
          "merge the step results into report.json and print a summary", code=("checks",), cacheable=False),
-    Step("gate", "Gates", gate, (_a("report"), OUT),
+    Step("gate", "Gates", gate,
+         (_a("report"), OUT, _a("--interface", default=None, choices=INTERFACES,
+                                help="the front that runs the build: its syntax in the hints (waivers)"),
+          _a("--discard", action="append", default=[], help="a release image to remove when a gate fails")),
          "fail when report.json shows a broken tolerance, a missed deadline or an unsound bound",
          code=("checks",), cacheable=False),
     Step("program", "Building program", program,
@@ -459,8 +476,12 @@ STEPS = {s.name: s for s in (
     Step("multiitem_gate", "Multi-item gate", multiitem_gate, (_a("report"), OUT),
          "gate.json of a multi-item build, only when every gate holds", code=("kinds",), cacheable=False),
     Step("select", "Choosing precision", select,
-         (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FIRMWARE]"), OUT,
-          _a("--firmware-output", help="where to copy the winner's firmware")),
+         (_a("candidates", nargs="+", metavar="PRECISION=REPORT.json[:FILE...]"), OUT,
+          _a("--firmware-output", help="where to copy the winner's firmware"),
+          _a("--install", action="append", default=[],
+             help="where to copy the winner's next file (in the order of the candidates' files)"),
+          _a("--interface", default=None, choices=INTERFACES,
+             help="the front that runs the build: its syntax in the hints (waivers)")),
          "precision=auto: pick the candidate with the smallest qualifying WCET", code=("checks",), cacheable=False),
 )}
 

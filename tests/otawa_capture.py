@@ -34,7 +34,7 @@ def cases(tmp, elf):
     """{case: owcet arguments after the binary}: success under both scripts, then the failures."""
     text = otawa.disassembly(elf, BOARD)
     facts = {"loops": [{"function": "dot", "file": "dot.c", "line": 8, "max_iterations": 16}]}
-    bounds, _ = otawa.map_loops(otawa.parse_objdump(text), facts["loops"])
+    bounds, _ = otawa.map_loops(otawa.with_lines(otawa.parse_objdump(text), elf), facts["loops"])
     ff, empty = tmp / "dot.ff", tmp / "none.ff"
     ff.write_text(otawa.render_ff(bounds, "dot"))
     empty.write_text("// no loop bound\n")

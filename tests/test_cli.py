@@ -4,6 +4,7 @@ A few tests start the real command (`nnbuild`: the entry point, exit status and 
 process); the rest call the same command line in-process (`run_cli`, conftest.py), which saves an
 interpreter start and the imports on each."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from conftest import REPO, needs_avr, shared_file
 from keras_files import dense, write_full_model
+from nnbuild import cli, steps
 
 GOLDEN_L61 = -0.662313857  # ../shared/data/f1tenth/README.md, all inputs 0.1 (tf_keras: -0.6623139)
 
@@ -304,3 +306,65 @@ def test_cmake_dir_prints_the_folder_of_the_cmake_module():
     assert result.returncode == 0, result.stderr
     folder = Path(result.stdout.strip())
     assert (folder / "nnbuild.cmake").is_file() and (folder / "avr-gcc.cmake").is_file()
+
+
+# ----------------------------------------------------------------------------- fitting the ecosystem (issue 25)
+
+
+def test_help_lists_the_user_commands_and_sets_the_pipeline_steps_apart(run_cli):
+    shown = run_cli("--help").stdout
+    commands = shown[shown.index("commands:"):shown.index("pipeline steps")]
+    for command in cli.USER_COMMANDS:
+        assert f"\n    {command} " in commands, command
+    for step in steps.STEPS:
+        if step not in cli.USER_COMMANDS:
+            assert f"\n    {step} " not in commands, step
+            assert step in shown[shown.index("pipeline steps"):]
+    assert run_cli("wcet", "--help").returncode == 0   # still callable: SCons and CMake run it
+
+
+@pytest.mark.parametrize("command", cli.USER_COMMANDS)
+def test_every_option_of_a_user_command_says_what_it_is(command):
+    sub = cli.parser().commands.choices[command]
+    silent = [action.dest for action in sub._actions if not action.help]
+    assert silent == [], f"{command}: options without a help line: {silent}"
+
+
+@pytest.mark.parametrize("args,line", [
+    (["genrate"], "unknown command 'genrate' (did you mean 'generate'?)"),
+    (["check", str(XOR), "--data", "d.npz", "--tolerence", "1e-3"], "check: unknown option '--tolerence' "
+                                                                      "(did you mean '--tolerance'?)"),
+    (["generate", str(XOR), "-o", "out", "--shap", "v2"], "did you mean '--shape'?"),
+    (["generate", str(XOR), "-o", "out", "--shape", "v22"], "'v22' is not one of auto"),
+])
+def test_a_mistyped_command_or_option_is_one_line_with_the_nearest_name(run_cli, tmp_path, args, line):
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("nnbuild: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert line in result.stderr
+    assert "nnbuild: error: nnbuild" not in result.stderr
+
+
+def test_generate_says_what_it_wrote_and_gives_json(tmp_path, run_cli):
+    said = run_cli("generate", str(XOR), "-o", str(tmp_path / "a"))
+    assert said.stdout.startswith(f"nnbuild: wrote 6 files to {tmp_path / 'a'}: xor.h, ") and said.stdout.count("\n") == 1
+    record = json.loads(run_cli("generate", str(XOR), "-o", str(tmp_path / "b"), "--json").stdout)
+    assert record["outdir"] == str(tmp_path / "b") and sorted(Path(f).name for f in record["files"]) == sorted(
+        p.name for p in (tmp_path / "b").iterdir())
+    quiet = run_cli("generate", str(XOR), "-o", str(tmp_path / "c"), "-q")
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(p.name for p in (tmp_path / "b").iterdir())
+
+
+@pytest.mark.e2e
+def test_check_says_each_fact_once_and_the_timing_lines_only_with_v(tmp_path, run_cli):
+    data = tmp_path / "d.npz"
+    x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+    np.savez(data, x=x, y=np.array([[0], [1], [1], [0]], dtype=np.float32))
+    said = run_cli("check", str(XOR), "--data", str(data), "--tolerance", "0.5", "--target", "avr")
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.splitlines()
+    assert len(lines) == len(set(lines)) and sum("max |C - reference|" in l for l in lines) == 1, lines
+    assert "simavr:" not in said.stderr
+    loud = run_cli("check", str(XOR), "--data", str(data), "--tolerance", "0.5", "--target", "avr", "-v")
+    assert loud.returncode == 0 and "simavr: 4/4 cases" in loud.stderr

@@ -82,9 +82,10 @@ def test_defaults_strings_reals_and_precisions(tmp_path):
             " .input 3; .hidden 2 linear; .output 1 sigmoid; // final comment without a newline")
     model = gravity_g.load(program(tmp_path, text))
     assert (model.prefix, model.learning_rate, model.precision, model.batch) == ("", 0.05, "fixed8.8", 1)
-    escaped = gravity_g.load(program(tmp_path, ".module 'n\\et'; .input 3; .hidden 2 relu; .output 2 softmax;"))
-    assert escaped.name == "net"
-    with pytest.raises(NNBuildError, match="'a\"b' is not a C identifier"):
+    # a string's value is the text between its quotes, unprocessed, as Gravity takes it
+    with pytest.raises(NNBuildError, match=r"'n\\\\et' is not a C identifier"):
+        gravity_g.load(program(tmp_path, ".module 'n\\et'; .input 3; .hidden 2 relu; .output 2 softmax;"))
+    with pytest.raises(NNBuildError, match="'a\"\"b' is not a C identifier"):
         gravity_g.load(program(tmp_path, '.module "a""b"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     default = gravity_g.load(program(tmp_path, '.module "m"; .input 3; .hidden 2 relu; .output 2 softmax;'))
     assert (default.prefix, default.learning_rate, default.precision, default.cost) == ("g", 0.1, "float32",
@@ -341,3 +342,131 @@ def test_cppcheck_finds_nothing(tmp_path, precision):
     for name in ("mnist.c", "mnist.h"):
         (tmp_path / name).write_text(files[name])
     subprocess.run(CPPCHECK + [str(tmp_path / "mnist.c")], check=True)
+
+
+# --------------------------------------------------------------------------- hostile programs (issue 23)
+
+
+@pytest.mark.parametrize("text, where", [
+    ('.module "m"; .optimizer sgd 1.0E-49; .input 2; .hidden 2 relu; .output 2 softmax;', "1:29"),
+    ('.module "m"; .optimizer sgd 1.0E-36;\n.batch 1000; .input 2; .hidden 2 relu; .output 2 softmax;', "1:29"),
+])
+def test_a_rate_a_float32_flushes_to_zero_is_refused(tmp_path, text, where):
+    """`.optimizer sgd 1e-49` generated `const gv_t rate = 1e-49f;`: "floating constant truncated to
+    zero" under -Werror, and an update by zero had it compiled. rate / batch must be a normal float32."""
+    path = program(tmp_path, text)
+    with pytest.raises(NNBuildError) as error:
+        gravity_g.load(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}:{where}: the sgd rate ") and "smallest normal float32" in message
+    assert "\n" not in message
+
+
+def test_the_smallest_normal_rate_is_accepted_and_every_builder_is_checked(tmp_path):
+    model = gravity_g.load(program(tmp_path, '.module "m"; .optimizer sgd 1.2E-38; .input 2; .hidden 2 relu; '
+                                             '.output 2 softmax;'))
+    assert model.learning_rate == 1.2e-38
+    model.learning_rate = 1e-45   # e.g. a JIT model made from a network, not from a .g file
+    with pytest.raises(NNBuildError, match="smallest normal float32"):
+        ir.validate(model)
+
+
+@pytest.mark.parametrize("directive, length, refused", [("module", 63, False), ("module", 64, True),
+                                                         ("module", 100_000, True), ("prefix", 64, True)])
+def test_names_longer_than_a_c_identifier_are_refused(tmp_path, run_cli, directive, length, refused):
+    """A .module of 100,000 characters was `OSError: File name too long` (a traceback)."""
+    name = "a" * length
+    text = f'.module "{name if directive == "module" else "m"}"; .prefix "{name if directive == "prefix" else "p"}";'
+    path = program(tmp_path, text + " .input 2; .hidden 2 relu; .output 2 softmax;")
+    result = run_cli("generate", path, "-o", tmp_path / "out")
+    if not refused:
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "out" / f"{name}.c").is_file()
+        return
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (f"nnbuild: error: {path}:1:{9 if directive == 'module' else 22}: "
+                                     f".{directive} name of {length:,} characters: at most 63 (the "
+                                     "significant characters of a C identifier)")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("target", ["atmega328p", "avr"])
+def test_a_blob_larger_than_the_boards_ram_is_refused_before_any_c(tmp_path, run_cli, target):
+    """`.input 20000; .hidden 20000 relu` for AVR generated C declaring a 3.2 GB blob: "large
+    integer implicitly truncated" at compile time. The capability check compares blob and RAM."""
+    path = program(tmp_path, '.module "big"; .input 20000; .hidden 20000 relu; .output 2 softmax;')
+    result = run_cli("generate", path, "-o", tmp_path / "out", "--target", target)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
+    assert f"{path}: Gravity program 'big' (20000-20000-2) needs 3,200,720,040 bytes of RAM in float32" in result.stderr
+    assert "a memory blob of 3,200,640,032 bytes" in result.stderr and f"board {target} has " in result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    from nnbuild import boards, kinds
+    kind, model = kinds.get("gravity"), gravity_g.load(path)
+    assert kinds.refusal(kind, "gravity", "float32", boards.load_board("host"), model) is None
+    small_model = gravity_g.load(program(tmp_path, small(), "small.g"))
+    assert kinds.refusal(kind, "gravity", "float32", boards.load_board(target), small_model) is None
+
+
+@pytest.mark.e2e  # compiles
+@pytest.mark.parametrize("hidden, output", [("tanh", "softmax"), ("sigmoid", "tanh"), ("relu", "sigmoid")])
+def test_a_format_without_one_computes_one_minus_x_and_compiles(tmp_path, hidden, output):
+    """fixed [1, 15] holds [-1, 1): `gv_sub(32768, a[j])` overflowed int16_t (-Werror=overflow)."""
+    model = gravity_g.load(program(tmp_path, f'.module "m"; .precision fixed [1, 15]; .costfnc quadratic; '
+                                             f'.input 3; .hidden 4 {hidden}; .output 3 {output};'))
+    files = generator.render(model)
+    assert "gv_sub(32768" not in files["m.c"]
+    for name in ("m.c", "m.h"):
+        (tmp_path / name).write_text(files[name])
+    for cc in (["gcc"], ["avr-gcc", "-mmcu=atmega1284"] if shutil.which("avr-gcc") else None):
+        if cc:
+            subprocess.run(cc + ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "m.c", "-o", "m.o"],
+                           cwd=tmp_path, check=True)
+
+
+def random_program(rng, k):
+    """A seeded .g program over the whole language: precisions, activations, costs, batch, rates
+    near the float32 floor, widths up to what a board cannot hold."""
+    activations = ("relu", "linear", "softmax", "sigmoid", "tanh")
+    whole = int(rng.integers(1, 33))
+    precision = rng.choice(["float", "double", f"fixed [{whole}, {int(rng.integers(0, 33 - whole))}]"])
+    cost = rng.choice(list(ir.COSTS))
+    output = rng.choice(["softmax", "sigmoid"] if cost == "cross_entropy" else list(activations))
+    hidden = "".join(f".hidden {int(rng.integers(1, 10))} {rng.choice(activations)};\n"
+                     for _ in range(int(rng.integers(1, 4))))
+    rate = rng.choice(["1.0", "0.5", "1.0E-3", "1.0E-37", "1.2E-38", "2.0E-38"])
+    inputs = int(rng.integers(1, 70000)) if rng.random() < 0.15 else int(rng.integers(1, 10))
+    return (f'.module "m{k}"; .prefix "p{k}"; .optimizer sgd {rate}; .precision {precision}; .costfnc {cost};\n'
+            f".batch {int(rng.integers(1, 1001))}; .input {inputs};\n{hidden}.output {int(rng.integers(1, 10))} {output};\n")
+
+
+@pytest.mark.e2e  # compiles with gcc and avr-gcc
+def test_every_program_generate_accepts_compiles_for_its_board(tmp_path):
+    """Property (issue 23, point 6): seeded random programs through the generate step for the host
+    and the AVR boards, in the .g's precision and float32; whatever it accepts compiles warning-free
+    with the board's own flags, whatever it refuses is one line."""
+    from nnbuild import boards, steps
+    rng = np.random.default_rng(23)
+    compiled = 0
+    for k in range(30):
+        path = program(tmp_path, random_program(rng, k), f"m{k}.g")
+        try:
+            model = gravity_g.load(path)
+        except NNBuildError as error:
+            assert "\n" not in str(error)
+            continue
+        for target in ("host", "avr", "atmega328p"):
+            board = boards.load_board(target)
+            if board["cc"] != "gcc" and not shutil.which(board["cc"]):
+                continue
+            for precision in (model.precision, "float32"):
+                out = tmp_path / f"out{k}_{target}_{precision}"
+                try:
+                    steps.generate(path, out, precision=precision, target=target)
+                except NNBuildError as error:
+                    assert "\n" not in str(error)
+                    assert not out.exists() or not any(out.glob("*.c"))
+                    continue
+                subprocess.run([board["cc"], *board["cflags"], board["opt"], "-c", f"m{k}.c", "-o", f"m{k}.o"],
+                               cwd=out, check=True)
+                compiled += 1
+    assert compiled >= 30

@@ -131,7 +131,7 @@ def test_a_dot_file_needs_an_environment(tmp_path):
     ({"instructions": [{"name": "x", "operands": ["double"], "c": "r = $1;", "python": "$1"}]},
      ["instructions[0]", "not of the form '$0 = <expression>;'"]),
     ({"instructions": [{"name": "x", "operands": ["double"], "c": "$0 = $1 + $2;", "python": "$1"}]},
-     ["instructions[0]", "uses ['$1', '$2']"]),
+     ["instructions[0]", "uses $2 but the instruction has 1 operand(s)"]),
     ({"instructions": [{"name": "x", "operands": ["double"], "c": "$0 = $1;", "python": "__import__('os')"}]},
      ["instructions[0]", "unsupported expression"]),
     ({"instructions": [{"name": "x", "operands": ["double[2]"], "c": "$0 = $1;", "python": "$1"}]},
@@ -377,6 +377,8 @@ def test_cli_generate_names_the_missing_environment(tmp_path, run_cli):
     (lambda t: t.replace("//3|-2|", "//3|" + "1" * 5000 + "|"), ["program constant", "not finite"]),
     (lambda t: t.replace("//3|-2|", "//3|4294967296|"), ["program constant 4294967296 is outside the int32 range"]),
     (lambda t: t.replace("//3|-2|", "//3|nan|"), ["program constant 'nan' is not finite"]),
+    (lambda t: t.replace("//3|-2|", "//3|1e-300|"), ["program constant '1e-300' is not 0 or a normal 32-bit float"]),
+    (lambda t: t.replace("//3|-2|", "//3|-1e39|"), ["program constant '-1e39' is not 0 or a normal 32-bit float"]),
 ])
 def test_hostile_numbers_in_a_graph_are_one_clear_line(tmp_path, env_file, edit, fragments):
     """5,000-digit ids were an int() ValueError traceback; NaN or out-of-range constants were accepted."""
@@ -395,16 +397,16 @@ def test_hostile_numbers_in_a_graph_are_one_clear_line(tmp_path, env_file, edit,
                                               "python": "$1"}]}), ["malformed TPG environment"]),
     (json.dumps({**TEST_ENV, "instructions": TEST_ENV["instructions"] + [
         {"name": "x", "operands": ["double", "double"], "c": "$0 = $1 */ + $2;", "python": "$1 + $2"}]}),
-     ["'instructions[7]'", "no comments, directives"]),
+     ["'instructions[7]'", "closes a comment ('*/'"]),
     (json.dumps({**TEST_ENV, "instructions": [
         {"name": "x", "operands": ["double"], "c": "$0 = $1; }\n#include <stdlib.h>\nstatic int y = (1);",
-         "python": "$1"}]}), ["'instructions[0]'", "no comments, directives"]),
+         "python": "$1"}]}), ["'instructions[0]'", "closes a brace ('}'"]),
     (json.dumps({**TEST_ENV, "instructions": [
         {"name": "x", "operands": ["double"], "c": "$0 = cos(($1);", "python": "$1"}]}),
-     ["'instructions[0]'", "unbalanced parentheses"]),
+     ["'instructions[0]'", "expects ')' closing the call of cos, found ';'"]),
     (json.dumps({**TEST_ENV, "instructions": [
         {"name": "x", "operands": ["double"], "c": "$0 = --$1;", "python": "$1 - 1"}]}),
-     ["'instructions[0]'", "assigns"]),
+     ["'instructions[0]'", "decrements ('--'"]),
     (json.dumps({**TEST_ENV, "instructions": [
         {"name": "x", "operands": ["double"], "c": "$0 = $1 * 1e400;", "python": "$1 * 1e400"}]}),
      ["'instructions[0]'", "1e400, which is not a finite double"]),

@@ -35,6 +35,26 @@ def parse_deadline(value):
 NO_DEADLINE = "none"
 #: the wcet= values: run the board's analyzer (and check the deadline), or skip both
 WCET_MODES = ("auto", "skip")
+#: how each interface spells the two waivers (the same words everywhere: none, skip), so a hint
+#: shows the syntax of the interface the user is in
+WAIVER_SYNTAX = {
+    "scons": ("deadline=none", "wcet=skip"),            # scons ... deadline=none (an SConstruct's options)
+    "nnmodel": ('deadline="none"', 'wcet="skip"'),      # env.NNModel(..., deadline="none")
+    "cmake": ("DEADLINE none", "WCET skip"),            # nnbuild_add_model(... DEADLINE none)
+    "cli": ("--deadline none", "--wcet skip"),          # nnbuild check ... --deadline none
+}
+INTERFACES = tuple(WAIVER_SYNTAX)
+
+
+def waiver_hint(interface=None):
+    """'waive it with deadline=none or wcet=skip' in the syntax of `interface` (default: scons)."""
+    no_deadline, skip = WAIVER_SYNTAX.get(interface or "scons", WAIVER_SYNTAX["scons"])
+    return f"waive it with {no_deadline} or {skip}"
+
+
+def is_no_deadline(value):
+    """deadline=none in any interface's spelling (none, "none", None is not a waiver)."""
+    return isinstance(value, str) and value.strip().lower() == NO_DEADLINE
 
 
 def resolve_deadline(command_line=None, board=None, example=None):
@@ -44,7 +64,7 @@ def resolve_deadline(command_line=None, board=None, example=None):
     An example's deadline is a real-time requirement of a timed target: it applies to boards with
     a clock, not to an untimed board (the build machine, `host`, has no clock_hz: its builds check
     semantics only). A deadline given on the command line always applies."""
-    if command_line == NO_DEADLINE:
+    if is_no_deadline(command_line):
         return None, None
     timed = board is None or board.get("clock_hz") is not None
     for origin, value in (("command line", command_line), ("board", (board or {}).get("deadline_ms")),
@@ -60,7 +80,7 @@ def deadline_spec(command_line=None, board=None, example=None, wcet="auto"):
     no deadline to check or waive."""
     if wcet not in WCET_MODES:
         raise NNBuildError(f"wcet '{wcet}' is not one of {', '.join(WCET_MODES)}")
-    if command_line == NO_DEADLINE:
+    if is_no_deadline(command_line):
         ms, origin = resolve_deadline(None, board, example)
         return (f"none:{ms!r}ms", origin) if ms else (None, None)
     ms, origin = resolve_deadline(command_line, board, example)

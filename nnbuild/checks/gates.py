@@ -4,12 +4,13 @@ The gate step and precision=auto both use `violations`, so a candidate is reject
 reasons a single build would fail.
 """
 
-from nnbuild.checks.deadline import deadline_violation, fmt_ms, soundness_violation
+from nnbuild.checks.deadline import deadline_violation, fmt_ms, soundness_violation, waiver_hint
 from nnbuild.checks.semantic import error_violation
 
 
-def violations(report):
-    """Every broken constraint of a report, each as one short clause (empty when all hold)."""
+def violations(report, interface=None):
+    """Every broken constraint of a report, each as one short clause (empty when all hold); a
+    waiver hint in the syntax of `interface` (deadline.WAIVER_SYNTAX: scons, nnmodel, cmake, cli)."""
     found = []
     tolerance = report["tolerance"]
     wording = report.get("error_violation")
@@ -26,8 +27,8 @@ def violations(report):
         # a deadline nobody can check fails: passing it silently would claim what was never shown
         why = report.get("wcet_error") or report.get("wcet_unavailable") or "no WCET bound"
         origin = f" (deadline from the {report['deadline_origin']})" if report.get("deadline_origin") else ""
-        found.append(f"deadline {fmt_ms(deadline_ms)} cannot be checked: {why}{origin}; waive it with "
-                     "deadline=none or wcet=skip")
+        found.append(f"deadline {fmt_ms(deadline_ms)} cannot be checked: {why}{origin}; "
+                     f"{waiver_hint(interface)}")
     for entry, fields in sorted((report.get("entries") or {}).items()):
         if fields.get("wcet"):
             found += [soundness_violation(fields["wcet"]), deadline_violation(fields["wcet"])]

@@ -2,8 +2,8 @@
 board has a stack analyzer (AVR); placement check for data read with 16-bit flash pointers."""
 
 import json
-import subprocess
 
+from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 
 NEAR_FLASH_END = 0x10000
@@ -65,14 +65,12 @@ def check_near_flash(board, elf, trace_path):
         names = set(json.load(f).get("near_flash_symbols", []))
     if not names:
         return
-    out = subprocess.run([board.get("nm", "nm"), "-S", str(elf)], capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[3] in names and int(parts[0], 16) + int(parts[1], 16) > NEAR_FLASH_END:
+    for symbol in elf_file.symbols(elf):
+        if symbol.name in names and symbol.size and symbol.addr + symbol.size > NEAR_FLASH_END:
             capacity = board.get("flash_bytes")
             if capacity and capacity <= NEAR_FLASH_END:
                 sizes = board.compiler.section_sizes(board, elf)
                 if sizes["text"] + sizes["data"] > capacity:
                     return
-            raise NNBuildError(f"'{parts[3]}' ends beyond 64 KB of flash but is read with 16-bit pointers; "
+            raise NNBuildError(f"'{symbol.name}' ends beyond 64 KB of flash but is read with 16-bit pointers; "
                                "too much other constant data precedes it", path=elf)

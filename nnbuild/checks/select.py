@@ -9,14 +9,14 @@ from nnbuild.checks import gates
 from nnbuild.errors import NNBuildError
 
 
-def row(precision, report):
-    """One line of the candidate table."""
+def row(precision, report, interface=None):
+    """One line of the candidate table (hints in the syntax of `interface`)."""
     w = report.get("wcet") or {}
     return {"precision": precision, "wcet_cycles": w.get("wcet_cycles"), "wcet_ms": w.get("wcet_ms"),
             "measured_cycles": report.get("measured_cycles"), "max_abs_error": report.get("max_abs_error"),
             "flash_bytes": report.get("flash_bytes"), "ram_bytes": report.get("ram_bytes"),
             "memory_bytes": footprint(report),
-            "violations": gates.violations(report)}
+            "violations": gates.violations(report, interface)}
 
 
 def footprint(report):
@@ -34,12 +34,12 @@ RANKINGS = (("wcet_cycles", "the smallest WCET ({wcet_ms:.4g} ms)"),
                      "no WCET analyzer, no cycle counts)"))
 
 
-def choose(reports):
+def choose(reports, interface=None):
     """(winner, table, why): reports is {precision: report}; winner None when nobody qualifies.
 
     A candidate qualifies when it breaks no gate and, where any candidate has a WCET bound, has one
     too (a bound cannot be compared with no bound)."""
-    table = [row(p, r) for p, r in sorted(reports.items())]
+    table = [row(p, r, interface) for p, r in sorted(reports.items())]
     ok = [r for r in table if not r["violations"]]
     for key, wording in RANKINGS:
         if any(r[key] is not None for r in ok):
@@ -62,13 +62,19 @@ def refusal(table):
     for r in table:
         broken = r["violations"] or (["no WCET bound"] if r["wcet_cycles"] is None and any(
             t["wcet_cycles"] is not None for t in table) else [])
-        parts.append(f"{r['precision']}: {broken[0] if broken else 'ok'}")
-    return "precision=auto: no candidate qualifies; " + "; ".join(parts)
+        parts.append((r["precision"], broken[0] if broken else "ok"))
+    reasons = {reason for _, reason in parts}
+    if len(parts) > 1 and len(reasons) == 1:   # one reason for all: said once
+        return f"precision=auto: no candidate qualifies; every candidate ({', '.join(p for p, _ in parts)}): {reasons.pop()}"
+    return "precision=auto: no candidate qualifies; " + "; ".join(f"{p}: {reason}" for p, reason in parts)
 
 
-def install_winner(winner_firmware, destination):
-    if winner_firmware:
-        shutil.copyfile(winner_firmware, destination)
+def install_winner(winner_file, destination):
+    """The winner's file at `destination`, atomically (a failed copy leaves nothing)."""
+    if winner_file:
+        from nnbuild import files
+        with files.atomic(destination) as tmp:
+            shutil.copyfile(winner_file, tmp)
 
 
 def known_to_meet(record, report_path):

@@ -32,8 +32,9 @@ def api_name(prefix, what):
 
 
 def index_type(bound):
-    """uint_fast8_t is a char on x86-64, whose wrap-around keeps gcc from vectorising: 16 bits at least."""
-    return "uint_fast16_t" if bound <= 65535 else "uint_fast32_t"
+    """uint_fast8_t is a char on x86-64, whose wrap-around keeps gcc from vectorising: 16 bits at
+    least; 64 bits for a bound no 32-bit index reaches (a host-only size: boards refuse the blob)."""
+    return "uint_fast16_t" if bound <= 65535 else "uint_fast32_t" if bound <= 0xFFFFFFFF else "uint_fast64_t"
 
 
 def literal(num, value):
@@ -98,6 +99,13 @@ class Arithmetic:
 
     def one(self):
         return str(1 << self.num.frac) if self.fixed else literal(self.num, 1.0)
+
+    def one_minus(self, b):
+        """1 - b. A fixed format without 1.0 (w = 1: [-1, 1)) computes it exactly in 64 bits, then
+        saturates it like every result (the constant 2^F fits no gv_t there)."""
+        if self.fixed and (1 << self.num.frac) > self.num.qmax:
+            return f"gv_sat({1 << self.num.frac} - (int64_t){b})"
+        return self.sub(self.one(), b)
 
     def mul(self, a, b):
         return f"gv_mul({a}, {b})" if self.fixed else f"{a} * {b}"
@@ -222,9 +230,9 @@ def emit_derivative(e, ar, act, d, a, n):
     elif act == "relu":
         e.each("j", n, "if (a[j] <= 0) dz[j] = 0;")
     elif act == "sigmoid":
-        e.each("j", n, f"dz[j] = {ar.mul(ar.mul('dz[j]', 'a[j]'), ar.sub(ar.one(), 'a[j]'))};")
+        e.each("j", n, f"dz[j] = {ar.mul(ar.mul('dz[j]', 'a[j]'), ar.one_minus('a[j]'))};")
     else:
-        e.each("j", n, f"dz[j] = {ar.mul('dz[j]', ar.sub(ar.one(), ar.mul('a[j]', 'a[j]')))};")
+        e.each("j", n, f"dz[j] = {ar.mul('dz[j]', ar.one_minus(ar.mul('a[j]', 'a[j]')))};")
     e.close()
 
 

@@ -6,6 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 
 
@@ -61,11 +62,8 @@ def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt
 
 
 def section_sizes(board, elf):
-    """text/data/bss bytes of an ELF, from the board's `size` tool (Berkeley format)."""
-    size = require_tool(board, "size")
-    out = subprocess.run([size, "-B", str(elf)], capture_output=True, text=True, check=True).stdout
-    text, data, bss = (int(v) for v in out.strip().splitlines()[1].split()[:3])
-    return {"text": text, "data": data, "bss": bss}
+    """text/data/bss bytes of an ELF as the board's `size -B` counts them (read with pyelftools)."""
+    return elf_file.section_sizes(elf)
 
 
 

@@ -21,12 +21,12 @@ stops silently there), and so is every graph the environment cannot run (nnbuild
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
+from nnbuild.ir import tpg_template
 from nnbuild.ir.tpg import TPG, Edge, Environment, Line, Operand, Program, Team, validate
 
 #: what nnbuild.frontends.kind_of reports for this format
@@ -70,8 +70,9 @@ def load(path, environment=None):
 
 
 def _environment(spec) -> Environment:
-    """Environment.load, with anything it failed to check (a NUL in a Python expression, JSON
-    nested 100,000 deep) made one line naming the environment file."""
+    """Environment.load, with anything it failed to check (JSON nested 100,000 deep) made one line
+    naming the environment file. Its C templates are parsed there (nnbuild.ir.tpg_template): only
+    the template grammar reaches the generated C."""
     try:
         env = Environment.load(spec)
     except NNBuildError:
@@ -79,41 +80,7 @@ def _environment(spec) -> Environment:
     except (ValueError, TypeError, LookupError, AttributeError, RecursionError, MemoryError) as exc:
         message = " ".join(str(exc).split())[:200]
         raise NNBuildError(f"malformed TPG environment ({type(exc).__name__}: {message})", path=spec) from None
-    for k, ins in enumerate(env.declared):
-        problem = _c_expression_problem(ins.c_expression)
-        if problem:
-            raise NNBuildError(f"C template {ins.c!r} {problem}", path=env.path, item=f"'instructions[{k}]'")
     return env
-
-
-#: What a C template's expression may hold: operands, names, numbers, operators, parentheses.
-_C_EXPRESSION = re.compile(r"^[A-Za-z0-9_$.\s+\-*/%<>=!&|^~?:(),]*$")
-
-
-def _c_expression_problem(expr: str):
-    """Why an environment's C expression could do more than compute a value (None if it cannot):
-    it is pasted into generated C, so comments, directives, literals, statements, braces, line
-    splices and trigraphs are refused, and parentheses must balance."""
-    if not _C_EXPRESSION.match(expr) or "/*" in expr or "*/" in expr or "//" in expr:
-        return ("holds characters or tokens other than operands, names, numbers, operators and "
-                "parentheses (no comments, directives, literals, statements or braces)")
-    if "++" in expr or "--" in expr or re.search(r"(?<![=<>!])=(?!=)", expr):
-        return "assigns (++, --, =): a template computes one value"
-    for number in re.findall(r"(?<![A-Za-z_$\d.])\d[\d.]*(?:[eE][-+]?\d+)?", expr):
-        try:
-            value = float(number)
-        except ValueError:  # 1.2.3
-            value = math.inf
-        if not math.isfinite(value):
-            return f"has the number {number[:20]}, which is not a finite double"
-    depth = 0
-    for ch in expr:
-        depth += (ch == "(") - (ch == ")")
-        if depth < 0:
-            break
-    if depth:
-        return "has unbalanced parentheses"
-    return None
 
 
 def parse(text, env, path=None):
@@ -282,6 +249,9 @@ def _constants(match, version, number, err):
                 raise err(number, f"program constant '{f[:40]}' is not a number") from None
             if value != value or value in (float("inf"), float("-inf")):
                 raise err(number, f"program constant '{f.strip()[:40]}' is not finite")
+            if value and not tpg_template.FLOAT32_MIN <= abs(value) <= tpg_template.FLOAT32_MAX:
+                raise err(number, f"program constant '{f.strip()[:40]}' is not 0 or a normal 32-bit float "
+                                  "(AVR's double): its C literal would not compile there")
         values.append(value)
     return tuple(values)
 

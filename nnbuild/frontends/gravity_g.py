@@ -1,15 +1,27 @@
-"""Gravity `.g` front-end: the whole language of Givargis's compiler (docs formats.md section 5).
+"""Gravity `.g` front-end: the language of Givargis's compiler, token for token (docs formats.md
+section 5; Gravity's src/g_lang.l and src/g_lang.y at the release commit).
 
     .module "name";  .prefix "p";  .optimizer sgd 0.1;  .precision float | double | fixed [w, f];
     .costfnc quadratic | exponential | cross_entropy;  .batch EXPR;  .input EXPR;
-    .output EXPR ACT;  .hidden EXPR ACT;     (ACT: relu linear softmax sigmoid, and tanh)
+    .output EXPR ACT;  .hidden EXPR ACT;  ;     (ACT: relu linear softmax sigmoid, and tanh)
 
-`//` comments, integer expressions (+ - * / % with C precedence, unary minus, parentheses; the sign
-of an integer literal is part of the token, so `28 -1` is an error and `28 - 1` is 27), reals with a
-point and an upper-case `E` exponent, strings in single or double quotes with backslash escapes or
-doubled quotes. Hidden layers keep their declared order (Gravity's compiler reverses them). Where
-this reader is kinder than Gravity's: a final comment may end the file without a newline, and CR
-counts as white space. Every error is one line `file:line:column: message`.
+Tokens as Gravity's lexer makes them, the longest match first: the directives and keywords are
+fixed strings that need no separator (`sgd.5`, `2relu`, `.module"m"`); an integer is `-?[0-9]+`
+(the sign is part of the token, so `28 -1` and `28-1` are errors and `28 - 1` is 27); a real has a
+point or an upper-case `E` exponent or both (`0.1`, `.5`, `1.`, `1E-1`, `.5E-1`); a string is
+quoted with ' or " and holds `\\x` pairs, doubled quotes or any other character but the newline,
+and its value is the text between the quotes, unprocessed (then checked as a C identifier); `//`
+comments run to the end of the line; white space is space, tab and newline. A file is a sequence
+of phrases: a directive and its `;`, or a lone `;`. Integer expressions: + - * / % with C
+precedence and truncating division, unary minus binding tightest, parentheses.
+
+nnbuild's deviations, on purpose: hidden layers keep their declared order (Gravity's compiler
+reverses them); the activation `tanh` exists; a final comment may end the file without a newline
+and CR counts as white space (kinder); refused where Gravity's compiler takes a value it cannot
+build: sizes and .batch below 1, integer literals over 18 digits or expressions beyond 2^62, names
+that are C keywords, reserved file stems, start with `_` or exceed 63 characters (nnbuild.names),
+and an sgd rate / batch below the smallest normal float32. Every error is one line
+`file:line:column: message`.
 """
 
 from __future__ import annotations
@@ -20,8 +32,8 @@ from pathlib import Path
 
 from nnbuild import files
 from nnbuild.errors import NNBuildError
-from nnbuild.ir.gravity import ACTIVATIONS, COSTS, GravityModel, Layer, validate
-from nnbuild.names import is_c_identifier
+from nnbuild.ir.gravity import ACTIVATIONS, COSTS, FLOAT32_MIN_NORMAL, GravityModel, Layer, validate
+from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
 
 KIND = "gravity"
 #: a .g file is a few lines: anything bigger is not one
@@ -29,12 +41,74 @@ MAX_BYTES = 1 << 20
 MAX_INPUT = 1_000_000
 MAX_BATCH = 1000
 
-_TOKENS = re.compile(r"""
-    (?P<space>[ \t\r\n]+) | (?P<comment>//[^\n]*(\n|$)) |
-    (?P<real>-?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:E[+-]?[0-9]+)?) | (?P<int>-?[0-9]+) |
-    (?P<string>"(?:[^"\\\n]|\\.|"")*"|'(?:[^'\\\n]|\\.|'')*') |
-    (?P<directive>\.[A-Za-z_]+) | (?P<word>[A-Za-z_][A-Za-z_0-9]*) | (?P<punct>[;,\[\]()+*/%-])
-""", re.VERBOSE)
+#: Gravity's fixed-string tokens: its directives and keywords (and nnbuild's `tanh`)
+DIRECTIVES = ("module", "prefix", "optimizer", "precision", "costfnc", "batch", "input", "output", "hidden")
+KEYWORDS = ("sgd", "float", "double", "fixed") + COSTS + ACTIVATIONS
+#: each pattern matched at the current position; the longest match wins, the first on a tie
+_RULES = [
+    ("directive", re.compile("|".join(re.escape("." + d) for d in DIRECTIVES))),
+    ("word", re.compile("|".join(re.escape(k) for k in KEYWORDS))),
+    ("punct", re.compile(r"[,;\[\]()+\-*/%]")),
+    ("int", re.compile(r"-?[0-9]+")),
+    *[("real", re.compile("-?" + form)) for form in (r"[0-9]+\.[0-9]*", r"\.[0-9]+", r"[0-9]+E[-+]?[0-9]+",
+                                                     r"[0-9]+\.[0-9]*E[-+]?[0-9]+", r"\.[0-9]*E[-+]?[0-9]+")],
+    ("space", re.compile(r"[ \t\r\n]")),
+    ("comment", re.compile(r"//[^\n]*(?:\n|$)")),
+]
+
+
+def _string_end(text, start):
+    """End of the longest string token at `start` (a quote), or None: the quote, then `\\x` pairs,
+    doubled quotes or other characters but the newline, then the quote (Gravity's lexer rule,
+    whose longest match a left-to-right regex does not always find)."""
+    quote, best = text[start], None
+    states = {"body"}   # body: inside; backslash: after a backslash; quote: after a quote
+    for k in range(start + 1, len(text)):
+        ch, nxt = text[k], set()
+        if ch == "\n":
+            break
+        for state in states:
+            if state == "backslash":
+                nxt.add("body")
+            elif state == "quote":
+                if ch == quote:
+                    nxt.add("body")
+            elif ch == quote:
+                best = k + 1
+                nxt.add("quote")
+            else:
+                nxt.add("body")
+                if ch == "\\":
+                    nxt.add("backslash")
+        states = nxt
+        if not states:
+            break
+    return best
+
+
+def _longest(text, offset):
+    """(kind, end) of the longest token at `offset` (the first rule on a tie), or None."""
+    best = None
+    if text[offset] in "'\"":
+        end = _string_end(text, offset)
+        if end is not None:
+            best = ("string", end)
+    for kind, pattern in _RULES:
+        m = pattern.match(text, offset)
+        if m and m.end() > offset and (best is None or m.end() > best[1]):
+            best = (kind, m.end())
+    return best
+
+
+_UNKNOWN_WORD = re.compile(r"\.?[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _unknown(text, offset):
+    """Where no token starts, a run of letters (or a dot and letters) becomes an "unknown" token,
+    which every parser rule refuses: the error then names the word (`hinge`, `.speed`) where
+    Gravity's lexer would stop at its first character. What is accepted does not change."""
+    m = _UNKNOWN_WORD.match(text, offset)
+    return ("unknown", m.end()) if m else None
 
 
 class Token:
@@ -56,16 +130,16 @@ class Reader:
         self.path, self.tokens, self.pos = str(path), [], 0
         line, start, offset = 1, 0, 0
         while offset < len(text):
-            match = _TOKENS.match(text, offset)
+            match = _longest(text, offset) or _unknown(text, offset)
             if not match:
                 self.fail_at(line, offset - start + 1, f"unexpected character {text[offset]!r}")
-            kind = match.lastgroup
+            kind, end = match
             if kind not in ("space", "comment"):
-                self.tokens.append(Token(kind, match.group(), line, offset - start + 1))
-            for k, ch in enumerate(match.group()):
-                if ch == "\n":
-                    line, start = line + 1, offset + k + 1
-            offset = match.end()
+                self.tokens.append(Token(kind, text[offset:end], line, offset - start + 1))
+            for k in range(offset, end):
+                if text[k] == "\n":
+                    line, start = line + 1, k + 1
+            offset = end
         self.tokens.append(Token("eof", "", line, offset - start + 1))
 
     def fail_at(self, line, column, message):
@@ -147,27 +221,21 @@ def unary(reader):
 
 
 def string_value(reader, token):
-    """The text of a string token: backslash escapes the next character, a doubled quote is one."""
-    body, quote, out, k = token.text[1:-1], token.text[0], [], 0
-    while k < len(body):
-        ch = body[k]
-        if ch == "\\":
-            out.append(body[k + 1])
-            k += 2
-        elif ch == quote:
-            out.append(quote)
-            k += 2
-        else:
-            out.append(ch)
-            k += 1
-    return "".join(out)
+    """The value of a string token: the text between its quotes, as Gravity takes it (escapes and
+    doubled quotes stay as written, and are then no C identifier)."""
+    return token.text[1:-1]
 
 
-def identifier(reader, empty_ok):
+def identifier(reader, directive, empty_ok):
+    """A quoted name that becomes C symbols and file names: a C identifier of at most
+    MAX_IDENTIFIER characters (nnbuild.names)."""
     token = reader.expect("string", what="a quoted name")
     value = string_value(reader, token)
+    if len(value) > MAX_IDENTIFIER:
+        reader.fail(token, f".{directive} name of {len(value):,} characters: at most {MAX_IDENTIFIER} "
+                           "(the significant characters of a C identifier)")
     if not (empty_ok and value == "") and not is_c_identifier(value):
-        reader.fail(token, f"{value!r} is not a C identifier")
+        reader.fail(token, f"{ascii(value)} is not a C identifier")
     return value
 
 
@@ -176,19 +244,28 @@ def parse(path, text):
     reader = Reader(path, text)
     seen, values, layers, output = {}, {}, [], None
     while reader.peek().kind != "eof":
+        if reader.peek().kind == "punct" and reader.peek().text == ";":
+            reader.next()   # an empty phrase
+            continue
+        if reader.peek().kind == "unknown" and reader.peek().text.startswith("."):
+            reader.fail(reader.peek(), f"unknown directive '{reader.peek().text}'")
         token = reader.expect("directive", what="a directive (.module, .input, ...)")
         name = token.text[1:]
         if name != "hidden" and name in seen:
             reader.fail(token, f".{name} given twice (first at line {seen[name].line})")
         seen[name] = token
         if name in ("module", "prefix"):
-            values[name] = identifier(reader, empty_ok=name == "prefix")
+            values[name] = identifier(reader, name, empty_ok=name == "prefix")
         elif name == "optimizer":
             reader.word(("sgd",), "an optimizer")
             rate = reader.next()
             if rate.kind != "real":
                 reader.fail(rate, f"expected a real learning rate such as 0.1, found {describe(rate)}")
-            values["rate"] = float(rate.text)
+            try:
+                values["rate"] = float(rate.text)
+            except ValueError:   # `.E1`: a real token strtod does not read, as in Gravity
+                reader.fail(rate, f"invalid numeric value '{rate.text}'")
+            values["rate_token"] = rate
             if not 0 < values["rate"] <= 1:
                 reader.fail(rate, f"the sgd rate must be in (0, 1], got {rate.text}")
         elif name == "precision":
@@ -220,12 +297,19 @@ def parse(path, text):
     for required in ("module", "input", "output", "hidden"):
         if required not in seen:
             reader.fail(end, f"missing .{required} directive")
+    if "rate" in values and values["rate"] / values.get("batch", 1) < FLOAT32_MIN_NORMAL:
+        reader.fail(values["rate_token"], rate_refusal(values["rate"], values.get("batch", 1)))
     layers = [replace(l, name=f"hidden{i + 1}") for i, l in enumerate(layers)] + [replace(output, name="output")]
     model = GravityModel(name=values["module"], prefix=values.get("prefix", "g"), inputs=values["input"],
                          layers=layers, precision=values.get("precision", "float32"),
                          cost=values.get("cost", "cross_entropy"), batch=values.get("batch", 1),
                          learning_rate=values.get("rate", 0.1), source_files=[str(path)])
     return validate(model)
+
+
+def rate_refusal(rate, batch):
+    return (f"the sgd rate {rate!r} / batch {batch} is below the smallest normal float32 "
+            f"{FLOAT32_MIN_NORMAL:.7g}: the generated update would multiply by zero or a subnormal")
 
 
 def precision(reader):

@@ -45,8 +45,8 @@ class Split:
 
 def read_map(path) -> Dict[str, str]:
     """A JSON map file {"layer": "ITEM", ...}."""
-    mapping = nnef_items.read_json_map(path)
-    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+    mapping = files.read_json_object(path, "item map")
+    if not all(isinstance(v, str) for v in mapping.values()):
         raise NNBuildError('item map must be a JSON object {"layer": "ITEM", ...}', path=path)
     return mapping
 
@@ -87,9 +87,9 @@ def _checked_map(model, layer_items, path):
     for layer, item in layer_items.items():
         if not names.is_c_identifier(item) or item == nnef_items.PACKED:
             raise NNBuildError(f"layer '{layer}': item name {item[:40]!r} is not a C identifier", path=path)
-        if len(item) > names.MAX_NAME_LENGTH:
+        if len(item) > names.MAX_IDENTIFIER:
             raise NNBuildError(f"layer '{layer}': item name '{item[:40]}...' has {len(item)} characters, above "
-                               f"the limit of {names.MAX_NAME_LENGTH} (MAX_NAME_LENGTH)", path=path)
+                               f"the limit of {names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER)", path=path)
     return {k: layer_items[k] for k in layers}
 
 

@@ -27,7 +27,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import files, names
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_text as nnef
 from nnbuild.frontends.nnef_text import Ref, Statement
@@ -223,9 +223,9 @@ def split(graph: nnef.Graph, assignment: Dict[str, str], path="<split>") -> Docu
     for item in assignment.values():
         if not names.is_c_identifier(item):
             raise NNBuildError(f"item name {item[:40]!r} is not a C identifier", path=path)
-        if len(item) > names.MAX_NAME_LENGTH:
+        if len(item) > names.MAX_IDENTIFIER:
             raise NNBuildError(f"item name '{item[:40]}...' has {len(item)} characters, above the limit of "
-                               f"{names.MAX_NAME_LENGTH} (MAX_NAME_LENGTH)", path=path)
+                               f"{names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER)", path=path)
     order = list(dict.fromkeys(assignment[st.outputs[0]] for st in computed))
     owner = {name: assignment[name] for name in assignment}
     readers: Dict[str, List[str]] = {}
@@ -266,26 +266,10 @@ def split(graph: nnef.Graph, assignment: Dict[str, str], path="<split>") -> Docu
 def split_model(model_path, map_path) -> Document:
     """split() of a single-graph NNEF model by a JSON map file {"tensor": "ITEM", ...}."""
     folder, graph_path = _folder_and_document(model_path)
-    assignment = read_json_map(map_path)
+    assignment = files.read_json(map_path, "item map")
     if not isinstance(assignment, dict) or not all(isinstance(v, str) for v in assignment.values()):
         raise NNBuildError('item map must be a JSON object {"tensor": "ITEM", ...}', path=map_path)
     return split(nnef._read_graph(graph_path), assignment, graph_path)
-
-
-#: largest item map file read (bytes)
-MAX_MAP_BYTES = 8 << 20
-
-
-def read_json_map(path, what="item map"):
-    """A JSON item map, read at most MAX_MAP_BYTES, any nesting depth refused in one line."""
-    import json
-    data = nnef.read_capped(path, MAX_MAP_BYTES, what)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise NNBuildError(f"{what} is nested too deeply", path=path) from None
-    except ValueError as exc:   # UnicodeDecodeError and JSONDecodeError included
-        raise NNBuildError(f"{what} unreadable ({' '.join(str(exc).split())[:160]})", path=path) from None
 
 
 #: largest search of `auto_split` (assignments of instructions to items)
@@ -396,13 +380,13 @@ class _Builder:
     def __init__(self, document: Document, folder: Path, path: Path, name: str):
         self.doc, self.folder, self.path, self.name = document, folder, path, name
         self.blocks = {}
-        if len(name) > names.MAX_NAME_LENGTH:
+        if len(name) > names.MAX_IDENTIFIER:
             raise NNBuildError(f"system name '{name[:40]}...' has {len(name)} characters, above the limit of "
-                               f"{names.MAX_NAME_LENGTH} (MAX_NAME_LENGTH): rename the model", path=path)
+                               f"{names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER): rename the model", path=path)
         for block in document.items:
-            if len(block.item) > names.MAX_NAME_LENGTH:
+            if len(block.item) > names.MAX_IDENTIFIER:
                 self.fail(block.item[:40] + "...", f"item name has {len(block.item)} characters, above the limit "
-                                                   f"of {names.MAX_NAME_LENGTH} (MAX_NAME_LENGTH)")
+                                                   f"of {names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER)")
             if block.item in self.blocks:
                 self.fail(block.item, f"is declared twice (lines {self.blocks[block.item].line} and {block.line})")
             if not names.is_c_identifier(block.item) or block.item == PACKED:

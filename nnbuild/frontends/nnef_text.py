@@ -26,9 +26,9 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import files, names
 from nnbuild.errors import NNBuildError
-from nnbuild.ir.graph import MAX_TENSOR_ELEMENTS
+from nnbuild.limits import MAX_TENSOR_ELEMENTS
 
 #: bounds on untrusted input, each checked before the work it bounds (README of docs/_notes/nnefsafe.md)
 MAX_GRAPH_BYTES = 8 << 20          # graph.nnef (and a multi-item document): bytes read at most
@@ -291,18 +291,10 @@ def parse(text: str) -> Graph:
 
 # ------------------------------------------------------------------------------------ .dat files
 
-def read_capped(path, limit, what="file") -> bytes:
-    """At most `limit` bytes of `path`, refused when it holds more (read, not stat'ed: a device or
-    a /proc file reports no size)."""
-    _regular(path, what)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError:
-        raise NNBuildError(f"{what} not found or unreadable", path=path) from None
-    if len(data) > limit:
-        raise NNBuildError(f"{what} is larger than the limit of {limit:,} bytes", path=path)
-    return data
+def read_capped(path, limit, what="file", limit_name="MAX_GRAPH_BYTES") -> bytes:
+    """At most `limit` bytes of a regular file (files.read_bounded: a device or a FIFO is refused,
+    the read itself is capped whatever size the file reports)."""
+    return files.read_bounded(path, what, limit, limit_name)
 
 
 def _regular(path, what):

@@ -31,6 +31,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from nnbuild.errors import NNBuildError
+from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
 
 KIND = "gravity"
 #: Gravity's G__VERSION: what <p>_version() returns
@@ -41,6 +42,9 @@ COSTS = ("quadratic", "exponential", "cross_entropy")
 SCALE_FRAC = 24
 #: the xorshift32 generator of the initialisation keeps 24 random bits per weight
 UNIFORM_BITS = 24
+#: rate / batch, the SGD constant of the generated C, is at least this (FLT_MIN): a float32 (and
+#: avr-gcc's 32-bit double) holds it as a normal number, never flushed to zero or subnormal
+FLOAT32_MIN_NORMAL = 2.0 ** -126
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,16 @@ def validate(model: GravityModel):
         raise NNBuildError(f"{where}: .batch must be 1 to 1000 (got {model.batch})")
     if not 0 < model.learning_rate <= 1:
         raise NNBuildError(f"{where}: the sgd rate must be in (0, 1] (got {model.learning_rate!r})")
+    if model.learning_rate / model.batch < FLOAT32_MIN_NORMAL:
+        raise NNBuildError(f"{where}: the sgd rate {model.learning_rate!r} / batch {model.batch} is below the "
+                           f"smallest normal float32 {FLOAT32_MIN_NORMAL:.7g}: the generated update would "
+                           "multiply by zero or a subnormal")
+    for directive, value in (("module", model.name), ("prefix", model.prefix)):
+        if len(value) > MAX_IDENTIFIER:
+            raise NNBuildError(f"{where}: .{directive} name of {len(value):,} characters: at most "
+                               f"{MAX_IDENTIFIER} (the significant characters of a C identifier)")
+        if not (directive == "prefix" and value == "") and not is_c_identifier(value):
+            raise NNBuildError(f"{where}: .{directive} {value!r} is not a C identifier")
     return model
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
+from nnbuild.ir import tpg_template
+from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
 
 #: The environment files shipped with nnbuild, usable by name (`sips22-atari`).
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
@@ -32,13 +34,32 @@ ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
 ENVIRONMENT_FORMAT = 1
 #: Operand / data types: C type of one element and whether it is a program constant.
 TYPES = {"double": "double", "constant": "int32_t"}
-#: Names the instruction semantics may call (C99 <math.h> functions), see tpg_reference.FUNCTIONS.
-MATH_FUNCTIONS = ("cos", "sin", "tan", "acos", "asin", "atan", "atan2", "cosh", "sinh", "tanh",
-                  "exp", "log", "log10", "sqrt", "pow", "fabs", "floor", "ceil", "fmin", "fmax")
+#: Names the generated TPG code declares or uses beside a data source's (its locals, <math.h>'s
+#: macros): a data source of one of these names would not compile. `v<N>` locals are refused too.
+CODE_NAMES = frozenset(("best", "next", "state", "visit", "sh", "isnan", "isinf",
+                        "isfinite", "NAN", "INFINITY", "HUGE_VAL", "errno", "main") + tuple(tpg_template.FUNCTIONS))
 
-_C_TEMPLATE = re.compile(r"^\s*\$0\s*=\s*(?P<expr>.+?)\s*;\s*$", re.S)
-_PLACEHOLDER = re.compile(r"\$(\d+)")
-_C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+def name_problem(name, taken):
+    """Why an environment's data source or action name cannot be a C name in the generated code
+    (None if it can): a C identifier of at most MAX_IDENTIFIER characters, not a keyword, not one
+    of the code's own names, distinct from the other names ignoring case (they become macros)."""
+    if not isinstance(name, str) or not is_c_identifier(name) or name.startswith(("NN_", "nn_")):
+        return f"{_shown(name)} is not a usable C name (letters, digits and '_', not a keyword)"
+    if len(name) > MAX_IDENTIFIER:
+        return f"name of {len(name):,} characters: at most {MAX_IDENTIFIER}"
+    if name in CODE_NAMES or re.fullmatch(r"v[0-9]+", name):
+        return f"'{name}' is a name of the generated code itself"
+    if name.upper() in taken:
+        return f"'{name}' is given twice (names become macros: case does not separate them)"
+    taken.add(name.upper())
+    return None
+
+
+def _shown(value):
+    text = str(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return ascii(text)
 
 
 # ----------------------------------------------------------------------------- environment
@@ -46,12 +67,21 @@ _C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Instruction:
-    """One instruction: `$0 = <c expression over $1..$n>;` in C, the same in Python."""
+    """One instruction: `$0 = <expression over $1..$n>;` of the template grammar (ir/tpg_template).
+    `tree` is the parsed template: the generated C and the reference both come from it."""
 
     name: str
     operand_types: Tuple[str, ...]
     c: str
-    python: str
+    python: Optional[str]
+    tree: tpg_template.Node
+
+    @classmethod
+    def parse(cls, name, operand_types, c, python=None) -> "Instruction":
+        """The instruction of an environment file's entry (NNBuildError naming it if its template
+        is not one of the grammar, or its python form is another expression)."""
+        tree = tpg_template.check(name, c, python, len(operand_types))
+        return cls(name, tuple(operand_types), c, python, tree)
 
     @property
     def arity(self) -> int:
@@ -59,13 +89,13 @@ class Instruction:
 
     @property
     def c_expression(self) -> str:
-        """The right-hand side of the C template (`$1 - $2` for `$0 = $1 - $2;`)."""
-        return _C_TEMPLATE.match(self.c).group("expr")
+        """The C expression over $1..$n, re-emitted from the tree (`$1 - $2` for `$0 = $1 - $2;`)."""
+        return tpg_template.to_c(self.tree)
 
     @property
     def libm(self) -> bool:
         """True when the C code calls a <math.h> function (costly: worth sharing)."""
-        return any(re.search(rf"\b{f}\s*\(", self.c) for f in MATH_FUNCTIONS)
+        return tpg_template.calls(self.tree)
 
 
 @dataclass(frozen=True)
@@ -155,6 +185,9 @@ class Environment:
          "actions": 18, "action_names": [...], "integer_tables": {"min": -255, "max": 255},
          "instructions": [{"name": "sub", "operands": ["double", "double"],
                            "c": "$0 = $1 - $2;", "python": "$1 - $2"}, ...]}
+
+        "c" is a statement of the template grammar (nnbuild.ir.tpg_template); "python", optional,
+        must spell the same expression in Python.
         """
         path = cls.resolve(spec)
         try:
@@ -178,7 +211,7 @@ class Environment:
         for key, value, low in (("registers", registers, 1), ("constants", constants, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise err(f"must be an integer >= {low}", key)
-        inputs = []
+        inputs, source_names = [], set()
         if not isinstance(raw["data_sources"], list) or not raw["data_sources"]:
             raise err("must be a non-empty list of {name, type, shape}", "data_sources")
         for k, src in enumerate(raw["data_sources"]):
@@ -191,34 +224,26 @@ class Environment:
             if (not isinstance(shape, list) or not shape
                     or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
                 raise err("shape must be a list of positive integers", key)
-            if not _C_NAME.match(str(src["name"])):
-                raise err(f"name '{src['name']}' is not a C identifier", key)
+            problem = name_problem(src["name"], source_names)
+            if problem:
+                raise err(f"data source {problem}", key)
             inputs.append(DataSource(src["name"], src["type"], tuple(shape), "input"))
-        if len({s.name for s in inputs}) != len(inputs):
-            raise err("data source names must be unique", "data_sources")
         declared = []
         if not isinstance(raw["instructions"], list) or not raw["instructions"]:
             raise err("must be a non-empty list", "instructions")
         for k, ins in enumerate(raw["instructions"]):
             key = f"instructions[{k}]"
-            if not isinstance(ins, dict) or not {"name", "operands", "c", "python"} <= set(ins):
-                raise err("needs name, operands, c and python", key)
+            if not isinstance(ins, dict) or not {"name", "operands", "c"} <= set(ins):
+                raise err("needs name, operands and c (python is optional)", key)
             types = ins["operands"]
             if not isinstance(types, list) or not types or any(t not in TYPES for t in types):
                 raise err(f"operands must be a non-empty list of {sorted(TYPES)} "
                           "(array operands are not supported)", key)
-            m = _C_TEMPLATE.match(str(ins["c"]))
-            if not m:
-                raise err(f"C template {ins['c']!r} is not of the form '$0 = <expression>;'", key)
-            for text, what in ((m.group("expr"), "C template"), (str(ins["python"]), "python semantics")):
-                used = {int(n) for n in _PLACEHOLDER.findall(text)}
-                if not used <= set(range(1, len(types) + 1)) or 0 in used:
-                    raise err(f"{what} uses {sorted('$%d' % n for n in used)} but the instruction has "
-                              f"{len(types)} operand(s) ($1..${len(types)})", key)
-            instruction = Instruction(str(ins["name"]), tuple(types), str(ins["c"]), str(ins["python"]))
-            from nnbuild.ir import tpg_reference  # the semantics are checked by compiling them once
+            for field_name in ("c", "python"):
+                if field_name in ins and not isinstance(ins[field_name], str):
+                    raise err(f"{field_name} must be a string", key)
             try:
-                tpg_reference.compile_semantics(instruction)
+                instruction = Instruction.parse(str(ins["name"]), types, ins["c"], ins.get("python"))
             except NNBuildError as exc:
                 raise err(str(exc), key) from None
             declared.append(instruction)
@@ -226,9 +251,13 @@ class Environment:
         if actions is not None and (not isinstance(actions, int) or isinstance(actions, bool) or actions < 1):
             raise err("must be a positive integer (the number of action ids)", "actions")
         names = raw.get("action_names", [])
-        if names and (actions is None or len(names) != actions
-                      or not all(isinstance(n, str) and _C_NAME.match(n) for n in names)):
+        if names and (actions is None or not isinstance(names, list) or len(names) != actions):
             raise err("must list one C identifier per action id", "action_names")
+        action_names = set()
+        for k, action_name in enumerate(names):
+            problem = name_problem(action_name, action_names)
+            if problem:
+                raise err(f"action {problem}", f"action_names[{k}]")
         tables = raw.get("integer_tables")
         if tables is not None:
             lo, hi = (tables.get("min"), tables.get("max")) if isinstance(tables, dict) else (None, None)

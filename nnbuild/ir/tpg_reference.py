@@ -14,20 +14,20 @@ double as in C: + - * / by numpy (exact), math functions element by element thro
 log(-1) = NaN, exp overflow = inf, cos(inf) = NaN). A team with a single edge runs no program:
 the result cannot depend on it.
 
-Instruction semantics are Python expressions from the environment file over `$1..$n`, compiled
-once by `compile_semantics` from a whitelist (arithmetic, comparisons, `a if c else b`, and the
-C99 math functions of FUNCTIONS); nothing else is ever evaluated.
+Instruction semantics are the parsed C templates of the environment file (nnbuild.ir.tpg_template:
+operands, double literals, + - * /, comparisons, `?:` and the C99 math functions of FUNCTIONS),
+compiled once by `compile_semantics`; the generated C is emitted from the same trees, and nothing
+else is ever evaluated.
 """
 
 from __future__ import annotations
 
-import ast
 import math
-import re
 
 import numpy as np
 
 from nnbuild.errors import NNBuildError
+from nnbuild.ir import tpg_template
 
 INF, NAN = float("inf"), float("nan")
 
@@ -120,54 +120,45 @@ FUNCTIONS = {
     "fmin": lambda a, b: np.fmin(np.asarray(a, dtype=np.float64), b),
     "fmax": lambda a, b: np.fmax(np.asarray(a, dtype=np.float64), b),
 }
-_ARITY = {"atan2": 2, "pow": 2, "fmin": 2, "fmax": 2}
-
-_BINOPS = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}
-_CMPOPS = {ast.Lt: np.less, ast.LtE: np.less_equal, ast.Gt: np.greater, ast.GtE: np.greater_equal,
-           ast.Eq: np.equal, ast.NotEq: np.not_equal}
+_ARITHMETIC = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+#: comparisons give 0.0 or 1.0, the double of C's int result
+_COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+            "==": np.equal, "!=": np.not_equal}
+assert set(FUNCTIONS) == set(tpg_template.FUNCTIONS), "the reference must implement every template function"
 
 
 def compile_semantics(instruction):
-    """A function (operand arrays...) -> float64 array from the instruction's Python expression."""
-    text = re.sub(r"\$(\d+)", r"_op\1", instruction.python)
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError as exc:
-        raise NNBuildError(f"python semantics {instruction.python!r}: {exc.msg}") from None
-
+    """A function (operand arrays...) -> float64 array computing the instruction's parsed template
+    (the tree the generated C is emitted from), with C's double semantics."""
     def build(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-                and not isinstance(node.value, bool):
-            value = float(node.value)
+        if isinstance(node, tpg_template.Number):
+            value = node.value
             return lambda ops: value
-        if isinstance(node, ast.Name) and node.id.startswith("_op"):
-            k = int(node.id[3:]) - 1
-            if not 0 <= k < instruction.arity:
-                raise NNBuildError(f"python semantics {instruction.python!r} uses ${k + 1}")
+        if isinstance(node, tpg_template.Operand):
+            k = node.index - 1
             return lambda ops: ops[k]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            fn, a, b = _BINOPS[type(node.op)], build(node.left), build(node.right)
-            return lambda ops: fn(a(ops), b(ops), dtype=np.float64)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        if isinstance(node, tpg_template.Unary):
             a = build(node.operand)
-            if isinstance(node.op, ast.UAdd):
+            if node.op == "+":
                 return a
             return lambda ops: np.negative(np.asarray(a(ops), dtype=np.float64))
-        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMPOPS:
-            fn, a, b = _CMPOPS[type(node.ops[0])], build(node.left), build(node.comparators[0])
-            return lambda ops: fn(a(ops), b(ops))
-        if isinstance(node, ast.IfExp):
-            c, a, b = build(node.test), build(node.body), build(node.orelse)
-            return lambda ops: np.where(c(ops), a(ops), b(ops))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS
-                and not node.keywords and len(node.args) == _ARITY.get(node.func.id, 1)):
-            fn, args = FUNCTIONS[node.func.id], [build(a) for a in node.args]
+        if isinstance(node, tpg_template.Binary):
+            a, b = build(node.left), build(node.right)
+            if node.op in _COMPARE:
+                fn = _COMPARE[node.op]
+                return lambda ops: fn(a(ops), b(ops)).astype(np.float64)
+            fn = _ARITHMETIC[node.op]
+            return lambda ops: fn(a(ops), b(ops), dtype=np.float64)
+        if isinstance(node, tpg_template.Conditional):
+            c, a, b = build(node.test), build(node.then), build(node.orelse)
+            # C takes a non-zero test (NaN included) as true
+            return lambda ops: np.where(np.asarray(c(ops)) != 0, a(ops), b(ops))
+        if isinstance(node, tpg_template.Call):
+            fn, args = FUNCTIONS[node.function], [build(a) for a in node.args]
             return lambda ops: fn(*[a(ops) for a in args])
-        what = ast.dump(node)[:60]
-        raise NNBuildError(f"python semantics {instruction.python!r}: unsupported expression {what} "
-                           f"(allowed: + - * /, comparisons, 'a if c else b', {', '.join(sorted(FUNCTIONS))})")
+        raise NNBuildError(f"internal error: template node {type(node).__name__}")
 
-    body = build(tree)
+    body = build(instruction.tree)
 
     def run(*operands):
         with np.errstate(all="ignore"):

@@ -14,6 +14,8 @@ A kind module defines:
   describe(results)             -> printable lines
   entries(name, model_path)     (optional) the functions a build measures and bounds, the
                                 inference entry first (default: <name>_infer; Gravity: activate, train)
+  model_refusal(model, precision, board)  (optional) why this model cannot be built for the board
+                                in this precision (one line), or None (Gravity: its blob vs RAM)
 
 The capability check (`refusal`, `precision_candidates`) is the one place that answers whether a
 kind x shape x precision x board combination can be built, for the API, the CLI and SCons alike.
@@ -71,7 +73,10 @@ def refusal(kind, shape, precision, board=None, model=None):
         codegen.check_precision(precision, board)
     except NNBuildError as error:
         return str(error)
-    return codegen.shape_refusal(shape, precision, model)
+    why = codegen.shape_refusal(shape, precision, model)
+    if why is None and model is not None and hasattr(kind, "model_refusal"):
+        why = kind.model_refusal(model, precision, board)
+    return why
 
 
 def check(kind, shape, precision, board=None, model=None):

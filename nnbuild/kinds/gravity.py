@@ -55,6 +55,29 @@ def entries(name, model_path):
     return [f"{prefix}_activate" if prefix else "activate", f"{prefix}_train" if prefix else "train"]
 
 
+def model_refusal(model, precision, board):
+    """Why the program cannot run on `board` (one line), or None: the caller-owned blob (weights,
+    activations, gradients, deltas: memory_size() bytes) and one batch of inputs and targets (what
+    train reads) must fit the board's RAM, or the C would declare sizes and walk arrays the target
+    cannot address."""
+    ram = board.get("ram_bytes") if board else None
+    if not ram:
+        return None
+    try:
+        element = ir.number(precision).bytes
+    except NNBuildError:
+        return None  # an unknown precision is refused by its own check
+    blob = ir.layout(model.sizes)[2] * element
+    batch = model.batch * (model.inputs + model.output_size) * element
+    if blob + batch <= ram:
+        return None
+    where = model.source_files[0] if model.source_files else model.name
+    return (f"{where}: Gravity program '{model.name}' ({'-'.join(map(str, model.sizes))}) needs {blob + batch:,} "
+            f"bytes of RAM in {precision} (a memory blob of {blob:,} bytes: weights, activations, gradients, "
+            f"deltas; and {batch:,} bytes for one batch of inputs and targets); board {board.name} has {ram:,} "
+            "bytes of RAM")
+
+
 def check_main():
     return CHECK_MAIN
 

@@ -16,6 +16,7 @@ CLI (the SCons build calls the first):
 
 import argparse
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -176,8 +177,9 @@ def _run_harness(harness, elf, args, stdin, timeout, total=None, what="cases"):
     """Run the harness once; map every failure to one line naming the ELF.
 
     Its stdout is read as it comes (one record per case, line-buffered through stdbuf where
-    coreutils has it) so that a run longer than PROGRESS_SECONDS prints `simavr: 12/37 cases,
-    8.4 s` to stderr about every PROGRESS_SECONDS; the records are the same either way."""
+    coreutils has it) so that a run longer than PROGRESS_SECONDS logs `simavr: 12/37 cases, 8.4 s`
+    about every PROGRESS_SECONDS, and every run once at its end (shown with -v); the records are the
+    same either way."""
     import threading
     import time
     harness = default_harness() if harness is None else harness
@@ -220,13 +222,12 @@ def _run_harness(harness, elf, args, stdin, timeout, total=None, what="cases"):
         watchdog.start()
     lines, start = [], time.monotonic()
     last = start
-    shown = False
     try:
         for line in proc.stdout:
             lines.append(line)
             now = time.monotonic()
             if now - last >= PROGRESS_SECONDS:
-                last, shown = now, True
+                last = now
                 _progress(len(lines), total, what, now - start)
         proc.wait()
     finally:
@@ -236,8 +237,7 @@ def _run_harness(harness, elf, args, stdin, timeout, total=None, what="cases"):
             t.join()
     if expired.is_set():
         raise NNBuildError(f"simavr_run: timeout after {timeout} s", path=elf)
-    if shown:
-        _progress(len(lines), total, what, time.monotonic() - start)
+    _progress(len(lines), total, what, time.monotonic() - start)   # the run's one timing line (-v)
     if proc.returncode != 0:
         raise NNBuildError(describe_exit(proc.returncode, b"".join(errors)), path=elf)
     return parse_records(b"".join(lines).decode("ascii", "replace"))
@@ -245,7 +245,7 @@ def _run_harness(harness, elf, args, stdin, timeout, total=None, what="cases"):
 
 def _progress(done, total, what, seconds):
     count = f"{done}/{total}" if total is not None else f"{done}"
-    print(f"simavr: {count} {what}, {seconds:.1f} s", file=sys.stderr, flush=True)
+    logging.getLogger(__name__).info(f"simavr: {count} {what}, {seconds:.1f} s")
 
 
 def _target_args(mcu, freq, entry, max_cycles):

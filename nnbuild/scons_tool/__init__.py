@@ -25,10 +25,12 @@ from pathlib import Path
 import SCons.Action
 import SCons.Builder
 import SCons.Errors
+import SCons.Node
 import SCons.Scanner
 import SCons.Script
 
-from nnbuild import boards, codegen, frontends, kinds, pipeline, steps
+from nnbuild import boards, codegen, frontends, kinds, options, pipeline, steps
+from nnbuild.checks import deadline as deadlines
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -64,15 +66,25 @@ def scan_model(node, env, path):
         return []
 
 
+#: gate.json and firmware image nodes of this build: a failed build leaves none it did not make
+RELEASE_NODES = []
+
+
 def purge_failed_targets():
-    """Delete every target of each failed action, so no failed output ever counts as up to date."""
-    for failure in SCons.Script.GetBuildFailures():
-        for node in failure.node.get_executor().get_all_targets():
-            if node.exists() and not node.isdir():
-                try:
-                    os.unlink(node.get_abspath())
-                except OSError:
-                    pass
+    """Delete every target of each failed action, so no failed output ever counts as up to date;
+    and every gate.json and release image (.hex, .bin) the failed build did not reach (a sibling
+    gate the stop left behind still said "passed" for the previous sources)."""
+    failures = SCons.Script.GetBuildFailures()
+    doomed = [node for failure in failures for node in failure.node.get_executor().get_all_targets()]
+    if failures:
+        done = (SCons.Node.executed, SCons.Node.up_to_date)
+        doomed += [node for node in RELEASE_NODES if node.get_state() not in done]
+    for node in doomed:
+        if node.exists() and not node.isdir():
+            try:
+                os.unlink(node.get_abspath())
+            except OSError:
+                pass
 
 
 def comstr(env, key, verbose):
@@ -248,7 +260,8 @@ def shared_inputs(env, bdir, model, options):
 def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape=kinds.DEFAULT_SHAPE,
                       precision=kinds.DEFAULT_PRECISION, opt=None, tolerance=1e-4, count=32, seed=1,
                       input_range=(-1.0, 1.0), deadline=None, deadline_origin=None, gated=True,
-                      record_wcet_errors=False, environment=None, check_data=None, inputs=None, wcet="auto"):
+                      record_wcet_errors=False, environment=None, check_data=None, inputs=None, wcet="auto",
+                      interface="scons"):
     """model file -> C -> objects -> firmware + check program -> runs -> semantic gate -> report,
     as the nodes of pipeline.plan. Returns a dict of the main nodes for aliases and tests."""
     try:
@@ -257,7 +270,7 @@ def firmware_pipeline(env, name, model, target, build_dir, *, main=None, shape=k
             precision=precision, opt=opt, main=main, tolerance=tolerance, count=count, seed=seed,
             input_range=input_range, deadline=deadline, deadline_origin=deadline_origin, environment=environment,
             data=check_data, record_wcet_errors=record_wcet_errors, path=env["ENV"]["PATH"], inputs=inputs,
-            wcet=wcet)
+            wcet=wcet, interface=interface)
     except NNBuildError as error:
         fail(str(error))
     if not gated:
@@ -278,31 +291,101 @@ class Built(list):
         self.__dict__.update(roles)
 
 
-def _board_of(env, board):
-    board = board or env.get("NNBOARD")
-    if not board:
-        fail("no board: pass board=... or set env['NNBOARD'] (a name in $NNBUILD_TOOLCHAINS or a board file)")
+#: NNModel's keywords and what they mean (docs/using.md lists them; anything else is refused with
+#: the nearest one)
+NNMODEL_KEYWORDS = {
+    "board": "the board: a name (shipped, $NNBUILD_BOARDS, the project's boards/) or a board file's path; "
+             "default env['NNBOARD']",
+    "build_dir": "where the model's build goes; default build/<board>/<name>",
+    "precision": f"{', '.join(codegen.PRECISIONS)}, fixedW.F, or auto; default {kinds.DEFAULT_PRECISION}",
+    "shape": f"code shape, one of {', '.join(sorted(codegen.SHAPES))}; default {kinds.DEFAULT_SHAPE}",
+    "opt": "optimisation flag of the generated code, e.g. -O2; default the board's",
+    "tolerance": "max |C - float64 reference| over the check inputs; default 1e-4",
+    "tolerances": "{precision: tolerance} for precision=auto's candidates (overrides tolerance per precision)",
+    "count": "number of check inputs; default 32",
+    "seed": "seed of the random check inputs; default 1",
+    "input_range": "declared input range (lo, hi) of the check inputs and of fixed-point formats; default (-1, 1)",
+    "deadline": 'WCET deadline, e.g. "5ms" or "800us"; "none" waives any; default none set',
+    "deadline_origin": "where the deadline came from, for report.json; default \"NNModel call\"",
+    "wcet": '"auto" (bound the WCET, check the deadline) or "skip" (no analysis; the deadline is a waiver); '
+            'default "auto"',
+    "environment": "environment description of a TPG (.dot): JSON file or shipped name",
+    "check_data": "take the check inputs from this file (.npz x[, y]) instead of random ones",
+}
+#: NNFirmware's keywords besides the target and the sources
+NNFIRMWARE_KEYWORDS = {
+    "models": "the results of env.NNModel(...) linked into the firmware",
+    "board": "the board; default the first model's",
+}
+#: NNExample's (the repository's examples) keywords besides name, model, target, build_dir
+NNEXAMPLE_KEYWORDS = ("main", "shape", "precision", "opt", "tolerance", "tolerances", "count", "seed", "input_range",
+                      "deadline", "deadline_origin", "wcet", "environment", "check_data", "sync", "split")
+
+
+def refuse_unknown(given, known, where):
     try:
-        return boards.load_board(env.subst(str(board)))
+        options.refuse_unknown(given, known, where)
     except NNBuildError as error:
         fail(str(error))
 
 
-def nn_model(env, name, model, *, board=None, build_dir=None, precision=kinds.DEFAULT_PRECISION, **options):
+def _board_of(env, board):
+    if isinstance(board, boards.Board):
+        return board
+    board = board or env.get("NNBOARD")
+    if not board:
+        fail("no board: pass board=... or set env['NNBOARD'] (a name: shipped, in $NNBUILD_BOARDS or the project's "
+             "boards/ folder; or a board file's path)")
+    board = env.subst(str(board))
+    if board.endswith(".json"):   # a path, relative to the calling SConscript's directory (SCons' rule)
+        board = env.File(board).srcnode().abspath
+    try:
+        return boards.load_board(board)
+    except NNBuildError as error:
+        fail(str(error))
+
+
+def interface_of(env):
+    """Whose syntax the hints speak: NNModel's, unless a front running NNModel for the user says
+    otherwise (env['NNBUILD_INTERFACE']: `nnbuild check --precision auto` sets cli)."""
+    return env.get("NNBUILD_INTERFACE") or "nnmodel"
+
+
+def model_deadline(env, name, keywords):
+    """NNModel's deadline= and wcet= as the report step's deadline spec and its origin: "none" waives
+    the deadline, wcet="skip" turns it into a waiver (not checked, said in report.json)."""
+    given, wcet = keywords.pop("deadline", None), keywords.get("wcet", "auto")
+    origin = keywords.pop("deadline_origin", None)
+    try:
+        spec, _ = deadlines.deadline_spec(given, None, None, wcet)
+    except NNBuildError as error:
+        fail(f"NNModel('{name}'): {error}")
+    front = "command line" if interface_of(env) == "cli" else "NNModel call"
+    return spec, (origin or front) if spec else None
+
+
+def nn_model(env, name, model, **keywords):
     """A model for the board: its plan's nodes (generated C, check program, runs, semantic check,
     memory report, WCET, report, gates) and a static library of the generated code (compiled with
-    the board's flags, -Werror included), for NNFirmware or the user's own Program."""
-    board = _board_of(env, board)
-    if precision == "auto":
-        fail(f"model '{name}': precision=auto chooses among builds; pick one for a firmware "
-             "(`scons model=... precision=auto` in nnbuild's own project reports the winner)")
+    the board's flags, -Werror included), for NNFirmware or the user's own Program. With
+    precision="auto": every candidate precision built and bounded, the library of the one the select
+    step chooses (pipeline.auto_candidates, checks.select)."""
+    refuse_unknown(keywords, NNMODEL_KEYWORDS, f"NNModel('{name}')")
+    board = _board_of(env, keywords.pop("board", None))
+    build_dir = keywords.pop("build_dir", None)
+    precision = keywords.pop("precision", kinds.DEFAULT_PRECISION)
     try:
         name = codegen.check_model_name(name)
     except NNBuildError as error:
         fail(str(error))
+    keywords["deadline"], keywords["deadline_origin"] = model_deadline(env, name, keywords)
     build_dir = build_dir or f"build/{board.name}/{name}"
     model_node = env.File(str(model))
-    nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision, **options)
+    if precision == "auto":
+        return auto_model(env, name, model_node, board, build_dir, **keywords)
+    keywords.pop("tolerances", None)
+    nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision,
+                              interface=interface_of(env), **keywords)
     made = nodes.pop("_nodes")
     gen = nodes["generated"]
     library = made.library(gen[1], gen[3], name)
@@ -313,18 +396,87 @@ def nn_model(env, name, model, *, board=None, build_dir=None, precision=kinds.DE
     return Built([library, nodes["gate"]], **roles)
 
 
-def nn_user_firmware(env, target, sources=None, *example_args, models=None, board=None, **options):
+def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, tolerances=None, **options):
+    """NNModel(precision="auto"): each candidate precision a model build of its own under
+    candidates/<precision> (independent targets: parallel under -j, cached), sharing one reference
+    task; the select step keeps the one with the smallest WCET meeting tolerance and deadline (the
+    repository SConstruct's rule) and installs its library, header and the files NNFirmware's
+    checks read into the model's directory; gate.json judges the chosen report."""
+    try:
+        candidates = pipeline.auto_candidates(model_node.abspath, board, target=board.ref,
+                                              shape=options.get("shape", kinds.DEFAULT_SHAPE),
+                                              environment=options.get("environment"), tolerance=tolerance,
+                                              tolerances=tolerances)
+    except NNBuildError as error:
+        fail(f"NNModel('{name}'): {error}")
+    bdir = env.Dir(build_dir)
+    inputs = shared_inputs(env, bdir, model_node.abspath, options)
+    chosen, sources, specs, last = None, [], [], None
+    for precision, tol in candidates.items():
+        nodes = firmware_pipeline(env, name, model_node.abspath, board, f"{build_dir}/candidates/{precision}",
+                                  precision=precision, tolerance=tol, gated=False, record_wcet_errors=True,
+                                  inputs=inputs, interface=interface_of(env), **options)
+        made = nodes.pop("_nodes")
+        gen = nodes["generated"]
+        last = made.plan
+        report_task = next(t for t in last.tasks if t.step == "report")
+        flowfacts, trace = (next(made.node(f) for f in last.nodes["generated"] if f.endswith(suffix))
+                            for suffix in (".flowfacts.json", ".trace.json"))
+        run = made.node(report_task.sources["run"]) if report_task.sources.get("run") else None
+        files = [made.library(gen[1], gen[3], name), gen[0], flowfacts, trace, made.node(last.nodes["semantic"])]
+        files += [run] if run is not None else []
+        spec = f"{precision}=${{SOURCES[{len(sources)}]}}"
+        sources.append(nodes["report"])
+        for node in files:
+            spec += f":${{SOURCES[{len(sources)}]}}"
+            sources.append(node)
+        specs.append(spec)
+        chosen = (report_task, run)
+    report_task, run = chosen
+    gen_rel = [f for f in last.nodes["generated"] if f.endswith((".h", ".flowfacts.json", ".trace.json"))]
+    header = next(f for f in gen_rel if f.endswith(".h") and not f.endswith("_weights.h"))
+    flowfacts, trace = (next(f for f in gen_rel if f.endswith(s)) for s in (".flowfacts.json", ".trace.json"))
+    installed = [f"lib{name}.a", header, flowfacts, trace, "semantic.json"] + ([run.name] if run is not None else [])
+    targets = [bdir.File("report.json"), bdir.File("report.html")] + [bdir.File(f) for f in installed]
+    selected = step_node(env, "select", targets, sources, candidates=specs, output="${TARGETS[0]}",
+                         install=[f"${{TARGETS[{i + 2}]}}" for i in range(len(installed))],
+                         interface=interface_of(env))
+    env.Depends(selected, package_files(*steps.STEPS["select"].code) + PIPELINE_FILES)
+    env.NoCache(selected)
+    # the chosen build, as NNFirmware reads a model's plan: its files installed in the model's directory
+    the_plan = pipeline.Plan(
+        [pipeline.Task("report", ["report.json"], {"run": installed[5] if run is not None else None},
+                       options=dict(report_task.options, precision="auto"), role="report"),
+         pipeline.Task("gate", ["gate.json"], {"report": "report.json"}, options={"interface": interface_of(env)},
+                       role="gate")],
+        name, board, {"generated": [header, flowfacts, trace], "semantic": "semantic.json", "report": "report.json",
+                      "wcet": last.nodes.get("wcet"), "gate": "gate.json"}, last.entries)
+    gate_nodes = Nodes(env, the_plan, bdir.abspath, model_node, None, None)
+    gate_nodes.made.update({"report.json": targets[0]})
+    gate = gate_nodes.step(the_plan.tasks[1])
+    RELEASE_NODES.extend(gate)
+    print(f"nnbuild: precision=auto candidates for {name} on {board.ref}: {', '.join(candidates)}")
+    return Built([targets[2], gate[0]], library=targets[2], header=targets[3], include=targets[3].dir,
+                 plan=the_plan, dir=bdir, board=board, name=name, report=targets[0], gate=gate[0],
+                 candidates=list(candidates))
+
+
+def nn_user_firmware(env, target, sources=None, *example_args, models=None, **keywords):
     """The user's firmware with its models: `.elf` (the board's program suffix), `.hex`, `.bin`, and
     per model size/stack, WCET and gates over this linked image. Without `models`, the call is the
     repository's example form NNExample(name, model, target, build_dir, ...)."""
     if models is None:
-        return nn_firmware(env, target, sources, *example_args, **options)
-    if options:
-        fail(f"NNFirmware: unknown option(s) {', '.join(sorted(options))}")
+        if example_args:
+            refuse_unknown(keywords, NNEXAMPLE_KEYWORDS, f"NNExample('{target}')")
+            return nn_firmware(env, target, sources, *example_args, **keywords)
+        refuse_unknown(keywords, NNFIRMWARE_KEYWORDS, f"NNFirmware('{target}')")
+        fail(f"NNFirmware('{target}'): models= takes the results of env.NNModel(...)")
+    refuse_unknown(keywords, NNFIRMWARE_KEYWORDS, f"NNFirmware('{target}')")
+    board = keywords.get("board")
     models = list(models) if isinstance(models, (list, tuple)) else [models]
     if not models or not all(isinstance(m, Built) and hasattr(m, "library") for m in models):
         fail("NNFirmware: models= takes the results of env.NNModel(...)")
-    board = _board_of(env, board or models[0].board.name)
+    board = _board_of(env, board or models[0].board)
     fenv = user_env(env, board, [m.include for m in models])
     target = env.File(env.subst(str(target)))
     stem = target.name
@@ -343,7 +495,8 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, boar
     env.Depends(program, str(board.path or boards.board_path(board.name)))
     try:
         the_plan = pipeline.firmware_plan(firmware=program[0].abspath, stem=stem, board=board,
-                                          models=[(m.plan, m.dir.abspath) for m in models], path=env["ENV"]["PATH"])
+                                          models=[(m.plan, m.dir.abspath) for m in models], path=env["ENV"]["PATH"],
+                                          interface=interface_of(env))
     except NNBuildError as error:
         fail(str(error))
     made = Nodes(env, the_plan, target.dir.abspath, None, None, None)
@@ -396,9 +549,11 @@ class Nodes:
                 self.made[path] = node
             if task.step in ("program", "size", "report"):
                 self.env.Depends(made, board_file)
+            if task.step in ("gate", "multiitem_gate", "image"):
+                RELEASE_NODES.extend(made)
         for task in self.plan.tasks:
             for path in task.after:
-                self.env.Depends(self.made[task.targets[0]], self.made[path])
+                self.env.Depends(self.made[task.targets[0]], self.made.get(path) or self.node(path))
         nodes = {}
         for role, value in self.plan.nodes.items():
             if isinstance(value, list):
@@ -418,7 +573,7 @@ class Nodes:
         objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in (code, weights)]
         if not self.verbose:
             xenv["ARCOMSTR"] = comstr(self.env, "AR", False)
-            xenv["RANLIBCOMSTR"] = comstr(self.env, "AR", False)
+            xenv["RANLIBCOMSTR"] = ""   # one "Archiving" line per library (ranlib finishes that step)
         for tool in ("AR", "RANLIB"):
             xenv[tool] = binutil(board, tool.lower())
         return xenv.StaticLibrary(self.bdir.File(f"lib{name}.a"), objs)[0]
@@ -439,6 +594,8 @@ class Nodes:
                 # the model: the build's own, or one an earlier task made (a multi-item split)
                 sources.append(self.extra["model"] if role == "model" and value not in self.made
                                else self.node(value))
+        if values.get("discard"):   # release images a failing gate removes: paths from the top (the actions' cwd)
+            values["discard"] = [self.node(p).get_path() for p in values["discard"]]
         out = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
         values[out] = "${TARGET.dir}" if out == "outdir" else "$TARGET"
         targets = [self.node(t) for t in task.targets]

@@ -1,17 +1,22 @@
 """Decode a linked AVR ELF into instructions (with DWARF source lines) and text symbols.
 
-Uses `avr-objdump -dl` (one pass gives sizes, operands, branch targets and line info; avr-readelf
-2.26 cannot decode avr-gcc 5.4's line tables) and `avr-nm -n -S`. Results are cached per ELF
-path + mtime + size because every analysed region needs the same listing.
+`avr-objdump -d` is the instruction decoder (AVR has no other: sizes, operands, branch targets);
+the symbols and the DWARF line table are read with pyelftools (nnbuild.compilers.elf), which reads
+avr-gcc 5.4's version 2 line programs (avr-readelf 2.26 cannot). Should pyelftools fail on a line
+table, the listing is made again with `avr-objdump -dl` and its lines are used, with a note on
+stderr. Results are cached per ELF path + mtime + size because every analysed region needs the
+same listing.
 """
 
 import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 
 _INSN = re.compile(r"^\s*([0-9a-f]+):\t((?:[0-9a-f]{2} )+)\s*\t(\S+)(?:\t([^;]*?))?\s*(?:;\s*(.*))?$")
@@ -116,22 +121,32 @@ def _run(argv):
     return proc.stdout
 
 
+def is_code_symbol(symbol):
+    """A text symbol of the program: code (T/t), weak code (W/w) below the data base; __stack (weak,
+    = RAMEND, e.g. 0x40ff) is a RAM address, not code: code symbols are even."""
+    return (symbol.kind in "TtWw" and symbol.addr < _DATA_BASE and not symbol.name.startswith(".")
+            and symbol.addr % 2 == 0 and symbol.name != "__stack")
+
+
 def parse_symbols(text):
     """Text symbols from `avr-nm -n -S` output (data/eeprom/absolute symbols dropped)."""
     syms = []
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 4:
-            addr, size, kind, name = int(parts[0], 16), int(parts[1], 16), parts[2], parts[3]
+            symbol = Symbol(parts[3], int(parts[0], 16), int(parts[1], 16), parts[2])
         elif len(parts) == 3:
-            addr, size, kind, name = int(parts[0], 16), None, parts[1], parts[2]
+            symbol = Symbol(parts[2], int(parts[0], 16), None, parts[1])
         else:
             continue
-        # __stack (weak, = RAMEND, e.g. 0x40ff) is a RAM address, not code: code symbols are even
-        if kind in "TtWw" and addr < _DATA_BASE and not name.startswith(".") and addr % 2 == 0 \
-                and name != "__stack":
-            syms.append(Symbol(name, addr, size, kind))
+        if is_code_symbol(symbol):
+            syms.append(symbol)
     return syms
+
+
+def elf_symbols(elf):
+    """Text symbols of `elf`, read with pyelftools, as parse_symbols takes them from avr-nm."""
+    return [Symbol(s.name, s.addr, s.size, s.kind) for s in elf_file.symbols(elf) if is_code_symbol(s)]
 
 
 def _target(mnem, ops, comment):
@@ -172,15 +187,29 @@ def parse_listing(text):
     return insns
 
 
+def decode(elf, board=None):
+    """{address: Insn} of the .text section: avr-objdump decodes, the DWARF line table (pyelftools)
+    gives each instruction its file and line."""
+    objdump = tool(board, "objdump", "avr-objdump")
+    try:
+        lines = elf_file.line_table(elf)
+    except NNBuildError as error:
+        print(f"builtin-avr: {error}; taking the lines from avr-objdump -dl", file=sys.stderr)
+        return parse_listing(_run([objdump, "-dl", "-j", ".text", str(elf)]))
+    insns = parse_listing(_run([objdump, "-d", "-j", ".text", str(elf)]))
+    for insn in insns.values():
+        insn.file, insn.line = lines.at(insn.addr)
+    return insns
+
+
 def load(elf, board=None):
     """Decode `elf` (cached by path, mtime and size)."""
     st = os.stat(elf)
     key = (os.path.realpath(elf), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
         return _CACHE[key]
-    listing = _run([tool(board, "objdump", "avr-objdump"), "-dl", "-j", ".text", str(elf)])
-    syms = parse_symbols(_run([tool(board, "nm", "avr-nm"), "-n", "-S", "--defined-only", str(elf)]))
-    prog = Program(str(elf), parse_listing(listing), syms)
+    syms = elf_symbols(elf)
+    prog = Program(str(elf), decode(elf, board), syms)
     names = {}
     for s in syms:
         names.setdefault(s.addr, []).append(s)

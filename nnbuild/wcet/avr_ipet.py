@@ -14,6 +14,7 @@ CLI: python -m nnbuild.wcet.avr_ipet ELF --entry FN --flowfacts F.json [--board 
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -33,6 +34,9 @@ from nnbuild.wcet import avr_ilp as I
 from nnbuild.wcet import avr_loops as L
 from nnbuild.wcet import avr_paths as P
 from nnbuild.wcet import avr_timing as T
+
+#: timing lines, shown with -v (nnbuild.cli configures the level)
+LOG = logging.getLogger(__name__)
 from nnbuild.wcet import avr_visits as V
 
 ANALYZER = "builtin-avr"
@@ -78,18 +82,15 @@ class Phases:
         now = time.monotonic()
         if now - self.last >= PROGRESS_SECONDS:
             self.last = now
-            print(f"builtin-avr: {regions} regions analysed, {now - self.start:.1f} s", file=sys.stderr, flush=True)
+            LOG.info(f"builtin-avr: {regions} regions analysed, {now - self.start:.1f} s")
 
     def report(self, regions):
+        """One timing line per analysis (shown with -v): the total and each phase's share."""
         total = time.monotonic() - self.start
-        if total < PROGRESS_SECONDS:
-            return
-        what = {"decode": "", "CFG": f" ({self.counts['CFG']} regions)", "loops": f" ({self.counts['loops']} region analyses)",
-                "ILP solve": f" ({self.counts['ILP solve']} ILPs)"}
-        for name in self.NAMES:
-            print(f"builtin-avr: {name:<9} {self.seconds[name]:6.2f} s{what[name]}", file=sys.stderr)
-        other = total - sum(self.seconds.values())
-        print(f"builtin-avr: {'other':<9} {other:6.2f} s; total {total:.1f} s", file=sys.stderr, flush=True)
+        parts = ", ".join(f"{name} {self.seconds[name]:.2f} s" + (f" x{self.counts[name]}" if name != "decode" else "")
+                          for name in self.NAMES)
+        LOG.info(f"builtin-avr: {regions} regions in {total:.1f} s ({parts}, other "
+                 f"{total - sum(self.seconds.values()):.2f} s)")
 
 
 def load_flowfacts(flowfacts):

@@ -1,7 +1,7 @@
 """OTAWA backend (`owcet`): generator flow facts -> F4 `.ff` loop bounds -> owcet -> WcetResult.
 
 The generator knows every loop's trip count by source line; OTAWA wants bounds by loop-header
-address. We map one to the other with the ELF's DWARF line table (`objdump -dl`) and our own CFG
+address. We map one to the other with the ELF's DWARF line table (pyelftools) and our own CFG
 of the function (dominators, natural loops), then run owcet under a timeout and accept only a
 clean `WCET[entry] = N cycles` line: a negative value, a non-zero exit, an `ERROR:` line or a
 timeout is an NNBuildError, never a number.
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
 from nnbuild.wcet import WcetResult, otawa_ilp, otawa_timing, tools
@@ -107,15 +108,26 @@ def add_insn(func, addr, body, file, line):
 
 
 def disassemble(elf, board) -> Dict[str, List[Function]]:
-    """Run the board's objdump with line numbers on `elf` and parse it."""
-    return parse_objdump(disassembly(elf, board))
+    """The board's objdump decodes `elf`; each instruction gets its file:line from the DWARF line
+    table (pyelftools)."""
+    return with_lines(parse_objdump(disassembly(elf, board)), elf)
+
+
+def with_lines(functions, elf):
+    """`functions` with each instruction's file and line set from the ELF's DWARF line table."""
+    lines = elf_file.line_table(elf)
+    for parts in functions.values():
+        for func in parts:
+            for insn in func.insns:
+                insn.file, insn.line = lines.at(insn.addr)
+    return functions
 
 
 def disassembly(elf, board) -> str:
-    """The board's `objdump -dl --no-show-raw-insn` text of `elf`."""
+    """The board's `objdump -d --no-show-raw-insn` text of `elf` (the decoder; lines come from DWARF)."""
     objdump = tools.which(board.get("objdump", "objdump"), target=board.get("name"),
                           hint=board.get("install_hint", "install the board's binutils"))
-    done = tools.run([objdump, "-dl", "--no-show-raw-insn", str(elf)],
+    done = tools.run([objdump, "-d", "--no-show-raw-insn", str(elf)],
                      timeout=tools.timeout_of(board), what=Path(objdump).name)
     if done.returncode != 0:
         raise NNBuildError(f"{Path(objdump).name} failed: {tools.one_line(done.stderr)}", path=elf)
@@ -875,7 +887,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     workdir.mkdir(parents=True, exist_ok=True)
     elf = Path(elf).resolve()
     text = disassembly(elf, board)
-    functions = parse_objdump(text)
+    functions = with_lines(parse_objdump(text), elf)
     calls = indirect_calls(functions, facts)
     require_no_computed_jumps(functions, entry, calls)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))

@@ -1,0 +1,102 @@
+"""The manual keeps its promises: README.md is short and points into docs/, every page it links
+exists, no prose carries a commit hash, and the README's runnable blocks (marked
+`<!-- runnable: NAME -->` before a ```sh fence) run, in order, from a fresh venv holding the
+nnbuild wheel, as a new user would copy and paste them."""
+
+import os
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, have
+
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+RUNNABLE = re.compile(r"<!-- runnable: (\w[\w-]*) -->\n```sh\n(.*?)```", re.S)
+
+
+def runnable_blocks(text):
+    """[(name, shell text)] of the blocks marked runnable, in the order they appear."""
+    return RUNNABLE.findall(text)
+
+
+def manual_pages():
+    return [README, REPO / "CHANGELOG.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def test_the_readme_is_short_and_user_first():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings.index("## Install") < headings.index("## Developing nnbuild")
+    assert [name for name, _ in runnable_blocks(text)] == ["start", "scons", "cmake", "cli"]
+
+
+def test_the_readme_keeps_the_two_fresh_machine_commands_ci_runs():
+    text = README.read_text()
+    assert "bash scripts/setup.sh && scons target=avr model=f1tenth" in text
+    test_command = "bash scripts/setup.sh --with-otawa && python3 -m pytest -q -rs"
+    assert test_command in text
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "bash scripts/setup.sh --with-otawa" in ci and "python3 -m pytest -q" in ci
+
+
+def test_every_local_link_of_the_manual_resolves():
+    for page in manual_pages():
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target:
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(REPO)}: broken link {target}"
+
+
+def test_no_page_of_the_manual_carries_a_commit_hash():
+    """Figures come with the command that reproduces them, never with the commit they were taken at."""
+    hash_like = re.compile(r"\b(?:at|commit|on) ([0-9a-f]{7,12})\b")
+    for page in manual_pages():
+        found = hash_like.findall(page.read_text())
+        assert not found, f"{page.relative_to(REPO)}: commit hashes {found}"
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory):
+    """A fresh venv holding the nnbuild wheel built from this checkout (dependencies from this
+    interpreter's site-packages), with the console scripts its dependencies would install."""
+    root = tmp_path_factory.mktemp("readme")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(REPO)],
+                   check=True, capture_output=True, env=env)
+    wheel, = (root / "dist").glob("nnbuild-*.whl")
+    venv.create(root / "venv", system_site_packages=True, with_pip=True)
+    bin_dir = root / "venv" / "bin"
+    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                   check=True, capture_output=True, env=env)
+    # scons is a dependency taken from the system's site-packages: its console script, as pip writes it
+    scons = bin_dir / "scons"
+    scons.write_text(f"#!{bin_dir / 'python'}\nimport sys\nfrom SCons.Script.Main import main\nsys.exit(main())\n")
+    scons.chmod(0o755)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env, root
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not (have("avr-gcc", "avr-objcopy", "simavr", "cmake", "ninja")),
+                    reason="the README's blocks build for AVR with SCons and CMake (bash scripts/setup.sh)")
+def test_the_readme_blocks_run_from_the_wheel(wheel_venv):
+    env, root = wheel_venv
+    work = root / "user"
+    work.mkdir()
+    script = "set -euo pipefail\n" + "\n".join(body for _, body in runnable_blocks(README.read_text()))
+    result = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    hello = work / "hello"
+    where = subprocess.run(["python3", "-c", "import nnbuild; print(nnbuild.__file__)"], cwd=hello, env=env,
+                           capture_output=True, text=True).stdout
+    assert str(root / "venv") in where and str(REPO) not in where
+    for built in ("build/avr/app.hex", "build/avr/app.checks/ctl/gate.json", "build-cmake/app.hex",
+                  "build-cmake/app.checks/ctl/gate.json", "gen/ctl.c"):
+        assert (hello / built).is_file(), built
+    assert "ms of 1 ms deadline" in result.stdout
