@@ -146,7 +146,7 @@ def test_dat_shape_mismatch_and_huge(tmp_path):
     data = bytearray(nnef.dat_bytes(np.ones(4)))
     struct.pack_into("<II", data, 12, 1 << 30, 1 << 30)
     struct.pack_into("<I", data, 8, 2)
-    assert "above the limit of 16,777,216 per tensor" in _refused(tmp_path, bytes(data))
+    assert "above the limit of 4,194,304 per tensor" in _refused(tmp_path, bytes(data))
 
 
 def test_dat_nan_refused(tmp_path):

@@ -56,20 +56,20 @@ def test_twelve_huge_constants_are_refused_before_any_is_allocated(tmp_path):
     finally:
         tracemalloc.stop()
     assert "graph.nnef: line 5:" in text and "constant: shape [134217728] has 134,217,728 elements" in text
-    assert "limit of 16,777,216 per tensor (MAX_TENSOR_ELEMENTS)" in text
+    assert "limit of 4,194,304 per tensor (limits.MAX_TENSOR_ELEMENTS)" in text
     assert peak < 32 << 20
 
 
 def test_constants_within_the_tensor_limit_are_refused_by_the_total_before_allocating(tmp_path):
-    lines = [f"    c{k} = constant(shape = [16777216], value = [1.0]);" for k in range(12)]
+    lines = [f"    c{k} = constant(shape = [4194304], value = [1.0]);" for k in range(12)]
     tracemalloc.start()
     try:
         text = refusal(tmp_path, graph(*lines, "    y = relu(x);"))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert "line 8:" in text and "constant: shape [16777216] brings the graph's tensors to 67,108,872" in text
-    assert "(MAX_TOTAL_ELEMENTS)" in text
+    assert "line 13:" in text and "constant: shape [4194304] brings the graph's constants to 37,748,736" in text
+    assert "above the limit of 33,554,432 in total (limits.MAX_TOTAL_CONSTANT_ELEMENTS)" in text
     assert peak < 32 << 20
 
 
@@ -82,14 +82,14 @@ def test_constants_within_the_tensor_limit_are_refused_by_the_total_before_alloc
 ])
 def test_a_computed_tensor_above_the_limit_is_refused_naming_its_operation(tmp_path, lines, op):
     text = refusal(tmp_path, graph(*lines))
-    assert f": {op}: result '" in text and "MAX_TENSOR_ELEMENTS" in text
+    assert f": {op}: result '" in text and "limits.MAX_TENSOR_ELEMENTS" in text
 
 
 def test_dat_header_is_checked_against_the_file_and_the_declaration_before_reading(tmp_path):
-    truncated = nnef.dat_bytes(np.zeros((4096, 4096), np.float32))[:nnef.DAT_HEADER + 16]
-    text = refusal(tmp_path, graph("    w = variable(shape = [4096, 4096], label = 'w');", "    y = relu(x);"),
+    truncated = nnef.dat_bytes(np.zeros((2048, 2048), np.float32))[:nnef.DAT_HEADER + 16]
+    text = refusal(tmp_path, graph("    w = variable(shape = [2048, 2048], label = 'w');", "    y = relu(x);"),
                    {"w": truncated})
-    assert "w.dat: tensor file is 144 bytes, its header declares 67,108,992" in text.replace("67108992", "67,108,992")
+    assert "w.dat: tensor file is 144 bytes, its header declares 16777344" in text
     text = refusal(tmp_path, graph("    w = variable(shape = [2], label = 'w');", "    y = relu(x);"),
                    {"w": nnef.dat_bytes(np.zeros(1000, np.float32))})
     assert "tensor shape [1000] differs from the declared [2]" in text

@@ -414,7 +414,7 @@ class _Builder:
                 if math.prod(shape) > nnef.MAX_ELEMENTS:
                     self.fail(block.item, f"{where}variablesync '{out}' of shape {shape} has {math.prod(shape):,} "
                                           f"elements, above the limit of {nnef.MAX_ELEMENTS:,} per tensor "
-                                          "(MAX_TENSOR_ELEMENTS)")
+                                          "(limits.MAX_TENSOR_ELEMENTS)")
                 declared[out] = tuple(shape)
                 continue
             if st.op == "send_var":

@@ -26,19 +26,16 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from nnbuild import files, names
+from nnbuild import files, limits, names
 from nnbuild.errors import NNBuildError
-from nnbuild.limits import MAX_TENSOR_ELEMENTS
 
 #: bounds on untrusted input, each checked before the work it bounds (README of docs/_notes/nnefsafe.md)
 MAX_GRAPH_BYTES = 8 << 20          # graph.nnef (and a multi-item document): bytes read at most
 MAX_DEPTH = 32
-MAX_STATEMENTS = 100_000
+MAX_STATEMENTS = limits.MAX_NODES
 MAX_RANK = 8
-#: elements of any one tensor (declared by external/variable/constant, or computed): the IR's own limit
-MAX_ELEMENTS = MAX_TENSOR_ELEMENTS
-#: elements of all tensors of a graph together (declared ones, then every computed one)
-MAX_TOTAL_ELEMENTS = 4 * MAX_TENSOR_ELEMENTS
+#: elements of any one tensor (declared by external/variable/constant, or computed)
+MAX_ELEMENTS = limits.MAX_TENSOR_ELEMENTS
 DAT_HEADER = 128
 #: a .dat file: its header and one tensor of at most MAX_ELEMENTS float32
 MAX_DAT_BYTES = DAT_HEADER + 4 * MAX_ELEMENTS
@@ -352,7 +349,7 @@ def _dat_header(data: bytes, path=None, shape=None):
         count *= d
     if count > MAX_ELEMENTS:
         raise NNBuildError(f"tensor of shape {list(dims)} has {count:,} elements, above the limit of "
-                           f"{MAX_ELEMENTS:,} per tensor (MAX_TENSOR_ELEMENTS)", path=path)
+                           f"{MAX_ELEMENTS:,} per tensor (limits.MAX_TENSOR_ELEMENTS)", path=path)
     if length != count * 4:
         raise NNBuildError(f"tensor data length {length} does not match shape {list(dims)} "
                            f"(expected {count * 4})", path=path)
@@ -555,7 +552,7 @@ class _Translator:
         self.shapes: Dict[str, Tuple[int, ...]] = {}   # known shapes (externals, variables, inferred)
         self.defined = set()
         self.counter = 0
-        self.total = 0      # elements of the graph's tensors so far (count_elements)
+        self.total = {"constant": 0, "tensor": 0}   # elements so far, by kind (count_elements)
 
     # ---- helpers
     def fresh(self, base):
@@ -680,7 +677,7 @@ class _Translator:
             if isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
                                                for d in shape):
                 try:
-                    self.count_elements(shape)
+                    self.count_elements(shape, add="tensor" if st.op == "external" else "constant")
                 except _Refuse as exc:
                     raise NNBuildError(f"line {st.line}:{st.column}: {st.op}: {exc}", path=self.path) from None
 
@@ -848,7 +845,7 @@ class _Translator:
         shape = self.ints(arg(0, "shape"), "shape")
         if len(shape) > MAX_RANK or any(d <= 0 for d in shape):
             raise _Refuse(f"shape {shape} must have at most {MAX_RANK} positive extents")
-        count = self.count_elements(shape, add=False)    # added up by declared_elements
+        count = self.count_elements(shape)    # added up by declared_elements
         if st.op == "external":
             self.inputs.append(self.h.make_tensor_value_info(out, self.tp.FLOAT, shape))
         elif st.op == "variable":
@@ -868,21 +865,25 @@ class _Translator:
         self.shapes[out] = tuple(shape)
         self.defined.add(out)
 
-    def count_elements(self, shape, what="shape", add=True):
-        """The element count of `shape`, added to the graph's total; refused (before anything is
-        allocated) above MAX_ELEMENTS for one tensor or MAX_TOTAL_ELEMENTS for all."""
+    def count_elements(self, shape, what="shape", add=None):
+        """The element count of `shape`, refused (before anything is allocated) above
+        limits.MAX_TENSOR_ELEMENTS, and added to the graph's total of its kind: "constant"
+        (variables, constants) against limits.MAX_TOTAL_CONSTANT_ELEMENTS, "tensor" (the input,
+        every computed tensor) against limits.MAX_TOTAL_TENSOR_ELEMENTS."""
         count = 1
         for d in shape:
             count *= int(d)
         if count > MAX_ELEMENTS:
             raise _Refuse(f"{what} {list(shape)} has {count:,} elements, above the limit of "
-                          f"{MAX_ELEMENTS:,} per tensor (MAX_TENSOR_ELEMENTS)")
-        if not add:
+                          f"{MAX_ELEMENTS:,} per tensor (limits.MAX_TENSOR_ELEMENTS)")
+        if add is None:
             return count
-        self.total += count
-        if self.total > MAX_TOTAL_ELEMENTS:
-            raise _Refuse(f"{what} {list(shape)} brings the graph's tensors to {self.total:,} elements, above "
-                          f"the limit of {MAX_TOTAL_ELEMENTS:,} in total (MAX_TOTAL_ELEMENTS)")
+        self.total[add] += count
+        limit, name = ((limits.MAX_TOTAL_CONSTANT_ELEMENTS, "MAX_TOTAL_CONSTANT_ELEMENTS") if add == "constant"
+                       else (limits.MAX_TOTAL_TENSOR_ELEMENTS, "MAX_TOTAL_TENSOR_ELEMENTS"))
+        if self.total[add] > limit:
+            raise _Refuse(f"{what} {list(shape)} brings the graph's {add}s to {self.total[add]:,} elements, "
+                          f"above the limit of {limit:,} in total (limits.{name})")
         return count
 
     def check_computed(self):
@@ -894,7 +895,7 @@ class _Translator:
             if name in self.inits or st is None or st.op in ("external", "variable", "constant"):
                 continue
             try:
-                self.count_elements(shape, f"result '{name}' of shape")
+                self.count_elements(shape, f"result '{name}' of shape", "tensor")
             except _Refuse as exc:
                 raise NNBuildError(f"line {st.line}:{st.column}: {st.op}: {exc}", path=self.path) from None
 
