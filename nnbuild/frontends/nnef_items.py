@@ -221,11 +221,10 @@ def split(graph: nnef.Graph, assignment: Dict[str, str], path="<split>") -> Docu
     if unknown:
         raise NNBuildError(f"the map names '{sorted(unknown)[0]}', which the graph does not compute", path=path)
     for item in assignment.values():
+        if names.too_long(item, "item name"):
+            raise NNBuildError(names.too_long(item, "item name"), path=path)
         if not names.is_c_identifier(item):
-            raise NNBuildError(f"item name {item[:40]!r} is not a C identifier", path=path)
-        if len(item) > names.MAX_IDENTIFIER:
-            raise NNBuildError(f"item name '{item[:40]}...' has {len(item)} characters, above the limit of "
-                               f"{names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER)", path=path)
+            raise NNBuildError(f"item name {item!r} is not a C identifier", path=path)
     order = list(dict.fromkeys(assignment[st.outputs[0]] for st in computed))
     owner = {name: assignment[name] for name in assignment}
     readers: Dict[str, List[str]] = {}
@@ -380,13 +379,11 @@ class _Builder:
     def __init__(self, document: Document, folder: Path, path: Path, name: str):
         self.doc, self.folder, self.path, self.name = document, folder, path, name
         self.blocks = {}
-        if len(name) > names.MAX_IDENTIFIER:
-            raise NNBuildError(f"system name '{name[:40]}...' has {len(name)} characters, above the limit of "
-                               f"{names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER): rename the model", path=path)
+        if names.too_long(name, "system name"):
+            raise NNBuildError(names.too_long(name, "system name") + " (rename the model)", path=path)
         for block in document.items:
-            if len(block.item) > names.MAX_IDENTIFIER:
-                self.fail(block.item[:40] + "...", f"item name has {len(block.item)} characters, above the limit "
-                                                   f"of {names.MAX_IDENTIFIER} (names.MAX_IDENTIFIER)")
+            if names.too_long(block.item, "item name"):
+                raise NNBuildError(names.too_long(block.item, "item name"), path=path)
             if block.item in self.blocks:
                 self.fail(block.item, f"is declared twice (lines {self.blocks[block.item].line} and {block.line})")
             if not names.is_c_identifier(block.item) or block.item == PACKED:
