@@ -121,7 +121,7 @@ def test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path(tmp_
     assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex", "nnbuild-models/ctl/gate.json"]
     report = json.loads((build / "nnbuild-models/ctl/report.json").read_text())
     assert report["target"] == "myavr" and report["wcet"]["met"] is True
-    assert report["deadline_origin"] == "CMake DEADLINE keyword"
+    assert report["deadline_origin"] == "DEADLINE of nnbuild_add_model"
     lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
     images = [i for i, l in enumerate(lines) if "Writing image" in l]
     gates = [i for i, l in enumerate(lines) if "] Gates " in l]
