@@ -135,7 +135,7 @@ def test_board_flags_that_run_or_read_anything_are_refused(tmp_path, key, value,
 
 
 @pytest.mark.parametrize("flag", ["-mmcu=atmega2560", "-mcpu=cortex-m7", "-O3", "-fno-strict-aliasing", "-Wshadow",
-                                  "-DF_CPU=16000000UL", "-gdwarf-4", "-std=gnu11", "--specs=nano.specs",
+                                  "-gdwarf-4", "-std=gnu11", "--specs=nano.specs",
                                   "-Wl,--defsym=__DATA_REGION_LENGTH__=0x2000", "-Wl,--gc-sections"])
 def test_board_flags_of_the_usual_families_load(tmp_path, flag):
     boards.load_board(str(board_file(tmp_path, cflags=["-std=c99", flag])))
