@@ -659,6 +659,9 @@ class _Converter:
             if self.fused(op):
                 raise Problem("a fused activation on constants")
             fn = np.add if kind == "add" else np.multiply
+            shape = np.broadcast_shapes(*(self.consts[i].shape for i in op.inputs[:2]))
+            if int(np.prod(shape, dtype=object)) > MAX_TENSOR_ELEMENTS:
+                raise Problem(f"constants broadcast to {shape}, more than {MAX_TENSOR_ELEMENTS} elements")
             return self.fold(op, lambda a, b: fn(a, b).astype(a.dtype))
         sources, constants = [], []
         for position, index in enumerate(op.inputs[:2]):
