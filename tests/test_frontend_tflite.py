@@ -20,7 +20,9 @@ from nnbuild.frontends import tflite as tfl
 from nnbuild.ir import reference
 
 DATA = REPO / "tests" / "data" / "tflite"
-MODELS = ("mlp", "cnn", "merge")
+MODELS = ("mlp", "cnn", "merge", "conv1d")
+#: float fixtures: (model, precision of the file)
+FLOATS = tuple((name, "float32") for name in MODELS) + (("mlp", "float16"),)
 #: the operators the converter wrote for each fixture (file order)
 OPERATORS = {
     "mlp": ["FULLY_CONNECTED", "FULLY_CONNECTED", "TANH", "FULLY_CONNECTED", "LOGISTIC", "FULLY_CONNECTED",
@@ -29,6 +31,8 @@ OPERATORS = {
             "PACK", "RESHAPE", "SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "FULLY_CONNECTED", "SOFTMAX"],
     "merge": ["CONV_2D", "PAD", "CONV_2D", "TANH", "ADD", "MUL", "CONCATENATION", "CONV_2D", "MEAN",
               "FULLY_CONNECTED"],
+    "conv1d": ["EXPAND_DIMS", "CONV_2D", "RESHAPE", "EXPAND_DIMS", "MAX_POOL_2D", "RESHAPE", "SHAPE",
+               "STRIDED_SLICE", "PACK", "RESHAPE", "FULLY_CONNECTED", "LOGISTIC"],
 }
 
 
@@ -59,10 +63,10 @@ def test_fixture_operators_are_what_the_converter_writes(name):
     assert [op.op for op in graph.operators] == OPERATORS[name]
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_reference_of_the_loaded_model_gives_litert_outputs(name):
-    model = frontends.load(fixture(name))
-    gold = goldens(name)
+@pytest.mark.parametrize("name,precision", FLOATS)
+def test_reference_of_the_loaded_model_gives_litert_outputs(name, precision):
+    model = frontends.load(fixture(name, precision))
+    gold = goldens(name, precision)
     x = gold["x"].reshape((len(gold["x"]),) + tuple(model.input_shape))
     got = reference.run(model, x.astype(np.float32), np.float32).reshape(len(x), -1)
     assert np.max(np.abs(got - gold["y"].reshape(len(x), -1))) <= 1e-5
@@ -84,6 +88,16 @@ def test_reshape_shape_arithmetic_is_folded():
     reshapes = [(layer.source_type, shapes[layer.name]) for layer in model.layers if layer.kind == "reshape"]
     assert reshapes == [("RESHAPE", (4, 6)), ("RESHAPE", (24,))]  # Keras Reshape((-1, 6)), then Flatten
     assert len(model.layers) == 10  # 15 operators: the 6 of the shape arithmetic leave no layer
+
+
+def test_float16_weights_are_dequantized_at_load():
+    """The converter's float16 quantization: DEQUANTIZE of each weight folded into a float32 constant."""
+    graph = tfl.read(fixture("mlp", "float16"))
+    assert [op.op for op in graph.operators][:4] == ["DEQUANTIZE"] * 4
+    model = frontends.load(fixture("mlp", "float16"))
+    assert model.edges is None and [layer.kind for layer in model.layers].count("dense") == 4
+    kernel = model.layers[0].kernel
+    assert kernel.dtype == np.float32 and np.array_equal(kernel, kernel.astype(np.float16).astype(np.float32))
 
 
 # ----------------------------------------------------------------------------- int8: read, then refused
@@ -202,7 +216,7 @@ def test_mutated_files_load_or_are_refused_in_one_line(tmp_path, name):
     rng = np.random.default_rng(28)
     path = tmp_path / "mutated.tflite"
     outcomes = {"loaded": 0, "refused": 0}
-    for _ in range(150):
+    for _ in range(80):
         mutated = bytearray(data)
         for _ in range(int(rng.integers(1, 4))):
             at = int(rng.integers(0, len(data)))
@@ -230,12 +244,12 @@ def _cli(*args):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", MODELS)
-def test_generate_and_check_on_the_host_give_the_litert_outputs(tmp_path, name):
-    generated = _cli("generate", str(fixture(name)), "-o", str(tmp_path / "gen"))
+@pytest.mark.parametrize("name,precision", FLOATS)
+def test_generate_and_check_on_the_host_give_the_litert_outputs(tmp_path, name, precision):
+    generated = _cli("generate", str(fixture(name, precision)), "-o", str(tmp_path / "gen"))
     assert generated.returncode == 0, generated.stderr
-    assert (tmp_path / "gen" / f"{name}_float32.c").is_file()
-    run = _cli("check", str(fixture(name)), "--data", str(DATA / f"{name}_float32.npz"), "--json")
+    assert (tmp_path / "gen" / f"{name}_{precision}.c").is_file()
+    run = _cli("check", str(fixture(name, precision)), "--data", str(DATA / f"{name}_{precision}.npz"), "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     host = json.loads(run.stdout)["semantic"]["runs"]["host"]
     assert host["vs_framework"] <= 1e-4, host  # measured: 6e-8 or less

@@ -432,8 +432,8 @@ class _Converter:
         if value.dtype.kind != "f":
             tensor = self.graph.tensors[index]
             if tensor.type_name in QUANTIZED:
-                raise Problem(f"{what} is {tensor.type_name}: full-integer quantized models are not supported yet "
-                              "(float32 models only)")
+                raise Problem(f"{what} is {tensor.type_name}: quantized weights without DEQUANTIZE (dynamic-range "
+                              "or full-integer quantization) are not supported yet (float32 models only)")
             raise Problem(f"{what} is {value.dtype}, not floating point")
         return np.asarray(value, np.float32)
 

@@ -12,6 +12,8 @@ environment, outside CI, and its outputs are committed:
 It writes, beside itself, for each model M in MODELS:
 * M_float32.tflite and M_float32.npz: x (float32 inputs [cases, ...]) and y (LiteRT's float32
   outputs, `ai_edge_litert.interpreter.Interpreter`, default kernels);
+* mlp_float16.tflite and mlp_float16.npz: the MLP with float16 weights (the converter's float16
+  quantization), LiteRT's outputs;
 * M_int8.tflite and M_int8.npz: x (the same float inputs), x_q (x quantized with the input tensor's
   scale and zero point, int8), y_q (TFLite Micro's int8 outputs, PyPI `tflite-micro`, its Python
   interpreter over the reference kernels: the int8 reference of nnbuild, never LiteRT) and y (y_q
@@ -70,13 +72,26 @@ def merge(keras):
     return keras.Model(x, y, name="merge")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge}
+def conv1d(keras):
+    """A 1-D convolution: the converter writes EXPAND_DIMS -> CONV_2D -> RESHAPE around it."""
+    x = keras.Input((16, 2), name="x")
+    y = keras.layers.Conv1D(4, 3, activation="relu")(x)
+    y = keras.layers.MaxPooling1D(2)(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(3, activation="sigmoid")(y)
+    return keras.Model(x, y, name="conv1d")
 
 
-def convert(tf, model, shape, int8):
+MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d}
+
+
+def convert(tf, model, shape, int8, float16=False):
     """The TFLite flatbuffer of a Keras model, as users make it: `TFLiteConverter.from_keras_model`
     (the batch axis stays free, so a Reshape becomes the SHAPE -> STRIDED_SLICE -> PACK arithmetic)."""
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if float16:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
     if int8:
         rng = np.random.default_rng(7)
 
@@ -138,6 +153,10 @@ def main():
         blob = convert(tf, model, shape, int8=False)
         (HERE / f"{name}_float32.tflite").write_bytes(blob)
         np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        if name == "mlp":  # float16 weights: DEQUANTIZE of constants ahead of float32 operators
+            blob = convert(tf, model, shape, int8=False, float16=True)
+            (HERE / f"{name}_float16.tflite").write_bytes(blob)
+            np.savez(HERE / f"{name}_float16.npz", x=x, y=litert_outputs(blob, x))
         blob = convert(tf, model, shape, int8=True)
         (HERE / f"{name}_int8.tflite").write_bytes(blob)
         si, zi, so, zo = quantization(blob)
