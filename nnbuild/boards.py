@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from nnbuild import files
+from nnbuild import files, names
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -229,7 +229,15 @@ class Board(dict):
     def check(self):
         """Every problem of the data, one line naming the file and the key."""
         where = self.path or self.get("name")
+        if isinstance(self.get("name"), str) and names.too_long(self["name"], "board name"):
+            raise NNBuildError(f"key 'name': {names.too_long(self['name'], 'board name')}", path=where)
         validate(dict(self), where)
+        from nnbuild.compilers import flags
+        refused = flags.check_board(self)
+        if refused:
+            key, value, why = refused
+            raise NNBuildError(f"key '{key}': {value!r} is refused: {why} (a board file is data: see "
+                               "'what a board file can do' in the manual)", path=where)
         try:
             self.compiler
             runner, analyzer, stack = self.runner, self.analyzer, self.stack_analyzer

@@ -59,12 +59,13 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     the plan then has no reference task of its own. `interface` (scons, nnmodel, cmake, cli): the
     front running the build, whose syntax the gate's hints use."""
     board = boards.load_board(board)
+    codegen.check_model_name(name)      # it names files and folders: refused here, before any is made
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
-    gen = [f"gen/{f}" for f in codegen.outputs(name, kinds.resolve_shape(kind, shape))]
-    header, code = gen[0], gen[1]
-    weights = [f for f in gen if f.endswith("_weights.c")]
-    flowfacts, trace = (next(f for f in gen if f.endswith(suffix)) for suffix in (".flowfacts.json", ".trace.json"))
+    roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}
+    gen = list(roles.values())
+    header, code, flowfacts, trace = roles["header"], roles["code"], roles["flowfacts"], roles["trace"]
+    weights = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles and r != "code"]
     #: the functions measured and bounded: the inference entry first (a Gravity program: activate, train)
     entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
@@ -75,7 +76,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         inputs = "inputs.npz"
         tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
                                     environment=environment))
-    nodes = {"generated": gen, "inputs": inputs}
+    nodes = {"generated": gen, "generated_roles": roles, "inputs": inputs}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -256,8 +257,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
         def at(rel, mdir=mdir):
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
-        flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
-                            for suffix in (".flowfacts.json", ".trace.json"))
+        flowfacts, trace = mp.nodes["generated_roles"]["flowfacts"], mp.nodes["generated_roles"]["trace"]
         model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
@@ -446,7 +446,7 @@ def _checked(the_plan, workdir, loaded):
     (label, run_file), = the_plan.nodes["runs"].items()
     with np.load(workdir / run_file) as run:
         cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""
-    shape = steps.read_json(workdir / the_plan.nodes["generated"][-1]).get("shape", "")
+    shape = steps.read_json(workdir / the_plan.nodes["generated_roles"]["trace"]).get("shape", "")
     print(kinds.get(results["kind"]).check_line(results, the_plan.name, label, shape) + cycles)
     return results
 
@@ -553,9 +553,7 @@ def _code_files(step_name):
 
 def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
-    step table and command lines as the SCons actions (program tasks run the `program` step)."""
-    import shlex
-
+    step table and argument lists as the SCons actions (program tasks run the `program` step)."""
     build_dir = Path(build_dir)
 
     def where(path):
@@ -570,7 +568,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
         depends = [board_file, *extra_depends]
         if task.step == "program":
             sources = [where(s) for s in task.sources["sources"]]
-            defines = [shlex.quote(f"{k}={v}") for pairs in task.options["defines"].values() for k, v in pairs]
+            defines = [f"{k}={v}" for pairs in task.options["defines"].values() for k, v in pairs]
             values = dict(sources=sources, board=task.options["board"], include=[where(d) for d in task.options["include"]],
                           define=defines, opt=task.options["opt"], output=where(task.targets[0]))
             depends += sources + [where(task.options["header"])]
@@ -595,7 +593,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             arg = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
             values[arg] = str(Path(where(task.targets[0])).parent) if arg == "outdir" else where(task.targets[0])
         depends += [where(p) for p in task.after] + _code_files(task.step)
-        argv = shlex.split(steps.command(task.step, **{k: v for k, v in values.items() if v is not None}))
+        argv = steps.arguments(task.step, **{k: v for k, v in values.items() if v is not None})
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
@@ -622,10 +620,11 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     board = boards.load_board(plan_args["board"])
     the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
     text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent)
-    gen = [made[p] for p in the_plan.nodes["generated"]]
+    roles = {role: made[p] for role, p in the_plan.nodes["generated_roles"].items()}
+    sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
     flags = board.compiler.compile_flags(board, plan_args.get("opt"))
-    text += (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
-             f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
+    text += (f"add_library({target} STATIC {' '.join(map(_cm, sources))})\n"
+             f"target_include_directories({target} PUBLIC {_cm(str(Path(roles['header']).parent))})\n"
              f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
              f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
              f"add_custom_target({target}_checks ALL DEPENDS {_cm(made[the_plan.nodes['gate']])})\n"

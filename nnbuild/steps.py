@@ -2,7 +2,8 @@
 options), the library function that does it, and the code its output depends on.
 
 Three users read this table: the CLI makes one subcommand per step (`python -m nnbuild <step>`),
-the SCons tool makes each build action from a step's command line (`command`), and
+the SCons tool and CMake make each build action from a step's argument list (`arguments`, run
+without a shell), and
 `nnbuild check` (pipeline.execute) calls the same functions in a temporary directory. A new step
 is one entry here and one function.
 
@@ -489,9 +490,10 @@ STEPS = {s.name: s for s in (
 DASH_VALUE_OPTIONS = ("--opt", "--range", "--tolerance", "--deadline")
 
 
-def command(step_name, **values):
-    """The command line (after `python -m nnbuild`) that runs a step with these values, in the
-    table's argument order; None and False values are left out. SCons builds its actions with it."""
+def arguments(step_name, **values):
+    """The argument list (after `python -m nnbuild`) that runs a step with these values, in the
+    table's argument order, one list item per argument and no quoting: the SCons tool and CMake
+    run it without a shell. None and False values are left out."""
     step = STEPS[step_name]
     unknown = set(values) - {a.dest for a in step.args}
     if unknown:
@@ -506,15 +508,21 @@ def command(step_name, **values):
         elif value is True:
             parts.append(arg.flags[-1])
         elif arg.kwargs.get("action") == "append":
-            parts += [f"{arg.flags[-1]} {v}" for v in value]
+            for v in value:
+                parts += _option(arg.flags[-1], str(v))
         else:
             text = ",".join(repr(float(v)) for v in value) if arg.dest == "input_range" else str(value)
-            sep = "=" if arg.flags[-1] in DASH_VALUE_OPTIONS or text.startswith("-") else " "
-            parts.append(f"{arg.flags[-1]}{sep}{_quote(text)}")
-    return " ".join(parts)
+            parts += _option(arg.flags[-1], text)
+    return parts
 
 
-def _quote(text):
-    """Shell-quote values that need it (deadline origins with spaces); SCons variables pass through."""
+def _option(flag, text):
+    """`--flag value`, or `--flag=value` where the value may start with '-' (`--opt=-O0`)."""
+    return [f"{flag}={text}"] if flag in DASH_VALUE_OPTIONS or text.startswith("-") else [flag, text]
+
+
+def command(step_name, **values):
+    """The step's command line as one shell-quoted string, for people to read (logs, docs); the
+    build tools run `arguments` as a list."""
     import shlex
-    return text if text.startswith("$") or shlex.quote(text) == text else shlex.quote(text)
+    return shlex.join(arguments(step_name, **values))

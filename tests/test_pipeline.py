@@ -21,18 +21,22 @@ F1 = EXAMPLES / "f1tenth" / "architecture.json"
 
 
 def test_every_step_is_a_cli_subcommand_and_its_command_line_parses_back():
-    """SCons actions are steps.command(...): the CLI must parse exactly what SCons writes."""
+    """SCons and CMake run steps.arguments(...) as argument lists: the CLI must parse exactly them."""
     sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert set(steps.STEPS) <= set(sub.choices)
-    line = steps.command("report", output="r.json", model="m", board="avr", semantic="s.json", size="z.json",
-                         trace="t.json", opt="-O0", deadline="100.0ms", deadline_origin="command line")
-    args = cli.parser().parse_args(cli.join_dash_values(line.replace("'", "").split(" ")[:-2] + ["command line"]))
+    argv = steps.arguments("report", output="r.json", model="m", board="avr", semantic="s.json", size="z.json",
+                           trace="t.json", opt="-O0", deadline="100.0ms", deadline_origin="command line")
+    args = cli.parser().parse_args(argv)
     assert (args.opt, args.deadline, args.board, args.output) == ("-O0", "100.0ms", "avr", "r.json")
-    line = steps.command("generate", model="x.h5", outdir="gen", name="x", input_range=(-1.0, 1.0), shape="auto")
-    args = cli.parser().parse_args(cli.join_dash_values(line.split(" ")))
+    assert args.deadline_origin == "command line"
+    argv = steps.arguments("generate", model="dir/a `id` $(b);'c\"\nd.h5", outdir="gen", name="x",
+                           input_range=(-1.0, 1.0), shape="auto")
+    args = cli.parser().parse_args(argv)
     assert args.input_range == (-1.0, 1.0) and args.shape == "auto" and args.outdir == "gen"
+    assert args.model == "dir/a `id` $(b);'c\"\nd.h5"
+    assert steps.command("gate", report="a b", output="g") == "gate 'a b' --output g"
     with pytest.raises(ValueError, match="no argument"):
-        steps.command("gate", report="r", output="g", nonsense=1)
+        steps.arguments("gate", report="r", output="g", nonsense=1)
 
 
 def test_plan_lists_the_whole_avr_build_and_the_check_subset():

@@ -213,9 +213,12 @@ def deadline_verdict(board, deadline_ms):
     if deadline_ms is None:
         record.update(met=None, verdict="no deadline set")
     else:
-        record["met"] = bound_ms <= deadline_ms
-        record["verdict"] = (f"end-to-end bound {bound_ms:.1f} ms {'<=' if record['met'] else '>'} "
-                             f"deadline {deadline_ms:g} ms")
+        from nnbuild.checks.deadline import deadline_cycles
+        budget = deadline_cycles(deadline_ms, clock)     # exact: integer cycles against the deadline's
+        record.update(met=int(wcet["schedule_cycles"]) <= budget, deadline_cycles=budget)
+        sign = "<=" if record["met"] else ">"
+        record["verdict"] = (f"end-to-end bound {bound_ms:.1f} ms {sign} deadline {deadline_ms:g} ms "
+                             f"({int(wcet['schedule_cycles']):,} cycles {sign} {budget:,} cycles)")
     return record
 
 
