@@ -200,7 +200,7 @@ def test_huge_declared_tensor_is_refused_before_allocating(tmp_path):
     tensor = sub.Tensors(sub.Inputs(0))
     first_dim = tensor._tab.Vector(tensor._tab.Offset(4)) + 4
     path = _patched(tmp_path, data, first_dim, "<i", 2 ** 30)
-    one_line_error(path, "more than the 16777216 allowed (MAX_TENSOR_ELEMENTS)")
+    one_line_error(path, "elements (limit MAX_TENSOR_ELEMENTS = 4194304)")
 
 
 def test_not_a_tflite_file_is_refused(tmp_path):

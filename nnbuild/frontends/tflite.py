@@ -21,18 +21,9 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
-
-#: largest .tflite file read (bytes), checked on the file size before it is read
-MAX_FILE_BYTES = 256 * 1024 * 1024
-#: largest tensor (elements) the file may declare, constant or computed
-MAX_TENSOR_ELEMENTS = g.MAX_TENSOR_ELEMENTS
-#: most tensors, operators, buffers or operator codes in one file
-MAX_ENTRIES = 100_000
-#: largest rank of a tensor
-MAX_RANK = 8
 
 #: TFLite TensorType -> numpy dtype (the types a model nnbuild reads can hold)
 DTYPES = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_, 7: np.int16,
@@ -133,8 +124,8 @@ def read(path) -> Graph:
     TFLite model within the limits."""
     path = Path(path)
     size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise NNBuildError(f"model file is {size} bytes, more than the {MAX_FILE_BYTES} read (MAX_FILE_BYTES)",
+    if size > limits.MAX_MODEL_FILE_BYTES:
+        raise NNBuildError(f"model file is {size} bytes (limit MAX_MODEL_FILE_BYTES = {limits.MAX_MODEL_FILE_BYTES})",
                            path=path)
     data = path.read_bytes()
     try:
@@ -152,12 +143,15 @@ class _Reader:
     def __init__(self, data: bytes):
         import tflite
         self.tflite, self.data = tflite, data
+        self.constant_elements = 0
 
     def count(self, n, item_bytes, what):
         """A vector length the file declares, refused when the file cannot hold that many items."""
         n = int(n)
-        if n < 0 or n > MAX_ENTRIES or n * item_bytes > len(self.data):
+        if n < 0 or n * item_bytes > len(self.data):
             raise Problem(f"{what}: the file declares {n} entries, more than it can hold")
+        if n > limits.MAX_TFLITE_ENTRIES:
+            raise Problem(f"{what}: {n} entries (limit MAX_TFLITE_ENTRIES = {limits.MAX_TFLITE_ENTRIES})")
         return n
 
     def ints(self, array, n, what):
@@ -190,8 +184,10 @@ class _Reader:
         inputs = self.indices(sub.InputsAsNumpy(), self.count(sub.InputsLength(), 4, "inputs"), n_tensors, "inputs")
         outputs = self.indices(sub.OutputsAsNumpy(), self.count(sub.OutputsLength(), 4, "outputs"), n_tensors,
                                "outputs")
-        operators = tuple(self.operator(k, sub.Operators(k), codes, n_tensors)
-                          for k in range(self.count(sub.OperatorsLength(), 4, "operators")))
+        n_operators = self.count(sub.OperatorsLength(), 4, "operators")
+        if n_operators > limits.MAX_NODES:
+            raise Problem(f"{n_operators} operators (limit MAX_NODES = {limits.MAX_NODES})")
+        operators = tuple(self.operator(k, sub.Operators(k), codes, n_tensors) for k in range(n_operators))
         description = (model.Description() or b"").decode("utf-8", "replace")
         return Graph(tensors, operators, inputs, outputs, version, names.one_line(description)[:200])
 
@@ -214,17 +210,17 @@ class _Reader:
         name = names.one_line((t.Name() or b"").decode("utf-8", "replace"))[:200]
         what = f"tensor {index} '{name}'"
         rank = self.count(t.ShapeLength(), 4, f"{what} shape")
-        if rank > MAX_RANK:
-            raise Problem(f"{what} has rank {rank} (at most {MAX_RANK})")
+        if rank > limits.MAX_TENSOR_RANK:
+            raise Problem(f"{what} has rank {rank} (limit MAX_TENSOR_RANK = {limits.MAX_TENSOR_RANK})")
         shape = self.ints(t.ShapeAsNumpy(), rank, f"{what} shape")
         n_sig = self.count(t.ShapeSignatureLength(), 4, f"{what} shape signature")
         signature = self.ints(t.ShapeSignatureAsNumpy(), n_sig, f"{what} shape signature") if n_sig else None
         if any(d < 0 for d in shape):
             raise Problem(f"{what} has a negative dimension in its shape {shape}")
         elements = int(np.prod(shape, dtype=object)) if shape else 1
-        if elements > MAX_TENSOR_ELEMENTS:
-            raise Problem(f"{what} declares shape {shape}: {elements} elements, more than the "
-                          f"{MAX_TENSOR_ELEMENTS} allowed (MAX_TENSOR_ELEMENTS)")
+        if elements > limits.MAX_TENSOR_ELEMENTS:
+            raise Problem(f"{what} declares shape {shape}: {elements} elements (limit MAX_TENSOR_ELEMENTS = "
+                          f"{limits.MAX_TENSOR_ELEMENTS})")
         type_code = int(t.Type())
         type_name = TYPE_NAMES.get(type_code, f"type {type_code}")
         buffer = int(t.Buffer())
@@ -232,6 +228,10 @@ class _Reader:
             raise Problem(f"{what} refers to buffer {buffer}, the file has {n_buffers}")
         values = self.buffer(model, buffer, what) if n_buffers else None
         if values is not None and values.size:
+            self.constant_elements += elements
+            if self.constant_elements > limits.MAX_TOTAL_CONSTANT_ELEMENTS:
+                raise Problem(f"{what}: the constants hold more than {limits.MAX_TOTAL_CONSTANT_ELEMENTS} elements "
+                              "together (limit MAX_TOTAL_CONSTANT_ELEMENTS)")
             if type_code not in DTYPES:
                 raise Problem(f"{what} is a constant of type {type_name} (not read)")
             dtype = np.dtype(DTYPES[type_code]).newbyteorder("<")
@@ -329,6 +329,7 @@ class _Converter:
     def __init__(self, graph: Graph, path):
         self.graph, self.path = graph, path
         self.layers, self.edges, self.used = [], {}, set()
+        self.tensor_elements = 0
         self.ir = {}      # tensor index -> (IR tensor name, sample shape)
         self.consts = {}  # tensor index -> numpy constant (file buffers and folded results)
         for t in graph.tensors:
@@ -405,6 +406,12 @@ class _Converter:
 
     def add(self, layer, sources):
         out = tuple(int(d) for d in layer.output_shape(*[self.shapes[s] for s in sources]))
+        self.tensor_elements += int(np.prod(out, dtype=object))
+        if self.tensor_elements > limits.MAX_TOTAL_TENSOR_ELEMENTS:
+            raise Problem(f"the computed tensors hold more than {limits.MAX_TOTAL_TENSOR_ELEMENTS} elements together "
+                          "(limit MAX_TOTAL_TENSOR_ELEMENTS)")
+        if len(self.layers) >= limits.MAX_LAYERS:
+            raise Problem(f"more than {limits.MAX_LAYERS} layers (limit MAX_LAYERS)")
         self.layers.append(layer)
         self.edges[layer.name] = tuple(sources)
         self.shapes[layer.name] = out
@@ -660,8 +667,9 @@ class _Converter:
                 raise Problem("a fused activation on constants")
             fn = np.add if kind == "add" else np.multiply
             shape = np.broadcast_shapes(*(self.consts[i].shape for i in op.inputs[:2]))
-            if int(np.prod(shape, dtype=object)) > MAX_TENSOR_ELEMENTS:
-                raise Problem(f"constants broadcast to {shape}, more than {MAX_TENSOR_ELEMENTS} elements")
+            if int(np.prod(shape, dtype=object)) > limits.MAX_TENSOR_ELEMENTS:
+                raise Problem(f"constants broadcast to {shape} (limit MAX_TENSOR_ELEMENTS = "
+                              f"{limits.MAX_TENSOR_ELEMENTS})")
             return self.fold(op, lambda a, b: fn(a, b).astype(a.dtype))
         sources, constants = [], []
         for position, index in enumerate(op.inputs[:2]):
@@ -758,8 +766,8 @@ class _Converter:
             values.append(self.const(index, f"input {k}"))
         out = np.asarray(function(*values))
         declared = self.graph.tensors[op.outputs[0]]
-        if out.size > MAX_TENSOR_ELEMENTS:
-            raise Problem(f"folds to {out.size} elements, more than {MAX_TENSOR_ELEMENTS}")
+        if out.size > limits.MAX_TENSOR_ELEMENTS:
+            raise Problem(f"folds to {out.size} elements (limit MAX_TENSOR_ELEMENTS = {limits.MAX_TENSOR_ELEMENTS})")
         if declared.shape and tuple(out.shape) != tuple(declared.shape) and out.size == int(np.prod(declared.shape)):
             out = out.reshape(declared.shape)
         self.consts[op.outputs[0]] = out
