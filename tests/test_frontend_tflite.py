@@ -20,7 +20,7 @@ from nnbuild.frontends import tflite as tfl
 from nnbuild.ir import reference
 
 DATA = REPO / "tests" / "data" / "tflite"
-MODELS = ("mlp", "cnn", "merge", "conv1d")
+MODELS = ("mlp", "cnn", "merge", "conv1d", "extra")
 #: float fixtures: (model, precision of the file)
 FLOATS = tuple((name, "float32") for name in MODELS) + (("mlp", "float16"),)
 #: the operators the converter wrote for each fixture (file order)
@@ -33,6 +33,8 @@ OPERATORS = {
               "FULLY_CONNECTED"],
     "conv1d": ["EXPAND_DIMS", "CONV_2D", "RESHAPE", "EXPAND_DIMS", "MAX_POOL_2D", "RESHAPE", "SHAPE",
                "STRIDED_SLICE", "PACK", "RESHAPE", "FULLY_CONNECTED", "LOGISTIC"],
+    "extra": ["CONV_2D", "LEAKY_RELU", "CONV_2D", "HARD_SWISH", "MAXIMUM", "SUB", "CONCATENATION", "TRANSPOSE",
+              "CONV_2D", "REDUCE_MAX", "FULLY_CONNECTED"],
 }
 
 
@@ -154,10 +156,10 @@ def test_unsupported_operator_is_refused_naming_its_index_and_name(tmp_path):
     model = _model(data)
     code = next(model.OperatorCodes(k) for k in range(model.OperatorCodesLength())
                 if max(model.OperatorCodes(k).BuiltinCode(), model.OperatorCodes(k).DeprecatedBuiltinCode()) == 28)
-    path = _patched(tmp_path, data, _field(code, 10), "<i", 117)  # TANH -> HARD_SWISH
+    path = _patched(tmp_path, data, _field(code, 10), "<i", 50)  # TANH -> LOG_SOFTMAX
     data = path.read_bytes()
-    path = _patched(tmp_path, data, _field(code, 4), "<b", 117)
-    one_line_error(path, "operator 2 (HARD_SWISH): operator not supported")
+    path = _patched(tmp_path, data, _field(code, 4), "<b", 50)
+    one_line_error(path, "operator 2 (LOG_SOFTMAX): operator not supported")
 
 
 @pytest.mark.parametrize("cut", [0, 3, 8, 64, 500, 1500, 3000, -1])

@@ -50,6 +50,9 @@ OPTIONS = {
     "MUL": ("MulOptions", ("FusedActivationFunction",)),
     "CONCATENATION": ("ConcatenationOptions", ("Axis", "FusedActivationFunction")),
     "MEAN": ("ReducerOptions", ("KeepDims",)),
+    "REDUCE_MAX": ("ReducerOptions", ("KeepDims",)),
+    "SUB": ("SubOptions", ("FusedActivationFunction",)),
+    "LEAKY_RELU": ("LeakyReluOptions", ("Alpha",)),
     "RESHAPE": ("ReshapeOptions", ()),
     "STRIDED_SLICE": ("StridedSliceOptions", ("BeginMask", "EndMask", "EllipsisMask", "NewAxisMask",
                                               "ShrinkAxisMask", "Offset")),
@@ -59,7 +62,8 @@ OPTIONS = {
 FUSED = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 SUPPORTED = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "RESHAPE",
              "SOFTMAX", "LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "ADD", "MUL", "CONCATENATION",
-             "PAD", "PADV2", "MEAN", "EXPAND_DIMS", "QUANTIZE", "DEQUANTIZE", "SHAPE", "STRIDED_SLICE", "PACK")
+             "PAD", "PADV2", "MEAN", "EXPAND_DIMS", "QUANTIZE", "DEQUANTIZE", "SHAPE", "STRIDED_SLICE", "PACK",
+             "REDUCE_MAX", "SUB", "MAXIMUM", "MINIMUM", "LEAKY_RELU", "HARD_SWISH", "TRANSPOSE")
 
 
 class Problem(Exception):
@@ -665,7 +669,7 @@ class _Converter:
         if all(i in self.consts for i in op.inputs[:2]):
             if self.fused(op):
                 raise Problem("a fused activation on constants")
-            fn = np.add if kind == "add" else np.multiply
+            fn = {"add": np.add, "mul": np.multiply, "sub": np.subtract, "max": np.maximum, "min": np.minimum}[kind]
             shape = np.broadcast_shapes(*(self.consts[i].shape for i in op.inputs[:2]))
             if int(np.prod(shape, dtype=object)) > limits.MAX_TENSOR_ELEMENTS:
                 raise Problem(f"constants broadcast to {shape} (limit MAX_TENSOR_ELEMENTS = "
@@ -691,6 +695,39 @@ class _Converter:
 
     def op_MUL(self, op):
         self.binary(op, "mul")
+
+    def op_SUB(self, op):
+        self.binary(op, "sub")
+
+    def op_MAXIMUM(self, op):
+        self.binary(op, "max")
+
+    def op_MINIMUM(self, op):
+        self.binary(op, "min")
+
+    def op_LEAKY_RELU(self, op):
+        self.needs(op, 1)
+        src, _ = self.tensor(op.inputs[0])
+        alpha = float(op.options.get("Alpha", 0.0)) if op.options else 0.0
+        if not abs(alpha) < float("inf"):
+            raise Problem(f"alpha {alpha}")
+        self.emit(op, g.Unary(self.label(op), "leaky_relu", (alpha,), source_type="LEAKY_RELU"), [src])
+
+    def op_HARD_SWISH(self, op):
+        """x * relu6(x + 3) / 6, as x times hard_sigmoid(x / 6 + 1/2) (ONNX HardSwish's definition)."""
+        self.needs(op, 1)
+        src, _ = self.tensor(op.inputs[0])
+        gate = self.add(g.Unary(self.unique(f"hard_swish_{op.index}_gate"), "hard_sigmoid", (1.0 / 6.0, 0.5),
+                                source_type="HARD_SWISH (gate)"), [src])
+        self.emit(op, g.Elementwise(self.label(op), "mul", source_type="HARD_SWISH"), [src, gate])
+
+    def op_TRANSPOSE(self, op):
+        self.needs(op, 2)
+        src, shape = self.tensor(op.inputs[0])
+        perm = [int(p) for p in np.asarray(self.const(op.inputs[1], "perm")).reshape(-1)]
+        if sorted(perm) != list(range(len(shape) + 1)) or perm[0] != 0:
+            raise Problem(f"perm {tuple(perm)} (a permutation keeping the batch axis first)")
+        self.emit(op, g.Transpose(self.label(op), tuple(p - 1 for p in perm[1:]), source_type="TRANSPOSE"), [src])
 
     def op_CONCATENATION(self, op):
         if len(op.inputs) < 1 or len(op.outputs) != 1 or not op.options:
@@ -727,14 +764,17 @@ class _Converter:
 
     op_PADV2 = op_PAD
 
-    def op_MEAN(self, op):
+    def op_REDUCE_MAX(self, op):
+        self.op_MEAN(op, "max")
+
+    def op_MEAN(self, op, reduction="mean"):
         self.needs(op, 2)
         src, shape = self.tensor(op.inputs[0])
         axes = [self.axis(a, len(shape)) for a in np.asarray(self.const(op.inputs[1], "axes")).reshape(-1)]
         keep = bool(op.options.get("KeepDims", False)) if op.options else False
         if not axes:
-            raise Problem("a mean over no axis")
-        layer = g.Reduce(self.label(op), "mean", tuple(sorted(set(axes))), keep, source_type="MEAN")
+            raise Problem("a reduction over no axis")
+        layer = g.Reduce(self.label(op), reduction, tuple(sorted(set(axes))), keep, source_type=op.op)
         self.emit(op, layer, [src])
 
     def op_QUANTIZE(self, op):

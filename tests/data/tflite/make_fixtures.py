@@ -82,7 +82,23 @@ def conv1d(keras):
     return keras.Model(x, y, name="conv1d")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d}
+def extra(keras):
+    """LeakyReLU, hard swish, Subtract, Maximum, Permute and GlobalMaxPooling2D (REDUCE_MAX)."""
+    x = keras.Input((6, 6, 3), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    a = keras.layers.LeakyReLU(negative_slope=0.2)(a)
+    b = keras.layers.Conv2D(4, 1, activation="hard_swish")(x)
+    s = keras.layers.Subtract()([a, b])
+    m = keras.layers.Maximum()([a, b])
+    y = keras.layers.Concatenate()([s, m])
+    y = keras.layers.Permute((2, 1, 3))(y)
+    y = keras.layers.Conv2D(5, 2, strides=2)(y)
+    y = keras.layers.GlobalMaxPooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="extra")
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra}
 
 
 def convert(tf, model, shape, int8, float16=False):
