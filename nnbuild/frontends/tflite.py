@@ -466,7 +466,8 @@ class _Converter:
         name = self.activation(op, name, fused)
         shape = self.shapes[name]
         declared = tuple(t.shape[1:])
-        if t.shape and (t.shape[0] != 1 or declared != shape):
+        dynamic = t.signature is not None and any(d < 0 for d in t.signature[1:])  # shape holds placeholders
+        if t.shape and not dynamic and (t.shape[0] != 1 or declared != shape):
             raise Problem(f"output '{t.name}' is declared {t.shape}, the operator computes (1,) + {shape}")
         self.ir[t.index] = (name, shape)
 
