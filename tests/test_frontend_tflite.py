@@ -20,7 +20,7 @@ from nnbuild.frontends import tflite as tfl
 from nnbuild.ir import reference
 
 DATA = REPO / "tests" / "data" / "tflite"
-MODELS = ("mlp", "cnn", "merge", "conv1d", "extra")
+MODELS = ("mlp", "cnn", "merge", "conv1d", "extra", "core", "arith")
 #: float fixtures: (model, precision of the file)
 FLOATS = tuple((name, "float32") for name in MODELS) + (("mlp", "float16"),)
 #: the operators the converter wrote for each fixture (file order)
@@ -35,6 +35,10 @@ OPERATORS = {
                "STRIDED_SLICE", "PACK", "RESHAPE", "FULLY_CONNECTED", "LOGISTIC"],
     "extra": ["CONV_2D", "LEAKY_RELU", "CONV_2D", "HARD_SWISH", "MAXIMUM", "SUB", "CONCATENATION", "TRANSPOSE",
               "CONV_2D", "REDUCE_MAX", "FULLY_CONNECTED"],
+    "core": ["CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SHAPE", "STRIDED_SLICE", "PACK",
+             "RESHAPE", "FULLY_CONNECTED", "FULLY_CONNECTED"],
+    "arith": ["CONV_2D", "CONV_2D", "ADD", "MUL", "CONCATENATION", "PAD", "MAX_POOL_2D", "SHAPE", "STRIDED_SLICE",
+              "PACK", "RESHAPE", "FULLY_CONNECTED"],
 }
 
 

@@ -98,7 +98,34 @@ def extra(keras):
     return keras.Model(x, y, name="extra")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra}
+def core(keras):
+    """Only the integer-arithmetic operators (no softmax, tanh or logistic tables): convolutions,
+    pooling, fully connected with fused relu/relu6."""
+    x = keras.Input((10, 10, 2), name="x")
+    y = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(x)
+    y = keras.layers.DepthwiseConv2D(3, depth_multiplier=2, activation="relu6")(y)
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.AveragePooling2D(2, padding="same")(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(6, activation="relu")(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="core")
+
+
+def arith(keras):
+    """Add, Multiply, Concatenate and ZeroPadding2D between convolutions, without lookup-table operators."""
+    x = keras.Input((6, 6, 2), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    b = keras.layers.Conv2D(4, 1, activation="relu")(x)
+    y = keras.layers.Concatenate()([keras.layers.Add()([a, b]), keras.layers.Multiply()([a, b])])
+    y = keras.layers.ZeroPadding2D(((1, 0), (0, 1)))(y)
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="arith")
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith}
 
 
 def convert(tf, model, shape, int8, float16=False):

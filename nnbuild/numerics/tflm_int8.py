@@ -1,0 +1,274 @@
+"""TFLite Micro's int8 arithmetic in numpy, bit for bit: the reference kernels' integer operations
+(int32 accumulation with zero-point offsets, requantisation by a 32-bit fixed-point multiplier and
+shift with gemmlowp's rounding, saturation to the activation range), so nnbuild's int8 precision
+has an exact model to be checked against and to check its generated C with.
+
+The functions follow tensorflow/lite/kernels/internal/common.h, quantization_util.cc and the
+reference_integer_ops headers that TFLite Micro compiles (without TFLITE_SINGLE_ROUNDING):
+`quantize_multiplier`, `multiply_by_quantized_multiplier`, then one function per operator over
+one sample in NHWC. `run(graph, x_q)` executes a full-integer graph as nnbuild's TFLite reader
+returns it (nnbuild.frontends.tflite.read) for the operators implemented here; any other operator
+raises NotImplementedError naming it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def quantize_multiplier(real: float):
+    """(int32 multiplier, shift) with real = multiplier * 2^(shift - 31) (QuantizeMultiplier)."""
+    if real == 0.0:
+        return 0, 0
+    fraction, shift = math.frexp(real)
+    q = _round_half_away(fraction * (1 << 31))
+    if q == 1 << 31:
+        q //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return int(q), int(shift)
+
+
+def _round_half_away(value: float) -> int:
+    """std::round: halves away from zero."""
+    return int(math.floor(abs(value) + 0.5)) * (1 if value >= 0 else -1)
+
+
+def _saturating_rounding_doubling_high_mul(a: np.ndarray, b) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int64 arrays holding int32 values."""
+    a = np.asarray(a, np.int64)
+    b = np.int64(b)
+    overflow = (a == INT32_MIN) & (b == INT32_MIN)
+    ab = a * b
+    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    total = ab + nudge
+    # C++ integer division truncates toward zero
+    high = np.where(total >= 0, total // (1 << 31), -((-total) // (1 << 31)))
+    return np.where(overflow, INT32_MAX, high).astype(np.int64)
+
+
+def _rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT: x / 2^exponent rounded half away from zero."""
+    x = np.asarray(x, np.int64)
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x, multiplier: int, shift: int) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier (double rounding) on int32 values, as int64 arrays."""
+    left, right = max(shift, 0), max(-shift, 0)
+    shifted = np.asarray(x, np.int64) * (1 << left)
+    shifted = ((shifted + 2 ** 31) % 2 ** 32) - 2 ** 31  # int32 wrap, as the C++ multiplication does
+    return _rounding_divide_by_pot(_saturating_rounding_doubling_high_mul(shifted, multiplier), right)
+
+
+def activation_range(fused: int, scale: float, zero_point: int, qmin=-128, qmax=127):
+    """CalculateActivationRangeQuantized: the int8 range a fused activation clamps to."""
+    def quantize(real):
+        return zero_point + _round_half_away(float(np.float32(real) / np.float32(scale)))
+    if fused == 0:
+        return qmin, qmax
+    if fused == 1:  # RELU
+        return max(qmin, quantize(0.0)), qmax
+    if fused == 3:  # RELU6
+        return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
+    if fused == 2:  # RELU_N1_TO_1
+        return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
+    raise NotImplementedError(f"fused activation code {fused}")
+
+
+def _requantize(acc, multipliers, shifts, output_zero_point, low, high, channel_axis=-1):
+    """Per-channel (or per-tensor) requantisation of int32 accumulators to int8."""
+    acc = np.asarray(acc, np.int64)
+    if len(multipliers) == 1:
+        out = multiply_by_quantized_multiplier(acc, multipliers[0], shifts[0])
+    else:
+        moved = np.moveaxis(acc, channel_axis, 0)
+        result = np.moveaxis(np.empty_like(acc), channel_axis, 0)
+        for c, (m, s) in enumerate(zip(multipliers, shifts)):
+            result[c] = multiply_by_quantized_multiplier(moved[c], m, s)
+        out = np.moveaxis(result, 0, channel_axis)
+    return np.clip(out + output_zero_point, low, high).astype(np.int8)
+
+
+def _multipliers(input_scale, filter_scales, output_scale):
+    """One (multiplier, shift) per output channel: input_scale * filter_scale / output_scale in double."""
+    pairs = [quantize_multiplier(float(input_scale) * float(f) / float(output_scale)) for f in filter_scales]
+    return [m for m, _ in pairs], [s for _, s in pairs]
+
+
+def fully_connected(x, x_zp, weights, w_zp, bias, multipliers, shifts, out_zp, low, high):
+    """reference_integer_ops::FullyConnected over one sample: x [inputs], weights [units, inputs]."""
+    acc = (weights.astype(np.int64) - w_zp) @ (x.astype(np.int64).reshape(-1) - x_zp)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return _requantize(acc, multipliers, shifts, out_zp, low, high)
+
+
+def _window_taps(x, kh, kw, strides, dilation, pads, fill):
+    """x [H, W, C] padded by `fill` (the zero point: reference kernels skip out-of-bounds taps, which
+    adds (zero_point - zero_point) = 0), as patches [OH, OW, kh, kw, C]."""
+    top, bottom, left, right = pads
+    h, w, c = x.shape
+    padded = np.full((h + top + bottom, w + left + right, c), fill, np.int64)
+    padded[top:top + h, left:left + w] = x
+    oh = (padded.shape[0] - dilation[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (padded.shape[1] - dilation[1] * (kw - 1) - 1) // strides[1] + 1
+    taps = np.empty((oh, ow, kh, kw, c), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            rows = padded[i * dilation[0]: i * dilation[0] + strides[0] * (oh - 1) + 1: strides[0]]
+            taps[:, :, i, j] = rows[:, j * dilation[1]: j * dilation[1] + strides[1] * (ow - 1) + 1: strides[1]]
+    return taps
+
+
+def conv_2d(x, x_zp, filters, bias, multipliers, shifts, out_zp, low, high, strides, dilation, pads):
+    """reference_integer_ops::ConvPerChannel: filters [O, kh, kw, I] (weights' zero point 0)."""
+    out_c, kh, kw, in_c = filters.shape
+    taps = _window_taps(x, kh, kw, strides, dilation, pads, x_zp) - x_zp
+    acc = np.einsum("hwijc,oijc->hwo", taps, filters.astype(np.int64))
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return _requantize(acc, multipliers, shifts, out_zp, low, high)
+
+
+def depthwise_conv_2d(x, x_zp, filters, bias, multipliers, shifts, out_zp, low, high, strides, dilation, pads):
+    """reference_integer_ops::DepthwiseConvPerChannel: filters [1, kh, kw, C * multiplier]."""
+    _, kh, kw, out_c = filters.shape
+    channels = x.shape[2]
+    taps = _window_taps(x, kh, kw, strides, dilation, pads, x_zp) - x_zp
+    taps = np.repeat(taps, out_c // channels, axis=4)  # output channel c*m + k reads input channel c
+    acc = np.einsum("hwijo,ijo->hwo", taps, filters[0].astype(np.int64))
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return _requantize(acc, multipliers, shifts, out_zp, low, high)
+
+
+def max_pool_2d(x, size, strides, pads, low, high):
+    """reference_integer_ops::MaxPool: the largest in-bounds value, clamped to the activation range."""
+    taps = _window_taps(x, size[0], size[1], strides, (1, 1), pads, -(1 << 40))
+    return np.clip(taps.max(axis=(2, 3)), low, high).astype(np.int8)
+
+
+def average_pool_2d(x, size, strides, pads, low, high):
+    """reference_integer_ops::AveragePool: the in-bounds sum divided by their count, rounded half away
+    from zero in C integer arithmetic, clamped."""
+    taps = _window_taps(x, size[0], size[1], strides, (1, 1), pads, 0)
+    inside = _window_taps(np.ones(x.shape[:2] + (1,), np.int64), size[0], size[1], strides, (1, 1), pads, 0)
+    total = taps.sum(axis=(2, 3))
+    count = inside.sum(axis=(2, 3))
+    half = count // 2
+    average = np.where(total > 0, (total + half) // count, -((-(total - half)) // count))
+    return np.clip(average, low, high).astype(np.int8)
+
+
+def add(x1, x2, q1, q2, q_out, low, high):
+    """reference_integer_ops::Add (broadcasting): both inputs rescaled to twice the larger input
+    scale with 20 bits of headroom, summed, requantised to the output (add.cc's PrepareAdd)."""
+    (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
+    left_shift = 20
+    twice_max = 2 * max(float(s1), float(s2))
+    m1, sh1 = quantize_multiplier(float(s1) / twice_max)
+    m2, sh2 = quantize_multiplier(float(s2) / twice_max)
+    mo, sho = quantize_multiplier(twice_max / ((1 << left_shift) * float(so)))
+    a = multiply_by_quantized_multiplier((np.asarray(x1, np.int64) - z1) * (1 << left_shift), m1, sh1)
+    b = multiply_by_quantized_multiplier((np.asarray(x2, np.int64) - z2) * (1 << left_shift), m2, sh2)
+    out = multiply_by_quantized_multiplier(a + b, mo, sho) + zo
+    return np.clip(out, low, high).astype(np.int8)
+
+
+def mul(x1, x2, q1, q2, q_out, low, high):
+    """reference_integer_ops::Mul (broadcasting): (x1 - z1) * (x2 - z2) requantised by s1 * s2 / so."""
+    (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
+    m, sh = quantize_multiplier(float(s1) * float(s2) / float(so))
+    product = (np.asarray(x1, np.int64) - z1) * (np.asarray(x2, np.int64) - z2)
+    return np.clip(multiply_by_quantized_multiplier(product, m, sh) + zo, low, high).astype(np.int8)
+
+
+def _same_or_valid(options, shape, kernel, dilation):
+    """(strides, pads (top, bottom, left, right)) of TFLite's SAME (extra cell after) or VALID padding."""
+    strides = (int(options.get("StrideH", 1)), int(options.get("StrideW", 1)))
+    if int(options.get("Padding", 0)) == 1:
+        return strides, (0, 0, 0, 0)
+    pads = []
+    for size, k, s, d in zip(shape[:2], kernel, strides, dilation):
+        out = -(-size // s)
+        total = max((out - 1) * s + d * (k - 1) + 1 - size, 0)
+        pads.append((total // 2, total - total // 2))
+    return strides, pads[0] + pads[1]
+
+
+def run(graph, x_q):
+    """The int8 output of a full-integer TFLite graph (nnbuild.frontends.tflite.Graph) for one
+    sample x_q (int8, the input tensor's shape without the batch axis)."""
+    values = {graph.inputs[0]: np.asarray(x_q, np.int64).reshape(graph.tensors[graph.inputs[0]].shape[1:])}
+    consts = {t.index: t.data for t in graph.tensors if t.data is not None}
+
+    def q(index):
+        quant = graph.tensors[index].quantization
+        return quant.scales, quant.zero_points
+
+    for op in graph.operators:
+        name, opt = op.op, op.options
+        if name in ("SHAPE", "STRIDED_SLICE", "PACK"):
+            continue  # shape arithmetic: the declared output shapes are used instead
+        out = op.outputs[0]
+        out_shape = graph.tensors[out].shape[1:]
+        if name in ("RESHAPE", "EXPAND_DIMS"):
+            values[out] = values[op.inputs[0]].reshape(out_shape)
+            continue
+        if name == "CONCATENATION":
+            if not all(
+                    np.array_equal(q(i)[0], q(out)[0]) and np.array_equal(q(i)[1], q(out)[1]) for i in op.inputs):
+                raise NotImplementedError(f"operator {op.index} (CONCATENATION) of inputs quantized differently")
+            axis = int(opt["Axis"]) % len(graph.tensors[out].shape) - 1
+            if axis < 0:
+                raise NotImplementedError(f"operator {op.index} (CONCATENATION) along the batch axis")
+            values[out] = np.concatenate([values[i] for i in op.inputs], axis)
+            continue
+        if name in ("PAD", "PADV2"):
+            pads = np.asarray(consts[op.inputs[1]]).astype(np.int64)[1:]
+            (_,), (zp,) = q(out)
+            fill = int(consts[op.inputs[2]].reshape(-1)[0]) if len(op.inputs) > 2 and op.inputs[2] >= 0 else int(zp)
+            values[out] = np.pad(values[op.inputs[0]], [tuple(p) for p in pads], constant_values=fill)
+            continue
+        (out_scale,), (out_zp,) = q(out)
+        (in_scale,), (in_zp,) = q(op.inputs[0])
+        x = values[op.inputs[0]]
+        low, high = activation_range(int(opt.get("FusedActivationFunction", 0)), out_scale, int(out_zp))
+        if name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+            filters = consts[op.inputs[1]]
+            bias = consts.get(op.inputs[2]) if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+            w_scales, w_zps = q(op.inputs[1])
+            multipliers, shifts = _multipliers(in_scale, w_scales, out_scale)
+            if name == "FULLY_CONNECTED":
+                values[out] = fully_connected(x, int(in_zp), filters, int(w_zps[0]), bias, multipliers, shifts,
+                                              int(out_zp), low, high).reshape(out_shape)
+                continue
+            dilation = (int(opt.get("DilationHFactor", 1)), int(opt.get("DilationWFactor", 1)))
+            strides, pads = _same_or_valid(opt, x.shape, filters.shape[1:3], dilation)
+            kernel = conv_2d if name == "CONV_2D" else depthwise_conv_2d
+            values[out] = kernel(x, int(in_zp), filters, bias, multipliers, shifts, int(out_zp), low, high,
+                                 strides, dilation, pads)
+        elif name in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+            size = (int(opt["FilterHeight"]), int(opt["FilterWidth"]))
+            strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
+            pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
+            values[out] = pool(x, size, strides, pads, low, high)
+        elif name in ("ADD", "MUL"):
+            other = op.inputs[1]
+            x2 = values[other] if other in values else consts[other].astype(np.int64)
+            q1 = (in_scale, int(in_zp))
+            (s2,), (z2,) = q(other)
+            kernel = add if name == "ADD" else mul
+            values[out] = kernel(x, x2, q1, (s2, int(z2)), (out_scale, int(out_zp)), low, high).reshape(out_shape)
+        else:
+            raise NotImplementedError(f"operator {op.index} ({name}) has no int8 model yet")
+    return values[graph.outputs[0]].astype(np.int8)
