@@ -240,3 +240,46 @@ def test_a_missed_deadline_names_the_builds_known_to_meet_it(tmp_path):
     hint = selection.known_to_meet(missed, base / "candidates" / "float32" / "report.json")
     assert hint == "known to meet it: precision=q16-acc32 on avr (73.6 ms, avr/f1tenth/candidates/q16-acc32)"
     assert selection.known_to_meet(missed, tmp_path / "elsewhere" / "m" / "report.json") is None
+
+
+def test_the_board_clock_is_written_once_in_clock_hz(tmp_path):
+    """F_CPU comes from clock_hz (clock_define names the macro): changing clock_hz alone changes
+    the compiler's clock; a board that also defines the clock in its cflags refuses to load."""
+    from nnbuild import pipeline
+    from nnbuild.compilers import gcc
+    avr = boards.load_board("avr")
+    assert "-DF_CPU=20000000UL" in gcc.compile_flags(avr)
+    assert not any(f.startswith("-DF_CPU") for f in avr["cflags"])
+    assert "-DF_CPU=20000000UL" in pipeline.cmake_board("avr") and "-DF_CPU=20000000UL" in pipeline.user_compile_flags("avr")
+    assert "-DF_CPU=16000000UL" in gcc.compile_flags(boards.load_board("atmega328p"))
+    for name in boards.available_boards():
+        board = boards.load_board(name)
+        assert board.get("assumptions"), f"{name}: no stated timing assumption"
+        assert not boards.clock_defined_in_flags(board)
+    data = json.loads(boards.board_path("avr").read_text())
+    path = tmp_path / "m1284_8.json"
+    path.write_text(json.dumps({**data, "clock_hz": 8000000}))
+    flags = gcc.compile_flags(boards.load_board(path))
+    assert "-DF_CPU=8000000UL" in flags and not any(f.startswith("-DF_CPU=2") for f in flags)
+    for cflags in (["-mmcu=atmega1284", "-DF_CPU=20000000UL"], ["-D", "F_CPU=8000000"], ["-DF_CPU"]):
+        path.write_text(json.dumps({**data, "cflags": cflags}))
+        with pytest.raises(NNBuildError) as error:
+            boards.load_board(path)
+        assert str(error.value).startswith(f"{path}: key 'cflags': ") and "writes the clock a second time" in str(error.value)
+        assert "\n" not in str(error.value)
+    path.write_text(json.dumps({**data, "clock_hz": None, "simulator": None, "wcet_tool": None, "stack_tool": None}))
+    with pytest.raises(NNBuildError, match=r"key 'clock_define': 'F_CPU' needs a clock_hz"):
+        boards.load_board(path)
+
+
+def test_cmake_compiles_the_generated_library_reproducibly():
+    """CMake's own compile of the generated code maps the source and build folders to '.' (the
+    check programs map theirs in the program step) and archives without timestamps."""
+    from nnbuild import pipeline
+    text = pipeline.cmake_model("xor", "/b", "/t", name="xor", model=str(REPO / "firmware_examples/xor/xor.h5"),
+                                board="avr")
+    options = next(l for l in text.splitlines() if l.startswith("target_compile_options(xor PRIVATE"))
+    assert options.endswith('"-gno-record-gcc-switches" "-fdebug-prefix-map=${CMAKE_SOURCE_DIR}=." '
+                            '"-fdebug-prefix-map=${CMAKE_BINARY_DIR}=.")')
+    assert options.count("-gno-record-gcc-switches") == 1
+    assert 'set(CMAKE_C_ARCHIVE_CREATE "<CMAKE_AR> qcD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)' in text

@@ -44,10 +44,10 @@ def name_problem(name, taken):
     """Why an environment's data source or action name cannot be a C name in the generated code
     (None if it can): a C identifier of at most MAX_NAME_LENGTH characters, not a keyword, not one
     of the code's own names, distinct from the other names ignoring case (they become macros)."""
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        return f"name of {len(name):,} characters: at most {MAX_NAME_LENGTH}"
     if not isinstance(name, str) or not is_c_identifier(name) or name.startswith(("NN_", "nn_")):
         return f"{_shown(name)} is not a usable C name (letters, digits and '_', not a keyword)"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"name of {len(name):,} characters: at most {MAX_NAME_LENGTH}"
     if name in CODE_NAMES or re.fullmatch(r"v[0-9]+", name):
         return f"'{name}' is a name of the generated code itself"
     if name.upper() in taken:

@@ -143,6 +143,9 @@ def report(path, records, output, *, target="host", shape="v2", precision="float
     report["gates_passed"] = not failures
     if failures:
         report["failure"] = failures[0]
+    from nnbuild.checks import report as reports
+    report.update(reports.multiitem_fields(report))
+    reports.validate(json.loads(json.dumps(report)))
     files.write_text(output, json.dumps(report, indent=1, sort_keys=True) + "\n")
     report_html_multiitem.save(Path(output).with_name("report.html"), report)
     return report

@@ -309,12 +309,19 @@ def link_flags(board, opt=None):
     return [f.replace("{output}", "$TARGET") for f in board.compiler.link_flags(board, opt)]
 
 
+def path_map(env, board):
+    """The compiler family's flags that write the project's root as '.' into debug info, kept out of
+    the command's signature ($( $)): two checkouts at different paths compile to the same objects
+    under the same signatures, so a shared CacheDir serves both."""
+    return ["$(", *board.compiler.path_map_flags(env.Dir("#").abspath), "$)"]
+
+
 def cross_env(env, board, opt, verbose):
     """A compile/link environment for one board, from its data file and compiler family; its
     commands run without a shell (the generated code's and nnbuild's own programs)."""
     compilers = board.compiler
     xenv = without_shell(board_env(env, board))
-    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
+    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt) + path_map(env, board), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
                  LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[])
     if not verbose:
         xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))
@@ -459,7 +466,7 @@ NNMODEL_KEYWORDS = {
     "seed": "seed of the random check inputs; default 1",
     "input_range": "declared input range (lo, hi) of the check inputs and of fixed-point formats; default (-1, 1)",
     "deadline": 'WCET deadline, e.g. "5ms" or "800us"; "none" waives any; default none set',
-    "deadline_origin": "where the deadline came from, for report.json; default \"NNModel call\"",
+    "deadline_origin": "where the deadline came from, for report.json; default \"NNModel deadline in the SConstruct\"",
     "wcet": '"auto" (bound the WCET, check the deadline) or "skip" (no analysis; the deadline is a waiver); '
             'default "auto"',
     "environment": "environment description of a TPG (.dot): JSON file or shipped name",
@@ -513,7 +520,7 @@ def model_deadline(env, name, keywords):
         spec, _ = deadlines.deadline_spec(given, None, None, wcet)
     except NNBuildError as error:
         fail(f"NNModel('{name}'): {error}")
-    front = "command line" if interface_of(env) == "cli" else "NNModel call"
+    front = "command line" if interface_of(env) == "cli" else "NNModel deadline in the SConstruct"
     return spec, (origin or front) if spec else None
 
 
@@ -683,7 +690,7 @@ def user_env(env, board, include_dirs):
     before the user's own (CCFLAGS, CFLAGS, CPPPATH, CPPDEFINES, LINKFLAGS, LIBS are extended, never
     replaced); the generated code's warning policy stays with the generated code."""
     fenv = board_env(env, board)
-    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board), LINKFLAGS=link_flags(board))
+    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board) + path_map(env, board), LINKFLAGS=link_flags(board))
     fenv.Append(CPPPATH=list(include_dirs), LIBS=board.compiler.libs(board))
     if not bool(env["NNBUILD_VERBOSE"]):
         fenv.SetDefault(CCCOMSTR=comstr(env, "CC", False), LINKCOMSTR=comstr(env, "LINK", False))
@@ -749,6 +756,8 @@ class Nodes:
             xenv["RANLIBCOMSTR"] = ""   # one "Archiving" line per library (ranlib finishes that step)
         for tool in ("AR", "RANLIB"):
             xenv[tool] = binutil(board, tool.lower())
+        # deterministic archives (zero timestamps, uids and modes): two checkouts give the same bytes
+        xenv.Replace(ARFLAGS="rcD", RANLIBFLAGS="-D")
         return xenv.StaticLibrary(self.bdir.File(f"lib{name}.a"), objs)[0]
 
     def step(self, task):
