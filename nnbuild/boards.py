@@ -237,13 +237,13 @@ class Board(dict):
         if isinstance(self.get("name"), str) and names.too_long(self["name"], "board name"):
             raise NNBuildError(f"key 'name': {names.too_long(self['name'], 'board name')}", path=where)
         validate(dict(self), where)
+        check_clock(self, where)   # before the flag allow-list: its line says where the clock belongs
         from nnbuild.compilers import flags
         refused = flags.check_board(self)
         if refused:
             key, value, why = refused
             raise NNBuildError(f"key '{key}': {value!r} is refused: {why} (a board file is data: see "
                                "'what a board file can do' in the manual)", path=where)
-        check_clock(self, where)
         try:
             self.compiler
             runner, analyzer, stack = self.runner, self.analyzer, self.stack_analyzer
