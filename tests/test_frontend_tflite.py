@@ -20,7 +20,7 @@ from nnbuild.frontends import tflite as tfl
 from nnbuild.ir import reference
 
 DATA = REPO / "tests" / "data" / "tflite"
-MODELS = ("mlp", "cnn", "merge", "conv1d", "extra", "core", "arith")
+MODELS = ("mlp", "cnn", "merge", "conv1d", "extra", "core", "arith", "pooled")
 #: float fixtures: (model, precision of the file)
 FLOATS = tuple((name, "float32") for name in MODELS) + (("mlp", "float16"),)
 #: the operators the converter wrote for each fixture (file order)
@@ -39,6 +39,7 @@ OPERATORS = {
              "RESHAPE", "FULLY_CONNECTED", "FULLY_CONNECTED"],
     "arith": ["CONV_2D", "CONV_2D", "ADD", "MUL", "CONCATENATION", "PAD", "MAX_POOL_2D", "SHAPE", "STRIDED_SLICE",
               "PACK", "RESHAPE", "FULLY_CONNECTED"],
+    "pooled": ["CONV_2D", "MEAN", "FULLY_CONNECTED"],
 }
 
 

@@ -15,11 +15,12 @@ from nnbuild.numerics import tflm_int8
 DATA = REPO / "tests" / "data" / "tflite"
 
 
-@pytest.mark.parametrize("name", ["core", "arith"])
+@pytest.mark.parametrize("name", ["core", "arith", "pooled"])
 def test_int8_outputs_are_bit_exact_with_tflite_micro(name):
     """core: CONV_2D, DEPTHWISE_CONV_2D (multiplier 2, relu6), MAX/AVERAGE_POOL_2D, RESHAPE, FULLY_CONNECTED
-    (relu); arith: ADD, MUL, CONCATENATION, PAD, MAX_POOL_2D, FULLY_CONNECTED. Per-channel filter scales,
-    int32 biases, SAME and VALID padding. (Also measured on 300 random int8 inputs each: 0 differences.)"""
+    (relu); arith: ADD, MUL, CONCATENATION, PAD, MAX_POOL_2D, FULLY_CONNECTED; pooled: MEAN (Keras
+    GlobalAveragePooling2D). Per-channel filter scales, int32 biases, SAME and VALID padding. (Also
+    measured on 300 random int8 inputs each: 0 differences.)"""
     graph = tfl.read(DATA / f"{name}_int8.tflite")
     with np.load(DATA / f"{name}_int8.npz") as gold:
         x_q, y_q = gold["x_q"], gold["y_q"]

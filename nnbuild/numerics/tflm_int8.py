@@ -192,6 +192,18 @@ def mul(x1, x2, q1, q2, q_out, low, high):
     return np.clip(multiply_by_quantized_multiplier(product, m, sh) + zo, low, high).astype(np.int8)
 
 
+def mean(x, axes, keep_dims, multiplier: int, shift: int, x_zp: int, out_zp: int):
+    """reference_ops::QuantizedMeanOrSum (mean): the int32 sum over `axes` less the input zero point
+    per element, requantised by input_scale / output_scale with 1/count folded into the multiplier
+    (the shift clamped to 32 and to 31 + shift)."""
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = np.asarray(x, np.int64).sum(axis=tuple(axes), keepdims=keep_dims)
+    extra = min(count.bit_length() - 1, 32, 31 + shift)
+    multiplier = (multiplier << extra) // count
+    out = multiply_by_quantized_multiplier(total - x_zp * count, multiplier, shift - extra) + out_zp
+    return np.clip(out, -128, 127).astype(np.int8)
+
+
 def _same_or_valid(options, shape, kernel, dilation):
     """(strides, pads (top, bottom, left, right)) of TFLite's SAME (extra cell after) or VALID padding."""
     strides = (int(options.get("StrideH", 1)), int(options.get("StrideW", 1)))
@@ -262,6 +274,14 @@ def run(graph, x_q):
             strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
             pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
             values[out] = pool(x, size, strides, pads, low, high)
+        elif name == "MEAN":
+            rank = len(graph.tensors[op.inputs[0]].shape)
+            axes = sorted({int(a) % rank - 1 for a in np.asarray(consts[op.inputs[1]]).reshape(-1)})
+            if axes and axes[0] < 0:
+                raise NotImplementedError(f"operator {op.index} (MEAN) over the batch axis")
+            multiplier, shift = quantize_multiplier(float(in_scale) / float(out_scale))
+            values[out] = mean(x, axes, bool(opt.get("KeepDims", False)), multiplier, shift, int(in_zp),
+                               int(out_zp)).reshape(out_shape)
         elif name in ("ADD", "MUL"):
             other = op.inputs[1]
             x2 = values[other] if other in values else consts[other].astype(np.int64)

@@ -125,7 +125,17 @@ def arith(keras):
     return keras.Model(x, y, name="arith")
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith}
+def pooled(keras):
+    """GlobalAveragePooling2D (MEAN over height and width) between a convolution and a dense layer."""
+    x = keras.Input((5, 5, 3), name="x")
+    y = keras.layers.Conv2D(6, 3, padding="same", activation="relu")(x)
+    y = keras.layers.GlobalAveragePooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="pooled")
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith,
+          "pooled": pooled}
 
 
 def convert(tf, model, shape, int8, float16=False):
