@@ -3,8 +3,9 @@
 shift with gemmlowp's rounding, saturation to the activation range), so nnbuild's int8 precision
 has an exact model to be checked against and to check its generated C with.
 
-The functions follow tensorflow/lite/kernels/internal/common.h, quantization_util.cc and the
-reference_integer_ops headers that TFLite Micro compiles (without TFLITE_SINGLE_ROUNDING):
+The functions follow tensorflow/lite/kernels/internal/common.h, quantization_util.cc, the
+reference_integer_ops headers that TFLite Micro compiles (without TFLITE_SINGLE_ROUNDING) and
+gemmlowp's fixed-point exp, logistic and tanh that its LOGISTIC and TANH use:
 `quantize_multiplier`, `multiply_by_quantized_multiplier`, then one function per operator over
 one sample in NHWC. `run(graph, x_q)` executes a full-integer graph as nnbuild's TFLite reader
 returns it (nnbuild.frontends.tflite.read) for the operators implemented here; any other operator
@@ -204,6 +205,128 @@ def mean(x, axes, keep_dims, multiplier: int, shift: int, x_zp: int, out_zp: int
     return np.clip(out, -128, 127).astype(np.int8)
 
 
+# --------------------------------------------------------------------------- gemmlowp fixed point
+# Scalars as Python ints holding int32 values; a FixedPoint<int32, I> is its raw value (31 - I
+# fractional bits). These follow gemmlowp's fixedpoint.h, which TFLite Micro's LOGISTIC and TANH use.
+
+_ONE_F0 = INT32_MAX          # FixedPoint<int32, 0>::One()
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401),
+               (4, 242))      # exp(-2^k) in F0, applied for each set bit of the remainder
+
+
+def _high_mul(a: int, b: int) -> int:
+    return int(_saturating_rounding_doubling_high_mul(np.int64(a), b))
+
+
+def _divide_by_pot(x: int, exponent: int) -> int:
+    return int(_rounding_divide_by_pot(np.int64(x), exponent)) if exponent > 0 else x
+
+
+def _multiply_by_pot(x: int, exponent: int) -> int:
+    """SaturatingRoundingMultiplyByPOT: a saturating left shift, or a rounding right shift."""
+    if exponent <= 0:
+        return _divide_by_pot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    return INT32_MAX if x > threshold else INT32_MIN if x < -threshold else x << exponent
+
+
+def _rounding_half_sum(a: int, b: int) -> int:
+    total = a + b
+    total += 1 if total >= 0 else -1
+    return total // 2 if total >= 0 else -((-total) // 2)
+
+
+def _exp_on_quarter(a: int) -> int:
+    """exp(a) for a in [-1/4, 0), F0 -> F0: Taylor series around -1/8."""
+    constant_term, one_third = 1895147668, 715827883
+    x = a + (1 << 28)
+    x2 = _high_mul(x, x)
+    x3 = _high_mul(x2, x)
+    x4 = _high_mul(x2, x2)
+    tail = _divide_by_pot(_high_mul(_divide_by_pot(x4, 2) + x3, one_third) + x2, 1)
+    return constant_term + _high_mul(constant_term, x + tail)
+
+
+def _exp_on_negative_values(a: int, integer_bits: int) -> int:
+    """exp(a) for a <= 0 in FixedPoint<int32, integer_bits>, as F0."""
+    fractional = 31 - integer_bits
+    quarter = 1 << (fractional - 2)
+    a_mod = (a & (quarter - 1)) - quarter
+    result = _exp_on_quarter(_multiply_by_pot(a_mod, integer_bits))
+    remainder = a_mod - a
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent and remainder & (1 << (fractional + exponent)):
+            result = _high_mul(result, multiplier)
+    if integer_bits > 5 and a < -(1 << (36 - integer_bits)):
+        result = 0
+    return _ONE_F0 if a == 0 else result
+
+
+def _newton_reciprocal(a: int) -> int:
+    """x ~ 1 / ((1 + a) / 2) in F2 for a in F0 (0, 1): three Newton-Raphson steps from 48/17 - 32/17 d."""
+    half_denominator = _rounding_half_sum(a, _ONE_F0)
+    x = 1515870810 + _high_mul(half_denominator, -1010580540)
+    for _ in range(3):
+        x = x + _multiply_by_pot(_high_mul(x, (1 << 29) - _high_mul(half_denominator, x)), 2)
+    return x
+
+
+def _logistic_f0(a: int) -> int:
+    """gemmlowp::logistic of FixedPoint<int32, 4>, as F0."""
+    if a == 0:
+        return 1 << 30
+    positive = _multiply_by_pot(_newton_reciprocal(_exp_on_negative_values(-abs(a), 4)), 1)
+    return positive if a > 0 else _ONE_F0 - positive
+
+
+def _tanh_f0(a: int) -> int:
+    """gemmlowp::tanh of FixedPoint<int32, 4>, as F0: (1 - e) / (1 + e) with e = exp(-2|a|)."""
+    if a == 0:
+        return 0
+    t = _multiply_by_pot(_newton_reciprocal(_exp_on_negative_values(-abs(a), 5)) - (1 << 29), 2)
+    return -t if a < 0 else t
+
+
+def _table_input(x, scale, zero_point):
+    """(input - zero point, multiplier, shift, radius) of LOGISTIC/TANH's Prepare: the input rescaled
+    to FixedPoint<int32, 4> by frexp of scale * 2^27 (no QuantizeMultiplier adjustment), inputs beyond
+    the radius saturating."""
+    fraction, shift = math.frexp(float(scale) * float(1 << 27))
+    multiplier = _round_half_away(fraction * (1 << 31))
+    radius = math.floor(15.0 * (1 << 27) / 2.0 ** shift)
+    return np.asarray(x, np.int64) - int(zero_point), multiplier, shift, radius
+
+
+def logistic(x, scale, zero_point):
+    """reference_integer_ops::Logistic: output scale 1/256, zero point -128."""
+    centred, multiplier, shift, radius = _table_input(x, scale, zero_point)
+    out = []
+    for d in centred.reshape(-1).tolist():
+        if d <= -radius:
+            out.append(-128)
+        elif d >= radius:
+            out.append(127)
+        else:
+            q4 = int(multiply_by_quantized_multiplier(np.int64(d), multiplier, shift))
+            out.append(min(max(_divide_by_pot(_logistic_f0(q4), 23) - 128, -128), 127))
+    return np.array(out, np.int8).reshape(centred.shape)
+
+
+def tanh(x, scale, zero_point):
+    """reference_integer_ops::Tanh: output scale 1/128, zero point 0."""
+    centred, multiplier, shift, radius = _table_input(x, scale, zero_point)
+    out = []
+    for d in centred.reshape(-1).tolist():
+        if d <= -radius:
+            out.append(-128)
+        elif d >= radius:
+            out.append(127)
+        else:
+            q4 = int(multiply_by_quantized_multiplier(np.int64(d), multiplier, shift))
+            out.append(min(max(_divide_by_pot(_tanh_f0(q4), 24), -128), 127))
+    return np.array(out, np.int8).reshape(centred.shape)
+
+
 def _same_or_valid(options, shape, kernel, dilation):
     """(strides, pads (top, bottom, left, right)) of TFLite's SAME (extra cell after) or VALID padding."""
     strides = (int(options.get("StrideH", 1)), int(options.get("StrideW", 1)))
@@ -274,6 +397,8 @@ def run(graph, x_q):
             strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
             pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
             values[out] = pool(x, size, strides, pads, low, high)
+        elif name in ("LOGISTIC", "TANH"):
+            values[out] = (logistic if name == "LOGISTIC" else tanh)(x, in_scale, int(in_zp))
         elif name == "MEAN":
             rank = len(graph.tensors[op.inputs[0]].shape)
             axes = sorted({int(a) % rank - 1 for a in np.asarray(consts[op.inputs[1]]).reshape(-1)})
