@@ -327,6 +327,32 @@ def tanh(x, scale, zero_point):
     return np.array(out, np.int8).reshape(centred.shape)
 
 
+def softmax(x, scale, beta=1.0):
+    """reference_ops::Softmax (int8 in and out) over the last axis: input differences to the row's
+    largest rescaled to FixedPoint<int32, 5> (beta * scale * 2^26, capped at 2^31 - 1), gemmlowp's exp,
+    the exps summed in FixedPoint<int32, 12>, one reciprocal per row (GetReciprocal), outputs at scale
+    1/256 zero point -128; differences below -radius give -128."""
+    multiplier, shift = quantize_multiplier(min(float(beta) * float(scale) * float(1 << 26), float(2 ** 31 - 1)))
+    diff_min = -math.floor(31.0 * (1 << 26) / 2.0 ** shift)
+    rows = np.asarray(x, np.int64).reshape(-1, np.shape(x)[-1])
+    out = np.empty(rows.shape, np.int8)
+    for r, row in enumerate(rows.tolist()):
+        top = max(row)
+        exps = [None if v - top < diff_min
+                else _exp_on_negative_values(_high_mul((v - top) * (1 << shift), multiplier), 5) for v in row]
+        total = sum(_divide_by_pot(e, 12) for e in exps if e is not None)
+        headroom = 32 - total.bit_length()  # CountLeadingZeros of a positive int32
+        bits_over_unit = 12 - headroom
+        shifted = ((total << headroom) - (1 << 31)) % (1 << 32)
+        shifted = shifted - (1 << 32) if shifted >= 1 << 31 else shifted
+        reciprocal = _multiply_by_pot(_newton_reciprocal(shifted), 1)
+        exponent = bits_over_unit + 31 - 8
+        for c, e in enumerate(exps):
+            value = -128 if e is None else _divide_by_pot(_high_mul(reciprocal, e), exponent) - 128
+            out[r, c] = min(max(value, -128), 127)
+    return out.reshape(np.shape(x))
+
+
 def _same_or_valid(options, shape, kernel, dilation):
     """(strides, pads (top, bottom, left, right)) of TFLite's SAME (extra cell after) or VALID padding."""
     strides = (int(options.get("StrideH", 1)), int(options.get("StrideW", 1)))
@@ -397,6 +423,8 @@ def run(graph, x_q):
             strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
             pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
             values[out] = pool(x, size, strides, pads, low, high)
+        elif name == "SOFTMAX":
+            values[out] = softmax(x, in_scale, float(opt.get("Beta", 1.0)))
         elif name in ("LOGISTIC", "TANH"):
             values[out] = (logistic if name == "LOGISTIC" else tanh)(x, in_scale, int(in_zp))
         elif name == "MEAN":
