@@ -1,4 +1,4 @@
-"""Make the TFLite fixtures of tests/test_frontend_tflite.py: small Keras models converted by the
+"""Make the TFLite fixtures of tests/test_frontend_tflite.py and tests/test_tflm_int8.py: small Keras models converted by the
 standard TFLite converter, in float32 and with full-integer int8 quantization, and the outputs of
 each on fixed inputs from the runtimes users run them with.
 
