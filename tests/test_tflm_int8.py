@@ -15,12 +15,13 @@ from nnbuild.numerics import tflm_int8
 DATA = REPO / "tests" / "data" / "tflite"
 
 
-@pytest.mark.parametrize("name", ["core", "arith", "pooled", "conv1d", "merge", "mlp", "cnn"])
+@pytest.mark.parametrize("name", ["core", "arith", "pooled", "conv1d", "merge", "mlp", "cnn", "mixed"])
 def test_int8_outputs_are_bit_exact_with_tflite_micro(name):
     """core: CONV_2D, DEPTHWISE_CONV_2D (multiplier 2, relu6), MAX/AVERAGE_POOL_2D, RESHAPE, FULLY_CONNECTED
     (relu); arith: ADD, MUL, CONCATENATION, PAD, MAX_POOL_2D, FULLY_CONNECTED; pooled: MEAN (Keras
     GlobalAveragePooling2D); conv1d: EXPAND_DIMS, LOGISTIC; merge: TANH, PAD, ADD, MUL, CONCATENATION, MEAN;
-    mlp: FULLY_CONNECTED, TANH, LOGISTIC, SOFTMAX; cnn: DEPTHWISE_CONV_2D (relu6), SOFTMAX.
+    mlp: FULLY_CONNECTED, TANH, LOGISTIC, SOFTMAX; cnn: DEPTHWISE_CONV_2D (relu6), SOFTMAX; mixed: LEAKY_RELU,
+    SUB, MAXIMUM, TRANSPOSE, REDUCE_MAX.
     Per-channel filter scales, int32 biases, SAME and VALID padding. (Also measured on 300 random int8
     inputs each: 0 differences.)"""
     graph = tfl.read(DATA / f"{name}_int8.tflite")
@@ -35,7 +36,7 @@ def test_an_operator_without_an_int8_model_is_named():
     graph = tfl.read(DATA / "extra_int8.tflite")
     with np.load(DATA / "extra_int8.npz") as gold:
         x = gold["x_q"][0]
-    with pytest.raises(NotImplementedError, match=r"operator 1 \(LEAKY_RELU\) has no int8 model yet"):
+    with pytest.raises(NotImplementedError, match=r"operator 3 \(HARD_SWISH\) has no int8 model yet"):
         tflm_int8.run(graph, x)
 
 

@@ -185,6 +185,35 @@ def add(x1, x2, q1, q2, q_out, low, high):
     return np.clip(out, low, high).astype(np.int8)
 
 
+def sub(x1, x2, q1, q2, q_out, low, high):
+    """reference_integer_ops::Sub: ADD's arithmetic with the second operand subtracted; sub_common.cc
+    computes the multipliers in float32 (ADD's in double)."""
+    (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
+    left_shift = 20
+    s1, s2, so = np.float32(s1), np.float32(s2), np.float32(so)
+    twice_max = np.float32(2) * max(s1, s2)
+    m1, sh1 = quantize_multiplier(float(s1 / twice_max))
+    m2, sh2 = quantize_multiplier(float(s2 / twice_max))
+    mo, sho = quantize_multiplier(float(twice_max / (np.float32(1 << left_shift) * so)))
+    a = multiply_by_quantized_multiplier((np.asarray(x1, np.int64) - z1) * (1 << left_shift), m1, sh1)
+    b = multiply_by_quantized_multiplier((np.asarray(x2, np.int64) - z2) * (1 << left_shift), m2, sh2)
+    out = multiply_by_quantized_multiplier(a - b, mo, sho) + zo
+    return np.clip(out, low, high).astype(np.int8)
+
+
+def leaky_relu(x, alpha, q_in, q_out):
+    """reference_ops::QuantizeLeakyRelu: identity (s_in / s_out) at and above the zero point, alpha
+    (s_in * alpha / s_out, in float32) below it; a negative alpha's sign applied after."""
+    (s_in, z_in), (s_out, z_out) = q_in, q_out
+    s_in, s_out = np.float32(s_in), np.float32(s_out)
+    m_alpha, sh_alpha = quantize_multiplier(float(s_in * np.float32(alpha) / s_out))
+    m_one, sh_one = quantize_multiplier(float(s_in / s_out))
+    d = np.asarray(x, np.int64) - z_in
+    negative = multiply_by_quantized_multiplier(d, abs(m_alpha), sh_alpha) * (-1 if m_alpha < 0 else 1)
+    out = z_out + np.where(d >= 0, multiply_by_quantized_multiplier(d, m_one, sh_one), negative)
+    return np.clip(out, -128, 127).astype(np.int8)
+
+
 def mul(x1, x2, q1, q2, q_out, low, high):
     """reference_integer_ops::Mul (broadcasting): (x1 - z1) * (x2 - z2) requantised by s1 * s2 / so."""
     (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
@@ -366,6 +395,28 @@ def _same_or_valid(options, shape, kernel, dilation):
     return strides, pads[0] + pads[1]
 
 
+def _raw(graph, op, values, consts, x, q, out):
+    """Operators that move or compare int8 values without rescaling them (TFLite Micro requires the
+    inputs quantized as the output): MAXIMUM, MINIMUM, TRANSPOSE, REDUCE_MAX."""
+    for index in op.inputs[:2 if op.op in ("MAXIMUM", "MINIMUM") else 1]:
+        if not (np.array_equal(q(index)[0], q(out)[0]) and np.array_equal(q(index)[1], q(out)[1])):
+            raise NotImplementedError(f"operator {op.index} ({op.op}) of inputs quantized unlike its output")
+    if op.op in ("MAXIMUM", "MINIMUM"):
+        other = op.inputs[1]
+        x2 = values[other] if other in values else consts[other].astype(np.int64)
+        return (np.maximum if op.op == "MAXIMUM" else np.minimum)(x, x2)
+    rank = len(graph.tensors[op.inputs[0]].shape)
+    spec = [int(v) for v in np.asarray(consts[op.inputs[1]]).reshape(-1)]
+    if op.op == "TRANSPOSE":
+        if spec[0] != 0:
+            raise NotImplementedError(f"operator {op.index} (TRANSPOSE) moving the batch axis")
+        return np.transpose(x, [p - 1 for p in spec[1:]])
+    axes = sorted({a % rank - 1 for a in spec})
+    if axes and axes[0] < 0:
+        raise NotImplementedError(f"operator {op.index} (REDUCE_MAX) over the batch axis")
+    return x.max(axis=tuple(axes))
+
+
 def run(graph, x_q):
     """The int8 output of a full-integer TFLite graph (nnbuild.frontends.tflite.Graph) for one
     sample x_q (int8, the input tensor's shape without the batch axis)."""
@@ -423,6 +474,11 @@ def run(graph, x_q):
             strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
             pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
             values[out] = pool(x, size, strides, pads, low, high)
+        elif name == "LEAKY_RELU":
+            values[out] = leaky_relu(x, float(opt.get("Alpha", 0.0)), (in_scale, int(in_zp)),
+                                     (out_scale, int(out_zp)))
+        elif name in ("MAXIMUM", "MINIMUM", "TRANSPOSE", "REDUCE_MAX"):
+            values[out] = _raw(graph, op, values, consts, x, q, out).reshape(out_shape)
         elif name == "SOFTMAX":
             values[out] = softmax(x, in_scale, float(opt.get("Beta", 1.0)))
         elif name in ("LOGISTIC", "TANH"):
@@ -435,12 +491,12 @@ def run(graph, x_q):
             multiplier, shift = quantize_multiplier(float(in_scale) / float(out_scale))
             values[out] = mean(x, axes, bool(opt.get("KeepDims", False)), multiplier, shift, int(in_zp),
                                int(out_zp)).reshape(out_shape)
-        elif name in ("ADD", "MUL"):
+        elif name in ("ADD", "MUL", "SUB"):
             other = op.inputs[1]
             x2 = values[other] if other in values else consts[other].astype(np.int64)
             q1 = (in_scale, int(in_zp))
             (s2,), (z2,) = q(other)
-            kernel = add if name == "ADD" else mul
+            kernel = {"ADD": add, "MUL": mul, "SUB": sub}[name]
             values[out] = kernel(x, x2, q1, (s2, int(z2)), (out_scale, int(out_zp)), low, high).reshape(out_shape)
         else:
             raise NotImplementedError(f"operator {op.index} ({name}) has no int8 model yet")

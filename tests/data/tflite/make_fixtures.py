@@ -134,8 +134,22 @@ def pooled(keras):
     return keras.Model(x, y, name="pooled")
 
 
+def mixed(keras):
+    """extra's operators without hard swish: LeakyReLU, Subtract, Maximum, Permute, GlobalMaxPooling2D."""
+    x = keras.Input((6, 6, 3), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    a = keras.layers.LeakyReLU(negative_slope=0.2)(a)
+    b = keras.layers.Conv2D(4, 1)(x)
+    y = keras.layers.Concatenate()([keras.layers.Subtract()([a, b]), keras.layers.Maximum()([a, b])])
+    y = keras.layers.Permute((2, 1, 3))(y)
+    y = keras.layers.Conv2D(5, 2, strides=2)(y)
+    y = keras.layers.GlobalMaxPooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="mixed")
+
+
 MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith,
-          "pooled": pooled}
+          "pooled": pooled, "mixed": mixed}
 
 
 def convert(tf, model, shape, int8, float16=False):
