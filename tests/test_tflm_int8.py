@@ -15,13 +15,13 @@ from nnbuild.numerics import tflm_int8
 DATA = REPO / "tests" / "data" / "tflite"
 
 
-@pytest.mark.parametrize("name", ["core", "arith", "pooled", "conv1d", "merge", "mlp", "cnn", "mixed"])
+@pytest.mark.parametrize("name", ["core", "arith", "pooled", "conv1d", "merge", "mlp", "cnn", "mixed", "extra"])
 def test_int8_outputs_are_bit_exact_with_tflite_micro(name):
     """core: CONV_2D, DEPTHWISE_CONV_2D (multiplier 2, relu6), MAX/AVERAGE_POOL_2D, RESHAPE, FULLY_CONNECTED
     (relu); arith: ADD, MUL, CONCATENATION, PAD, MAX_POOL_2D, FULLY_CONNECTED; pooled: MEAN (Keras
     GlobalAveragePooling2D); conv1d: EXPAND_DIMS, LOGISTIC; merge: TANH, PAD, ADD, MUL, CONCATENATION, MEAN;
     mlp: FULLY_CONNECTED, TANH, LOGISTIC, SOFTMAX; cnn: DEPTHWISE_CONV_2D (relu6), SOFTMAX; mixed: LEAKY_RELU,
-    SUB, MAXIMUM, TRANSPOSE, REDUCE_MAX.
+    SUB, MAXIMUM, TRANSPOSE, REDUCE_MAX; extra: HARD_SWISH.
     Per-channel filter scales, int32 biases, SAME and VALID padding. (Also measured on 300 random int8
     inputs each: 0 differences.)"""
     graph = tfl.read(DATA / f"{name}_int8.tflite")
@@ -32,11 +32,22 @@ def test_int8_outputs_are_bit_exact_with_tflite_micro(name):
     assert np.array_equal(got.reshape(len(x_q), -1), y_q.reshape(len(x_q), -1))
 
 
-def test_an_operator_without_an_int8_model_is_named():
-    graph = tfl.read(DATA / "extra_int8.tflite")
-    with np.load(DATA / "extra_int8.npz") as gold:
+def test_an_operator_without_an_int8_model_is_named(tmp_path):
+    """mlp_int8 with its TANH operator code rewritten to LOG_SOFTMAX, which has no int8 model."""
+    import struct
+
+    import tflite
+    data = bytearray((DATA / "mlp_int8.tflite").read_bytes())
+    model = tflite.Model.GetRootAsModel(data, 0)
+    code = next(model.OperatorCodes(k) for k in range(model.OperatorCodesLength())
+                if model.OperatorCodes(k).BuiltinCode() == 28)
+    struct.pack_into("<i", data, code._tab.Pos + code._tab.Offset(10), 50)
+    struct.pack_into("<b", data, code._tab.Pos + code._tab.Offset(4), 50)
+    (tmp_path / "m.tflite").write_bytes(bytes(data))
+    graph = tfl.read(tmp_path / "m.tflite")
+    with np.load(DATA / "mlp_int8.npz") as gold:
         x = gold["x_q"][0]
-    with pytest.raises(NotImplementedError, match=r"operator 3 \(HARD_SWISH\) has no int8 model yet"):
+    with pytest.raises(NotImplementedError, match=r"operator 2 \(LOG_SOFTMAX\) has no int8 model yet"):
         tflm_int8.run(graph, x)
 
 

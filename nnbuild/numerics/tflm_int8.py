@@ -382,6 +382,61 @@ def softmax(x, scale, beta=1.0):
     return out.reshape(np.shape(x))
 
 
+def _high_mul16(a: int, b: int) -> int:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int16."""
+    if a == b == -(1 << 15):
+        return (1 << 15) - 1
+    ab = a * b
+    total = ab + ((1 << 14) if ab >= 0 else 1 - (1 << 14))
+    return total // (1 << 15) if total >= 0 else -((-total) // (1 << 15))
+
+
+def _truncating_high_mul16(a: int, b: int) -> int:
+    """hard_swish.h's SaturatingDoublingHighMul: the int16 doubling high product, truncated."""
+    if a == b == -(1 << 15):
+        return (1 << 15) - 1
+    ab = a * b
+    return ab // (1 << 15) if ab >= 0 else -((-ab) // (1 << 15))
+
+
+def _saturating_left_shift16(value: int, amount: int) -> int:
+    return min(max(value * (1 << amount), -(1 << 15)), (1 << 15) - 1)
+
+
+def _int16_multiplier(multiplier: int) -> int:
+    """DownScaleInt32ToInt16Multiplier: the upper 16 bits, rounded, saturated."""
+    if multiplier >= INT32_MAX - (1 << 15):
+        return (1 << 15) - 1
+    return (multiplier + (1 << 15)) >> 16
+
+
+def hard_swish(x, q_in, q_out):
+    """reference_ops::HardSwish (int8): the input at a 7-bit finer scale, a 'reluish' factor
+    relu6(x + 3) / 6 at scale 3/32768 and the output multiplier, both as int16 fixed point; the
+    scales are computed in float32 as hard_swish_common.cc does."""
+    (s_in, z_in), (s_out, z_out) = q_in, q_out
+    hires = np.float32(1.0 / 128.0) * np.float32(s_in)
+    out_m, out_e = quantize_multiplier(float(hires / np.float32(s_out)))
+    relu_m, relu_e = quantize_multiplier(float(hires / np.float32(3.0 / 32768.0)))
+    out_m, relu_m = _int16_multiplier(out_m), _int16_multiplier(relu_m)
+    result = []
+    for v in (np.asarray(x, np.int64) - int(z_in)).reshape(-1).tolist():
+        hires_value = v * (1 << 7)
+        preshift = _high_mul16(hires_value, out_m)
+        reluish = hires_value
+        if relu_e > 0:
+            reluish = _saturating_left_shift16(reluish, relu_e - 1)
+        reluish = _high_mul16(reluish, relu_m)
+        if relu_e > 0:
+            reluish = _saturating_left_shift16(reluish, 1)
+        if relu_e < 0:
+            reluish = _divide_by_pot(reluish, -relu_e)
+        reluish = (reluish + (1 << 15)) >> 1
+        value = _divide_by_pot(_truncating_high_mul16(reluish, preshift), -out_e) + int(z_out)
+        result.append(min(max(value, -128), 127))
+    return np.array(result, np.int8).reshape(np.shape(x))
+
+
 def _same_or_valid(options, shape, kernel, dilation):
     """(strides, pads (top, bottom, left, right)) of TFLite's SAME (extra cell after) or VALID padding."""
     strides = (int(options.get("StrideH", 1)), int(options.get("StrideW", 1)))
@@ -474,6 +529,8 @@ def run(graph, x_q):
             strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
             pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
             values[out] = pool(x, size, strides, pads, low, high)
+        elif name == "HARD_SWISH":
+            values[out] = hard_swish(x, (in_scale, int(in_zp)), (out_scale, int(out_zp)))
         elif name == "LEAKY_RELU":
             values[out] = leaky_relu(x, float(opt.get("Alpha", 0.0)), (in_scale, int(in_zp)),
                                      (out_scale, int(out_zp)))
