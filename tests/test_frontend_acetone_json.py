@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import keras_files as kf
-from nnbuild import frontends
+from nnbuild import frontends, limits
+from nnbuild.frontends import acetone_json
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
 
@@ -266,3 +267,25 @@ def test_host_c_matches_acetone_semantics(tmp_path, name):
     doc = json.loads(path.read_text())
     want = np.array([acetone_numpy(doc, x) for x in xs.astype(np.float64)]).reshape(3, -1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_beyond_the_limits_are_refused_before_conversion(tmp_path, monkeypatch):
+    """An inline array is sized from its first entries and checked against limits.py before numpy
+    converts it: per tensor, and for all the file's weights together."""
+    monkeypatch.setattr(limits, "MAX_TENSOR_ELEMENTS", 30)
+    msg = error_of(edited(tmp_path, "mlp.json", lambda d: d["config"]["layers"][1].update(weights=[[[0.0] * 31]])))
+    assert "layer 'dense_1': 'weights' holds 31 values, more than 30 per tensor (limits.MAX_TENSOR_ELEMENTS)" in msg
+    monkeypatch.undo()
+    monkeypatch.setattr(limits, "MAX_MODEL_ELEMENTS", 40)
+    msg = error_of(edited(tmp_path, "mlp.json", lambda d: None))
+    assert "more than 40 (limits.MAX_MODEL_ELEMENTS)" in msg
+
+
+def test_size_and_depth_limits(tmp_path, monkeypatch):
+    path = tmp_path / "deep.json"
+    path.write_text('{"config": {"data_format": "channels_last", "layers": ' + "[" * 100_000 + "]" * 100_000 + "}}")
+    with pytest.raises(NNBuildError, match=r"deep.json: ACETONE JSON is nested too deeply \(more than 64 levels; "
+                                           r"limits.MAX_JSON_DEPTH\)$"):
+        acetone_json.load(path)
+    monkeypatch.setattr(acetone_json, "MAX_BYTES", 1000)
+    assert "more than 1000" in error_of(edited(tmp_path, "mlp.json", lambda d: None))

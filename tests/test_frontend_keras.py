@@ -539,11 +539,14 @@ def test_deeply_nested_inbound_nodes_and_json_are_one_line(tmp_path):
     deep = ('{"class_name": "Model", "config": {"name": "m", "input_layers": [["dense_1", 0, 0]], '
             '"output_layers": [["dense_2", 0, 0]], "layers": [' + text + ', {"class_name": "Dense", '
             '"name": "dense_2", "config": ' + json.dumps(layers[1]["config"]) + ', "inbound_nodes": '
-            + "[" * 900 + '["dense_1", 0, 0, {}]' + "]" * 900 + "}]}}")
+            + "[" * 40 + '["dense_1", 0, 0, {}]' + "]" * 40 + "}]}}")
     with h5py.File(path, "a") as f:
         f.attrs["model_config"] = deep
     msg = hostile_error(path)
     assert "layer 'dense_2'" in msg and "inbound_nodes nested more than 32 levels deep" in msg
+    with h5py.File(path, "a") as f:  # 900 levels: json itself parses them, the depth limit refuses
+        f.attrs["model_config"] = deep.replace("[" * 40, "[" * 900).replace("]" * 40, "]" * 900)
+    assert "model_config is nested too deeply (more than 64 levels; limits.MAX_JSON_DEPTH)" in hostile_error(path)
 
 
 def test_invalid_utf8_config_is_one_line(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO, SHARED, copy_project, needs_avr, scons, shared_file
 from nnbuild import frontends
+from nnbuild import limits
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnet
 from nnbuild.ir import reference
@@ -254,6 +255,47 @@ def test_size_bound_is_checked_before_reading(tmp_path, monkeypatch):
     monkeypatch.setattr(nnet, "MAX_BYTES", 100)
     with pytest.raises(NNBuildError, match=r"file is \d+ bytes \(at most 100 read\)"):
         frontends.load(path)
+
+
+def test_layer_sizes_are_bounded_before_anything_is_read(tmp_path, monkeypatch):
+    """Sizes the file claims are checked against limits.py from the header lines (nothing after the flag
+    line is read): 4097 x 4097 weights in one layer, 3 million neurons (6 million short lines: 1.6 GB and
+    minutes before), too many weights in all."""
+    def refusal(path):
+        read = nnet._Lines.values
+        lines_read = []
+        monkeypatch.setattr(nnet._Lines, "values", lambda self, *a, **k: lines_read.append(a) or read(self, *a, **k))
+        with pytest.raises(NNBuildError) as error:
+            frontends.load(path)
+        monkeypatch.setattr(nnet._Lines, "values", read)
+        assert len(lines_read) <= 3, lines_read
+        return str(error.value)
+
+    wide = write(tmp_path, "2,4097,1,4097,\n4097,4097,1,\n0,\n", "wide.nnet")
+    assert refusal(wide) == (f"{wide}: line 2: layer 1 is 4097 x 4097: 16785409 weights, more than "
+                             f"{limits.MAX_TENSOR_ELEMENTS} per layer (limits.MAX_TENSOR_ELEMENTS)")
+    lines = write(tmp_path, "6,1,1,1000000,\n" + "1,1000000," * 3 + "1,\n0,\n", "lines.nnet")
+    assert "line 2: the layer sizes make 3000003 neurons, more than 1048576 (limits.MAX_NNET_NEURONS)" in refusal(lines)
+    monkeypatch.setattr(limits, "MAX_MODEL_ELEMENTS", 8)
+    assert "the layer sizes need 9 weights, more than 8 (limits.MAX_MODEL_ELEMENTS)" in refusal(
+        write(tmp_path, nnet_text(**SMALL)))
+
+
+def test_a_line_of_millions_of_fields_is_refused_before_it_is_split(tmp_path):
+    text = replace_line(9, "1.0," * 3_000_000)
+    with pytest.raises(NNBuildError, match=r"line 9: the weights into neuron 1 \(of 3\) line has 3000001 "
+                                           r"comma-separated fields, expected 2 values"):
+        frontends.load(write(tmp_path, text))
+
+
+def test_long_rows_read_by_numpy_equal_the_decimals(tmp_path):
+    """Rows beyond 8 values are converted by numpy at once: the same float64 values as float()."""
+    row = ["0.1", "-2.5e-3", "1.", ".5", "+3", "1e-7", "123456.789", "-0", "7.000000000000001", "3.4e38"]
+    text = nnet_text(sizes=[10, 1], mins=[-1.0] * 10, maxs=[1.0] * 10, means=[0.0] * 11, ranges=[1.0] * 11,
+                     weights=[[[0.0] * 10]], biases=[[0.0]]).replace(",".join(["0.0"] * 10) + ",\n0.0,\n",
+                                                                 ",".join(row) + ",\n0.0,\n")
+    kernel = frontends.load(write(tmp_path, text)).layers[4].kernel
+    assert kernel[:, 0].tolist() == [float(v) for v in row]
 
 
 # ----------------------------------------------------------------------------- e2e: generated C

@@ -2,7 +2,7 @@
 order. Read from the source (ast), so a new violation fails here, not in review.
 
 Layers, lowest first; a module may import its own package and any lower layer:
-  base      errors, names (and the package root: the version)
+  base      errors, names, files, limits (and the package root: the version)
   numerics  number formats, their proofs, the bit-exact fixed-point model
   ir        the model graph, layer semantics, the numpy reference
   frontends one module per input format (produce IR)
@@ -24,7 +24,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nnbuild"
 LAYERS = [
-    ("nnbuild", "errors", "names", "files"),
+    ("nnbuild", "errors", "names", "files", "limits"),
     ("numerics",),
     ("ir",),
     ("frontends",),

@@ -1,11 +1,16 @@
 """A user's check data (`nnbuild check --data FILE.npz`): inputs x and expected outputs y, checked
-before anything is built so a wrong file is one line saying what is wrong with it."""
+before anything is built so a wrong file is one line saying what is wrong with it. The file is
+untrusted: a regular file within limits.MAX_DATA_BYTES, and x and y are checked from their .npy
+headers (numbers, sizes within limits.MAX_DATA_ELEMENTS, no more than the member holds) before
+anything is allocated."""
 
+import stat
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from nnbuild import limits
 from nnbuild.errors import NNBuildError
 
 
@@ -36,11 +41,30 @@ def load(path, n_in, n_out=None, *, what_out="values"):
     return x, y
 
 
-def _read(path):
-    """Every array of an .npz, loaded now (no pickles: object arrays are refused)."""
+#: the arrays read from a check data file (any others are listed in errors, never read)
+ARRAYS = ("x", "y")
+
+
+def checked_file(path, what="check data file"):
+    """`path` as a regular file of at most limits.MAX_DATA_BYTES, checked without opening it (a
+    device such as /dev/zero, or a FIFO, would be an unbounded read or wait)."""
     path = Path(path)
-    if not path.is_file():
-        raise NNBuildError("check data file not found", path=path)
+    try:
+        info = path.stat()
+    except OSError:
+        raise NNBuildError(f"{what} not found", path=path) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise NNBuildError(f"{what} is not a regular file (a device, FIFO or folder is not read)", path=path)
+    if info.st_size > limits.MAX_DATA_BYTES:
+        raise NNBuildError(f"{what} is {info.st_size} bytes, more than {limits.MAX_DATA_BYTES} "
+                           "(limits.MAX_DATA_BYTES)", path=path)
+    return path
+
+
+def _read(path):
+    """{name: array} of an .npz: x and y read (their .npy headers checked first), other names None.
+    No pickles: object arrays are refused."""
+    path = checked_file(path)
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic.startswith(b"\x93NUMPY"):
@@ -49,19 +73,58 @@ def _read(path):
         raise NNBuildError("not an .npz archive (empty or another format); save with np.savez(path, x=..., y=...)",
                            path=path)
     try:
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename[:-4] if info.filename.endswith(".npy") else info.filename: info
+                       for info in archive.infolist()}
+            elements = 0
+            for key in ARRAYS:
+                if key in members and not members[key].filename.endswith(".npy"):
+                    raise NNBuildError(f"member '{members[key].filename}' is not an .npy array", path=path)
+                if key in members:
+                    elements += _header_elements(archive, members[key], key, path)
+            if elements > limits.MAX_DATA_ELEMENTS:
+                raise NNBuildError(f"'x' and 'y' declare {elements} values, more than {limits.MAX_DATA_ELEMENTS} "
+                                   "(limits.MAX_DATA_ELEMENTS)", path=path)
         with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
+            return {name: data[name] if name in ARRAYS else None for name in data.files}
     except ValueError as error:
         if "allow_pickle" in str(error):
             raise NNBuildError("holds object arrays (pickles are not loaded); store numbers", path=path) from None
         raise NNBuildError(f"not a readable .npz ({error})", path=path) from None
-    except (OSError, EOFError, zipfile.BadZipFile, KeyError) as error:
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError, NotImplementedError) as error:
         raise NNBuildError(f"not a readable .npz ({error})", path=path) from None
+
+
+def _header_elements(archive, info, key, path) -> int:
+    """How many values the .npy member `key` declares, from its header (numpy's own reader), checked
+    before anything is allocated: numbers, not objects, and no more bytes than the member holds."""
+    with archive.open(info) as stream:
+        version = np.lib.format.read_magic(stream)
+        if version not in ((1, 0), (2, 0)):
+            raise NNBuildError(f"'{key}' is an .npy of version {version[0]}.{version[1]} (1.0 and 2.0 are read)",
+                               path=path)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(stream)
+    if dtype.hasobject:
+        raise NNBuildError("holds object arrays (pickles are not loaded); store numbers", path=path)
+    _real_dtype(dtype, key, path)
+    count = int(np.prod(shape, dtype=object))
+    if count > limits.MAX_DATA_ELEMENTS:
+        raise NNBuildError(f"'{key}' declares shape {tuple(shape)}: {count} values, more than "
+                           f"{limits.MAX_DATA_ELEMENTS} (limits.MAX_DATA_ELEMENTS)", path=path)
+    if count * dtype.itemsize > info.file_size:
+        raise NNBuildError(f"'{key}' declares shape {tuple(shape)} ({count * dtype.itemsize} bytes), its member "
+                           f"holds {info.file_size} bytes (truncated or forged header)", path=path)
+    return count
+
+
+def _real_dtype(dtype, key, path):
+    if dtype.kind not in "biuf":
+        kind = {"c": "complex", "U": "text", "S": "bytes", "O": "objects"}.get(dtype.kind, str(dtype))
+        raise NNBuildError(f"'{key}' holds {kind}, not real numbers", path=path)
 
 
 def _real(array, key, path):
     array = np.asarray(array)
-    if array.dtype.kind not in "biuf":
-        kind = {"c": "complex", "U": "text", "S": "bytes", "O": "objects"}.get(array.dtype.kind, str(array.dtype))
-        raise NNBuildError(f"'{key}' holds {kind}, not real numbers", path=path)
+    _real_dtype(array.dtype, key, path)
     return array.astype(np.float64)

@@ -27,6 +27,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from nnbuild import files, limits
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Elementwise, Flatten,
@@ -39,8 +40,8 @@ SUPPORTED_LAYERS = ("Add", "Average", "AveragePooling2D", "BatchNormalization", 
 #: Activations acetone-nnet's JSON parser knows (leaky_relu with its fixed slope 0.2).
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu")
 LEAKY_SLOPE = 0.2
-#: largest file read (bytes)
-MAX_BYTES = 512 * 2 ** 20
+#: largest file read (bytes): the weights are inline, and parsed JSON costs several times its size
+MAX_BYTES = limits.MAX_JSON_BYTES
 _MERGE = {"Add": "add", "Multiply": "mul", "Subtract": "sub", "Maximum": "max", "Minimum": "min",
           "Average": "mean"}
 
@@ -60,10 +61,11 @@ def _show(value) -> str:
 
 
 class _Reader:
-    """Typed access to one layer's config, refusing wrong values in one line."""
+    """Typed access to one layer's config, refusing wrong values in one line; `budget` counts the
+    weights converted so far for the whole file (shared by every layer's reader)."""
 
-    def __init__(self, path, layer, cfg):
-        self.path, self.layer, self.cfg = path, layer, cfg
+    def __init__(self, path, layer, cfg, budget):
+        self.path, self.layer, self.cfg, self.budget = path, layer, cfg, budget
 
     def fail(self, message):
         return _err(message, self.path, self.layer)
@@ -105,6 +107,7 @@ class _Reader:
         value = entry.get(key)
         if value is None:
             raise self.fail(f"has no '{key}' array")
+        self._spend(key, _declared_size(value))
         try:
             arr = np.array(value, dtype=np.float64)
         except (ValueError, TypeError, OverflowError, RecursionError):
@@ -115,6 +118,27 @@ class _Reader:
         arr = arr.astype(dtype)
         arr.flags.writeable = False
         return arr
+
+
+    def _spend(self, key, size):
+        """Refuse an array beyond the limits before it is converted (limits.py)."""
+        if size > limits.MAX_TENSOR_ELEMENTS:
+            raise self.fail(f"'{key}' holds {size} values, more than {limits.MAX_TENSOR_ELEMENTS} per tensor "
+                            "(limits.MAX_TENSOR_ELEMENTS)")
+        self.budget[0] += size
+        if self.budget[0] > limits.MAX_MODEL_ELEMENTS:
+            raise self.fail(f"'{key}' brings the weights of the file to {self.budget[0]} values, more than "
+                            f"{limits.MAX_MODEL_ELEMENTS} (limits.MAX_MODEL_ELEMENTS)")
+
+
+def _declared_size(value) -> int:
+    """The element count of a nested list, from its first entries (the shape np.array will find if
+    it is rectangular; a ragged one is refused by the conversion)."""
+    size = 1
+    while isinstance(value, list):
+        size *= len(value)
+        value = value[0] if value else None
+    return size
 
 
 def _keras_shape(value, reader, key) -> tuple:
@@ -275,19 +299,7 @@ def _dtype(first, path):
 
 def load(path) -> Model:
     """Read an ACETONE JSON file into an IR model."""
-    try:
-        size = Path(path).stat().st_size
-        if size > MAX_BYTES:
-            raise _err(f"file is {size} bytes (at most {MAX_BYTES} read)", path)
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _err(f"cannot read the ACETONE JSON ({exc})", path) from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise _err(f"not valid JSON ({exc})", path) from None
-    except RecursionError:
-        raise _err("JSON nested too deeply", path) from None
+    doc = files.read_json(path, "ACETONE JSON", max_bytes=MAX_BYTES)
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict) or not isinstance(config.get("layers"), list) or not config["layers"]:
         raise _err("not an ACETONE JSON model: no config.layers list", path)
@@ -302,7 +314,8 @@ def load(path) -> Model:
             raise _err(f"layer entry {i} is not {{class_name, config}}", path, f"#{i}")
     first = entries[0]["config"]
     dtype = _dtype(first, path)
-    reader = _Reader(path, str(first.get("name") or "input"), first)
+    budget = [0]
+    reader = _Reader(path, str(first.get("name") or "input"), first, budget)
     input_shape = _keras_shape(first.get("input_shape"), reader, "input_shape")
     size = reader.int("size")
     if size != int(np.prod(input_shape)):
@@ -314,7 +327,7 @@ def load(path) -> Model:
     for position, entry in enumerate(entries[1:], start=1):
         cfg, cls = entry["config"], entry["class_name"]
         name = c_identifier(str(cfg.get("name") or f"layer_{position}"))
-        reader = _Reader(path, name, cfg)
+        reader = _Reader(path, name, cfg, budget)
         idx = reader.int("idx", position, minimum=1)
         prev = reader.get("prev_layer_idx", [idx - 1])
         if (not isinstance(prev, list) or not prev

@@ -13,6 +13,7 @@ import io
 import zipfile
 from pathlib import Path
 
+from nnbuild import limits
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import keras_h5
 from nnbuild.ir.graph import Model
@@ -23,8 +24,8 @@ ISOLATE = True
 #: the members nnbuild reads
 CONFIG, METADATA, WEIGHTS = "config.json", "metadata.json", "model.weights.h5"
 #: largest uncompressed size read per member (bytes): JSON and weights
-MAX_JSON_BYTES = 64 * 2 ** 20
-MAX_WEIGHTS_BYTES = 1024 * 2 ** 20
+MAX_JSON_BYTES = limits.MAX_JSON_BYTES
+MAX_WEIGHTS_BYTES = limits.MAX_HDF5_BYTES
 #: largest compression ratio accepted (a zip bomb has thousands)
 MAX_RATIO = 200
 #: most members an archive may list
@@ -116,6 +117,7 @@ def _model(path, config, weights: bytes, version) -> Model:
     wpath = f"{path}:{WEIGHTS}"
     try:
         with h5py.File(io.BytesIO(weights), "r") as f:
+            keras_h5.check_hdf5(f, wpath)
             group = f.get("layers")
             if not isinstance(group, h5py.Group):
                 raise NNBuildError("has no 'layers' group (not the Keras 3 weights layout)", path=wpath)

@@ -27,6 +27,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from nnbuild import files, limits
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
@@ -76,15 +77,27 @@ def _text(value, path=None, what="attribute", layer=None) -> str:
     return str(value)
 
 
+def _attr(attrs, key: str, path, default=None):
+    """An HDF5 attribute, its declared size checked before it is read (limits.MAX_ATTRIBUTE_BYTES)."""
+    if key not in attrs:
+        return default
+    aid = attrs.get_id(key)
+    size = int(np.prod(aid.shape or (), dtype=object)) * aid.dtype.itemsize
+    if size > limits.MAX_ATTRIBUTE_BYTES:
+        raise _err(f"attribute {key} declares {size} bytes, more than {limits.MAX_ATTRIBUTE_BYTES} "
+                   "(limits.MAX_ATTRIBUTE_BYTES)", path)
+    return attrs[key]
+
+
 def _name_list(attrs, key: str, path, layer=None) -> Optional[List[str]]:
     """A list-of-names attribute, joining the `key0`, `key1`, ... pieces Keras writes when the
     attribute exceeds the 64 KiB HDF5 header limit. None if absent."""
     if key in attrs:
-        chunks = [attrs[key]]
+        chunks = [_attr(attrs, key, path)]
     else:
         chunks = []
         while f"{key}{len(chunks)}" in attrs:
-            chunks.append(attrs[f"{key}{len(chunks)}"])
+            chunks.append(_attr(attrs, f"{key}{len(chunks)}", path))
         if not chunks:
             return None
     names = []
@@ -101,19 +114,17 @@ def _open_h5(path):
     if h5py is None:  # pragma: no cover
         raise _err("h5py is required to read Keras HDF5 files (pip install h5py)", path)
     try:
+        size = Path(path).stat().st_size
+        if size > limits.MAX_HDF5_BYTES:
+            raise _err(f"file is {size} bytes, more than {limits.MAX_HDF5_BYTES} (limits.MAX_HDF5_BYTES)", path)
         return h5py.File(str(path), "r")
     except OSError as exc:
         raise _err(f"cannot read HDF5 (truncated or corrupt): {exc}", path) from None
 
 
 def _json(text: str, path, what: str):
-    """Parse JSON, turning a syntax error into a one-line error naming the file."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise _err(f"{what} is not valid JSON ({exc})", path) from None
-    except RecursionError:
-        raise _err(f"{what} is nested too deeply", path) from None
+    """Parse untrusted JSON (files.parse_json: nesting bounded), one line naming the file on error."""
+    return files.parse_json(text, what, path)
 
 
 # --------------------------------------------------------------------------- typed config values
@@ -418,12 +429,13 @@ class Keras3Weights:
 
     def __init__(self, layers_group, class_names, wpath):
         self.wpath = wpath
+        self.budget = Budget(wpath)
         self.groups = {}
         for key in layers_group:
             obj = layers_group.get(key)
             vars_ = obj.get("vars") if isinstance(obj, h5py.Group) else None
             if isinstance(vars_, h5py.Group) and "name" in vars_.attrs:
-                self.groups.setdefault(_text(vars_.attrs["name"], wpath, "vars name attribute"), vars_)
+                self.groups.setdefault(_text(_attr(vars_.attrs, "name", wpath), wpath, "vars name attribute"), vars_)
         counts = {}
         for layer, cls in class_names:  # older Keras 3: snake_case class name, _1, _2 ... by order
             base = _snake(cls)
@@ -435,6 +447,23 @@ class Keras3Weights:
 
     def group(self, layer):
         return self.groups.get(layer)
+
+
+class LegacyWeights:
+    """The Keras 1/2 weights layout: one group per layer (its attribute weight_names lists its
+    datasets, relative to the group), under `model_weights` or at the root of a weights file."""
+
+    def __init__(self, root, wpath):
+        self.root, self.wpath, self.budget = root, wpath, Budget(wpath)
+
+    def group(self, layer):
+        try:
+            group = self.root.get(layer) if layer not in (".", "..") and "\0" not in layer else None
+        except (KeyError, ValueError, OSError, RuntimeError) as exc:
+            raise _err(f"cannot read weight group: {exc}", self.wpath, layer) from None
+        if not isinstance(group, h5py.Group):
+            raise _err(f"missing weight group '{layer}'", self.wpath, layer)
+        return group
 
 
 def _snake(name: str) -> str:
@@ -452,9 +481,9 @@ def _keras3_names(group) -> List[str]:
     return [str(i) for i in range(len(keys))]
 
 
-def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[str, np.ndarray]]:
-    """(name, array) of a layer's weights in `weight_names` order, resolved relative to its group;
-    each array real floating point, without a zero-size dimension, finite and float32-representable."""
+def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[str, "Stored"]]:
+    """(name, Stored) of a layer's weights in `weight_names` order, resolved relative to its group,
+    checked from their headers (Stored): read each with .read() once its shape is checked."""
     if isinstance(root, Keras3Weights):
         group = root.group(layer)
         if group is None:
@@ -464,39 +493,161 @@ def _layer_weights(root, layer: str, wpath, cls: str = "layer") -> List[Tuple[st
             names = _keras3_names(group)
         except ValueError as exc:
             raise _err(str(exc), wpath, layer) from None
-        return _read_arrays(group, names, wpath, layer, cls)
-    try:
-        group = root.get(layer) if layer not in (".", "..") and "\0" not in layer else None
-    except (KeyError, ValueError, OSError, RuntimeError) as exc:
-        raise _err(f"cannot read weight group: {exc}", wpath, layer) from None
-    if not isinstance(group, h5py.Group):
-        raise _err(f"missing weight group '{layer}'", wpath, layer)
+        return _read_arrays(group, names, wpath, layer, cls, root.budget)
+    group = root.group(layer)
     names = _name_list(group.attrs, "weight_names", wpath, layer)
     if names is None:
         raise _err(f"weight group '{group.name}' has no weight_names attribute", wpath, layer)
-    return _read_arrays(group, names, wpath, layer, cls)
+    return _read_arrays(group, names, wpath, layer, cls, root.budget)
 
 
-def _read_arrays(group, names, wpath, layer, cls) -> List[Tuple[str, np.ndarray]]:
-    """The checked, read-only arrays of `names` in `group`."""
+def _read_arrays(group, names, wpath, layer, cls, budget) -> List[Tuple[str, "Stored"]]:
+    """The weights `names` of `group`, each checked from its header only (see Stored): the caller
+    checks their declared shapes against the layer's config, then reads them."""
     out = []
     for name in names:
         shown = f"{group.name.lstrip('/')}/{name}"
         try:
             obj = group.get(name) if "\0" not in name else None
-            if isinstance(obj, h5py.Dataset):
-                arr = np.array(obj[()])
         except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
             raise _err(f"cannot read weight dataset '{shown}' (truncated or corrupt): {exc}",
                        wpath, layer) from None
         if not isinstance(obj, h5py.Dataset):
             raise _err(f"missing weight dataset '{shown}'", wpath, layer)
+        out.append((name, Stored(obj, shown, wpath, layer, cls, budget)))
+    return out
+
+
+#: HDF5 filters read: built into libhdf5 (deflate, shuffle, fletcher32, szip, nbit, scaleoffset) and
+#: h5py's lzf. Any other id would make libhdf5 load a plugin library from its plugin path.
+_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit", 6: "scaleoffset", 32000: "lzf"}
+
+
+def _quoted(text, limit=200) -> str:
+    """A path named by a hostile file, quoted and cut (the error line stays short)."""
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
+def _storage_problem(dset) -> Optional[str]:
+    """Why a dataset's bytes are not (only) in this file, or would load code, else None."""
+    if dset.is_virtual:
+        return "is a virtual dataset (its data is mapped from other datasets or files)"
+    external = dset.external
+    if external:
+        return f"keeps its data in an external file ({_quoted(external[0][0])})"
+    plist = dset.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        code = plist.get_filter(i)[0]
+        if code not in _FILTERS:
+            return f"uses HDF5 filter {code}, not one built into HDF5 (a plugin)"
+    return None
+
+
+def check_hdf5(f, path):
+    """Refuse an HDF5 file that reaches outside itself, before any dataset is read: external
+    links, user-defined links, external raw storage, virtual datasets, plugin filters, anywhere in
+    the file; at most MAX_HDF5_OBJECTS links walked. Soft links stay inside the file (they name a
+    path in it, and no link in it leaves it)."""
+    seen, problems = [0], []
+
+    def problem(name, link) -> Optional[str]:
+        if isinstance(link, h5py.ExternalLink):
+            return (f"'{name}' is an external link to {_quoted(link.filename)}:{_quoted(link.path)} "
+                    "(only data inside the model file is read)")
+        if isinstance(link, h5py.SoftLink):
+            return None
+        if not isinstance(link, h5py.HardLink):
+            return f"'{name}' is a user-defined HDF5 link (only data inside the model file is read)"
+        obj = f.get(name)
+        storage = _storage_problem(obj) if isinstance(obj, h5py.Dataset) else None
+        return f"dataset '{name}' {storage}: refused (only data inside the model file is read)" if storage else None
+
+    def visit(name, link):  # an exception raised here would not cross h5py's C iteration: stop by returning
+        seen[0] += 1
+        if seen[0] > limits.MAX_HDF5_OBJECTS:
+            problems.append(f"holds more than {limits.MAX_HDF5_OBJECTS} HDF5 links (limits.MAX_HDF5_OBJECTS)")
+        else:
+            try:
+                found = problem(name, link)
+            except (OSError, KeyError, ValueError, RuntimeError) as exc:
+                found = f"'{name}' cannot be read (truncated or corrupt): {exc}"
+            if found:
+                problems.append(found)
+        return True if problems else None
+
+    f.visititems_links(visit)
+    if problems:
+        raise _err(problems[0], path)
+
+
+class Stored:
+    """A weight dataset checked from its header, not read yet: inside the file (check_hdf5), real
+    floating point, an array with no zero-size axis, and within the size limits (limits.py).
+    `shape` and `ndim` are the declared ones; `read()` reads it (once its shape has been checked
+    against the config), counting it against the file's weights budget."""
+
+    def __init__(self, dset, shown, wpath, layer, cls, budget):
+        self.dset, self.shown, self.wpath, self.layer, self.cls = dset, shown, wpath, layer, cls
+        self.budget = budget
+        problem = _storage_problem(dset)
+        if problem:
+            raise self._refuse(f"{problem}: refused (only data inside the model file is read)")
+        shape, dtype = dset.shape, dset.dtype
+        if shape is None or len(shape) == 0:
+            raise self._refuse("is a scalar or empty, not an array")
+        if dtype.kind != "f" or dtype.itemsize > 8:
+            raise self._refuse(f"is not a float16/32/64 array (dtype {dtype})")
+        self.shape, self.ndim = tuple(int(d) for d in shape), len(shape)
+        if 0 in self.shape:
+            raise self._refuse(f"has a zero-size dimension (shape {self.shape})")
+        self.size = int(np.prod(self.shape, dtype=object))
+        self.nbytes = self.size * dtype.itemsize
+        if self.size > limits.MAX_TENSOR_ELEMENTS:
+            raise self._refuse(f"declares shape {self.shape}: {self.size} elements, more than "
+                               f"{limits.MAX_TENSOR_ELEMENTS} per tensor (limits.MAX_TENSOR_ELEMENTS)")
+        if self.nbytes > limits.MAX_TENSOR_BYTES:
+            raise self._refuse(f"declares {self.nbytes} bytes, more than {limits.MAX_TENSOR_BYTES} per tensor "
+                               "(limits.MAX_TENSOR_BYTES)")
+        chunk = int(np.prod(dset.chunks, dtype=object)) * dtype.itemsize if dset.chunks else 0
+        if chunk > limits.MAX_TENSOR_BYTES:
+            raise self._refuse(f"declares chunks {dset.chunks} of {chunk} bytes, more than "
+                               f"{limits.MAX_TENSOR_BYTES} (limits.MAX_TENSOR_BYTES)")
+
+    def _refuse(self, message) -> NNBuildError:
+        return _err(f"{self.cls} weight '{self.shown}' {message}", self.wpath, self.layer)
+
+    def read(self) -> np.ndarray:
+        """The array (read-only), checked finite and float32-representable."""
+        self.budget.spend(self)
+        try:
+            arr = np.array(self.dset[()])
+        except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise _err(f"cannot read weight dataset '{self.shown}' (truncated or corrupt): {exc}",
+                       self.wpath, self.layer) from None
         problem = weight_problem(arr)
         if problem:
-            raise _err(f"{cls} weight '{shown}' {problem}", wpath, layer)
+            raise self._refuse(problem)
         arr.flags.writeable = False  # IR weights are immutable, like the frozen layers
-        out.append((name, arr))
-    return out
+        return arr
+
+
+class Budget:
+    """What the weights read from one file have cost so far (a dataset named by several layers,
+    through hard links, counts each time it is read)."""
+
+    def __init__(self, wpath):
+        self.wpath, self.elements, self.nbytes = wpath, 0, 0
+
+    def spend(self, stored):
+        self.elements += stored.size
+        self.nbytes += stored.nbytes
+        if self.elements > limits.MAX_MODEL_ELEMENTS:
+            raise stored._refuse(f"brings the weights read from this file to {self.elements} elements, more than "
+                                 f"{limits.MAX_MODEL_ELEMENTS} (limits.MAX_MODEL_ELEMENTS)")
+        if self.nbytes > limits.MAX_MODEL_BYTES:
+            raise stored._refuse(f"brings the weights read from this file to {self.nbytes} bytes, more than "
+                                 f"{limits.MAX_MODEL_BYTES} (limits.MAX_MODEL_BYTES)")
 
 
 # --------------------------------------------------------------------------- layer building
@@ -532,7 +683,8 @@ def _dense(entry: dict, prev_shape, prev_name, root, cpath, wpath) -> Dense:
         raise _err(f"kernel shape {kernel.shape} does not match units={units}", wpath, name)
     if bias is not None and bias.shape != (kernel.shape[1],):
         raise _err(f"bias shape {bias.shape} does not match units={kernel.shape[1]}", wpath, name)
-    return Dense(name=name, kernel=kernel, bias=bias, activation=act, source_type="Dense")
+    return Dense(name=name, kernel=kernel.read(), bias=bias.read() if bias is not None else None, activation=act,
+                 source_type="Dense")
 
 
 def _channels_last(cfg, cls, path, layer):
@@ -555,8 +707,8 @@ def _padding_of(cfg, cls, in_shape, window, strides, dilation, path, layer) -> T
     raise _err(f"{cls} padding {_show(mode)} is not supported (valid, same)", path, layer)
 
 
-def _weights_by_count(root, name, wpath, cls, counts, what=None) -> List[np.ndarray]:
-    """The layer's arrays, checking their number is one of `counts`."""
+def _weights_by_count(root, name, wpath, cls, counts, what=None) -> List["Stored"]:
+    """The layer's weights (not read yet), checking their number is one of `counts`."""
     weights = [a for _, a in _layer_weights(root, name, wpath, cls)]
     if len(weights) not in counts:
         raise _err(f"{len(weights)} weight datasets for a {what or cls} (expected "
@@ -592,6 +744,7 @@ def _conv2d(entry, in_shape, root, cpath, wpath, cls="Conv2D") -> List:
         raise _err(f"kernel shape {kernel.shape} does not match filters={filters}", wpath, name)
     if bias is not None and bias.shape != (kernel.shape[-1],):
         raise _err(f"bias shape {bias.shape} does not match filters={kernel.shape[-1]}", wpath, name)
+    kernel, bias = kernel.read(), (bias.read() if bias is not None else None)
     if rank == 2:
         pads = _padding_of(cfg, cls, in_shape, ksize, strides, dilation, cpath, name)
         return [Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation,
@@ -638,13 +791,12 @@ def _depthwise(entry, cls, in_shape, root, cpath, wpath) -> List:
         raise _err(f"depthwise kernel shape {depthwise.shape} does not match kernel_size={list(ksize)}, "
                    f"{channels} input channels and depth_multiplier={multiplier} "
                    "(expected [kh, kw, channels, depth_multiplier])", wpath, name)
-    kernel = depthwise.reshape(ksize + (1, channels * multiplier))
-    kernel.flags.writeable = False
     bias = weights[-1] if use_bias else None
     pads = _padding_of(cfg, cls, in_shape, ksize, strides, dilation, cpath, name)
     if not separable:
         if bias is not None and bias.shape != (channels * multiplier,):
             raise _err(f"bias shape {bias.shape} does not match {channels * multiplier} outputs", wpath, name)
+        kernel, bias = _depthwise_kernel(depthwise, ksize, channels * multiplier), _read(bias)
         return [Conv2D(name=name, kernel=kernel, bias=bias, strides=strides, dilation=dilation, padding=pads,
                        activation=act, source_type=cls, groups=channels)]
     pointwise = weights[1]
@@ -656,9 +808,21 @@ def _depthwise(entry, cls, in_shape, root, cpath, wpath) -> List:
         raise _err(f"pointwise kernel shape {pointwise.shape} does not match filters={filters}", wpath, name)
     if bias is not None and bias.shape != (pointwise.shape[3],):
         raise _err(f"bias shape {bias.shape} does not match filters={pointwise.shape[3]}", wpath, name)
+    kernel, pointwise, bias = _depthwise_kernel(depthwise, ksize, channels * multiplier), pointwise.read(), _read(bias)
     return [Conv2D(name=f"{name}_depthwise", kernel=kernel, bias=None, strides=strides, dilation=dilation,
                    padding=pads, source_type=cls, groups=channels),
             Conv2D(name=name, kernel=pointwise, bias=bias, activation=act, source_type=cls)]
+
+
+def _read(stored):
+    return stored.read() if stored is not None else None
+
+
+def _depthwise_kernel(depthwise, ksize, outputs) -> np.ndarray:
+    """A depthwise kernel [kh, kw, channels, multiplier] read, as the grouped Conv2D's [kh, kw, 1, outputs]."""
+    kernel = depthwise.read().reshape(ksize + (1, outputs))
+    kernel.flags.writeable = False
+    return kernel
 
 
 def _global_pool(entry, cls, in_shape, cpath) -> Reduce:
@@ -782,12 +946,14 @@ def _batchnorm(entry, in_shape, root, cpath, wpath) -> BatchNorm:
     arrays = _weights_by_count(root, name, wpath, "BatchNormalization", (want,),
                                f"BatchNormalization with scale={scale}, center={center}")
     n = in_shape[-1]
+    labels = ["gamma"] * scale + ["beta"] * center + ["moving_mean", "moving_variance"]
+    for label, stored in zip(labels, arrays):  # declared shapes first: nothing is read before they match
+        if stored.shape != (n,):
+            raise _err(f"{label} has shape {stored.shape}, the input has {n} channels", wpath, name)
+    arrays = [stored.read() for stored in arrays]
     gamma = arrays.pop(0) if scale else np.ones(n, np.float32)
     beta = arrays.pop(0) if center else np.zeros(n, np.float32)
     mean, var = arrays
-    for label, arr in (("gamma", gamma), ("beta", beta), ("moving_mean", mean), ("moving_variance", var)):
-        if arr.shape != (n,):
-            raise _err(f"{label} has shape {arr.shape}, the input has {n} channels", wpath, name)
     bad = np.flatnonzero(~(var.astype(np.float64) + epsilon > 0))
     if bad.size:
         raise _err(f"BatchNormalization moving_variance + epsilon must be > 0 (channel {int(bad[0])}: "
@@ -1068,8 +1234,8 @@ def _model(name, model_config, root, cpath, wpath, meta) -> Model:
     """Assemble the IR Model and its traceability meta."""
     cls, entries, top, inbound, output = _layer_entries(model_config, cpath)
     keras3 = _is_keras3(meta.get("keras_version"), entries)
-    if callable(root):  # the Keras 3 weights layout needs the layer list to map its keys
-        root = root(entries)
+    # the Keras 3 weights layout needs the layer list to map its keys
+    root = root(entries) if callable(root) else LegacyWeights(root, wpath)
     input_shape, layers, ignored, edges, input_name = _build(entries, root, cpath, wpath, top, inbound, output,
                                                              keras3)
     sources = tuple(dict.fromkeys(str(p) for p in (cpath, wpath)))
@@ -1085,7 +1251,8 @@ def load_full_model(path) -> Model:
     """Read a full-model .h5 (root attr model_config + group model_weights)."""
     with _open_h5(path) as f:
         try:
-            raw = f.attrs.get("model_config")
+            check_hdf5(f, path)
+            raw = _attr(f.attrs, "model_config", path)
             if raw is None:
                 raise _err("missing model_config attribute (a weights-only file? load its "
                            "architecture .json instead, with this file next to it)", path)
@@ -1094,8 +1261,8 @@ def load_full_model(path) -> Model:
                 raise _err("missing model_weights group (model saved without weights?)", path)
             meta = {
                 "format": "keras-h5",
-                "keras_version": _text(f.attrs.get("keras_version", "unknown")),
-                "backend": _text(f.attrs.get("backend", "unknown")),
+                "keras_version": _text(_attr(f.attrs, "keras_version", path, "unknown")),
+                "backend": _text(_attr(f.attrs, "backend", path, "unknown")),
             }
             return _model(Path(path).stem, config, f["model_weights"], path, path, meta)
         except (OSError, RuntimeError) as exc:  # h5py on a corrupt file
@@ -1125,11 +1292,7 @@ def weights_file(json_path) -> Path:
 def load_pair(json_path) -> Model:
     """Read the Keras2C pair: architecture json + its weights .h5 (model_weights layout at root)."""
     jpath = Path(json_path)
-    try:
-        text = jpath.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _err(f"cannot read model json ({exc})", json_path) from None
-    config = _json(text, json_path, "architecture json")
+    config = files.read_json(json_path, "model json")
     wpath = weights_file(json_path)
     name = jpath.resolve().parent.name if jpath.name == "architecture.json" else jpath.stem
     try:
@@ -1143,10 +1306,11 @@ def _pair_model(f, name, config, json_path, wpath) -> Model:
     """The Model of a pair once its weights file is open (h5py read errors become one line)."""
     version = config.get("keras_version", "unknown") if isinstance(config, dict) else "unknown"
     try:
+        check_hdf5(f, wpath)
         meta = {
             "format": "keras-json",
-            "keras_version": _text(f.attrs.get("keras_version", version)),
-            "backend": _text(f.attrs.get("backend", "unknown")),
+            "keras_version": _text(_attr(f.attrs, "keras_version", wpath, version)),
+            "backend": _text(_attr(f.attrs, "backend", wpath, "unknown")),
         }
         return _model(name, config, _weights_root(f, wpath), json_path, wpath, meta)
     except (OSError, RuntimeError) as exc:  # h5py on a corrupt file
@@ -1189,7 +1353,6 @@ def write_dense(path, name, layers):
     JIT exports trained Gravity programs with it, so every nnbuild target can build them."""
     import h5py
 
-    from nnbuild import files
     specs = []
     for index, (layer, kernel, bias, activation) in enumerate(layers):
         config = {"name": layer, "units": int(np.shape(kernel)[1]), "activation": activation, "use_bias": True,

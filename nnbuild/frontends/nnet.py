@@ -43,12 +43,13 @@ from typing import List, Tuple
 
 import numpy as np
 
+from nnbuild import limits
 from nnbuild.errors import NNBuildError
 from nnbuild.ir.graph import Dense, Elementwise, Model
 from nnbuild.names import c_identifier
 
 #: largest file read (bytes); the ACAS Xu networks are 167 KB
-MAX_BYTES = 256 * 2 ** 20
+MAX_BYTES = limits.MAX_NNET_BYTES
 #: most weight layers, largest layer (neurons)
 MAX_LAYERS = 1024
 MAX_LAYER_SIZE = 1 << 20
@@ -57,7 +58,9 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: the smallest |range| an input may be divided by (float32's smallest normal number)
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+#: a line of comma-separated decimals (empty fields allowed), matched without backtracking
+_NUMBERS = re.compile(r"[ \t]*(?:{0}[ \t]*)?(?:,[ \t]*(?:{0}[ \t]*)?)*".format(_NUMBER.pattern))
 _INTEGER = re.compile(r"[+-]?\d{1,12}")
 
 
@@ -73,29 +76,56 @@ def _show(text, limit=24) -> str:
 
 
 class _Lines:
-    """The data lines of the file after the header, as (line number, fields), blank lines skipped."""
+    """The data lines of the file after the header, read one at a time (blank lines skipped): the
+    file is never split into a list of every field, which would cost many times its size."""
 
-    def __init__(self, path, records: List[Tuple[int, List[str]]], last_line: int, size: int):
-        self.path, self.records, self.last_line, self.size, self.at = path, records, last_line, size, 0
+    def __init__(self, path, data: bytes, start: int, number: int):
+        self.path, self.data, self.pos, self.number = path, data, start, number
+        self.size, self.last_line = len(data), data.count(b"\n") + 1
 
     @property
     def left(self) -> int:
-        return len(self.records) - self.at
+        """How many data lines are left, counted in vectorised passes (no object per line): the
+        lines minus the blank ones, once str.strip's whitespace is deleted."""
+        rest = np.frombuffer(self.data[self.pos:].translate(None, _BLANKS), np.uint8)
+        if not len(rest):
+            return 0
+        newline = rest == ord("\n")
+        empty = int(newline[0]) + int(np.count_nonzero(newline[1:] & newline[:-1])) + int(newline[-1])
+        return int(np.count_nonzero(newline)) + 1 - empty
 
-    def next(self, what, layer=None) -> Tuple[int, List[str]]:
-        if self.at >= len(self.records):
-            raise _err(self.path, self.last_line, f"file ends before the {what} (truncated)", layer)
-        record = self.records[self.at]
-        self.at += 1
-        return record
+    def next(self, what, layer=None) -> Tuple[int, str]:
+        while self.pos <= self.size:
+            end = self.data.find(b"\n", self.pos)
+            end = self.size if end < 0 else end
+            text = self.data[self.pos:end].decode("ascii").strip()
+            self.pos, self.number = end + 1, self.number + 1
+            if text:
+                return self.number, text
+        raise _err(self.path, self.last_line, f"file ends before the {what} (truncated)", layer)
 
     def values(self, what, count, layer=None, integers=False):
-        """The next line as exactly `count` numbers (ints with `integers`)."""
-        line, fields = self.next(what, layer)
+        """The next line as exactly `count` numbers (ints with `integers`); a line is not split
+        when its commas alone show it holds far more than `count` values."""
+        line, text = self.next(what, layer)
+        if count is not None and text.count(",") > 2 * count + 2:
+            raise _err(self.path, line, f"the {what} line has {text.count(',') + 1} comma-separated fields, "
+                                        f"expected {count} values", layer)
+        fields = [f.strip() for f in text.split(",") if f.strip()]
         if count is not None and len(fields) != count:
             raise _err(self.path, line, f"the {what} line has {len(fields)} value(s), expected {count}", layer)
+        if not integers and len(fields) > 8 and _NUMBERS.fullmatch(text):  # a long row of decimals: numpy
+            row = np.array(fields, dtype=np.float64)                      # converts it at once
+            if float(np.max(np.abs(row))) <= _FLOAT32_MAX:
+                return line, row
         return line, [_integer(self.path, line, f, what, layer) if integers else _number(self.path, line, f, what, layer)
                       for f in fields]
+
+
+#: the ASCII whitespace str.strip removes, but the newline
+_BLANKS = b" \t\r\x0b\x0c\x1c\x1d\x1e\x1f"
+_NOT_ASCII = re.compile(rb"[\x80-\xff]")
+_COMMENT = re.compile(rb"^[ \t\r\x0b\x0c\x1c-\x1f]*//", re.M)
 
 
 def _number(path, line, field, what, layer=None) -> float:
@@ -113,6 +143,10 @@ def _integer(path, line, field, what, layer=None) -> int:
     return int(field)
 
 
+def _line_of(data, match):
+    return data.count(b"\n", 0, match.start()) + 1 if match else None
+
+
 def _read_lines(path) -> _Lines:
     try:
         size = Path(path).stat().st_size
@@ -124,30 +158,26 @@ def _read_lines(path) -> _Lines:
         raise NNBuildError(f"cannot read the file ({error.strerror or error})", path=path) from None
     if len(data) > MAX_BYTES:
         raise _err(path, None, f"file is over {MAX_BYTES} bytes")
-    records, header, number = [], True, 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        try:
-            text = raw.decode("ascii").strip()
-        except UnicodeDecodeError:
-            if header and raw.lstrip().startswith(b"//"):
-                continue  # a comment may hold any bytes
-            raise _err(path, number, "holds bytes that are not ASCII (an NNet file is text)") from None
-        if header and text.startswith("//"):
-            continue
-        header = False
-        if not text:
-            continue
-        if text.startswith("//"):
-            raise _err(path, number, "a '//' comment after the header (comments only come first)")
-        records.append((number, [f.strip() for f in text.split(",") if f.strip()]))
-    return _Lines(path, records, number, len(data))
+    start, number = 0, 0
+    while start <= len(data):  # the '//' header: its comments may hold any bytes
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        if not data[start:end].lstrip().startswith(b"//"):
+            break
+        start, number = end + 1, number + 1
+    not_ascii, comment = (_line_of(data, pattern.search(data, start)) for pattern in (_NOT_ASCII, _COMMENT))
+    if not_ascii and (not comment or not_ascii <= comment):
+        raise _err(path, not_ascii, "holds bytes that are not ASCII (an NNet file is text)")
+    if comment:
+        raise _err(path, comment, "a '//' comment after the header (comments only come first)")
+    return _Lines(path, data, start, number)
 
 
 def load(path) -> Model:
     """Read an NNet file into the IR model of its raw-input -> raw-output function (module doc)."""
     lines = _read_lines(path)
-    if not lines.records:
-        raise _err(path, lines.last_line or None, "no data after the '//' header (empty or not an NNet file)")
+    if not lines.left:
+        raise _err(path, lines.last_line, "no data after the '//' header (empty or not an NNet file)")
 
     line, (n_layers, n_in, n_out, max_size) = lines.values(
         "numLayers, numInputs, numOutputs, maxLayerSize", 4, integers=True)
@@ -167,6 +197,16 @@ def load(path) -> Model:
     # Every count against the data present before anything is allocated: one line per weight row
     # and per bias, at least two bytes ("0,") per weight.
     weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
+    for l, (fan_in, units) in enumerate(zip(sizes, sizes[1:]), start=1):
+        if fan_in * units > limits.MAX_TENSOR_ELEMENTS:
+            raise _err(path, line, f"layer {l} is {fan_in} x {units}: {fan_in * units} weights, more than "
+                                   f"{limits.MAX_TENSOR_ELEMENTS} per layer (limits.MAX_TENSOR_ELEMENTS)")
+    if sum(sizes[1:]) > limits.MAX_NNET_NEURONS:
+        raise _err(path, line, f"the layer sizes make {sum(sizes[1:])} neurons, more than {limits.MAX_NNET_NEURONS} "
+                               "(limits.MAX_NNET_NEURONS)")
+    if weights > limits.MAX_MODEL_ELEMENTS:
+        raise _err(path, line, f"the layer sizes need {weights} weights, more than {limits.MAX_MODEL_ELEMENTS} "
+                               "(limits.MAX_MODEL_ELEMENTS)")
     if 2 * weights > lines.size:
         raise _err(path, line, f"the layer sizes need {weights} weights, more than a {lines.size}-byte file holds")
     needed = 4 + 2 * sum(sizes[1:])
