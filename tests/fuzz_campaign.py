@@ -359,9 +359,10 @@ def text_cases(seed):
         def mutate(d, k=k):
             r = random.Random(rng.random() + k)
             edited = json.loads(json.dumps(doc))
-            layer = r.choice(edited["layers"])
-            key = r.choice(sorted(layer))
-            layer[key] = r.choice([None, -1, 2 ** 40, "*/ evil /*", [], {}, 1e308, "nan"])
+            layer = r.choice(edited["config"]["layers"])
+            target = layer["config"] if r.random() < 0.8 else layer
+            key = r.choice(sorted(target))
+            target[key] = r.choice([None, -1, 2 ** 40, "*/ evil /*", [], {}, 1e308, "nan"])
             return generate(write(d / "m.json", json.dumps(edited)))
         cases.append(Case(f"acetone-mutated-{k}", mutate))
     return cases
@@ -435,8 +436,7 @@ def data_cases(seed):
                 z.writestr(name, data)
         return check_args(XOR, path)
     return [Case("npz-object-array", pickled), Case("npz-huge-header", huge_header),
-            Case("npz-dev-zero", lambda d: check_args(XOR, "/dev/zero")),
-            Case("npz-canary-path", lambda d: check_args(XOR, canary(d, "d.npz")))]
+            Case("npz-dev-zero", lambda d: check_args(XOR, "/dev/zero"))]
 
 
 def board_file(d, **changes):

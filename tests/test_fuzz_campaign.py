@@ -56,16 +56,19 @@ def run_case(case, root):
     folder.mkdir()
     (folder / "tmp").mkdir()
     args = case.make(folder)
-    if case.scons:
-        project = folder / "project"
-        for part in ("SConstruct", "site_scons", "toolchains"):
-            (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, project / part)
+    package = REPO
+    if case.scons:   # a copy of the project (its examples are found beside its package)
+        package = project = folder / "project"
+        for part in ("SConstruct", "site_scons", "toolchains", "nnbuild"):
+            (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(
+                REPO / part, project / part, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                               if (REPO / part).is_dir() else {}))
         command, cwd = [sys.executable, "-m", "SCons", *args], project
     else:
         command, cwd = [sys.executable, "-m", "nnbuild", *args], folder
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("NNBUILD_")},
            "TMPDIR": str(folder / "tmp"), "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(folder),
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(package)}
     log = root / "strace.log"
     start = time.monotonic()
     done = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", f"trace={TRACED}", "-o", str(log), *command],
@@ -119,7 +122,7 @@ def test_hostile_input_is_refused_in_one_line_and_stays_in_its_folder(case, tmp_
     assert done.returncode in (0, 2), f"exit {done.returncode}: {said[-3000:]}"
     out = tmp_path / "case" / "out"
     if done.returncode:
-        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        errors = [line for line in done.stderr.splitlines() if "error" in line or line.startswith("scons: *** ")]
         assert errors and "nnbuild" in errors[0] and len(errors[0]) < 1000, done.stderr[-3000:]
         if args[0] == "generate":   # no partial outputs
             assert not out.is_dir() or not any(out.iterdir()), sorted(p.name for p in out.iterdir())
