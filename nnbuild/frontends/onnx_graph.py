@@ -49,6 +49,8 @@ ELEMENTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "m
                "Sum": "add"}
 REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
 PASSTHROUGH = ("Identity", "Dropout")
+#: ops read on an input without a batch axis (a vector: per-element ops and a matrix product)
+BATCHLESS = tuple(UNARY) + tuple(ACTIVATION) + tuple(ELEMENTWISE) + PASSTHROUGH + ("MatMul",)
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: the ONNX spec's values of every enumerated string attribute the front-end reads: name -> op -> values
 STRING_VALUES = {
@@ -264,6 +266,7 @@ class _Converter:
         self.converted = {}    # (ir name, perm) -> (transposed ir name, shape): one layout change per tensor
         self.used = set()
         self.batch = 1
+        self.batchless = False   # a rank-1 input: the whole tensor is the sample (no batch axis)
         self.constant_elements = 0   # running totals, bounded by nnbuild.limits
         self.tensor_elements = 0
 
@@ -316,6 +319,8 @@ class _Converter:
             raise Problem("the model computes nothing")
         self._finish(out)
         meta = {"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name, "batch": self.batch}
+        if self.batchless:
+            meta["batch_axis"] = False
         if dropped:
             meta["unused_nodes_dropped"] = dropped
         model = g.Model(name, shape, self.layers, source_files=(str(self.path),), meta=meta, edges=self.edges,
@@ -355,11 +360,12 @@ class _Converter:
         for name in node.output:
             entry = self.tensors.get(name)
             theirs = self.inferred.get(name)
-            if not name or entry is None or entry[0] != "ir" or theirs is None or len(theirs) < 2:
+            skip = 0 if self.batchless else 1
+            if not name or entry is None or entry[0] != "ir" or theirs is None or len(theirs) < skip + 1:
                 continue
             ours = _unpermute(entry[2], entry[3])
-            if None not in theirs[1:] and tuple(theirs[1:]) != ours:
-                raise Problem(f"output '{name}' has the sample shape {ours} here but {tuple(theirs[1:])} by "
+            if None not in theirs[skip:] and tuple(theirs[skip:]) != ours:
+                raise Problem(f"output '{name}' has the sample shape {ours} here but {tuple(theirs[skip:])} by "
                               "ONNX shape inference")
 
     def _input_shape(self, value):
@@ -367,9 +373,13 @@ class _Converter:
         if t.elem_type != 1:
             raise Problem(f"input '{value.name}' is not float32 (ONNX type {t.elem_type})")
         dims = list(t.shape.dim)
-        if len(dims) < 2:
+        if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value >= 1:
+            # a vector input without a batch axis (nnet2onnx's ACAS Xu exports): it is one sample
+            self.batchless = True
+            dims = [None] + dims
+        elif len(dims) < 2:
             raise Problem(f"input '{value.name}' has rank {len(dims)}: expected a batch axis and a sample")
-        if dims[0].HasField("dim_value") and dims[0].dim_value > 1:
+        elif dims[0].HasField("dim_value") and dims[0].dim_value > 1:
             self.batch = int(dims[0].dim_value)
         rest = []
         for d in dims[1:]:
@@ -511,6 +521,8 @@ class _Converter:
         if op in FOLDABLE and is_const and inputs:
             self._fold(node, consts)
             return
+        if self.batchless and op not in BATCHLESS:
+            raise Problem(f"on an input without a batch axis nnbuild reads {', '.join(sorted(BATCHLESS))} only")
         if op == "Shape":
             shape = self.onnx_shape(inputs[0])
             full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
@@ -611,6 +623,8 @@ class _Converter:
                         raise Problem(f"axis {a['axis']} out of range")
                     start = int(a["axis"]) % (rank + 1)
                     c = c.reshape(c.shape + (1,) * (rank + 1 - start - c.ndim))
+                if self.batchless and c.ndim > rank:
+                    raise Problem(f"constant operand of rank {c.ndim} exceeds the rank-{rank} input (no batch axis)")
                 if c.ndim == rank + 1:
                     if c.shape[0] != 1:
                         raise Problem(f"constant operand of shape {c.shape} varies along the batch axis")
@@ -865,6 +879,10 @@ class _Converter:
             raise Problem(f"constant of rank {m.ndim} (a matrix only)")
         src, shape, perm = self.tensor_any(inputs[1])
         r = len(perm)
+        if self.batchless and r == 1:
+            # A @ x with x the whole (vector) input: one Dense of kernel A^T
+            self._dense(node, src, shape, m.T, None, perm)
+            return
         if r < 2:
             raise Problem("a constant times a vector per sample would contract the batch axis")
         if perm[-1] != r - 2:

@@ -1,0 +1,144 @@
+"""ONNX forms read since issue 28 (inputs without a batch axis, MatMul(W, x), HardSwish, Gelu, Erf,
+LogSoftmax, Split, Expand, ConvTranspose, external data), each compared with onnxruntime on random
+inputs at the float32 floor: the IR reference, and the generated v2 C on the host."""
+
+import subprocess
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import shared_file
+from nnbuild import codegen, frontends
+from nnbuild.errors import NNBuildError
+from nnbuild.ir import reference
+from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+
+ort = pytest.importorskip("onnxruntime")
+WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off"]
+FLOOR = 1e-5
+
+
+def save(tmp_path, name, nodes, in_shape, inits=(), opset=13, out_shape=None):
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 8)
+    path = tmp_path / f"{name}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def onnxruntime_run(path, samples, batchless=False):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    feed = (lambda s: s) if batchless else (lambda s: s[None])
+    return np.stack([session.run(None, {name: feed(s)})[0].reshape(-1) for s in samples])
+
+
+def c_run(tmp_path, model, samples):
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
+    exe = out / "check"
+    subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
+                    *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
+                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN), "-o",
+                    str(exe), "-lm"], check=True, capture_output=True, text=True)
+    return native.run_cases(exe, samples.reshape(len(samples), -1), model.output_size)
+
+
+def relative(got, want):
+    return float(np.max(np.abs(got.reshape(want.shape) - want))) / max(1.0, float(np.max(np.abs(want))))
+
+
+def check(tmp_path, path, samples, batchless=False, c=True):
+    """The IR reference (float32 and float64) and, if `c`, the v2 C against onnxruntime: the errors."""
+    model = frontends.load(path)
+    want = onnxruntime_run(path, samples, batchless)
+    errors = {}
+    for dtype in (np.float32, np.float64):
+        got = reference.run(model, samples.reshape((len(samples),) + tuple(model.input_shape)).astype(dtype))
+        errors[np.dtype(dtype).name] = relative(np.asarray(got).reshape(len(samples), -1), want)
+    if c:
+        errors["c"] = relative(c_run(tmp_path, model, samples), want)
+    assert max(errors.values()) <= FLOOR, errors
+    return model, errors
+
+
+def samples_for(shape, n=4, seed=5, scale=1.0):
+    return (np.random.default_rng(seed).normal(size=(n,) + tuple(shape)) * scale).astype(np.float32)
+
+
+# ----------------------------------------------------------------------- no batch axis, MatMul(W, x)
+
+def nnet2onnx_form(tmp_path, nnet_path, normalise):
+    """The ACAS Xu network as sisl/NNet's nnet2onnx writes it: X of shape [5], MatMul(W, X) + b,
+    Relu, ..., y_out of shape [5]; `normalise` adds the .nnet's clamp and (x - mean) / range and
+    y * range + mean as Max/Min/Sub/Div and Mul/Add nodes."""
+    model = frontends.load(nnet_path)
+    by_kind = {layer.name: layer for layer in model.layers}
+    dense = [layer for layer in model.layers if layer.kind == "dense"]
+    nodes, inits, last = [], [], "x"
+
+    def const(op, layer_name):
+        nonlocal last
+        layer = by_kind[layer_name]
+        inits.append((f"{layer_name}_c", np.asarray(layer.constants[0][1], np.float32)))
+        nodes.append(helper.make_node(op, [last, f"{layer_name}_c"], [layer_name], name=layer_name))
+        last = layer_name
+
+    if normalise:
+        for op, name in (("Max", "clamp_min"), ("Min", "clamp_max"), ("Sub", "sub_mean"), ("Div", "div_range")):
+            const(op, name)
+    for k, layer in enumerate(dense):
+        inits += [(f"W{k}", np.asarray(layer.kernel, np.float32).T), (f"B{k}", np.asarray(layer.bias, np.float32))]
+        nodes += [helper.make_node("MatMul", [f"W{k}", last], [f"M{k}"], name=f"MatMul_{k}"),
+                  helper.make_node("Add", [f"M{k}", f"B{k}"], [f"A{k}"], name=f"Add_{k}")]
+        last = f"A{k}"
+        if k < len(dense) - 1:
+            nodes.append(helper.make_node("Relu", [last], [f"R{k}"], name=f"Relu_{k}"))
+            last = f"R{k}"
+    if normalise:
+        const("Mul", "mul_range")
+        const("Add", "add_mean")
+    nodes[-1].output[0] = "y"
+    return save(tmp_path, "acas_" + ("normalised" if normalise else "raw"), nodes, [5], inits, 11, [5]), model
+
+
+@pytest.mark.parametrize("normalise", [False, True])
+def test_acas_xu_nnet2onnx_form_is_the_nnet_network(tmp_path, normalise):
+    path, nnet_model = nnet2onnx_form(tmp_path, shared_file("data", "nnet", "ACASXU_run2a_1_1_batch_2000.nnet"),
+                                      normalise)
+    x = samples_for((5,), n=6, seed=11, scale=0.5)
+    model, _ = check(tmp_path, path, x, batchless=True)
+    assert model.input_shape == (5,) and model.output_shape == (5,) and model.meta["batch_axis"] is False
+    if normalise:
+        # inside the clamp, the .nnet and its ONNX form are one network
+        lo = np.asarray(nnet_model.layers[0].constants[0][1])
+        hi = np.asarray(nnet_model.layers[1].constants[0][1])
+        inside = (lo + (hi - lo) * np.random.default_rng(3).uniform(size=(6, 5))).astype(np.float32)
+        a = reference.run(model, inside.astype(np.float64)).reshape(6, -1)
+        b = reference.run(nnet_model, inside.astype(np.float64)).reshape(6, -1)
+        assert relative(a, b) <= FLOOR
+
+
+def test_matmul_vector_times_matrix_without_batch_axis(tmp_path):
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Tanh", ["h"], ["y"], name="act")]
+    path = save(tmp_path, "vecmat", nodes, [7], [("w", rng.normal(size=(7, 3)).astype(np.float32))], 13, [3])
+    check(tmp_path, path, samples_for((7,)), batchless=True)
+
+
+@pytest.mark.parametrize("nodes, inits, what", [
+    ([helper.make_node("Softmax", ["x"], ["y"], name="sm")], [], "(Softmax): on an input without a batch axis"),
+    ([helper.make_node("Add", ["x", "c"], ["y"], name="add")], [("c", np.zeros((2, 4), np.float32))],
+     "(Add): constant operand of rank 2 exceeds the rank-1 input (no batch axis)"),
+])
+def test_batchless_refusals_in_one_line(tmp_path, nodes, inits, what):
+    path = save(tmp_path, "bad", nodes, [4], inits, 13)
+    with pytest.raises(NNBuildError) as info:
+        frontends.load(path)
+    message = str(info.value)
+    assert "\n" not in message and what in message and "bad.onnx" in message
