@@ -142,3 +142,77 @@ def test_batchless_refusals_in_one_line(tmp_path, nodes, inits, what):
         frontends.load(path)
     message = str(info.value)
     assert "\n" not in message and what in message and "bad.onnx" in message
+
+
+# ----------------------------------------------------------------------- element-wise and activation ops
+
+def op_cases():
+    """(name, nodes, input shape, initializers, opset, input scale)"""
+    rng = np.random.default_rng(28)
+    w = rng.normal(size=(6, 4)).astype(np.float32)
+
+    def one(op, **attrs):
+        return [helper.make_node(op, ["x"], ["y"], name=f"{op}_node", **attrs)]
+
+    erf_gelu = [helper.make_node("Div", ["x", "sqrt2"], ["d"], name="div"),
+                helper.make_node("Erf", ["d"], ["e"], name="erf"),
+                helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+                helper.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+                helper.make_node("Mul", ["m", "half"], ["y"], name="mul_half")]
+    split_concat = [helper.make_node("Split", ["x", "sizes"], ["s0", "s1", "s2"], name="split", axis=1),
+                    helper.make_node("Relu", ["s0"], ["r0"], name="relu"),
+                    helper.make_node("Neg", ["s2"], ["n2"], name="neg"),
+                    helper.make_node("Concat", ["n2", "r0", "s1"], ["y"], name="concat", axis=1)]
+    split_o11 = [helper.make_node("Split", ["x"], ["s0", "s1"], name="split", axis=-1, split=[1, 3]),
+                 helper.make_node("Add", ["s1", "s1"], ["y"], name="add")]
+    split_o18 = [helper.make_node("Split", ["x"], ["s0", "s1", "s2"], name="split", axis=2, num_outputs=3),
+                 helper.make_node("Mul", ["s2", "s0"], ["y"], name="mul")]
+    return [
+        ("hardswish", one("HardSwish"), [1, 3, 5, 4], [], 14, 4.0),
+        ("hardsigmoid", one("HardSigmoid", alpha=0.3, beta=0.4), [1, 3, 5, 4], [], 13, 4.0),
+        ("erf", one("Erf"), [1, 2, 9], [], 13, 2.0),
+        ("gelu_none", one("Gelu"), [1, 3, 7], [], 20, 3.0),
+        ("gelu_tanh", one("Gelu", approximate="tanh"), [1, 3, 7], [], 20, 3.0),
+        ("gelu_from_erf", erf_gelu, [1, 10], [("sqrt2", np.float32(np.sqrt(2))), ("one", np.float32(1)),
+                                              ("half", np.float32(0.5))], 13, 3.0),
+        ("logsoftmax_o13", one("LogSoftmax"), [1, 3, 6], [], 13, 3.0),
+        ("logsoftmax_o13_axis1", one("LogSoftmax", axis=1), [1, 3, 6], [], 13, 3.0),
+        ("logsoftmax_o11_coerce", one("LogSoftmax", axis=1), [1, 3, 2, 2], [], 11, 3.0),
+        ("logsoftmax_after_dense", [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+                                    helper.make_node("LogSoftmax", ["h"], ["y"], name="ls", axis=-1)],
+         [1, 6], [("w", w)], 13, 1.0),
+        ("split_concat_o13", split_concat, [1, 6, 3], [("sizes", np.array([1, 2, 3], np.int64))], 13, 1.0),
+        ("split_o11_attr", split_o11, [1, 2, 4], [], 11, 1.0),
+        ("split_o18_num_outputs", split_o18, [1, 2, 7], [], 18, 1.0),
+        ("expand_channels", [helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")], [1, 1, 4],
+         [("shape", np.array([1, 3, 1, 4], np.int64))], 13, 1.0),
+        ("expand_rows", [helper.make_node("Expand", ["x", "shape"], ["y"], name="expand")], [1, 3, 1],
+         [("shape", np.array([3, 5], np.int64))], 13, 1.0),
+    ]
+
+
+OP_CASES = {c[0]: c for c in op_cases()}
+
+
+@pytest.mark.parametrize("case", sorted(OP_CASES))
+def test_operator_matches_onnxruntime(tmp_path, case):
+    name, nodes, in_shape, inits, opset, scale = OP_CASES[case]
+    path = save(tmp_path, name, nodes, in_shape, inits, opset)
+    check(tmp_path, path, samples_for(in_shape[1:], scale=scale))
+
+
+@pytest.mark.parametrize("nodes, inits, opset, what", [
+    ([helper.make_node("Split", ["x", "s"], ["a", "y"], name="sp", axis=1)], [("s", np.array([1, 1], np.int64))],
+     13, "(Split): split sizes [1, 1] for 2 outputs of an axis of size 3"),
+    ([helper.make_node("Split", ["x"], ["a", "y"], name="sp", axis=0)], [], 13, "(Split): axis 0 is the batch axis"),
+    ([helper.make_node("Expand", ["x", "s"], ["y"], name="ex")], [("s", np.array([2, 3, 1], np.int64))], 13,
+     "(Expand): expanding the batch axis"),
+    ([helper.make_node("LogSoftmax", ["x"], ["y"], name="ls", axis=0)], [], 13,
+     "(LogSoftmax): logsoftmax over the batch axis"),
+])
+def test_operator_refusals_in_one_line(tmp_path, nodes, inits, opset, what):
+    path = save(tmp_path, "bad", nodes, [1, 3, 4], inits, opset)
+    with pytest.raises(NNBuildError) as info:
+        frontends.load(path)
+    message = str(info.value)
+    assert "\n" not in message and what in message and "bad.onnx" in message, message

@@ -15,6 +15,7 @@ The C for unary functions is written here once (`unary_functions`), for every sh
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -221,7 +222,8 @@ def resize_plan(layer, in_shape):
 def unary_functions(ops, real="float", sfx="f"):
     """C helper functions for the distinct (op, params) pairs of `ops`: [{"key", "name", "lines"}]
     where key = (op, params); the body follows nnbuild.ir.semantics.UNARY_FUNCTIONS."""
-    math = {"exp": "exp" + sfx, "log": "log" + sfx, "sqrt": "sqrt" + sfx, "fabs": "fabs" + sfx}
+    math = {"exp": "exp" + sfx, "log": "log" + sfx, "sqrt": "sqrt" + sfx, "fabs": "fabs" + sfx, "erf": "erf" + sfx,
+            "tanh": "tanh" + sfx}
     out, seen = [], {}
     for op, params in ops:
         key = (op, tuple(params))
@@ -275,6 +277,16 @@ def _unary_body(op, p, real, sfx, m):
         return [f"return {one} / x;"]
     if op == "clip":
         return [f"return x < {p[0]} ? {p[0]} : (x > {p[1]} ? {p[1]} : x);"]
+    if op == "hard_swish":
+        return [f"{real} t = {_lit(1.0 / 6.0, sfx)} * x + {_lit(0.5, sfx)};",
+                f"return x * (t < {zero} ? {zero} : (t > {one} ? {one} : t));"]
+    if op == "erf":
+        return [f"return ({real}){m['erf']}(x);"]
+    if op == "gelu" and float(p[0].rstrip("f")) != 0.0:
+        return [f"{real} u = {_lit(math.sqrt(2.0 / math.pi), sfx)} * (x + {_lit(0.044715, sfx)} * x * x * x);",
+                f"return {_lit(0.5, sfx)} * x * ({one} + ({real}){m['tanh']}(u));"]
+    if op == "gelu":
+        return [f"return {_lit(0.5, sfx)} * x * ({one} + ({real}){m['erf']}(x * {_lit(1.0 / math.sqrt(2.0), sfx)}));"]
     raise NNBuildError(f"internal error: no C for unary op '{op}'")
 
 

@@ -43,7 +43,8 @@ FOLDABLE = ("Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshap
             "Floor", "Ceil", "Neg", "Sqrt", "Size")
 UNARY = {"LeakyRelu": "leaky_relu", "Elu": "elu", "Selu": "selu", "HardSigmoid": "hard_sigmoid",
          "Softplus": "softplus", "Softsign": "softsign", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Abs": "abs",
-         "Neg": "neg", "Reciprocal": "reciprocal", "Clip": "clip"}
+         "Neg": "neg", "Reciprocal": "reciprocal", "Clip": "clip", "HardSwish": "hard_swish", "Erf": "erf",
+         "Gelu": "gelu"}
 ACTIVATION = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
 ELEMENTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Mean": "mean",
                "Sum": "add"}
@@ -62,6 +63,7 @@ STRING_VALUES = {
                                                   "tf_crop_and_resize")},
     "nearest_mode": {"Resize": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")},
     "keep_aspect_ratio_policy": {"Resize": ("stretch", "not_larger", "not_smaller")},
+    "approximate": {"Gelu": ("none", "tanh")},
 }
 #: integer attributes that are flags (0 or 1)
 FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "exclude_outside", "antialias",
@@ -80,7 +82,7 @@ DATA_ATTRIBUTES = ("Constant", "ConstantOfShape")
 SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE) | set(PASSTHROUGH) | {
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
-    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice"})
+    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand"})
 
 
 def channels_per_group(w, groups):
@@ -281,6 +283,7 @@ class _Converter:
         if len(graph.sparse_initializer):
             raise Problem("sparse initializers (not read)")
         needed, dropped = _prune(graph) if len(graph.output) == 1 else (None, 0)
+        self.needed = needed or set()
         initializers = {init.name for init in graph.initializer}
         for init in graph.initializer:
             if needed is None or init.name in needed:
@@ -585,7 +588,8 @@ class _Converter:
         op = node.op_type
         params = {"LeakyRelu": (a.get("alpha", 0.01),), "Elu": (a.get("alpha", 1.0),),
                   "Selu": (a.get("alpha", 1.6732632423543772), a.get("gamma", 1.0507009873554805)),
-                  "HardSigmoid": (a.get("alpha", 0.2), a.get("beta", 0.5))}.get(op, ())
+                  "HardSigmoid": (a.get("alpha", 0.2), a.get("beta", 0.5)),
+                  "Gelu": (1.0 if _text(a.get("approximate", "none")) == "tanh" else 0.0,)}.get(op, ())
         if op == "Clip":
             if self.opset < 11:
                 lo, hi = a.get("min", -np.inf), a.get("max", np.inf)
@@ -1060,6 +1064,69 @@ class _Converter:
                         tuple(ct[p] for p in perm), source_type="Slice")
         self.emit(node, layer, [src], perm=perm)
 
+    def op_Split(self, node, a, inputs, consts):
+        """Each output that is read becomes a Slice of its part along the axis (constant sizes)."""
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
+        k = self.axis(a.get("axis", 0), len(shape))
+        outputs = list(node.output)
+        if self.opset >= 13 and len(inputs) > 1 and inputs[1]:
+            if consts[1] is None:
+                raise Problem("split sizes computed from the input")
+            sizes = [int(v) for v in np.asarray(consts[1]).reshape(-1)]
+        elif self.opset < 13 and "split" in a:
+            sizes = [int(v) for v in a["split"]]
+        else:
+            parts = int(a.get("num_outputs", len(outputs)))
+            if parts != len(outputs) or parts < 1:
+                raise Problem(f"num_outputs {parts} for {len(outputs)} outputs")
+            chunk = -(-shape[k] // parts)
+            sizes = [max(0, min(chunk, shape[k] - chunk * j)) for j in range(parts)]
+        if len(sizes) != len(outputs) or any(v < 0 for v in sizes) or sum(sizes) != shape[k]:
+            raise Problem(f"split sizes {sizes} for {len(outputs)} outputs of an axis of size {shape[k]}")
+        start = 0
+        for j, (name, size) in enumerate(zip(outputs, sizes)):
+            if name and name in self.needed:
+                if size == 0:
+                    raise Problem(f"output '{name}' is empty")
+                st, ct = [0] * len(shape), list(shape)
+                st[k], ct[k] = start, size
+                layer = g.Slice(self.unique(f"{self.label(node)}_{j}"), tuple(st[p] for p in perm),
+                                (1,) * len(shape), tuple(ct[p] for p in perm), source_type="Split")
+                self.emit(node, layer, [src], output=j, perm=perm)
+            start += size
+
+    def op_Expand(self, node, a, inputs, consts):
+        """A broadcast to a constant shape: a Tile of the size-1 axes (after leading size-1 axes)."""
+        src, ir, perm = self.tensor_any(inputs[0])
+        if consts[1] is None:
+            raise Problem("shape computed from the input")
+        target = [int(v) for v in np.asarray(consts[1]).reshape(-1)]
+        shape = _unpermute(ir, perm)
+        full = (self.batch,) + tuple(shape)
+        if len(target) > len(full):
+            if self.batch != 1:
+                raise Problem(f"shape {target} adds axes before the batch axis of size {self.batch}")
+            # batch 1: the new leading axes are size 1 in the input (the batch axis moves into the sample)
+            src, ir = self.tensor(inputs[0], node)
+            shape = (1,) * (len(target) - len(full)) + tuple(shape)
+            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_rank"), shape,
+                                     source_type="Expand (leading axes)"), [src])
+            ir, perm, full = shape, _identity(len(shape)), (1,) + shape
+        target = [1] * (len(full) - len(target)) + target
+        try:
+            out = g.broadcast_shape(full, tuple(target))
+        except ValueError:
+            raise Problem(f"shape {target} does not broadcast with {full}") from None
+        if out[0] != self.batch:
+            raise Problem("expanding the batch axis")
+        reps = [o // n for o, n in zip(out[1:], shape)]
+        if all(r == 1 for r in reps):
+            self.tensors[node.output[0]] = self.tensors[inputs[0]]
+            return
+        layer = g.Tile(self.unique(self.label(node)), tuple(reps[p] for p in perm), source_type="Expand")
+        self.emit(node, layer, [src], perm=perm)
+
     def gathered(self, a, inputs, consts):
         """A Gather-like node's data (tensor, IR shape, layout perm), its model shape, the axis and
         the indices (constants only), as int64."""
@@ -1120,6 +1187,26 @@ class _Converter:
         self.emit(node, layer, [src], perm=perm)
 
     def op_Softmax(self, node, a, inputs, consts):
+        self._softmax(node, a, inputs, self._softmax_layer)
+
+    def op_LogSoftmax(self, node, a, inputs, consts):
+        self._softmax(node, a, inputs, self._log_softmax_layers)
+
+    def _softmax_layer(self, node, src, axis):
+        return self.add(g.Softmax(self.unique(self.label(node)), axis, source_type="Softmax"), [src])
+
+    def _log_softmax_layers(self, node, src, axis):
+        """LogSoftmax as ONNX's reference and onnxruntime compute it: d = x - max(x); d - log(sum(exp(d)))."""
+        label = self.label(node)
+        peak = self.add(g.Reduce(self.unique(f"{label}_max"), "max", (axis,), True, source_type="LogSoftmax"), [src])
+        d = self.add(g.Elementwise(self.unique(f"{label}_shift"), "sub", source_type="LogSoftmax"), [src, peak])
+        e = self.add(g.Unary(self.unique(f"{label}_exp"), "exp", source_type="LogSoftmax"), [d])
+        total = self.add(g.Reduce(self.unique(f"{label}_sum"), "sum", (axis,), True, source_type="LogSoftmax"), [e])
+        log = self.add(g.Unary(self.unique(f"{label}_log"), "log", source_type="LogSoftmax"), [total])
+        return self.add(g.Elementwise(self.unique(label), "sub", source_type="LogSoftmax"), [d, log])
+
+    def _softmax(self, node, a, inputs, build):
+        """Softmax/LogSoftmax over one axis (opset >= 13) or over the flattened axis..end (< 13)."""
         src, ir, perm = self.tensor_any(inputs[0])
         rank = len(ir)
         axis = int(a.get("axis", -1 if self.opset >= 13 else 1))
@@ -1127,18 +1214,17 @@ class _Converter:
             raise Problem(f"axis {axis} out of range")
         axis = axis % (rank + 1)
         if axis == 0:
-            raise Problem("softmax over the batch axis")
+            raise Problem(f"{node.op_type.lower()} over the batch axis")
         if self.opset >= 13 or axis == rank:
-            layer = g.Softmax(self.unique(self.label(node)), _inverse(perm)[axis - 1], source_type="Softmax")
-            self.emit(node, layer, [src], perm=perm)
+            out = build(node, src, _inverse(perm)[axis - 1])
+            self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], perm)
             return
         src, shape = self.tensor(inputs[0], node)
         # opset < 13: softmax over the flattened axes axis..end
         flat = (int(np.prod(shape[:axis - 1])), int(np.prod(shape[axis - 1:])))
-        name = self.add(g.Reshape(self.unique(self.label(node) + "_2d"), flat, source_type="Softmax (coerce 2-D)"),
-                        [src])
-        soft = self.add(g.Softmax(self.unique(self.label(node)), 1, source_type="Softmax"), [name])
-        self.reshape(node, soft, flat, shape)
+        name = self.add(g.Reshape(self.unique(self.label(node) + "_2d"), flat,
+                                  source_type=f"{node.op_type} (coerce 2-D)"), [src])
+        self.reshape(node, build(node, name, 1), flat, shape)
 
     def op_reduce(self, node, a, inputs, consts):
         src, ir, perm = self.tensor_any(inputs[0])
