@@ -365,7 +365,8 @@ def test_lenet5_onnx_matches_onnxruntime_and_folds_its_layout(tmp_path):
 
 
 @pytest.mark.parametrize("nodes, inits, what", [
-    ([node("ConvTranspose", ["x", "w"])], [("w", np.zeros((3, 2, 2, 2), np.float32))], "(ConvTranspose): operator"),
+    ([node("ConvTranspose", ["x", "w"], output_shape=[5, 5])], [("w", np.zeros((3, 2, 2, 2), np.float32))],
+     "(ConvTranspose): output_shape (only pads and output_padding)"),
     ([node("MatMul", ["x", "x"])], [], "(MatMul): a product of two computed tensors"),
     ([node("Softmax", ["x"], axis=0)], [], "(Softmax): softmax over the batch axis"),
     ([node("Transpose", ["x"], perm=[1, 0, 2, 3])], [], "(Transpose): perm [1, 0, 2, 3] moves the batch axis"),

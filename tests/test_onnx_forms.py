@@ -216,3 +216,38 @@ def test_operator_refusals_in_one_line(tmp_path, nodes, inits, opset, what):
         frontends.load(path)
     message = str(info.value)
     assert "\n" not in message and what in message and "bad.onnx" in message, message
+
+
+# ----------------------------------------------------------------------- ConvTranspose
+
+def conv_transpose_cases():
+    """(name, attrs, input shape, weight shape, bias)"""
+    return [
+        ("plain", {}, [1, 3, 4, 5], (3, 2, 3, 3), True),
+        ("stride2_pads", {"strides": [2, 2], "pads": [1, 1, 1, 1]}, [1, 2, 4, 3], (2, 3, 3, 3), True),
+        ("stride_output_padding", {"strides": [2, 3], "pads": [0, 1, 1, 0], "output_padding": [1, 2]},
+         [1, 2, 3, 4], (2, 2, 2, 3), False),
+        ("dilated_groups", {"dilations": [2, 1], "group": 2, "strides": [1, 2]}, [1, 4, 3, 3], (4, 3, 3, 2), True),
+        ("large_pads", {"pads": [3, 2, 2, 3], "strides": [3, 3]}, [1, 2, 4, 4], (2, 2, 3, 3), True),
+        ("valid_1d", {"strides": [2], "auto_pad": "VALID"}, [1, 3, 6], (3, 2, 4), True),
+        ("pads_1d", {"strides": [3], "pads": [1, 2], "output_padding": [1]}, [1, 2, 5], (2, 4, 3), True),
+    ]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in conv_transpose_cases()])
+def test_conv_transpose_matches_onnxruntime(tmp_path, case):
+    name, attrs, in_shape, w_shape, bias = next(c for c in conv_transpose_cases() if c[0] == case)
+    rng = np.random.default_rng(7)
+    inits = [("w", rng.normal(size=w_shape).astype(np.float32))]
+    if bias:
+        inits.append(("b", rng.normal(size=(w_shape[1] * attrs.get("group", 1),)).astype(np.float32)))
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], name="ct", **attrs)]
+    path = save(tmp_path, f"ct_{name}", nodes, in_shape, inits, 13)
+    check(tmp_path, path, samples_for(in_shape[1:]))
+
+
+def test_conv_transpose_output_shape_is_refused_in_one_line(tmp_path):
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="ct", auto_pad="SAME_UPPER", strides=[2, 2])]
+    path = save(tmp_path, "bad", nodes, [1, 3, 4, 4], [("w", np.zeros((3, 2, 3, 3), np.float32))], 13)
+    with pytest.raises(NNBuildError, match=r"node 'ct' \(ConvTranspose\): auto_pad SAME_UPPER \(only NOTSET and VALID\)"):
+        frontends.load(path)

@@ -55,7 +55,7 @@ BATCHLESS = tuple(UNARY) + tuple(ACTIVATION) + tuple(ELEMENTWISE) + PASSTHROUGH 
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: the ONNX spec's values of every enumerated string attribute the front-end reads: name -> op -> values
 STRING_VALUES = {
-    "auto_pad": {"Conv": _AUTO_PAD, "MaxPool": _AUTO_PAD, "AveragePool": _AUTO_PAD},
+    "auto_pad": {"Conv": _AUTO_PAD, "MaxPool": _AUTO_PAD, "AveragePool": _AUTO_PAD, "ConvTranspose": _AUTO_PAD},
     "mode": {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
              "Upsample": ("nearest", "linear", "bilinear")},
     "coordinate_transformation_mode": {"Resize": ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
@@ -71,7 +71,7 @@ FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "
 #: integer attributes whose every value is >= 1
 POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size")
 #: integer attributes whose every value is >= 0, by op (Pad's own pads are checked by op_Pad)
-NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool")}
+NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool", "ConvTranspose"), "output_padding": ("ConvTranspose",)}
 #: attributes with the one value nnbuild implements: (op, name) -> value (inference semantics only)
 FIXED = {("BatchNormalization", "training_mode"): 0, ("BatchNormalization", "spatial"): 1}
 #: float attributes that may be infinite (every other float attribute must be finite): (op, name) -> allowed
@@ -82,7 +82,8 @@ DATA_ATTRIBUTES = ("Constant", "ConstantOfShape")
 SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE) | set(PASSTHROUGH) | {
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
-    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand"})
+    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand",
+    "ConvTranspose"})
 
 
 def channels_per_group(w, groups):
@@ -732,6 +733,72 @@ class _Converter:
                                else kernel.shape[1:2], strides[-rank:], dil[-rank:], rank)
             return g.Conv2D(self.unique(self.label(node)), kernel, None if b is None else np.asarray(b, np.float32),
                             strides, dil, pads, "linear", source_type="Conv", groups=groups)
+        self.spatial(node, inputs, build)
+
+    def op_ConvTranspose(self, node, a, inputs, consts):
+        """The transposed convolution as the convolution it is the adjoint of: the input with
+        stride - 1 zeros between cells (Reshape, Pad, Reshape), padded by dilation * (kernel - 1)
+        minus pads (plus output_padding at the end; a negative pad removes cells), then a stride-1
+        Conv2D of the flipped kernel with in/out channels swapped. The non-zero products are the
+        same ones ONNX sums; the added terms are exact zeros."""
+        w = consts[1]
+        if w is None:
+            raise Problem("weights computed from the input (only an initializer)")
+        b = consts[2] if len(inputs) > 2 and inputs[2] else None
+        if len(inputs) > 2 and inputs[2] and b is None:
+            raise Problem("bias computed from the input")
+        rank = w.ndim - 2
+        if rank not in (1, 2):
+            raise Problem(f"{rank}-D transposed convolution (1-D and 2-D only)")
+        if "output_shape" in a:
+            raise Problem("output_shape (only pads and output_padding)")
+        if _text(a.get("auto_pad", "NOTSET")) in ("SAME_UPPER", "SAME_LOWER"):
+            raise Problem(f"auto_pad {_text(a['auto_pad'])} (only NOTSET and VALID)")
+        w = np.asarray(w, np.float32)
+        groups = int(a.get("group", 1))
+        if "kernel_shape" in a and tuple(a["kernel_shape"]) != tuple(w.shape[2:]):
+            raise Problem(f"kernel_shape {list(a['kernel_shape'])} but weights of shape {tuple(w.shape)}")
+        if w.shape[0] % groups:
+            raise Problem(f"group {groups} does not divide the {w.shape[0]} input channels")
+        if rank == 1:
+            w = w[:, :, None, :]
+        cin_g, cout_g = w.shape[0] // groups, w.shape[1]
+        # conv weights OIHW: out channel g*cout_g + o reads input channels g*cin_g + i, kernel flipped
+        conv = w.reshape(groups, cin_g, cout_g, *w.shape[2:]).transpose(0, 2, 1, 3, 4)
+        conv = conv.reshape(groups * cout_g, cin_g, *w.shape[2:])[:, :, ::-1, ::-1]
+        kernel = np.ascontiguousarray(np.transpose(conv, (2, 3, 1, 0)))  # OIHW -> HWIO
+        strides = self.pair(a.get("strides"), rank, 1)
+        dil = self.pair(a.get("dilations"), rank, 1)
+        extra = self.pair(a.get("output_padding"), rank, 0)
+        if any(e >= max(s, d) for e, s, d in zip(extra, strides, dil)):
+            raise Problem(f"output_padding {list(extra[-rank:])} not below the stride or dilation")
+        pads = [0] * (2 * rank) if _text(a.get("auto_pad", "NOTSET")) == "VALID" or "pads" not in a else list(a["pads"])
+        if len(pads) != 2 * rank:
+            raise Problem(f"{len(pads)} pads for {rank} spatial axes")
+        begin, end = ((0,) + tuple(pads[:1]), (0,) + tuple(pads[1:])) if rank == 1 else (pads[:2], pads[2:])
+        label = self.label(node)
+
+        def build(hwc):
+            h, w_, c = hwc
+            if c != w.shape[0]:
+                raise Problem(f"weights for {w.shape[0]} input channels, input has {c}")
+            layers = []
+            if strides != (1, 1):
+                layers += [g.Reshape(self.unique(f"{label}_cells"), (h, 1, w_, 1, c),
+                                     source_type="ConvTranspose (stride)"),
+                           g.Pad(self.unique(f"{label}_stride"), ((0, 0), (0, strides[0] - 1), (0, 0),
+                                                                  (0, strides[1] - 1), (0, 0)), "constant", 0.0,
+                                 source_type="ConvTranspose (stride)"),
+                           g.Reshape(self.unique(f"{label}_stuffed"), (h * strides[0], w_ * strides[1], c),
+                                     source_type="ConvTranspose (stride)")]
+            around = [(dil[k] * (kernel.shape[k] - 1) - begin[k],
+                       dil[k] * (kernel.shape[k] - 1) - end[k] + extra[k] - (strides[k] - 1)) for k in range(2)]
+            if any(v for pair in around for v in pair):
+                layers.append(g.Pad(self.unique(f"{label}_pad"), tuple(around) + ((0, 0),), "constant", 0.0,
+                                    source_type="ConvTranspose (pads)"))
+            layers.append(g.Conv2D(self.unique(label), kernel, None if b is None else np.asarray(b, np.float32),
+                                   (1, 1), dil, (0, 0, 0, 0), "linear", source_type="ConvTranspose", groups=groups))
+            return layers
         self.spatial(node, inputs, build)
 
     def _pool(self, node, a, inputs, mode):
