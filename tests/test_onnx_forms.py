@@ -251,3 +251,77 @@ def test_conv_transpose_output_shape_is_refused_in_one_line(tmp_path):
     path = save(tmp_path, "bad", nodes, [1, 3, 4, 4], [("w", np.zeros((3, 2, 3, 3), np.float32))], 13)
     with pytest.raises(NNBuildError, match=r"node 'ct' \(ConvTranspose\): auto_pad SAME_UPPER \(only NOTSET and VALID\)"):
         frontends.load(path)
+
+
+# ----------------------------------------------------------------------- external data
+
+def external_model(tmp_path, location="mlp.onnx.data"):
+    """An MLP saved as torch.onnx.export saves it by default: every weight in `mlp.onnx.data`
+    beside the model (onnx.save_model with save_as_external_data, one file, no size threshold)."""
+    import onnx
+    rng = np.random.default_rng(23)
+    inits = [("w1", rng.normal(size=(6, 32)).astype(np.float32)), ("b1", rng.normal(size=32).astype(np.float32)),
+             ("w2", rng.normal(size=(32, 3)).astype(np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+             helper.make_node("Add", ["h", "b1"], ["a"], name="add1"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    path = save(folder, "mlp", nodes, [1, 6], inits, 17)
+    model = onnx.load(str(path))
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location,
+                    size_threshold=0)
+    return path
+
+
+def test_external_data_beside_the_model_is_read(tmp_path):
+    import onnx
+    path = external_model(tmp_path)
+    data = path.parent / "mlp.onnx.data"
+    assert data.exists() and all(t.data_location == 1 for t in onnx.load(str(path), load_external_data=False)
+                                 .graph.initializer)
+    model, _ = check(tmp_path, path, samples_for((6,)))
+    assert str(data.resolve()) in model.source_files
+    assert frontends.implicit_dependencies(str(path)) == [str(data.resolve())]
+
+
+def edit_external(path, **changes):
+    """Rewrite the first initializer's external_data entries (key -> value; None removes it)."""
+    import onnx
+    model = onnx.load(str(path), load_external_data=False)
+    tensor = model.graph.initializer[0]
+    info = {e.key: e.value for e in tensor.external_data}
+    info.update(changes)
+    del tensor.external_data[:]
+    for key, value in info.items():
+        if value is not None:
+            tensor.external_data.add(key=key, value=value)
+    path.write_bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize("changes, what", [
+    ({"location": "/etc/passwd"}, "location '/etc/passwd' is not a plain relative name inside the model's folder"),
+    ({"location": "../secret.bin"}, "location '../secret.bin' is not a plain relative name"),
+    ({"location": "sub/../../secret.bin"}, "is not a plain relative name"),
+    ({"location": "missing.data"}, "external data file 'missing.data' does not exist beside the model"),
+    ({"location": "link.data"}, "external data file 'link.data' leads outside the model's folder"),
+    ({"location": "folder"}, "external data 'folder' is not a regular file"),
+    ({"offset": "999999"}, "runs past the end of 'mlp.onnx.data'"),
+    ({"offset": "-4"}, "external data of 768 bytes at offset -4"),
+    ({"length": "12"}, "external data of 12 bytes at offset 0, the tensor declares 768 bytes"),
+    ({"offset": "x"}, "external data offset/length are not integers"),
+    ({"funny": "1"}, "external data key 'funny' is not read by nnbuild"),
+])
+def test_external_data_outside_the_rules_is_refused_in_one_line(tmp_path, changes, what):
+    path = external_model(tmp_path)
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 4096)
+    (path.parent / "link.data").symlink_to(tmp_path / "secret.bin")
+    (path.parent / "folder").mkdir()
+    edit_external(path, **changes)
+    with pytest.raises(NNBuildError) as info:
+        frontends.load(path)
+    message = str(info.value)
+    assert "\n" not in message and what in message and "initializer 'w1'" in message and "mlp.onnx" in message, \
+        message
+    assert frontends.implicit_dependencies(str(path)) in ([], [str((path.parent / "mlp.onnx.data").resolve())])

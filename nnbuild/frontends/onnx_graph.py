@@ -18,7 +18,11 @@ Semantics are ONNX's, mapped exactly:
   transpose pairs that cancel;
 * initializers, Constant nodes and integer side computations on static shapes (Shape -> Gather ->
   Concat -> Reshape chains of PyTorch exports) are folded at load with onnx's reference evaluator
-  (sizes bounded before evaluating: the file is untrusted input; external data is not read).
+  (sizes bounded before evaluating: the file is untrusted input);
+* external data (`torch.onnx.export`'s `m.onnx.data`) is read only from a regular file inside the
+  model's own folder, named relatively without `..`, its resolved path (links followed) still in
+  that folder, the offset and length checked against the file's size and the tensor's declared
+  size before a byte is read.
 Cost is bounded before any work (the limits are nnbuild.limits'): the file size before parsing,
 the node count before shape inference; nodes the graph output does not need are dropped unread;
 every initializer's, constant's and folded constant's declared size, and every layer's output
@@ -197,6 +201,55 @@ def _declared_elements(tensor):
     return n
 
 
+#: bytes per element of the ONNX element types read from external data (TensorProto.DataType)
+EXTERNAL_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
+
+
+def external_file(model_path, location, what):
+    """The file an external-data location names, if it is a regular file inside the model's own
+    folder: a relative name without '..', whose resolved path (links followed) stays there."""
+    from pathlib import PurePosixPath
+    folder = Path(model_path).resolve().parent
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if (not location or "\0" in location or location.startswith(("/", "\\")) or ":" in location
+            or any(p in ("..", ".") for p in parts) or not parts):
+        raise Problem(f"{what}: external data location '{location[:80]}' is not a plain relative name inside "
+                      "the model's folder")
+    path = folder.joinpath(*parts)
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise Problem(f"{what}: external data file '{location[:80]}' does not exist beside the model") from None
+    if folder not in real.parents:
+        raise Problem(f"{what}: external data file '{location[:80]}' leads outside the model's folder")
+    if not real.is_file():
+        raise Problem(f"{what}: external data '{location[:80]}' is not a regular file")
+    return real
+
+
+def implicit_dependencies(path):
+    """The external data files a model.onnx names that are inside its folder (for the SCons
+    scanner: an edit of `m.onnx.data` rebuilds); nothing when the file cannot be read."""
+    import onnx
+    path = Path(path)
+    try:
+        if path.stat().st_size > limits.MAX_MODEL_FILE_BYTES:
+            return []
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 (the load step reports an unreadable model)
+        return []
+    found = set()
+    tensors = list(proto.graph.initializer) + [a.t for n in proto.graph.node for a in n.attribute if a.t.dims]
+    for tensor in tensors:
+        if tensor.data_location == 1:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            try:
+                found.add(str(external_file(path, location, "")))
+            except Problem:
+                continue
+    return sorted(found)
+
+
 def _prune(graph):
     """Drop (in place) the nodes the graph's one output does not need, so they are never checked,
     inferred or evaluated; returns the names the kept nodes read and how many nodes were dropped."""
@@ -270,6 +323,7 @@ class _Converter:
         self.used = set()
         self.batch = 1
         self.batchless = False   # a rank-1 input: the whole tensor is the sample (no batch axis)
+        self.external_files = set()  # external data files read (model sources: a build depends on them)
         self.constant_elements = 0   # running totals, bounded by nnbuild.limits
         self.tensor_elements = 0
 
@@ -286,9 +340,18 @@ class _Converter:
         needed, dropped = _prune(graph) if len(graph.output) == 1 else (None, 0)
         self.needed = needed or set()
         initializers = {init.name for init in graph.initializer}
+        if needed is not None:
+            # unread and unused (external data included): dropped like the nodes nothing needs
+            kept = [init for init in graph.initializer if init.name in needed]
+            if len(kept) != len(graph.initializer):
+                import onnx
+                copies = [onnx.TensorProto() for _ in kept]
+                for copy, init in zip(copies, kept):
+                    copy.CopyFrom(init)
+                del graph.initializer[:]
+                graph.initializer.extend(copies)
         for init in graph.initializer:
-            if needed is None or init.name in needed:
-                self.tensors[init.name] = ("const", self.tensor_array(init, f"initializer '{init.name}'"))
+            self.tensors[init.name] = ("const", self.tensor_array(init, f"initializer '{init.name}'"))
         inputs = [i for i in graph.input if i.name not in initializers]
         if len(inputs) != 1 or len(graph.output) != 1:
             raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs: nnbuild generates one input "
@@ -327,7 +390,8 @@ class _Converter:
             meta["batch_axis"] = False
         if dropped:
             meta["unused_nodes_dropped"] = dropped
-        model = g.Model(name, shape, self.layers, source_files=(str(self.path),), meta=meta, edges=self.edges,
+        model = g.Model(name, shape, self.layers, source_files=(str(self.path),) + tuple(sorted(self.external_files)),
+                        meta=meta, edges=self.edges,
                         input_name=self.input_name)
         fold_layout(model)
         try:
@@ -435,15 +499,55 @@ class _Converter:
                           f"MAX_TOTAL_CONSTANT_ELEMENTS = {limits.MAX_TOTAL_CONSTANT_ELEMENTS})")
 
     def tensor_array(self, tensor, what):
-        """The array of a TensorProto held in the file, its declared size bounded before it is read."""
+        """The array of a TensorProto held in the file (or beside it: external data), its declared
+        size bounded before it is read."""
         from onnx import numpy_helper
-        if tensor.data_location == 1:
-            raise Problem(f"{what} uses external data (not read)")
         self.count_constant(_declared_elements(tensor), what)
+        if tensor.data_location == 1:
+            # inlined in the proto itself: the checker then sees the bytes read, not a file name
+            tensor.CopyFrom(self.external_tensor(tensor, what))
         try:
             return numpy_helper.to_array(tensor)
         except Exception as exc:  # noqa: BLE001 (data and dims disagree, unknown types)
             raise Problem(f"{what} cannot be read ({type(exc).__name__})") from None
+
+    def external_tensor(self, tensor, what):
+        """A copy of `tensor` with its external bytes inline, read under the rules of external_file."""
+        from onnx import TensorProto, helper
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        unknown = sorted(set(info) - {"location", "offset", "length", "checksum", "basepath"})
+        if unknown:
+            raise Problem(f"{what}: external data key '{unknown[0][:40]}' is not read by nnbuild")
+        itemsize = EXTERNAL_ITEMSIZE.get(tensor.data_type)
+        if itemsize is None:
+            name = helper.tensor_dtype_to_np_dtype(tensor.data_type) if tensor.data_type else "undefined"
+            raise Problem(f"{what}: external data of element type {name} (fixed-size numbers only)")
+        want = _declared_elements(tensor) * itemsize
+        try:
+            offset = int(info.get("offset", "0"))
+            length = int(info["length"]) if "length" in info else want
+        except ValueError:
+            raise Problem(f"{what}: external data offset/length are not integers") from None
+        if offset < 0 or length != want:
+            raise Problem(f"{what}: external data of {length} bytes at offset {offset}, the tensor declares "
+                          f"{want} bytes")
+        path = external_file(self.path, info.get("location", ""), what)
+        size = path.stat().st_size
+        if offset + length > size:
+            raise Problem(f"{what}: external data at offset {offset} + {length} bytes runs past the end of "
+                          f"'{path.name}' ({size} bytes)")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        if len(data) != length:
+            raise Problem(f"{what}: '{path.name}' changed while it was read")
+        inline = TensorProto()
+        inline.CopyFrom(tensor)
+        del inline.external_data[:]
+        inline.data_location = TensorProto.DEFAULT
+        inline.raw_data = data
+        self.external_files.add(str(path))
+        return inline
 
     def const(self, name):
         if not name:
