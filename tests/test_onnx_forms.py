@@ -171,6 +171,8 @@ def op_cases():
         ("hardswish", one("HardSwish"), [1, 3, 5, 4], [], 14, 4.0),
         ("hardsigmoid", one("HardSigmoid", alpha=0.3, beta=0.4), [1, 3, 5, 4], [], 13, 4.0),
         ("erf", one("Erf"), [1, 2, 9], [], 13, 2.0),
+        ("sign", one("Sign"), [1, 2, 9], [], 13, 2.0),
+        ("shrink", one("Shrink", lambd=0.7, bias=0.2), [1, 2, 9], [], 13, 2.0),
         ("gelu_none", one("Gelu"), [1, 3, 7], [], 20, 3.0),
         ("gelu_tanh", one("Gelu", approximate="tanh"), [1, 3, 7], [], 20, 3.0),
         ("gelu_from_erf", erf_gelu, [1, 10], [("sqrt2", np.float32(np.sqrt(2))), ("one", np.float32(1)),

@@ -285,6 +285,10 @@ def _unary_body(op, p, real, sfx, m):
     if op == "gelu" and float(p[0].rstrip("f")) != 0.0:
         return [f"{real} u = {_lit(math.sqrt(2.0 / math.pi), sfx)} * (x + {_lit(0.044715, sfx)} * x * x * x);",
                 f"return {_lit(0.5, sfx)} * x * ({one} + ({real}){m['tanh']}(u));"]
+    if op == "sign":
+        return [f"return x > {zero} ? {one} : (x < {zero} ? -{one} : x * {zero});"]
+    if op == "shrink":
+        return [f"return x < -{p[0]} ? x + {p[1]} : (x > {p[0]} ? x - {p[1]} : {zero});"]
     if op == "gelu":
         return [f"return {_lit(0.5, sfx)} * x * ({one} + ({real}){m['erf']}(x * {_lit(1.0 / math.sqrt(2.0), sfx)}));"]
     raise NNBuildError(f"internal error: no C for unary op '{op}'")

@@ -48,7 +48,7 @@ FOLDABLE = ("Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshap
 UNARY = {"LeakyRelu": "leaky_relu", "Elu": "elu", "Selu": "selu", "HardSigmoid": "hard_sigmoid",
          "Softplus": "softplus", "Softsign": "softsign", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Abs": "abs",
          "Neg": "neg", "Reciprocal": "reciprocal", "Clip": "clip", "HardSwish": "hard_swish", "Erf": "erf",
-         "Gelu": "gelu"}
+         "Gelu": "gelu", "Sign": "sign", "Shrink": "shrink"}
 ACTIVATION = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
 ELEMENTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Mean": "mean",
                "Sum": "add"}
@@ -694,6 +694,7 @@ class _Converter:
         params = {"LeakyRelu": (a.get("alpha", 0.01),), "Elu": (a.get("alpha", 1.0),),
                   "Selu": (a.get("alpha", 1.6732632423543772), a.get("gamma", 1.0507009873554805)),
                   "HardSigmoid": (a.get("alpha", 0.2), a.get("beta", 0.5)),
+                  "Shrink": (a.get("lambd", 0.5), a.get("bias", 0.0)),
                   "Gelu": (1.0 if _text(a.get("approximate", "none")) == "tanh" else 0.0,)}.get(op, ())
         if op == "Clip":
             if self.opset < 11:

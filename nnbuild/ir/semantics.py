@@ -269,6 +269,9 @@ UNARY_FUNCTIONS = {
     "hard_swish": lambda x: x * _clip(_real(x, 1.0 / 6.0) * x + _real(x, 0.5), 0.0, 1.0),
     "erf": _erf,
     "gelu": _gelu,
+    "sign": lambda x: np.where(x > 0, _real(x, 1), np.where(x < 0, _real(x, -1), x * _real(x, 0))),
+    "shrink": lambda x, lambd, bias: np.where(x < -_real(x, lambd), x + _real(x, bias),
+                                              np.where(x > _real(x, lambd), x - _real(x, bias), _real(x, 0))),
 }
 
 
