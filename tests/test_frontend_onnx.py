@@ -541,10 +541,10 @@ def test_model_level_refusals_in_one_line(tmp_path):
         [value("y", [1, 4]), value("z", [1, 4])]))
     assert "opset 22 is outside" in refusal(tmp_path, "opset22", helper.make_graph(
         relu, "g", [value("x", [1, 4])], [value("y", [1, 4])]), opset=22)
-    message = refusal(tmp_path, "conv3d", helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="c3")], "g", [value("x", [1, 2, 3, 4, 5])],
-        [value("y", [1, 1, 3, 4, 5])], [numpy_helper.from_array(np.ones((1, 2, 1, 1, 1), np.float32), "w")]))
-    assert "node 'c3' (Conv): 3-D convolution" in message
+    message = refusal(tmp_path, "conv4d", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c4")], "g", [value("x", [1, 2, 3, 4, 5, 2])],
+        [value("y", [1, 1, 3, 4, 5, 2])], [numpy_helper.from_array(np.ones((1, 2, 1, 1, 1, 1), np.float32), "w")]))
+    assert "node 'c4' (Conv): 4-D convolution (1-D, 2-D and 3-D only)" in message
     message = refusal(tmp_path, "custom", helper.make_graph(
         [helper.make_node("Gelu", ["x"], ["y"], name="g1", domain="com.example")], "g", [value("x", [1, 4])],
         [value("y", [1, 4])]))

@@ -327,3 +327,42 @@ def test_external_data_outside_the_rules_is_refused_in_one_line(tmp_path, change
     assert "\n" not in message and what in message and "initializer 'w1'" in message and "mlp.onnx" in message, \
         message
     assert frontends.implicit_dependencies(str(path)) in ([], [str((path.parent / "mlp.onnx.data").resolve())])
+
+
+# ----------------------------------------------------------------------- 3-D convolution and max pooling
+
+def volume_cases():
+    """(name, op, attrs, input shape, weight shape or None, bias)"""
+    return [
+        ("conv_plain", "Conv", {}, [1, 2, 4, 5, 6], (3, 2, 2, 3, 2), True),
+        ("conv_strided_padded", "Conv", {"strides": [2, 3, 2], "pads": [1, 0, 2, 1, 2, 0]}, [1, 2, 5, 7, 6],
+         (4, 2, 3, 3, 2), True),
+        ("conv_dilated_groups", "Conv", {"dilations": [2, 2, 1], "group": 2}, [1, 4, 6, 6, 4], (4, 2, 2, 2, 3), False),
+        ("conv_same_upper", "Conv", {"auto_pad": "SAME_UPPER", "strides": [1, 2, 2]}, [1, 3, 3, 5, 5],
+         (2, 3, 3, 3, 3), True),
+        ("maxpool_plain", "MaxPool", {"kernel_shape": [2, 2, 2]}, [1, 3, 4, 4, 5], None, False),
+        ("maxpool_strided_padded", "MaxPool", {"kernel_shape": [3, 2, 3], "strides": [2, 3, 2],
+                                               "pads": [1, 1, 1, 1, 0, 2]}, [1, 2, 5, 7, 6], None, False),
+    ]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in volume_cases()])
+def test_volume_ops_match_onnxruntime(tmp_path, case):
+    name, op, attrs, in_shape, w_shape, bias = next(c for c in volume_cases() if c[0] == case)
+    rng = np.random.default_rng(9)
+    inits, names_ = [], ["x"]
+    if w_shape:
+        inits.append(("w", rng.normal(size=w_shape).astype(np.float32)))
+        names_.append("w")
+        if bias:
+            inits.append(("b", rng.normal(size=(w_shape[0],)).astype(np.float32)))
+            names_.append("b")
+    path = save(tmp_path, f"vol_{name}", [helper.make_node(op, names_, ["y"], name="vol", **attrs)], in_shape, inits, 13)
+    check(tmp_path, path, samples_for(in_shape[1:]))
+
+
+def test_volume_average_pooling_is_refused_in_one_line(tmp_path):
+    nodes = [helper.make_node("AveragePool", ["x"], ["y"], name="ap", kernel_shape=[2, 2, 2])]
+    path = save(tmp_path, "bad", nodes, [1, 2, 3, 4, 4], [], 13)
+    with pytest.raises(NNBuildError, match=r"node 'ap' \(AveragePool\): 3-D average pooling \(3-D max pooling only\)"):
+        frontends.load(path)

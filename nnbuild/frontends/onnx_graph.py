@@ -819,13 +819,16 @@ class _Converter:
         if len(inputs) > 2 and inputs[2] and b is None:
             raise Problem("bias computed from the input")
         rank = w.ndim - 2
-        if rank not in (1, 2):
-            raise Problem(f"{rank}-D convolution (1-D and 2-D only)")
+        if rank not in (1, 2, 3):
+            raise Problem(f"{rank}-D convolution (1-D, 2-D and 3-D only)")
         w = np.asarray(w, np.float32)
         if "kernel_shape" in a and tuple(a["kernel_shape"]) != tuple(w.shape[2:]):
             raise Problem(f"kernel_shape {list(a['kernel_shape'])} but weights of shape {tuple(w.shape)}")
         if channels_per_group(w, int(a.get("group", 1))) is None:
             raise Problem(f"group {a.get('group', 1)} does not divide the {w.shape[0]} output channels")
+        if rank == 3:
+            self._volume(node, a, inputs, w.shape[2:], "conv", w=w, b=None if b is None else np.asarray(b, np.float32))
+            return
         if rank == 1:
             w = w[:, :, None, :]
         kernel = np.transpose(w, (2, 3, 1, 0))  # OIHW -> HWIO
@@ -906,13 +909,100 @@ class _Converter:
             return layers
         self.spatial(node, inputs, build)
 
+    @staticmethod
+    def pads_nd(a, sizes, kernel, strides, dilations):
+        """[(begin, end)] per spatial axis from pads / auto_pad (any number of axes)."""
+        auto = _text(a.get("auto_pad", "NOTSET"))
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out = []
+            for n, k, s, d in zip(sizes, kernel, strides, dilations):
+                total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
+                small, big = total // 2, total - total // 2
+                out.append((small, big) if auto == "SAME_UPPER" else (big, small))
+            return out
+        if auto == "VALID" or "pads" not in a:
+            return [(0, 0)] * len(sizes)
+        p = [int(v) for v in a["pads"]]
+        if len(p) != 2 * len(sizes):
+            raise Problem(f"{len(p)} pads for {len(sizes)} spatial axes")
+        return list(zip(p[:len(sizes)], p[len(sizes):]))
+
+    def _volume(self, node, a, inputs, kernel, mode, w=None, b=None):
+        """3-D convolution or max pooling on (C, D, H, W) as 2-D layers, exactly: the input held
+        channels-last (D, H, W, C) and padded (the H axis up to a multiple of its stride); per depth
+        tap j the depth slices j*dd + od*sd (Slice) are stacked into one tall (OD*H, W, C) image and
+        run through a Conv2D of the tap's 2-D kernel (max: the taps' element-wise max, then one 2-D
+        max pooling), rows that would straddle two slices dropped (Reshape, Slice); the taps' convolutions
+        are summed (Elementwise add, the bias in the first)."""
+        label = self.label(node)
+        _, _, perm = self.tensor_any(inputs[0])
+        if len(perm) != 4:
+            raise Problem(f"a 3-D kernel on a rank-{len(perm) + 1} input")
+        src, (d_, h, w_, c) = self.held(inputs[0], _last(4), node)
+        strides = tuple(int(v) for v in a.get("strides", [1, 1, 1]))
+        dil = tuple(int(v) for v in a.get("dilations", [1, 1, 1]))
+        if len(strides) != 3 or len(dil) != 3:
+            raise Problem("strides/dilations for 3 spatial axes expected")
+        pads = self.pads_nd(a, (d_, h, w_), kernel, strides, dil)
+        ext = [dd * (k - 1) + 1 for k, dd in zip(kernel, dil)]
+        dp, hp, wp = (n + p0 + p1 for n, (p0, p1) in zip((d_, h, w_), pads))
+        if any(n < e for n, e in zip((dp, hp, wp), ext)):
+            raise Problem(f"kernel {tuple(kernel)} larger than the padded input {(dp, hp, wp)}")
+        od, oh = (dp - ext[0]) // strides[0] + 1, (hp - ext[1]) // strides[1] + 1
+        hs = -(-hp // strides[1]) * strides[1]
+        fill = 0.0 if mode == "conv" else float("-inf")
+        around = (pads[0], (pads[1][0], pads[1][1] + hs - hp), pads[2], (0, 0))
+        if any(v for pair in around for v in pair):
+            src = self.add(g.Pad(self.unique(f"{label}_pad"), around, "constant", fill, source_type=f"{node.op_type} (3-D pads)"),
+                           [src])
+        taps = []
+        for j in range(kernel[0]):
+            taps.append(self.add(g.Slice(self.unique(f"{label}_depth{j}"), (j * dil[0], 0, 0, 0), (strides[0], 1, 1, 1),
+                                         (od, hs, wp, c), source_type=f"{node.op_type} (3-D depth tap)"), [src]))
+        tall_pad = (0, max(0, ext[1] - strides[1]), 0, 0)
+
+        def tall(name):
+            return self.add(g.Reshape(self.unique(f"{label}_tall"), (od * hs, wp, c),
+                                      source_type=f"{node.op_type} (3-D as 2-D)"), [name])
+        if mode == "max":
+            peak = taps[0] if len(taps) == 1 else self.add(
+                g.Elementwise(self.unique(f"{label}_depthmax"), "max", source_type="MaxPool (3-D depth)"), taps)
+            outs = [self.add(g.Pool2D(self.unique(f"{label}_plane"), "max", tuple(kernel[1:]), tuple(strides[1:]),
+                                      tall_pad, source_type="MaxPool (3-D plane)"), [tall(peak)])]
+        else:
+            groups = int(a.get("group", 1))
+            outs = []
+            for j, tap in enumerate(taps):
+                k2 = np.ascontiguousarray(np.transpose(w[:, :, j], (2, 3, 1, 0)))  # OIHW -> HWIO
+                outs.append(self.add(g.Conv2D(self.unique(f"{label}_tap{j}"), k2, b if j == 0 else None,
+                                              tuple(strides[1:]), tuple(dil[1:]), tall_pad, "linear",
+                                              source_type="Conv (3-D depth tap)", groups=groups), [tall(tap)]))
+        rows, ow, f = self.ir_shapes[outs[0]]
+        if rows != od * hs // strides[1]:
+            raise Problem(f"internal: {rows} rows for {od} slices of {hs // strides[1]}")
+        total = outs[0] if len(outs) == 1 else self.add(
+            g.Elementwise(self.unique(f"{label}_sum"), "add", source_type="Conv (3-D taps summed)"), outs)
+        out = self.add(g.Reshape(self.unique(f"{label}_volume"), (od, hs // strides[1], ow, f),
+                                 source_type=f"{node.op_type} (2-D as 3-D)"), [total])
+        if hs // strides[1] != oh:
+            out = self.add(g.Slice(self.unique(label), (0, 0, 0, 0), (1, 1, 1, 1), (od, oh, ow, f),
+                                   source_type=f"{node.op_type} (rows inside a slice)"), [out])
+        self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], _last(4))
+
     def _pool(self, node, a, inputs, mode):
         kernel = list(a["kernel_shape"])
         rank = len(kernel)
-        if rank not in (1, 2):
-            raise Problem(f"{rank}-D pooling (1-D and 2-D only)")
+        if rank not in (1, 2, 3):
+            raise Problem(f"{rank}-D pooling (1-D, 2-D and 3-D only)")
         if any(d != 1 for d in a.get("dilations", [1] * rank)):
             raise Problem("pooling with dilations")
+        if rank == 3:
+            if mode != "max":
+                raise Problem("3-D average pooling (3-D max pooling only)")
+            if a.get("ceil_mode", 0):
+                raise Problem("3-D pooling with ceil_mode")
+            self._volume(node, a, inputs, tuple(kernel), "max")
+            return
         strides = self.pair(a.get("strides"), rank, 1)
         pool = self.pair(kernel, rank, 1)
         include = mode == "avg" and bool(a.get("count_include_pad", 0))
