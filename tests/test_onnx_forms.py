@@ -334,12 +334,17 @@ def test_external_data_outside_the_rules_is_refused_in_one_line(tmp_path, change
 def volume_cases():
     """(name, op, attrs, input shape, weight shape or None, bias)"""
     return [
+        ("conv1d_same_lower", "Conv", {"auto_pad": "SAME_LOWER", "strides": [2]}, [1, 2, 9], (3, 2, 4), True),
         ("conv_plain", "Conv", {}, [1, 2, 4, 5, 6], (3, 2, 2, 3, 2), True),
         ("conv_strided_padded", "Conv", {"strides": [2, 3, 2], "pads": [1, 0, 2, 1, 2, 0]}, [1, 2, 5, 7, 6],
          (4, 2, 3, 3, 2), True),
         ("conv_dilated_groups", "Conv", {"dilations": [2, 2, 1], "group": 2}, [1, 4, 6, 6, 4], (4, 2, 2, 2, 3), False),
         ("conv_same_upper", "Conv", {"auto_pad": "SAME_UPPER", "strides": [1, 2, 2]}, [1, 3, 3, 5, 5],
          (2, 3, 3, 3, 3), True),
+        ("maxpool2d_dilated", "MaxPool", {"kernel_shape": [3, 2], "dilations": [2, 3], "strides": [2, 1],
+                                          "pads": [1, 0, 2, 1]}, [1, 2, 9, 8], None, False),
+        ("maxpool1d_dilated", "MaxPool", {"kernel_shape": [3], "dilations": [2], "pads": [2, 1], "strides": [2]},
+         [1, 3, 10], None, False),
         ("maxpool_plain", "MaxPool", {"kernel_shape": [2, 2, 2]}, [1, 3, 4, 4, 5], None, False),
         ("maxpool_strided_padded", "MaxPool", {"kernel_shape": [3, 2, 3], "strides": [2, 3, 2],
                                                "pads": [1, 1, 1, 1, 0, 2]}, [1, 2, 5, 7, 6], None, False),
@@ -359,6 +364,13 @@ def test_volume_ops_match_onnxruntime(tmp_path, case):
             names_.append("b")
     path = save(tmp_path, f"vol_{name}", [helper.make_node(op, names_, ["y"], name="vol", **attrs)], in_shape, inits, 13)
     check(tmp_path, path, samples_for(in_shape[1:]))
+
+
+def test_dilated_pooling_with_same_padding_is_refused_in_one_line(tmp_path):
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[3], dilations=[2], auto_pad="SAME_UPPER")]
+    path = save(tmp_path, "bad", nodes, [1, 2, 9], [], 13)
+    with pytest.raises(NNBuildError, match=r"node 'mp' \(MaxPool\): pooling with dilations and auto_pad SAME"):
+        frontends.load(path)
 
 
 def test_volume_average_pooling_is_refused_in_one_line(tmp_path):

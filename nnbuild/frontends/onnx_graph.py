@@ -792,7 +792,7 @@ class _Converter:
                 total = max((o - 1) * s + d * (k - 1) + 1 - n, 0)
                 small, big = total // 2, total - total // 2
                 out.append((small, big) if auto == "SAME_UPPER" else (big, small))
-            return out[0] + out[1]
+            return (0, 0) + out[0] if rank == 1 else out[0] + out[1]
         if auto == "VALID" or "pads" not in a:
             return (0, 0, 0, 0)
         p = list(a["pads"])
@@ -989,13 +989,51 @@ class _Converter:
                                    source_type=f"{node.op_type} (rows inside a slice)"), [out])
         self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], _last(4))
 
+    def _dilated_max(self, node, a, inputs, rank, kernel):
+        """Dilated max pooling, exactly: the input padded with -inf, one strided Slice per kernel
+        tap (start tap * dilation, step stride), their element-wise max."""
+        label = self.label(node)
+        src, hwc = self.held(inputs[0], _last(rank + 1), node)
+        if rank == 1:
+            hwc = (1,) + tuple(hwc)
+            src = self.add(g.Reshape(self.unique(f"{label}_2d"), hwc, source_type="Reshape (1-D as 2-D)"), [src])
+        pool = self.pair(kernel, rank, 1)
+        strides = self.pair(a.get("strides"), rank, 1)
+        dil = self.pair(a.get("dilations"), rank, 1)
+        t, b, l, r = self.pads2d(a, hwc[:2] if rank == 2 else hwc[1:2], pool[-rank:], strides[-rank:], dil[-rank:],
+                                 rank)
+        if t or b or l or r:
+            src = self.add(g.Pad(self.unique(f"{label}_pad"), ((t, b), (l, r), (0, 0)), "constant", float("-inf"),
+                                 source_type="MaxPool (pads)"), [src])
+        h, w, c = self.ir_shapes[src]
+        ext = [d * (k - 1) + 1 for k, d in zip(pool, dil)]
+        if h < ext[0] or w < ext[1]:
+            raise Problem(f"dilated pool {tuple(ext)} larger than the padded input {(h, w)}")
+        oh, ow = (h - ext[0]) // strides[0] + 1, (w - ext[1]) // strides[1] + 1
+        taps = [self.add(g.Slice(self.unique(f"{label}_tap{i}_{j}"), (i * dil[0], j * dil[1], 0),
+                                 (strides[0], strides[1], 1), (oh, ow, c), source_type="MaxPool (dilated tap)"), [src])
+                for i in range(pool[0]) for j in range(pool[1])]
+        out = taps[0] if len(taps) == 1 else self.add(
+            g.Elementwise(self.unique(label), "max", source_type="MaxPool (dilated)"), taps)
+        if rank == 1:
+            out = self.add(g.Reshape(self.unique(f"{label}_1d"), (ow, c), source_type="Reshape (2-D as 1-D)"), [out])
+        self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], _last(rank + 1))
+
     def _pool(self, node, a, inputs, mode):
         kernel = list(a["kernel_shape"])
         rank = len(kernel)
         if rank not in (1, 2, 3):
             raise Problem(f"{rank}-D pooling (1-D, 2-D and 3-D only)")
         if any(d != 1 for d in a.get("dilations", [1] * rank)):
-            raise Problem("pooling with dilations")
+            if mode != "max" or rank == 3:
+                raise Problem("pooling with dilations (1-D and 2-D max pooling only)")
+            if a.get("ceil_mode", 0):
+                raise Problem("pooling with dilations and ceil_mode")
+            if _text(a.get("auto_pad", "NOTSET")) in ("SAME_UPPER", "SAME_LOWER"):
+                # onnxruntime pads for the undilated kernel, the ONNX spec for the dilated one
+                raise Problem("pooling with dilations and auto_pad SAME (explicit pads only)")
+            self._dilated_max(node, a, inputs, rank, kernel)
+            return
         if rank == 3:
             if mode != "max":
                 raise Problem("3-D average pooling (3-D max pooling only)")
