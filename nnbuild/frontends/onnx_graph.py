@@ -845,7 +845,7 @@ class _Converter:
 
     def op_ConvTranspose(self, node, a, inputs, consts):
         """The transposed convolution as the convolution it is the adjoint of: the input with
-        stride - 1 zeros between cells (Reshape, Pad, Reshape), padded by dilation * (kernel - 1)
+        stride - 1 zeros between cells (per axis: Reshape, Pad, Reshape), padded by dilation * (kernel - 1)
         minus pads (plus output_padding at the end; a negative pad removes cells), then a stride-1
         Conv2D of the flipped kernel with in/out channels swapped. The non-zero products are the
         same ones ONNX sums; the added terms are exact zeros."""
@@ -891,13 +891,19 @@ class _Converter:
             if c != w.shape[0]:
                 raise Problem(f"weights for {w.shape[0]} input channels, input has {c}")
             layers = []
-            if strides != (1, 1):
-                layers += [g.Reshape(self.unique(f"{label}_cells"), (h, 1, w_, 1, c),
+            # one axis at a time: rank-4 data movement (v1 runs up to rank 4 after merging axes)
+            if strides[1] != 1:
+                layers += [g.Reshape(self.unique(f"{label}_cols"), (h, w_, 1, c), source_type="ConvTranspose (stride)"),
+                           g.Pad(self.unique(f"{label}_stride_w"), ((0, 0), (0, 0), (0, strides[1] - 1), (0, 0)),
+                                 "constant", 0.0, source_type="ConvTranspose (stride)"),
+                           g.Reshape(self.unique(f"{label}_stuffed_w"), (h, w_ * strides[1], c),
+                                     source_type="ConvTranspose (stride)")]
+            if strides[0] != 1:
+                layers += [g.Reshape(self.unique(f"{label}_rows"), (h, 1, w_ * strides[1] * c),
                                      source_type="ConvTranspose (stride)"),
-                           g.Pad(self.unique(f"{label}_stride"), ((0, 0), (0, strides[0] - 1), (0, 0),
-                                                                  (0, strides[1] - 1), (0, 0)), "constant", 0.0,
-                                 source_type="ConvTranspose (stride)"),
-                           g.Reshape(self.unique(f"{label}_stuffed"), (h * strides[0], w_ * strides[1], c),
+                           g.Pad(self.unique(f"{label}_stride_h"), ((0, 0), (0, strides[0] - 1), (0, 0)),
+                                 "constant", 0.0, source_type="ConvTranspose (stride)"),
+                           g.Reshape(self.unique(f"{label}_stuffed_h"), (h * strides[0], w_ * strides[1], c),
                                      source_type="ConvTranspose (stride)")]
             around = [(dil[k] * (kernel.shape[k] - 1) - begin[k],
                        dil[k] * (kernel.shape[k] - 1) - end[k] + extra[k] - (strides[k] - 1)) for k in range(2)]
