@@ -1,6 +1,8 @@
 """ONNX forms read since issue 28 (inputs without a batch axis, MatMul(W, x), HardSwish, Gelu, Erf,
-LogSoftmax, Split, Expand, ConvTranspose, external data), each compared with onnxruntime on random
-inputs at the float32 floor: the IR reference, and the generated v2 C on the host."""
+Sign, Shrink, LogSoftmax, Split, Expand, ConvTranspose, 3-D Conv/MaxPool, dilated MaxPool, external
+data), each compared with onnxruntime on random inputs at the float32 floor: the IR reference in
+float32 and float64 (quick tier), and the generated C on the host (`e2e`: v2, and v1/v3 for one case
+of each mapping)."""
 
 import subprocess
 
@@ -37,9 +39,9 @@ def onnxruntime_run(path, samples, batchless=False):
     return np.stack([session.run(None, {name: feed(s)})[0].reshape(-1) for s in samples])
 
 
-def c_run(tmp_path, model, samples):
-    out = tmp_path / "gen"
-    codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
+def c_run(tmp_path, model, samples, shape="v2"):
+    out = tmp_path / f"gen_{shape}"
+    codegen.generate(model, out, shape=shape, storage="const", passes_log=[])
     exe = out / "check"
     subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
                     *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
@@ -50,6 +52,10 @@ def c_run(tmp_path, model, samples):
 
 def relative(got, want):
     return float(np.max(np.abs(got.reshape(want.shape) - want))) / max(1.0, float(np.max(np.abs(want))))
+
+
+#: the C of every case runs in the e2e tier (a gcc build each); the reference in the quick tier
+BACKENDS = ["reference", pytest.param("c", marks=pytest.mark.e2e)]
 
 
 def check(tmp_path, path, samples, batchless=False, c=True):
@@ -107,11 +113,12 @@ def nnet2onnx_form(tmp_path, nnet_path, normalise):
 
 
 @pytest.mark.parametrize("normalise", [False, True])
-def test_acas_xu_nnet2onnx_form_is_the_nnet_network(tmp_path, normalise):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_acas_xu_nnet2onnx_form_is_the_nnet_network(tmp_path, backend, normalise):
     path, nnet_model = nnet2onnx_form(tmp_path, shared_file("data", "nnet", "ACASXU_run2a_1_1_batch_2000.nnet"),
                                       normalise)
     x = samples_for((5,), n=6, seed=11, scale=0.5)
-    model, _ = check(tmp_path, path, x, batchless=True)
+    model, _ = check(tmp_path, path, x, batchless=True, c=backend == "c")
     assert model.input_shape == (5,) and model.output_shape == (5,) and model.meta["batch_axis"] is False
     if normalise:
         # inside the clamp, the .nnet and its ONNX form are one network
@@ -123,12 +130,13 @@ def test_acas_xu_nnet2onnx_form_is_the_nnet_network(tmp_path, normalise):
         assert relative(a, b) <= FLOOR
 
 
-def test_matmul_vector_times_matrix_without_batch_axis(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matmul_vector_times_matrix_without_batch_axis(tmp_path, backend):
     rng = np.random.default_rng(1)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
              helper.make_node("Tanh", ["h"], ["y"], name="act")]
     path = save(tmp_path, "vecmat", nodes, [7], [("w", rng.normal(size=(7, 3)).astype(np.float32))], 13, [3])
-    check(tmp_path, path, samples_for((7,)), batchless=True)
+    check(tmp_path, path, samples_for((7,)), batchless=True, c=backend == "c")
 
 
 @pytest.mark.parametrize("nodes, inits, what", [
@@ -197,10 +205,11 @@ OP_CASES = {c[0]: c for c in op_cases()}
 
 
 @pytest.mark.parametrize("case", sorted(OP_CASES))
-def test_operator_matches_onnxruntime(tmp_path, case):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_operator_matches_onnxruntime(tmp_path, backend, case):
     name, nodes, in_shape, inits, opset, scale = OP_CASES[case]
     path = save(tmp_path, name, nodes, in_shape, inits, opset)
-    check(tmp_path, path, samples_for(in_shape[1:], scale=scale))
+    check(tmp_path, path, samples_for(in_shape[1:], scale=scale), c=backend == "c")
 
 
 @pytest.mark.parametrize("nodes, inits, opset, what", [
@@ -237,7 +246,8 @@ def conv_transpose_cases():
 
 
 @pytest.mark.parametrize("case", [c[0] for c in conv_transpose_cases()])
-def test_conv_transpose_matches_onnxruntime(tmp_path, case):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_conv_transpose_matches_onnxruntime(tmp_path, backend, case):
     name, attrs, in_shape, w_shape, bias = next(c for c in conv_transpose_cases() if c[0] == case)
     rng = np.random.default_rng(7)
     inits = [("w", rng.normal(size=w_shape).astype(np.float32))]
@@ -245,7 +255,7 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, case):
         inits.append(("b", rng.normal(size=(w_shape[1] * attrs.get("group", 1),)).astype(np.float32)))
     nodes = [helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], name="ct", **attrs)]
     path = save(tmp_path, f"ct_{name}", nodes, in_shape, inits, 13)
-    check(tmp_path, path, samples_for(in_shape[1:]))
+    check(tmp_path, path, samples_for(in_shape[1:]), c=backend == "c")
 
 
 def test_conv_transpose_output_shape_is_refused_in_one_line(tmp_path):
@@ -277,13 +287,14 @@ def external_model(tmp_path, location="mlp.onnx.data"):
     return path
 
 
-def test_external_data_beside_the_model_is_read(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_external_data_beside_the_model_is_read(tmp_path, backend):
     import onnx
     path = external_model(tmp_path)
     data = path.parent / "mlp.onnx.data"
     assert data.exists() and all(t.data_location == 1 for t in onnx.load(str(path), load_external_data=False)
                                  .graph.initializer)
-    model, _ = check(tmp_path, path, samples_for((6,)))
+    model, _ = check(tmp_path, path, samples_for((6,)), c=backend == "c")
     assert str(data.resolve()) in model.source_files
     assert frontends.implicit_dependencies(str(path)) == [str(data.resolve())]
 
@@ -352,7 +363,8 @@ def volume_cases():
 
 
 @pytest.mark.parametrize("case", [c[0] for c in volume_cases()])
-def test_volume_ops_match_onnxruntime(tmp_path, case):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_volume_ops_match_onnxruntime(tmp_path, backend, case):
     name, op, attrs, in_shape, w_shape, bias = next(c for c in volume_cases() if c[0] == case)
     rng = np.random.default_rng(9)
     inits, names_ = [], ["x"]
@@ -363,7 +375,7 @@ def test_volume_ops_match_onnxruntime(tmp_path, case):
             inits.append(("b", rng.normal(size=(w_shape[0],)).astype(np.float32)))
             names_.append("b")
     path = save(tmp_path, f"vol_{name}", [helper.make_node(op, names_, ["y"], name="vol", **attrs)], in_shape, inits, 13)
-    check(tmp_path, path, samples_for(in_shape[1:]))
+    check(tmp_path, path, samples_for(in_shape[1:]), c=backend == "c")
 
 
 def test_dilated_pooling_with_same_padding_is_refused_in_one_line(tmp_path):
@@ -378,3 +390,31 @@ def test_volume_average_pooling_is_refused_in_one_line(tmp_path):
     path = save(tmp_path, "bad", nodes, [1, 2, 3, 4, 4], [], 13)
     with pytest.raises(NNBuildError, match=r"node 'ap' \(AveragePool\): 3-D average pooling \(3-D max pooling only\)"):
         frontends.load(path)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape", ["v1", "v3"])
+def test_every_mapping_runs_on_the_other_shapes(tmp_path, shape):
+    """One case per mapping (new unary ops, LogSoftmax, Split/Expand, strided ConvTranspose, 3-D
+    Conv and MaxPool, dilated MaxPool) as v1 and v3 C against onnxruntime."""
+    rng = np.random.default_rng(4)
+    models = []
+    for name in ("gelu_none", "gelu_tanh", "hardswish", "erf", "sign", "shrink", "logsoftmax_o13_axis1",
+                 "split_concat_o13", "expand_rows"):
+        _, nodes, in_shape, inits, opset, scale = OP_CASES[name]
+        models.append((save(tmp_path, name, nodes, in_shape, inits, opset), in_shape[1:], scale))
+    ct = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="ct", strides=[2, 3], pads=[0, 1, 1, 0],
+                           output_padding=[1, 2])]
+    models.append((save(tmp_path, "ct", ct, [1, 2, 3, 4], [("w", rng.normal(size=(2, 2, 2, 3)).astype(np.float32))]),
+                   (2, 3, 4), 1.0))
+    for name, op, attrs, in_shape, w_shape, _ in volume_cases():
+        if name in ("conv_strided_padded", "maxpool_strided_padded", "maxpool2d_dilated"):
+            inits = [("w", rng.normal(size=w_shape).astype(np.float32))] if w_shape else []
+            nodes = [helper.make_node(op, ["x"] + (["w"] if w_shape else []), ["y"], name="vol", **attrs)]
+            models.append((save(tmp_path, f"vol_{name}", nodes, in_shape, inits), in_shape[1:], 1.0))
+    for path, in_shape, scale in models:
+        model = frontends.load(path)
+        x = samples_for(in_shape, scale=scale)
+        sub = tmp_path / path.stem
+        sub.mkdir()
+        assert relative(c_run(sub, model, x, shape), onnxruntime_run(path, x)) <= FLOOR, path.stem
