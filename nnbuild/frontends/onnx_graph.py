@@ -630,7 +630,8 @@ class _Converter:
             self._fold(node, consts)
             return
         if self.batchless and op not in BATCHLESS:
-            raise Problem(f"on an input without a batch axis nnbuild reads {', '.join(sorted(BATCHLESS))} only")
+            raise Problem("on an input without a batch axis (there nnbuild reads element-wise operators, "
+                          "activations and MatMul only)")
         if op == "Shape":
             shape = self.onnx_shape(inputs[0])
             full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
