@@ -261,7 +261,8 @@ def test_conv_transpose_matches_onnxruntime(tmp_path, backend, case):
 def test_conv_transpose_output_shape_is_refused_in_one_line(tmp_path):
     nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="ct", auto_pad="SAME_UPPER", strides=[2, 2])]
     path = save(tmp_path, "bad", nodes, [1, 3, 4, 4], [("w", np.zeros((3, 2, 3, 3), np.float32))], 13)
-    with pytest.raises(NNBuildError, match=r"node 'ct' \(ConvTranspose\): auto_pad SAME_UPPER \(only NOTSET and VALID\)"):
+    with pytest.raises(NNBuildError,
+                       match=r"node 'ct' \(ConvTranspose\): auto_pad SAME_UPPER \(only NOTSET and VALID\)"):
         frontends.load(path)
 
 
@@ -374,12 +375,14 @@ def test_volume_ops_match_onnxruntime(tmp_path, backend, case):
         if bias:
             inits.append(("b", rng.normal(size=(w_shape[0],)).astype(np.float32)))
             names_.append("b")
-    path = save(tmp_path, f"vol_{name}", [helper.make_node(op, names_, ["y"], name="vol", **attrs)], in_shape, inits, 13)
+    nodes = [helper.make_node(op, names_, ["y"], name="vol", **attrs)]
+    path = save(tmp_path, f"vol_{name}", nodes, in_shape, inits, 13)
     check(tmp_path, path, samples_for(in_shape[1:]), c=backend == "c")
 
 
 def test_dilated_pooling_with_same_padding_is_refused_in_one_line(tmp_path):
-    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[3], dilations=[2], auto_pad="SAME_UPPER")]
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[3], dilations=[2],
+                              auto_pad="SAME_UPPER")]
     path = save(tmp_path, "bad", nodes, [1, 2, 9], [], 13)
     with pytest.raises(NNBuildError, match=r"node 'mp' \(MaxPool\): pooling with dilations and auto_pad SAME"):
         frontends.load(path)

@@ -960,8 +960,8 @@ class _Converter:
         fill = 0.0 if mode == "conv" else float("-inf")
         around = (pads[0], (pads[1][0], pads[1][1] + hs - hp), pads[2], (0, 0))
         if any(v for pair in around for v in pair):
-            src = self.add(g.Pad(self.unique(f"{label}_pad"), around, "constant", fill, source_type=f"{node.op_type} (3-D pads)"),
-                           [src])
+            src = self.add(g.Pad(self.unique(f"{label}_pad"), around, "constant", fill,
+                                 source_type=f"{node.op_type} (3-D pads)"), [src])
         taps = []
         for j in range(kernel[0]):
             taps.append(self.add(g.Slice(self.unique(f"{label}_depth{j}"), (j * dil[0], 0, 0, 0), (strides[0], 1, 1, 1),

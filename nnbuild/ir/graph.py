@@ -336,7 +336,8 @@ UNARY_OPS = {
 class Unary:
     """y = op(x) element-wise, `params` in the order UNARY_OPS lists them (ONNX names: Relu,
     LeakyRelu, Elu, Selu, Sigmoid, HardSigmoid, Tanh, Softplus, Softsign, Exp, Log, Sqrt, Abs, Neg,
-    Reciprocal, Clip, HardSwish, Erf, Gelu (approximate 0: none, 1: tanh), Sign, Shrink; Keras LeakyReLU, ELU, ReLU(max_value) as clip)."""
+    Reciprocal, Clip, HardSwish, Erf, Gelu (approximate 0: none, 1: tanh), Sign, Shrink; Keras
+    LeakyReLU, ELU, ReLU(max_value) as clip)."""
 
     name: str
     op: str
