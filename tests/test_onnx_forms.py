@@ -64,7 +64,7 @@ def check(tmp_path, path, samples, batchless=False, c=True):
     want = onnxruntime_run(path, samples, batchless)
     errors = {}
     for dtype in (np.float32, np.float64):
-        got = reference.run(model, samples.reshape((len(samples),) + tuple(model.input_shape)).astype(dtype))
+        got = reference.run(model, samples.reshape((len(samples),) + tuple(model.input_shape)).astype(dtype), dtype)
         errors[np.dtype(dtype).name] = relative(np.asarray(got).reshape(len(samples), -1), want)
     if c:
         errors["c"] = relative(c_run(tmp_path, model, samples), want)
