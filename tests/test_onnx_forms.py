@@ -297,7 +297,7 @@ def test_external_data_beside_the_model_is_read(tmp_path, backend):
                                  .graph.initializer)
     model, _ = check(tmp_path, path, samples_for((6,)), c=backend == "c")
     assert str(data.resolve()) in model.source_files
-    assert frontends.implicit_dependencies(str(path)) == [str(data.resolve())]
+    assert frontends.implicit_dependencies(str(path)) == [str(data)]
 
 
 def edit_external(path, **changes):
@@ -338,7 +338,7 @@ def test_external_data_outside_the_rules_is_refused_in_one_line(tmp_path, change
     message = str(info.value)
     assert "\n" not in message and what in message and "initializer 'w1'" in message and "mlp.onnx" in message, \
         message
-    assert frontends.implicit_dependencies(str(path)) in ([], [str((path.parent / "mlp.onnx.data").resolve())])
+    assert frontends.implicit_dependencies(str(path)) in ([], [str(path.parent / "mlp.onnx.data")])
 
 
 # ----------------------------------------------------------------------- 3-D convolution and max pooling

@@ -230,6 +230,8 @@ def external_file(model_path, location, what):
 def implicit_dependencies(path):
     """The external data files a model.onnx names that are inside its folder (for the SCons
     scanner: an edit of `m.onnx.data` rebuilds); nothing when the file cannot be read."""
+    from pathlib import PurePosixPath
+
     import onnx
     path = Path(path)
     try:
@@ -244,9 +246,11 @@ def implicit_dependencies(path):
         if tensor.data_location == 1:
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             try:
-                found.add(str(external_file(path, location, "")))
+                external_file(path, location, "")
             except Problem:
                 continue
+            # beside the model, in the model path's own relative/absolute form
+            found.add(str(path.parent.joinpath(*PurePosixPath(location.replace("\\", "/")).parts)))
     return sorted(found)
 
 
