@@ -5,12 +5,13 @@ float32 and float64 (quick tier), and the generated C on the host (`e2e`: v2, an
 of each mapping)."""
 
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import shared_file
+from conftest import REPO, shared_file
 from nnbuild import codegen, frontends
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
@@ -421,3 +422,21 @@ def test_every_mapping_runs_on_the_other_shapes(tmp_path, shape):
         sub = tmp_path / path.stem
         sub.mkdir()
         assert relative(c_run(sub, model, x, shape), onnxruntime_run(path, x)) <= FLOOR, path.stem
+
+
+@pytest.mark.e2e
+def test_erf_and_gelu_run_on_avr_without_a_library_erf(tmp_path):
+    """avr-libc has no erf: the generated C computes it from the erfc fit there (nnbuild check on
+    simavr against onnxruntime's outputs)."""
+    from conftest import have
+    if not have("avr-gcc", "simavr"):
+        pytest.skip("avr-gcc/simavr not installed (bash scripts/setup.sh)")
+    nodes = [helper.make_node("Gelu", ["x"], ["g"], name="gelu"), helper.make_node("Erf", ["g"], ["y"], name="erf")]
+    path = save(tmp_path, "gelu_erf", nodes, [1, 12], [], 20)
+    x = samples_for((12,), n=8, scale=3.0)
+    np.savez(tmp_path / "data.npz", x=x, y=onnxruntime_run(path, x))
+    done = subprocess.run([sys.executable, "-m", "nnbuild", "check", str(path), "--data", str(tmp_path / "data.npz"),
+                           "--target", "avr", "--wcet", "skip", "--tolerance", "1e-5"], capture_output=True, text=True,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gelu_erf on simavr: 8 inputs" in done.stdout + done.stderr
