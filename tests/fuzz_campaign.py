@@ -486,5 +486,50 @@ def example_cases(seed):
             example_case("model-escapes", {"model": f"../../../{OUTSIDE}/canary.bin"})]
 
 
+# ------------------------------------------------------------------------------------- TFLite
+
+TFLITE = REPO / "tests" / "data" / "tflite" / "mlp_float32.tflite"
+
+
+def tflite_patched(d, patch):
+    """The MLP fixture with `patch(model, data)` applied to its bytes (positions found with the schema's
+    generated classes), written to d/m.tflite."""
+    import struct
+
+    import tflite
+    data = bytearray(TFLITE.read_bytes())
+    model = tflite.Model.GetRootAsModel(bytes(data), 0)
+    for position, fmt, value in patch(model):
+        struct.pack_into(fmt, data, position, value)
+    (d / "m.tflite").write_bytes(bytes(data))
+    return generate(d / "m.tflite")
+
+
+def tflite_cases(seed):
+    rng = random.Random(seed)
+    cases = []
+    for k in range(6):
+        def mutate(d, k=k):
+            (d / "m.tflite").write_bytes(mutated_bytes(TFLITE.read_bytes(), random.Random(rng.random() + k)))
+            return generate(d / "m.tflite")
+        cases.append(Case(f"tflite-mutated-{k}", mutate))
+
+    def huge_tensor(model):
+        tensor = model.Subgraphs(0).Tensors(model.Subgraphs(0).Inputs(0))
+        return [(tensor._tab.Vector(tensor._tab.Offset(4)) + 4, "<i", 2 ** 30)]
+    cases.append(Case("tflite-huge-tensor", lambda d: tflite_patched(d, huge_tensor)))
+
+    def buffer_beyond(model):
+        buffer = next(model.Buffers(k) for k in range(model.BuffersLength()) if model.Buffers(k).DataLength())
+        return [(buffer._tab.Vector(buffer._tab.Offset(4)) - 4, "<I", 2 ** 31)]
+    cases.append(Case("tflite-buffer-beyond-the-file", lambda d: tflite_patched(d, buffer_beyond)))
+
+    def tensor_count(model):
+        sub = model.Subgraphs(0)
+        return [(sub._tab.Vector(sub._tab.Offset(4)) - 4, "<I", 2 ** 32 - 1)]
+    cases.append(Case("tflite-tensor-count", lambda d: tflite_patched(d, tensor_count)))
+    return cases
+
+
 FORMATS = {"keras": keras_cases, "onnx": onnx_cases, "nnef": nnef_cases, "text": text_cases, "tpg": tpg_cases,
-           "data": data_cases, "boards": board_cases, "examples": example_cases}
+           "data": data_cases, "boards": board_cases, "examples": example_cases, "tflite": tflite_cases}
