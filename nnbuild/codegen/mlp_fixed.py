@@ -45,6 +45,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "pair8": any(l["pair"] and l["mac8"] for l in layers),
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
+        "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
@@ -135,6 +136,7 @@ def plan_layers(prefix, plan, storage):
             "wbits": layer.weight.bits, "wtype": layer.weight.ctype,
             "mac16": (layer.weight.bits == 16 and layer.input.bits == 16 and layer.acc_bits == 32
                       and not layer.per_mac_shift),
+            "asr": True,
             "mac8": (layer.weight.bits == 8 and layer.input.bits == 16 and layer.acc_bits == 32
                      and not layer.per_mac_shift),
         })
@@ -165,6 +167,15 @@ def chunks(prefix, cname, layer, storage):
     return [{"symbol": f"{prefix}_{cname}_w{c}", "start": a, "rows": b - a, "size": (b - a) * rows.shape[1],
              "ctype": layer.weight.ctype, "values": literal_rows(rows[a:b].ravel(), 8)}
             for c, (a, b) in enumerate(bounds)]
+
+
+def asr_shift(qlayer):
+    """The bits the requantisation shifts by with an unrolled nn_asr<k> (fixed_macros.requantize):
+    the whole shift below 8, what is left after nn_sar8 between 8 and 16, else 0 (none)."""
+    if qlayer.acc_bits != 32:
+        return 0
+    s = qlayer.shift
+    return s if 0 < s < 8 else (s - 8 if 8 < s < 16 else 0)
 
 
 def pair_layer(prefix, qlayer, layer, storage):
