@@ -36,13 +36,13 @@ def kernel_macros(code):
 def test_the_mlp_shape_pairs_even_layers_only(tmp_path):
     codegen.generate(pair_model(), tmp_path, precision="q16-acc32", storage="avr-progmem-near", input_range=(-1, 1))
     code = (tmp_path / "pk.c").read_text()
-    assert code.count("NN_DOT16P(acc0, acc1, w, xq, 2u, NN_DOT16P_TAIL1);") == 1
+    assert code.count("NN_DOT16P(acc0, acc1, w, xq, 1u, NN_DOT16P_TAIL1);") == 1
     assert "NN_DOT16(acc, w, buf0, 1u, NN_DOT16_TAIL2);" in code  # 6 -> 3: odd, the one-neuron kernel
     facts = json.loads((tmp_path / "pk.flowfacts.json").read_text())["loops"]
     lines = code.split("\n")
     bounds = {lines[f["line"] - 1].strip().split("(")[0]: f["max_iterations"] for f in facts
               if f.get("counts") == "header"}
-    assert bounds == {"NN_DOT16P": 2, "NN_DOT16": 1}
+    assert bounds == {"NN_DOT16P": 1, "NN_DOT16": 1}
 
 
 def kernel_program(tmp_path, bits, weights, bias, n):
@@ -76,7 +76,7 @@ void pk_infer(const float in[{n}], float out[4])
     sx <<= {layer['sum_shift']};
     acc0 = (uint32_t)b_pair[0] - sx;
     acc1 = (uint32_t)b_pair[1] - sx;
-    {dot}(acc0, acc1, w, x, {n // 4}u, {dot}_TAIL{n % 4});
+    {dot}(acc0, acc1, w, x, {n // 8}u, {dot}_TAIL{n % 8});
     out[0] = (float)(uint16_t)(acc0 >> 16);
     out[1] = (float)(uint16_t)acc0;
     out[2] = (float)(uint16_t)(acc1 >> 16);
@@ -94,7 +94,7 @@ void pk_infer(const float in[{n}], float out[4])
 
 @needs_avr
 @pytest.mark.e2e  # avr-gcc + simavr
-@pytest.mark.parametrize("bits, n", [(16, 7), (16, 130), (8, 7), (8, 130)])
+@pytest.mark.parametrize("bits, n", [(16, 15), (16, 130), (8, 15), (8, 130)])
 def test_paired_kernel_is_exact_modulo_2_32_on_random_and_extreme_operands(tmp_path, bits, n):
     rng = np.random.default_rng(bits * 1000 + n)
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1

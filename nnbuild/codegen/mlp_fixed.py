@@ -30,7 +30,8 @@ def render(model, *, precision, storage, passes_log, input_range):
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
     for layer in layers:  # the AVR dot-product loops read rows with LPM Z+ (near flash), 4 inputs a turn
         fits_loop = near and 4 <= layer["inputs"] <= 4 * 255 + 3
-        layer["pair"] = fits_loop and (layer["mac16"] or layer["mac8"]) and layer["units"] % 2 == 0
+        fits_pair = near and 8 <= layer["inputs"] <= 8 * 255 + 7  # NN_DOT16P / NN_DOT8P: 8 inputs a turn
+        layer["pair"] = fits_pair and (layer["mac16"] or layer["mac8"]) and layer["units"] % 2 == 0
         layer["dot16"] = fits_loop and layer["mac16"] and not layer["pair"]
         layer["dot8"] = fits_loop and layer["mac8"] and not layer["pair"]
         layer["dot"] = "NN_DOT16" if layer["dot16"] else ("NN_DOT8" if layer["dot8"] else None)
