@@ -69,9 +69,9 @@ void pk_infer(const float in[{n}], float out[4])
     int16_t x[{n}];
     uint32_t sx = 0u, acc0, acc1;
     const uint{bits}_t *w = w_rows;
-    for (uint8_t i = 0; i < {n}u; ++i) {{
-        x[i] = (int16_t)in[i];
-        sx += (uint32_t)(int32_t)x[i];
+    for (uint8_t i = 0; i < {n}u; ++i) {{  /* stored offset, x + 2^15, as the layer before a paired one does */
+        x[i] = (int16_t)(uint16_t)((uint16_t)(int16_t)in[i] ^ 0x8000u);
+        sx += (uint16_t)x[i];
     }}
     sx <<= {layer['sum_shift']};
     acc0 = (uint32_t)b_pair[0] - sx;

@@ -37,13 +37,15 @@ def render(model, *, precision, storage, passes_log, input_range):
         layer["dot"] = "NN_DOT16" if layer["dot16"] else ("NN_DOT8" if layer["dot8"] else None)
         if layer["pair"]:
             pair_layer(model.name, plan.layers[layer["index"]], layer, storage)
+    for layer, after in zip(layers, layers[1:] + [None]):  # a paired layer reads its inputs offset
+        layer["offset_out"] = after is not None and after["pair"]
     context = {
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
         "mac16": any(l["mac16"] and not l["pair"] for l in layers), "dot16": any(l["dot16"] for l in layers),
         "dot8": any(l["dot8"] for l in layers), "pair16": any(l["pair"] and l["mac16"] for l in layers),
-        "pair8": any(l["pair"] and l["mac8"] for l in layers),
+        "pair8": any(l["pair"] and l["mac8"] for l in layers), "offset_xq": bool(layers) and layers[0]["pair"],
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
@@ -184,13 +186,13 @@ def pair_layer(prefix, qlayer, layer, storage):
     load, and offset-unsigned operands make every partial product one unsigned MUL.
 
     The weights of neurons 2p and 2p+1 are interleaved ([pair][input][2]) and stored offset,
-    wu = w + 2^(b-1) for b-bit weights (w's bits with the top bit flipped); the kernel flips the
-    inputs' top bit as it loads them, xu = x + 2^15. Since
-        sum wu*xu = sum w*x + 2^15 * sum wu + 2^(b-1) * sum x,
-    the stored bias is bias' = bias - 2^15 * sum wu (a constant, wrapped to int32) and the code
-    subtracts 2^(b-1) * sum x, computed once per layer. Every step is exact modulo 2^32 and the
-    true accumulator is proven to fit int32, so the result is nnbuild.numerics.bitexact's
-    accumulator to the bit.
+    wu = w + 2^(b-1) for b-bit weights (w's bits with the top bit flipped); the layer before
+    stores the inputs offset too, xu = x + 2^15 (nn_offset16). Since, over n inputs,
+        sum wu*xu = sum w*x + 2^15 * sum wu + 2^(b-1) * sum xu - n * 2^(b-1) * 2^15,
+    the stored bias is bias' = bias - 2^15 * sum wu + n * 2^(b+14) (a constant, wrapped to
+    int32) and the code subtracts 2^(b-1) * sum xu, computed once per layer. Every step is exact
+    modulo 2^32 and the true accumulator is proven to fit int32, so the result is
+    nnbuild.numerics.bitexact's accumulator to the bit.
     """
     bits = qlayer.weight.bits
     kernel = np.asarray(qlayer.kernel_q, dtype=np.int64)
@@ -203,7 +205,7 @@ def pair_layer(prefix, qlayer, layer, storage):
         layer["chunks"].append({"symbol": f"{prefix}_{layer['c_name']}_w{c}", "start": 2 * a, "rows": 2 * (b - a),
                                 "size": 2 * (b - a) * inputs, "ctype": f"uint{bits}_t",
                                 "values": literal_rows(rows.ravel(), 8)})
-    bias = np.asarray(qlayer.bias_q, dtype=np.int64) - (offset.sum(axis=1) << 15)
+    bias = np.asarray(qlayer.bias_q, dtype=np.int64) - (offset.sum(axis=1) << 15) + (inputs << (bits + 14))
     wrapped = ((bias + (1 << 31)) % (1 << 32)) - (1 << 31)
     layer["bias"].update(ctype="int32_t", bits=32, values=int32_rows(wrapped, 8))
     layer["dot"] = "NN_DOT16P" if bits == 16 else "NN_DOT8P"
