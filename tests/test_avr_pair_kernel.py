@@ -138,3 +138,40 @@ def test_f1tenth_pairs_are_bit_exact_and_the_bound_stays_within_1_percent(tmp_pa
     print(f"\nf1tenth {precision}: WCET bound {bound:,}, simavr worst {int(cycles.max()):,}, "
           f"bound/measured {bound / cycles.max():.4f}, {cycles.max() / 24320:.2f} cycles per MAC")
     assert cycles.max() <= bound <= 1.01 * cycles.max()
+
+
+@needs_avr
+@pytest.mark.e2e
+def test_avr_tanh_assembly_equals_the_model_on_every_kind_of_pre_activation(tmp_path):
+    """nn_tanh_q14's AVR assembly (16-bit table, near flash) == bitexact.tanh_q on table points, their
+    neighbours, every fraction near them, both signs, zero, the saturation edge 8 * 2^16 and beyond."""
+    from nnbuild.numerics import bitexact
+    codegen.generate(pair_model(), tmp_path / "gen", precision="q16-acc32", storage="avr-progmem-near",
+                     input_range=(-1, 1))
+    code = (tmp_path / "gen" / "pk.c").read_text()
+    assert "static NN_NOINLINE int32_t nn_tanh_q14(int32_t z)" in code and "__asm__(\"mov   %[s], %D[z]" in code
+    n = 32
+    (tmp_path / "gen" / "tt.c").write_text(f"""#include "pk.c"
+void tt_infer(const float in[{n}], float out[{n}])
+{{
+    for (uint8_t i = 0; i < {n}u; ++i) {{
+        out[i] = (float)nn_tanh_q14((int32_t)in[i]);
+    }}
+}}
+""")
+    (tmp_path / "gen" / "tt.h").write_text(f"void tt_infer(const float in[{n}], float out[{n}]);\n")
+    board = pipeline.load_board("avr")
+    defines = [d[2:] for d in check_main_defines("tt.h", "tt_infer", n, n)]
+    elf = board.compiler.build_executable(board, [tmp_path / "gen" / "tt.c", tmp_path / "gen" / "pk_weights.c",
+                                                  CHECK_MAIN], tmp_path / "tt.elf", include_dirs=[tmp_path / "gen"],
+                                          defines=defines)
+    rng = np.random.default_rng(5)
+    points = np.arange(0, 513) << 10
+    z = np.concatenate([points, points + 1, points - 1, points + 511, points + 512, points + 1023,
+                        [0, 1, -1, (8 << 16) - 1, 8 << 16, (8 << 16) + 1, 1 << 20, 1 << 24, 1 << 29, (1 << 30)],
+                        rng.integers(-(9 << 16), 9 << 16, size=1000)])
+    z = np.concatenate([z, -z])
+    z = np.resize(z, -(-len(z) // n) * n).reshape(-1, n)
+    y, _ = simavr.run_cases(elf, z.astype(np.float32), n, entry_symbol="tt_infer", mcu=board["mcu"],
+                            freq=board["clock_hz"], harness=simavr.build_harness(tmp_path / "harness"))
+    assert np.array_equal(y.astype(np.int64), bitexact.tanh_q(z.astype(np.int64), 14))
