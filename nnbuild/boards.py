@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from nnbuild import files
+from nnbuild import files, names
 from nnbuild.errors import NNBuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -226,10 +226,24 @@ class Board(dict):
         runner = self.runner
         return runner.label(self) if runner else None
 
+    def clock_flags(self):
+        """The compiler's clock define derived from clock_hz (avr: -DF_CPU=20000000UL), the board's
+        one source of the clock; [] when the board names no clock_define."""
+        return self.compiler.clock_flags(self)
+
     def check(self):
         """Every problem of the data, one line naming the file and the key."""
         where = self.path or self.get("name")
+        if isinstance(self.get("name"), str) and names.too_long(self["name"], "board name"):
+            raise NNBuildError(f"key 'name': {names.too_long(self['name'], 'board name')}", path=where)
         validate(dict(self), where)
+        check_clock(self, where)   # before the flag allow-list: its line says where the clock belongs
+        from nnbuild.compilers import flags
+        refused = flags.check_board(self)
+        if refused:
+            key, value, why = refused
+            raise NNBuildError(f"key '{key}': {value!r} is refused: {why} (a board file is data: see "
+                               "'what a board file can do' in the manual)", path=where)
         try:
             self.compiler
             runner, analyzer, stack = self.runner, self.analyzer, self.stack_analyzer
@@ -240,6 +254,31 @@ class Board(dict):
             if needs:
                 raise NNBuildError(f"{what} '{self[what]}' needs key(s) {', '.join(needs)}", path=where)
         return self
+
+
+def clock_defined_in_flags(data):
+    """The flag of `cflags` that defines the clock macro (clock_define, and F_CPU always), or None."""
+    macros = {data.get("clock_define") or "F_CPU", "F_CPU"}
+    flags = list(data.get("cflags") or [])
+    for flag, after in zip(flags, flags[1:] + [""]):
+        text = after if flag == "-D" else flag[2:] if flag.startswith("-D") else None
+        if text is not None and text.partition("=")[0] in macros:
+            return flag if flag != "-D" else f"-D {after}"
+    return None
+
+
+def check_clock(data, where):
+    """The clock is written once, in clock_hz: a board whose cflags define F_CPU (or its
+    clock_define) as well, or that names a clock_define without a clock_hz, is refused in one line."""
+    flag = clock_defined_in_flags(data)
+    if flag:
+        macro = data.get("clock_define") or "F_CPU"
+        raise NNBuildError(f"key 'cflags': '{flag}' writes the clock a second time; remove it and keep clock_hz "
+                           f"(with \"clock_define\": \"{macro}\" the compiler gets -D{macro}=<clock_hz>UL)",
+                           path=where)
+    if data.get("clock_define") and not data.get("clock_hz"):
+        raise NNBuildError(f"key 'clock_define': '{data['clock_define']}' needs a clock_hz to derive it from",
+                           path=where)
 
 
 def load_board(name, project_dir=None) -> Board:

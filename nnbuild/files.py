@@ -134,3 +134,21 @@ def json_depth(text) -> int:
         trailing = len(chunk) - 1 - int(last_other[-1])
         backslashes = trailing + backslashes if trailing == len(chunk) else trailing
     return deepest
+
+
+def schema_problem(data, schema):
+    """The first problem of `data` against a JSON Schema as one line naming the key, or None."""
+    import jsonschema
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data),
+                    key=lambda e: (list(e.absolute_path), e.message))
+    if not errors:
+        return None
+    error = errors[0]
+    path = list(error.absolute_path)
+    if not path:
+        return error.message
+    key = path[0] + "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in path[1:])
+    value = json.dumps(error.instance)
+    value = value if len(value) <= 60 else value[:57] + "..."
+    described = error.schema.get("description") or (schema["properties"].get(path[0], {}).get("description"))
+    return f"key '{key}': {value} is not valid" + (f" (expected: {described})" if described else "")

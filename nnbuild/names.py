@@ -32,10 +32,11 @@ RESERVED_FILE_STEMS = frozenset(
     "main check check_main tpg_check_main check_io simavr_run firmware nn_prelude".split()
 )
 
-#: Longest name nnbuild takes from a model file for a C identifier or a file stem: the 63 significant
-#: characters C99 guarantees for an internal identifier or macro name (5.2.4.1); it also keeps
-#: `<name>.flowfacts.json` and the like far below the 255-byte file-name limit of file systems.
-MAX_IDENTIFIER = 63
+#: Longest name nnbuild takes for a model, an item, a board, a Gravity module or a TPG name: the 63
+#: significant characters C99 guarantees for an internal identifier or macro name (5.2.4.1). Names
+#: become C symbols and file names (`<name>.flowfacts.json`, its atomic temp file,
+#: build/<board>/<name>/), and 63 characters keep every one far below the file systems' 255 bytes.
+MAX_NAME_LENGTH = 63
 
 _SAFE_TEXT = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                        " _.,:;+-=()[]{}<>#@!$%^&|~'")
@@ -71,8 +72,17 @@ def fresh_identifier(base, taken) -> str:
 
 
 def is_c_identifier(text) -> bool:
-    """True when `text` is already what `c_identifier` would make of it."""
-    return isinstance(text, str) and c_identifier(text) == text
+    """True when `text` is already what `c_identifier` would make of it, and no longer than
+    MAX_NAME_LENGTH."""
+    return isinstance(text, str) and len(text) <= MAX_NAME_LENGTH and c_identifier(text) == text
+
+
+def too_long(text, what="name"):
+    """One line when `text` is longer than MAX_NAME_LENGTH (for the caller's error), else None."""
+    if len(str(text)) > MAX_NAME_LENGTH:
+        shown = one_line(str(text)[:24])
+        return f"{what} '{shown}...' has {len(str(text)):,} characters; at most {MAX_NAME_LENGTH} are allowed"
+    return None
 
 
 def c_text(text) -> str:

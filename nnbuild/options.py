@@ -100,10 +100,17 @@ def input_range(text):
 
 
 def count(text, what="check inputs"):
-    try:
+    """A whole number >= 1, from an integer or its decimal text (2.5, '2.5', true are refused, not
+    truncated)."""
+    if isinstance(text, float) and text.is_integer():
         value = int(text)
-    except (TypeError, ValueError):
+    elif isinstance(text, bool) or not isinstance(text, (int, str)):
         value = 0
+    else:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
     if value < 1:
         raise NNBuildError(f"{what} '{text}' is not a positive integer")
     return value

@@ -59,12 +59,13 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     the plan then has no reference task of its own. `interface` (scons, nnmodel, cmake, cli): the
     front running the build, whose syntax the gate's hints use."""
     board = boards.load_board(board)
+    codegen.check_model_name(name)      # it names files and folders: refused here, before any is made
     kind = kinds.get(kind) if isinstance(kind, str) else kind
     kinds.check(kind, shape, precision, board)
-    gen = [f"gen/{f}" for f in codegen.outputs(name, kinds.resolve_shape(kind, shape))]
-    header, code = gen[0], gen[1]
-    weights = [f for f in gen if f.endswith("_weights.c")]
-    flowfacts, trace = (next(f for f in gen if f.endswith(suffix)) for suffix in (".flowfacts.json", ".trace.json"))
+    roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}
+    gen = list(roles.values())
+    header, code, flowfacts, trace = roles["header"], roles["code"], roles["flowfacts"], roles["trace"]
+    weights = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles and r != "code"]
     #: the functions measured and bounded: the inference entry first (a Gravity program: activate, train)
     entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
@@ -75,7 +76,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
         inputs = "inputs.npz"
         tasks.append(reference_task(model, inputs, data=data, count=count, seed=seed, input_range=input_range,
                                     environment=environment))
-    nodes = {"generated": gen, "inputs": inputs}
+    nodes = {"generated": gen, "generated_roles": roles, "inputs": inputs}
     check_main = str(kind.check_main())
     defines = kind.check_defines(name)
 
@@ -142,18 +143,33 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
             tasks.append(Task("wcet", [entry_bounds[entry]], {"elf": check, "flowfacts": flowfacts},
                               role=f"wcet_{entry}", options={"board": board.ref, "entry": entry,
                                                              "record_errors": record_wcet_errors}))
+    evidence = {**model_evidence(model), **{f"generated:{Path(f).name}": f for f in gen}, "elf:check": check,
+                **({"elf:firmware": firmware} if firmware else {})}
     tasks.append(Task("report", ["report.json", "report.html"],
                       {"semantic": "semantic.json", "size": "size.json", "trace": trace, "run": target_run,
                        "wcet": wcet_json, "entry_wcet": entry_bounds or None,
-                       "entry_runs": {e: r for e, r in extra_runs.items() if e in entry_bounds} or None},
+                       "entry_runs": {e: r for e, r in extra_runs.items() if e in entry_bounds} or None,
+                       "evidence": evidence, "data": data},
                       options={"model": name, "board": board.ref, "precision": precision, "shape": shape,
-                               "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin}, role="report"))
+                               "opt": opt, "deadline": deadline, "deadline_origin": deadline_origin,
+                               "seed": None if data else seed, "count": count,
+                               "input_range": input_range}, role="report"))
     nodes.update(size="size.json", wcet=wcet_json, report="report.json")
     if purpose == "build":
         tasks.append(Task("gate", ["gate.json"], {"report": "report.json"}, role="gate",
                           options={"interface": interface}))
         nodes["gate"] = "gate.json"
     return Plan(tasks, name, board, nodes, entries)
+
+
+def model_evidence(model):
+    """{role: absolute path} of the model's own files for the report's hashes: the file, or every
+    file of a model folder (NNEF: graph.nnef and its .dat tensors)."""
+    path = Path(str(model)).resolve()
+    if path.is_dir():
+        return {f"model:{p.relative_to(path).as_posix()}": str(p) for p in sorted(path.rglob("*"))
+                if p.is_file() and not p.name.startswith(".")}
+    return {"model": str(path)} if path.is_file() else {}
 
 
 def multiitem_plan(*, name, model, board, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
@@ -256,8 +272,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
 
         def at(rel, mdir=mdir):
             return None if rel is None else (rel if os.path.isabs(str(rel)) else os.path.join(str(mdir), rel))
-        flowfacts, trace = (next(f for f in mp.nodes["generated"] if f.endswith(suffix))
-                            for suffix in (".flowfacts.json", ".trace.json"))
+        flowfacts, trace = mp.nodes["generated_roles"]["flowfacts"], mp.nodes["generated_roles"]["trace"]
         model_entries = mp.entries
         sub = f"{stem}.checks/{mp.name}"
         tasks.append(Task("size", [f"{sub}/size.json"], {"elf": firmware, "trace": at(trace), "flowfacts": at(flowfacts)},
@@ -277,7 +292,10 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
         tasks.append(Task("report", [f"{sub}/report.json", f"{sub}/report.html"],
                           {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
                            "run": at(model_report.sources.get("run")), "wcet": wcet_json,
-                           "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None},
+                           "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None,
+                           "evidence": {**{k: at(v) for k, v in model_report.sources["evidence"].items()
+                                           if not k.startswith("elf:")}, "elf:firmware": firmware},
+                           "data": at(model_report.sources.get("data"))},
                           options=dict(model_report.options), role=f"{mp.name}/report"))
         tasks.append(Task("gate", [f"{sub}/gate.json"], {"report": f"{sub}/report.json"}, role=f"{mp.name}/gate",
                           options={"interface": interface, "discard": image_files}))
@@ -446,7 +464,7 @@ def _checked(the_plan, workdir, loaded):
     (label, run_file), = the_plan.nodes["runs"].items()
     with np.load(workdir / run_file) as run:
         cycles = f", max {int(np.max(run['cycles'])):,} cycles" if "cycles" in run.files and len(run["cycles"]) else ""
-    shape = steps.read_json(workdir / the_plan.nodes["generated"][-1]).get("shape", "")
+    shape = steps.read_json(workdir / the_plan.nodes["generated_roles"]["trace"]).get("shape", "")
     print(kinds.get(results["kind"]).check_line(results, the_plan.name, label, shape) + cycles)
     return results
 
@@ -536,6 +554,21 @@ def cmake_dir():
     return str(CMAKE_DIR)
 
 
+#: static libraries archived without timestamps (ar D, ranlib -D), as SCons does: two build
+#: folders give the same bytes (set in the scope of the CMakeLists calling nnbuild_add_model, whose
+#: function includes this code: the archive rules apply to that directory's static libraries)
+CMAKE_DETERMINISTIC_ARCHIVES = ('set(CMAKE_C_ARCHIVE_CREATE "<CMAKE_AR> qcD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)\n'
+                                'set(CMAKE_C_ARCHIVE_APPEND "<CMAKE_AR> qD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)\n'
+                                'set(CMAKE_C_ARCHIVE_FINISH "<CMAKE_RANLIB> -D <TARGET>" PARENT_SCOPE)\n')
+
+
+def _cmake_path_map(board, have=()):
+    """The compiler family's reproducibility flags (those not in `have`) with CMake's source and
+    build folders mapped to '.' (quoted, the variables expanded by CMake)."""
+    flags = board.compiler.reproducible_flags(("${CMAKE_SOURCE_DIR}", "${CMAKE_BINARY_DIR}"))
+    return " ".join(f'"{f}"' for f in flags if f not in have)
+
+
 def _cm(text):
     """One quoted CMake argument; generator expressions ($<...>) pass through."""
     text = str(text).replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${")
@@ -553,9 +586,7 @@ def _code_files(step_name):
 
 def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
-    step table and command lines as the SCons actions (program tasks run the `program` step)."""
-    import shlex
-
+    step table and argument lists as the SCons actions (program tasks run the `program` step)."""
     build_dir = Path(build_dir)
 
     def where(path):
@@ -570,7 +601,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
         depends = [board_file, *extra_depends]
         if task.step == "program":
             sources = [where(s) for s in task.sources["sources"]]
-            defines = [shlex.quote(f"{k}={v}") for pairs in task.options["defines"].values() for k, v in pairs]
+            defines = [f"{k}={v}" for pairs in task.options["defines"].values() for k, v in pairs]
             values = dict(sources=sources, board=task.options["board"], include=[where(d) for d in task.options["include"]],
                           define=defines, opt=task.options["opt"], output=where(task.targets[0]))
             depends += sources + [where(task.options["header"])]
@@ -595,7 +626,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             arg = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
             values[arg] = str(Path(where(task.targets[0])).parent) if arg == "outdir" else where(task.targets[0])
         depends += [where(p) for p in task.after] + _code_files(task.step)
-        argv = shlex.split(steps.command(task.step, **{k: v for k, v in values.items() if v is not None}))
+        argv = steps.arguments(task.step, **{k: v for k, v in values.items() if v is not None})
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
@@ -619,14 +650,18 @@ def cmake_model(target, build_dir, tools_dir, **plan_args):
     `target` (the board's flags, -Werror included) and `<target>_checks` (built by `all`, and before
     the library) whose last output is the gate."""
     plan_args = {k: v for k, v in plan_args.items() if v is not None}
+    if plan_args.get("deadline") and not plan_args.get("deadline_origin"):
+        plan_args["deadline_origin"] = "DEADLINE of nnbuild_add_model"
     board = boards.load_board(plan_args["board"])
     the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
     text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent)
-    gen = [made[p] for p in the_plan.nodes["generated"]]
+    roles = {role: made[p] for role, p in the_plan.nodes["generated_roles"].items()}
+    sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
     flags = board.compiler.compile_flags(board, plan_args.get("opt"))
-    text += (f"add_library({target} STATIC {_cm(gen[1])} {_cm(gen[3])})\n"
-             f"target_include_directories({target} PUBLIC {_cm(str(Path(gen[0]).parent))})\n"
-             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))})\n"
+    text += (f"add_library({target} STATIC {' '.join(map(_cm, sources))})\n"
+             f"target_include_directories({target} PUBLIC {_cm(str(Path(roles['header']).parent))})\n"
+             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))} {_cmake_path_map(board, flags)})\n"
+             + CMAKE_DETERMINISTIC_ARCHIVES +
              f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
              f"add_custom_target({target}_checks ALL DEPENDS {_cm(made[the_plan.nodes['gate']])})\n"
              f"add_dependencies({target} {target}_checks)\n")
@@ -650,7 +685,8 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf])
     outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
     outs += [made[v] for v in the_plan.nodes["gates"].values()]
-    text = f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n" + text
+    text = (f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n"
+            f"target_compile_options({target} PRIVATE {_cmake_path_map(board)})\n" + text)
     text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
              f"add_dependencies({target}_nnbuild {target})\n")
     return text
@@ -660,7 +696,7 @@ def cmake_board(board):
     """CMake toolchain settings of a board: compiler, target flags (no optimisation, no warning
     policy: the user's CMAKE_C_FLAGS and build type decide those), link flags, program suffix."""
     board = boards.load_board(board)
-    target_flags = [f for f in board.get("cflags", []) if not is_policy_flag(f)]
+    target_flags = [f for f in board.get("cflags", []) + board.clock_flags() if not is_policy_flag(f)]
     lines = [f"set(CMAKE_C_COMPILER {_cm(board['cc'])})",
              f"set(CMAKE_C_FLAGS_INIT {_cm(' '.join(target_flags))})",
              f"set(CMAKE_EXE_LINKER_FLAGS_INIT {_cm(' '.join(board.get('ldflags', [])))})",

@@ -39,6 +39,9 @@ def resolve(model, root=EXAMPLES_DIR):
         if not Path(config["model"]).exists():
             raise NNBuildError(f"model file of example '{model}' not found: {config['model']}"
                                + (f" ({config['requires']})" if config.get("requires") else ""), path=config_path)
+        if not (Path(config["model"]).is_file() or frontends.model_file(config["model"])):
+            raise NNBuildError(f"key 'model': {config['model']} is neither a model file nor a model folder",
+                               path=config_path)
         if config.get("environment"):
             config["environment"] = environment_path(config["environment"], base)
         if config.get("check_data"):
@@ -65,12 +68,21 @@ def resolve(model, root=EXAMPLES_DIR):
                        "nor a model file")
 
 
+#: the JSON Schema of example.json (shipped in the package)
+SCHEMA_FILE = Path(__file__).resolve().parent / "example.schema.json"
+
+
 def read_example(config_path):
-    """example.json as a dict; bad JSON or an unknown key is one line naming the file."""
+    """example.json as a dict; bad JSON, an unknown key or a value of the wrong type (against
+    example.schema.json) is one line naming the file and the key."""
+    import json
     config = files.read_json_object(config_path, "example config")
     unknown = sorted(set(config) - set(EXAMPLE_KEYS))
     if unknown:
         raise NNBuildError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(EXAMPLE_KEYS)})", path=config_path)
+    problem = files.schema_problem(config, json.loads(SCHEMA_FILE.read_text()))
+    if problem:
+        raise NNBuildError(problem, path=config_path)
     return config
 
 

@@ -2,7 +2,8 @@
 options), the library function that does it, and the code its output depends on.
 
 Three users read this table: the CLI makes one subcommand per step (`python -m nnbuild <step>`),
-the SCons tool makes each build action from a step's command line (`command`), and
+the SCons tool and CMake make each build action from a step's argument list (`arguments`, run
+without a shell), and
 `nnbuild check` (pipeline.execute) calls the same functions in a temporary directory. A new step
 is one entry here and one function.
 
@@ -163,21 +164,73 @@ def labelled(specs):
 
 def report(output, *, model, board, semantic, size, trace, precision=kinds.DEFAULT_PRECISION,
            shape=kinds.DEFAULT_SHAPE, opt=None, run=None, wcet=None, deadline=None, deadline_origin=None,
-           entry_wcet=None, entry_runs=None):
+           entry_wcet=None, entry_runs=None, evidence=None, seed=None, count=None, input_range=None, data=None):
     """report.json: every step's result in one record, and a short printed summary; report.html
     beside it draws the record for a person. `entry_wcet`/`entry_runs`: the bound and the measured
-    run of each further entry point (a Gravity program's train), gated like the first."""
+    run of each further entry point (a Gravity program's train), gated like the first. `evidence`:
+    {role: file} whose sha256 the report records (model, generated C, ELF; the model's companion
+    files are found here); seed, count, range and data: how the check inputs were made."""
     from nnbuild.checks import report as reports
     from nnbuild.checks import report_html
+    board = boards.load_board(board)
     runs_by_entry = labelled(entry_runs)
     entries = {entry: (read_json(path), runs_by_entry.get(entry)) for entry, path in labelled(entry_wcet).items()}
     summary = reports.build_report(
-        model=model, board=boards.load_board(board), semantic=read_json(semantic), size=read_json(size),
+        model=model, board=board, semantic=read_json(semantic), size=read_json(size),
         trace=read_json(trace), run=run, wcet=read_json(wcet) if wcet else None, precision=precision,
-        shape=shape, opt=opt, deadline=deadline, deadline_origin=deadline_origin, entries=entries)
-    report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(summary)))
-    save_json(output, summary)
+        shape=shape, opt=opt, deadline=deadline, deadline_origin=deadline_origin, entries=entries,
+        files=evidence_files(board, labelled(evidence), data),
+        inputs={"count": count, "seed": seed, "range": list(input_range) if input_range else None,
+                "data": reports.shown_path(data) if data else None})
+    write_report(output, summary, report_html.save)
     print(reports.summary_text(summary))
+
+
+def write_report(output, record, save_html):
+    """report.json and report.html, once the record follows the shipped schema (report.schema.json):
+    evidence that does not follow its published layout is not written."""
+    import jsonschema
+
+    from nnbuild.checks import report as reports
+    record = json.loads(json.dumps(record))
+    try:
+        reports.validate(record)
+    except jsonschema.ValidationError as error:   # one line, with where in the record
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise NNBuildError(f"report.json does not follow {reports.SCHEMA_FILE.name} at {where}: "
+                           f"{error.message}") from None
+    save_html(Path(output).with_suffix(".html"), record)
+    save_json(output, record)
+
+
+def evidence_files(board, files, data=None):
+    """file_records of a report: the model and its companion files (Keras2C's weights.h5, ...), the
+    check data, the generated C, the ELF with the sha256 of its Intel HEX (a cross-built program)."""
+    from nnbuild import frontends
+    from nnbuild.checks import report as reports
+    ordered = {}
+    for role, path in files.items():
+        ordered[role] = path
+        if role == "model" and Path(path).is_file():
+            for companion in frontends.implicit_dependencies(path):
+                ordered[f"model companion:{Path(companion).name}"] = companion
+    if data:
+        ordered["check data"] = data
+    ihex = (lambda elf: ihex_sha256(board, elf)) if board.program_suffix == ".elf" else None
+    return reports.file_records(ordered, ihex)
+
+
+def ihex_sha256(board, elf):
+    """sha256 of the Intel HEX the image step writes for `elf` (the same objcopy call), or None."""
+    import hashlib
+    import tempfile
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            hexfile = Path(scratch) / "image.hex"
+            image(elf, hexfile, board=board)
+            return hashlib.sha256(hexfile.read_bytes()).hexdigest()
+    except NNBuildError:
+        return None
 
 
 def gate(report, output, *, interface=None, discard=()):
@@ -230,8 +283,7 @@ def select(candidates, output, *, firmware_output=None, install=(), interface=No
     for source, destination in zip(firmwares[winner], destinations):
         selection.install_winner(source, destination)
     from nnbuild.checks import report_html
-    report_html.save(Path(output).with_suffix(".html"), json.loads(json.dumps(final)))
-    save_json(output, final)
+    write_report(output, final, report_html.save)
     print(f"winner: {why}")
     print(summary_text(final))
 
@@ -437,8 +489,16 @@ STEPS = {s.name: s for s in (
           _a("--entry-runs", action="append", default=[], metavar="ENTRY=RUN.npz",
              help="the target run measuring each further entry point"),
           _a("--deadline", default=None, help="deadline, e.g. 100ms"),
-          _a("--deadline-origin", default=None, help="where the deadline came from")),
-         "merge the step results into report.json and print a summary", code=("checks",), cacheable=False),
+          _a("--deadline-origin", default=None, help="where the deadline came from"),
+          _a("--evidence", action="append", default=[], metavar="ROLE=FILE",
+             help="a file whose sha256 report.json records (model, generated C, ELF)"),
+          _a("--seed", type=int, default=None, help="the check inputs' seed"),
+          _a("--count", type=int, default=None, help="how many check inputs"),
+          _a("--range", dest="input_range", type=options.argparse_type(options.input_range), default=None,
+             help="the check inputs' range lo,hi"),
+          _a("--data", default=None, help="the file the check inputs came from")),
+         "merge the step results into report.json and print a summary", code=("checks", "compilers"),
+         cacheable=False),
     Step("gate", "Gates", gate,
          (_a("report"), OUT, _a("--interface", default=None, choices=INTERFACES,
                                 help="the front that runs the build: its syntax in the hints (waivers)"),
@@ -489,9 +549,10 @@ STEPS = {s.name: s for s in (
 DASH_VALUE_OPTIONS = ("--opt", "--range", "--tolerance", "--deadline")
 
 
-def command(step_name, **values):
-    """The command line (after `python -m nnbuild`) that runs a step with these values, in the
-    table's argument order; None and False values are left out. SCons builds its actions with it."""
+def arguments(step_name, **values):
+    """The argument list (after `python -m nnbuild`) that runs a step with these values, in the
+    table's argument order, one list item per argument and no quoting: the SCons tool and CMake
+    run it without a shell. None and False values are left out."""
     step = STEPS[step_name]
     unknown = set(values) - {a.dest for a in step.args}
     if unknown:
@@ -506,15 +567,21 @@ def command(step_name, **values):
         elif value is True:
             parts.append(arg.flags[-1])
         elif arg.kwargs.get("action") == "append":
-            parts += [f"{arg.flags[-1]} {v}" for v in value]
+            for v in value:
+                parts += _option(arg.flags[-1], str(v))
         else:
             text = ",".join(repr(float(v)) for v in value) if arg.dest == "input_range" else str(value)
-            sep = "=" if arg.flags[-1] in DASH_VALUE_OPTIONS or text.startswith("-") else " "
-            parts.append(f"{arg.flags[-1]}{sep}{_quote(text)}")
-    return " ".join(parts)
+            parts += _option(arg.flags[-1], text)
+    return parts
 
 
-def _quote(text):
-    """Shell-quote values that need it (deadline origins with spaces); SCons variables pass through."""
+def _option(flag, text):
+    """`--flag value`, or `--flag=value` where the value may start with '-' (`--opt=-O0`)."""
+    return [f"{flag}={text}"] if flag in DASH_VALUE_OPTIONS or text.startswith("-") else [flag, text]
+
+
+def command(step_name, **values):
+    """The step's command line as one shell-quoted string, for people to read (logs, docs); the
+    build tools run `arguments` as a list."""
     import shlex
-    return text if text.startswith("$") or shlex.quote(text) == text else shlex.quote(text)
+    return shlex.join(arguments(step_name, **values))

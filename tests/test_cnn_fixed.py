@@ -303,7 +303,7 @@ def test_examples_give_fixed_point_its_own_tolerance(tmp_path):
     from nnbuild import project
     lenet = project.resolve("lenet5")
     assert project.tolerance_for(lenet, "q16-acc32") == 1e-3 and project.tolerance_for(lenet, "float32") == 1e-5
-    for bad, words in (([1e-3], "'tolerances' must map"), ({"q17": 1e-3}, "precision 'q17'"),
+    for bad, words in (([1e-3], "key 'tolerances': \\[0.001\\] is not valid"), ({"q17": 1e-3}, "precision 'q17'"),
                        ({"q16": -1}, "tolerance '-1'")):
         example = tmp_path / "ex"
         example.mkdir(exist_ok=True)

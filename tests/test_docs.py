@@ -100,3 +100,12 @@ def test_the_readme_blocks_run_from_the_wheel(wheel_venv):
                   "build-cmake/app.checks/ctl/gate.json", "gen/ctl.c"):
         assert (hello / built).is_file(), built
     assert "ms of 1 ms deadline" in result.stdout
+
+
+def test_every_keyword_nnmodel_nnfirmware_and_nnexample_take_is_in_the_manual():
+    """docs/using.md names every keyword the SCons pseudo-builders accept (they refuse any other)."""
+    from nnbuild import scons_tool
+    using = (DOCS / "using.md").read_text()
+    for keywords in (scons_tool.NNMODEL_KEYWORDS, scons_tool.NNFIRMWARE_KEYWORDS, scons_tool.NNEXAMPLE_KEYWORDS):
+        missing = [k for k in keywords if f"`{k}`" not in using]
+        assert not missing, f"docs/using.md does not name {missing}"

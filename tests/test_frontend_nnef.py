@@ -146,7 +146,7 @@ def test_dat_shape_mismatch_and_huge(tmp_path):
     data = bytearray(nnef.dat_bytes(np.ones(4)))
     struct.pack_into("<II", data, 12, 1 << 30, 1 << 30)
     struct.pack_into("<I", data, 8, 2)
-    assert "too large" in _refused(tmp_path, bytes(data))
+    assert "above the limit of 4,194,304 per tensor" in _refused(tmp_path, bytes(data))
 
 
 def test_dat_nan_refused(tmp_path):
@@ -396,7 +396,7 @@ graph dw(x) -> (y, p)
     ("y = max_pool(x, size = [1, 1, 2, 2], padding = [(0, 0), (0, 0), (1, 1), (1, 1)]);", "border 'constant'"),
     ("y = avg_pool(x, size = [2, 1, 2, 2]);", "batch and channel"),
     ("y = softmax(x, axes = [1, 2]);", "several axes"),
-    ("y = elu(x, alpha = 'a');", "'alpha' must be a number"),
+    ("y = elu(x, alpha = 'a');", "'alpha' takes no string"),
     ("y = mul(x, 1e300);", "float32"),
     ("y = relu(z);", "'z' is used before"),
     ("x = relu(x);", "assigned twice"),

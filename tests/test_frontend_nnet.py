@@ -272,8 +272,8 @@ def test_layer_sizes_are_bounded_before_anything_is_read(tmp_path, monkeypatch):
         return str(error.value)
 
     wide = write(tmp_path, "2,4097,1,4097,\n4097,4097,1,\n0,\n", "wide.nnet")
-    assert refusal(wide) == (f"{wide}: line 2: layer 1 is 4097 x 4097: 16785409 weights, more than 16777216 per layer "
-                             "(limits.MAX_TENSOR_ELEMENTS)")
+    assert refusal(wide) == (f"{wide}: line 2: layer 1 is 4097 x 4097: 16785409 weights, more than "
+                             f"{limits.MAX_TENSOR_ELEMENTS} per layer (limits.MAX_TENSOR_ELEMENTS)")
     lines = write(tmp_path, "6,1,1,1000000,\n" + "1,1000000," * 3 + "1,\n0,\n", "lines.nnet")
     assert "line 2: the layer sizes make 3000003 neurons, more than 1048576 (limits.MAX_NNET_NEURONS)" in refusal(lines)
     monkeypatch.setattr(limits, "MAX_MODEL_ELEMENTS", 8)

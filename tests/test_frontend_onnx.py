@@ -571,4 +571,5 @@ def test_a_tile_to_a_billion_elements_is_one_line_before_any_allocation(tmp_path
     with pytest.raises(NNBuildError) as exc:
         frontends.load(path)
     text = str(exc.value)
-    assert "\n" not in text and str(path) in text and "layer 't'" in text and "16777216 elements" in text
+    assert "\n" not in text and str(path) in text and "node 't' (Tile)" in text
+    assert "1073741824 elements (limit MAX_TENSOR_ELEMENTS = 4194304)" in text

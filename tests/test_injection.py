@@ -31,6 +31,11 @@ def canary(tag):
     return f"{tag} {PAYLOAD}"
 
 
+def model_name(text):
+    """A model name made of `text` (names.c_identifier, cut to the longest name nnbuild takes)."""
+    return names.c_identifier(text)[:names.MAX_NAME_LENGTH]
+
+
 def renamed(model, rename):
     """The same model with every layer (and edge) name passed through `rename`."""
     layers = [type(l)(**{**l.__dict__, "name": rename(l.name)}) for l in model.layers]
@@ -50,7 +55,7 @@ def mlp_model(fixed=False):
         layers.append(Activation(canary("a2"), "relu"))
     layers.append(Dense(canary("d3"), rng.normal(size=(4, 2)).astype(np.float32) * 0.3,
                         rng.normal(size=2).astype(np.float32) * 0.1, "linear"))
-    return Model(names.c_identifier(canary("m")), (3,), layers, source_files=(canary("file") + ".h5",))
+    return Model(model_name(canary("m")), (3,), layers, source_files=(canary("file") + ".h5",))
 
 
 def cnn_model():
@@ -69,7 +74,7 @@ def cnn_model():
     edges = {n["pad"]: ("input",), n["conv"]: (n["pad"],), n["bn"]: (n["conv"],), n["pool"]: (n["bn"],),
              n["conv2"]: (n["pool"],), n["add"]: (n["pool"], n["conv2"]), n["cat"]: (n["add"], n["pool"]),
              n["flat"]: (n["cat"],), n["dense"]: (n["flat"],)}
-    return Model(names.c_identifier(canary("cnn")), (6, 6, 2), layers, source_files=(canary("cnn") + ".h5",), edges=edges)
+    return Model(model_name(canary("cnn")), (6, 6, 2), layers, source_files=(canary("cnn") + ".h5",), edges=edges)
 
 
 def strip_comments(path, tmp_path):

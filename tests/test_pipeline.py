@@ -21,18 +21,22 @@ F1 = EXAMPLES / "f1tenth" / "architecture.json"
 
 
 def test_every_step_is_a_cli_subcommand_and_its_command_line_parses_back():
-    """SCons actions are steps.command(...): the CLI must parse exactly what SCons writes."""
+    """SCons and CMake run steps.arguments(...) as argument lists: the CLI must parse exactly them."""
     sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert set(steps.STEPS) <= set(sub.choices)
-    line = steps.command("report", output="r.json", model="m", board="avr", semantic="s.json", size="z.json",
-                         trace="t.json", opt="-O0", deadline="100.0ms", deadline_origin="command line")
-    args = cli.parser().parse_args(cli.join_dash_values(line.replace("'", "").split(" ")[:-2] + ["command line"]))
+    argv = steps.arguments("report", output="r.json", model="m", board="avr", semantic="s.json", size="z.json",
+                           trace="t.json", opt="-O0", deadline="100.0ms", deadline_origin="command line")
+    args = cli.parser().parse_args(argv)
     assert (args.opt, args.deadline, args.board, args.output) == ("-O0", "100.0ms", "avr", "r.json")
-    line = steps.command("generate", model="x.h5", outdir="gen", name="x", input_range=(-1.0, 1.0), shape="auto")
-    args = cli.parser().parse_args(cli.join_dash_values(line.split(" ")))
+    assert args.deadline_origin == "command line"
+    argv = steps.arguments("generate", model="dir/a `id` $(b);'c\"\nd.h5", outdir="gen", name="x",
+                           input_range=(-1.0, 1.0), shape="auto")
+    args = cli.parser().parse_args(argv)
     assert args.input_range == (-1.0, 1.0) and args.shape == "auto" and args.outdir == "gen"
+    assert args.model == "dir/a `id` $(b);'c\"\nd.h5"
+    assert steps.command("gate", report="a b", output="g") == "gate 'a b' --output g"
     with pytest.raises(ValueError, match="no argument"):
-        steps.command("gate", report="r", output="g", nonsense=1)
+        steps.arguments("gate", report="r", output="g", nonsense=1)
 
 
 def test_plan_lists_the_whole_avr_build_and_the_check_subset():
@@ -236,3 +240,46 @@ def test_a_missed_deadline_names_the_builds_known_to_meet_it(tmp_path):
     hint = selection.known_to_meet(missed, base / "candidates" / "float32" / "report.json")
     assert hint == "known to meet it: precision=q16-acc32 on avr (73.6 ms, avr/f1tenth/candidates/q16-acc32)"
     assert selection.known_to_meet(missed, tmp_path / "elsewhere" / "m" / "report.json") is None
+
+
+def test_the_board_clock_is_written_once_in_clock_hz(tmp_path):
+    """F_CPU comes from clock_hz (clock_define names the macro): changing clock_hz alone changes
+    the compiler's clock; a board that also defines the clock in its cflags refuses to load."""
+    from nnbuild import pipeline
+    from nnbuild.compilers import gcc
+    avr = boards.load_board("avr")
+    assert "-DF_CPU=20000000UL" in gcc.compile_flags(avr)
+    assert not any(f.startswith("-DF_CPU") for f in avr["cflags"])
+    assert "-DF_CPU=20000000UL" in pipeline.cmake_board("avr") and "-DF_CPU=20000000UL" in pipeline.user_compile_flags("avr")
+    assert "-DF_CPU=16000000UL" in gcc.compile_flags(boards.load_board("atmega328p"))
+    for name in boards.available_boards():
+        board = boards.load_board(name)
+        assert board.get("assumptions"), f"{name}: no stated timing assumption"
+        assert not boards.clock_defined_in_flags(board)
+    data = json.loads(boards.board_path("avr").read_text())
+    path = tmp_path / "m1284_8.json"
+    path.write_text(json.dumps({**data, "clock_hz": 8000000}))
+    flags = gcc.compile_flags(boards.load_board(path))
+    assert "-DF_CPU=8000000UL" in flags and not any(f.startswith("-DF_CPU=2") for f in flags)
+    for cflags in (["-mmcu=atmega1284", "-DF_CPU=20000000UL"], ["-D", "F_CPU=8000000"], ["-DF_CPU"]):
+        path.write_text(json.dumps({**data, "cflags": cflags}))
+        with pytest.raises(NNBuildError) as error:
+            boards.load_board(path)
+        assert str(error.value).startswith(f"{path}: key 'cflags': ") and "writes the clock a second time" in str(error.value)
+        assert "\n" not in str(error.value)
+    path.write_text(json.dumps({**data, "clock_hz": None, "simulator": None, "wcet_tool": None, "stack_tool": None}))
+    with pytest.raises(NNBuildError, match=r"key 'clock_define': 'F_CPU' needs a clock_hz"):
+        boards.load_board(path)
+
+
+def test_cmake_compiles_the_generated_library_reproducibly():
+    """CMake's own compile of the generated code maps the source and build folders to '.' (the
+    check programs map theirs in the program step) and archives without timestamps."""
+    from nnbuild import pipeline
+    text = pipeline.cmake_model("xor", "/b", "/t", name="xor", model=str(REPO / "firmware_examples/xor/xor.h5"),
+                                board="avr")
+    options = next(l for l in text.splitlines() if l.startswith("target_compile_options(xor PRIVATE"))
+    assert options.endswith('"-gno-record-gcc-switches" "-fdebug-prefix-map=${CMAKE_SOURCE_DIR}=." '
+                            '"-fdebug-prefix-map=${CMAKE_BINARY_DIR}=.")')
+    assert options.count("-gno-record-gcc-switches") == 1
+    assert 'set(CMAKE_C_ARCHIVE_CREATE "<CMAKE_AR> qcD <TARGET> <LINK_FLAGS> <OBJECTS>" PARENT_SCOPE)' in text

@@ -308,7 +308,7 @@ def test_example_config_is_checked(tmp_path):
     config = project / "firmware_examples" / "xor" / "example.json"
     good = json.loads(config.read_text())
     for change, words in (({"main": "main.h"}, "'main' must name a C source"), ({"tolerence": 1}, "unknown key(s) tolerence"),
-                          ({"check_inputs": 0}, "check inputs '0'"), ({"input_range": [1, 0]}, "lo < hi")):
+                          ({"check_inputs": 0}, "key 'check_inputs': 0 is not valid"), ({"input_range": [1, 0]}, "lo < hi")):
         config.write_text(json.dumps({**good, **change}))
         result = scons(project, "target=host", "model=xor")
         assert result.returncode != 0 and words in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -10,25 +10,53 @@ check without WCET; the deadline is not checked). The report step's --deadline c
 
 import math
 import re
+from fractions import Fraction
 
 from nnbuild.errors import NNBuildError
 
-_UNITS_MS = {"s": 1e3, "ms": 1.0, "us": 1e-3, "µs": 1e-3, "ns": 1e-6}
+_UNITS_MS = {"s": Fraction(1000), "ms": Fraction(1), "us": Fraction(1, 1000), "µs": Fraction(1, 1000),
+             "ns": Fraction(1, 10**6)}
+#: a deadline's significant digits at most: every such decimal survives the float of report.json
+#: exactly (DBL_DIG), so the gate's rational arithmetic compares against what the user wrote
+MAX_DEADLINE_DIGITS = 15
+
+
+def exact_deadline_ms(value):
+    """A deadline in ms as an exact rational, from its decimal text. Text needs its unit ('100ms',
+    '800us', '0.1s'): a bare '5' could mean seconds or milliseconds. Numbers (example.json's and a
+    board's `deadline_ms`) are ms, read through their shortest decimal (what the JSON file says)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (math.isfinite(value) and value > 0):
+            raise NNBuildError(f"deadline '{value}' is not a positive, finite duration")
+        digits, ms = repr(float(value)), Fraction(repr(float(value)))
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d{1,4})?)\s*(s|ms|us|µs|ns)\s*", str(value))
+        if not match:
+            raise NNBuildError(f"deadline '{value}' is not a duration with its unit, like 100ms, 800us or 0.1s")
+        digits, ms = match.group(1), Fraction(match.group(1)) * _UNITS_MS[match.group(2)]
+    significant = re.sub(r"[eE].*", "", digits).replace(".", "").lstrip("0").rstrip("0")
+    if len(significant) > MAX_DEADLINE_DIGITS:
+        raise NNBuildError(f"deadline '{value}' has more than {MAX_DEADLINE_DIGITS} significant digits")
+    if not (0 < ms < Fraction(10) ** 300) or float(ms) == 0:
+        raise NNBuildError(f"deadline '{value}' is not a positive, finite duration")
+    return ms
 
 
 def parse_deadline(value):
-    """A deadline in ms. Text needs its unit ('100ms', '800us', '0.1s'): a bare '5' could mean
-    seconds or milliseconds. Numbers (example.json's and a board's `deadline_ms`) are ms."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        ms = float(value)
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)\s*", str(value))
-        if not match:
-            raise NNBuildError(f"deadline '{value}' is not a duration with its unit, like 100ms, 800us or 0.1s")
-        ms = float(match.group(1)) * _UNITS_MS[match.group(2)]
-    if not (math.isfinite(ms) and ms > 0):
-        raise NNBuildError(f"deadline '{value}' is not a positive, finite duration")
-    return ms
+    """A deadline in ms (the float nearest its exact value; see exact_deadline_ms)."""
+    return float(exact_deadline_ms(value))
+
+
+def deadline_cycles(deadline_ms, clock_hz):
+    """The most cycles that meet a deadline (ms) at clock_hz, exactly: floor(deadline * clock / 1000),
+    the deadline read back from its shortest decimal. A bound of exactly this many cycles passes."""
+    exact = Fraction(repr(float(deadline_ms))) * Fraction(repr(float(clock_hz))) / 1000
+    return math.floor(exact)
+
+
+def cycles_ms(cycles, clock_hz):
+    """Cycles as ms (float, for display and report.json; the gate compares cycles)."""
+    return float(Fraction(int(cycles)) * 1000 / Fraction(repr(float(clock_hz))))
 
 
 #: the deadline= value that waives every deadline (the board's and the example's too)
@@ -105,14 +133,16 @@ def read_spec(spec, origin=None):
 
 def verdict(wcet, deadline_ms, clock_hz, measured_cycles, label):
     """The gate's record: bound, deadline, margin, and bound/measured (the tightness)."""
-    wcet_ms = wcet["cycles"] / clock_hz * 1e3
+    wcet_ms = cycles_ms(wcet["cycles"], clock_hz)
+    budget = None if deadline_ms is None else deadline_cycles(deadline_ms, clock_hz)
     record = {
         "analyzer": wcet["analyzer"], "wcet_cycles": wcet["cycles"], "wcet_ms": wcet_ms,
-        "deadline_ms": deadline_ms, "margin_ms": None if deadline_ms is None else deadline_ms - wcet_ms,
+        "deadline_ms": deadline_ms, "deadline_cycles": budget, "clock_hz": clock_hz,
+        "margin_ms": None if deadline_ms is None else deadline_ms - wcet_ms,
         "margin": None if deadline_ms is None else (deadline_ms - wcet_ms) / deadline_ms,
         "measured_cycles": measured_cycles,
         "bound_over_measured": (wcet["cycles"] / measured_cycles) if measured_cycles else None,
-        "met": None if deadline_ms is None else wcet_ms <= deadline_ms, "label": label,
+        "met": None if deadline_ms is None else int(wcet["cycles"]) <= budget, "label": label,
     }
     return record
 
@@ -127,9 +157,24 @@ def soundness_violation(record):
 
 
 def deadline_violation(record):
+    """The missed deadline's clause, in cycles (integers, never equal when the gate fails) and in ms
+    with as many digits as tell the two apart."""
     if record["deadline_ms"] is not None and not record["met"]:
-        return f"WCET {fmt_ms(record['wcet_ms'])} > deadline {fmt_ms(record['deadline_ms'])} ({record['label']})"
+        wcet_text, deadline_text = distinct_ms(record["wcet_ms"], record["deadline_ms"])
+        budget = record.get("deadline_cycles")
+        cycles = (f"{record['wcet_cycles']:,} cycles > {budget:,} cycles" if budget is not None
+                  else f"{record['wcet_cycles']:,} cycles")
+        return f"WCET {wcet_text} > deadline {deadline_text} ({cycles}; {record['label']})"
     return None
+
+
+def distinct_ms(a_ms, b_ms):
+    """Two durations as text, with the fewest significant digits (4 at least) that show them differ."""
+    for digits in range(4, 18):
+        a, b = fmt_ms(a_ms, digits), fmt_ms(b_ms, digits)
+        if a != b:
+            return a, b
+    return fmt_ms(a_ms, 17), fmt_ms(b_ms, 17)
 
 
 def gate_soundness(record):
@@ -144,8 +189,8 @@ def gate_deadline(record):
         raise NNBuildError(message)
 
 
-def fmt_ms(ms):
-    return f"{ms:.4g} ms" if ms >= 0.01 else f"{ms * 1e3:.4g} us"
+def fmt_ms(ms, digits=4):
+    return f"{ms:.{digits}g} ms" if ms >= 0.01 else f"{ms * 1e3:.{digits}g} us"
 
 
 def bar(record, width=10):

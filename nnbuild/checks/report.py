@@ -1,14 +1,211 @@
-"""report.json: one record of what was built, measured and checked, and a short printed summary."""
+"""report.json: one record of what was built, measured and checked, and a short printed summary.
 
+The record is evidence a reviewer can file: its verdict (`passed`) and every gate with its figures
+and waiver, the sha256 of every file it speaks of (model, generated C, ELF, the Intel HEX of the
+ELF), the compiler with its version and full flags, the analyzer with its timing model and the
+assumptions it rests on, the check inputs' seed, count and range, and the versions of every reader.
+nnbuild/report.schema.json describes it (`schema_version`); tests validate every report against it.
+"""
+
+import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
+from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 
 from nnbuild import __version__
 from nnbuild.checks import memory
+
+#: the version of report.json's layout (nnbuild/report.schema.json): raised when a key changes
+#: meaning or goes; a new optional key keeps it
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "report.schema.json"
+#: the Python packages whose code reads a model or writes a figure of the report
+READERS = ("numpy", "h5py", "onnx", "scipy", "jinja2", "jsonschema", "scons")
+
+
+def schema():
+    """The JSON Schema of report.json (shipped in the package)."""
+    with open(SCHEMA_FILE, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def validate(record):
+    """Raise jsonschema.ValidationError when `record` does not follow the shipped schema; a key the
+    schema does not list first, by name (a new key is documented there before it is written)."""
+    import jsonschema
+    layout = schema()
+    unknown = sorted(set(record) - set(layout["properties"])) if isinstance(record, dict) else []
+    if unknown:
+        raise jsonschema.ValidationError(f"unknown key '{unknown[0]}' (add it to {SCHEMA_FILE.name}: its "
+                                         "description says how)")
+    jsonschema.Draft202012Validator(layout).validate(record)
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 16), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shown_path(path):
+    """A path as a report shows it: relative to the build's root (the directory the build runs in)
+    when inside it, else the file's name: never an absolute path, so two checkouts agree."""
+    path = Path(path)
+    try:
+        return Path(os.path.relpath(path.resolve(), Path.cwd().resolve())).as_posix() \
+            if path.resolve().is_relative_to(Path.cwd().resolve()) else path.name
+    except (AttributeError, ValueError):   # Python < 3.9 has no is_relative_to
+        return path.name
+
+
+def file_records(files, ihex=None):
+    """[{role, file, sha256}] for {role: path} (files that do not exist are left out); each ELF
+    also gets `ihex_sha256`, the sha256 of its Intel HEX (`ihex(path)`: the bytes the image step
+    writes as the .hex), when `ihex` is given and can make one."""
+    out = []
+    for role, path in files.items():
+        if not path or not Path(path).is_file():
+            continue
+        record = {"role": role, "file": shown_path(path), "sha256": sha256(path)}
+        if ihex and role.startswith("elf"):
+            record["ihex_sha256"] = ihex(path)
+        out.append(record)
+    return out
+
+
+def compiler_record(board, opt=None):
+    """The board's compiler: executable, version and the full flags every compile and link gets."""
+    family = board.compiler
+    cc = shutil.which(board["cc"])
+    return {"family": board.get("compiler", "gcc"), "executable": board["cc"],
+            "version": family.tool_version(cc) if cc else None,
+            "compile_flags": family.compile_flags(board, opt),
+            "path_map_flags": [f.replace(str(Path.cwd().resolve()), "<build root>").replace(
+                str(Path(__file__).resolve().parents[1]), "<nnbuild package>") for f in family.path_map_flags(Path.cwd())],
+            "link_flags": family.link_flags(board, opt), "libs": family.libs(board)}
+
+
+def timing_record(board, wcet=None):
+    """The analyzer, the board's timing model and the assumptions it rests on (the board file's
+    `assumptions`), the clock cycles are converted with."""
+    return {"analyzer": (wcet or {}).get("analyzer") or board.get("wcet_tool"),
+            "analyzer_version": (wcet or {}).get("tool_version"),
+            "timing_model": board.get("timing_model"), "assumptions": board.get("assumptions"),
+            "clock_hz": board.get("clock_hz"), "clock_define": board.get("clock_define"),
+            "board_file": Path(board.path).name if getattr(board, "path", None) else None}
+
+
+def gate_list(r):
+    """Every gate the build judges as {name, verdict (pass, fail, waived, na), detail, figures,
+    waiver}: tolerance per run, deadline, bound soundness, flash, RAM. report.html draws the same."""
+    from nnbuild.checks.deadline import deadline_violation, fmt_ms, soundness_violation
+    gates = []
+
+    def gate(name, verdict, detail, figures=None, waiver=None):
+        gates.append({"name": name, "verdict": verdict, "detail": detail, "figures": figures or {},
+                      "waiver": waiver})
+    tolerance = r["tolerance"]
+    wording = (r.get("error_summary") or "max error: {errors} vs float64 reference, tolerance {tolerance:g}").strip()
+    for label, error in sorted((r.get("max_abs_error_by_run") or {}).items()):
+        detail = " ".join(wording.format(errors=error_text(r, error), cases=r["check_inputs"],
+                                         tolerance=tolerance).split())
+        gate(f"semantics ({label} run)", "pass" if error <= tolerance else "fail", detail,
+             {"max_abs_error": error, "tolerance": tolerance, "cases": r["check_inputs"]})
+    w = r.get("wcet")
+    waivers = r.get("waivers") or []
+    origin = f" (from the {r['deadline_origin']})" if r.get("deadline_origin") else ""
+    if w and w.get("deadline_ms") is not None:
+        broken = deadline_violation(w)
+        detail = broken or (f"WCET {fmt_ms(w['wcet_ms'])} <= deadline {fmt_ms(w['deadline_ms'])}"
+                            f"{origin}, margin {fmt_ms(w['margin_ms'])} ({pct(w['margin'])})")
+        gate("deadline", "fail" if broken else "pass", detail,
+             {"wcet_cycles": w["wcet_cycles"], "wcet_ms": w["wcet_ms"], "deadline_ms": w["deadline_ms"],
+              "margin_ms": w["margin_ms"], "clock_hz": r.get("clock_hz")})
+    elif r.get("deadline_ms") is not None:
+        why = r.get("wcet_error") or r.get("wcet_unavailable") or "no WCET bound"
+        gate("deadline", "fail", f"deadline {fmt_ms(r['deadline_ms'])}{origin} cannot be checked: {why}",
+             {"deadline_ms": r["deadline_ms"]})
+    elif waivers:
+        gate("deadline", "waived", "; ".join(waivers), waiver="; ".join(waivers))
+    else:
+        gate("deadline", "na", "no deadline set for this build")
+    if w:
+        broken = soundness_violation(w)
+        figures = {"wcet_cycles": w["wcet_cycles"], "measured_cycles": w.get("measured_cycles"),
+                   "bound_over_measured": w.get("bound_over_measured")}
+        if broken:
+            gate("WCET bound soundness", "fail", broken, figures)
+        elif w.get("measured_cycles"):
+            gate("WCET bound soundness", "pass",
+                 f"bound {cycles_text(w['wcet_cycles'])} >= measured {cycles_text(w['measured_cycles'])} "
+                 f"cycles (bound/measured {w['bound_over_measured']:.4f})", figures)
+        else:
+            gate("WCET bound soundness", "na", "no measured run to compare the bound with", figures)
+    else:
+        why = r.get("wcet_error") or r.get("wcet_unavailable") or "no WCET bound"
+        gate("WCET bound soundness", "na", f"no bound: {why}")
+    for kind, what in (("flash", "flash"), ("ram", "RAM")):
+        used, cap = r.get(f"{kind}_bytes"), r.get(f"{kind}_capacity")
+        stack = " incl. the stack bound" if kind == "ram" and r.get("stack_bytes") else ""
+        figures = {"used_bytes": used, "capacity_bytes": cap}
+        if cap:
+            ok = used <= cap
+            gate(f"memory ({what})", "pass" if ok else "fail",
+                 f"{used:,} bytes{stack} {'<=' if ok else '>'} {cap:,} bytes", figures)
+        else:
+            gate(f"memory ({what})", "na", f"{used:,} bytes{stack}; the board states no capacity", figures)
+    return gates
+
+
+def error_text(report, value):
+    """An error as the model's kind writes it (TPG: a count of actions)."""
+    if value is None:
+        return "-"
+    try:
+        return (report.get("error_format") or "{:.3g}").format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def cycles_text(c):
+    return "-" if c is None else f"{int(c):,}"
+
+
+def pct(share):
+    """A share as a percentage; a small non-zero share does not read as 0.0%."""
+    if 0 < share < 0.0005:
+        return "<0.1%"
+    return f"{100 * share:.1f}%"
+
+
+def multiitem_fields(report):
+    """schema_version, passed, gates and tool_versions of a multi-item system's report (its own
+    checks decided gates_passed and failure): the keys every report.json has."""
+    deadline = report.get("deadline") or {}
+    met = deadline.get("met")
+    gates = [{"name": "multi-item checks", "verdict": "pass" if report["gates_passed"] else "fail",
+              "detail": report.get("failure") or "every check holds", "figures": {}, "waiver": None},
+             {"name": "deadline", "verdict": "na" if met is None else "pass" if met else "fail",
+              "detail": deadline.get("verdict", "no deadline set"),
+              "figures": {k: v for k, v in deadline.items() if k.endswith("_ms") and not isinstance(v, dict)},
+              "waiver": None}]
+    versions = {"nnbuild": __version__, "python": platform.python_version(), **reader_versions()}
+    return {"schema_version": SCHEMA_VERSION, "passed": bool(report["gates_passed"]), "gates": gates,
+            "tool_versions": versions}
+
+
+def verdict(record):
+    """`passed` and `gates` of a record: the gate step's violations decide `passed` (one rule)."""
+    from nnbuild.checks import gates
+    return {"passed": not gates.violations(record), "gates": gate_list(record)}
 
 
 def run_cycles(run):
@@ -20,9 +217,11 @@ def run_cycles(run):
 
 
 def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, precision="float32",
-                 shape="auto", opt=None, deadline=None, deadline_origin=None, entries=None):
+                 shape="auto", opt=None, deadline=None, deadline_origin=None, entries=None, files=(),
+                 inputs=None):
     """The report record from the step results (dicts; `run` is the target run's .npz path;
-    `entries`: {entry: (wcet dict, run path)} of further entry points, bounded and gated each)."""
+    `entries`: {entry: (wcet dict, run path)} of further entry points, bounded and gated each;
+    `files`: file_records of the evidence; `inputs`: how the check inputs were made)."""
     cycles = run_cycles(run)
     measured = int(cycles.max()) if cycles is not None and len(cycles) else None
     target_run = board.run_label() if board.run_label() in semantic["runs"] else board["name"]
@@ -58,6 +257,11 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
                    for l in trace["layers"]],
         "passes": trace["passes"],
         "tool_versions": tool_versions(board),
+        "schema_version": SCHEMA_VERSION,
+        "files": list(files),
+        "compiler": compiler_record(board, opt),
+        "timing": timing_record(board, wcet),
+        "inputs": inputs or {"count": semantic["cases"], "seed": None, "range": None, "data": None},
     }
     if trace.get("blob"):
         record["blob"] = trace["blob"]
@@ -69,6 +273,7 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
         fields = wcet_fields(f"{model} {entry}", board, worst, entry_wcet, deadline, deadline_origin)
         fields.update(measured_cycles=worst, measured_inputs=int(len(entry_cycles)) if entry_cycles is not None else None)
         record["entries"][entry] = fields
+    record.update(verdict(record))
     return record
 
 
@@ -122,11 +327,20 @@ def read_json(path):
         return json.load(f)
 
 
+def reader_versions():
+    """{package: version} of every Python reader and writer nnbuild uses (None: not installed)."""
+    versions = {}
+    for package in READERS:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
 def tool_versions(board):
     """Versions of what produced the numbers: compiler, simulator package, Python stack."""
-    import h5py
-    versions = {"nnbuild": __version__, "python": platform.python_version(),
-                "numpy": np.__version__, "h5py": h5py.__version__}
+    versions = {"nnbuild": __version__, "python": platform.python_version(), **reader_versions()}
     cc = shutil.which(board["cc"])
     if cc:
         versions[board["cc"]] = board.compiler.tool_version(cc)

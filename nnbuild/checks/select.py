@@ -98,8 +98,16 @@ def known_to_meet(record, report_path):
         except (OSError, ValueError):
             continue
         wcet = other.get("wcet") or {}
-        if wcet.get("wcet_ms") is not None and wcet["wcet_ms"] <= deadline_ms and not gates.violations(
+        if wcet.get("wcet_ms") is not None and meets(wcet, deadline_ms) and not gates.violations(
                 dict(other, wcet=dict(wcet, deadline_ms=deadline_ms, met=True))):
             found.append(f"precision={other.get('precision')} on {other.get('target')} "
                          f"({wcet['wcet_ms']:.4g} ms, {path.parent.relative_to(board_dirs)})")
     return f"known to meet it: {', '.join(found)}" if found else None
+
+
+def meets(wcet, deadline_ms):
+    """A bound within the deadline, in cycles at the bound's clock (exact) where the record has it."""
+    from nnbuild.checks.deadline import deadline_cycles
+    if wcet.get("clock_hz") and wcet.get("wcet_cycles") is not None:
+        return int(wcet["wcet_cycles"]) <= deadline_cycles(deadline_ms, wcet["clock_hz"])
+    return wcet["wcet_ms"] <= deadline_ms

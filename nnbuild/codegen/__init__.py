@@ -38,14 +38,25 @@ PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
 STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd")
 
 
+def output_roles(name, shape=None):
+    """Each file a generation of model `name` writes, by its role: `header`, `code` (the inference
+    C), `weights_header` and `weights` (where the shape keeps weights apart), `flowfacts`, `trace`.
+    Callers take files by role, never by a suffix a model name could also end with (`m_weights`)."""
+    module = shape_module(shape) if shape and shape != "auto" else None
+    if module is not None and hasattr(module, "output_roles"):
+        return module.output_roles(name)
+    return {"header": f"{name}.h", "code": f"{name}.c", "weights_header": f"{name}_weights.h",
+            "weights": f"{name}_weights.c", "flowfacts": f"{name}.flowfacts.json", "trace": f"{name}.trace.json"}
+
+
 def outputs(name, shape=None):
     """Every file a generation of model `name` writes, in a fixed order (independent of the options
     but for a shape with files of its own)."""
-    module = shape_module(shape) if shape and shape != "auto" else None
-    if module is not None and hasattr(module, "outputs"):
-        return module.outputs(name)
-    return [f"{name}.h", f"{name}.c", f"{name}_weights.h", f"{name}_weights.c",
-            f"{name}.flowfacts.json", f"{name}.trace.json"]
+    return list(output_roles(name, shape).values())
+
+
+#: the roles of generated files that are C sources to compile, in link order
+C_SOURCE_ROLES = ("code", "weights")
 
 
 def check_precision(precision, board=None):
@@ -58,7 +69,10 @@ def check_precision(precision, board=None):
 
 
 def check_model_name(name):
-    """The model name prefixes every symbol and names the files: a checked C identifier only."""
+    """The model name prefixes every symbol and names the files: a checked C identifier only, of
+    at most names.MAX_NAME_LENGTH characters."""
+    if isinstance(name, str) and names.too_long(name, "model name"):
+        raise NNBuildError(names.too_long(name, "model name"))
     if not names.is_c_identifier(name):
         raise NNBuildError(f"model name '{name}' is not a usable C name (letters, digits and '_', not a C "
                            f"keyword or header name; for example '{names.c_identifier(name)}')")

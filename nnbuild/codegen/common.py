@@ -8,6 +8,7 @@ line numbers once the text is final (after any post-processing that drops or mer
 """
 
 import hashlib
+import math
 import re
 
 import numpy as np
@@ -112,12 +113,25 @@ def format_values(values, layer):
     return [", ".join(literals[i:i + 8]) for i in range(0, len(literals), 8)]
 
 
-def float_literal(value):
-    """%.9g round-trips float32 (the weights are float32 whatever precision computes with them)."""
+def float_literal(value, suffix="f"):
+    """The C text of a float32 value: %.9g round-trips float32 (the weights are float32 whatever
+    precision computes with them); infinities and NaN as <math.h>'s INFINITY and NAN (every file
+    that may hold one includes it); with the f suffix, a value float32 rounds to zero or to
+    infinity is written as that result, which is what the compiler would make of it, without its
+    -Woverflow error. `suffix` "" writes a double literal."""
+    value = float(value)
+    if suffix == "f" and math.isfinite(value) and value != 0.0:
+        with np.errstate(over="ignore"):
+            rounded = float(np.float32(value))
+        value = rounded if rounded == 0.0 or math.isinf(rounded) else value
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
     text = "%.9g" % value
     if not re.search(r"[.eE]", text):
         text += ".0"
-    return text + "f"
+    return text + suffix
 
 
 def index_type(bound):

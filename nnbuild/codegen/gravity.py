@@ -23,8 +23,14 @@ KIND = ir.KIND
 PRECISIONS = ("float32", "float64", "fixedW.F")
 
 
+def output_roles(name):
+    """The generated files by role (codegen.output_roles): a Gravity program has no weights file."""
+    return {"header": f"{name}.h", "code": f"{name}.c", "flowfacts": f"{name}.flowfacts.json",
+            "trace": f"{name}.trace.json"}
+
+
 def outputs(name):
-    return [f"{name}.h", f"{name}.c", f"{name}.flowfacts.json", f"{name}.trace.json"]
+    return list(output_roles(name).values())
 
 
 def api_name(prefix, what):

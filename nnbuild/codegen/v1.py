@@ -299,7 +299,7 @@ def initializer(e, max_src, max_opd=1, sfx="f", used=None):
             fields.append(f".{key} = {{{', '.join(str(v) for v in e[key])}}}")
     for key in FLOATS:
         if e.get(key):
-            fields.append(f".{key} = {float_literal(e[key]) if sfx else float_literal(e[key])[:-1]}")
+            fields.append(f".{key} = {float_literal(e[key], 'f' if sfx else '')}")
     if e.get("opd"):
         opds = [f"{{{b}u, {off}u, {{{', '.join(f'{s}u' for s in st)}}}}}" for b, off, st in e["opd"]]
         fields.append(f".opd = {{{', '.join(opds)}}}")

@@ -50,8 +50,7 @@ class TensorCode:
         return "float" if ref in ("in", "out") else self.real
 
     def lit(self, value):
-        text = float_literal(float(value))
-        return text if self.sfx == "f" else text[:-1]
+        return float_literal(float(value), self.sfx)
 
     def header(self, op):
         for k, src in enumerate(op["src"]):

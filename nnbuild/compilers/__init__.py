@@ -6,9 +6,11 @@ import importlib
 from nnbuild.errors import NNBuildError
 
 #: what every family module gives; link_failure: the one line for a program that outgrew a memory
-#: region (or None); flash_floor_failure: unrolled code refused before compiling (or None)
+#: region (or None); flash_floor_failure: unrolled code refused before compiling (or None);
+#: path_map_flags: the flags that keep the checkout's path out of the objects (reproducible builds)
 INTERFACE = ("require_tool", "compile_flags", "link_flags", "libs", "tool_version", "build_executable",
-             "section_sizes", "link_failure", "flash_floor_failure")
+             "section_sizes", "link_failure", "flash_floor_failure", "path_map_flags", "clock_flags",
+             "reproducible_flags")
 
 FAMILIES = {
     "gcc": "nnbuild.compilers.gcc",

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence
 
 from nnbuild.compilers import gcc
-from nnbuild.compilers.gcc import compile_flags, libs, require_tool, section_sizes, tool_version  # noqa: F401
+from nnbuild.compilers.gcc import (clock_flags, compile_flags, libs, path_map_flags,  # noqa: F401
+                                   reproducible_flags, require_tool, section_sizes, tool_version)
 # the program-too-big lines: GNU ld's region words, the board's v3 flash floor (neither on patmos.json)
 from nnbuild.compilers.gcc import flash_floor_failure, link_failure  # noqa: F401
 from nnbuild.errors import NNBuildError
@@ -44,7 +45,7 @@ def compile_command(board, sources: Sequence, output, *, include_dirs: Iterable 
 
     `defines` are `NAME` or `NAME=VALUE` strings (as for the gcc family).
     """
-    cmd = [board.get("cc", COMPILER), opt or board.get("opt", "-O2"), *board.get("cflags", []),
+    cmd = [board.get("cc", COMPILER), *compile_flags(board, opt),
            f"-mserialize={pml_path(output)}"]
     if entry:
         cmd.append(f"-mserialize-roots={entry}")

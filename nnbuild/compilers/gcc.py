@@ -21,9 +21,47 @@ def require_tool(board, key="cc", path=None):
     return found
 
 
+#: flags every build gets for byte-identical objects: gcc before 8 (avr-gcc 5.4) writes its whole
+#: command line, -fdebug-prefix-map's absolute path included, into DWARF's DW_AT_producer; the
+#: flags are in report.json instead
+REPRODUCIBLE_FLAGS = ("-gno-record-gcc-switches",)
+
+
 def compile_flags(board, opt=None):
-    """C flags for this board; `opt` overrides the board's default optimisation level."""
-    return [opt or board.get("opt", "-O2"), *board.get("cflags", [])]
+    """C flags for this board; `opt` overrides the board's default optimisation level. The clock
+    define (F_CPU) comes from the board's clock_hz, never from its cflags (one source of the clock)."""
+    return [opt or board.get("opt", "-O2"), *board.get("cflags", []), *clock_flags(board), *REPRODUCIBLE_FLAGS]
+
+
+def clock_flags(board):
+    """The clock define derived from the board's clock_hz (avr: -DF_CPU=20000000UL) when the board
+    names a clock_define; [] otherwise."""
+    name, clock = board.get("clock_define"), board.get("clock_hz")
+    return [f"-D{name}={clock}UL"] if name and clock else []
+
+
+#: nnbuild's own C sources (the check programs' main, the simulator harness), as debug info names them
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def path_map_flags(*roots):
+    """Flags that write each of `roots` (the build's root directory, the directory a program is
+    built in; the most specific last) as '.' and nnbuild's installed package, when outside them,
+    as 'nnbuild' into debug info: DWARF's comp_dir and file names then read the same in every
+    checkout and on every machine, and so do the objects, the linked ELF (its merged .debug_str)
+    and the .hex. -fdebug-prefix-map, not -ffile-prefix-map: avr-gcc 5.4 predates the latter, and
+    nnbuild's C uses no __FILE__ (the only other path it would map)."""
+    roots = [Path(r).resolve() for r in roots]
+    inside = any(root == PACKAGE_DIR or root in PACKAGE_DIR.parents for root in roots)
+    maps = ([] if inside else [(PACKAGE_DIR, "nnbuild")]) + [(root, ".") for root in roots]
+    return [f"-fdebug-prefix-map={d}={name}" for d, name in maps]
+
+
+def reproducible_flags(directories):
+    """REPRODUCIBLE_FLAGS and a debug path map writing each of `directories` (as given: a build
+    tool's variable such as ${CMAKE_SOURCE_DIR} too; the most specific last) as '.': for compiles a
+    build tool runs with its own flags (CMake's library of the generated code, the user's sources)."""
+    return [*REPRODUCIBLE_FLAGS, *(f"-fdebug-prefix-map={d}=." for d in directories)]
 
 
 def link_flags(board, opt=None):
@@ -47,7 +85,8 @@ def tool_version(executable):
 def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None, hint=""):
     """Compile and link `sources` into `output` in one gcc call (used outside SCons, by the CLI)."""
     cc = require_tool(board)
-    cmd = [cc, *compile_flags(board, opt), *(f"-I{d}" for d in include_dirs),
+    cmd = [cc, *compile_flags(board, opt), *path_map_flags(Path.cwd(), Path(output).parent),
+           *(f"-I{d}" for d in include_dirs),
            *(f"-D{d}" for d in defines), *map(str, sources), "-o", str(output),
            *board.get("ldflags", []), *(f"-l{lib}" for lib in libs(board))]
     result = subprocess.run(cmd, capture_output=True, text=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 from nnbuild import files
 from nnbuild.errors import NNBuildError
 from nnbuild.ir.gravity import ACTIVATIONS, COSTS, FLOAT32_MIN_NORMAL, GravityModel, Layer, validate
-from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
+from nnbuild.names import MAX_NAME_LENGTH, is_c_identifier
 
 KIND = "gravity"
 #: a .g file is a few lines: anything bigger is not one
@@ -228,11 +228,11 @@ def string_value(reader, token):
 
 def identifier(reader, directive, empty_ok):
     """A quoted name that becomes C symbols and file names: a C identifier of at most
-    MAX_IDENTIFIER characters (nnbuild.names)."""
+    MAX_NAME_LENGTH characters (nnbuild.names)."""
     token = reader.expect("string", what="a quoted name")
     value = string_value(reader, token)
-    if len(value) > MAX_IDENTIFIER:
-        reader.fail(token, f".{directive} name of {len(value):,} characters: at most {MAX_IDENTIFIER} "
+    if len(value) > MAX_NAME_LENGTH:
+        reader.fail(token, f".{directive} name of {len(value):,} characters: at most {MAX_NAME_LENGTH} "
                            "(the significant characters of a C identifier)")
     if not (empty_ok and value == "") and not is_c_identifier(value):
         reader.fail(token, f"{ascii(value)} is not a C identifier")

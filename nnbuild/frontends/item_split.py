@@ -85,6 +85,8 @@ def _checked_map(model, layer_items, path):
     if missing:
         raise NNBuildError(f"layer '{missing[0]}' is assigned to no item by the map", path=path)
     for layer, item in layer_items.items():
+        if names.too_long(item, "item name"):
+            raise NNBuildError(f"layer '{layer}': " + names.too_long(item, "item name"), path=path)
         if not names.is_c_identifier(item) or item == nnef_items.PACKED:
             raise NNBuildError(f"layer '{layer}': item name {item!r} is not a C identifier", path=path)
     return {k: layer_items[k] for k in layers}

@@ -27,11 +27,12 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import files, names
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import nnef_text as nnef
 from nnbuild.frontends.nnef_text import Ref, Statement
 from nnbuild.ir import petri
+from nnbuild.ir.petri import stable_order
 from nnbuild.ir import multiitem as multiitem_ir
 from nnbuild.ir.multiitem import Instruction, Item, MultiItem, Segment, Sync
 from nnbuild.frontends.nnef_layers import native_layers
@@ -220,6 +221,8 @@ def split(graph: nnef.Graph, assignment: Dict[str, str], path="<split>") -> Docu
     if unknown:
         raise NNBuildError(f"the map names '{sorted(unknown)[0]}', which the graph does not compute", path=path)
     for item in assignment.values():
+        if names.too_long(item, "item name"):
+            raise NNBuildError(names.too_long(item, "item name"), path=path)
         if not names.is_c_identifier(item):
             raise NNBuildError(f"item name {item!r} is not a C identifier", path=path)
     order = list(dict.fromkeys(assignment[st.outputs[0]] for st in computed))
@@ -261,12 +264,8 @@ def split(graph: nnef.Graph, assignment: Dict[str, str], path="<split>") -> Docu
 
 def split_model(model_path, map_path) -> Document:
     """split() of a single-graph NNEF model by a JSON map file {"tensor": "ITEM", ...}."""
-    import json
     folder, graph_path = _folder_and_document(model_path)
-    try:
-        assignment = json.loads(Path(map_path).read_text())
-    except (OSError, ValueError) as exc:
-        raise NNBuildError(f"item map unreadable ({' '.join(str(exc).split())})", path=map_path) from None
+    assignment = files.read_json(map_path, "item map")
     if not isinstance(assignment, dict) or not all(isinstance(v, str) for v in assignment.values()):
         raise NNBuildError('item map must be a JSON object {"tensor": "ITEM", ...}', path=map_path)
     return split(nnef._read_graph(graph_path), assignment, graph_path)
@@ -380,7 +379,11 @@ class _Builder:
     def __init__(self, document: Document, folder: Path, path: Path, name: str):
         self.doc, self.folder, self.path, self.name = document, folder, path, name
         self.blocks = {}
+        if names.too_long(name, "system name"):
+            raise NNBuildError(names.too_long(name, "system name") + " (rename the model)", path=path)
         for block in document.items:
+            if names.too_long(block.item, "item name"):
+                raise NNBuildError(names.too_long(block.item, "item name"), path=path)
             if block.item in self.blocks:
                 self.fail(block.item, f"is declared twice (lines {self.blocks[block.item].line} and {block.line})")
             if not names.is_c_identifier(block.item) or block.item == PACKED:
@@ -405,6 +408,10 @@ class _Builder:
                 shape = st.kwargs.get("shape", st.args[0] if st.args else None)
                 if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
                     self.fail(block.item, f"{where}variablesync '{out}' needs shape = [positive integers]")
+                if math.prod(shape) > nnef.MAX_ELEMENTS:
+                    self.fail(block.item, f"{where}variablesync '{out}' of shape {shape} has {math.prod(shape):,} "
+                                          f"elements, above the limit of {nnef.MAX_ELEMENTS:,} per tensor "
+                                          "(limits.MAX_TENSOR_ELEMENTS)")
                 declared[out] = tuple(shape)
                 continue
             if st.op == "send_var":
@@ -607,12 +614,13 @@ class _Builder:
             start = 0
             for n in inputs:
                 held = _held_shape(shapes[n], perms.get(n))
-                name = f"{PACKED}_{n}" if perms.get(n) or packed else n
+                name = f"{PACKED}_{n}" if perms.get(n) else n    # held, then transposed into n
                 if packed:
                     size = int(np.prod(shapes[n]))
-                    body.append(Statement([f"{name}_flat"], "slice", None, [Ref(PACKED)],
+                    flat = f"{PACKED}_{n}_flat"
+                    body.append(Statement([flat], "slice", None, [Ref(PACKED)],
                                           {"axes": [1], "begin": [start], "end": [start + size]}, 0, 0))
-                    body.append(Statement([name], "reshape", None, [Ref(f"{name}_flat")], {"shape": held}, 0, 0))
+                    body.append(Statement([name], "reshape", None, [Ref(flat)], {"shape": held}, 0, 0))
                     start += size
                 else:
                     body.append(Statement([name], "external", None, [], {"shape": held}, 0, 0))
@@ -689,20 +697,17 @@ def _renamed(st: Statement, rename) -> Statement:
 
 def _topological(statements, path) -> List[Statement]:
     """Statements in dependency order (stable: a ready statement keeps its document position)."""
-    pending = list(statements)
-    defined, ordered = set(), []
-    while pending:
-        ready = [st for st in pending if all(n in defined for n in statement_reads(st))]
-        if not ready:
-            produced = {p.outputs[0] for p in pending}
-            missing = [n for st in pending for n in statement_reads(st) if n not in defined and n not in produced]
-            if missing:
-                raise NNBuildError(f"'{missing[0]}' is read but never computed nor declared", path=path)
-            return ordered + pending   # a dependency cycle: the Petri-net check names it
-        st = ready[0]
-        ordered.append(st)
-        defined.add(st.outputs[0])
-        pending.remove(st)
+    order = stable_order([(st.outputs[0], statement_reads(st)) for st in statements], set())
+    ordered = [statements[i] for i in order]
+    if len(ordered) < len(statements):
+        placed = set(order)
+        pending = [st for i, st in enumerate(statements) if i not in placed]
+        defined = {st.outputs[0] for st in ordered}
+        produced = {p.outputs[0] for p in pending}
+        missing = [n for st in pending for n in statement_reads(st) if n not in defined and n not in produced]
+        if missing:
+            raise NNBuildError(f"'{missing[0]}' is read but never computed nor declared", path=path)
+        return ordered + pending   # a dependency cycle: the Petri-net check names it
     return ordered
 
 
@@ -715,14 +720,11 @@ def _folder_and_document(path) -> Tuple[Path, Path]:
 
 def read_document(path) -> Document:
     folder, doc_path = _folder_and_document(path)
+    data = nnef.read_capped(doc_path, nnef.MAX_GRAPH_BYTES, "multi-item document")
     try:
-        text = doc_path.read_bytes().decode("utf-8")
-    except OSError:
-        raise NNBuildError("multi-item document not found", path=doc_path) from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NNBuildError(f"document is not UTF-8 text (byte {exc.start})", path=doc_path) from None
-    if len(text) > nnef.MAX_GRAPH_BYTES:
-        raise NNBuildError(f"document is larger than {nnef.MAX_GRAPH_BYTES} bytes", path=doc_path)
     try:
         return parse(text)
     except nnef.ParseError as exc:

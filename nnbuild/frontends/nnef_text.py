@@ -16,7 +16,9 @@ Grammar accepted (the flat subset, no `fragment` definitions):
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -24,20 +26,22 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import files, limits, names
 from nnbuild.errors import NNBuildError
 
-#: bounds on untrusted input
-MAX_GRAPH_BYTES = 8 << 20
-MAX_DAT_BYTES = 512 << 20
+#: bounds on untrusted input, each checked before the work it bounds (README of docs/_notes/nnefsafe.md)
+MAX_GRAPH_BYTES = 8 << 20          # graph.nnef (and a multi-item document): bytes read at most
 MAX_DEPTH = 32
-MAX_STATEMENTS = 100_000
+MAX_STATEMENTS = limits.MAX_NODES
 MAX_RANK = 8
-MAX_ELEMENTS = MAX_DAT_BYTES // 4
+#: elements of any one tensor (declared by external/variable/constant, or computed)
+MAX_ELEMENTS = limits.MAX_TENSOR_ELEMENTS
+DAT_HEADER = 128
+#: a .dat file: its header and one tensor of at most MAX_ELEMENTS float32
+MAX_DAT_BYTES = DAT_HEADER + 4 * MAX_ELEMENTS
 
 #: the graph file of an NNEF folder (the registry's `folder_file`)
 GRAPH_FILE = "graph.nnef"
-DAT_HEADER = 128
 DAT_MAGIC = b"\x4e\xef"
 OPSET = 13
 
@@ -284,26 +288,48 @@ def parse(text: str) -> Graph:
 
 # ------------------------------------------------------------------------------------ .dat files
 
-def read_dat(path, shape=None) -> np.ndarray:
-    """A float32 NNEF binary tensor (`shape`, when given, must equal the file's)."""
-    path = Path(path)
+def read_capped(path, limit, what="file", limit_name="MAX_GRAPH_BYTES") -> bytes:
+    """At most `limit` bytes of a regular file (files.read_bounded: a device or a FIFO is refused,
+    the read itself is capped whatever size the file reports)."""
+    return files.read_bounded(path, what, limit, limit_name)
+
+
+def _regular(path, what):
+    """A FIFO would block the read, a device never end it: only regular files are read."""
     try:
-        size = path.stat().st_size
+        mode = os.stat(path).st_mode
     except OSError:
-        raise NNBuildError("tensor file not found", path=path) from None
-    if size > MAX_DAT_BYTES:
-        raise NNBuildError(f"tensor file is larger than {MAX_DAT_BYTES} bytes", path=path)
-    if size < DAT_HEADER:
-        raise NNBuildError(f"truncated tensor file ({size} bytes, the header alone is {DAT_HEADER})",
-                           path=path)
-    data = path.read_bytes()
+        raise NNBuildError(f"{what} not found or unreadable", path=path) from None
+    if not stat.S_ISREG(mode):
+        raise NNBuildError(f"{what} is not a regular file", path=path)
+
+
+def read_dat(path, shape=None) -> np.ndarray:
+    """A float32 NNEF binary tensor (`shape`, when given, must equal the file's). The header is
+    read and checked (against the file's size and `shape`) before the data is."""
+    path = Path(path)
+    _regular(path, "tensor file")
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(0)
+            header = handle.read(DAT_HEADER)
+            if len(header) < DAT_HEADER:
+                raise NNBuildError(f"truncated tensor file ({len(header)} bytes, the header alone is "
+                                   f"{DAT_HEADER})", path=path)
+            dims, length = _dat_header(header, path, shape)
+            if size != DAT_HEADER + length:
+                raise NNBuildError(f"tensor file is {size} bytes, its header declares {DAT_HEADER + length} "
+                                   "(truncated or trailing data)", path=path)
+            data = header + handle.read(length + 1)
+    except OSError:
+        raise NNBuildError("tensor file not found or unreadable", path=path) from None
     return parse_dat(data, path, shape)
 
 
-def parse_dat(data: bytes, path=None, shape=None) -> np.ndarray:
-    if len(data) < DAT_HEADER:
-        raise NNBuildError(f"truncated tensor file ({len(data)} bytes, the header alone is {DAT_HEADER})",
-                           path=path)
+def _dat_header(data: bytes, path=None, shape=None):
+    """(extents, data length in bytes) of a .dat header, checked: magic, version, rank, item
+    type, the element limit, the length against the extents and against the declared `shape`."""
     if data[:2] != DAT_MAGIC:
         raise NNBuildError("not an NNEF tensor file (wrong magic bytes)", path=path)
     major, minor = data[2], data[3]
@@ -321,17 +347,26 @@ def parse_dat(data: bytes, path=None, shape=None) -> np.ndarray:
     count = 1
     for d in dims:
         count *= d
-        if count > MAX_ELEMENTS:
-            raise NNBuildError(f"tensor of shape {list(dims)} is too large", path=path)
+    if count > MAX_ELEMENTS:
+        raise NNBuildError(f"tensor of shape {list(dims)} has {count:,} elements, above the limit of "
+                           f"{MAX_ELEMENTS:,} per tensor (limits.MAX_TENSOR_ELEMENTS)", path=path)
     if length != count * 4:
         raise NNBuildError(f"tensor data length {length} does not match shape {list(dims)} "
                            f"(expected {count * 4})", path=path)
+    if shape is not None and tuple(shape) != dims:
+        raise NNBuildError(f"tensor shape {list(dims)} differs from the declared {list(shape)}", path=path)
+    return dims, length
+
+
+def parse_dat(data: bytes, path=None, shape=None) -> np.ndarray:
+    if len(data) < DAT_HEADER:
+        raise NNBuildError(f"truncated tensor file ({len(data)} bytes, the header alone is {DAT_HEADER})",
+                           path=path)
+    dims, length = _dat_header(data, path, shape)
     if len(data) != DAT_HEADER + length:
         raise NNBuildError(f"tensor file is {len(data)} bytes, expected {DAT_HEADER + length} "
                            "(truncated or trailing data)", path=path)
-    if shape is not None and tuple(shape) != dims:
-        raise NNBuildError(f"tensor shape {list(dims)} differs from the declared {list(shape)}", path=path)
-    array = np.frombuffer(data, dtype="<f4", count=count, offset=DAT_HEADER).astype(np.float32)
+    array = np.frombuffer(data, dtype="<f4", count=length // 4, offset=DAT_HEADER).astype(np.float32)
     if not np.all(np.isfinite(array)):
         raise NNBuildError("tensor holds NaN or infinite values", path=path)
     return array.reshape(dims)
@@ -377,14 +412,9 @@ def _dat_path(folder: Path, label, where="") -> Path:
 
 
 def _read_graph(graph_path: Path) -> Graph:
+    data = read_capped(graph_path, MAX_GRAPH_BYTES, "graph file")
     try:
-        size = graph_path.stat().st_size
-    except OSError:
-        raise NNBuildError("graph.nnef not found", path=graph_path) from None
-    if size > MAX_GRAPH_BYTES:
-        raise NNBuildError(f"graph file is larger than {MAX_GRAPH_BYTES} bytes", path=graph_path)
-    try:
-        text = graph_path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NNBuildError(f"graph file is not UTF-8 text (byte {exc.start})", path=graph_path) from None
     try:
@@ -439,6 +469,71 @@ _LINEAR_METHODS = {"symmetric": "half_pixel", "asymmetric": "asymmetric", "align
 _BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "max": "Max", "min": "Min",
            "pow": "Pow"}
 
+#: ONNX operations whose output has the shape of their first input, or the broadcast of all inputs
+_SAME_SHAPE = frozenset(list(_UNARY.values()) + ["Elu", "LeakyRelu", "Softmax", "LRN", "BatchNormalization", "Clip"])
+_BROADCAST = frozenset(_BINARY.values())
+
+#: NNEF 1.0 border values (conv, pools, box, pad, multilinear_upsample) and upsampling methods
+BORDERS = ("ignore", "constant", "replicate", "reflect", "reflect-even")
+METHODS = ("symmetric", "asymmetric", "aligned")
+_POOL_PARAMS = ("input", "size", "border", "padding", "stride", "dilation")
+#: the parameters, in the spec's order, of every operation with a string or logical attribute
+SIGNATURES = {
+    "conv": ("input", "filter", "bias", "border", "padding", "stride", "dilation", "groups"),
+    "max_pool": _POOL_PARAMS, "avg_pool": _POOL_PARAMS, "box": _POOL_PARAMS + ("normalize",),
+    "pad": ("input", "padding", "border", "value"),
+    "multilinear_upsample": ("input", "factor", "method", "border"),
+    "variable": ("shape", "label"), "matmul": ("A", "B", "transposeA", "transposeB"),
+    "sum_reduce": ("input", "axes", "normalize"),
+}
+#: (operation, parameter) -> the strings NNEF allows there (None: any, checked where it is used)
+STRING_PARAMS = {("conv", "border"): BORDERS, ("max_pool", "border"): BORDERS, ("avg_pool", "border"): BORDERS,
+                 ("box", "border"): BORDERS, ("pad", "border"): ("constant", "replicate", "reflect", "reflect-even"),
+                 ("multilinear_upsample", "method"): METHODS, ("multilinear_upsample", "border"): BORDERS,
+                 ("variable", "label"): None}
+LOGICAL_PARAMS = {("box", "normalize"), ("matmul", "transposeA"), ("matmul", "transposeB"),
+                  ("sum_reduce", "normalize")}
+#: largest integer attribute (extents, strides, paddings, axes): a C int on every target
+MAX_INT_ATTRIBUTE = (1 << 31) - 1
+
+
+def _strings_and_logicals(value):
+    """(strings, logicals, out-of-range integers) anywhere in an argument value."""
+    if isinstance(value, bool):
+        return [], [value], []
+    if isinstance(value, str):
+        return [value], [], []
+    if isinstance(value, int):
+        return [], [], ([value] if abs(value) > MAX_INT_ATTRIBUTE else [])
+    found = ([], [], [])
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            for acc, more in zip(found, _strings_and_logicals(v)):
+                acc.extend(more)
+    return found
+
+
+def check_attributes(st: "Statement"):
+    """Every string, logical and integer argument of `st` against what NNEF allows: a string only
+    where the spec has a string parameter, from its enumeration; a logical only where it has a
+    logical one, and itself a plain true/false; integers within MAX_INT_ATTRIBUTE."""
+    signature = SIGNATURES.get(st.op, ())
+    named = [(signature[i] if i < len(signature) else f"argument {i + 1}", v) for i, v in enumerate(st.args)]
+    for key, value in named + list(st.kwargs.items()):
+        strings, logicals, big = _strings_and_logicals(value)
+        if big:
+            raise _Refuse(f"'{key}' holds {big[0]}, beyond the integer limit {MAX_INT_ATTRIBUTE}")
+        if strings:
+            if (st.op, key) not in STRING_PARAMS or not isinstance(value, str):
+                raise _Refuse(f"'{key}' takes no string ({strings[0][:40]!r} given)")
+            allowed = STRING_PARAMS[(st.op, key)]
+            if allowed is not None and value not in allowed:
+                raise _Refuse(f"{key} {value[:40]!r} is not an NNEF {key} ({', '.join(allowed)})")
+        if (st.op, key) in LOGICAL_PARAMS and not isinstance(value, bool):
+            raise _Refuse(f"'{key}' must be true or false")
+        if logicals and (st.op, key) not in LOGICAL_PARAMS:
+            raise _Refuse(f"'{key}' takes no logical value (true/false given)")
+
 
 def to_onnx(folder, graph_path=None):
     """The onnx.ModelProto of the NNEF model in `folder` (weights read from its .dat files)."""
@@ -457,6 +552,7 @@ class _Translator:
         self.shapes: Dict[str, Tuple[int, ...]] = {}   # known shapes (externals, variables, inferred)
         self.defined = set()
         self.counter = 0
+        self.total = {"constant": 0, "tensor": 0}   # elements so far, by kind (count_elements)
 
     # ---- helpers
     def fresh(self, base):
@@ -473,6 +569,16 @@ class _Translator:
 
     def node(self, op, inputs, outputs, **attrs):
         self.nodes.append(self.h.make_node(op, inputs, outputs, name=outputs[0], **attrs))
+        known = [self.shapes.get(i) for i in inputs]
+        if outputs[0] in self.shapes or not known or known[0] is None:
+            return
+        if op in _SAME_SHAPE:   # shapes followed here: no ONNX shape inference per statement (quadratic)
+            self.shapes[outputs[0]] = tuple(known[0])
+        elif op in _BROADCAST and all(k is not None for k in known):
+            try:
+                self.shapes[outputs[0]] = tuple(int(d) for d in np.broadcast_shapes(*known))
+            except ValueError:
+                pass   # ONNX shape inference names the mismatch
 
     def tensor(self, value, what="input"):
         """An ONNX tensor name for an NNEF argument (a tensor or a scalar literal)."""
@@ -546,6 +652,11 @@ class _Translator:
             raise _Refuse(f"'{what}' must have {length} items, not {len(value)}")
         return value
 
+    @staticmethod
+    def positive(values, what):
+        if any(v < 1 for v in values):
+            raise _Refuse(f"'{what}' {values} must be positive integers")
+
     def pads(self, value, spatial, what="padding"):
         """NNEF [(b, e), ...] -> ONNX pads [b..., e...]; [] -> None (automatic: SAME_UPPER)."""
         if not isinstance(value, list):
@@ -557,9 +668,23 @@ class _Translator:
             raise _Refuse(f"'{what}' must be {spatial} (begin, end) pairs of non-negative integers")
         return [p[0] for p in value] + [p[1] for p in value]
 
+    def declared_elements(self):
+        """Every external/variable/constant shape counted against the limits before any is read."""
+        for st in self.graph.statements:
+            if st.op not in ("external", "variable", "constant"):
+                continue
+            shape = st.args[0] if st.args else st.kwargs.get("shape")
+            if isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                               for d in shape):
+                try:
+                    self.count_elements(shape, add="tensor" if st.op == "external" else "constant")
+                except _Refuse as exc:
+                    raise NNBuildError(f"line {st.line}:{st.column}: {st.op}: {exc}", path=self.path) from None
+
     # ---- driver
     def run(self):
         graph = self.graph
+        self.declared_elements()
         for st in graph.statements:
             try:
                 self.statement(st)
@@ -572,11 +697,12 @@ class _Translator:
             if name not in self.defined:
                 raise NNBuildError(f"graph output '{name}' is never computed", path=self.path)
         missing = [name for name in graph.outputs if name not in self.shapes]
-        if missing:
+        if missing or any(name not in self.shapes for name in self.defined):
             try:
                 self._infer()
             except _Refuse as exc:
                 raise NNBuildError(str(exc), path=self.path) from None
+        self.check_computed()
         return self._model(graph.outputs)
 
     def _model(self, outputs):
@@ -596,6 +722,7 @@ class _Translator:
         if out in self.defined:
             raise _Refuse(f"'{out}' is assigned twice")
         args, kw = st.args, st.kwargs
+        check_attributes(st)
 
         def arg(i, key, default=None, required=True):
             if i < len(args):
@@ -631,10 +758,11 @@ class _Translator:
                 lb, bb = self.trailing(low, self.tensor(b))
                 self.node("Min", [lb, bb], [out])
         elif op == "softmax":
-            axes = self.ints(arg(1, "axes", [1]), "axes")
+            x = self.tensor(arg(0, "x"))
+            axes = self.axes(arg(1, "axes", [1]), len(self.shape(x)))
             if len(axes) != 1:
                 raise _Refuse("softmax over several axes is not supported")
-            self.node("Softmax", [self.tensor(arg(0, "x"))], [out], axis=axes[0])
+            self.node("Softmax", [x], [out], axis=axes[0])
         elif op == "conv":
             self.conv(st, arg, out)
         elif op in ("max_pool", "avg_pool", "box"):
@@ -670,9 +798,11 @@ class _Translator:
             if not isinstance(values, list) or not values:
                 raise _Refuse("'values' must be a non-empty list of tensors")
             axis = arg(1, "axis")
+            inputs = [self.tensor(v) for v in values]
             if not isinstance(axis, int) or isinstance(axis, bool):
                 raise _Refuse("'axis' must be an integer")
-            self.node("Concat", [self.tensor(v) for v in values], [out], axis=axis)
+            self.axes([axis], len(self.shape(inputs[0])), "axis")
+            self.node("Concat", inputs, [out], axis=axis)
         elif op == "pad":
             self.pad(arg, out)
         elif op == "slice":
@@ -701,6 +831,8 @@ class _Translator:
                 else:
                     params.append(self.const(np.full(channels, self.number(value, key))))
             eps = self.number(arg(5, "epsilon"), "epsilon")
+            if eps < 0.0:
+                raise _Refuse(f"'epsilon' {eps} is negative")
             self.node("BatchNormalization", [x, params[0], params[1], mean, var], [out], epsilon=eps)
         else:
             raise _Refuse("unsupported NNEF operation")
@@ -713,9 +845,7 @@ class _Translator:
         shape = self.ints(arg(0, "shape"), "shape")
         if len(shape) > MAX_RANK or any(d <= 0 for d in shape):
             raise _Refuse(f"shape {shape} must have at most {MAX_RANK} positive extents")
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if count > MAX_ELEMENTS:
-            raise _Refuse(f"shape {shape} is too large")
+        count = self.count_elements(shape)    # added up by declared_elements
         if st.op == "external":
             self.inputs.append(self.h.make_tensor_value_info(out, self.tp.FLOAT, shape))
         elif st.op == "variable":
@@ -734,6 +864,40 @@ class _Translator:
             self.inits[out] = array
         self.shapes[out] = tuple(shape)
         self.defined.add(out)
+
+    def count_elements(self, shape, what="shape", add=None):
+        """The element count of `shape`, refused (before anything is allocated) above
+        limits.MAX_TENSOR_ELEMENTS, and added to the graph's total of its kind: "constant"
+        (variables, constants) against limits.MAX_TOTAL_CONSTANT_ELEMENTS, "tensor" (the input,
+        every computed tensor) against limits.MAX_TOTAL_TENSOR_ELEMENTS."""
+        count = 1
+        for d in shape:
+            count *= int(d)
+        if count > MAX_ELEMENTS:
+            raise _Refuse(f"{what} {list(shape)} has {count:,} elements, above the limit of "
+                          f"{MAX_ELEMENTS:,} per tensor (limits.MAX_TENSOR_ELEMENTS)")
+        if add is None:
+            return count
+        self.total[add] += count
+        limit, name = ((limits.MAX_TOTAL_CONSTANT_ELEMENTS, "MAX_TOTAL_CONSTANT_ELEMENTS") if add == "constant"
+                       else (limits.MAX_TOTAL_TENSOR_ELEMENTS, "MAX_TOTAL_TENSOR_ELEMENTS"))
+        if self.total[add] > limit:
+            raise _Refuse(f"{what} {list(shape)} brings the graph's {add}s to {self.total[add]:,} elements, "
+                          f"above the limit of {limit:,} in total (limits.{name})")
+        return count
+
+    def check_computed(self):
+        """Every computed tensor's inferred shape within the limits, naming its statement (shape
+        inference is symbolic: nothing of that size exists yet)."""
+        where = {st.outputs[0]: st for st in self.graph.statements if st.outputs}
+        for name, shape in list(self.shapes.items()):
+            st = where.get(name)
+            if name in self.inits or st is None or st.op in ("external", "variable", "constant"):
+                continue
+            try:
+                self.count_elements(shape, f"result '{name}' of shape", "tensor")
+            except _Refuse as exc:
+                raise NNBuildError(f"line {st.line}:{st.column}: {st.op}: {exc}", path=self.path) from None
 
     def swap_last(self, name):
         rank = len(self.shape(name))
@@ -759,8 +923,11 @@ class _Translator:
             raise _Refuse("'groups' must be a non-negative integer")
         if groups == 0:
             groups = self.shape(x)[1]
-        if border != "constant" and padding and any(padding):
-            raise _Refuse(f"border '{border}' with non-zero padding is not supported")
+        if border != "constant" and (padding is None or any(padding)):
+            raise _Refuse(f"border '{border}' with non-zero or automatic padding is not supported "
+                          "(constant only)")
+        self.positive(stride, "stride")
+        self.positive(dilation, "dilation")
         attrs = dict(strides=stride, dilations=dilation, group=groups, kernel_shape=list(wshape[2:]))
         if padding is None:
             attrs["auto_pad"] = "SAME_UPPER"
@@ -783,6 +950,8 @@ class _Translator:
         stride = self.ints(arg(4, "stride", [], required=False), "stride", rank) or [1] * rank
         dilation = self.ints(arg(5, "dilation", [], required=False), "dilation", rank) or [1] * rank
         normalize = arg(6, "normalize", False, required=False) if st.op == "box" else st.op == "avg_pool"
+        for values, what in ((size, "size"), (stride, "stride"), (dilation, "dilation")):
+            self.positive(values, what)
         if rank < 3 or size[:2] != [1, 1] or stride[:2] != [1, 1] or dilation[:2] != [1, 1]:
             raise _Refuse("size/stride/dilation over the batch and channel axes must be 1 (rank >= 3)")
         if padding is not None and (padding[0:2] != [0, 0] or padding[rank:rank + 2] != [0, 0]):
@@ -877,7 +1046,7 @@ class _Translator:
         method, border = arg(2, "method", "symmetric"), arg(3, "border", "replicate")
         if method not in _LINEAR_METHODS:
             raise _Refuse(f"method '{method}' is not supported ({', '.join(_LINEAR_METHODS)})")
-        if border != "replicate" and method != "aligned":
+        if border != "replicate" and method != "aligned":   # aligned reads no cell beyond the edge
             raise _Refuse(f"border '{border}' is not supported (replicate)")
         self.node("Resize", [x, "", scales], [out], mode="linear",
                   coordinate_transformation_mode=_LINEAR_METHODS[method])
@@ -892,6 +1061,9 @@ class _Translator:
         alpha = self.number(arg(2, "alpha", 1.0), "alpha")
         beta = self.number(arg(3, "beta", 0.5), "beta")
         bias = self.number(arg(4, "bias", 1.0), "bias")
+        if alpha < 0.0 or bias <= 0.0:
+            raise _Refuse(f"alpha {alpha} must be non-negative and bias {bias} positive "
+                          "(else the normaliser's base can be negative: NaN)")
         self.node("LRN", [x], [out], size=size[1], alpha=alpha, beta=beta, bias=bias)
 
     def reshape(self, st, arg, out):

@@ -19,7 +19,12 @@ Semantics are ONNX's, mapped exactly:
 * initializers, Constant nodes and integer side computations on static shapes (Shape -> Gather ->
   Concat -> Reshape chains of PyTorch exports) are folded at load with onnx's reference evaluator
   (sizes bounded before evaluating: the file is untrusted input; external data is not read).
-Anything else is refused in one line naming the node and its op.
+Cost is bounded before any work (the limits are nnbuild.limits'): the file size before parsing,
+the node count before shape inference; nodes the graph output does not need are dropped unread;
+every initializer's, constant's and folded constant's declared size, and every layer's output
+size, is checked against the per-tensor and total element limits before anything is allocated.
+Every attribute read is validated (enumerated strings against the ONNX spec, flags, positive
+integers, finite floats). Anything else is refused in one line naming the node and its op.
 """
 
 from __future__ import annotations
@@ -28,14 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
 
-#: the largest model file read (bytes)
-MAX_FILE_BYTES = 512 * 1024 * 1024
-#: the largest constant made by folding at load (elements): model files are untrusted
-MAX_FOLD_ELEMENTS = 1 << 24
 #: ops evaluated at load when every input is a constant
 FOLDABLE = ("Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Slice", "Mul", "Add", "Sub",
             "Div", "Identity", "ConstantOfShape", "Range", "Transpose", "Flatten", "Expand", "Equal", "Where",
@@ -48,10 +49,41 @@ ELEMENTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "m
                "Sum": "add"}
 REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
 PASSTHROUGH = ("Identity", "Dropout")
+_AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+#: the ONNX spec's values of every enumerated string attribute the front-end reads: name -> op -> values
+STRING_VALUES = {
+    "auto_pad": {"Conv": _AUTO_PAD, "MaxPool": _AUTO_PAD, "AveragePool": _AUTO_PAD},
+    "mode": {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
+             "Upsample": ("nearest", "linear", "bilinear")},
+    "coordinate_transformation_mode": {"Resize": ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                                                  "align_corners", "asymmetric", "tf_half_pixel_for_nn",
+                                                  "tf_crop_and_resize")},
+    "nearest_mode": {"Resize": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")},
+    "keep_aspect_ratio_policy": {"Resize": ("stretch", "not_larger", "not_smaller")},
+}
+#: integer attributes that are flags (0 or 1)
+FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "exclude_outside", "antialias",
+         "allowzero", "transA", "transB", "broadcast", "storage_order")
+#: integer attributes whose every value is >= 1
+POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size")
+#: integer attributes whose every value is >= 0, by op (Pad's own pads are checked by op_Pad)
+NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool")}
+#: attributes with the one value nnbuild implements: (op, name) -> value (inference semantics only)
+FIXED = {("BatchNormalization", "training_mode"): 0, ("BatchNormalization", "spatial"): 1}
+#: float attributes that may be infinite (every other float attribute must be finite): (op, name) -> allowed
+INFINITE = {("Clip", "min"): (float("-inf"),), ("Clip", "max"): (float("inf"),),
+            ("Pad", "value"): (float("-inf"), float("inf"))}
+#: ops whose attributes hold data (checked where it is read), not parameters
+DATA_ATTRIBUTES = ("Constant", "ConstantOfShape")
 SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE) | set(PASSTHROUGH) | {
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
     "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice"})
+
+
+def channels_per_group(w, groups):
+    """Output channels per group of an OIHW weight tensor (None: `groups` does not divide them)."""
+    return w.shape[0] // groups if groups >= 1 and w.shape[0] % groups == 0 else None
 
 
 def _identity(rank):
@@ -122,8 +154,10 @@ class Problem(Exception):
 def load(path):
     import onnx
     path = Path(path)
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise NNBuildError(f"model file is larger than {MAX_FILE_BYTES} bytes", path=path)
+    size = path.stat().st_size
+    if size > limits.MAX_MODEL_FILE_BYTES:
+        raise NNBuildError(f"model file of {size} bytes (limit MAX_MODEL_FILE_BYTES = "
+                           f"{limits.MAX_MODEL_FILE_BYTES})", path=path)
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 (protobuf raises many types on garbage)
@@ -150,6 +184,75 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _declared_elements(tensor):
+    """The elements a TensorProto declares (its dims), counted without reading its data."""
+    n = 1
+    for d in tensor.dims:
+        n *= max(int(d), 0)
+    return n
+
+
+def _prune(graph):
+    """Drop (in place) the nodes the graph's one output does not need, so they are never checked,
+    inferred or evaluated; returns the names the kept nodes read and how many nodes were dropped."""
+    import onnx
+    want = {graph.output[0].name}
+    keep = []
+    for node in reversed(graph.node):
+        if any(o in want for o in node.output if o):
+            keep.append(node)
+            want.update(i for i in node.input if i)
+    dropped = len(graph.node) - len(keep)
+    if dropped:
+        copies = []
+        for node in reversed(keep):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copies.append(copy)
+        del graph.node[:]
+        graph.node.extend(copies)
+    return want, dropped
+
+
+def attribute_problem(node):
+    """What is wrong with a node's attributes (None if nothing): an enumerated string outside the
+    ONNX spec's values, a flag not 0/1, a size or stride < 1, a negative pad, a training-mode
+    setting, a non-finite float. The checker has already checked names and types."""
+    from onnx import AttributeProto
+    op = node.op_type
+    if op in DATA_ATTRIBUTES:
+        return None
+    for attr in node.attribute:
+        name = attr.name
+        if attr.type == AttributeProto.STRING:
+            text = attr.s.decode("utf-8", "replace")
+            allowed = STRING_VALUES.get(name, {}).get(op)
+            if allowed is None:
+                return f"string attribute '{name}' is not read by nnbuild"
+            if text not in allowed:
+                return f"attribute {name} '{text[:40]}' is not one of {', '.join(allowed)}"
+        elif attr.type in (AttributeProto.INT, AttributeProto.INTS):
+            values = [attr.i] if attr.type == AttributeProto.INT else list(attr.ints)
+            if name in FLAGS and any(v not in (0, 1) for v in values):
+                return f"attribute {name} {values[0] if len(values) == 1 else values} is not 0 or 1"
+            if name in POSITIVE and any(v < 1 for v in values):
+                return f"attribute {name} {values} has a value < 1"
+            if name in POSITIVE + ("pads",) and any(abs(v) > limits.MAX_TENSOR_ELEMENTS for v in values):
+                return (f"attribute {name} {values} has a value beyond {limits.MAX_TENSOR_ELEMENTS} "
+                        "(limit MAX_TENSOR_ELEMENTS)")
+            if op in NON_NEGATIVE.get(name, ()) and any(v < 0 for v in values):
+                return f"attribute {name} {values} has a negative value"
+            if (op, name) in FIXED and values != [FIXED[(op, name)]]:
+                return f"attribute {name}={values[0]} (nnbuild implements {name}={FIXED[(op, name)]} only)"
+        elif attr.type in (AttributeProto.FLOAT, AttributeProto.FLOATS):
+            values = [attr.f] if attr.type == AttributeProto.FLOAT else list(attr.floats)
+            allowed = INFINITE.get((op, name), ())
+            bad = [v for v in values if not np.isfinite(v) and v not in allowed]
+            if bad:
+                return f"attribute {name} is {bad[0]} (a finite number is required)"
+    return None
+
+
 class _Converter:
     def __init__(self, proto, path):
         self.proto, self.path = proto, path
@@ -161,19 +264,25 @@ class _Converter:
         self.converted = {}    # (ir name, perm) -> (transposed ir name, shape): one layout change per tensor
         self.used = set()
         self.batch = 1
+        self.constant_elements = 0   # running totals, bounded by nnbuild.limits
+        self.tensor_elements = 0
 
     # ----------------------------------------------------------------------- graph
 
     def run(self, name):
-        from onnx import numpy_helper
         graph = self.proto.graph
         if self.opset < 6 or self.opset > 21:
             raise Problem(f"opset {self.opset} is outside the supported 6..21")
+        if len(graph.node) > limits.MAX_NODES:
+            raise Problem(f"{len(graph.node)} nodes (limit MAX_NODES = {limits.MAX_NODES})")
+        if len(graph.sparse_initializer):
+            raise Problem("sparse initializers (not read)")
+        needed, dropped = _prune(graph) if len(graph.output) == 1 else (None, 0)
+        initializers = {init.name for init in graph.initializer}
         for init in graph.initializer:
-            if init.data_location == 1:
-                raise Problem(f"initializer '{init.name}' uses external data (not read)")
-            self.tensors[init.name] = ("const", numpy_helper.to_array(init))
-        inputs = [i for i in graph.input if i.name not in self.tensors]
+            if needed is None or init.name in needed:
+                self.tensors[init.name] = ("const", self.tensor_array(init, f"initializer '{init.name}'"))
+        inputs = [i for i in graph.input if i.name not in initializers]
         if len(inputs) != 1 or len(graph.output) != 1:
             raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs: nnbuild generates one input "
                           "to one output")
@@ -197,7 +306,7 @@ class _Converter:
                 self._cross_check(node)
             except Problem as problem:
                 raise Problem(f"node '{self.label(node)}' ({node.op_type}): {problem}") from None
-            except (ValueError, IndexError, KeyError, TypeError) as exc:
+            except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as exc:
                 raise Problem(f"node '{self.label(node)}' ({node.op_type}): {exc}") from None
         out = self.tensors.get(graph.output[0].name)
         if out is None or out[0] != "ir":
@@ -206,9 +315,11 @@ class _Converter:
         if out == self.input_name or not self.layers:
             raise Problem("the model computes nothing")
         self._finish(out)
-        model = g.Model(name, shape, self.layers, source_files=(str(self.path),),
-                        meta={"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name,
-                              "batch": self.batch}, edges=self.edges, input_name=self.input_name)
+        meta = {"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name, "batch": self.batch}
+        if dropped:
+            meta["unused_nodes_dropped"] = dropped
+        model = g.Model(name, shape, self.layers, source_files=(str(self.path),), meta=meta, edges=self.edges,
+                        input_name=self.input_name)
         fold_layout(model)
         try:
             return g.validate(model)
@@ -265,6 +376,9 @@ class _Converter:
             if not d.HasField("dim_value") or d.dim_value < 1:
                 raise Problem(f"input '{value.name}' has a dynamic dimension beyond the batch axis")
             rest.append(int(d.dim_value))
+        if int(np.prod(rest, dtype=object)) > limits.MAX_TENSOR_ELEMENTS:
+            raise Problem(f"input '{value.name}' of sample shape {tuple(rest)} has more than "
+                          f"{limits.MAX_TENSOR_ELEMENTS} elements (limit MAX_TENSOR_ELEMENTS)")
         return tuple(rest)
 
     def _finish(self, out):
@@ -281,10 +395,41 @@ class _Converter:
 
     def add(self, layer, sources):
         shape = tuple(int(d) for d in layer.output_shape(*[self.ir_shapes[s] for s in sources]))
+        elements = int(np.prod(shape, dtype=object))
+        if elements > limits.MAX_TENSOR_ELEMENTS:
+            raise Problem(f"output shape {shape} has {elements} elements (limit MAX_TENSOR_ELEMENTS = "
+                          f"{limits.MAX_TENSOR_ELEMENTS})")
+        self.tensor_elements += elements
+        if self.tensor_elements > limits.MAX_TOTAL_TENSOR_ELEMENTS:
+            raise Problem(f"the computed tensors reach {self.tensor_elements} elements (limit "
+                          f"MAX_TOTAL_TENSOR_ELEMENTS = {limits.MAX_TOTAL_TENSOR_ELEMENTS})")
+        if len(self.layers) >= limits.MAX_LAYERS:
+            raise Problem(f"more than {limits.MAX_LAYERS} layers (limit MAX_LAYERS)")
         self.layers.append(layer)
         self.edges[layer.name] = tuple(sources)
         self.ir_shapes[layer.name] = shape
         return layer.name
+
+    def count_constant(self, elements, what):
+        """Account for a constant of `elements` before it is made: per tensor and in total."""
+        if elements > limits.MAX_TENSOR_ELEMENTS:
+            raise Problem(f"{what} would make {elements} elements (limit MAX_TENSOR_ELEMENTS = "
+                          f"{limits.MAX_TENSOR_ELEMENTS})")
+        self.constant_elements += elements
+        if self.constant_elements > limits.MAX_TOTAL_CONSTANT_ELEMENTS:
+            raise Problem(f"{what} brings the constants to {self.constant_elements} elements (limit "
+                          f"MAX_TOTAL_CONSTANT_ELEMENTS = {limits.MAX_TOTAL_CONSTANT_ELEMENTS})")
+
+    def tensor_array(self, tensor, what):
+        """The array of a TensorProto held in the file, its declared size bounded before it is read."""
+        from onnx import numpy_helper
+        if tensor.data_location == 1:
+            raise Problem(f"{what} uses external data (not read)")
+        self.count_constant(_declared_elements(tensor), what)
+        try:
+            return numpy_helper.to_array(tensor)
+        except Exception as exc:  # noqa: BLE001 (data and dims disagree, unknown types)
+            raise Problem(f"{what} cannot be read ({type(exc).__name__})") from None
 
     def const(self, name):
         if not name:
@@ -351,9 +496,12 @@ class _Converter:
     # ----------------------------------------------------------------------- nodes
 
     def node(self, node):
-        op, a = node.op_type, _attrs(node)
         if node.domain not in ("", "ai.onnx"):
             raise Problem(f"operator of domain '{node.domain}' not supported")
+        problem = attribute_problem(node)
+        if problem:
+            raise Problem(problem)
+        op, a = node.op_type, _attrs(node)
         inputs = list(node.input)
         consts = [self.const(i) if i else None for i in inputs]
         is_const = all(c is not None for c, i in zip(consts, inputs) if i)
@@ -368,6 +516,7 @@ class _Converter:
             full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
             start, end = a.get("start", 0), a.get("end", None)
             self.tensors[node.output[0]] = ("const", full[start:end])
+            self.count_constant(full.size, "Shape")
             return
         if op not in SUPPORTED:
             raise Problem(f"operator not supported (supported: {', '.join(SUPPORTED)})")
@@ -377,14 +526,15 @@ class _Converter:
         handler(node, a, inputs, consts)
 
     def _constant(self, a):
-        from onnx import numpy_helper
         if "value" in a:
-            return numpy_helper.to_array(a["value"])
+            return self.tensor_array(a["value"], "the value")
         for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
             if key in a:
+                self.count_constant(1, key)
                 return np.array(a[key], dtype=dtype)
         for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
             if key in a:
+                self.count_constant(len(a[key]), key)
                 return np.array(a[key], dtype=dtype)
         raise Problem("Constant without a supported value attribute")
 
@@ -393,8 +543,7 @@ class _Converter:
         from onnx.reference import ReferenceEvaluator
         feeds = {i: np.asarray(c) for i, c in zip(node.input, consts) if i}
         size = _folded_size(node, [np.asarray(c) if c is not None else None for c in consts])
-        if size > MAX_FOLD_ELEMENTS:
-            raise Problem(f"constant folding would make {size} elements (at most {MAX_FOLD_ELEMENTS})")
+        self.count_constant(size, "constant folding")
         try:
             graph = helper.make_graph(
                 [node], "fold", [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(c.dtype), c.shape)
@@ -408,6 +557,10 @@ class _Converter:
             self.tensors[name] = ("const", np.asarray(value))
 
     def op_identity(self, node, a, inputs, consts):
+        if node.op_type == "Dropout" and len(inputs) > 2 and inputs[2]:
+            mode = consts[2]
+            if mode is None or np.asarray(mode).reshape(-1).any():
+                raise Problem("training_mode (dropout at inference is the identity only without it)")
         self.tensors[node.output[0]] = self.tensors[inputs[0]]
 
     def op_activation(self, node, a, inputs, consts):
@@ -454,6 +607,8 @@ class _Converter:
                     c = c.astype(np.float32)
                 if a.get("broadcast", 0) and "axis" in a and position == 1:
                     # opset < 7 legacy broadcast: B aligned at `axis` of A, not at the last axis
+                    if not -rank - 1 <= int(a["axis"]) <= rank:
+                        raise Problem(f"axis {a['axis']} out of range")
                     start = int(a["axis"]) % (rank + 1)
                     c = c.reshape(c.shape + (1,) * (rank + 1 - start - c.ndim))
                 if c.ndim == rank + 1:
@@ -517,6 +672,8 @@ class _Converter:
         if auto == "VALID" or "pads" not in a:
             return (0, 0, 0, 0)
         p = list(a["pads"])
+        if len(p) != 2 * rank:
+            raise Problem(f"{len(p)} pads for {rank} spatial axes")
         if rank == 1:
             return (0, 0, p[0], p[1])
         return (p[0], p[2], p[1], p[3])
@@ -541,6 +698,10 @@ class _Converter:
         if rank not in (1, 2):
             raise Problem(f"{rank}-D convolution (1-D and 2-D only)")
         w = np.asarray(w, np.float32)
+        if "kernel_shape" in a and tuple(a["kernel_shape"]) != tuple(w.shape[2:]):
+            raise Problem(f"kernel_shape {list(a['kernel_shape'])} but weights of shape {tuple(w.shape)}")
+        if channels_per_group(w, int(a.get("group", 1))) is None:
+            raise Problem(f"group {a.get('group', 1)} does not divide the {w.shape[0]} output channels")
         if rank == 1:
             w = w[:, :, None, :]
         kernel = np.transpose(w, (2, 3, 1, 0))  # OIHW -> HWIO
@@ -783,6 +944,8 @@ class _Converter:
         if axes is None:
             raise Problem("no axes")
         rank = len(ir) + len(axes)
+        if any(not -rank - 1 <= int(x) <= rank for x in axes):
+            raise Problem(f"axes {list(axes)} out of range for a rank-{rank + 1} output")
         axes = sorted(int(x) % (rank + 1) for x in axes)
         if 0 in axes:
             raise Problem("a new axis before the batch axis")
@@ -843,6 +1006,11 @@ class _Converter:
         per = {x: (pads[k], pads[k + len(axes)]) for k, x in enumerate(axes)}
         if per.get(0, (0, 0)) != (0, 0):
             raise Problem("padding the batch axis")
+        if min(pads, default=0) < 0:
+            raise Problem(f"negative pads {pads} (cropping by Pad is not supported)")
+        if mode == "constant" and value != value:
+            raise Problem("a NaN pad value (max, min and comparisons on NaN differ between the reference "
+                          "and C)")
         layer = g.Pad(self.unique(self.label(node)), tuple(per.get(p + 1, (0, 0)) for p in perm),
                       mode, value, source_type="Pad")
         self.emit(node, layer, [src], perm=perm)
@@ -1007,9 +1175,13 @@ class _Converter:
                 raise Problem("coordinate_transformation_mode tf_crop_and_resize")
         if scales is not None and np.asarray(scales).size:
             scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+            if not all(0 < s < float("inf") for s in scales):
+                raise Problem(f"scales {scales} must be finite and > 0")
             sizes = [int(np.floor(n * s)) for n, s in zip(full, scales)]
         elif sizes is not None and np.asarray(sizes).size:
             sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+            if min(sizes) < 1:
+                raise Problem(f"sizes {sizes} must be >= 1")
             keep = _text(a.get("keep_aspect_ratio_policy", "stretch"))
             if keep != "stretch":
                 raise Problem(f"keep_aspect_ratio_policy {keep}")

@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from nnbuild import limits
+
 #: Element-wise activations with exactly defined semantics (see nnbuild.ir.semantics).
 ACTIVATIONS = ("linear", "relu", "tanh", "sigmoid", "softmax")
 
@@ -351,6 +353,10 @@ class Unary:
                              f"({', '.join(UNARY_OPS[self.op]) or 'none'}), got {len(params)}")
         if any(p != p for p in params):
             raise ValueError(f"{self.op} parameter is NaN")
+        # infinite parameters are refused, but for clip's open bounds (min -inf, max +inf)
+        allowed = ((float("-inf"),), (float("inf"),)) if self.op == "clip" else ((),) * len(params)
+        if any(abs(p) == float("inf") and p not in ok for p, ok in zip(params, allowed)):
+            raise ValueError(f"{self.op} parameter is infinite")
         object.__setattr__(self, "params", params)
 
     def output_shape(self, input_shape):
@@ -446,7 +452,8 @@ class Pad:
             raise ValueError(f"pad mode '{self.mode}' is not one of {', '.join(PAD_MODES)}")
         object.__setattr__(self, "pads", tuple((int(b), int(a)) for b, a in self.pads))
         if float(self.value) != float(self.value) and self.mode == "constant":
-            pass  # NaN padding is a legal (if odd) constant
+            # max, min and comparisons over NaN differ between numpy and C: no defined semantics
+            raise ValueError("pad value is NaN")
 
     def output_shape(self, input_shape):
         if len(self.pads) != len(input_shape):
@@ -726,10 +733,8 @@ class Model:
 
 # --------------------------------------------------------------------------- load-time validation
 
-#: Largest tensor nnbuild generates code for (elements): 2^24 (64 MB of float32) is beyond any target's
-#: memory, and the reference and the code generator hold per-element index maps of every tensor, so a
-#: hostile model cannot make them allocate gigabytes.
-MAX_TENSOR_ELEMENTS = 2 ** 24
+#: Largest tensor nnbuild generates code for (elements): see nnbuild.limits.
+MAX_TENSOR_ELEMENTS = limits.MAX_TENSOR_ELEMENTS
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -822,6 +827,11 @@ def validate(model: "Model") -> "Model":
         raise LayerProblem(f"input shape {shape} must be one or more dimensions >= 1")
     if not model.layers:
         raise LayerProblem("model has no layers")
+    if int(np.prod(shape, dtype=object)) > MAX_TENSOR_ELEMENTS:
+        raise LayerProblem(f"input shape {shape} has more than {MAX_TENSOR_ELEMENTS} elements "
+                           "(limit MAX_TENSOR_ELEMENTS)")
+    if len(model.layers) > limits.MAX_LAYERS:
+        raise LayerProblem(f"{len(model.layers)} layers (limit MAX_LAYERS = {limits.MAX_LAYERS})")
     shapes = {model.input_name: shape}
     for index, layer in enumerate(model.layers):
         what = f"{layer.source_type}"
@@ -836,8 +846,8 @@ def validate(model: "Model") -> "Model":
         if not out or min(out) < 1:
             raise LayerProblem(f"{what} output shape {out} has a dimension < 1", layer.name)
         if int(np.prod(out, dtype=object)) > MAX_TENSOR_ELEMENTS:
-            raise LayerProblem(f"{what} output shape {out} has more than {MAX_TENSOR_ELEMENTS} elements",
-                               layer.name)
+            raise LayerProblem(f"{what} output shape {out} has more than {MAX_TENSOR_ELEMENTS} elements "
+                               "(limit MAX_TENSOR_ELEMENTS)", layer.name)
         shapes[layer.name] = out
     if all(layer.kind in ALIASES for layer in model.layers):
         raise LayerProblem("the model computes nothing: every layer only reshapes its input")

@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
+from nnbuild.names import MAX_NAME_LENGTH, is_c_identifier
 
 KIND = "gravity"
 #: Gravity's G__VERSION: what <p>_version() returns
@@ -165,9 +165,9 @@ def validate(model: GravityModel):
                            f"smallest normal float32 {FLOAT32_MIN_NORMAL:.7g}: the generated update would "
                            "multiply by zero or a subnormal")
     for directive, value in (("module", model.name), ("prefix", model.prefix)):
-        if len(value) > MAX_IDENTIFIER:
+        if len(value) > MAX_NAME_LENGTH:
             raise NNBuildError(f"{where}: .{directive} name of {len(value):,} characters: at most "
-                               f"{MAX_IDENTIFIER} (the significant characters of a C identifier)")
+                               f"{MAX_NAME_LENGTH} (the significant characters of a C identifier)")
         if not (directive == "prefix" and value == "") and not is_c_identifier(value):
             raise NNBuildError(f"{where}: .{directive} {value!r} is not a C identifier")
     return model

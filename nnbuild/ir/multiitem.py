@@ -73,7 +73,19 @@ class Item:
 
     def uses(self, tensor) -> int:
         """How many times the item reads `tensor` (instructions and sends): its place's tokens."""
-        return sum(i.inputs.count(tensor) for i in self.instructions) + len(self.sends.get(tensor, ()))
+        return self._reads().get(tensor, 0) + len(self.sends.get(tensor, ()))
+
+    def _reads(self) -> Dict[str, int]:
+        """tensor -> reads by the instructions, counted once per instruction list (uses() is
+        asked per instruction: counting on every call made a long item quadratic)."""
+        key = (id(self.instructions), len(self.instructions))
+        if getattr(self, "_read_key", None) != key:
+            counts: Dict[str, int] = {}
+            for instruction in self.instructions:
+                for name in instruction.inputs:
+                    counts[name] = counts.get(name, 0) + 1
+            self._read_counts, self._read_key = counts, key
+        return self._read_counts
 
 
 @dataclass

@@ -20,12 +20,37 @@ def only_reader(model, producer_index, reader_index):
 
 def source_index(model, index):
     """Index of the layer producing the single input of layer `index` (None: the model input or
-    several inputs)."""
+    several inputs). The producer is looked for backwards from `index` (in a chain it is the layer
+    just before): a pass over every layer should build an Index once instead."""
     srcs = model.sources(index)
-    if len(srcs) != 1:
+    if len(srcs) != 1 or srcs[0] == model.input_name:
         return None
-    names = {layer.name: i for i, layer in enumerate(model.layers)}
-    return names.get(srcs[0])
+    for i in range(index - 1, -1, -1):
+        if model.layers[i].name == srcs[0]:
+            return i
+    return None
+
+
+class Index:
+    """Who produces and who reads each tensor of `model`, built once (linear) so a pass that asks
+    per layer stays linear in the layer count. Indices are those of `model.layers`; a pass that
+    builds a new layer list keeps asking about the model it read."""
+
+    def __init__(self, model):
+        self.model = model
+        self.position = {layer.name: i for i, layer in enumerate(model.layers)}
+        self.readers = model.consumers()
+
+    def source(self, index):
+        """As source_index(model, index)."""
+        srcs = self.model.sources(index)
+        if len(srcs) != 1:
+            return None
+        return self.position.get(srcs[0])
+
+    def only_reader(self, producer_index, reader_index):
+        """As only_reader(model, producer_index, reader_index)."""
+        return self.readers.get(self.model.layers[producer_index].name, []) == [reader_index]
 
 
 def rebuild(model, layers, renamed):

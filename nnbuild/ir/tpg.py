@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import tpg_template
-from nnbuild.names import MAX_IDENTIFIER, is_c_identifier
+from nnbuild.names import MAX_NAME_LENGTH, is_c_identifier
 
 #: The environment files shipped with nnbuild, usable by name (`sips22-atari`).
 ENVIRONMENTS_DIR = Path(__file__).resolve().parent / "tpg_environments"
@@ -42,12 +42,12 @@ CODE_NAMES = frozenset(("best", "next", "state", "visit", "sh", "isnan", "isinf"
 
 def name_problem(name, taken):
     """Why an environment's data source or action name cannot be a C name in the generated code
-    (None if it can): a C identifier of at most MAX_IDENTIFIER characters, not a keyword, not one
+    (None if it can): a C identifier of at most MAX_NAME_LENGTH characters, not a keyword, not one
     of the code's own names, distinct from the other names ignoring case (they become macros)."""
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        return f"name of {len(name):,} characters: at most {MAX_NAME_LENGTH}"
     if not isinstance(name, str) or not is_c_identifier(name) or name.startswith(("NN_", "nn_")):
         return f"{_shown(name)} is not a usable C name (letters, digits and '_', not a keyword)"
-    if len(name) > MAX_IDENTIFIER:
-        return f"name of {len(name):,} characters: at most {MAX_IDENTIFIER}"
     if name in CODE_NAMES or re.fullmatch(r"v[0-9]+", name):
         return f"'{name}' is a name of the generated code itself"
     if name.upper() in taken:

@@ -143,6 +143,9 @@ def report(path, records, output, *, target="host", shape="v2", precision="float
     report["gates_passed"] = not failures
     if failures:
         report["failure"] = failures[0]
+    from nnbuild.checks import report as reports
+    report.update(reports.multiitem_fields(report))
+    reports.validate(json.loads(json.dumps(report)))
     files.write_text(output, json.dumps(report, indent=1, sort_keys=True) + "\n")
     report_html_multiitem.save(Path(output).with_name("report.html"), report)
     return report
@@ -213,9 +216,12 @@ def deadline_verdict(board, deadline_ms):
     if deadline_ms is None:
         record.update(met=None, verdict="no deadline set")
     else:
-        record["met"] = bound_ms <= deadline_ms
-        record["verdict"] = (f"end-to-end bound {bound_ms:.1f} ms {'<=' if record['met'] else '>'} "
-                             f"deadline {deadline_ms:g} ms")
+        from nnbuild.checks.deadline import deadline_cycles
+        budget = deadline_cycles(deadline_ms, clock)     # exact: integer cycles against the deadline's
+        record.update(met=int(wcet["schedule_cycles"]) <= budget, deadline_cycles=budget)
+        sign = "<=" if record["met"] else ">"
+        record["verdict"] = (f"end-to-end bound {bound_ms:.1f} ms {sign} deadline {deadline_ms:g} ms "
+                             f"({int(wcet['schedule_cycles']):,} cycles {sign} {budget:,} cycles)")
     return record
 
 

@@ -5,6 +5,7 @@ of preference: fold_batchnorm before fuse_activation so a Conv2D -> BatchNorm ->
 completely; relu_after_maxpool after fuse_activation so it sees the fused ReLU).
 """
 
+from nnbuild import limits
 from nnbuild.errors import NNBuildError
 from nnbuild.passes.fold_batchnorm import fold_batchnorm
 from nnbuild.passes.fuse_activation import fuse_activation
@@ -42,6 +43,9 @@ def resolve(passes):
 
 def run(model, passes=DEFAULT_PASSES):
     """Apply `passes` in order; the log names every change for the traceability report."""
+    if len(model.layers) > limits.MAX_LAYERS:
+        raise NNBuildError(f"{len(model.layers)} layers (limit MAX_LAYERS = {limits.MAX_LAYERS})",
+                           path=model.source_files[0] if model.source_files else None)
     log = []
     for apply in resolve(passes):
         model, lines = apply(model)

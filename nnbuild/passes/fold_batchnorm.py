@@ -15,15 +15,16 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 def fold_batchnorm(model):
     layers, log, renamed, removed = list(model.layers), [], {}, set()
+    index_of = rewrite.Index(model)
     for index, layer in enumerate(model.layers):
         if not isinstance(layer, BatchNorm):
             continue
-        src = rewrite.source_index(model, index)
+        src = index_of.source(index)
         if src is None or src in removed:
             continue
         conv = layers[src]
         if (getattr(conv, "kind", None) not in ("conv2d", "dense") or conv.activation != "linear"
-                or not rewrite.only_reader(model, src, index)):
+                or not index_of.only_reader(src, index)):
             continue
         alpha, offset = layer.scale_offset(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):

@@ -13,15 +13,16 @@ FUSABLE = rewrite.FUSABLE
 def fuse_activation(model):
     layers, log, renamed = list(model.layers), [], {}
     removed = set()
+    index_of = rewrite.Index(model)
     for index, layer in enumerate(model.layers):
         if not isinstance(layer, Activation):
             continue
-        src = rewrite.source_index(model, index)
+        src = index_of.source(index)
         if src is None or src in removed:
             continue
         previous = layers[src]
         if (getattr(previous, "kind", None) in FUSABLE and previous.activation == "linear"
-                and rewrite.only_reader(model, src, index)):
+                and index_of.only_reader(src, index)):
             layers[src] = dataclasses.replace(previous, activation=layer.activation)
             removed.add(index)
             renamed[layer.name] = previous.name

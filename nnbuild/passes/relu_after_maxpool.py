@@ -14,14 +14,15 @@ from nnbuild.ir import rewrite
 def relu_after_maxpool(model):
     layers, log, renamed, removed = list(model.layers), [], {}, set()
     shapes = model.tensor_shapes()
+    index_of = rewrite.Index(model)
     for index, layer in enumerate(model.layers):
         if not (isinstance(layer, Pool2D) and layer.mode == "max" and layer.activation == "linear"):
             continue
-        src = rewrite.source_index(model, index)
+        src = index_of.source(index)
         if src is None or src in removed:
             continue
         producer = layers[src]
-        if getattr(producer, "activation", None) != "relu" or not rewrite.only_reader(model, src, index):
+        if getattr(producer, "activation", None) != "relu" or not index_of.only_reader(src, index):
             continue
         before = int(np.prod(shapes[producer.name]))
         after = int(np.prod(shapes[layer.name]))

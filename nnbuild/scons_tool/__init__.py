@@ -12,13 +12,18 @@ that turn plans (nnbuild.pipeline.plan, firmware_plan) into build nodes:
 From any project: `Environment(tools=["default", "nnbuild_tool"], toolpath=[nnbuild.scons_tool.toolpath()])`
 or `toolpath=[PyPackageDir("nnbuild.scons_tool")]` (the tool file is nnbuild_tool.py beside this one).
 
-Thin by design: every step is a command-line action running `python -m nnbuild <step>`, so the
-library holds the logic, actions stay parallel-safe, and each step's signature is its command line.
-C programs are compiled and linked by SCons itself, with the board's compiler and flags.
+Thin by design: every step is an action running `python -m nnbuild <step>` as an argument list,
+without a shell (StepAction), so the library holds the logic, actions stay parallel-safe, no file
+name is ever read by a shell, and each step's signature is its argument list. C programs are
+compiled and linked by SCons itself, with the board's compiler and flags, through a spawn that
+runs the argument list without a shell too (no_shell_spawn).
 """
 
 import atexit
 import os
+import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,8 +33,10 @@ import SCons.Errors
 import SCons.Node
 import SCons.Scanner
 import SCons.Script
+import SCons.Subst
+import SCons.Util
 
-from nnbuild import boards, codegen, frontends, kinds, options, pipeline, steps
+from nnbuild import boards, codegen, frontends, kinds, names, options, pipeline, steps
 from nnbuild.checks import deadline as deadlines
 from nnbuild.errors import NNBuildError
 
@@ -61,7 +68,7 @@ def package_files(*subpackages):
 def scan_model(node, env, path):
     """Implicit dependencies of a model file (the Keras2C pair's weights.h5), never opening binaries."""
     try:
-        return [env.File(p) for p in frontends.implicit_dependencies(str(node.srcnode().abspath))]
+        return [env.fs.File(p) for p in frontends.implicit_dependencies(str(node.srcnode().abspath))]
     except (NNBuildError, OSError, ValueError):
         return []
 
@@ -91,6 +98,152 @@ def comstr(env, key, verbose):
     return None if verbose else f"[nnbuild] {STEP_LABELS[key]:<17} $TARGET"
 
 
+# --------------------------------------------------------------------------- running without a shell
+
+#: how a step's argument names one of its nodes; every other `$` of an argument is written `$$`
+_NODE_REF = re.compile(r"\$\{(SOURCES|TARGETS)\[(\d+)\]\}|\$\{TARGET\.dir\}|\$TARGET(?!\w)|\$\$")
+
+
+def literal(value):
+    """A step option's value as a StepAction argument: its `$` doubled, so it is never read as a
+    node reference (or by SCons' substitution)."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(literal(v) for v in value)
+    if isinstance(value, (str, os.PathLike)):
+        return str(value).replace("$", "$$")
+    return value
+
+
+def resolve_argument(template, targets, sources, text):
+    """One argument of a step: its node references replaced by `text(node)`, `$$` by `$`."""
+    def one(match):
+        whole, kind = match.group(0), match.group(1)
+        if whole == "$$":
+            return "$"
+        if kind:
+            return text((sources if kind == "SOURCES" else targets)[int(match.group(2))])
+        return text(targets[0].dir if whole == "${TARGET.dir}" else targets[0])
+    out, rest = [], 0
+    for match in _NODE_REF.finditer(template):
+        if "$" in template[rest:match.start()]:
+            raise ValueError(f"step argument {template!r}: '$' outside a node reference")
+        out += [template[rest:match.start()], one(match)]
+        rest = match.end()
+    if "$" in template[rest:]:
+        raise ValueError(f"step argument {template!r}: '$' outside a node reference")
+    return "".join(out + [template[rest:]])
+
+
+def node_path(node):
+    """A node as a program argument: its path from the top directory (never read as an option)."""
+    path = str(node)
+    return f".{os.sep}{path}" if path.startswith("-") else path
+
+
+class StepAction(SCons.Action._ActionAction):
+    """A step of the table run as `python -m nnbuild <step> ...` from the argument list in
+    $NN_STEP_ARGV, by subprocess without a shell: no file name is ever read by `sh`. The signature
+    is that list with each node as its name (Node.for_signature, the same for every checkout path),
+    so changing an option reruns the step and CacheDir keys stay path-independent."""
+
+    def __init__(self, cmdstr):
+        super().__init__(cmdstr=cmdstr)
+
+    def __str__(self):
+        return "$NNBUILD_PYTHON -m nnbuild $NN_STEP_ARGV"
+
+    @staticmethod
+    def _nodes(target, source, executor):
+        if executor:
+            target, source = executor.get_all_targets(), executor.get_all_sources()
+        return list(target), [s.rfile() if hasattr(s, "rfile") else s for s in source]
+
+    def argv(self, target, source, env, executor=None):
+        target, source = self._nodes(target, source, executor)
+        return [env.subst("$NNBUILD_PYTHON"), "-m", "nnbuild",
+                *(resolve_argument(a, target, source, node_path) for a in env["NN_STEP_ARGV"])]
+
+    def get_presig(self, target, source, env, executor=None):
+        target, source = self._nodes(target, source, executor)
+        args = [resolve_argument(a, target, source, lambda n: n.for_signature()) for a in env["NN_STEP_ARGV"]]
+        return "\0".join(["python -m nnbuild", *args])
+
+    def get_implicit_deps(self, target, source, env, executor=None):
+        if not env.get("IMPLICIT_COMMAND_DEPENDENCIES", True):
+            return []
+        python = env.subst("$NNBUILD_PYTHON")
+        return [env.fs.File(python)] if os.path.isabs(python) else []
+
+    def strfunction(self, target, source, env, executor=None, overrides=None):
+        if self.cmdstr is None:
+            return shlex.join(self.argv(target, source, env, executor))
+        target, source = self._nodes(target, source, executor)
+        return env.subst(self.cmdstr, SCons.Subst.SUBST_RAW, target, source)
+
+    def execute(self, target, source, env, executor=None):
+        argv = self.argv(target, source, env, executor)
+        target, source = self._nodes(target, source, executor)
+        status = run_argv(argv, action_env(env, target, source))
+        if status:
+            return SCons.Errors.BuildError(errstr=f"Error {status}", status=status, action=self,
+                                           command=shlex.join(argv))
+        return 0
+
+
+def action_env(env, target, source):
+    """The environment of an action's process: env['ENV'], every value a string (as SCons' spawn)."""
+    out = {}
+    for key, value in SCons.Action._resolve_shell_env(env, target, source).items():
+        if SCons.Util.is_List(value):
+            value = os.pathsep.join(map(str, SCons.Util.flatten_sequence(value)))
+        out[str(key)] = str(value)
+    return out
+
+
+def run_argv(argv, env):
+    """Run a program from its argument list, no shell; its exit status (127: not found)."""
+    try:
+        returncode = subprocess.run([str(a) for a in argv], env=env).returncode
+    except OSError as error:
+        sys.stderr.write(f"nnbuild: cannot run {argv[0]}: {error.strerror}\n")
+        return 127
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def shell_words(args):
+    """SCons' command line words back as the program's arguments: SCons wraps a word holding a blank
+    in double quotes for `sh` (SCons.Subst.quote_spaces, and `escape_for_argv` below as ESCAPE); undone."""
+    return [a[1:-1] if len(a) >= 2 and a[0] == a[-1] == '"' and (" " in a or "\t" in a) else a for a in args]
+
+
+def escape_for_argv(arg):
+    """ESCAPE for no_shell_spawn: the same wrapping as a plain word with blanks, undone by shell_words."""
+    return f'"{arg}"' if " " in arg or "\t" in arg else arg
+
+
+def no_shell_spawn(sh, escape, cmd, args, env):
+    """SCons' SPAWN for the compile, archive and link commands nnbuild makes: the argument list is run
+    as it is, without `sh`, so a path with backticks, `$(...)`, `;`, quotes or newlines stays a path."""
+    return run_argv(shell_words(args), env)
+
+
+def include_flags(paths, env):
+    """`-I DIR` as two words, DIR a node: SCons passes a node whole (a newline or `$(` in a folder's
+    name stays in the path) and signs it by its name, where a `-IDIR` string would be split at a
+    newline and read for `$(`. The include path of the commands without a shell."""
+    flags = []
+    for path in SCons.Util.flatten(paths):
+        flags += ["-I", path if isinstance(path, SCons.Node.Node) else env.fs.Dir(str(path))]
+    return flags
+
+
+def without_shell(env):
+    """An environment whose SCons commands (CCCOM, LINKCOM, ARCOM, ...) run without a shell."""
+    env.Replace(SPAWN=no_shell_spawn, ESCAPE=escape_for_argv, NNBUILD_INCLUDE_FLAGS=include_flags,
+                _CPPINCFLAGS="${NNBUILD_INCLUDE_FLAGS(CPPPATH, __env__)}")
+    return env
+
+
 def generate(env, **kw):
     env.SetDefault(NNBUILD_PYTHON=sys.executable, NNBUILD_VERBOSE=False)
     # toolchains are found where the user's shell finds them, after any folder the environment was
@@ -100,11 +253,10 @@ def generate(env, **kw):
         if var in os.environ and var not in env["ENV"]:
             env["ENV"][var] = os.environ[var]
     env.PrependENVPath("PYTHONPATH", str(PACKAGE_DIR.parent))
-    env.SetDefault(NN="$( $NNBUILD_PYTHON $) -m nnbuild")
     verbose = bool(env["NNBUILD_VERBOSE"])
     scanner = SCons.Scanner.Scanner(function=scan_model, name="nnmodel")
     env.Append(BUILDERS={builder_name(name): SCons.Builder.Builder(
-        action=SCons.Action.Action("$NN $NN_STEP_ARGS", comstr(env, name, verbose)),
+        action=StepAction(comstr(env, name, verbose)),
         source_scanner=scanner if step.args[0].dest == "model" and step.args[0].positional else None)
         for name, step in steps.STEPS.items()})
     env.AddMethod(nn_firmware, "NNExample")
@@ -157,11 +309,19 @@ def link_flags(board, opt=None):
     return [f.replace("{output}", "$TARGET") for f in board.compiler.link_flags(board, opt)]
 
 
+def path_map(env, board):
+    """The compiler family's flags that write the project's root as '.' into debug info, kept out of
+    the command's signature ($( $)): two checkouts at different paths compile to the same objects
+    under the same signatures, so a shared CacheDir serves both."""
+    return ["$(", *board.compiler.path_map_flags(env.Dir("#").abspath), "$)"]
+
+
 def cross_env(env, board, opt, verbose):
-    """A compile/link environment for one board, from its data file and compiler family."""
+    """A compile/link environment for one board, from its data file and compiler family; its
+    commands run without a shell (the generated code's and nnbuild's own programs)."""
     compilers = board.compiler
-    xenv = board_env(env, board)
-    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
+    xenv = without_shell(board_env(env, board))
+    xenv.Replace(CCFLAGS=compilers.compile_flags(board, opt) + path_map(env, board), CFLAGS=[], LINKFLAGS=link_flags(board, opt),
                  LIBS=compilers.libs(board), CPPPATH=[], CPPDEFINES=[])
     if not verbose:
         xenv.Replace(CCCOMSTR=comstr(env, "CC", verbose), LINKCOMSTR=comstr(env, "LINK", verbose))
@@ -232,7 +392,7 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
         board = boards.load_board(target)
         document = frontends.model_file(str(model)) or model
         split = dict([split]) if split else {}
-        item_map = env.File(split["map"]) if "map" in split else None
+        item_map = env.fs.File(split["map"]) if "map" in split else None
         the_plan = pipeline.multiitem_plan(name=name, model=str(document), board=board, shape=shape,
                                            precision=precision, sync=sync, deadline=deadline, tolerance=tolerance,
                                            count=count, seed=seed, items=split.get("items"),
@@ -306,7 +466,7 @@ NNMODEL_KEYWORDS = {
     "seed": "seed of the random check inputs; default 1",
     "input_range": "declared input range (lo, hi) of the check inputs and of fixed-point formats; default (-1, 1)",
     "deadline": 'WCET deadline, e.g. "5ms" or "800us"; "none" waives any; default none set',
-    "deadline_origin": "where the deadline came from, for report.json; default \"NNModel call\"",
+    "deadline_origin": "where the deadline came from, for report.json; default \"NNModel deadline in the SConstruct\"",
     "wcet": '"auto" (bound the WCET, check the deadline) or "skip" (no analysis; the deadline is a waiver); '
             'default "auto"',
     "environment": "environment description of a TPG (.dot): JSON file or shipped name",
@@ -360,7 +520,7 @@ def model_deadline(env, name, keywords):
         spec, _ = deadlines.deadline_spec(given, None, None, wcet)
     except NNBuildError as error:
         fail(f"NNModel('{name}'): {error}")
-    front = "command line" if interface_of(env) == "cli" else "NNModel call"
+    front = "command line" if interface_of(env) == "cli" else "NNModel deadline in the SConstruct"
     return spec, (origin or front) if spec else None
 
 
@@ -379,19 +539,20 @@ def nn_model(env, name, model, **keywords):
     except NNBuildError as error:
         fail(str(error))
     keywords["deadline"], keywords["deadline_origin"] = model_deadline(env, name, keywords)
-    build_dir = build_dir or f"build/{board.name}/{name}"
-    model_node = env.File(str(model))
+    # the model and build_dir are file names, taken as written (no `$` substitution)
+    build_dir = env.fs.Dir(str(build_dir or f"build/{board.name}/{name}"))
+    model_node = model if isinstance(model, SCons.Node.Node) else env.fs.File(str(model))
     if precision == "auto":
         return auto_model(env, name, model_node, board, build_dir, **keywords)
     keywords.pop("tolerances", None)
     nodes = firmware_pipeline(env, name, model_node.abspath, board, build_dir, precision=precision,
                               interface=interface_of(env), **keywords)
     made = nodes.pop("_nodes")
-    gen = nodes["generated"]
-    library = made.library(gen[1], gen[3], name)
+    gen = nodes["generated_roles"]
+    library = made.library([gen[r] for r in codegen.C_SOURCE_ROLES if r in gen], name)
     the_plan = made.plan
     roles = {k: v for k, v in nodes.items() if k != "board"}
-    roles.update(library=library, header=gen[0], include=made.bdir.Dir("gen"), plan=the_plan, dir=made.bdir,
+    roles.update(library=library, header=gen["header"], include=made.bdir.Dir("gen"), plan=the_plan, dir=made.bdir,
                  board=board, name=name)
     return Built([library, nodes["gate"]], **roles)
 
@@ -409,21 +570,20 @@ def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, toler
                                               tolerances=tolerances)
     except NNBuildError as error:
         fail(f"NNModel('{name}'): {error}")
-    bdir = env.Dir(build_dir)
+    bdir = build_dir
     inputs = shared_inputs(env, bdir, model_node.abspath, options)
     chosen, sources, specs, last = None, [], [], None
     for precision, tol in candidates.items():
-        nodes = firmware_pipeline(env, name, model_node.abspath, board, f"{build_dir}/candidates/{precision}",
+        nodes = firmware_pipeline(env, name, model_node.abspath, board, bdir.Dir(f"candidates/{precision}"),
                                   precision=precision, tolerance=tol, gated=False, record_wcet_errors=True,
                                   inputs=inputs, interface=interface_of(env), **options)
         made = nodes.pop("_nodes")
-        gen = nodes["generated"]
+        gen = nodes["generated_roles"]
         last = made.plan
         report_task = next(t for t in last.tasks if t.step == "report")
-        flowfacts, trace = (next(made.node(f) for f in last.nodes["generated"] if f.endswith(suffix))
-                            for suffix in (".flowfacts.json", ".trace.json"))
         run = made.node(report_task.sources["run"]) if report_task.sources.get("run") else None
-        files = [made.library(gen[1], gen[3], name), gen[0], flowfacts, trace, made.node(last.nodes["semantic"])]
+        files = [made.library([gen[r] for r in codegen.C_SOURCE_ROLES if r in gen], name), gen["header"],
+                 gen["flowfacts"], gen["trace"], made.node(last.nodes["semantic"])]
         files += [run] if run is not None else []
         spec = f"{precision}=${{SOURCES[{len(sources)}]}}"
         sources.append(nodes["report"])
@@ -433,15 +593,14 @@ def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, toler
         specs.append(spec)
         chosen = (report_task, run)
     report_task, run = chosen
-    gen_rel = [f for f in last.nodes["generated"] if f.endswith((".h", ".flowfacts.json", ".trace.json"))]
-    header = next(f for f in gen_rel if f.endswith(".h") and not f.endswith("_weights.h"))
-    flowfacts, trace = (next(f for f in gen_rel if f.endswith(s)) for s in (".flowfacts.json", ".trace.json"))
+    roles = last.nodes["generated_roles"]
+    header, flowfacts, trace = roles["header"], roles["flowfacts"], roles["trace"]
     installed = [f"lib{name}.a", header, flowfacts, trace, "semantic.json"] + ([run.name] if run is not None else [])
     targets = [bdir.File("report.json"), bdir.File("report.html")] + [bdir.File(f) for f in installed]
     selected = step_node(env, "select", targets, sources, candidates=specs, output="${TARGETS[0]}",
                          install=[f"${{TARGETS[{i + 2}]}}" for i in range(len(installed))],
                          interface=interface_of(env))
-    env.Depends(selected, package_files(*steps.STEPS["select"].code) + PIPELINE_FILES)
+    env.Depends(selected, [env.fs.File(f) for f in package_files(*steps.STEPS["select"].code) + PIPELINE_FILES])
     env.NoCache(selected)
     # the chosen build, as NNFirmware reads a model's plan: its files installed in the model's directory
     the_plan = pipeline.Plan(
@@ -449,7 +608,9 @@ def auto_model(env, name, model_node, board, build_dir, *, tolerance=1e-4, toler
                        options=dict(report_task.options, precision="auto"), role="report"),
          pipeline.Task("gate", ["gate.json"], {"report": "report.json"}, options={"interface": interface_of(env)},
                        role="gate")],
-        name, board, {"generated": [header, flowfacts, trace], "semantic": "semantic.json", "report": "report.json",
+        name, board, {"generated": [header, flowfacts, trace],
+                      "generated_roles": {"header": header, "flowfacts": flowfacts, "trace": trace},
+                      "semantic": "semantic.json", "report": "report.json",
                       "wcet": last.nodes.get("wcet"), "gate": "gate.json"}, last.entries)
     gate_nodes = Nodes(env, the_plan, bdir.abspath, model_node, None, None)
     gate_nodes.made.update({"report.json": targets[0]})
@@ -477,6 +638,8 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, **ke
     if not models or not all(isinstance(m, Built) and hasattr(m, "library") for m in models):
         fail("NNFirmware: models= takes the results of env.NNModel(...)")
     board = _board_of(env, board or models[0].board)
+    for m in models:
+        refuse_shell_characters(m.dir, f"NNFirmware: model '{m.name}' is built in")
     fenv = user_env(env, board, [m.include for m in models])
     target = env.File(env.subst(str(target)))
     stem = target.name
@@ -492,7 +655,7 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, **ke
         objects += fenv.Object(target.dir.File(f"{stem}.obj/{os.path.splitext(rel)[0]}{fenv.subst('$OBJSUFFIX')}"),
                                node)
     program = fenv.Program(target.dir.File(f"{stem}{board.program_suffix}"), objects + [m.library for m in models])
-    env.Depends(program, str(board.path or boards.board_path(board.name)))
+    env.Depends(program, env.fs.File(str(board.path or boards.board_path(board.name))))
     try:
         the_plan = pipeline.firmware_plan(firmware=program[0].abspath, stem=stem, board=board,
                                           models=[(m.plan, m.dir.abspath) for m in models], path=env["ENV"]["PATH"],
@@ -508,12 +671,26 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, **ke
                  bin=nodes.get("image.bin"), gates=gates, reports=nodes["reports"], board=board)
 
 
+#: what `sh` reads in a word SCons passes in double quotes (or unquoted, without blanks)
+SHELL_CHARACTERS = frozenset("`$\\\"'\n\r;&|<>(){}*?[]!#~")
+
+
+def refuse_shell_characters(node, what):
+    """The user's firmware is compiled and linked by the user's own environment, whose commands SCons
+    runs through `sh`: a model folder those commands name must hold no character `sh` reads."""
+    path = str(node)
+    found = sorted(set(path) & SHELL_CHARACTERS)
+    if found:
+        fail(f"{what} {names.one_line(path)!r}, whose name holds {' '.join(map(repr, found))}: your firmware's "
+             "compile and link commands run through SCons' shell; give NNModel a build_dir without them")
+
+
 def user_env(env, board, include_dirs):
     """The user's environment for the board: the board's compiler, target flags and link flags
     before the user's own (CCFLAGS, CFLAGS, CPPPATH, CPPDEFINES, LINKFLAGS, LIBS are extended, never
     replaced); the generated code's warning policy stays with the generated code."""
     fenv = board_env(env, board)
-    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board), LINKFLAGS=link_flags(board))
+    fenv.Prepend(CCFLAGS=pipeline.user_compile_flags(board) + path_map(env, board), LINKFLAGS=link_flags(board))
     fenv.Append(CPPPATH=list(include_dirs), LIBS=board.compiler.libs(board))
     if not bool(env["NNBUILD_VERBOSE"]):
         fenv.SetDefault(CCCOMSTR=comstr(env, "CC", False), LINKCOMSTR=comstr(env, "LINK", False))
@@ -525,9 +702,12 @@ class Nodes:
 
     def __init__(self, env, the_plan, build_dir, model, environment, check_data):
         self.env, self.plan = env, the_plan
-        self.bdir = env.Dir(build_dir)
+        # paths are file names, never SCons expressions (a checkout path may hold a `$`)
+        self.bdir = build_dir if isinstance(build_dir, SCons.Node.Node) else env.fs.Dir(str(build_dir))
         self.verbose = bool(env["NNBUILD_VERBOSE"])
-        self.extra = {"model": env.File(str(model)), "environment": environment, "data": check_data}
+        # a model path is a file name, never an SCons expression: no substitution of its `$`
+        self.extra = {"model": model if isinstance(model, SCons.Node.Node) else env.fs.File(str(model)),
+                      "environment": environment, "data": check_data}
         self.made = {}      # plan path -> node
         self.objects = {}   # object path -> node (shared by the programs of one board)
 
@@ -538,7 +718,7 @@ class Nodes:
             return self.made[path]
         path = str(path)
         if path.startswith("#") or os.path.isabs(path):
-            return self.env.File(path)
+            return self.env.fs.File(path)
         return self.bdir.File(path)
 
     def build(self):
@@ -548,7 +728,7 @@ class Nodes:
             for path, node in zip(task.targets, made):
                 self.made[path] = node
             if task.step in ("program", "size", "report"):
-                self.env.Depends(made, board_file)
+                self.env.Depends(made, self.env.fs.File(board_file))
             if task.step in ("gate", "multiitem_gate", "image"):
                 RELEASE_NODES.extend(made)
         for task in self.plan.tasks:
@@ -566,21 +746,23 @@ class Nodes:
         nodes["_nodes"] = self
         return nodes
 
-    def library(self, code, weights, name):
+    def library(self, sources, name):
         """A static library of the generated code's objects (the check program's own objects)."""
         board = self.plan.board
         xenv = cross_env(self.env, board, None, self.verbose)
-        objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in (code, weights)]
+        objs = [self.objects[f"obj/{Path(str(p)).stem}.o"] for p in sources]
         if not self.verbose:
             xenv["ARCOMSTR"] = comstr(self.env, "AR", False)
             xenv["RANLIBCOMSTR"] = ""   # one "Archiving" line per library (ranlib finishes that step)
         for tool in ("AR", "RANLIB"):
             xenv[tool] = binutil(board, tool.lower())
+        # deterministic archives (zero timestamps, uids and modes): two checkouts give the same bytes
+        xenv.Replace(ARFLAGS="rcD", RANLIBFLAGS="-D")
         return xenv.StaticLibrary(self.bdir.File(f"lib{name}.a"), objs)[0]
 
     def step(self, task):
-        """One step as a command action `$NN <step> ...` with its sources as ${SOURCES[i]}."""
-        sources, values = [], dict(task.options)
+        """One step as a StepAction `python -m nnbuild <step> ...` with its sources as ${SOURCES[i]}."""
+        sources, values = [], {k: literal(v) for k, v in task.options.items()}
         for role, value in task.sources.items():
             if value is None:
                 continue
@@ -601,9 +783,9 @@ class Nodes:
         targets = [self.node(t) for t in task.targets]
         made = step_node(self.env, task.step, targets, sources, **values)
         step = steps.STEPS[task.step]
-        self.env.Depends(made, package_files(*step.code) + PIPELINE_FILES)
+        self.env.Depends(made, [self.env.fs.File(f) for f in package_files(*step.code) + PIPELINE_FILES])
         if self.extra["environment"] and task.step in ("generate", "reference"):
-            self.env.Depends(made, self.extra["environment"])
+            self.env.Depends(made, self.env.fs.File(str(self.extra["environment"])))
         if not step.cacheable:
             self.env.NoCache(made)
         return made
@@ -619,8 +801,7 @@ class Nodes:
             obj_path = f"{task.options['objdir']}/{Path(str(source)).stem}.o"
             if obj_path not in self.objects:
                 defines = task.options["defines"].get(source, [])
-                obj = xenv.Object(self.bdir.File(obj_path), src,
-                                  CPPDEFINES=[(k, shell_define(v)) for k, v in defines])
+                obj = xenv.Object(self.bdir.File(obj_path), src, CPPDEFINES=list(defines))
                 if defines:
                     xenv.Depends(obj, self.node(task.options["header"]))
                 self.objects[obj_path] = obj[0]
@@ -631,16 +812,14 @@ class Nodes:
 
 
 def explaining_spawn(board, spawn, output, model, hint):
-    """SCons' spawn for a link: the linker's output passes through, but a program that outgrows a
-    memory region fails with the compiler family's one line (output, model, bytes needed vs the board's)."""
-    import subprocess
-
+    """SCons' spawn for a link (no shell): the linker's output passes through, but a program that
+    outgrows a memory region fails with the compiler family's one line (output, model, bytes needed
+    vs the board's)."""
     def run(sh, escape, cmd, args, env):
         if model is None:
             return spawn(sh, escape, cmd, args, env)
         def link(extra=()):
-            return subprocess.run([sh, "-c", " ".join([*args, *map(escape, extra)])], env=env, capture_output=True,
-                                  text=True)
+            return subprocess.run([*shell_words(args), *extra], env=env, capture_output=True, text=True)
         result = link()
         line = result.returncode and board.compiler.link_failure(board, result.stderr, output=output, model=model,
                                                                  hint=hint or "",
@@ -657,12 +836,7 @@ def binutil(board, tool):
     return board["cc"][:-3] + tool if cc.endswith("gcc") else tool
 
 
-def shell_define(value):
-    """A -D value for SCons' shell command line (string literals keep their quotes)."""
-    return value.replace('"', '\\"') if value.startswith('"') else value
-
-
 def step_node(env, step_name, targets, sources, **values):
-    """One step's build node(s): the action's command line is the step table's."""
+    """One step's build node(s): the action's argument list is the step table's (steps.arguments)."""
     builder = getattr(env, builder_name(step_name))
-    return builder(targets, sources, NN_STEP_ARGS=steps.command(step_name, **values))
+    return builder(targets, sources, NN_STEP_ARGV=steps.arguments(step_name, **values))
