@@ -1,6 +1,8 @@
 """The F1/10 controller on the ATmega1284 (20 MHz) in each precision: WCET bound, worst measured
 cycles (simavr), bound/measured, error, flash, and per layer the bound's cycles per
-multiply-accumulate, each beside issue 13's target and the seed's figure.
+multiply-accumulate, each beside issue 13's target and the seed's figure; for q16-acc32 and q8 also
+issue 27's figures (measured cycles per MAC, WCET ms, bound/measured, per-layer cycles per MAC)
+beside those recorded before the paired kernels.
 
     python3 bench/avr_f1tenth.py [--precisions q16-acc32,q8,fix16,float32] [--json out.json]
 
