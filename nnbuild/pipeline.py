@@ -546,7 +546,11 @@ def run_cases(board, program, inputs, n_out, *, entry=None, harness=None, kind="
 CMAKE_DIR = Path(__file__).resolve().parent / "cmake"
 #: plan() arguments a CMake model export takes (saved beside the export for nnbuild_add_firmware)
 CMAKE_PLAN_ARGS = ("name", "model", "board", "shape", "precision", "opt", "tolerance", "count", "seed", "input_range",
-                   "deadline", "environment", "data")
+                   "deadline", "deadline_origin", "environment", "data", "wcet")
+#: where a deadline given to nnbuild_add_model comes from, in report.json's deadline_origin
+CMAKE_DEADLINE_ORIGIN = "DEADLINE of nnbuild_add_model"
+#: the interface name the gate step's hints speak (DEADLINE none, WCET skip)
+CMAKE_INTERFACE = "cmake"
 
 
 def cmake_dir():
@@ -584,9 +588,22 @@ def _code_files(step_name):
     return sorted(str(p) for p in files)
 
 
-def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None):
+def _speaks_cmake(the_plan):
+    """The gate and select tasks' hints in CMake's syntax (DEADLINE none, WCET skip)."""
+    for task in the_plan.tasks:
+        if task.step in ("gate", "select") and any(a.dest == "interface" for a in steps.STEPS[task.step].args):
+            task.options["interface"] = CMAKE_INTERFACE
+    return the_plan
+
+
+def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None, stale=None):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
-    step table and argument lists as the SCons actions (program tasks run the `program` step)."""
+    step table and argument lists as the SCons actions (program tasks run the `program` step).
+
+    Every command runs through ${NNBUILD_STEP_COMMAND} (nnbuild.cmake: the board folders of the
+    cache in its environment), names the plan's board by its file (a board given by path works in
+    every step), and first removes what `stale(task, targets)` lists (CMake arguments: the gate.json
+    and release images the step's outputs would otherwise sit beside, stale until the gates rerun)."""
     build_dir = Path(build_dir)
 
     def where(path):
@@ -595,7 +612,11 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             return str(Path(tools_dir) / path[len(HARNESS_DIR) + 1:])
         return path if os.path.isabs(path) or path.startswith("$<") else str(build_dir / path)
 
-    board_file = str(the_plan.board.path or boards.board_path(the_plan.board.name))
+    board_file = str(Path(the_plan.board.path or boards.board_path(the_plan.board.name)).resolve())
+
+    def by_file(value):   # the plan's board by name or reference (Board.ref: relative to configure's cwd)
+        return board_file if value in (the_plan.board.name, getattr(the_plan.board, "ref", None)) else value
+
     out, made = [], {}
     for task in the_plan.tasks:
         depends = [board_file, *extra_depends]
@@ -625,15 +646,21 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
                 depends.append(str(task.options["environment"]))
             arg = next(a.dest for a in steps.STEPS[task.step].args if a.dest in ("output", "outdir"))
             values[arg] = str(Path(where(task.targets[0])).parent) if arg == "outdir" else where(task.targets[0])
+        for key in ("board", "target"):
+            if key in values:
+                values[key] = by_file(values[key])
         depends += [where(p) for p in task.after] + _code_files(task.step)
         argv = steps.arguments(task.step, **{k: v for k, v in values.items() if v is not None})
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
+        removed = list(stale(task, targets)) if stale and task.step != "harness" else []
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
-                   f"  COMMAND \"${{NNBUILD_PYTHON}}\" -m nnbuild {' '.join(map(_cm, argv))}\n"
+                   + (f"  COMMAND \"${{CMAKE_COMMAND}}\" -E rm -f {' '.join(removed)}\n" if removed else "")
+                   + f"  COMMAND ${{NNBUILD_STEP_COMMAND}} -m nnbuild {' '.join(map(_cm, argv))}\n"
                    f"  DEPENDS {' '.join(map(_cm, dict.fromkeys(depends)))}\n"
                    f"  COMMENT {_cm('[nnbuild] ' + label + ' ' + os.path.relpath(targets[0], label_base or build_dir))}\n"
-                   "  VERBATIM)\n")
+                   + ("  COMMAND_EXPAND_LISTS\n" if any("$<" in r for r in removed) else "")
+                   + "  VERBATIM)\n")
         if task.step == "harness":  # one harness per build tree, whichever model comes first
             guard = "nnbuild_tool_" + Path(targets[0]).name
             command = (f"if(NOT TARGET {guard})\n{command}add_custom_target({guard} DEPENDS {_cm(targets[0])})\n"
@@ -645,48 +672,179 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
     return "".join(out), made
 
 
+def _model_stale(target, build_dir):
+    """What a model's step removes before it runs: the model's gate.json; the model's report
+    (report.json, report.html) unless the step writes or reads it (report, select, gate): a report
+    of an earlier run never sits beside a failed step's outputs; and the release images and
+    firmware checks of every firmware holding the model (nnbuild_add_firmware appends them to the
+    target's NNBUILD_STALE property, read when the build files are generated)."""
+    gate, reports = Path(build_dir) / "gate.json", [Path(build_dir) / "report.json", Path(build_dir) / "report.html"]
+    firmware = _cm(f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>")
+
+    def stale(task, targets):
+        own = [] if task.step == "gate" or str(reports[0]) in targets else reports
+        return [*map(_cm, [gate, *own]), firmware]
+    return stale
+
+
+def _library(target, board, roles, opt, gate, harnesses):
+    """The generated C (`roles`: each generated file by its role, codegen.output_roles) as a static
+    library built after the model's gate."""
+    flags = board.compiler.compile_flags(board, opt)
+    board_file = Path(board.path or boards.board_path(board.name)).resolve()
+    sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
+    text = (f"set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS {_cm(board_file)})\n"
+            f"add_library({target} STATIC {' '.join(map(_cm, sources))})\n"
+            f"target_include_directories({target} PUBLIC {_cm(str(Path(roles['header']).parent))})\n"
+            f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))} {_cmake_path_map(board, flags)})\n"
+            + CMAKE_DETERMINISTIC_ARCHIVES +
+            f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
+            f"add_custom_target({target}_checks ALL DEPENDS {_cm(gate)})\n"
+            f"add_dependencies({target} {target}_checks)\n")
+    for guard in dict.fromkeys(harnesses):
+        text += f"add_dependencies({target}_checks {guard})\n"
+    return text
+
+
 def cmake_model(target, build_dir, tools_dir, **plan_args):
     """CMake code for one model: its plan's commands, the generated C as a static library target
     `target` (the board's flags, -Werror included) and `<target>_checks` (built by `all`, and before
-    the library) whose last output is the gate."""
+    the library) whose last output is the gate. precision="auto": cmake_auto_model."""
     plan_args = {k: v for k, v in plan_args.items() if v is not None}
     if plan_args.get("deadline") and not plan_args.get("deadline_origin"):
-        plan_args["deadline_origin"] = "DEADLINE of nnbuild_add_model"
+        plan_args["deadline_origin"] = CMAKE_DEADLINE_ORIGIN
+    if plan_args.get("precision") == "auto":
+        return cmake_auto_model(target, build_dir, tools_dir, **plan_args)
     board = boards.load_board(plan_args["board"])
-    the_plan = plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args)
-    text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent)
+    the_plan = _speaks_cmake(plan(kind=kinds.of_file(plan_args["model"]), path=os.environ.get("PATH"), **plan_args))
+    text, made = _cmake_commands(the_plan, build_dir, tools_dir, label_base=Path(build_dir).parent,
+                                 stale=_model_stale(target, build_dir))
     roles = {role: made[p] for role, p in the_plan.nodes["generated_roles"].items()}
-    sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
-    flags = board.compiler.compile_flags(board, plan_args.get("opt"))
-    text += (f"add_library({target} STATIC {' '.join(map(_cm, sources))})\n"
-             f"target_include_directories({target} PUBLIC {_cm(str(Path(roles['header']).parent))})\n"
-             f"target_compile_options({target} PRIVATE {' '.join(map(_cm, flags))} {_cmake_path_map(board, flags)})\n"
-             + CMAKE_DETERMINISTIC_ARCHIVES +
-             f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
-             f"add_custom_target({target}_checks ALL DEPENDS {_cm(made[the_plan.nodes['gate']])})\n"
-             f"add_dependencies({target} {target}_checks)\n")
-    if "harness" in made:
-        text += f"add_dependencies({target}_checks {made['harness']})\n"
+    text += _library(target, board, roles, plan_args.get("opt"), made[the_plan.nodes["gate"]],
+                     [made["harness"]] if "harness" in made else [])
     steps.save_json(Path(build_dir) / "plan.json", {"target": target, "args": plan_args})
     return text
 
 
+def cmake_auto_model(target, build_dir, tools_dir, **plan_args):
+    """precision=auto under CMake: every candidate (auto_candidates) as its own plan in
+    candidates/<precision>/ (no gate: a candidate that breaks one is just not chosen), sharing one
+    reference; the select step choosing by the rule of checks.select and copying the chosen
+    candidate's C, semantic check and target runs to the fixed names of the model folder (gen/...,
+    which the library compiles: its sources are known at configure time); the gate over the
+    chosen report. TOLERANCE judges every candidate; without it each precision's documented
+    default (options.DEFAULT_TOLERANCES)."""
+    build_dir = Path(build_dir)
+    board = boards.load_board(plan_args["board"])
+    kind = kinds.of_file(plan_args["model"])
+    shape = plan_args.get("shape", kinds.DEFAULT_SHAPE)
+    tolerance = plan_args.get("tolerance")
+    candidates = auto_candidates(plan_args["model"], board, target=plan_args["board"], shape=shape,
+                                 environment=plan_args.get("environment"),
+                                 tolerances=None if tolerance is not None else
+                                 {p: options.default_tolerance(p)[0] for p in kind.PRECISIONS
+                                  if _has_default_tolerance(p)},
+                                 tolerance=tolerance if tolerance is not None else 1e-4)
+    reference = reference_task(plan_args["model"], "inputs.npz", data=plan_args.get("data"),
+                               count=plan_args.get("count", 32), seed=plan_args.get("seed", 1),
+                               input_range=plan_args.get("input_range", (-1.0, 1.0)),
+                               environment=plan_args.get("environment"))
+    stale = _model_stale(target, build_dir)
+    text, _ = _cmake_commands(Plan([reference], plan_args["name"], board), build_dir, tools_dir,
+                              label_base=build_dir.parent, stale=stale)
+    reports, harnesses, first = {}, [], None
+    for precision, candidate_tolerance in candidates.items():
+        args = dict(plan_args, precision=precision, tolerance=candidate_tolerance)
+        candidate = plan(kind=kind, path=os.environ.get("PATH"), inputs=str(build_dir / "inputs.npz"),
+                         record_wcet_errors=True, **args)
+        candidate.tasks = [t for t in candidate.tasks if t.step != "gate"]
+        folder = build_dir / "candidates" / precision
+        code, made = _cmake_commands(candidate, folder, tools_dir, label_base=build_dir.parent, stale=stale)
+        text += code
+        harnesses += [made["harness"]] if "harness" in made else []
+        reports[precision] = str(folder / candidate.nodes["report"])
+        first = first or candidate
+    report_task = next(t for t in first.tasks if t.step == "report")
+    chosen_files = (list(first.nodes["generated"]) + [first.nodes["semantic"]]
+                    + [r for r in (report_task.sources.get("run"), *(report_task.sources.get("entry_runs") or {}).values())
+                       if r])
+    # PRECISION=REPORT:FILE...: the select step copies the winner's files to the --install paths, in order
+    specs = [":".join([report, *(str(Path(report).parent / f) for f in chosen_files)])
+             for report in reports.values()]
+    select = Task("select", ["report.json", "report.html", *chosen_files], role="report",
+                  options={"candidates": [f"{p}={spec}" for p, spec in zip(reports, specs)],
+                           "install": [str(build_dir / f) for f in chosen_files]},
+                  after=[f for spec in specs for f in spec.split(":")])
+    gate_task = Task("gate", ["gate.json"], {"report": "report.json"}, role="gate")
+    final = _speaks_cmake(Plan([select, gate_task], plan_args["name"], board))
+    code, made = _cmake_commands(final, build_dir, tools_dir, label_base=build_dir.parent, stale=stale)
+    text += code
+    roles = {role: str(build_dir / p) for role, p in first.nodes["generated_roles"].items()}
+    text += _library(target, board, roles, plan_args.get("opt"), made["gate.json"], harnesses)
+    # nnbuild_add_firmware checks the chosen C at the fixed names: any candidate's plan names them
+    steps.save_json(build_dir / "plan.json", {"target": target, "auto": sorted(candidates),
+                                              "args": dict(plan_args, precision=next(iter(candidates)),
+                                                           tolerance=candidates[next(iter(candidates))])})
+    return text
+
+
+def _has_default_tolerance(precision):
+    try:
+        options.default_tolerance(precision)
+    except NNBuildError:
+        return False
+    return True
+
+
 def cmake_firmware(target, elf, build_dir, model_dirs):
     """CMake code for a user's executable `target` (linked image `elf`, a generator expression) with
-    the models exported in `model_dirs`: its .hex/.bin and per model memory, WCET and gates over the
-    image, built by `all` through `<target>_nnbuild`."""
-    models = []
+    the models exported in `model_dirs`: per model memory, WCET and gates over the image, then its
+    .hex/.bin, built by `all` through `<target>_nnbuild`.
+
+    The images are the release: their commands depend on every gate (the models' and the image's);
+    any step of the image's checks first removes them and its own gate.json (and, before the
+    report, its report), the link removes them all (PRE_LINK), and each model's steps remove them
+    through the model target's NNBUILD_STALE. A failed gate therefore leaves no .hex, no .bin and
+    no gate.json, also after a rerun."""
+    models, model_gates, targets_of, auto = [], [], {}, set()
     for d in model_dirs:
         saved = steps.read_json(Path(d) / "plan.json")
         args = saved["args"]
         models.append((plan(kind=kinds.of_file(args["model"]), path=os.environ.get("PATH"), **args), d))
+        model_gates.append(str(Path(d) / "gate.json"))
+        targets_of[models[-1][0].name] = saved["target"]
+        if saved.get("auto"):
+            auto.add(models[-1][0].name)
     board = models[0][0].board
-    the_plan = firmware_plan(firmware=elf, stem=target, board=board, models=models, path=os.environ.get("PATH"))
-    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf])
+    the_plan = _speaks_cmake(firmware_plan(firmware=elf, stem=target, board=board, models=models,
+                                           path=os.environ.get("PATH")))
+    build_dir = Path(build_dir)
+    gates = [str(build_dir / g) for g in the_plan.nodes["gates"].values()]
+    images = [str(build_dir / the_plan.nodes[k]) for k in sorted(the_plan.nodes) if k.startswith("image")]
+    for task in the_plan.tasks:
+        if task.step == "image":
+            task.after = list(dict.fromkeys([*task.after, *gates, *model_gates]))
+        if task.step == "report" and task.role.split("/")[0] in auto:   # chosen at build time (as NNFirmware)
+            task.options["precision"] = "auto"
+
+    def stale(task, targets):   # the images, and the model's checks of the image from the report on
+        folder = Path(targets[0]).parent
+        own = [folder / "gate.json"] + ([] if task.step in ("report", "gate") else
+                                        [folder / "report.json", folder / "report.html"])
+        return [] if task.step == "image" else list(map(_cm, dict.fromkeys(images + [str(p) for p in own])))
+
+    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale)
     outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
     outs += [made[v] for v in the_plan.nodes["gates"].values()]
     text = (f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n"
             f"target_compile_options({target} PRIVATE {_cmake_path_map(board)})\n" + text)
+    checks = [str(Path(g).with_name(f)) for g in gates for f in ("gate.json", "report.json", "report.html")]
+    text += (f"add_custom_command(TARGET {target} PRE_LINK\n"
+             f"  COMMAND \"${{CMAKE_COMMAND}}\" -E rm -f {' '.join(map(_cm, images + checks))}\n  VERBATIM)\n")
+    for name, model_target in targets_of.items():
+        checks = build_dir / f"{target}.checks" / name
+        mine = images + [str(checks / f) for f in ("gate.json", "report.json", "report.html")]
+        text += f"set_property(TARGET {model_target} APPEND PROPERTY NNBUILD_STALE {' '.join(map(_cm, mine))})\n"
     text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
              f"add_dependencies({target}_nnbuild {target})\n")
     return text
@@ -701,24 +859,88 @@ def cmake_board(board):
              f"set(CMAKE_C_FLAGS_INIT {_cm(' '.join(target_flags))})",
              f"set(CMAKE_EXE_LINKER_FLAGS_INIT {_cm(' '.join(board.get('ldflags', [])))})",
              f"set(CMAKE_EXECUTABLE_SUFFIX {_cm(board.program_suffix)})",
-             f"set(NNBUILD_BOARD_FILE {_cm(board.path or boards.board_path(board.name))})"]
+             f"set(NNBUILD_BOARD_FILE {_cm(Path(board.path or boards.board_path(board.name)).resolve())})"]
     return "\n".join(lines) + "\n"
 
 
+def _seed(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise NNBuildError(f"'{text}' is not an integer") from None
+
+
+def _shape(text):
+    if text not in codegen.SHAPES:
+        import difflib
+        near = difflib.get_close_matches(text, sorted(codegen.SHAPES), n=1)
+        raise NNBuildError(f"'{text}' is not one of {', '.join(sorted(codegen.SHAPES))}"
+                           + (f" (did you mean {near[0]}?)" if near else ""))
+    return text
+
+
+def cmake_model_values(args):
+    """nnbuild_add_model's keywords as plan() arguments, each checked by the parser every interface
+    uses (options.*); one NNBuildError line, led by the keyword, for the first bad value."""
+    from nnbuild.checks import deadline as deadlines
+
+    def parsed(keyword, parse, text):
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except NNBuildError as error:
+            raise NNBuildError(f"{keyword}: {error}") from None
+
+    def wcet_mode(text):
+        if text not in deadlines.WCET_MODES:
+            raise NNBuildError(f"'{text}' is not one of {', '.join(deadlines.WCET_MODES)}")
+        return text
+
+    def deadline(text):
+        return deadlines.NO_DEADLINE if text.strip().lower() == deadlines.NO_DEADLINE else \
+            f"{options.deadline_ms(text)!r}ms"
+
+    model = str(Path(args.model).resolve())
+    board = parsed("BOARD", boards.load_board, args.board)
+    wcet = parsed("WCET", wcet_mode, args.wcet) or "auto"
+    spec, origin = deadlines.deadline_spec(parsed("DEADLINE", deadline, args.deadline), board, None, wcet)
+    values = dict(name=parsed("NAME", options.model_name, args.name), model=model, board=str(board.path.resolve()),
+                  shape=parsed("SHAPE", _shape, args.shape),
+                  precision=parsed("PRECISION", lambda t: options.precision(t, auto=True), args.precision),
+                  opt=parsed("OPT", options.opt, args.opt), tolerance=parsed("TOLERANCE", options.tolerance, args.tolerance),
+                  count=parsed("COUNT", options.count, args.count), seed=parsed("SEED", _seed, args.seed),
+                  input_range=parsed("RANGE", lambda t: list(options.input_range(t)), args.range),
+                  deadline=spec, deadline_origin=CMAKE_DEADLINE_ORIGIN if origin == "command line" else origin,
+                  environment=args.environment, data=args.data, wcet=wcet if wcet != "auto" else None)
+    if values["data"] and not Path(values["data"]).is_file():
+        raise NNBuildError("DATA: check data file not found", path=values["data"])
+    if values["name"] is None:
+        values["name"] = kinds.of_file(model).load(model, None, args.environment)[0].name
+    return values
+
+
+def nearest_keyword(word, keywords):
+    """The keyword `word` most likely meant (case aside), or None."""
+    import difflib
+    upper = {k.upper(): k for k in keywords}
+    near = difflib.get_close_matches(str(word).upper(), list(upper), n=1, cutoff=0.6)
+    return upper[near[0]] if near else None
+
+
 def cmake_main(argv=None):
-    """`python -m nnbuild.pipeline cmake-model|cmake-firmware|cmake-board|cmake-dir ...`: what
-    nnbuild.cmake calls at configure time; one line and exit 2 on an error."""
+    """`python -m nnbuild.pipeline cmake-model|cmake-firmware|cmake-board|cmake-dir|cmake-nearest ...`:
+    what nnbuild.cmake calls at configure time; one line and exit 2 on an error."""
     import argparse
     import sys
 
-    from nnbuild import options
     ap = argparse.ArgumentParser(prog="nnbuild-cmake")
     sub = ap.add_subparsers(dest="what", required=True)
     m = sub.add_parser("cmake-model")
     for flag in ("--target", "--build-dir", "--tools-dir", "--model", "--board", "-o"):
         m.add_argument(flag, required=True)
     for flag in ("--name", "--shape", "--precision", "--opt", "--tolerance", "--count", "--seed", "--range",
-                 "--deadline", "--environment", "--data"):
+                 "--deadline", "--wcet", "--environment", "--data"):
         m.add_argument(flag, default=None)
     f = sub.add_parser("cmake-firmware")
     for flag in ("--target", "--elf", "--build-dir", "-o"):
@@ -727,35 +949,31 @@ def cmake_main(argv=None):
     b = sub.add_parser("cmake-board")
     b.add_argument("--board", required=True)
     sub.add_parser("cmake-dir")
+    n = sub.add_parser("cmake-nearest")
+    n.add_argument("word")
+    n.add_argument("keywords", nargs="*")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.what == "cmake-dir":
             print(cmake_dir())
             return 0
+        if args.what == "cmake-nearest":
+            print(nearest_keyword(args.word, args.keywords) or "")
+            return 0
         if args.what == "cmake-board":
             print(cmake_board(args.board), end="")
             return 0
         if args.what == "cmake-model":
-            model = str(Path(args.model).resolve())
-            values = dict(name=options.model_name(args.name) or None, model=model, board=args.board,
-                          shape=args.shape, precision=options.precision(args.precision) if args.precision else None,
-                          opt=options.opt(args.opt), tolerance=options.tolerance(args.tolerance) if args.tolerance else None,
-                          count=options.count(args.count) if args.count else None,
-                          seed=int(args.seed) if args.seed else None,
-                          input_range=list(options.input_range(args.range)) if args.range else None,
-                          deadline=args.deadline, environment=args.environment, data=args.data)
-            if values["deadline"]:
-                values["deadline"] = f"{options.deadline_ms(values['deadline'])!r}ms"
-            if values["name"] is None:
-                values["name"] = kinds.of_file(model).load(model, None, args.environment)[0].name
             text = cmake_model(args.target, str(Path(args.build_dir).resolve()), str(Path(args.tools_dir).resolve()),
-                               **values)
+                               **cmake_model_values(args))
         else:
             text = cmake_firmware(args.target, args.elf, str(Path(args.build_dir).resolve()), args.model_dir)
         Path(args.o).parent.mkdir(parents=True, exist_ok=True)
         Path(args.o).write_text(text)
     except NNBuildError as error:
-        print(f"nnbuild: error: {error}", file=sys.stderr)
+        where = {"cmake-model": "nnbuild_add_model", "cmake-firmware": "nnbuild_add_firmware"}.get(args.what)
+        print(f"nnbuild: error: {where}({args.target}): {error}" if where else f"nnbuild: error: {error}",
+              file=sys.stderr)
         return 2
     return 0
 

@@ -100,6 +100,9 @@ def test_the_readme_blocks_run_from_the_wheel(wheel_venv):
                   "build-cmake/app.checks/ctl/gate.json", "gen/ctl.c"):
         assert (hello / built).is_file(), built
     assert "ms of 1 ms deadline" in result.stdout
+    # each analysis once per build: the SCons firmware build bounds the model over its linked image only
+    scons_analyses = re.findall(r"\[nnbuild\] WCET analysis\s+(build/avr/\S+)", result.stdout)
+    assert scons_analyses == ["build/avr/app.checks/ctl/wcet.json"], scons_analyses
 
 
 def test_every_keyword_nnmodel_nnfirmware_and_nnexample_take_is_in_the_manual():

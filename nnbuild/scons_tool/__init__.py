@@ -539,6 +539,9 @@ def nn_model(env, name, model, **keywords):
     except NNBuildError as error:
         fail(str(error))
     keywords["deadline"], keywords["deadline_origin"] = model_deadline(env, name, keywords)
+    for key in ("check_data", "environment"):   # files named from the calling SConscript's folder
+        if keywords.get(key) and env.fs.File(str(keywords[key])).exists():
+            keywords[key] = env.fs.File(str(keywords[key])).abspath
     # the model and build_dir are file names, taken as written (no `$` substitution)
     build_dir = env.fs.Dir(str(build_dir or f"build/{board.name}/{name}"))
     model_node = model if isinstance(model, SCons.Node.Node) else env.fs.File(str(model))
@@ -665,10 +668,30 @@ def nn_user_firmware(env, target, sources=None, *example_args, models=None, **ke
     made = Nodes(env, the_plan, target.dir.abspath, None, None, None)
     nodes = made.build()
     nodes.pop("_nodes", None)
+    for m in models:
+        leave_model_analysis_out_of_the_default(env, m)
     images = [nodes[k] for k in sorted(nodes) if k.startswith("image")]
     gates = nodes["gates"]
     return Built([program[0], *images, *gates.values()], elf=program[0], hex=nodes.get("image.hex"),
                  bin=nodes.get("image.bin"), gates=gates, reports=nodes["reports"], board=board)
+
+
+#: the steps of a model's own plan that a firmware build does again over its linked image
+FIRMWARE_REDOES = ("wcet", "report", "gate")
+
+
+def leave_model_analysis_out_of_the_default(env, model):
+    """Each analysis runs once per build: in a firmware build the models' WCET, report and gates run
+    over the linked image, so a model's own WCET analysis, report and gate (over its check program)
+    leave the default targets. `scons` with the model's gate named (or in Default) still builds them.
+    A precision=auto model keeps its candidates' analyses: they choose the precision."""
+    if getattr(model, "candidates", None):
+        return
+    for task in model.plan.tasks:
+        if task.step in FIRMWARE_REDOES:
+            for output in task.targets:
+                node = model.dir.Entry(output)
+                env.Ignore(node.dir, node)
 
 
 #: what `sh` reads in a word SCons passes in double quotes (or unquoted, without blanks)

@@ -1,0 +1,251 @@
+"""nnbuild's CMake module in a small user project (firmware_examples/xor: a 2-2-1 network and its
+main.c), configured by real cmake and built by real ninja: every keyword checked at configure time,
+a failed gate that leaves no gate.json and no release image (also after a rerun), boards by path,
+the project's boards/ folder and NNBUILD_BOARDS kept in the cache, PRECISION auto, the waivers.
+The fast checks of the same code (keyword suggestions, value parsing) are at the end, unmarked."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, have
+
+CMAKE_DIR = REPO / "nnbuild" / "cmake"
+XOR = REPO / "firmware_examples" / "xor"
+needs_cmake = pytest.mark.skipif(not have("cmake", "ninja"), reason="cmake and ninja needed (pip install cmake ninja)")
+needs_avr = pytest.mark.skipif(not have("avr-gcc", "avr-objcopy", "simavr"), reason="avr-gcc and simavr needed")
+
+
+def environment(**extra):
+    """This checkout's nnbuild for every step; no board folder from the caller's shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NNBUILD_")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def project(root, model_args, *, languages="C", firmware=True):
+    """A user project in `root`: xor.h5 and main.c, one nnbuild_add_model(ctl ...) and the app."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(XOR / "xor.h5", root / "xor.h5")
+    shutil.copy2(XOR / "main.c", root / "main.c")
+    app = "add_executable(app main.c)\nnnbuild_add_firmware(app MODELS ctl)\n" if firmware else ""
+    (root / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.20)\nproject(user {languages})\n"
+        f'list(APPEND CMAKE_MODULE_PATH "{CMAKE_DIR}")\ninclude(nnbuild)\n'
+        f"nnbuild_add_model(ctl MODEL xor.h5 {model_args})\n{app}")
+    return root
+
+
+def configure(root, *args, env=None, build="b"):
+    return subprocess.run(["cmake", "-G", "Ninja", "-S", str(root), "-B", str(root / build),
+                           f"-DNNBUILD_PYTHON={sys.executable}", *args],
+                          capture_output=True, text=True, env=env or environment())
+
+
+def ninja(root, *targets, env=None, build="b"):
+    return subprocess.run(["ninja", "-C", str(root / build), *targets], capture_output=True, text=True,
+                          env=env or environment())
+
+
+def released(build):
+    """Every gate.json and firmware image under a build folder (CMake's own probes aside)."""
+    return sorted(str(p.relative_to(build)) for p in build.rglob("*")
+                  if (p.name == "gate.json" or p.suffix in (".hex", ".bin")) and "CMakeFiles" not in p.parts)
+
+
+def one_line_error(result):
+    """The CMake error's message, joined from CMake's wrapped lines."""
+    text = result.stderr
+    match = re.search(r"CMake Error at [^\n]*:\n(.*?)\n(?:Call Stack|\n)", text, re.S)
+    assert match, text
+    return " ".join(match.group(1).split())
+
+
+@needs_cmake
+@pytest.mark.e2e
+@pytest.mark.parametrize("args, expected", [
+    ("DEADLNE 1ms", "nnbuild_add_model(ctl): unknown keyword 'DEADLNE'; did you mean DEADLINE?"),
+    ("PRECSION q8", "nnbuild_add_model(ctl): unknown keyword 'PRECSION'; did you mean PRECISION?"),
+    ("deadline 1ms", "nnbuild_add_model(ctl): unknown keyword 'deadline'; did you mean DEADLINE?"),
+    ("PRECISION q8 q16", "nnbuild_add_model(ctl): unexpected argument 'q16': each keyword takes one value"),
+    ("PRECISION q8 DEADLINE", "nnbuild_add_model(ctl): keyword DEADLINE is given without a value"),
+    ("PRECISION q9", "nnbuild_add_model(ctl): PRECISION: precision 'q9'"),
+    ("DEADLINE 5", "nnbuild_add_model(ctl): DEADLINE: deadline '5' is not a duration with its unit"),
+    ("SHAPE v9", "nnbuild_add_model(ctl): SHAPE: 'v9' is not one of"),
+    ("WCET off", "nnbuild_add_model(ctl): WCET: 'off' is not one of auto, skip"),
+    ("SEED one", "nnbuild_add_model(ctl): SEED: 'one' is not an integer"),
+    ("BOARD avrr", "nnbuild_add_model(ctl): BOARD: unknown target 'avrr'"),
+])
+def test_a_bad_keyword_or_value_fails_configuration_in_one_line(tmp_path, args, expected):
+    result = configure(project(tmp_path, args, languages="NONE", firmware=False))
+    assert result.returncode != 0
+    assert expected in one_line_error(result), result.stderr
+    assert not (tmp_path / "b" / "build.ninja").exists()
+
+
+@needs_cmake
+@pytest.mark.e2e
+def test_a_misspelled_firmware_keyword_fails_configuration(tmp_path):
+    root = project(tmp_path, "PRECISION float32", firmware=False)
+    with open(root / "CMakeLists.txt", "a") as f:
+        f.write("add_executable(app main.c)\nnnbuild_add_firmware(app MODLES ctl)\n")
+    result = configure(root)
+    assert result.returncode != 0
+    assert "nnbuild_add_firmware(app): unknown keyword 'MODLES'; did you mean MODELS?" in one_line_error(result)
+
+
+@needs_cmake
+@needs_avr
+@pytest.mark.e2e
+def test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path(tmp_path):
+    """The board given as a file relative to the source folder (through nnbuild-board.cmake);
+    a passing deadline releases app.hex/.bin; a failing one, after a reconfigure, fails the build
+    and leaves no gate.json and no image, and a rerun of ninja fails again with still none."""
+    root = project(tmp_path, "PRECISION float32 TOLERANCE 1e-5 RANGE 0,1 COUNT 4 DEADLINE 5ms")
+    (root / "hw").mkdir()
+    board = json.loads((REPO / "toolchains" / "avr.json").read_text())
+    board["name"] = "myavr"
+    (root / "hw" / "myavr.json").write_text(json.dumps(board, indent=1))
+    toolchain = [f"-DCMAKE_TOOLCHAIN_FILE={CMAKE_DIR / 'nnbuild-board.cmake'}", "-DNNBUILD_BOARD=hw/myavr.json"]
+    assert configure(root, *toolchain).returncode == 0
+    first = ninja(root)
+    build = root / "b"
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex", "nnbuild-models/ctl/gate.json"]
+    report = json.loads((build / "nnbuild-models/ctl/report.json").read_text())
+    assert report["target"] == "myavr" and report["wcet"]["met"] is True
+    assert report["deadline_origin"] == "DEADLINE of nnbuild_add_model"
+    lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
+    images = [i for i, l in enumerate(lines) if "Writing image" in l]
+    gates = [i for i, l in enumerate(lines) if "] Gates " in l]
+    assert images and gates and min(images) > max(gates), lines    # the images come after every gate
+
+    text = (root / "CMakeLists.txt").read_text().replace("DEADLINE 5ms", "DEADLINE 0.1ms")
+    (root / "CMakeLists.txt").write_text(text)
+    failed = ninja(root)   # ninja reconfigures: the CMakeLists.txt changed
+    assert failed.returncode != 0 and "> deadline 0.1 ms" in failed.stdout, failed.stdout[-3000:]
+    assert released(build) == []
+    assert (build / "nnbuild-models/ctl/report.json").exists()  # the new report, alone
+    again = ninja(root)
+    assert again.returncode != 0 and "> deadline 0.1 ms" in again.stdout, again.stdout[-3000:]
+    assert released(build) == []
+
+
+@needs_cmake
+@pytest.mark.e2e
+def test_boards_by_path_from_the_boards_folder_and_from_the_cached_nnbuild_boards(tmp_path):
+    """-DNNBUILD_BOARD=<relative file> builds the firmware; the project's boards/ folder is found
+    without a variable; NNBUILD_BOARDS given at configure time only is enough for ninja."""
+    root = project(tmp_path, "PRECISION float32 TOLERANCE 1e-5 RANGE 0,1 COUNT 4")
+    host = json.loads((REPO / "toolchains" / "host.json").read_text())
+    for folder, name in (("mine", "host2"), ("boards", "host3"), ("shared", "host4")):
+        (root / folder).mkdir()
+        (root / folder / f"{name}.json").write_text(json.dumps(dict(host, name=name), indent=1))
+
+    assert configure(root, "-DNNBUILD_BOARD=mine/host2.json").returncode == 0
+    built = ninja(root)
+    assert built.returncode == 0, built.stdout[-3000:]
+    assert "app.hex" in released(root / "b")
+    assert json.loads((root / "b/app.checks/xor/report.json").read_text())["target"] == "host2"
+
+    assert configure(root, "-DNNBUILD_BOARD=host3", build="c").returncode == 0
+    assert ninja(root, "ctl_checks", build="c").returncode == 0
+    assert json.loads((root / "c/nnbuild-models/ctl/report.json").read_text())["target"] == "host3"
+
+    configured = configure(root, "-DNNBUILD_BOARD=host4", build="d", env=environment(NNBUILD_BOARDS="shared"))
+    assert configured.returncode == 0, configured.stderr
+    assert "NNBUILD_BOARDS:STRING=shared" in (root / "d/CMakeCache.txt").read_text()
+    checks = ninja(root, "ctl_checks", build="d")        # no NNBUILD_BOARDS in ninja's environment
+    assert checks.returncode == 0, checks.stdout[-3000:]
+    assert json.loads((root / "d/nnbuild-models/ctl/report.json").read_text())["target"] == "host4"
+
+
+@needs_cmake
+@pytest.mark.e2e
+def test_precision_auto_builds_the_candidates_and_compiles_the_chosen_one(tmp_path):
+    root = project(tmp_path, "PRECISION auto RANGE 0,1 COUNT 4")
+    assert configure(root).returncode == 0
+    built = ninja(root)
+    assert built.returncode == 0, built.stdout[-3000:]
+    model = root / "b/nnbuild-models/ctl"
+    report = json.loads((model / "report.json").read_text())
+    chosen = report["auto"]["chosen"]
+    candidates = {row["precision"] for row in report["auto"]["candidates"]}
+    assert chosen in candidates and len(candidates) > 1 and report["precision"] == chosen
+    assert {p.name for p in (model / "candidates").iterdir()} == candidates
+    for name in ("xor.c", "xor_weights.c", "xor.h"):   # the library compiles the chosen candidate's C
+        assert (model / "gen" / name).read_bytes() == (model / "candidates" / chosen / "gen" / name).read_bytes()
+    assert "app.hex" in released(root / "b") and (model / "gate.json").exists()
+    firmware = json.loads((root / "b/app.checks/xor/report.json").read_text())   # over the chosen C
+    assert firmware["max_abs_error"] == report["max_abs_error"] and firmware["precision"] in ("auto", chosen)
+    assert "no work to do" in ninja(root).stdout
+
+
+@needs_cmake
+@pytest.mark.e2e
+def test_waivers_in_cmake_syntax(tmp_path):
+    """On the host (no WCET analyzer) a DEADLINE cannot be checked and fails; DEADLINE none and
+    WCET skip are CMake's waivers, and the hint names them in that syntax."""
+    root = project(tmp_path, "PRECISION float32 RANGE 0,1 COUNT 4 DEADLINE 5ms", firmware=False)
+    assert configure(root).returncode == 0
+    failed = ninja(root)
+    assert failed.returncode != 0 and "deadline 5 ms cannot be checked" in failed.stdout, failed.stdout[-3000:]
+    from nnbuild import steps
+    if any(a.dest == "interface" for a in steps.STEPS["gate"].args):
+        assert "waive it with DEADLINE none or WCET skip" in failed.stdout, failed.stdout[-3000:]
+    for waiver, line in (("DEADLINE 5ms WCET skip", "wcet=skip"), ("DEADLINE none", None)):
+        text = re.sub(r"DEADLINE [^\s)]+( WCET skip)?", waiver, (root / "CMakeLists.txt").read_text())
+        (root / "CMakeLists.txt").write_text(text)
+        passed = ninja(root)
+        assert passed.returncode == 0, passed.stdout[-3000:]
+        report = json.loads((root / "b/nnbuild-models/ctl/report.json").read_text())
+        assert report["deadline_ms"] is None and (root / "b/nnbuild-models/ctl/gate.json").exists()
+        if line:
+            assert any(line in w for w in report.get("waivers", [])), report.get("waivers")
+
+
+def test_every_keyword_of_the_module_is_documented():
+    module = (CMAKE_DIR / "nnbuild.cmake").read_text()
+    keywords = set()
+    for match in re.finditer(r"set\(_NNBUILD_\w+_KEYWORDS ([^)]*)\)", module):
+        keywords |= set(match.group(1).split())
+    assert {"MODEL", "DEADLINE", "PRECISION", "WCET", "MODELS"} <= keywords
+    docs = [REPO / "docs" / "using.md"]
+    text = "\n".join(p.read_text() for p in docs)
+    missing = [k for k in sorted(keywords) if f"`{k}`" not in text]
+    assert docs and not missing, missing
+
+
+def test_the_nearest_keyword_ignores_case_and_knows_when_there_is_none():
+    from nnbuild import pipeline
+    keywords = ["MODEL", "BOARD", "PRECISION", "DEADLINE", "WCET"]
+    assert pipeline.nearest_keyword("DEADLNE", keywords) == "DEADLINE"
+    assert pipeline.nearest_keyword("precison", keywords) == "PRECISION"
+    assert pipeline.nearest_keyword("q16", keywords) is None
+
+
+def test_cmake_model_values_use_the_shared_parsers(tmp_path):
+    """What the CMake export does with each value: the same parsers (options.*) every interface
+    uses, a waiver in the report step's spelling, the deadline's origin named."""
+    from types import SimpleNamespace
+
+    from nnbuild import pipeline
+    from nnbuild.errors import NNBuildError
+    base = dict(model=str(XOR / "xor.h5"), board="avr", name=None, shape=None, precision=None, opt=None,
+                tolerance=None, count=None, seed=None, range=None, deadline=None, wcet=None, environment=None,
+                data=None)
+    values = pipeline.cmake_model_values(SimpleNamespace(**dict(base, deadline="5ms", precision="auto")))
+    assert values["deadline"] == "5.0ms" and values["deadline_origin"] == pipeline.CMAKE_DEADLINE_ORIGIN
+    assert values["precision"] == "auto" and values["board"].endswith("avr.json") and values["name"] == "xor"
+    skipped = pipeline.cmake_model_values(SimpleNamespace(**dict(base, deadline="5ms", wcet="skip")))
+    assert skipped["deadline"] == "unchecked:5.0ms" and skipped["wcet"] == "skip"
+    assert pipeline.cmake_model_values(SimpleNamespace(**dict(base, deadline="None")))["deadline"] is None
+    with pytest.raises(NNBuildError, match="COUNT: check inputs"):
+        pipeline.cmake_model_values(SimpleNamespace(**dict(base, count="0")))
