@@ -1,6 +1,8 @@
 """The F1/10 controller on the ATmega1284 (20 MHz) in each precision: WCET bound, worst measured
 cycles (simavr), bound/measured, error, flash, and per layer the bound's cycles per
-multiply-accumulate, each beside issue 13's target and the seed's figure.
+multiply-accumulate, each beside issue 13's target and the seed's figure; for q16-acc32 and q8 also
+issue 27's figures (measured cycles per MAC, WCET ms, bound/measured, per-layer cycles per MAC)
+beside those recorded before the paired kernels.
 
     python3 bench/avr_f1tenth.py [--precisions q16-acc32,q8,fix16,float32] [--json out.json]
 
@@ -32,6 +34,13 @@ TARGETS = {"q16-acc32": (45.0, 1e-3, 1.03), "q8": (None, 1e-3, 1.03), "fix16": (
 GATE_TOLERANCE = {"q8": "2e-2"}
 #: the seed (Pearce et al.): this network in fix16 on Patmos at 50 MHz, WCET by platin
 SEED_MS = 82.83
+#: issue 27: measured cycles per MAC (whole inference / 24,320 MACs) and WCET ms per precision
+GOALS = {"q16-acc32": (29.0, 36.0), "q8": (19.0, 24.0)}
+#: recorded by this bench before the paired kernels (one neuron per pass, AVR201's signed MAC:
+#: 32 cycles per q16 MAC, 21 per q8 MAC in the inner loop): WCET and measured cycles, and per
+#: layer the bound's cycles per MAC; "before" in the table below
+BEFORE = {"q16-acc32": (876_531, 873_917, {"dense_1": 36.7, "dense_2": 34.7, "dense_3": 35.5}),
+          "q8": (613_443, 610_829, {"dense_1": 26.1, "dense_2": 24.0, "dense_3": 24.8})}
 
 
 def build(project, precision):
@@ -46,6 +55,20 @@ def build(project, precision):
 
 def verdict(value, limit):
     return "" if limit is None else (" (meets <= %g)" % limit if value <= limit else " (misses <= %g)" % limit)
+
+
+def print_before_after(precision, w, r, per_mac, total_macs):
+    """Issue 27's figures beside the recorded ones of the one-neuron kernels (BEFORE)."""
+    if precision not in BEFORE:
+        return
+    bound0, measured0, layers0 = BEFORE[precision]
+    goal_cpm, goal_ms = GOALS[precision]
+    cpm, cpm0 = r["measured_cycles"] / total_macs, measured0 / total_macs
+    print(f"             issue 27, before -> now: measured cycles per MAC {cpm0:.1f} -> {cpm:.1f}"
+          f"{verdict(cpm, goal_cpm)}; WCET {bound0 / 20e3:.2f} -> {w['wcet_ms']:.2f} ms{verdict(w['wcet_ms'], goal_ms)}; "
+          f"bound/measured {bound0 / measured0:.4f} -> {w['bound_over_measured']:.4f}{verdict(w['bound_over_measured'], 1.01)}")
+    print("             per layer, bound's cycles per MAC before -> now: " + ", ".join(
+        f"{name} {layers0[name]:.1f} -> {c:.1f}" for name, (_, c) in per_mac.items() if name in layers0))
 
 
 def main(argv=None):
@@ -77,6 +100,7 @@ def main(argv=None):
                        if name in macs}
             print("             per layer (bound): " + ", ".join(
                 f"{name} {cycles:,} cycles = {cpm:.1f} per MAC" for name, (cycles, cpm) in per_mac.items()))
+            print_before_after(precision, w, r, per_mac, sum(macs.values()))
             results.append({"precision": precision, "wcet_cycles": w["wcet_cycles"], "wcet_ms": w["wcet_ms"],
                             "measured_cycles": r["measured_cycles"], "bound_over_measured": w["bound_over_measured"],
                             "max_abs_error": r["max_abs_error"], "flash_bytes": r["flash_bytes"],

@@ -31,8 +31,14 @@ MAX_MODEL_ELEMENTS = MAX_TOTAL_CONSTANT_ELEMENTS
 #: bytes of all the weights read from one model file together (as stored)
 MAX_MODEL_BYTES = MAX_MODEL_ELEMENTS * 8
 
-#: Most nodes in a source graph (an ONNX graph's nodes, before unused ones are dropped).
+#: Most nodes in a source graph (an ONNX graph's nodes, before unused ones are dropped; a TFLite
+#: subgraph's operators).
 MAX_NODES = 10_000
+#: Most tensors, buffers or operator codes a TFLite file declares (each vector's count is also checked
+#: against what the file's size can hold).
+MAX_TFLITE_ENTRIES = 100_000
+#: Largest rank of a tensor a TFLite file declares (TFLite's kernels take at most 6).
+MAX_TENSOR_RANK = 8
 #: Most layers in an IR model (the front-ends may add layout layers; the passes refuse more).
 MAX_LAYERS = 20_000
 

@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 APT_PACKAGES=(gcc make gcc-avr avr-libc binutils-avr simavr libsimavr-dev libelf-dev pkg-config
-              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user qemu-system-arm cppcheck)
+              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user qemu-system-arm cppcheck strace)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -31,7 +31,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PYTHON="${PYTHON:-python3}"
-if ! "$PYTHON" -c "import nnbuild, SCons, numpy, h5py, jinja2, scipy, jsonschema, elftools, pytest, xdist, hypothesis, yaml, onnx, onnxruntime, sklearn" 2>/dev/null \
+if ! "$PYTHON" -c "import nnbuild, SCons, numpy, h5py, jinja2, scipy, jsonschema, elftools, pytest, xdist, hypothesis, yaml, onnx, onnxruntime, sklearn, tflite" 2>/dev/null \
    || ! command -v cmake >/dev/null || ! command -v ninja >/dev/null \
    || [ "$("$PYTHON" -c 'import nnbuild, os; print(os.path.dirname(os.path.dirname(os.path.abspath(nnbuild.__file__))))' 2>/dev/null)" != "$PWD" ]; then
   echo "setup: installing nnbuild and its Python dependencies"

@@ -365,11 +365,13 @@ def test_lenet5_onnx_matches_onnxruntime_and_folds_its_layout(tmp_path):
 
 
 @pytest.mark.parametrize("nodes, inits, what", [
-    ([node("ConvTranspose", ["x", "w"])], [("w", np.zeros((3, 2, 2, 2), np.float32))], "(ConvTranspose): operator"),
+    ([node("ConvTranspose", ["x", "w"], output_shape=[5, 5])], [("w", np.zeros((3, 2, 2, 2), np.float32))],
+     "(ConvTranspose): output_shape (only pads and output_padding)"),
     ([node("MatMul", ["x", "x"])], [], "(MatMul): a product of two computed tensors"),
     ([node("Softmax", ["x"], axis=0)], [], "(Softmax): softmax over the batch axis"),
     ([node("Transpose", ["x"], perm=[1, 0, 2, 3])], [], "(Transpose): perm [1, 0, 2, 3] moves the batch axis"),
-    ([node("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[2, 2])], [], "(MaxPool): pooling with dilations"),
+    ([node("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[2, 2], ceil_mode=1)], [],
+     "(MaxPool): pooling with dilations and ceil_mode"),
     ([node("Resize", ["x", "r", "s"], coordinate_transformation_mode="tf_crop_and_resize")],
      [("r", np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32)), ("s", np.array([1, 1, 2, 2], np.float32))],
      "(Resize): coordinate_transformation_mode tf_crop_and_resize"),
@@ -540,10 +542,10 @@ def test_model_level_refusals_in_one_line(tmp_path):
         [value("y", [1, 4]), value("z", [1, 4])]))
     assert "opset 22 is outside" in refusal(tmp_path, "opset22", helper.make_graph(
         relu, "g", [value("x", [1, 4])], [value("y", [1, 4])]), opset=22)
-    message = refusal(tmp_path, "conv3d", helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="c3")], "g", [value("x", [1, 2, 3, 4, 5])],
-        [value("y", [1, 1, 3, 4, 5])], [numpy_helper.from_array(np.ones((1, 2, 1, 1, 1), np.float32), "w")]))
-    assert "node 'c3' (Conv): 3-D convolution" in message
+    message = refusal(tmp_path, "conv4d", helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c4")], "g", [value("x", [1, 2, 3, 4, 5, 2])],
+        [value("y", [1, 1, 3, 4, 5, 2])], [numpy_helper.from_array(np.ones((1, 2, 1, 1, 1, 1), np.float32), "w")]))
+    assert "node 'c4' (Conv): 4-D convolution (1-D, 2-D and 3-D only)" in message
     message = refusal(tmp_path, "custom", helper.make_graph(
         [helper.make_node("Gelu", ["x"], ["y"], name="g1", domain="com.example")], "g", [value("x", [1, 4])],
         [value("y", [1, 4])]))

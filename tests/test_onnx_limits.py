@@ -102,11 +102,21 @@ def test_an_initializer_whose_data_disagrees_with_its_dims_is_one_line(tmp_path)
     assert "initializer 'w' cannot be read" in refused(path)
 
 
-def test_external_data_is_not_read(tmp_path):
+def test_external_data_outside_the_model_folder_is_not_read(tmp_path):
     ext = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
     ext.external_data.add(key="location", value="/etc/passwd")
     path = save(tmp_path, "external", [helper.make_node("Add", ["x", "w"], ["y"], name="add")], [ext])
-    assert "initializer 'w' uses external data (not read)" in refused(path)
+    assert ("initializer 'w': external data location '/etc/passwd' is not a plain relative name inside the "
+            "model's folder") in refused(path)
+
+
+def test_external_data_declaring_a_huge_tensor_is_refused_before_reading(tmp_path):
+    ext = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 15, 1 << 15],
+                      data_location=TensorProto.EXTERNAL)
+    ext.external_data.add(key="location", value="w.bin")
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    path = save(tmp_path, "external_huge", [helper.make_node("Add", ["x", "w"], ["y"], name="add")], [ext])
+    assert "initializer 'w' would make 1073741824 elements (limit MAX_TENSOR_ELEMENTS" in refused(path)
 
 
 def test_the_model_file_size_is_capped_before_parsing(tmp_path, monkeypatch):

@@ -22,6 +22,7 @@ from markupsafe import Markup
 from nnbuild import files
 from nnbuild.checks import gates
 from nnbuild.checks.deadline import fmt_ms
+from nnbuild.checks.report import cycles_text, pct
 
 #: layer colours, in model order (a colour-blind-safe palette: Okabe-Ito, then Tol's muted)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -95,17 +96,6 @@ TEMPLATES.globals.update(NL=Markup("\n"))
 def num(x, digits=3):
     """A fixed-format number for SVG coordinates and data attributes."""
     return f"{x:.{digits}f}"
-
-
-def cycles_text(c):
-    return "-" if c is None else f"{int(c):,}"
-
-
-def pct(share):
-    """A share as a percentage; a small non-zero share does not read as 0.0%."""
-    if 0 < share < 0.0005:
-        return "<0.1%"
-    return f"{100 * share:.1f}%"
 
 
 def sci(x):

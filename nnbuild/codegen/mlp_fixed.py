@@ -28,19 +28,30 @@ def render(model, *, precision, storage, passes_log, input_range):
     layers = plan_layers(model.name, plan, storage)
     flash = flash_bytes(layers, plan)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
-    for layer in layers:  # the AVR dot-product loops read rows with LPM Z+ (near flash), 4 MACs a turn
+    for layer in layers:  # the AVR dot-product loops read rows with LPM Z+ (near flash), 4 inputs a turn
         fits_loop = near and 4 <= layer["inputs"] <= 4 * 255 + 3
-        layer["dot16"] = fits_loop and layer["mac16"]
-        layer["dot8"] = fits_loop and layer["mac8"]
+        fits_pair = near and 8 <= layer["inputs"] <= 8 * 255 + 7  # NN_DOT16P / NN_DOT8P: 8 inputs a turn
+        layer["pair"] = fits_pair and (layer["mac16"] or layer["mac8"]) and layer["units"] % 2 == 0
+        layer["dot16"] = fits_loop and layer["mac16"] and not layer["pair"]
+        layer["dot8"] = fits_loop and layer["mac8"] and not layer["pair"]
         layer["dot"] = "NN_DOT16" if layer["dot16"] else ("NN_DOT8" if layer["dot8"] else None)
+        if layer["pair"]:
+            pair_layer(model.name, plan.layers[layer["index"]], layer, storage)
+    for layer, after in zip(layers, layers[1:] + [None]):  # a paired layer reads its inputs offset
+        layer["offset_out"] = after is not None and after["pair"]
     context = {
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
-        "mac16": any(l["mac16"] for l in layers), "dot16": any(l["dot16"] for l in layers),
-        "dot8": any(l["dot8"] for l in layers),
+        "mac16": any(l["mac16"] and not l["pair"] for l in layers), "dot16": any(l["dot16"] for l in layers),
+        "dot8": any(l["dot8"] for l in layers), "pair16": any(l["pair"] and l["mac16"] for l in layers),
+        "pair8": any(l["pair"] and l["mac8"] for l in layers), "offset_xq": bool(layers) and layers[0]["pair"],
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
+        "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
+        # nn_tanh_q in AVR assembly (16-bit tables in near flash); the CNN shapes keep the C: with it
+        # exact, LeNet-5 v2 q8's bound fell 0.07% under a measured run (their analysis needs a look)
+        "tanh_asm": near,
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
@@ -131,6 +142,7 @@ def plan_layers(prefix, plan, storage):
             "wbits": layer.weight.bits, "wtype": layer.weight.ctype,
             "mac16": (layer.weight.bits == 16 and layer.input.bits == 16 and layer.acc_bits == 32
                       and not layer.per_mac_shift),
+            "asr": True,
             "mac8": (layer.weight.bits == 8 and layer.input.bits == 16 and layer.acc_bits == 32
                      and not layer.per_mac_shift),
         })
@@ -161,6 +173,53 @@ def chunks(prefix, cname, layer, storage):
     return [{"symbol": f"{prefix}_{cname}_w{c}", "start": a, "rows": b - a, "size": (b - a) * rows.shape[1],
              "ctype": layer.weight.ctype, "values": literal_rows(rows[a:b].ravel(), 8)}
             for c, (a, b) in enumerate(bounds)]
+
+
+def asr_shift(qlayer):
+    """The bits the requantisation shifts by with an unrolled nn_asr<k> (fixed_macros.requantize):
+    the whole shift below 8, what is left after nn_sar8 between 8 and 16, else 0 (none)."""
+    if qlayer.acc_bits != 32:
+        return 0
+    s = qlayer.shift
+    return s if 0 < s < 8 else (s - 8 if 8 < s < 16 else 0)
+
+
+def pair_layer(prefix, qlayer, layer, storage):
+    """Turn `layer` into a pair layer (NN_DOT16P / NN_DOT8P): two neurons per pass share each input
+    load, and offset-unsigned operands make every partial product one unsigned MUL.
+
+    The weights of neurons 2p and 2p+1 are interleaved ([pair][input][2]) and stored offset,
+    wu = w + 2^(b-1) for b-bit weights (w's bits with the top bit flipped); the layer before
+    stores the inputs offset too, xu = x + 2^15 (nn_offset16). Since, over n inputs,
+        sum wu*xu = sum w*x + 2^15 * sum wu + 2^(b-1) * sum xu - n * 2^(b-1) * 2^15,
+    the stored bias is bias' = bias - 2^15 * sum wu + n * 2^(b+14) (a constant, wrapped to
+    int32) and the code subtracts 2^(b-1) * sum xu, computed once per layer. Every step is exact
+    modulo 2^32 and the true accumulator is proven to fit int32, so the result is
+    nnbuild.numerics.bitexact's accumulator to the bit.
+    """
+    bits = qlayer.weight.bits
+    kernel = np.asarray(qlayer.kernel_q, dtype=np.int64)
+    units, inputs = kernel.shape
+    offset = kernel + (1 << (bits - 1))
+    bounds = common.row_chunks(units // 2, 2 * inputs * bits // 8, storage, f"Dense '{qlayer.name}'")
+    layer["chunks"] = []
+    for c, (a, b) in enumerate(bounds):
+        rows = offset[2 * a:2 * b].reshape(b - a, 2, inputs).transpose(0, 2, 1)
+        layer["chunks"].append({"symbol": f"{prefix}_{layer['c_name']}_w{c}", "start": 2 * a, "rows": 2 * (b - a),
+                                "size": 2 * (b - a) * inputs, "ctype": f"uint{bits}_t",
+                                "values": literal_rows(rows.ravel(), 8)})
+    bias = np.asarray(qlayer.bias_q, dtype=np.int64) - (offset.sum(axis=1) << 15) + (inputs << (bits + 14))
+    wrapped = ((bias + (1 << 31)) % (1 << 32)) - (1 << 31)
+    layer["bias"].update(ctype="int32_t", bits=32, values=int32_rows(wrapped, 8))
+    layer["dot"] = "NN_DOT16P" if bits == 16 else "NN_DOT8P"
+    layer["sum_shift"] = bits - 1
+    layer["utype"] = f"uint{bits}_t"
+
+
+def int32_rows(values, per_line=8):
+    """literal_rows for int32 values, INT32_MIN spelled as a C constant expression of type int."""
+    text = ["(-2147483647 - 1)" if int(v) == -(1 << 31) else str(int(v)) for v in values]
+    return [", ".join(text[i:i + per_line]) for i in range(0, len(text), per_line)]
 
 
 def flash_bytes(layers, plan):

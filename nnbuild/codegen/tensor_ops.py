@@ -15,6 +15,7 @@ The C for unary functions is written here once (`unary_functions`), for every sh
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -221,7 +222,8 @@ def resize_plan(layer, in_shape):
 def unary_functions(ops, real="float", sfx="f"):
     """C helper functions for the distinct (op, params) pairs of `ops`: [{"key", "name", "lines"}]
     where key = (op, params); the body follows nnbuild.ir.semantics.UNARY_FUNCTIONS."""
-    math = {"exp": "exp" + sfx, "log": "log" + sfx, "sqrt": "sqrt" + sfx, "fabs": "fabs" + sfx}
+    math = {"exp": "exp" + sfx, "log": "log" + sfx, "sqrt": "sqrt" + sfx, "fabs": "fabs" + sfx, "erf": "erf" + sfx,
+            "tanh": "tanh" + sfx}
     out, seen = [], {}
     for op, params in ops:
         key = (op, tuple(params))
@@ -275,7 +277,45 @@ def _unary_body(op, p, real, sfx, m):
         return [f"return {one} / x;"]
     if op == "clip":
         return [f"return x < {p[0]} ? {p[0]} : (x > {p[1]} ? {p[1]} : x);"]
+    if op == "hard_swish":
+        return [f"{real} t = {_lit(1.0 / 6.0, sfx)} * x + {_lit(0.5, sfx)};",
+                f"return x * (t < {zero} ? {zero} : (t > {one} ? {one} : t));"]
+    if op == "erf":
+        return _erf_lines("x", real, sfx, m) + ["return e;"]
+    if op == "gelu" and float(p[0].rstrip("f")) != 0.0:
+        return [f"{real} u = {_lit(math.sqrt(2.0 / math.pi), sfx)} * (x + {_lit(0.044715, sfx)} * x * x * x);",
+                f"return {_lit(0.5, sfx)} * x * ({one} + ({real}){m['tanh']}(u));"]
+    if op == "sign":
+        return [f"return x > {zero} ? {one} : (x < {zero} ? -{one} : x * {zero});"]
+    if op == "shrink":
+        return [f"return x < -{p[0]} ? x + {p[1]} : (x > {p[0]} ? x - {p[1]} : {zero});"]
+    if op == "gelu":
+        return (_erf_lines(f"x * {_lit(1.0 / math.sqrt(2.0), sfx)}", real, sfx, m)
+                + [f"return {_lit(0.5, sfx)} * x * ({one} + e);"])
     raise NNBuildError(f"internal error: no C for unary op '{op}'")
+
+
+#: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0: the Chebyshev fit of Numerical Recipes
+#: (erfcc), fractional error below 1.2e-7 everywhere (the float32 floor), for C libraries without erf
+ERFC_COEFFICIENTS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+                     1.48851587, -0.82215223, 0.17087277)
+
+
+def _erf_lines(arg, real, sfx, m):
+    """C lines that set `e` = erf(arg): the C library's erf, or on AVR (avr-libc has none) the
+    erfc fit of ERFC_COEFFICIENTS (absolute error below 1.2e-7)."""
+    poly = _lit(ERFC_COEFFICIENTS[-1], sfx)
+    for c in reversed(ERFC_COEFFICIENTS[:-1]):
+        poly = f"{_lit(c, sfx)} + t * ({poly})"
+    return ["#if defined(__AVR__)",
+            f"{real} a = {arg};",
+            f"{real} z = {m['fabs']}(a);",
+            f"{real} t = 1.0{sfx} / (1.0{sfx} + 0.5{sfx} * z);",
+            f"{real} r = t * ({real}){m['exp']}(-z * z + {poly});",
+            f"{real} e = a >= 0.0{sfx} ? 1.0{sfx} - r : r - 1.0{sfx};",
+            "#else",
+            f"{real} e = ({real}){m['erf']}({arg});",
+            "#endif"]
 
 
 def int_table(values):

@@ -52,6 +52,8 @@ FORMATS: Tuple[Format, ...] = (
            folder_file="graph.nnef"),
     Format("gravity-g", (".g",), "nnbuild.frontends.gravity_g",
            "Gravity program (.g): a network that trains itself (Givargis, ASP-DAC'21)"),
+    Format("tflite", (".tflite",), "nnbuild.frontends.tflite",
+           "TFLite flatbuffer (the TFLite converter's .tflite), float32, read with the tflite package"),
     Format("nnef-items", (), "nnbuild.frontends.nnef_items",
            "multi-item NNEF (graphitem blocks, variablesync; seed 002): a .nnef told from NNEF by its content",
            folder_file="graph.nnef"),

@@ -18,7 +18,11 @@ Semantics are ONNX's, mapped exactly:
   transpose pairs that cancel;
 * initializers, Constant nodes and integer side computations on static shapes (Shape -> Gather ->
   Concat -> Reshape chains of PyTorch exports) are folded at load with onnx's reference evaluator
-  (sizes bounded before evaluating: the file is untrusted input; external data is not read).
+  (sizes bounded before evaluating: the file is untrusted input);
+* external data (`torch.onnx.export`'s `m.onnx.data`) is read only from a regular file inside the
+  model's own folder, named relatively without `..`, its resolved path (links followed) still in
+  that folder, the offset and length checked against the file's size and the tensor's declared
+  size before a byte is read.
 Cost is bounded before any work (the limits are nnbuild.limits'): the file size before parsing,
 the node count before shape inference; nodes the graph output does not need are dropped unread;
 every initializer's, constant's and folded constant's declared size, and every layer's output
@@ -43,16 +47,19 @@ FOLDABLE = ("Shape", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshap
             "Floor", "Ceil", "Neg", "Sqrt", "Size")
 UNARY = {"LeakyRelu": "leaky_relu", "Elu": "elu", "Selu": "selu", "HardSigmoid": "hard_sigmoid",
          "Softplus": "softplus", "Softsign": "softsign", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Abs": "abs",
-         "Neg": "neg", "Reciprocal": "reciprocal", "Clip": "clip"}
+         "Neg": "neg", "Reciprocal": "reciprocal", "Clip": "clip", "HardSwish": "hard_swish", "Erf": "erf",
+         "Gelu": "gelu", "Sign": "sign", "Shrink": "shrink"}
 ACTIVATION = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}
 ELEMENTWISE = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Mean": "mean",
                "Sum": "add"}
 REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod"}
 PASSTHROUGH = ("Identity", "Dropout")
+#: ops read on an input without a batch axis (a vector: per-element ops and a matrix product)
+BATCHLESS = tuple(UNARY) + tuple(ACTIVATION) + tuple(ELEMENTWISE) + PASSTHROUGH + ("MatMul",)
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: the ONNX spec's values of every enumerated string attribute the front-end reads: name -> op -> values
 STRING_VALUES = {
-    "auto_pad": {"Conv": _AUTO_PAD, "MaxPool": _AUTO_PAD, "AveragePool": _AUTO_PAD},
+    "auto_pad": {"Conv": _AUTO_PAD, "MaxPool": _AUTO_PAD, "AveragePool": _AUTO_PAD, "ConvTranspose": _AUTO_PAD},
     "mode": {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
              "Upsample": ("nearest", "linear", "bilinear")},
     "coordinate_transformation_mode": {"Resize": ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
@@ -60,6 +67,7 @@ STRING_VALUES = {
                                                   "tf_crop_and_resize")},
     "nearest_mode": {"Resize": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")},
     "keep_aspect_ratio_policy": {"Resize": ("stretch", "not_larger", "not_smaller")},
+    "approximate": {"Gelu": ("none", "tanh")},
 }
 #: integer attributes that are flags (0 or 1)
 FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "exclude_outside", "antialias",
@@ -67,7 +75,7 @@ FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "
 #: integer attributes whose every value is >= 1
 POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size")
 #: integer attributes whose every value is >= 0, by op (Pad's own pads are checked by op_Pad)
-NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool")}
+NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool", "ConvTranspose"), "output_padding": ("ConvTranspose",)}
 #: attributes with the one value nnbuild implements: (op, name) -> value (inference semantics only)
 FIXED = {("BatchNormalization", "training_mode"): 0, ("BatchNormalization", "spatial"): 1}
 #: float attributes that may be infinite (every other float attribute must be finite): (op, name) -> allowed
@@ -78,7 +86,8 @@ DATA_ATTRIBUTES = ("Constant", "ConstantOfShape")
 SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE) | set(PASSTHROUGH) | {
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
-    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice"})
+    "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand",
+    "ConvTranspose"})
 
 
 def channels_per_group(w, groups):
@@ -192,6 +201,59 @@ def _declared_elements(tensor):
     return n
 
 
+#: bytes per element of the ONNX element types read from external data (TensorProto.DataType)
+EXTERNAL_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 16: 2}
+
+
+def external_file(model_path, location, what):
+    """The file an external-data location names, if it is a regular file inside the model's own
+    folder: a relative name without '..', whose resolved path (links followed) stays there."""
+    from pathlib import PurePosixPath
+    folder = Path(model_path).resolve().parent
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if (not location or "\0" in location or location.startswith(("/", "\\")) or ":" in location
+            or any(p in ("..", ".") for p in parts) or not parts):
+        raise Problem(f"{what}: external data location '{location[:80]}' is not a plain relative name inside "
+                      "the model's folder")
+    path = folder.joinpath(*parts)
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise Problem(f"{what}: external data file '{location[:80]}' does not exist beside the model") from None
+    if folder not in real.parents:
+        raise Problem(f"{what}: external data file '{location[:80]}' leads outside the model's folder")
+    if not real.is_file():
+        raise Problem(f"{what}: external data '{location[:80]}' is not a regular file")
+    return real
+
+
+def implicit_dependencies(path):
+    """The external data files a model.onnx names that are inside its folder (for the SCons
+    scanner: an edit of `m.onnx.data` rebuilds); nothing when the file cannot be read."""
+    from pathlib import PurePosixPath
+
+    import onnx
+    path = Path(path)
+    try:
+        if path.stat().st_size > limits.MAX_MODEL_FILE_BYTES:
+            return []
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 (the load step reports an unreadable model)
+        return []
+    found = set()
+    tensors = list(proto.graph.initializer) + [a.t for n in proto.graph.node for a in n.attribute if a.t.dims]
+    for tensor in tensors:
+        if tensor.data_location == 1:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            try:
+                external_file(path, location, "")
+            except Problem:
+                continue
+            # beside the model, in the model path's own relative/absolute form
+            found.add(str(path.parent.joinpath(*PurePosixPath(location.replace("\\", "/")).parts)))
+    return sorted(found)
+
+
 def _prune(graph):
     """Drop (in place) the nodes the graph's one output does not need, so they are never checked,
     inferred or evaluated; returns the names the kept nodes read and how many nodes were dropped."""
@@ -264,6 +326,8 @@ class _Converter:
         self.converted = {}    # (ir name, perm) -> (transposed ir name, shape): one layout change per tensor
         self.used = set()
         self.batch = 1
+        self.batchless = False   # a rank-1 input: the whole tensor is the sample (no batch axis)
+        self.external_files = set()  # external data files read (model sources: a build depends on them)
         self.constant_elements = 0   # running totals, bounded by nnbuild.limits
         self.tensor_elements = 0
 
@@ -278,10 +342,20 @@ class _Converter:
         if len(graph.sparse_initializer):
             raise Problem("sparse initializers (not read)")
         needed, dropped = _prune(graph) if len(graph.output) == 1 else (None, 0)
+        self.needed = needed or set()
         initializers = {init.name for init in graph.initializer}
+        if needed is not None:
+            # unread and unused (external data included): dropped like the nodes nothing needs
+            kept = [init for init in graph.initializer if init.name in needed]
+            if len(kept) != len(graph.initializer):
+                import onnx
+                copies = [onnx.TensorProto() for _ in kept]
+                for copy, init in zip(copies, kept):
+                    copy.CopyFrom(init)
+                del graph.initializer[:]
+                graph.initializer.extend(copies)
         for init in graph.initializer:
-            if needed is None or init.name in needed:
-                self.tensors[init.name] = ("const", self.tensor_array(init, f"initializer '{init.name}'"))
+            self.tensors[init.name] = ("const", self.tensor_array(init, f"initializer '{init.name}'"))
         inputs = [i for i in graph.input if i.name not in initializers]
         if len(inputs) != 1 or len(graph.output) != 1:
             raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs: nnbuild generates one input "
@@ -316,9 +390,12 @@ class _Converter:
             raise Problem("the model computes nothing")
         self._finish(out)
         meta = {"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name, "batch": self.batch}
+        if self.batchless:
+            meta["batch_axis"] = False
         if dropped:
             meta["unused_nodes_dropped"] = dropped
-        model = g.Model(name, shape, self.layers, source_files=(str(self.path),), meta=meta, edges=self.edges,
+        model = g.Model(name, shape, self.layers, source_files=(str(self.path),) + tuple(sorted(self.external_files)),
+                        meta=meta, edges=self.edges,
                         input_name=self.input_name)
         fold_layout(model)
         try:
@@ -355,11 +432,12 @@ class _Converter:
         for name in node.output:
             entry = self.tensors.get(name)
             theirs = self.inferred.get(name)
-            if not name or entry is None or entry[0] != "ir" or theirs is None or len(theirs) < 2:
+            skip = 0 if self.batchless else 1
+            if not name or entry is None or entry[0] != "ir" or theirs is None or len(theirs) < skip + 1:
                 continue
             ours = _unpermute(entry[2], entry[3])
-            if None not in theirs[1:] and tuple(theirs[1:]) != ours:
-                raise Problem(f"output '{name}' has the sample shape {ours} here but {tuple(theirs[1:])} by "
+            if None not in theirs[skip:] and tuple(theirs[skip:]) != ours:
+                raise Problem(f"output '{name}' has the sample shape {ours} here but {tuple(theirs[skip:])} by "
                               "ONNX shape inference")
 
     def _input_shape(self, value):
@@ -367,9 +445,13 @@ class _Converter:
         if t.elem_type != 1:
             raise Problem(f"input '{value.name}' is not float32 (ONNX type {t.elem_type})")
         dims = list(t.shape.dim)
-        if len(dims) < 2:
+        if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value >= 1:
+            # a vector input without a batch axis (nnet2onnx's ACAS Xu exports): it is one sample
+            self.batchless = True
+            dims = [None] + dims
+        elif len(dims) < 2:
             raise Problem(f"input '{value.name}' has rank {len(dims)}: expected a batch axis and a sample")
-        if dims[0].HasField("dim_value") and dims[0].dim_value > 1:
+        elif dims[0].HasField("dim_value") and dims[0].dim_value > 1:
             self.batch = int(dims[0].dim_value)
         rest = []
         for d in dims[1:]:
@@ -421,15 +503,55 @@ class _Converter:
                           f"MAX_TOTAL_CONSTANT_ELEMENTS = {limits.MAX_TOTAL_CONSTANT_ELEMENTS})")
 
     def tensor_array(self, tensor, what):
-        """The array of a TensorProto held in the file, its declared size bounded before it is read."""
+        """The array of a TensorProto held in the file (or beside it: external data), its declared
+        size bounded before it is read."""
         from onnx import numpy_helper
-        if tensor.data_location == 1:
-            raise Problem(f"{what} uses external data (not read)")
         self.count_constant(_declared_elements(tensor), what)
+        if tensor.data_location == 1:
+            # inlined in the proto itself: the checker then sees the bytes read, not a file name
+            tensor.CopyFrom(self.external_tensor(tensor, what))
         try:
             return numpy_helper.to_array(tensor)
         except Exception as exc:  # noqa: BLE001 (data and dims disagree, unknown types)
             raise Problem(f"{what} cannot be read ({type(exc).__name__})") from None
+
+    def external_tensor(self, tensor, what):
+        """A copy of `tensor` with its external bytes inline, read under the rules of external_file."""
+        from onnx import TensorProto, helper
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        unknown = sorted(set(info) - {"location", "offset", "length", "checksum", "basepath"})
+        if unknown:
+            raise Problem(f"{what}: external data key '{unknown[0][:40]}' is not read by nnbuild")
+        itemsize = EXTERNAL_ITEMSIZE.get(tensor.data_type)
+        if itemsize is None:
+            name = helper.tensor_dtype_to_np_dtype(tensor.data_type) if tensor.data_type else "undefined"
+            raise Problem(f"{what}: external data of element type {name} (fixed-size numbers only)")
+        want = _declared_elements(tensor) * itemsize
+        try:
+            offset = int(info.get("offset", "0"))
+            length = int(info["length"]) if "length" in info else want
+        except ValueError:
+            raise Problem(f"{what}: external data offset/length are not integers") from None
+        if offset < 0 or length != want:
+            raise Problem(f"{what}: external data of {length} bytes at offset {offset}, the tensor declares "
+                          f"{want} bytes")
+        path = external_file(self.path, info.get("location", ""), what)
+        size = path.stat().st_size
+        if offset + length > size:
+            raise Problem(f"{what}: external data at offset {offset} + {length} bytes runs past the end of "
+                          f"'{path.name}' ({size} bytes)")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        if len(data) != length:
+            raise Problem(f"{what}: '{path.name}' changed while it was read")
+        inline = TensorProto()
+        inline.CopyFrom(tensor)
+        del inline.external_data[:]
+        inline.data_location = TensorProto.DEFAULT
+        inline.raw_data = data
+        self.external_files.add(str(path))
+        return inline
 
     def const(self, name):
         if not name:
@@ -511,6 +633,9 @@ class _Converter:
         if op in FOLDABLE and is_const and inputs:
             self._fold(node, consts)
             return
+        if self.batchless and op not in BATCHLESS:
+            raise Problem("on an input without a batch axis (there nnbuild reads element-wise operators, "
+                          "activations and MatMul only)")
         if op == "Shape":
             shape = self.onnx_shape(inputs[0])
             full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
@@ -573,7 +698,9 @@ class _Converter:
         op = node.op_type
         params = {"LeakyRelu": (a.get("alpha", 0.01),), "Elu": (a.get("alpha", 1.0),),
                   "Selu": (a.get("alpha", 1.6732632423543772), a.get("gamma", 1.0507009873554805)),
-                  "HardSigmoid": (a.get("alpha", 0.2), a.get("beta", 0.5))}.get(op, ())
+                  "HardSigmoid": (a.get("alpha", 0.2), a.get("beta", 0.5)),
+                  "Shrink": (a.get("lambd", 0.5), a.get("bias", 0.0)),
+                  "Gelu": (1.0 if _text(a.get("approximate", "none")) == "tanh" else 0.0,)}.get(op, ())
         if op == "Clip":
             if self.opset < 11:
                 lo, hi = a.get("min", -np.inf), a.get("max", np.inf)
@@ -611,6 +738,8 @@ class _Converter:
                         raise Problem(f"axis {a['axis']} out of range")
                     start = int(a["axis"]) % (rank + 1)
                     c = c.reshape(c.shape + (1,) * (rank + 1 - start - c.ndim))
+                if self.batchless and c.ndim > rank:
+                    raise Problem(f"constant operand of rank {c.ndim} exceeds the rank-{rank} input (no batch axis)")
                 if c.ndim == rank + 1:
                     if c.shape[0] != 1:
                         raise Problem(f"constant operand of shape {c.shape} varies along the batch axis")
@@ -668,7 +797,7 @@ class _Converter:
                 total = max((o - 1) * s + d * (k - 1) + 1 - n, 0)
                 small, big = total // 2, total - total // 2
                 out.append((small, big) if auto == "SAME_UPPER" else (big, small))
-            return out[0] + out[1]
+            return (0, 0) + out[0] if rank == 1 else out[0] + out[1]
         if auto == "VALID" or "pads" not in a:
             return (0, 0, 0, 0)
         p = list(a["pads"])
@@ -695,13 +824,16 @@ class _Converter:
         if len(inputs) > 2 and inputs[2] and b is None:
             raise Problem("bias computed from the input")
         rank = w.ndim - 2
-        if rank not in (1, 2):
-            raise Problem(f"{rank}-D convolution (1-D and 2-D only)")
+        if rank not in (1, 2, 3):
+            raise Problem(f"{rank}-D convolution (1-D, 2-D and 3-D only)")
         w = np.asarray(w, np.float32)
         if "kernel_shape" in a and tuple(a["kernel_shape"]) != tuple(w.shape[2:]):
             raise Problem(f"kernel_shape {list(a['kernel_shape'])} but weights of shape {tuple(w.shape)}")
         if channels_per_group(w, int(a.get("group", 1))) is None:
             raise Problem(f"group {a.get('group', 1)} does not divide the {w.shape[0]} output channels")
+        if rank == 3:
+            self._volume(node, a, inputs, w.shape[2:], "conv", w=w, b=None if b is None else np.asarray(b, np.float32))
+            return
         if rank == 1:
             w = w[:, :, None, :]
         kernel = np.transpose(w, (2, 3, 1, 0))  # OIHW -> HWIO
@@ -716,13 +848,210 @@ class _Converter:
                             strides, dil, pads, "linear", source_type="Conv", groups=groups)
         self.spatial(node, inputs, build)
 
+    def op_ConvTranspose(self, node, a, inputs, consts):
+        """The transposed convolution as the convolution it is the adjoint of: the input with
+        stride - 1 zeros between cells (per axis: Reshape, Pad, Reshape), padded by dilation * (kernel - 1)
+        minus pads (plus output_padding at the end; a negative pad removes cells), then a stride-1
+        Conv2D of the flipped kernel with in/out channels swapped. The non-zero products are the
+        same ones ONNX sums; the added terms are exact zeros."""
+        w = consts[1]
+        if w is None:
+            raise Problem("weights computed from the input (only an initializer)")
+        b = consts[2] if len(inputs) > 2 and inputs[2] else None
+        if len(inputs) > 2 and inputs[2] and b is None:
+            raise Problem("bias computed from the input")
+        rank = w.ndim - 2
+        if rank not in (1, 2):
+            raise Problem(f"{rank}-D transposed convolution (1-D and 2-D only)")
+        if "output_shape" in a:
+            raise Problem("output_shape (only pads and output_padding)")
+        if _text(a.get("auto_pad", "NOTSET")) in ("SAME_UPPER", "SAME_LOWER"):
+            raise Problem(f"auto_pad {_text(a['auto_pad'])} (only NOTSET and VALID)")
+        w = np.asarray(w, np.float32)
+        groups = int(a.get("group", 1))
+        if "kernel_shape" in a and tuple(a["kernel_shape"]) != tuple(w.shape[2:]):
+            raise Problem(f"kernel_shape {list(a['kernel_shape'])} but weights of shape {tuple(w.shape)}")
+        if w.shape[0] % groups:
+            raise Problem(f"group {groups} does not divide the {w.shape[0]} input channels")
+        if rank == 1:
+            w = w[:, :, None, :]
+        cin_g, cout_g = w.shape[0] // groups, w.shape[1]
+        # conv weights OIHW: out channel g*cout_g + o reads input channels g*cin_g + i, kernel flipped
+        conv = w.reshape(groups, cin_g, cout_g, *w.shape[2:]).transpose(0, 2, 1, 3, 4)
+        conv = conv.reshape(groups * cout_g, cin_g, *w.shape[2:])[:, :, ::-1, ::-1]
+        kernel = np.ascontiguousarray(np.transpose(conv, (2, 3, 1, 0)))  # OIHW -> HWIO
+        strides = self.pair(a.get("strides"), rank, 1)
+        dil = self.pair(a.get("dilations"), rank, 1)
+        extra = self.pair(a.get("output_padding"), rank, 0)
+        if any(e >= max(s, d) for e, s, d in zip(extra, strides, dil)):
+            raise Problem(f"output_padding {list(extra[-rank:])} not below the stride or dilation")
+        pads = [0] * (2 * rank) if _text(a.get("auto_pad", "NOTSET")) == "VALID" or "pads" not in a else list(a["pads"])
+        if len(pads) != 2 * rank:
+            raise Problem(f"{len(pads)} pads for {rank} spatial axes")
+        begin, end = ((0,) + tuple(pads[:1]), (0,) + tuple(pads[1:])) if rank == 1 else (pads[:2], pads[2:])
+        label = self.label(node)
+
+        def build(hwc):
+            h, w_, c = hwc
+            if c != w.shape[0]:
+                raise Problem(f"weights for {w.shape[0]} input channels, input has {c}")
+            layers = []
+            # one axis at a time: rank-4 data movement (v1 runs up to rank 4 after merging axes)
+            if strides[1] != 1:
+                layers += [g.Reshape(self.unique(f"{label}_cols"), (h, w_, 1, c), source_type="ConvTranspose (stride)"),
+                           g.Pad(self.unique(f"{label}_stride_w"), ((0, 0), (0, 0), (0, strides[1] - 1), (0, 0)),
+                                 "constant", 0.0, source_type="ConvTranspose (stride)"),
+                           g.Reshape(self.unique(f"{label}_stuffed_w"), (h, w_ * strides[1], c),
+                                     source_type="ConvTranspose (stride)")]
+            if strides[0] != 1:
+                layers += [g.Reshape(self.unique(f"{label}_rows"), (h, 1, w_ * strides[1] * c),
+                                     source_type="ConvTranspose (stride)"),
+                           g.Pad(self.unique(f"{label}_stride_h"), ((0, 0), (0, strides[0] - 1), (0, 0)),
+                                 "constant", 0.0, source_type="ConvTranspose (stride)"),
+                           g.Reshape(self.unique(f"{label}_stuffed_h"), (h * strides[0], w_ * strides[1], c),
+                                     source_type="ConvTranspose (stride)")]
+            around = [(dil[k] * (kernel.shape[k] - 1) - begin[k],
+                       dil[k] * (kernel.shape[k] - 1) - end[k] + extra[k] - (strides[k] - 1)) for k in range(2)]
+            if any(v for pair in around for v in pair):
+                layers.append(g.Pad(self.unique(f"{label}_pad"), tuple(around) + ((0, 0),), "constant", 0.0,
+                                    source_type="ConvTranspose (pads)"))
+            layers.append(g.Conv2D(self.unique(label), kernel, None if b is None else np.asarray(b, np.float32),
+                                   (1, 1), dil, (0, 0, 0, 0), "linear", source_type="ConvTranspose", groups=groups))
+            return layers
+        self.spatial(node, inputs, build)
+
+    @staticmethod
+    def pads_nd(a, sizes, kernel, strides, dilations):
+        """[(begin, end)] per spatial axis from pads / auto_pad (any number of axes)."""
+        auto = _text(a.get("auto_pad", "NOTSET"))
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out = []
+            for n, k, s, d in zip(sizes, kernel, strides, dilations):
+                total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
+                small, big = total // 2, total - total // 2
+                out.append((small, big) if auto == "SAME_UPPER" else (big, small))
+            return out
+        if auto == "VALID" or "pads" not in a:
+            return [(0, 0)] * len(sizes)
+        p = [int(v) for v in a["pads"]]
+        if len(p) != 2 * len(sizes):
+            raise Problem(f"{len(p)} pads for {len(sizes)} spatial axes")
+        return list(zip(p[:len(sizes)], p[len(sizes):]))
+
+    def _volume(self, node, a, inputs, kernel, mode, w=None, b=None):
+        """3-D convolution or max pooling on (C, D, H, W) as 2-D layers, exactly: the input held
+        channels-last (D, H, W, C) and padded (the H axis up to a multiple of its stride); per depth
+        tap j the depth slices j*dd + od*sd (Slice) are stacked into one tall (OD*H, W, C) image and
+        run through a Conv2D of the tap's 2-D kernel (max: the taps' element-wise max, then one 2-D
+        max pooling), rows that would straddle two slices dropped (Reshape, Slice); the taps' convolutions
+        are summed (Elementwise add, the bias in the first)."""
+        label = self.label(node)
+        _, _, perm = self.tensor_any(inputs[0])
+        if len(perm) != 4:
+            raise Problem(f"a 3-D kernel on a rank-{len(perm) + 1} input")
+        src, (d_, h, w_, c) = self.held(inputs[0], _last(4), node)
+        strides = tuple(int(v) for v in a.get("strides", [1, 1, 1]))
+        dil = tuple(int(v) for v in a.get("dilations", [1, 1, 1]))
+        if len(strides) != 3 or len(dil) != 3:
+            raise Problem("strides/dilations for 3 spatial axes expected")
+        pads = self.pads_nd(a, (d_, h, w_), kernel, strides, dil)
+        ext = [dd * (k - 1) + 1 for k, dd in zip(kernel, dil)]
+        dp, hp, wp = (n + p0 + p1 for n, (p0, p1) in zip((d_, h, w_), pads))
+        if any(n < e for n, e in zip((dp, hp, wp), ext)):
+            raise Problem(f"kernel {tuple(kernel)} larger than the padded input {(dp, hp, wp)}")
+        od, oh = (dp - ext[0]) // strides[0] + 1, (hp - ext[1]) // strides[1] + 1
+        hs = -(-hp // strides[1]) * strides[1]
+        fill = 0.0 if mode == "conv" else float("-inf")
+        around = (pads[0], (pads[1][0], pads[1][1] + hs - hp), pads[2], (0, 0))
+        if any(v for pair in around for v in pair):
+            src = self.add(g.Pad(self.unique(f"{label}_pad"), around, "constant", fill,
+                                 source_type=f"{node.op_type} (3-D pads)"), [src])
+        taps = []
+        for j in range(kernel[0]):
+            taps.append(self.add(g.Slice(self.unique(f"{label}_depth{j}"), (j * dil[0], 0, 0, 0), (strides[0], 1, 1, 1),
+                                         (od, hs, wp, c), source_type=f"{node.op_type} (3-D depth tap)"), [src]))
+        tall_pad = (0, max(0, ext[1] - strides[1]), 0, 0)
+
+        def tall(name):
+            return self.add(g.Reshape(self.unique(f"{label}_tall"), (od * hs, wp, c),
+                                      source_type=f"{node.op_type} (3-D as 2-D)"), [name])
+        if mode == "max":
+            peak = taps[0] if len(taps) == 1 else self.add(
+                g.Elementwise(self.unique(f"{label}_depthmax"), "max", source_type="MaxPool (3-D depth)"), taps)
+            outs = [self.add(g.Pool2D(self.unique(f"{label}_plane"), "max", tuple(kernel[1:]), tuple(strides[1:]),
+                                      tall_pad, source_type="MaxPool (3-D plane)"), [tall(peak)])]
+        else:
+            groups = int(a.get("group", 1))
+            outs = []
+            for j, tap in enumerate(taps):
+                k2 = np.ascontiguousarray(np.transpose(w[:, :, j], (2, 3, 1, 0)))  # OIHW -> HWIO
+                outs.append(self.add(g.Conv2D(self.unique(f"{label}_tap{j}"), k2, b if j == 0 else None,
+                                              tuple(strides[1:]), tuple(dil[1:]), tall_pad, "linear",
+                                              source_type="Conv (3-D depth tap)", groups=groups), [tall(tap)]))
+        rows, ow, f = self.ir_shapes[outs[0]]
+        if rows != od * hs // strides[1]:
+            raise Problem(f"internal: {rows} rows for {od} slices of {hs // strides[1]}")
+        total = outs[0] if len(outs) == 1 else self.add(
+            g.Elementwise(self.unique(f"{label}_sum"), "add", source_type="Conv (3-D taps summed)"), outs)
+        out = self.add(g.Reshape(self.unique(f"{label}_volume"), (od, hs // strides[1], ow, f),
+                                 source_type=f"{node.op_type} (2-D as 3-D)"), [total])
+        if hs // strides[1] != oh:
+            out = self.add(g.Slice(self.unique(label), (0, 0, 0, 0), (1, 1, 1, 1), (od, oh, ow, f),
+                                   source_type=f"{node.op_type} (rows inside a slice)"), [out])
+        self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], _last(4))
+
+    def _dilated_max(self, node, a, inputs, rank, kernel):
+        """Dilated max pooling, exactly: the input padded with -inf, one strided Slice per kernel
+        tap (start tap * dilation, step stride), their element-wise max."""
+        label = self.label(node)
+        src, hwc = self.held(inputs[0], _last(rank + 1), node)
+        if rank == 1:
+            hwc = (1,) + tuple(hwc)
+            src = self.add(g.Reshape(self.unique(f"{label}_2d"), hwc, source_type="Reshape (1-D as 2-D)"), [src])
+        pool = self.pair(kernel, rank, 1)
+        strides = self.pair(a.get("strides"), rank, 1)
+        dil = self.pair(a.get("dilations"), rank, 1)
+        t, b, l, r = self.pads2d(a, hwc[:2] if rank == 2 else hwc[1:2], pool[-rank:], strides[-rank:], dil[-rank:],
+                                 rank)
+        if t or b or l or r:
+            src = self.add(g.Pad(self.unique(f"{label}_pad"), ((t, b), (l, r), (0, 0)), "constant", float("-inf"),
+                                 source_type="MaxPool (pads)"), [src])
+        h, w, c = self.ir_shapes[src]
+        ext = [d * (k - 1) + 1 for k, d in zip(pool, dil)]
+        if h < ext[0] or w < ext[1]:
+            raise Problem(f"dilated pool {tuple(ext)} larger than the padded input {(h, w)}")
+        oh, ow = (h - ext[0]) // strides[0] + 1, (w - ext[1]) // strides[1] + 1
+        taps = [self.add(g.Slice(self.unique(f"{label}_tap{i}_{j}"), (i * dil[0], j * dil[1], 0),
+                                 (strides[0], strides[1], 1), (oh, ow, c), source_type="MaxPool (dilated tap)"), [src])
+                for i in range(pool[0]) for j in range(pool[1])]
+        out = taps[0] if len(taps) == 1 else self.add(
+            g.Elementwise(self.unique(label), "max", source_type="MaxPool (dilated)"), taps)
+        if rank == 1:
+            out = self.add(g.Reshape(self.unique(f"{label}_1d"), (ow, c), source_type="Reshape (2-D as 1-D)"), [out])
+        self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], _last(rank + 1))
+
     def _pool(self, node, a, inputs, mode):
         kernel = list(a["kernel_shape"])
         rank = len(kernel)
-        if rank not in (1, 2):
-            raise Problem(f"{rank}-D pooling (1-D and 2-D only)")
+        if rank not in (1, 2, 3):
+            raise Problem(f"{rank}-D pooling (1-D, 2-D and 3-D only)")
         if any(d != 1 for d in a.get("dilations", [1] * rank)):
-            raise Problem("pooling with dilations")
+            if mode != "max" or rank == 3:
+                raise Problem("pooling with dilations (1-D and 2-D max pooling only)")
+            if a.get("ceil_mode", 0):
+                raise Problem("pooling with dilations and ceil_mode")
+            if _text(a.get("auto_pad", "NOTSET")) in ("SAME_UPPER", "SAME_LOWER"):
+                # onnxruntime pads for the undilated kernel, the ONNX spec for the dilated one
+                raise Problem("pooling with dilations and auto_pad SAME (explicit pads only)")
+            self._dilated_max(node, a, inputs, rank, kernel)
+            return
+        if rank == 3:
+            if mode != "max":
+                raise Problem("3-D average pooling (3-D max pooling only)")
+            if a.get("ceil_mode", 0):
+                raise Problem("3-D pooling with ceil_mode")
+            self._volume(node, a, inputs, tuple(kernel), "max")
+            return
         strides = self.pair(a.get("strides"), rank, 1)
         pool = self.pair(kernel, rank, 1)
         include = mode == "avg" and bool(a.get("count_include_pad", 0))
@@ -865,6 +1194,10 @@ class _Converter:
             raise Problem(f"constant of rank {m.ndim} (a matrix only)")
         src, shape, perm = self.tensor_any(inputs[1])
         r = len(perm)
+        if self.batchless and r == 1:
+            # A @ x with x the whole (vector) input: one Dense of kernel A^T
+            self._dense(node, src, shape, m.T, None, perm)
+            return
         if r < 2:
             raise Problem("a constant times a vector per sample would contract the batch axis")
         if perm[-1] != r - 2:
@@ -1042,6 +1375,69 @@ class _Converter:
                         tuple(ct[p] for p in perm), source_type="Slice")
         self.emit(node, layer, [src], perm=perm)
 
+    def op_Split(self, node, a, inputs, consts):
+        """Each output that is read becomes a Slice of its part along the axis (constant sizes)."""
+        src, ir, perm = self.tensor_any(inputs[0])
+        shape = _unpermute(ir, perm)
+        k = self.axis(a.get("axis", 0), len(shape))
+        outputs = list(node.output)
+        if self.opset >= 13 and len(inputs) > 1 and inputs[1]:
+            if consts[1] is None:
+                raise Problem("split sizes computed from the input")
+            sizes = [int(v) for v in np.asarray(consts[1]).reshape(-1)]
+        elif self.opset < 13 and "split" in a:
+            sizes = [int(v) for v in a["split"]]
+        else:
+            parts = int(a.get("num_outputs", len(outputs)))
+            if parts != len(outputs) or parts < 1:
+                raise Problem(f"num_outputs {parts} for {len(outputs)} outputs")
+            chunk = -(-shape[k] // parts)
+            sizes = [max(0, min(chunk, shape[k] - chunk * j)) for j in range(parts)]
+        if len(sizes) != len(outputs) or any(v < 0 for v in sizes) or sum(sizes) != shape[k]:
+            raise Problem(f"split sizes {sizes} for {len(outputs)} outputs of an axis of size {shape[k]}")
+        start = 0
+        for j, (name, size) in enumerate(zip(outputs, sizes)):
+            if name and name in self.needed:
+                if size == 0:
+                    raise Problem(f"output '{name}' is empty")
+                st, ct = [0] * len(shape), list(shape)
+                st[k], ct[k] = start, size
+                layer = g.Slice(self.unique(f"{self.label(node)}_{j}"), tuple(st[p] for p in perm),
+                                (1,) * len(shape), tuple(ct[p] for p in perm), source_type="Split")
+                self.emit(node, layer, [src], output=j, perm=perm)
+            start += size
+
+    def op_Expand(self, node, a, inputs, consts):
+        """A broadcast to a constant shape: a Tile of the size-1 axes (after leading size-1 axes)."""
+        src, ir, perm = self.tensor_any(inputs[0])
+        if consts[1] is None:
+            raise Problem("shape computed from the input")
+        target = [int(v) for v in np.asarray(consts[1]).reshape(-1)]
+        shape = _unpermute(ir, perm)
+        full = (self.batch,) + tuple(shape)
+        if len(target) > len(full):
+            if self.batch != 1:
+                raise Problem(f"shape {target} adds axes before the batch axis of size {self.batch}")
+            # batch 1: the new leading axes are size 1 in the input (the batch axis moves into the sample)
+            src, ir = self.tensor(inputs[0], node)
+            shape = (1,) * (len(target) - len(full)) + tuple(shape)
+            src = self.add(g.Reshape(self.unique(f"{self.label(node)}_rank"), shape,
+                                     source_type="Expand (leading axes)"), [src])
+            ir, perm, full = shape, _identity(len(shape)), (1,) + shape
+        target = [1] * (len(full) - len(target)) + target
+        try:
+            out = g.broadcast_shape(full, tuple(target))
+        except ValueError:
+            raise Problem(f"shape {target} does not broadcast with {full}") from None
+        if out[0] != self.batch:
+            raise Problem("expanding the batch axis")
+        reps = [o // n for o, n in zip(out[1:], shape)]
+        if all(r == 1 for r in reps):
+            self.tensors[node.output[0]] = self.tensors[inputs[0]]
+            return
+        layer = g.Tile(self.unique(self.label(node)), tuple(reps[p] for p in perm), source_type="Expand")
+        self.emit(node, layer, [src], perm=perm)
+
     def gathered(self, a, inputs, consts):
         """A Gather-like node's data (tensor, IR shape, layout perm), its model shape, the axis and
         the indices (constants only), as int64."""
@@ -1102,6 +1498,26 @@ class _Converter:
         self.emit(node, layer, [src], perm=perm)
 
     def op_Softmax(self, node, a, inputs, consts):
+        self._softmax(node, a, inputs, self._softmax_layer)
+
+    def op_LogSoftmax(self, node, a, inputs, consts):
+        self._softmax(node, a, inputs, self._log_softmax_layers)
+
+    def _softmax_layer(self, node, src, axis):
+        return self.add(g.Softmax(self.unique(self.label(node)), axis, source_type="Softmax"), [src])
+
+    def _log_softmax_layers(self, node, src, axis):
+        """LogSoftmax as ONNX's reference and onnxruntime compute it: d = x - max(x); d - log(sum(exp(d)))."""
+        label = self.label(node)
+        peak = self.add(g.Reduce(self.unique(f"{label}_max"), "max", (axis,), True, source_type="LogSoftmax"), [src])
+        d = self.add(g.Elementwise(self.unique(f"{label}_shift"), "sub", source_type="LogSoftmax"), [src, peak])
+        e = self.add(g.Unary(self.unique(f"{label}_exp"), "exp", source_type="LogSoftmax"), [d])
+        total = self.add(g.Reduce(self.unique(f"{label}_sum"), "sum", (axis,), True, source_type="LogSoftmax"), [e])
+        log = self.add(g.Unary(self.unique(f"{label}_log"), "log", source_type="LogSoftmax"), [total])
+        return self.add(g.Elementwise(self.unique(label), "sub", source_type="LogSoftmax"), [d, log])
+
+    def _softmax(self, node, a, inputs, build):
+        """Softmax/LogSoftmax over one axis (opset >= 13) or over the flattened axis..end (< 13)."""
         src, ir, perm = self.tensor_any(inputs[0])
         rank = len(ir)
         axis = int(a.get("axis", -1 if self.opset >= 13 else 1))
@@ -1109,18 +1525,17 @@ class _Converter:
             raise Problem(f"axis {axis} out of range")
         axis = axis % (rank + 1)
         if axis == 0:
-            raise Problem("softmax over the batch axis")
+            raise Problem(f"{node.op_type.lower()} over the batch axis")
         if self.opset >= 13 or axis == rank:
-            layer = g.Softmax(self.unique(self.label(node)), _inverse(perm)[axis - 1], source_type="Softmax")
-            self.emit(node, layer, [src], perm=perm)
+            out = build(node, src, _inverse(perm)[axis - 1])
+            self.tensors[node.output[0]] = ("ir", out, self.ir_shapes[out], perm)
             return
         src, shape = self.tensor(inputs[0], node)
         # opset < 13: softmax over the flattened axes axis..end
         flat = (int(np.prod(shape[:axis - 1])), int(np.prod(shape[axis - 1:])))
-        name = self.add(g.Reshape(self.unique(self.label(node) + "_2d"), flat, source_type="Softmax (coerce 2-D)"),
-                        [src])
-        soft = self.add(g.Softmax(self.unique(self.label(node)), 1, source_type="Softmax"), [name])
-        self.reshape(node, soft, flat, shape)
+        name = self.add(g.Reshape(self.unique(self.label(node) + "_2d"), flat,
+                                  source_type=f"{node.op_type} (coerce 2-D)"), [src])
+        self.reshape(node, build(node, name, 1), flat, shape)
 
     def op_reduce(self, node, a, inputs, consts):
         src, ir, perm = self.tensor_any(inputs[0])

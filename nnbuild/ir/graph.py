@@ -328,6 +328,7 @@ UNARY_OPS = {
     "relu": (), "leaky_relu": ("alpha",), "elu": ("alpha",), "selu": ("alpha", "gamma"),
     "sigmoid": (), "hard_sigmoid": ("alpha", "beta"), "tanh": (), "softplus": (), "softsign": (),
     "exp": (), "log": (), "sqrt": (), "abs": (), "neg": (), "reciprocal": (), "clip": ("min", "max"),
+    "hard_swish": (), "erf": (), "gelu": ("approximate",), "sign": (), "shrink": ("lambd", "bias"),
 }
 
 
@@ -335,7 +336,8 @@ UNARY_OPS = {
 class Unary:
     """y = op(x) element-wise, `params` in the order UNARY_OPS lists them (ONNX names: Relu,
     LeakyRelu, Elu, Selu, Sigmoid, HardSigmoid, Tanh, Softplus, Softsign, Exp, Log, Sqrt, Abs, Neg,
-    Reciprocal, Clip; Keras LeakyReLU, ELU, ReLU(max_value) as clip)."""
+    Reciprocal, Clip, HardSwish, Erf, Gelu (approximate 0: none, 1: tanh), Sign, Shrink; Keras
+    LeakyReLU, ELU, ReLU(max_value) as clip)."""
 
     name: str
     op: str

@@ -16,6 +16,7 @@ Layer functions take batched channels-last tensors [N, H, W, C] (or [N, features
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict
 
 import numpy as np
@@ -224,6 +225,22 @@ def _clip(x, lo, hi):
     return np.where(x < _real(x, lo), _real(x, lo), np.where(x > _real(x, hi), _real(x, hi), x))
 
 
+def _erf(x):
+    """erf element-wise, computed in float64 (math.erf, correctly rounded to ~1 ulp) then in x's dtype."""
+    x = np.asarray(x)
+    return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype) if x.size else x
+
+
+def _gelu(x, approximate):
+    """ONNX Gelu-20: 0.5 x (1 + erf(x / sqrt 2)); approximate=1 ("tanh"):
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    half, one = _real(x, 0.5), _real(x, 1)
+    if approximate:
+        u = _real(x, math.sqrt(2.0 / np.pi)) * (x + _real(x, 0.044715) * x * x * x)
+        return half * x * (one + np.tanh(u))
+    return half * x * (one + _erf(x * _real(x, 1.0 / math.sqrt(2.0))))
+
+
 def _quiet(fn):
     def run(x, *params):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -249,6 +266,12 @@ UNARY_FUNCTIONS = {
     "neg": lambda x: -x,
     "reciprocal": _quiet(lambda x: _real(x, 1) / x),
     "clip": _clip,
+    "hard_swish": lambda x: x * _clip(_real(x, 1.0 / 6.0) * x + _real(x, 0.5), 0.0, 1.0),
+    "erf": _erf,
+    "gelu": _gelu,
+    "sign": lambda x: np.where(x > 0, _real(x, 1), np.where(x < 0, _real(x, -1), x * _real(x, 0))),
+    "shrink": lambda x, lambd, bias: np.where(x < -_real(x, lambd), x + _real(x, bias),
+                                              np.where(x > _real(x, lambd), x - _real(x, bias), _real(x, 0))),
 }
 
 

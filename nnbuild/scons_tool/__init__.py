@@ -539,6 +539,9 @@ def nn_model(env, name, model, **keywords):
     except NNBuildError as error:
         fail(str(error))
     keywords["deadline"], keywords["deadline_origin"] = model_deadline(env, name, keywords)
+    for key in ("check_data", "environment"):   # files named from the calling SConscript's folder
+        if keywords.get(key) and env.fs.File(str(keywords[key])).exists():
+            keywords[key] = env.fs.File(str(keywords[key])).abspath
     # the model and build_dir are file names, taken as written (no `$` substitution)
     build_dir = env.fs.Dir(str(build_dir or f"build/{board.name}/{name}"))
     model_node = model if isinstance(model, SCons.Node.Node) else env.fs.File(str(model))

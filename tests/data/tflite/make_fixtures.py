@@ -1,0 +1,241 @@
+"""Make the TFLite fixtures of tests/test_frontend_tflite.py and tests/test_tflm_int8.py: small Keras models converted by the
+standard TFLite converter, in float32 and with full-integer int8 quantization, and the outputs of
+each on fixed inputs from the runtimes users run them with.
+
+TensorFlow is not a dependency of nnbuild: this script runs once, by hand, in its own virtual
+environment, outside CI, and its outputs are committed:
+
+    python3 -m venv /tmp/tflite-venv
+    /tmp/tflite-venv/bin/pip install tensorflow-cpu tflite-micro ai-edge-litert
+    /tmp/tflite-venv/bin/python tests/data/tflite/make_fixtures.py
+
+It writes, beside itself, for each model M in MODELS:
+* M_float32.tflite and M_float32.npz: x (float32 inputs [cases, ...]) and y (LiteRT's float32
+  outputs, `ai_edge_litert.interpreter.Interpreter`, default kernels);
+* mlp_float16.tflite and mlp_float16.npz: the MLP with float16 weights (the converter's float16
+  quantization), LiteRT's outputs;
+* M_int8.tflite and M_int8.npz: x (the same float inputs), x_q (x quantized with the input tensor's
+  scale and zero point, int8), y_q (TFLite Micro's int8 outputs, PyPI `tflite-micro`, its Python
+  interpreter over the reference kernels: the int8 reference of nnbuild, never LiteRT) and y (y_q
+  dequantized with the output tensor's scale and zero point);
+* fixtures.json: the versions of TensorFlow, LiteRT and TFLite Micro that made them.
+
+Every random number comes from fixed seeds, so a rerun with the same versions gives the same
+models (the converter's output can still change between TensorFlow versions).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CASES = 8
+
+
+def mlp(keras):
+    """Dense layers with relu, tanh, sigmoid and a softmax output."""
+    x = keras.Input((8,), name="x")
+    y = keras.layers.Dense(16, activation="relu")(x)
+    y = keras.layers.Dense(12, activation="tanh")(y)
+    y = keras.layers.Dense(8, activation="sigmoid")(y)
+    y = keras.layers.Dense(4, activation="softmax")(y)
+    return keras.Model(x, y, name="mlp")
+
+
+def cnn(keras):
+    """Conv2D, DepthwiseConv2D, max and average pooling, Reshape and Flatten, Dense."""
+    x = keras.Input((12, 12, 2), name="x")
+    y = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(x)
+    y = keras.layers.DepthwiseConv2D(3, padding="valid", activation="relu6")(y)
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.Conv2D(6, 3, strides=2, padding="same")(y)
+    y = keras.layers.AveragePooling2D(2, padding="same")(y)
+    y = keras.layers.Reshape((-1, 6))(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(5, activation="softmax")(y)
+    return keras.Model(x, y, name="cnn")
+
+
+def merge(keras):
+    """Two branches joined by Add, Mul and Concatenate; ZeroPadding2D; global average pooling."""
+    x = keras.Input((8, 8, 3), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    b = keras.layers.ZeroPadding2D(((2, 0), (0, 2)))(x)  # not SAME: stays a PAD
+    b = keras.layers.Conv2D(4, 3, activation="tanh")(b)
+    s = keras.layers.Add()([a, b])
+    p = keras.layers.Multiply()([a, b])
+    y = keras.layers.Concatenate()([s, p])
+    y = keras.layers.Conv2D(6, 1, activation="relu")(y)
+    y = keras.layers.GlobalAveragePooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="merge")
+
+
+def conv1d(keras):
+    """A 1-D convolution: the converter writes EXPAND_DIMS -> CONV_2D -> RESHAPE around it."""
+    x = keras.Input((16, 2), name="x")
+    y = keras.layers.Conv1D(4, 3, activation="relu")(x)
+    y = keras.layers.MaxPooling1D(2)(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(3, activation="sigmoid")(y)
+    return keras.Model(x, y, name="conv1d")
+
+
+def extra(keras):
+    """LeakyReLU, hard swish, Subtract, Maximum, Permute and GlobalMaxPooling2D (REDUCE_MAX)."""
+    x = keras.Input((6, 6, 3), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    a = keras.layers.LeakyReLU(negative_slope=0.2)(a)
+    b = keras.layers.Conv2D(4, 1, activation="hard_swish")(x)
+    s = keras.layers.Subtract()([a, b])
+    m = keras.layers.Maximum()([a, b])
+    y = keras.layers.Concatenate()([s, m])
+    y = keras.layers.Permute((2, 1, 3))(y)
+    y = keras.layers.Conv2D(5, 2, strides=2)(y)
+    y = keras.layers.GlobalMaxPooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="extra")
+
+
+def core(keras):
+    """Only the integer-arithmetic operators (no softmax, tanh or logistic tables): convolutions,
+    pooling, fully connected with fused relu/relu6."""
+    x = keras.Input((10, 10, 2), name="x")
+    y = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(x)
+    y = keras.layers.DepthwiseConv2D(3, depth_multiplier=2, activation="relu6")(y)
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.AveragePooling2D(2, padding="same")(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(6, activation="relu")(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="core")
+
+
+def arith(keras):
+    """Add, Multiply, Concatenate and ZeroPadding2D between convolutions, without lookup-table operators."""
+    x = keras.Input((6, 6, 2), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    b = keras.layers.Conv2D(4, 1, activation="relu")(x)
+    y = keras.layers.Concatenate()([keras.layers.Add()([a, b]), keras.layers.Multiply()([a, b])])
+    y = keras.layers.ZeroPadding2D(((1, 0), (0, 1)))(y)
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="arith")
+
+
+def pooled(keras):
+    """GlobalAveragePooling2D (MEAN over height and width) between a convolution and a dense layer."""
+    x = keras.Input((5, 5, 3), name="x")
+    y = keras.layers.Conv2D(6, 3, padding="same", activation="relu")(x)
+    y = keras.layers.GlobalAveragePooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="pooled")
+
+
+def mixed(keras):
+    """extra's operators without hard swish: LeakyReLU, Subtract, Maximum, Permute, GlobalMaxPooling2D."""
+    x = keras.Input((6, 6, 3), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    a = keras.layers.LeakyReLU(negative_slope=0.2)(a)
+    b = keras.layers.Conv2D(4, 1)(x)
+    y = keras.layers.Concatenate()([keras.layers.Subtract()([a, b]), keras.layers.Maximum()([a, b])])
+    y = keras.layers.Permute((2, 1, 3))(y)
+    y = keras.layers.Conv2D(5, 2, strides=2)(y)
+    y = keras.layers.GlobalMaxPooling2D()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="mixed")
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith,
+          "pooled": pooled, "mixed": mixed}
+
+
+def convert(tf, model, shape, int8, float16=False):
+    """The TFLite flatbuffer of a Keras model, as users make it: `TFLiteConverter.from_keras_model`
+    (the batch axis stays free, so a Reshape becomes the SHAPE -> STRIDED_SLICE -> PACK arithmetic)."""
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    if float16:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    if int8:
+        rng = np.random.default_rng(7)
+
+        def representative():
+            for _ in range(64):
+                yield [rng.normal(0, 1, (1,) + shape).astype(np.float32)]
+
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = representative
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
+    return converter.convert()
+
+
+def litert_outputs(blob, x):
+    from ai_edge_litert.interpreter import Interpreter
+    interpreter = Interpreter(model_content=blob)
+    inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    interpreter.resize_tensor_input(inp["index"], (1,) + x.shape[1:])
+    interpreter.allocate_tensors()
+    rows = []
+    for case in x:
+        interpreter.set_tensor(inp["index"], case[None])
+        interpreter.invoke()
+        rows.append(interpreter.get_tensor(out["index"])[0].copy())
+    return np.stack(rows)
+
+
+def tflm_outputs(blob, x_q):
+    from tflite_micro.python.tflite_micro import runtime
+    rows = []
+    for case in x_q:
+        interpreter = runtime.Interpreter.from_bytes(blob)
+        interpreter.set_input(case[None], 0)
+        interpreter.invoke()
+        rows.append(np.array(interpreter.get_output(0))[0].copy())
+    return np.stack(rows)
+
+
+def quantization(blob):
+    """(input scale, input zero point, output scale, output zero point) from LiteRT's details."""
+    from ai_edge_litert.interpreter import Interpreter
+    interpreter = Interpreter(model_content=blob)
+    (si, zi), (so, zo) = (d["quantization"] for d in (interpreter.get_input_details()[0],
+                                                    interpreter.get_output_details()[0]))
+    return si, zi, so, zo
+
+
+def main():
+    import tensorflow as tf
+    import ai_edge_litert
+    import tflite_micro
+    tf.keras.utils.set_random_seed(1)
+    for name, build in MODELS.items():
+        model = build(tf.keras)
+        shape = tuple(model.input_shape[1:])
+        x = np.random.default_rng(11).normal(0, 1, (CASES,) + shape).astype(np.float32)
+        blob = convert(tf, model, shape, int8=False)
+        (HERE / f"{name}_float32.tflite").write_bytes(blob)
+        np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        if name == "mlp":  # float16 weights: DEQUANTIZE of constants ahead of float32 operators
+            blob = convert(tf, model, shape, int8=False, float16=True)
+            (HERE / f"{name}_float16.tflite").write_bytes(blob)
+            np.savez(HERE / f"{name}_float16.npz", x=x, y=litert_outputs(blob, x))
+        blob = convert(tf, model, shape, int8=True)
+        (HERE / f"{name}_int8.tflite").write_bytes(blob)
+        si, zi, so, zo = quantization(blob)
+        x_q = np.clip(np.round(x / si) + zi, -128, 127).astype(np.int8)
+        y_q = tflm_outputs(blob, x_q)
+        y = ((y_q.astype(np.float64) - zo) * so).astype(np.float32)
+        np.savez(HERE / f"{name}_int8.npz", x=x, x_q=x_q, y_q=y_q, y=y)
+        print(name, "written")
+    versions = {"tensorflow": tf.__version__, "ai-edge-litert": getattr(ai_edge_litert, "__version__", "?"),
+                "tflite-micro": getattr(tflite_micro, "__version__", "?")}
+    (HERE / "fixtures.json").write_text(json.dumps(versions, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()
