@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
 
-from nnbuild import boards, codegen, kinds, options, steps
+from nnbuild import boards, codegen, kinds, options, runners, steps
 from nnbuild.errors import NNBuildError
 
 #: where a simulator harness lives, shared by every build of a project
@@ -83,10 +83,12 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     def program(target_board, sub, what, main_source, main_defines):
         prefix = f"{sub}/" if sub else ""
         target = f"{prefix}{what}{target_board.program_suffix}"
-        tasks.append(Task("program", [target], {"sources": [code, *weights, main_source]}, role=f"{prefix}{what}",
+        runs_on = runners.check_program_parts(target_board) if what == "check" else {}
+        tasks.append(Task("program", [target], {"sources": [code, *weights, main_source, *runs_on.get("sources", [])]},
+                          role=f"{prefix}{what}",
                           options={"board": target_board.ref, "include": ["gen"], "objdir": f"{prefix}obj",
                                    "defines": {main_source: main_defines}, "header": header,
-                                   "opt": opt if target_board is board else None,
+                                   "opt": opt if target_board is board else None, "ldscript": runs_on.get("ldscript"),
                                    "model": name, "hint": codegen.too_big_hint(kinds.resolve_shape(kind, shape))}))
         return target
 
@@ -385,7 +387,8 @@ def _build_program(task, where):
         defines += [f"{k}={v}" for k, v in pairs]
     board.compiler.build_executable(board, sources, where(task.targets[0]),
                                     include_dirs=[where(d) for d in task.options["include"]],
-                                    defines=defines, opt=task.options["opt"], hint=task.options.get("hint", ""))
+                                    defines=defines, opt=task.options["opt"], hint=task.options.get("hint", ""),
+                                    **runners.script_option(task.options.get("ldscript")))
 
 
 def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
@@ -520,10 +523,12 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
     workdir = Path(workdir)
     files = steps.generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
                            target=board, input_range=input_range)   # refuses v3 code the flash cannot hold
-    sources = [f for f in files if f.suffix == ".c"] + [kind.check_main()]
+    runs_on = runners.check_program_parts(board)
+    sources = [f for f in files if f.suffix == ".c"] + [kind.check_main(), *runs_on.get("sources", [])]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[workdir / "gen"], opt=opt,
-                                              defines=[f"{k}={v}" for k, v in kind.check_defines(model.name)])
+                                              defines=[f"{k}={v}" for k, v in kind.check_defines(model.name)],
+                                              **runners.script_option(runs_on.get("ldscript")))
     harness = None
     if board.runner is not None and getattr(board.runner, "NEEDS_HARNESS", False):
         harness = board.runner.build_harness(workdir / "harness")
@@ -624,8 +629,10 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
             sources = [where(s) for s in task.sources["sources"]]
             defines = [f"{k}={v}" for pairs in task.options["defines"].values() for k, v in pairs]
             values = dict(sources=sources, board=task.options["board"], include=[where(d) for d in task.options["include"]],
-                          define=defines, opt=task.options["opt"], output=where(task.targets[0]))
-            depends += sources + [where(task.options["header"])]
+                          define=defines, opt=task.options["opt"], ldscript=task.options.get("ldscript"),
+                          output=where(task.targets[0]))
+            depends += sources + [where(task.options["header"])] + ([task.options["ldscript"]]
+                                                                     if task.options.get("ldscript") else [])
         else:
             values = dict(task.options)
             if values.get("discard"):

@@ -296,13 +296,15 @@ def harness(output, *, board):
     runner.build_harness(output)
 
 
-def program(sources, output, *, board, include=(), define=(), opt=None):
+def program(sources, output, *, board, include=(), define=(), opt=None, ldscript=None):
     """A C program for the board (compile and link in one compiler call), written atomically: the
-    check programs of a plan when no build tool compiles them (CMake, `nnbuild check`)."""
+    check programs of a plan when no build tool compiles them (CMake, `nnbuild check`). `ldscript`:
+    the linker script of the machine the board's runner runs it on (qemu-system-arm)."""
     board = boards.load_board(board)
     with files.atomic(output, executable=True) as tmp:
         board.compiler.build_executable(board, list(sources), tmp, include_dirs=list(include or ()),
-                                        defines=list(define or ()), opt=opt)
+                                        defines=list(define or ()), opt=opt,
+                                        **({"ldscript": ldscript} if ldscript else {}))
 
 
 #: objcopy output formats of the image step, by file suffix
@@ -508,7 +510,8 @@ STEPS = {s.name: s for s in (
     Step("program", "Building program", program,
          (_a("sources", nargs="+"), BOARD, _a("--include", action="append", default=[], help="include directory"),
           _a("--define", action="append", default=[], help="NAME=VALUE for the compiler"),
-          _a("--opt", default=None, help="optimisation flag (default: the board's)"), OUT),
+          _a("--opt", default=None, help="optimisation flag (default: the board's)"),
+          _a("--ldscript", default=None, help="linker script (the board runner's machine)"), OUT),
          "compile and link a C program for the board (check programs outside SCons)", code=("compilers",)),
     Step("image", "Writing image", image, (_a("elf"), BOARD, OUT),
          "the firmware as Intel HEX (.hex) or raw binary (.bin), by the board's objcopy"),

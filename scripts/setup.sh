@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 APT_PACKAGES=(gcc make gcc-avr avr-libc binutils-avr simavr libsimavr-dev libelf-dev pkg-config
-              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user cppcheck strace)
+              gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-user qemu-system-arm cppcheck strace)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -193,10 +193,13 @@ def check_board(system, board, workdir, *, shape, check_main, check_defines, io,
     gen = workdir / "gen"
     files = multiitem_c.generate(system, gen, shape=shape, sync="schedule", precision=precision,
                                  storage=board.get("weights_storage", "const"))
-    sources = [f for f in files if f.suffix == ".c"] + [check_main]
+    from nnbuild.runners import check_program_parts, script_option
+    runs_on = check_program_parts(board)   # a qemu-system-arm machine's reset code and linker script
+    sources = [f for f in files if f.suffix == ".c"] + [check_main, *runs_on.get("sources", [])]
     program = board.compiler.build_executable(board, sources, workdir / f"check{board.program_suffix}",
                                               include_dirs=[gen],
-                                              defines=[f"{k}={v}" for k, v in check_defines])
+                                              defines=[f"{k}={v}" for k, v in check_defines],
+                                              **script_option(runs_on.get("ldscript")))
     from nnbuild.checks import memory
     memory.gate_memory(board, memory.usage(board, board.compiler.section_sizes(board, program)))
     if x is None:

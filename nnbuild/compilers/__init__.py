@@ -7,10 +7,11 @@ from nnbuild.errors import NNBuildError
 
 #: what every family module gives; link_failure: the one line for a program that outgrew a memory
 #: region (or None); flash_floor_failure: unrolled code refused before compiling (or None);
-#: path_map_flags: the flags that keep the checkout's path out of the objects (reproducible builds)
+#: path_map_flags: the flags that keep the checkout's path out of the objects (reproducible builds);
+#: script_flags: the link flags of a linker script (a runner's machine)
 INTERFACE = ("require_tool", "compile_flags", "link_flags", "libs", "tool_version", "build_executable",
              "section_sizes", "link_failure", "flash_floor_failure", "path_map_flags", "clock_flags",
-             "reproducible_flags")
+             "reproducible_flags", "script_flags")
 
 FAMILIES = {
     "gcc": "nnbuild.compilers.gcc",

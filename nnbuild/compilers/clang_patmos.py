@@ -13,7 +13,7 @@ from nnbuild.compilers import gcc
 from nnbuild.compilers.gcc import (clock_flags, compile_flags, libs, path_map_flags,  # noqa: F401
                                    reproducible_flags, require_tool, section_sizes, tool_version)
 # the program-too-big lines: GNU ld's region words, the board's v3 flash floor (neither on patmos.json)
-from nnbuild.compilers.gcc import flash_floor_failure, link_failure  # noqa: F401
+from nnbuild.compilers.gcc import flash_floor_failure, link_failure, script_flags  # noqa: F401
 from nnbuild.errors import NNBuildError
 
 COMPILER = "patmos-clang"

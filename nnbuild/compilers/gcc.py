@@ -82,13 +82,14 @@ def tool_version(executable):
     return lines[0] if lines else None
 
 
-def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None, hint=""):
-    """Compile and link `sources` into `output` in one gcc call (used outside SCons, by the CLI)."""
+def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt=None, hint="", ldscript=None):
+    """Compile and link `sources` into `output` in one gcc call (used outside SCons, by the CLI);
+    `ldscript`: the linker script of the machine a runner runs it on."""
     cc = require_tool(board)
     cmd = [cc, *compile_flags(board, opt), *path_map_flags(Path.cwd(), Path(output).parent),
            *(f"-I{d}" for d in include_dirs),
            *(f"-D{d}" for d in defines), *map(str, sources), "-o", str(output),
-           *board.get("ldflags", []), *(f"-l{lib}" for lib in libs(board))]
+           *board.get("ldflags", []), *script_flags(ldscript), *(f"-l{lib}" for lib in libs(board))]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         too_big = link_failure(board, result.stderr, output=output, model=Path(sources[0]).stem, hint=hint,
@@ -98,6 +99,11 @@ def build_executable(board, sources, output, *, include_dirs=(), defines=(), opt
         first = next((l for l in result.stderr.splitlines() if "error" in l), result.stderr.strip()[:300])
         raise NNBuildError(f"{board['cc']} failed: {first}", path=sources[0])
     return Path(output)
+
+
+def script_flags(ldscript):
+    """The link flags that make `ldscript` (or none) the program's linker script."""
+    return [f"-T{ldscript}"] if ldscript else []
 
 
 def section_sizes(board, elf):

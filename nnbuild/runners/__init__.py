@@ -1,5 +1,5 @@
 """Measured runs of a generated inference function: natively on the host, under a user-mode
-emulator (qemu-arm), and cycle-exact on AVR through libsimavr.
+emulator (qemu-arm), on a Cortex-M machine (qemu-system-arm), and cycle-exact on AVR through libsimavr.
 
 A runner is one module named by a board's "simulator" in RUNNERS. It offers
 `run(board, program, x, n_out, *, io, entry=None, harness=None) -> (outputs, cycles or None)`,
@@ -26,6 +26,7 @@ from nnbuild.errors import NNBuildError
 RUNNERS = {
     "native": "nnbuild.runners.native",
     "qemu-arm": "nnbuild.runners.qemu_user",
+    "qemu-system-arm": "nnbuild.runners.qemu_system",
     "simavr": "nnbuild.runners.simavr",
 }
 
@@ -49,6 +50,20 @@ def runner_for(board):
     except KeyError:
         raise NNBuildError(f"board '{board['name']}' names unknown simulator '{name}' "
                            f"(known: {', '.join(sorted(RUNNERS))})") from None
+
+def check_program_parts(board):
+    """What the board's runner links into a check program besides the model and its main (a
+    qemu-system-arm machine: reset code and linker script): {"sources": [...], "ldscript": path}, or {}."""
+    runner = runner_for(board)
+    parts = getattr(runner, "check_program", None) if runner is not None else None
+    return parts(board) if parts else {}
+
+
+def script_option(ldscript):
+    """build_executable's keyword for a linker script, only when there is one (not every compiler
+    family takes it)."""
+    return {"ldscript": ldscript} if ldscript else {}
+
 
 CHECK_MAIN = Path(__file__).with_name("check_main.c")
 SIMAVR_RUN_SRC = Path(__file__).with_name("simavr_run.c")

@@ -830,6 +830,9 @@ class Nodes:
                 self.objects[obj_path] = obj[0]
             objects.append(self.objects[obj_path])
         target = self.node(task.targets[0])
+        if task.options.get("ldscript"):   # the linker script of the machine the board's runner runs it on
+            xenv.Append(LINKFLAGS=board.compiler.script_flags(task.options["ldscript"]))
+            xenv.Depends(target, self.env.File(task.options["ldscript"]))
         return xenv.Program(target, objects, SPAWN=explaining_spawn(board, xenv["SPAWN"], str(target),
                                                                     task.options.get("model"), task.options.get("hint")))
 

@@ -90,11 +90,18 @@ def analyze(board, elf, entry, flowfacts, workdir):
     """Run the board's analyzer; a board without one, or a missing tool, is one clear line."""
     name = board.get("wcet_tool")
     if not name:
-        raise NNBuildError(f"board '{board['name']}' has no WCET analyzer (no timing model)")
+        raise NNBuildError(f"board '{board['name']}' has no WCET analyzer ({missing_analyzer(board)})")
     result = analyzer_module(name).analyze(elf, entry, flowfacts, board, workdir)
     if result.cycles is None or result.cycles < 0:
         raise NNBuildError(f"{name} returned no bound for {entry}")
     return result
+
+
+def missing_analyzer(board):
+    """Why a board has no analyzer, in a few words: no timing model at all, or one that only its
+    runner charges so far (a qemu-system-arm board's instruction_timing)."""
+    model = board.get("timing_model")
+    return f"its timing model {model} has no analyzer yet" if model else "no timing model"
 
 
 def unavailable_reason(board, path=None):
@@ -103,7 +110,7 @@ def unavailable_reason(board, path=None):
     import shutil
     name = board.get("wcet_tool")
     if not name:
-        return f"no WCET analyzer for target {board['name']} (no timing model)"
+        return f"no WCET analyzer for target {board['name']} ({missing_analyzer(board)})"
     command = EXTERNAL_COMMANDS.get(name)
     if not command:
         return None
