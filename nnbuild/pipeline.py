@@ -295,7 +295,7 @@ def firmware_plan(*, firmware, stem, board, models, path=None, images=(".hex", "
                           {"semantic": at(mp.nodes["semantic"]), "size": f"{sub}/size.json", "trace": at(trace),
                            "run": at(model_report.sources.get("run")), "wcet": wcet_json,
                            "entry_wcet": entry_bounds or None, "entry_runs": entry_runs or None,
-                           "evidence": {**{k: at(v) for k, v in model_report.sources["evidence"].items()
+                           "evidence": {**{k: at(v) for k, v in (model_report.sources.get("evidence") or {}).items()
                                            if not k.startswith("elf:")}, "elf:firmware": firmware},
                            "data": at(model_report.sources.get("data"))},
                           options=dict(model_report.options), role=f"{mp.name}/report"))

@@ -313,7 +313,8 @@ def path_map(env, board):
     """The compiler family's flags that write the project's root as '.' into debug info, kept out of
     the command's signature ($( $)): two checkouts at different paths compile to the same objects
     under the same signatures, so a shared CacheDir serves both."""
-    return ["$(", *board.compiler.path_map_flags(env.Dir("#").abspath), "$)"]
+    flags = board.compiler.path_map_flags(env.Dir("#").abspath)
+    return ["$(", *(f.replace("$", "$$") for f in flags), "$)"]   # a `$` in the path is a character
 
 
 def cross_env(env, board, opt, verbose):
