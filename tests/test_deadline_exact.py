@@ -2,6 +2,7 @@
 from the deadline's decimal text and the board's clock (issue: 870,028 cycles at 20 MHz is exactly
 43.5014 ms, which float milliseconds made 43.501400000000004 and failed)."""
 
+import os
 import math
 from fractions import Fraction
 
@@ -57,7 +58,7 @@ clocks = st.sampled_from([1_000_000, 8_000_000, 16_000_000, 20_000_000, 48_000_0
                           3_686_400, 11_059_200]) | st.integers(1, 10**9)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=int(os.environ.get("NNBUILD_HYPOTHESIS_EXAMPLES", "400")), deadline=None)
 @given(cycles=st.integers(1, 10**10), clock_hz=clocks, digits=st.integers(1, 12))
 def test_the_gate_agrees_with_exact_arithmetic(cycles, clock_hz, digits):
     """Any deadline written as a decimal: the bound passes exactly when cycles/clock <= deadline,

@@ -8,6 +8,7 @@ check without WCET; the deadline is not checked). The report step's --deadline c
 (`deadline_spec` writes it, `read_spec` reads it) and report.json lists it under "waivers".
 """
 
+import decimal
 import math
 import re
 from fractions import Fraction
@@ -160,7 +161,7 @@ def deadline_violation(record):
     """The missed deadline's clause, in cycles (integers, never equal when the gate fails) and in ms
     with as many digits as tell the two apart."""
     if record["deadline_ms"] is not None and not record["met"]:
-        wcet_text, deadline_text = distinct_ms(record["wcet_ms"], record["deadline_ms"])
+        wcet_text, deadline_text = distinct_ms(*exact_ms(record))
         budget = record.get("deadline_cycles")
         cycles = (f"{record['wcet_cycles']:,} cycles > {budget:,} cycles" if budget is not None
                   else f"{record['wcet_cycles']:,} cycles")
@@ -168,13 +169,22 @@ def deadline_violation(record):
     return None
 
 
+def exact_ms(record):
+    """(bound, deadline) in ms as exact fractions: the bound's cycles over the clock, the deadline's
+    decimal text (at most 15 significant digits, so its float's repr gives it back)."""
+    clock, cycles = record.get("clock_hz"), record.get("wcet_cycles")
+    bound = Fraction(cycles * 1000, clock) if clock and cycles is not None else Fraction(repr(record["wcet_ms"]))
+    return bound, Fraction(repr(record["deadline_ms"]))
+
+
 def distinct_ms(a_ms, b_ms):
-    """Two durations as text, with the fewest significant digits (4 at least) that show them differ."""
-    for digits in range(4, 18):
+    """Two durations as text, with the fewest significant digits (4 at least) that show them differ;
+    exact fractions are written from their exact values, so different durations never read alike."""
+    for digits in range(4, 60):
         a, b = fmt_ms(a_ms, digits), fmt_ms(b_ms, digits)
         if a != b:
             return a, b
-    return fmt_ms(a_ms, 17), fmt_ms(b_ms, 17)
+    return fmt_ms(a_ms, 60), fmt_ms(b_ms, 60)
 
 
 def gate_soundness(record):
@@ -190,6 +200,12 @@ def gate_deadline(record):
 
 
 def fmt_ms(ms, digits=4):
+    """A duration in ms (us below 0.01 ms) with `digits` significant digits; a Fraction is rounded
+    from its exact value."""
+    if isinstance(ms, Fraction):
+        unit, value = ("ms", ms) if ms >= Fraction(1, 100) else ("us", ms * 1000)
+        exact = decimal.Context(prec=digits).divide(decimal.Decimal(value.numerator), decimal.Decimal(value.denominator))
+        return f"{exact:.{digits}g} {unit}"
     return f"{ms:.{digits}g} ms" if ms >= 0.01 else f"{ms * 1e3:.{digits}g} us"
 
 
