@@ -31,7 +31,7 @@ def random_value(rng, depth=0):
 
 def test_json_depth_matches_the_parsed_nesting():
     rng = random.Random(23)
-    for _ in range(2000):
+    for _ in range(600):
         value = random_value(rng)
         for text in (json.dumps(value), json.dumps(value, indent=1, ensure_ascii=False)):
             assert files.json_depth(text) == nesting(value), text

@@ -120,7 +120,8 @@ def float_literal(value, suffix="f"):
     infinity is written as that result, which is what the compiler would make of it, without its
     -Woverflow error. `suffix` "" writes a double literal."""
     value = float(value)
-    if suffix == "f" and math.isfinite(value) and value != 0.0:
+    # only values beyond float32's range (or below half its smallest subnormal) round to inf or 0
+    if suffix == "f" and math.isfinite(value) and value != 0.0 and not 1e-45 < abs(value) < 3.4e38:
         with np.errstate(over="ignore"):
             rounded = float(np.float32(value))
         value = rounded if rounded == 0.0 or math.isinf(rounded) else value
