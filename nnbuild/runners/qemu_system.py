@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import cortexm_timing, native
+from nnbuild.runners.qemu_user import call_sites, disassembly  # one objdump reading for both ARM runners
 
 PROGRAM_SUFFIX = ".elf"
 MEASURES_CYCLES = False
@@ -161,26 +162,6 @@ def _lines(fd, proc, program):
             raise NNBuildError(f"timed out after {TIMEOUT_S:g} s", path=program)
     if rest:
         yield rest.decode("utf-8", "replace")
-
-
-def disassembly(board, program):
-    """`objdump -d --no-show-raw-insn` of the program, with the board's objdump."""
-    done = subprocess.run([board["objdump"], "-d", "--no-show-raw-insn", str(program)], capture_output=True,
-                          text=True, errors="replace")
-    if done.returncode != 0:
-        raise NNBuildError(f"{board['objdump']} failed: {done.stderr.strip()[:200]}", path=program)
-    return done.stdout
-
-
-def call_sites(text, program, entry):
-    """(address of `entry`, the return addresses of its `bl` call sites: a Thumb BL is 4 bytes)."""
-    head = re.search(rf"^([0-9a-f]+) <{re.escape(entry)}>:$", text, re.M)
-    if not head:
-        raise NNBuildError(f"no function {entry} in the program", path=program)
-    calls = re.findall(rf"^\s*([0-9a-f]+):\s+bl(?:\.w)?\s+[0-9a-f]+ <{re.escape(entry)}>$", text, re.M)
-    if not calls:
-        raise NNBuildError(f"no call of {entry} in the program", path=program)
-    return int(head.group(1), 16), {int(a, 16) + 4 for a in calls}
 
 
 def _traced_pc(line):

@@ -87,11 +87,12 @@ def instruction_cost(board, text, program):
 
 
 def call_sites(text, program, entry):
-    """(address of `entry`, the return addresses of its `bl` call sites) from the objdump text."""
+    """(address of `entry`, the return addresses of its `bl` call sites) from the objdump text (ARM
+    `bl`/`blx` and Thumb-2 `bl`/`bl.w` are 4 bytes each)."""
     head = re.search(rf"^([0-9a-f]+) <{re.escape(entry)}>:$", text, re.M)
     if not head:
         raise NNBuildError(f"no function {entry} in the program", path=program)
-    calls = re.findall(rf"^\s*([0-9a-f]+):\s+blx?\s+[0-9a-f]+ <{re.escape(entry)}>$", text, re.M)
+    calls = re.findall(rf"^\s*([0-9a-f]+):\s+bl(?:x|\.w)?\s+[0-9a-f]+ <{re.escape(entry)}>$", text, re.M)
     if not calls:
         raise NNBuildError(f"no call of {entry} in the program", path=program)
     return int(head.group(1), 16), {int(a, 16) + 4 for a in calls}
