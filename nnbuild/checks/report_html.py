@@ -22,7 +22,7 @@ from markupsafe import Markup
 from nnbuild import files
 from nnbuild.checks import gates
 from nnbuild.checks.deadline import fmt_ms
-from nnbuild.checks.report import cycles_text, pct
+from nnbuild.checks.report import cycles_text, error_text, pct
 
 #: layer colours, in model order (a colour-blind-safe palette: Okabe-Ito, then Tol's muted)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -109,16 +109,6 @@ def nice_step(top, ticks=5):
     raw = top / ticks
     power = 10 ** math.floor(math.log10(raw))
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-
-
-def error_text(report, value):
-    """An error as the model's kind writes it (TPG: a count of actions)."""
-    if value is None:
-        return "-"
-    try:
-        return (report.get("error_format") or "{:.3g}").format(value)
-    except (ValueError, TypeError):
-        return str(value)
 
 
 # --------------------------------------------------------------------------- the gates

@@ -326,8 +326,9 @@ def _table_input(x, scale, zero_point):
     return np.asarray(x, np.int64) - int(zero_point), multiplier, shift, radius
 
 
-def logistic(x, scale, zero_point):
-    """reference_integer_ops::Logistic: output scale 1/256, zero point -128."""
+def _saturating_table(x, scale, zero_point, inside):
+    """TFLite Micro's int8 logistic and tanh share this frame: inputs past the radius saturate,
+    the others go through `inside(q4)` on the input rescaled to 4 integer bits."""
     centred, multiplier, shift, radius = _table_input(x, scale, zero_point)
     out = []
     for d in centred.reshape(-1).tolist():
@@ -337,23 +338,18 @@ def logistic(x, scale, zero_point):
             out.append(127)
         else:
             q4 = int(multiply_by_quantized_multiplier(np.int64(d), multiplier, shift))
-            out.append(min(max(_divide_by_pot(_logistic_f0(q4), 23) - 128, -128), 127))
+            out.append(min(max(inside(q4), -128), 127))
     return np.array(out, np.int8).reshape(centred.shape)
+
+
+def logistic(x, scale, zero_point):
+    """reference_integer_ops::Logistic: output scale 1/256, zero point -128."""
+    return _saturating_table(x, scale, zero_point, lambda q4: _divide_by_pot(_logistic_f0(q4), 23) - 128)
 
 
 def tanh(x, scale, zero_point):
     """reference_integer_ops::Tanh: output scale 1/128, zero point 0."""
-    centred, multiplier, shift, radius = _table_input(x, scale, zero_point)
-    out = []
-    for d in centred.reshape(-1).tolist():
-        if d <= -radius:
-            out.append(-128)
-        elif d >= radius:
-            out.append(127)
-        else:
-            q4 = int(multiply_by_quantized_multiplier(np.int64(d), multiplier, shift))
-            out.append(min(max(_divide_by_pot(_tanh_f0(q4), 24), -128), 127))
-    return np.array(out, np.int8).reshape(centred.shape)
+    return _saturating_table(x, scale, zero_point, lambda q4: _divide_by_pot(_tanh_f0(q4), 24))
 
 
 def softmax(x, scale, beta=1.0):
