@@ -91,17 +91,25 @@ def reference(model, output, *, count=32, seed=1, input_range=(-1.0, 1.0), envir
 
 
 def run(program, output, *, board, inputs, entry=None, harness=None):
-    """run_<label>.npz: the outputs (and cycles) of a check program on the board's runner."""
+    """run_<label>.npz: the outputs (and cycles, and the stack high-water mark of each call where the
+    runner measures it) of a check program on the board's runner."""
     board = boards.load_board(board)
     runner = board.runner
     if runner is None:
         raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run")
     with np.load(inputs) as data:
         kind, x, n_out = kinds.get(npz_kind(data)), data["x"], data["y"].reshape(len(data["y"]), -1).shape[1]
-    outputs, cycles = runner.run(board, program, x, n_out, io=kind.IO, entry=entry, harness=harness)
+    stack = None
+    if hasattr(runner, "run_with_stack"):   # a runner whose check program reports its stack high-water mark
+        outputs, cycles, stack = runner.run_with_stack(board, program, x, n_out, io=kind.IO, entry=entry,
+                                                       harness=harness)
+    else:
+        outputs, cycles = runner.run(board, program, x, n_out, io=kind.IO, entry=entry, harness=harness)
     arrays = {"outputs": kind.decode(outputs, program)}
     if cycles is not None:
         arrays["cycles"] = np.asarray(cycles, dtype=np.int64)
+    if stack is not None:
+        arrays["stack"] = np.asarray(stack, dtype=np.int64)
     save_npz(output, **arrays)
 
 

@@ -1,5 +1,6 @@
 """Memory report and gate: flash = text + data, RAM = data + bss + a static stack bound where the
-board has a stack analyzer (AVR); placement check for data read with 16-bit flash pointers."""
+board has a stack analyzer (AVR, Cortex-M); the bound held to the stack a run measured (Cortex-M
+under qemu-system-arm); placement check for data read with 16-bit flash pointers."""
 
 import json
 
@@ -54,6 +55,30 @@ def stack_bound(board, elf, entries, flowfacts=None):
         except NNBuildError as error:
             reasons.append(f"{entry}: {error}")
     raise NNBuildError(f"no stack bound: {'; '.join(reasons) or 'no entry given'}", path=elf)
+
+
+def stack_violation(record):
+    """One clause when the stack a run measured exceeds the static bound (the analysis missed
+    something: the build must not trust the RAM figure), else None."""
+    measured, bound = record.get("measured_stack_bytes"), record.get("stack_bytes")
+    if measured is None or bound is None or measured <= bound:
+        return None
+    entry = (record.get("stack") or {}).get("entry")
+    return (f"measured stack {measured:,} bytes > static stack bound {bound:,} bytes"
+            f"{f' of {entry}' if entry else ''}: the bound is unsound for this program")
+
+
+def stack_gate_detail(record):
+    """The stack soundness gate's verdict and text: (verdict, detail), or None without a measurement."""
+    measured, bound = record.get("measured_stack_bytes"), record.get("stack_bytes")
+    if measured is None:
+        return None
+    if bound is None:
+        return "na", f"measured {measured:,} bytes; no static stack bound on this board"
+    broken = stack_violation(record)
+    entry = (record.get("stack") or {}).get("entry")
+    return ("fail", broken) if broken else (
+        "pass", f"measured {measured:,} bytes <= static bound {bound:,} bytes{f' ({entry})' if entry else ''}")
 
 
 def check_near_flash(board, elf, trace_path):

@@ -152,6 +152,10 @@ def gate_list(r):
     else:
         why = r.get("wcet_error") or r.get("wcet_unavailable") or "no WCET bound"
         gate("WCET bound soundness", "na", f"no bound: {why}")
+    stack = memory.stack_gate_detail(r)
+    if stack:
+        gate("stack bound soundness", stack[0], stack[1],
+             {"measured_stack_bytes": r.get("measured_stack_bytes"), "stack_bytes": r.get("stack_bytes")})
     for kind, what in (("flash", "flash"), ("ram", "RAM")):
         used, cap = r.get(f"{kind}_bytes"), r.get(f"{kind}_capacity")
         stack = " incl. the stack bound" if kind == "ram" and r.get("stack_bytes") else ""
@@ -216,6 +220,14 @@ def run_cycles(run):
         return data["cycles"] if "cycles" in data.files else None
 
 
+def run_stack(run):
+    """The deepest stack any case of a run .npz used (None when the runner measures none)."""
+    if not run:
+        return None
+    with np.load(run) as data:
+        return int(data["stack"].max()) if "stack" in data.files and len(data["stack"]) else None
+
+
 def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, precision="float32",
                  shape="auto", opt=None, deadline=None, deadline_origin=None, entries=None, files=(),
                  inputs=None):
@@ -252,7 +264,7 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
         "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
         "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
         "flash_capacity": size["flash_capacity"], "ram_capacity": size["ram_capacity"],
-        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"),
+        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"), "measured_stack_bytes": run_stack(run),
         "layers": [{k: l[k] for k in ("name", "type", "activation", "inputs", "units", "lines")}
                    for l in trace["layers"]],
         "passes": trace["passes"],
@@ -402,5 +414,7 @@ def summary_text(r):
         lines.append(f"  waived   : {waiver}")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
     stack = f" incl. stack <= {r['stack_bytes']:,} bytes" if r.get("stack_bytes") else ""
+    if r.get("measured_stack_bytes") is not None:
+        stack += f" (measured {r['measured_stack_bytes']:,})"
     lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}{stack}")
     return "\n".join(lines)

@@ -381,7 +381,10 @@ def memory_view(r):
                          "legend": legend([(c, n, v, v / whole if whole else 0.0) for n, v, c, _ in segs]),
                          "share_of": "share of " + ("the capacity" if cap else "the use")})
     s = r.get("stack")
-    return {"memories": memories, "stack": {"bytes": f"{stack:,}", "entry": s.get("entry"), "path": s.get("path") or []}
+    measured = r.get("measured_stack_bytes")
+    return {"memories": memories, "stack": {"bytes": f"{stack:,}", "entry": s.get("entry"), "path": s.get("path") or [],
+                                            "measured": f"{measured:,}" if measured is not None else None,
+                                            "within": measured is None or measured <= stack}
             if s else None, "no_stack": not s and not r.get("stack_bytes")}
 
 
