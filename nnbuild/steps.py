@@ -110,6 +110,7 @@ def run(program, output, *, board, inputs, entry=None, harness=None):
         arrays["cycles"] = np.asarray(cycles, dtype=np.int64)
     if stack is not None:
         arrays["stack"] = np.asarray(stack, dtype=np.int64)
+        arrays["stack_entry"] = np.array(entry or "")
     save_npz(output, **arrays)
 
 

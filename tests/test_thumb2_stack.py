@@ -237,3 +237,10 @@ def test_a_measured_stack_above_the_bound_fails_the_report_in_one_line():
     assert memory.stack_violation(dict(record, measured_stack_bytes=688)) is None
     report = {"tolerance": 1e-3, "max_abs_error_by_run": {"host": 0.0}, "check_inputs": 1, **record}
     assert gates.violations(report) == [clause]
+    # with a firmware, RAM counts main's bound; the inference's run is held to the inference's own
+    firmware = {"measured_stack_bytes": 690, "measured_stack_entry": "f1tenth_infer", "stack_bytes": 944,
+                "stack": {"entry": "main", "entries": {"main": 944, "f1tenth_infer": 688}}}
+    assert memory.stack_violation(firmware) == ("measured stack 690 bytes > static stack bound 688 bytes of "
+                                                "f1tenth_infer: the bound is unsound for this program")
+    assert memory.stack_gate_detail(dict(firmware, measured_stack_bytes=684)) == (
+        "pass", "measured 684 bytes <= static bound 688 bytes of f1tenth_infer")

@@ -221,11 +221,15 @@ def run_cycles(run):
 
 
 def run_stack(run):
-    """The deepest stack any case of a run .npz used (None when the runner measures none)."""
+    """{"measured_stack_bytes": the deepest stack any case of a run .npz used, "measured_stack_entry":
+    the function called} (None each when the runner measures none)."""
     if not run:
-        return None
+        return {"measured_stack_bytes": None, "measured_stack_entry": None}
     with np.load(run) as data:
-        return int(data["stack"].max()) if "stack" in data.files and len(data["stack"]) else None
+        if "stack" not in data.files or not len(data["stack"]):
+            return {"measured_stack_bytes": None, "measured_stack_entry": None}
+        entry = str(data["stack_entry"]) if "stack_entry" in data.files else ""
+        return {"measured_stack_bytes": int(data["stack"].max()), "measured_stack_entry": entry or None}
 
 
 def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, precision="float32",
@@ -264,7 +268,7 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
         "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
         "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
         "flash_capacity": size["flash_capacity"], "ram_capacity": size["ram_capacity"],
-        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"), "measured_stack_bytes": run_stack(run),
+        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"), **run_stack(run),
         "layers": [{k: l[k] for k in ("name", "type", "activation", "inputs", "units", "lines")}
                    for l in trace["layers"]],
         "passes": trace["passes"],
@@ -415,6 +419,8 @@ def summary_text(r):
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
     stack = f" incl. stack <= {r['stack_bytes']:,} bytes" if r.get("stack_bytes") else ""
     if r.get("measured_stack_bytes") is not None:
-        stack += f" (measured {r['measured_stack_bytes']:,})"
+        bound, entry = memory.measured_stack_bound(r)
+        stack += f"; {entry or 'the call'} measured {r['measured_stack_bytes']:,}" + (
+            f" <= its bound {bound:,}" if bound is not None and entry != (r.get("stack") or {}).get("entry") else "")
     lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}{stack}")
     return "\n".join(lines)

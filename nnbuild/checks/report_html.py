@@ -382,9 +382,12 @@ def memory_view(r):
                          "share_of": "share of " + ("the capacity" if cap else "the use")})
     s = r.get("stack")
     measured = r.get("measured_stack_bytes")
+    from nnbuild.checks.memory import measured_stack_bound, stack_violation
+    bound, entry = measured_stack_bound(r)
     return {"memories": memories, "stack": {"bytes": f"{stack:,}", "entry": s.get("entry"), "path": s.get("path") or [],
                                             "measured": f"{measured:,}" if measured is not None else None,
-                                            "within": measured is None or measured <= stack}
+                                            "measured_entry": entry, "measured_bound": f"{bound:,}" if bound else "-",
+                                            "within": not stack_violation(r)}
             if s else None, "no_stack": not s and not r.get("stack_bytes")}
 
 
