@@ -1,8 +1,8 @@
 """The Cortex-M boards run their check programs on qemu-system-arm: stm32f407 (Cortex-M4F, mps2-an386)
 and rp2040 (Cortex-M0+, on microbit's ARMv6-M Cortex-M0). The semantic gate reads the target's
 outputs, the cycles are the TRM table charged over the executed path, the same on every run; an
-executed instruction the board's table cannot cost stops the run in one line; a deadline still
-needs a waiver (no analyzer yet)."""
+executed instruction the board's table cannot cost stops the run in one line; the stack the run
+measures stays within the static bound; a deadline still needs a waiver (no analyzer yet)."""
 
 import json
 import shutil
@@ -37,6 +37,12 @@ def test_models_run_on_the_cortex_m_core_with_stable_cycles(tmp_path, board, mod
     assert len(cycles) == len(target["outputs"]) and (cycles > 0).all()
     assert report["measured_cycles"] == int(cycles.max())
     assert (build / "gate.json").exists()
+    # the stack: painted and read around each call on the core, within the call's static bound
+    stack, entry = report["stack"], f"{model}_infer"
+    assert report["ram_bytes"] == report["data_bytes"] + report["bss_bytes"] + stack["bytes"]
+    assert report["measured_stack_entry"] == entry and len(target["stack"]) == len(target["outputs"])
+    assert 0 < report["measured_stack_bytes"] == int(target["stack"].max()) <= stack["entries"][entry]
+    assert {g["name"]: g["verdict"] for g in report["gates"]}["stack bound soundness"] == "pass"
     if model == "xor":   # the same figure on every run (a second run of the same program)
         again = tmp_path / "again.npz"
         steps.run(str(build / "check.elf"), str(again), board=board, inputs=str(build / "inputs.npz"),
