@@ -45,6 +45,10 @@ from nnbuild.wcet import avr_indirect
 CALL_CLOBBERED = ("r0", "r1", "r2", "r3", "ip", "lr")
 _ARM_INS_B = 11          # capstone.arm.ARM_INS_B: B and every Bcc
 _BRANCHES = ("b", "cbz", "cbnz", "tbb", "tbh", "bx")
+#: libgcc's ARMv6-M switch helpers (gcc -Os): `bl __gnu_thumb1_case_uqi` with the table after the BL
+_THUMB1_CASE = "__gnu_thumb1_case_"
+#: the helpers this analysis reads the table of: entry width in bytes and signedness
+_THUMB1_TABLES = {"uqi": (1, False), "sqi": (1, True), "uhi": (2, False), "shi": (2, True)}
 
 
 @dataclass
@@ -298,6 +302,8 @@ class _FlowWalk:
             self.registers(insn, m, regs, writes, depth)
         state = _State(depth, tuple(sorted(regs.items())))
         out = [(nxt, st)] if conditional else []     # not executed: nothing changes
+        if call and self.prog.describe(insn.operands[0].imm & ~1).startswith(_THUMB1_CASE):
+            return out + [(t, state) for t in self.thumb1_case(insn)]   # it returns into a case, not to nxt
         if returns:
             if depth != 0:
                 raise self.a.error(addr, f"return at SP depth {depth} (expected 0)")
@@ -437,21 +443,20 @@ class _FlowWalk:
         return out
 
     def guard_count(self, at, index):
-        """K + 1 when one of the three instructions before `at` is `cmp index, #K` followed by an
-        unsigned guard branch (bhi/bls) before `at`; else None."""
+        """K + 1 when, among the four instructions before `at`, `cmp index, #K` is followed by an
+        unsigned guard branch (bhi/bls) and nothing after it writes `index`; else None."""
         seen_branch, addr = False, at
-        for _ in range(4):
-            prev = next((p for p in (self.prog.insn(addr - 2), self.prog.insn(addr - 4))
+        for _ in range(5):
+            prev = next((p for p in (self.prog.insn(addr - 4), self.prog.insn(addr - 2))
                          if p is not None and p.address + p.size == addr), None)
             if prev is None:
                 return None
             name = prev.mnemonic.split(".")[0]
             if name in ("bhi", "bls"):
                 seen_branch = True
-            elif (name == "cmp" and seen_branch and _reg(prev, prev.operands[0]) == index
-                  and prev.operands[1].type == 2):
-                return prev.operands[1].imm + 1
-            elif name not in ("b",):
+            elif name == "cmp" and _reg(prev, prev.operands[0]) == index:
+                return prev.operands[1].imm + 1 if seen_branch and prev.operands[1].type == 2 else None
+            elif index in {prev.reg_name(r) for r in prev.regs_access()[1]}:
                 return None
             addr = prev.address
         return None
@@ -479,6 +484,25 @@ class _FlowWalk:
             return None
         words = [self.prog.word(table + 4 * i) for i in range(count)]
         return None if None in words else [w & ~1 for w in words]
+
+    def thumb1_case(self, insn):
+        """The cases a `bl __gnu_thumb1_case_<kind>` returns into: the table right after the BL, as
+        many entries as the `cmp r0, #K ; bhi` guard before it allows, each an offset in halfwords."""
+        helper = self.prog.describe(insn.operands[0].imm & ~1)
+        kind = helper[len(_THUMB1_CASE):]
+        count = self.guard_count(insn.address, "r0")
+        if kind not in _THUMB1_TABLES or count is None:
+            raise self.a.error(insn.address, f"switch through {helper} the analysis cannot read "
+                               "(a table it does not know, or no 'cmp r0, #K ; bhi' guard)")
+        width, signed = _THUMB1_TABLES[kind]
+        table = insn.address + insn.size
+        out = []
+        for i in range(count):
+            raw = self.prog.read(table + width * i, width)
+            if raw is None:
+                raise self.a.error(insn.address, "switch table outside the image")
+            out.append(table + 2 * int.from_bytes(raw, "little", signed=signed))
+        return out
 
     def switch_targets(self, insn, m):
         """The targets of a TBB/TBH [pc, rN]: the table after it, as many entries as the `cmp rN, #K ;
