@@ -130,9 +130,10 @@ def compare(reference, output, *, runs, tolerance=1e-4):
     return results
 
 
-def size(elf, output, *, board, entry=(), trace=None, flowfacts=None):
+def size(elf, output, *, board, entry=(), trace=None, flowfacts=None, record_errors=False):
     """size.json: flash and RAM (with the static stack bound where the board has an analyzer); the
-    memory gate fails here, before any simulator run."""
+    memory gate fails here, before any simulator run. `record_errors` (a precision=auto candidate):
+    an image that does not fit is written with its figures instead, and the report's gates refuse it."""
     from nnbuild.checks import memory
     board = boards.load_board(board)
     stack = memory.stack_bound(board, elf, entry, flowfacts)
@@ -140,7 +141,11 @@ def size(elf, output, *, board, entry=(), trace=None, flowfacts=None):
     use["stack"] = stack
     if trace:
         memory.check_near_flash(board, elf, trace)
-    memory.gate_memory(board, use)
+    over = memory.over_capacity(use, board["name"])
+    if over and not record_errors:
+        raise NNBuildError(over)
+    if over:
+        print(f"memory: {over} (a candidate that does not fit)")
     save_json(output, use)
 
 
@@ -482,7 +487,10 @@ STEPS = {s.name: s for s in (
          (_a("elf"), BOARD, _a("--entry", action="append", default=[],
                                help="function whose stack bound counts in RAM (first that can be bounded wins)"),
           _a("--trace", help="trace.json of the generated code (flash placement check)"),
-          _a("--flowfacts", help="flow facts of the generated code (indirect call targets for the stack bound)"), OUT),
+          _a("--flowfacts", help="flow facts of the generated code (indirect call targets for the stack bound)"),
+          _a("--record-errors", action="store_true",
+             help="write an image that does not fit instead of failing; its report's gates refuse it (precision=auto)"),
+          OUT),
          "memory report and gate of a linked image", code=("checks", "wcet", "compilers"), cacheable=False),
     Step("wcet", "WCET analysis", wcet,
          (_a("elf"), BOARD, _a("--entry", required=True), _a("--flowfacts", required=True),

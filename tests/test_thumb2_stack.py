@@ -184,6 +184,18 @@ def test_switch_tables_are_followed(tmp_path, board, opt):
     assert result["path"][-1] == "deep" and result["per_function"]["deep"] >= 200
 
 
+@pytest.mark.parametrize("board", BOARDS)
+def test_libgcc_double_routines_are_followed(tmp_path, board):
+    """Soft double on both cores: libgcc's __aeabi_f2d jumps into __adddf3's tail with its registers
+    pushed, and __aeabi_dmul's `bleq label` enters code that returns to it with `bx lr` or pops the
+    whole frame; both are walked as the function's own code."""
+    source = "double fd(float x, double y, double z) { return (x + y) * z; }\n"
+    elf = link(tmp_path, board, source, "fd")
+    result = stack_bound(elf, "fd")
+    assert result["path"][0] == "fd" and result["bytes"] >= 8
+    assert any(name in result["per_function"] for name in ("__aeabi_dmul", "__muldf3"))
+
+
 def test_the_cortex_m_boards_name_the_thumb2_analyzer():
     for name in BOARDS:
         board = boards.load_board(name)
@@ -245,3 +257,27 @@ def test_a_measured_stack_above_the_bound_fails_the_report_in_one_line():
                                                 "f1tenth_infer: the bound is unsound for this program")
     assert memory.stack_gate_detail(dict(firmware, measured_stack_bytes=684)) == (
         "pass", "measured 684 bytes <= static bound 688 bytes of f1tenth_infer")
+
+
+def test_an_image_that_does_not_fit_stops_the_build_but_is_a_row_for_precision_auto(tmp_path):
+    """RAM = data + bss + the stack bound against ram_bytes: too much fails the memory step in one
+    line; a precision=auto candidate (record_errors) writes its figures and its gates refuse it."""
+    from nnbuild import steps
+    from nnbuild.checks import gates
+    elf = link(tmp_path, "stm32f407", NESTED.replace("%SIZE%", "300"), "nested_infer")
+    data = json.loads((ROOT / "toolchains" / "stm32f407.json").read_text())
+    board = tmp_path / "tiny.json"
+    board.write_text(json.dumps({**data, "name": "tiny", "ram_bytes": 256}))
+    out = tmp_path / "size.json"
+    with pytest.raises(NNBuildError) as error:
+        steps.size(str(elf), str(out), board=str(board), entry=["nested_infer"])
+    assert not out.exists()
+    steps.size(str(elf), str(out), board=str(board), entry=["nested_infer"], record_errors=True)
+    use = json.loads(out.read_text())
+    bound = stack_bound(elf, "nested_infer")["bytes"]
+    assert use["ram_bytes"] == use["data_bytes"] + use["bss_bytes"] + bound > 256
+    assert use["stack"]["entries"] == {"nested_infer": bound}
+    line = f"ram {use['ram_bytes']:,} bytes needed > 256 bytes on tiny"
+    assert str(error.value) == line
+    report = {"tolerance": 1e-3, "max_abs_error_by_run": {"host": 0.0}, "check_inputs": 1, "target": "tiny", **use}
+    assert gates.violations(report) == [line]

@@ -18,16 +18,23 @@ def usage(board, sizes, stack_bytes=None):
             **{f"{k}_bytes": v for k, v in sizes.items()}}
 
 
+def over_capacity(use, board_name):
+    """The needed vs available bytes of every memory that overflows, as one clause (None when the
+    image fits): the memory gate's line, and a precision=auto candidate's reason not to qualify."""
+    over = []
+    for kind in ("flash", "ram"):
+        cap = use.get(f"{kind}_capacity")
+        if cap and use[f"{kind}_bytes"] > cap:
+            over.append(f"{kind} {use[f'{kind}_bytes']:,} bytes needed > {cap:,} bytes")
+    return f"{' and '.join(over)} on {board_name}" if over else None
+
+
 def gate_memory(board, use):
     """Fail with the needed vs available bytes (every memory that overflows, one line) when the
     image cannot fit the board."""
-    over = []
-    for kind in ("flash", "ram"):
-        cap = use[f"{kind}_capacity"]
-        if cap and use[f"{kind}_bytes"] > cap:
-            over.append(f"{kind} {use[f'{kind}_bytes']:,} bytes needed > {cap:,} bytes")
+    over = over_capacity(use, board["name"])
     if over:
-        raise NNBuildError(f"{' and '.join(over)} on {board['name']}")
+        raise NNBuildError(over)
 
 
 def bar(used, capacity, width=10):

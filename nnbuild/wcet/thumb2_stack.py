@@ -7,7 +7,9 @@ or reserve. The stack is full-descending, so the call uses RAM addresses [SP_at_
 SP_at_call). Exception frames (interrupts, faults) are not included.
 
 Method: each function reachable from the entry (BL targets, flow-fact targets of BLX/BX through a
-register, and branches leaving the function's symbol = tail calls) is decoded with capstone by
+register, and branches at depth 0 to another symbol's start = tail calls; a branch into another
+function's body, or one at a non-zero depth, is followed as the function's own code, as libgcc's
+__aeabi_f2d shares __adddf3's tail) is decoded with capstone by
 following its control flow from its entry (literal pools are never decoded), and a forward data
 flow over it carries the SP depth below the function's entry SP plus a small register file
 ("SP at depth d", a constant, or unknown) so frame-pointer and large-frame idioms can be followed:
@@ -29,8 +31,7 @@ callees of a BLX rN (the bound takes the deepest) and the targets of a BX rN (ta
 
 Assumptions (AAPCS): r4-r11 survive calls. Refused with NNBuildError in one line naming the
 function and address: an SP write the analysis cannot bound (a variable-size frame), a PC write it
-cannot follow, an indirect call or jump without a flow fact, recursion, a return or tail call at a
-non-zero depth, popping above the entry SP, two paths meeting at different depths, or an
+cannot follow, an indirect call or jump without a flow fact, recursion, a return at a non-zero depth, popping above the entry SP, two paths meeting at different depths, or an
 instruction capstone cannot decode.
 """
 
@@ -135,6 +136,10 @@ class Program:
     def _next_start(self, start):
         return next((s for s, _size, _name in self.symbols if s > start), start + 2)
 
+    def is_entry(self, addr):
+        """True when a code symbol starts at `addr` (a function a tail call may enter)."""
+        return any(start == addr for start, _size, _name in self.symbols)
+
     def describe(self, addr):
         sym = self.symbol_at(addr)
         if sym is None:
@@ -236,25 +241,30 @@ class _FlowWalk:
         self.conditional = set()
 
     def run(self):
-        work = [self.func.start]
-        self.states[self.func.start] = _State(0, ())
+        """The walk: one state per (address, local return point in LR), so code a `bl label` enters
+        from two places returns to each of them (libgcc's __aeabi_dmul)."""
+        start = (self.func.start, None)
+        work = [start]
+        self.states[start] = _State(0, ())
         while work:
-            addr = work.pop()
-            for succ, state in self.step(addr, self.states[addr]):
-                if self.merge(succ, state, addr):
-                    work.append(succ)
+            key = work.pop()
+            for succ, state in self.step(key[0], self.states[key]):
+                lr = dict(state.regs).get("lr")
+                nxt = (succ, lr if lr and lr[0] == "ret" else None)
+                if self.merge(nxt, state, key[0]):
+                    work.append(nxt)
 
-    def merge(self, addr, state, src):
-        old = self.states.get(addr)
+    def merge(self, key, state, src):
+        old = self.states.get(key)
         if old is None:
-            self.states[addr] = state
+            self.states[key] = state
             return True
         if old.depth != state.depth:
-            raise self.a.error(addr, f"paths meet with SP depths {old.depth} and {state.depth} (from 0x{src:x})")
+            raise self.a.error(key[0], f"paths meet with SP depths {old.depth} and {state.depth} (from 0x{src:x})")
         regs = tuple(sorted(set(old.regs) & set(state.regs)))
         if regs == old.regs:
             return False
-        self.states[addr] = _State(old.depth, regs)
+        self.states[key] = _State(old.depth, regs)
         return True
 
     def fetch(self, addr):
@@ -297,11 +307,21 @@ class _FlowWalk:
         if depth < 0:
             raise self.a.error(addr, "pops above the function's entry SP")
         self.peak(depth)
+        out = [(nxt, st)] if conditional else []     # not executed: nothing changes
+        if m == "bl" and not self.prog.is_entry(insn.operands[0].imm & ~1):
+            # a BL to a label, not a function (libgcc's `bleq Lml_s`): code of this function that
+            # either returns to the BL with `bx lr` or pops this function's frame and returns
+            regs["lr"] = ("ret", nxt)
+            return out + [(insn.operands[0].imm & ~1, _State(depth, tuple(sorted(regs.items()))))]
+        lr = regs.get("lr")
+        if lr and lr[0] == "ret" and (m == "bx" or (m == "mov" and _reg(insn, insn.operands[0]) == "pc")) \
+                and _reg(insn, insn.operands[-1]) == "lr":
+            del regs["lr"]                            # back from a `bl label` to the instruction after it
+            return out + [(lr[1], _State(depth, tuple(sorted(regs.items()))))]
         call = self.call_effect(insn, m, regs, depth)
         if not call:
             self.registers(insn, m, regs, writes, depth)
         state = _State(depth, tuple(sorted(regs.items())))
-        out = [(nxt, st)] if conditional else []     # not executed: nothing changes
         if call and self.prog.describe(insn.operands[0].imm & ~1).startswith(_THUMB1_CASE):
             return out + [(t, state) for t in self.thumb1_case(insn)]   # it returns into a case, not to nxt
         if returns:
@@ -434,12 +454,12 @@ class _FlowWalk:
             raise self.a.error(addr, f"PC written by '{insn.mnemonic} {insn.op_str}', which the analysis cannot follow")
         out = []
         for t in targets:
-            if self.lo <= t < self.hi:
+            if self.lo <= t < self.hi or state.depth != 0 or not self.prog.is_entry(t):
+                # its own code, or code it shares with another function (libgcc's __aeabi_f2d jumps
+                # into __adddf3's normalisation with its registers pushed): followed as its own
                 out.append((t, state))
             else:
-                if state.depth != 0:
-                    raise self.a.error(addr, f"tail call to 0x{t:x} at SP depth {state.depth}")
-                self.call(t, 0)
+                self.call(t, 0)                      # a tail call: the callee's bound, memoised
         return out
 
     def guard_count(self, at, index):
@@ -538,7 +558,7 @@ def _arith(op, srcs):
     if op == "rsb":
         (ka, a), (kb, b) = (kb, b), (ka, a)
         op = "sub"
-    if kb != "c":
+    if kb != "c" or ka not in ("c", "sp"):
         return None
     if ka == "sp":                                   # address = entry SP - depth (+/-) b
         return ("sp", a - _signed32(b) if op.startswith("add") else a + _signed32(b))
