@@ -38,7 +38,8 @@ def check_defines(name):
     not opened while SCons reads the build description)."""
     api = codegen.api(name)
     return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
-            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"])]
+            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"]),
+            ("NN_INPUT_COUNT", api["input_count_macro"]), ("NN_ARGS", api["args_macro"])]
 
 
 def reference_arrays(model, count, seed, input_range, data=None):
@@ -46,11 +47,11 @@ def reference_arrays(model, count, seed, input_range, data=None):
     expected outputs as y_framework when the inputs come from a user's data file."""
     framework = None
     if data:
-        x, framework = check_data.load(data, model.input_size, model.output_size)
+        x, framework = check_data.load(data, model.input_size, model.output_size, parts=check_data.parts_of(model))
         x = x.astype(np.float32)
     else:
         x = check_inputs(model.input_size, count, seed, input_range)
-    y = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
+    y = reference.run_flat(model, x, dtype=np.float64)
     arrays = {"x": x, "y": np.asarray(y).reshape(len(x), -1), "kind": np.array(NAME)}
     if framework is not None:
         arrays["y_framework"] = framework
