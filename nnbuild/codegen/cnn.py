@@ -335,6 +335,9 @@ def trace(model, lowered, facts, passes_log, shape, extra_log=(), storage="const
         entry["weights"] += [a["symbol"] for a in op.get("arrays", [])]
     record["shape"] = shape
     record["memory"] = lowered["memory"]
+    if model.several_io:
+        record["arguments"] = [{"name": a["name"], "role": a["role"], "label": a["label"], "shape": list(a["shape"])}
+                               for a in model.arguments()]
     if storage == common.NEAR_STORAGE and lowered["arrays"]:
         record["near_flash_symbols"] = sorted(a["symbol"] for a in lowered["arrays"])
     return record
