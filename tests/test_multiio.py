@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, needs_avr
+from conftest import REPO, have, needs_avr
 from nnbuild import codegen, frontends, passes
 from nnbuild.checks import data as check_data
 from nnbuild.errors import NNBuildError
@@ -307,3 +307,23 @@ def test_nnbuild_check_on_avr_with_one_array_per_argument(tmp_path):
     runs = json.loads(run.stdout)["semantic"]["runs"]
     avr = next(v for k, v in runs.items() if k != "host")
     assert avr["vs_framework"] <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), runs
+    assert set(avr["max_abs_error_by_output"]) == {"out_r", "out_p"}, avr
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("target,shape,tools", [("arm", "v1", ("arm-none-eabi-gcc", "qemu-arm")),
+                                                ("stm32f407", "v3", ("arm-none-eabi-gcc", "qemu-system-arm"))])
+def test_nnbuild_check_on_the_qemu_runners_with_the_flat_x(tmp_path, target, shape, tools):
+    """The qemu-arm and qemu-system-arm runners pass the same flat vectors; check data as the flat x
+    and y (every input's values one after the other, every output's)."""
+    if not have(*tools):
+        pytest.skip(f"needs {', '.join(tools)}")
+    path = two_by_two(tmp_path)
+    x, want = feeds_for(path, cases=3)
+    np.savez(tmp_path / "data.npz", x=x, y=want)
+    run = _cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", target, "--shape", shape,
+               "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    runs = json.loads(run.stdout)["semantic"]["runs"]
+    assert all(r["vs_framework"] <= 1e-5 * max(1.0, float(np.max(np.abs(want)))) for r in runs.values()), runs
+    assert all(set(r["max_abs_error_by_output"]) == {"out_r", "out_p"} for r in runs.values()), runs
