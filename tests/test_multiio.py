@@ -160,6 +160,21 @@ def test_argument_names_are_checked_identifiers_unique_upper_cased(tmp_path):
     assert "#define ODD_IN_IN_1 2" in header and "#define ODD_IN_IN_1_2 2" in header
 
 
+def test_hostile_input_and_output_names_stay_inert(tmp_path):
+    """Names from the file reach C as checked identifiers (arguments, macros) or inert comment text."""
+    evil_in, evil_out = "a*/ int pwned; /*", "y\n#define X 1"
+    nodes = [helper.make_node("Add", [evil_in, "b"], [evil_out], name="add"),
+             helper.make_node("Neg", ["b"], ["z"], name="neg")]
+    model = frontends.load(_save(tmp_path, "evil", nodes, [(evil_in, [1, 2]), ("b", [1, 2])], [evil_out, "z"]))
+    out, exe = build(tmp_path, model, "v2")
+    header = (out / "evil.h").read_text()
+    assert "*/ int pwned" not in header and "\n#define X" not in header
+    assert "void evil_infer(const float in_a___int_pwned____[2], const float in_b[2], float out_y__define_X_1[2], " \
+           "float out_z[2]);" in header
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
+    assert native.run_cases(exe, x, 4).tolist() == [[4.0, 6.0, -3.0, -4.0]]
+
+
 @pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
 def test_generated_c_matches_onnxruntime(tmp_path, shape):
     path = two_by_two(tmp_path)
