@@ -160,6 +160,7 @@ def test_argument_names_are_checked_identifiers_unique_upper_cased(tmp_path):
     assert "#define ODD_IN_IN_1 2" in header and "#define ODD_IN_IN_1_2 2" in header
 
 
+@pytest.mark.e2e  # gcc
 def test_hostile_input_and_output_names_stay_inert(tmp_path):
     """Names from the file reach C as checked identifiers (arguments, macros) or inert comment text."""
     evil_in, evil_out = "a*/ int pwned; /*", "y\n#define X 1"
@@ -175,12 +176,12 @@ def test_hostile_input_and_output_names_stay_inert(tmp_path):
     assert native.run_cases(exe, x, 4).tolist() == [[4.0, 6.0, -3.0, -4.0]]
 
 
-@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
-def test_generated_c_matches_onnxruntime(tmp_path, shape):
+def test_generated_c_matches_onnxruntime(tmp_path):
+    """The quick tier's one compile (v2); every shape and precision: the e2e test below."""
     path = two_by_two(tmp_path)
     model = frontends.load(path)
     x, want = feeds_for(path)
-    _, exe = build(tmp_path, model, shape)
+    _, exe = build(tmp_path, model, "v2")
     assert within_floor(native.run_cases(exe, x, model.output_size), want)
 
 
@@ -195,6 +196,7 @@ def test_every_float_shape_matches_onnxruntime_with_passes(tmp_path, shape, prec
     assert within_floor(native.run_cases(exe, x, model.output_size), want)
 
 
+@pytest.mark.e2e  # gcc
 def test_single_io_header_and_check_defines_are_unchanged(tmp_path):
     """A one-input one-output model keeps `in`/`out`; the check program's extra defines name a
     macro its header does not define (0 in #if): it still calls infer(in, out)."""
@@ -295,8 +297,20 @@ def test_tflite_inputs_and_outputs_are_separate_arguments(tmp_path):
     want = np.concatenate([np.maximum((a + b) @ w.T + bias, 0), a * b], axis=1).astype(np.float64)
     x = np.concatenate([a, b], axis=1)
     assert within_floor(reference.run_flat(model, x, np.float32), want)
-    _, exe = build(tmp_path, model, "v2")
-    assert within_floor(native.run_cases(exe, x, model.output_size), want)
+    codegen.generate(model, tmp_path / "gen", shape="v2")
+    assert ("void multiio_float32_infer(const float in_a[4], const float in_b[4], float out_dense[3], "
+            "float out_product[4]);") in (tmp_path / "gen" / "multiio_float32.h").read_text()
+
+
+@pytest.mark.e2e  # gcc
+def test_tflite_model_runs_as_c(tmp_path):
+    w, bias = _fixture_weights()
+    model = frontends.load(TFLITE)
+    rng = np.random.default_rng(6)
+    a, b = rng.uniform(-2, 2, (6, 4)).astype(np.float32), rng.uniform(-2, 2, (6, 4)).astype(np.float32)
+    want = np.concatenate([np.maximum((a + b) @ w.T + bias, 0), a * b], axis=1).astype(np.float64)
+    _, exe = build(tmp_path, model, "v1")
+    assert within_floor(native.run_cases(exe, np.concatenate([a, b], axis=1), model.output_size), want)
 
 
 # ----------------------------------------------------------------------------- e2e: nnbuild check
