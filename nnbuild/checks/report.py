@@ -373,8 +373,8 @@ def summary_text(r):
     wording = r.get("error_summary") or "  max error: {errors} vs float64 reference, tolerance {tolerance:g}"
     lines.append(wording.format(errors=errors, cases=r["check_inputs"], tolerance=r["tolerance"]))
     if r.get("max_abs_error_by_output"):
-        lines.append("  per output: " + ", ".join(f"{number.format(e)} ({k})"
-                                                  for k, e in r["max_abs_error_by_output"].items()))
+        lines.append("  per output: " + ", ".join(f"{number.format(o['max_abs_error'])} ({o['output']})"
+                                                  for o in r["max_abs_error_by_output"]))
     if r.get("wcet"):
         w = r["wcet"]
         tight = f", bound/measured {w['bound_over_measured']:.4f}" if w["bound_over_measured"] else ""

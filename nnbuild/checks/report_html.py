@@ -141,8 +141,8 @@ def header(r):
         facts.append(("C arguments", ", ".join(f"{a['name']} ({a['role']}put '{a['label']}', "
                                                f"{'x'.join(map(str, a['shape']))})" for a in r["arguments"])))
     if r.get("max_abs_error_by_output"):
-        facts.append(("max error per output", ", ".join(f"{error_text(r, e)} ({k})"
-                                                        for k, e in r["max_abs_error_by_output"].items())))
+        facts.append(("max error per output", ", ".join(f"{error_text(r, o['max_abs_error'])} ({o['output']})"
+                                                        for o in r["max_abs_error_by_output"])))
     if r.get("blob"):
         b = r["blob"]
         facts.append(("memory blob", f"{b['memory_size_bytes']:,} bytes: memory_hard {b['memory_hard_bytes']:,} "

@@ -87,12 +87,14 @@ def compare(runs, reference_npz, tolerance):
 
 
 def errors_by_output(outputs, expected, reference_npz):
-    """{output argument: max |C - reference| over its values} of a model of several outputs."""
+    """[{"output": argument, "max_abs_error": max |C - reference| over its values}] of a model of
+    several outputs, in the model's order (a list: the JSON files sort object keys)."""
     outputs = np.asarray(outputs).reshape(len(outputs), -1)
     expected = np.asarray(expected).reshape(len(expected), -1)
-    out, at = {}, 0
+    out, at = [], 0
     for name, size in zip(reference_npz["output_names"].tolist(), reference_npz["output_sizes"].tolist()):
-        out[str(name)] = max_abs_error(outputs[:, at:at + int(size)], expected[:, at:at + int(size)])[0]
+        error = max_abs_error(outputs[:, at:at + int(size)], expected[:, at:at + int(size)])[0]
+        out.append({"output": str(name), "max_abs_error": error})
         at += int(size)
     return out
 
