@@ -357,7 +357,8 @@ class Analyzer:
         return self.reach_sym[key]
 
     def param(self, addr, ctx, counter):
-        """WCET of the region per value n = 0..N of `counter` in one invocation (a list)."""
+        """WCET of the region per value n = 0..N of `counter` in one invocation (a list; None
+        where the counter cannot be that low, e.g. a region whose entry block holds the point)."""
         key = (addr, ctx, counter)
         if key not in self.params:
             region, loops, cost, _, _, paths, choices = self._model(addr, ctx, (counter,))
@@ -365,9 +366,10 @@ class Analyzer:
             with self.phases.phase("ILP solve"):
                 top, _, _ = I.solve(region, loops, cost, None, "", paths, choices, objective=obj)
             values = []
-            for v in range(int(top) + 1):
+            for v in range(int(top) + 1):  # None: the counter is never <= v (a region that always reaches it)
                 with self.phases.phase("ILP solve"):
-                    values.append(I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v))[0])
+                    got = I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v), none_if_infeasible=True)
+                values.append(None if got is None else got[0])
             self.params[key] = values
         return self.params[key]
 
