@@ -19,8 +19,8 @@ from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
 from nnbuild.wcet import avr_timing as T
 
 from test_wcet_avr import board
-from test_wcet_avr_context import (Probe, build_tracer, called_targets, frames_reaching, loop_headers,
-                                   run_trace_sites)
+from test_wcet_avr_context import (Probe, build_tracer, called_targets, check_path_entry, frames_reaching,
+                                   loop_headers, run_trace_sites, value_fact_entry)
 from test_wcet_avr_generated import ARCH, generate_and_build, n_inputs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
@@ -63,6 +63,17 @@ def traced(tmp_path_factory):
             heads = loop_headers(an, prog, start, header)
             for t in frames_reaching(an, prog, start) if heads else ():
                 probes[("loop", k, t)] = Probe(t, ent["within"], None, "sup", sorted(heads), group)
+    counters = avr_loops.load_counters()
+    for k, ent in enumerate(avr_loops.load_paths()):  # infeasible-path entries under value facts
+        if not value_fact_entry(ent):
+            continue
+        start = prog.address_of(ent["symbol"])
+        pcs = [start + off for off, _ in ent["blocks"].values()]
+        for ctr in ent.get("counters", {}).values():
+            pcs += [prog.address_of(pt["symbol"]) + pt["offset"] for pt in counters[ctr]["points"]]
+        group = 1 + len({key[1] for key in probes if key[0] in ("loop", "paths")})
+        for t in frames_reaching(an, prog, start):
+            probes[("paths", k, t)] = Probe(t, ent["within"], None, "sup+", pcs, group)
     keys = list(probes)
     run_trace_sites(tracer, elf, [probes[k] for k in keys], cases(n_inputs(out, "f1tenth")), an.ctxs.names,
                     an.ctxs.sites, out, an.site_tags)
@@ -111,3 +122,17 @@ def test_value_fact_loop_entries_hold(traced):
             checked.add(key[1])
     wanted = {k for k, e in enumerate(table) if set(e.get("within", [])) & VALUE_TAGS}
     assert wanted <= checked, [f"{table[k]['symbol']}+{table[k]['offset']:#x}" for k in wanted - checked]
+
+
+def test_value_fact_path_entries_hold(traced):
+    """Each "paths" entry conditioned on a value tag: every observed count vector of an invocation
+    in its context satisfies its rows (inf/NaN or zero operands skip the product, one normalisation
+    shift, no round-up after an overflow or a far alignment, no carry after a far alignment)."""
+    _, _, probes = traced
+    counters = avr_loops.load_counters()
+    wanted = [k for k, e in enumerate(avr_loops.load_paths()) if value_fact_entry(e)]
+    assert wanted
+    print()
+    for k in wanted:
+        check_path_entry(avr_loops.load_paths()[k], counters,
+                         [v for key, p in probes.items() if key[0] == "paths" and key[1] == k for v in p.vectors])
