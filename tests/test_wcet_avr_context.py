@@ -187,7 +187,14 @@ def context_cases():
     sweep = np.stack([x, np.roll(x, 7)], axis=1)  # drv_all: expf(in0) via drv_exp, expf(in1) via drv_libm
     c = cos_sweep(rng)
     trig = np.stack([c, np.roll(c, 3)], axis=1)  # drv_all: cosf(in0) via drv_trig
-    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep, trig]).astype(np.float32)
+    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep, trig, special_pairs()]).astype(np.float32)
+
+
+def special_pairs():
+    """Every pairing of zero, subnormal, normal, infinite and NaN operands (the split-kind rows:
+    __fp_split3's exponent-0 and inf/NaN paths, once and twice)."""
+    values = [0.0, -0.0, 1e-40, -3e-39, 1.5, -2.0, 3e38, np.inf, -np.inf, np.nan]
+    return np.array([(a, b) for a in values for b in values], dtype=np.float32)
 
 
 # ------------------------------------------------------------------ fixtures
@@ -240,9 +247,9 @@ def traced(drv, tracer, tmp_path_factory):
         pcs = [start + off for off, _ in ent["blocks"].values()]
         for ctr in ent.get("counters", {}).values():  # one pc list per counter, summed below
             pcs += [prog.address_of(pt["symbol"]) + pt["offset"] for pt in counters[ctr]["points"]]
-        group = 1 + len({key[1] for key in probes if key[0] == "loop"}) + k
+        group = 1 + len({key[1] for key in probes if key[0] in ("loop", "paths")})
         for t in frames_reaching(an, prog, start):
-            probes[("paths", k, t)] = Probe(t, ent.get("within", []), None, "sup+", pcs, group)
+            probes[("paths", k, t)] = Probe(t, ent.get("within", []), entry_site(prog, ent), "sup+", pcs, group)
     keys = list(probes)
     plist = [probes[k] for k in keys]
     # ids for the tracer: sites the analyser distinguishes go on `site` lines
@@ -330,6 +337,11 @@ def test_path_constraints_hold(drv, traced):
             continue
         check_path_entry(ent, counters, [v for key, p in traced.items() if key[0] == "paths" and key[1] == k
                                          for v in p.vectors])
+
+
+def entry_site(prog, ent):
+    """The call instruction a table entry's "call_site" names (None: any caller)."""
+    return avr_paths.resolve_site(prog, ent["call_site"]) if "call_site" in ent else None
 
 
 def value_fact_entry(ent):

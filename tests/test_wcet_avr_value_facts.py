@@ -4,7 +4,7 @@ The MLP shape on AVR sums each neuron's products by sign and flushes tiny inputs
 the flow facts; the analyser gives the tagged calls contexts in which avr_libloops.json drops soft-
 float loops (__mulsf3's normalisation and underflow loops, __addsf3's normalisation after a
 subtraction, nn_tanh's division underflow). tests/wcet_fixtures/avr_trace.c follows every call on
-adversarial inputs (subnormal, tiny, huge, mixed signs) and checks, per invocation in each tagged
+adversarial inputs (subnormal, tiny, huge, mixed signs, infinite, NaN) and checks, per invocation in each tagged
 context: the table's loop bound holds and the analyser's bound of the region covers the cycles.
 """
 
@@ -19,8 +19,8 @@ from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
 from nnbuild.wcet import avr_timing as T
 
 from test_wcet_avr import board
-from test_wcet_avr_context import (Probe, build_tracer, called_targets, check_path_entry, frames_reaching,
-                                   loop_headers, run_trace_sites, value_fact_entry)
+from test_wcet_avr_context import (Probe, build_tracer, called_targets, check_path_entry, entry_site,
+                                   frames_reaching, loop_headers, run_trace_sites, value_fact_entry)
 from test_wcet_avr_generated import ARCH, generate_and_build, n_inputs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
@@ -34,7 +34,9 @@ def cases(n_in):
     rng = np.random.default_rng(13)
     rows = [rng.uniform(-1, 1, n_in), np.full(n_in, 1e-45), np.full(n_in, -1e-39), np.full(n_in, 3e-36),
             np.where(np.arange(n_in) % 2 == 0, 1e4, -1e4), np.full(n_in, 1e30),
-            rng.choice([-1e-38, -1e-20, 0.0, 1e-30, 1.0, -0.5], size=n_in)]
+            rng.choice([-1e-38, -1e-20, 0.0, 1e-30, 1.0, -0.5], size=n_in),
+            np.full(n_in, np.inf), np.where(np.arange(n_in) % 2 == 0, np.inf, -np.inf), np.full(n_in, np.nan),
+            np.where(np.arange(n_in) == 3, np.inf, 0.25), np.where(np.arange(n_in) == 5, np.nan, -0.25)]
     return np.array(rows, dtype=np.float32)
 
 
@@ -73,7 +75,7 @@ def traced(tmp_path_factory):
             pcs += [prog.address_of(pt["symbol"]) + pt["offset"] for pt in counters[ctr]["points"]]
         group = 1 + len({key[1] for key in probes if key[0] in ("loop", "paths")})
         for t in frames_reaching(an, prog, start):
-            probes[("paths", k, t)] = Probe(t, ent["within"], None, "sup+", pcs, group)
+            probes[("paths", k, t)] = Probe(t, ent["within"], entry_site(prog, ent), "sup+", pcs, group)
     keys = list(probes)
     run_trace_sites(tracer, elf, [probes[k] for k in keys], cases(n_inputs(out, "f1tenth")), an.ctxs.names,
                     an.ctxs.sites, out, an.site_tags)
