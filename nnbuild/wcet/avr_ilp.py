@@ -117,7 +117,9 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
     `choices`: parametric callees ({"node", "values": cycles per counter value, "counter"}; the
     node's cost must exclude them; a value None is a counter value the callee cannot take); `cap` = (counter, n) adds counter <= n; `objective` (a
     weight vector per _layout) replaces the cycles as the objective (then "cycles" is its value).
-    info["choice_cycles"] gives the cycles charged to each (choice node, site)."""
+    info["choice_cycles"] gives the cycles charged to each (choice node, site), info["solution"]
+    every variable's value (per _layout). None instead of the tuple when `none_if_infeasible` and
+    the rows admit no solution."""
     # here, not at the top: every step that loads an AVR board imports this module (0.4 s of scipy)
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import lil_matrix
@@ -166,7 +168,8 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
         key = (ch["node"], ch.get("site"))
         chosen[key] = chosen.get(key, 0) + sum(counts[st + k] * (v or 0) for k, v in enumerate(ch["values"]))
     return cycles, counts[:len(region.edges)], {"variables": n, "constraints": len(rows),
-                                                "status": _STATUS[res.status], "choice_cycles": chosen}
+                                                "status": _STATUS[res.status], "choice_cycles": chosen,
+                                                "solution": counts}
 
 
 def _check(rows, counts, region):

@@ -358,18 +358,28 @@ class Analyzer:
 
     def param(self, addr, ctx, counter):
         """WCET of the region per value n = 0..N of `counter` in one invocation (a list; None
-        where the counter cannot be that low, e.g. a region whose entry block holds the point)."""
+        where the counter cannot be that low, e.g. a region whose entry block holds the point).
+
+        From the top down: the worst solution under `counter <= v` has some counter value c <= v,
+        and it is also the worst under every cap from c to v (their feasible sets nest), so one
+        solve fills values[c..v] and the next cap is c - 1."""
         key = (addr, ctx, counter)
         if key not in self.params:
             region, loops, cost, _, _, paths, choices = self._model(addr, ctx, (counter,))
             obj = I.counter_objective(region, paths, choices, counter)
             with self.phases.phase("ILP solve"):
                 top, _, _ = I.solve(region, loops, cost, None, "", paths, choices, objective=obj)
-            values = []
-            for v in range(int(top) + 1):  # None: the counter is never <= v (a region that always reaches it)
+            values = [None] * (int(top) + 1)
+            v = int(top)
+            while v >= 0:
                 with self.phases.phase("ILP solve"):
-                    got = I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v), none_if_infeasible=True)
-                values.append(None if got is None else got[0])
+                    got = I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v),
+                                  none_if_infeasible=True)
+                if got is None:  # no execution keeps the counter this low
+                    break
+                reached = sum(w * x for w, x in zip(obj, got[2]["solution"]))
+                values[reached:v + 1] = [got[0]] * (v + 1 - reached)
+                v = reached - 1
             self.params[key] = values
         return self.params[key]
 
@@ -387,6 +397,7 @@ class Analyzer:
         info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
                          for l in loops]
         info["paths"] = paths.sources
+        info.pop("solution")
         bd = self._breakdown(region, counts, callee, tail, info.pop("choice_cycles"))
         if sum(bd.values()) != cycles:
             raise NNBuildError(f"builtin-avr: internal error: per-layer split of {region.name} "
