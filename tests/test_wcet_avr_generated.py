@@ -23,7 +23,7 @@ from test_wcet_avr import MCU, FREQ, ROOT, board, worst_case_search
 ARCH = os.path.join(ROOT, "firmware_examples", "f1tenth", "architecture.json")
 #: analysis time limit (s) and bound/measured cap for the generated F1/10 model at -Os (issue 27's
 #: goal is 1.3; the search starts from the slowest input bench/avr_float_worst.py found)
-TIME_LIMIT, RATIO_CAP = 30.0, 1.32
+TIME_LIMIT, RATIO_CAP = 30.0, 1.30
 SLOW = os.path.join(ROOT, "tests", "data", "f1tenth_float_slow.json")
 #: the same for its q16 build (integer MACs; float only in the input quantisation)
 Q16_TIME_LIMIT, Q16_RATIO_CAP = 10.0, 1.03

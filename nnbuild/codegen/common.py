@@ -219,10 +219,16 @@ class FlowFacts:
     def mark(self, key):
         return self._put("M", key)
 
-    def value(self, op, tags, why):
+    def value(self, op, tags, why, adds=None):
         """A value fact about the float operation `op` ("mul", "add") on this line: `tags` name
-        the operand properties the generator proved (`why`), for the WCET analyser's table."""
-        return self._put("V", {"op": op, "tags": list(tags), "why": why, "layer": self._layer})
+        the operand properties the generator proved (`why`), for the WCET analyser's table.
+        `adds` (op "add"): the float32 bits ("0x3f800000") of the constant added; the fact then
+        holds only for the additions of that constant on the line (the compiler may move another
+        addition's call onto it)."""
+        fact = {"op": op, "tags": list(tags), "why": why, "layer": self._layer}
+        if adds is not None:
+            fact["adds"] = adds
+        return self._put("V", fact)
 
     def resolve(self, text):
         """(text without sentinels, flow facts, {mark key: [lines]}); facts of dropped text vanish."""

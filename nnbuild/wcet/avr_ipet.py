@@ -220,11 +220,16 @@ class Analyzer:
         found = {}
         if not self.values:
             return found
+        consts = None
         for b in region.blocks.values():
             for insn, t in b.calls:
                 facts = self.values.get((os.path.basename(insn.file), insn.line)) if insn.file else None
                 if facts and not isinstance(t, tuple):
-                    tags = P.value_fact_tags(facts, self.prog.names.get(t, [])) & self.ctxs.names
+                    operand_b = None
+                    if any(adds is not None for _, _, adds in facts):  # constant operands (ABI: C code)
+                        consts = P.call_constants(region) if consts is None else consts
+                        operand_b = consts.get(insn.addr, (None, None))[1]
+                    tags = P.value_fact_tags(facts, self.prog.names.get(t, []), operand_b) & self.ctxs.names
                     if tags:
                         found[insn.addr] = tags
         return found
