@@ -49,7 +49,8 @@ Value facts. The generator may prove facts about the operands of the float opera
 (flow facts "values": [{"file", "line", "op": "mul" | "add" | "div" | "exp", "tags": [...], "why": ...}], e.g. both
 factors of a multiply-accumulate are zero or normal). A call from compiled C on that line to a
 routine of the op (VALUE_OPS) gets those tags in its context exactly like operand tags; table
-entries name them in "within" (value_fact_tags).
+entries name them in "within" (value_fact_tags). An "add" fact with "adds" (float32 bits) goes only
+to a call that adds that constant (B of __addsf3, -B of __subsf3, from call_constants).
 """
 
 from dataclasses import dataclass, field, replace
