@@ -59,3 +59,11 @@ def test_a_fact_without_last_line_still_matches_by_its_for_line():
     facts = [{k: v for k, v in f.items() if k != "last_line"} for f in (FACT_A, FACT_B)]
     runs, bounds = header_runs(region, facts)
     assert runs == 16 and bounds == {0x10: [("header", 12)], 0x30: [("header", 16)]}
+
+
+def test_a_one_line_loop_matches_by_its_for_line():
+    """An assembly loop in a macro is one line: its `for` line is its body's too."""
+    region = two_loops([20])
+    facts = [FACT_A, dict(FACT_B, last_line=20)]
+    runs, bounds = header_runs(region, facts)
+    assert runs == 16 and bounds == {0x10: [("header", 12)], 0x30: [("header", 16)]}

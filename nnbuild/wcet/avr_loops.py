@@ -218,10 +218,11 @@ def _bound_by_fact(region, loop, facts, k, how, matched):
 
 def _holds_body_of(region, loop, fact):
     """True when the loop holds code of the fact's loop body (a line in (line, last_line] of its
-    file), or the fact gives no last_line. A `for` line found in a loop that holds none of that
-    `for`'s body came there with shared or moved code (avr-gcc gives an arena address computed for
-    one layer the line of an earlier layer's `for`), and does not make the loop that `for`."""
-    if fact.get("last_line") is None:
+    file), or the fact gives no last_line, or its loop is one line (an assembly loop in a macro).
+    A `for` line found in a loop that holds none of that `for`'s body came there with shared or
+    moved code (avr-gcc gives an arena address computed for one layer the line of an earlier
+    layer's `for`), and does not make the loop that `for`."""
+    if fact.get("last_line") is None or int(fact["last_line"]) <= int(fact["line"]):
         return True
     base, lo, hi = os.path.basename(fact["file"]), int(fact["line"]), int(fact["last_line"])
     return any(f == base and lo < ln <= hi for f, ln in _lines(region, loop.body))
