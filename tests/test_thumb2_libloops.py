@@ -93,3 +93,78 @@ def test_soft_float_division_loop_runs_27_passes_at_most_and_the_bound_holds(tmp
     assert bound.cycles >= max(measured), (bound.cycles, measured)
     loops = json.dumps(bound.details["loops"])
     assert "table __aeabi_fdiv+0x1e0 header_max=27" in loops
+
+
+#: newlib's memset and memcpy named through an assembler label, so that gcc calls them even for
+#: short constant sizes instead of expanding them inline (the calls the generated code makes)
+STRING_C = r"""
+void *copy_bytes(void *, const void *, unsigned) __asm__("memcpy");
+void *set_bytes(void *, int, unsigned) __asm__("memset");
+static unsigned char dst[1100] __attribute__((aligned(4)));
+static unsigned char src[1100] __attribute__((aligned(4)));
+WRAPPERS
+int main(void)
+{
+CALLS
+    return dst[5];
+}
+"""
+#: each call with constant arguments: a wrapper function per case
+STRING_CASES = {
+    "set_unaligned_1000": "set_bytes(dst + 1, 7, 1000)",   # 3 alignment bytes, n // 16 passes of 16
+    "set_aligned_1020": "set_bytes(dst, 7, 1020)",         # n // 16 passes of 16, 3 words
+    "set_aligned_1023": "set_bytes(dst, 7, 1023)",         # 3 words, 3 trailing bytes
+    "copy_aligned_1023": "copy_bytes(dst, src, 1023)",     # n // 64 (M4) or n // 16 (M0+) blocks, 3 words, 3 bytes
+    "copy_misaligned_1000": "copy_bytes(dst + 1, src, 1000)",   # M0+: n byte copies
+    "copy_misaligned_7": "copy_bytes(dst + 1, src + 2, 7)",     # M4: n - 3 byte copies
+}
+
+
+def string_program(tmp_path, board):
+    wrappers = "\n".join(f"__attribute__((noinline)) void {name}(void) {{ {call}; }}"
+                         for name, call in STRING_CASES.items())
+    calls = "\n".join(f"    {name}();" for name in STRING_CASES)
+    return build(tmp_path, board, "strings", STRING_C.replace("WRAPPERS", wrappers).replace("CALLS", calls))
+
+
+def passes_per_wrapper(board, elf, starts, headers, log):
+    """{wrapper: {header: executions}} over one run, every instruction traced."""
+    counts, current = {}, None
+    for line in traced(board, elf, log, "-singlestep"):
+        pc = qemu_system._traced_pc(line) if line.startswith("Trace ") else None
+        if pc in starts:
+            current = counts.setdefault(starts[pc], dict.fromkeys(headers, 0))
+        elif pc in headers and current is not None:
+            current[pc] += 1
+    return counts
+
+
+@pytest.mark.parametrize("board_name", ["stm32f407", "rp2040"])
+def test_memset_and_memcpy_loops_reach_their_table_bounds_and_the_bounds_hold(tmp_path, board_name):
+    board = boards.load_board(board_name)
+    elf = string_program(tmp_path, board)
+    prog = thumb2_decode.load(str(elf), board)
+    entries = {}
+    for symbol in ("memset", "memcpy"):
+        start = prog.address_of(symbol)
+        mine = [e for e in TABLE.values() if e["symbol"] == symbol and e["sha256"] == thumb2_loops.code_hash(prog, start)]
+        assert mine, f"no table entry pins this build's {symbol}"
+        entries.update({start + e["offset"]: e for e in mine})
+    starts = {prog.address_of(name): name for name in STRING_CASES}
+    counts = passes_per_wrapper(board, elf, starts, set(entries), tmp_path / "step.log")
+    reached = set()
+    for name, call in STRING_CASES.items():
+        n = int(call.rsplit(",", 1)[1].strip(" )"))
+        for header, entry in entries.items():
+            limit = thumb2_loops.eval_expr(str(entry["header_max"]), {"n": n})
+            assert counts[name][header] <= limit, (name, entry["symbol"], hex(entry["offset"]))
+            if counts[name][header] == limit and limit > 0:
+                reached.add(header)
+    assert reached == set(entries), [f"{e['symbol']}+{e['offset']:#x}" for h, e in entries.items() if h not in reached]
+    text = disassembly(board, elf)
+    table, _ = cortexm_timing.cost_table(text, board["instruction_timing"])
+    for name in STRING_CASES:
+        start, returns = call_sites(text, elf, name)
+        measured = qemu_system.cycles_per_call(traced(board, elf, tmp_path / f"{name}.log"), start, returns, table)
+        bound = thumb2_ipet.analyze(elf, name, {"loops": []}, board, tmp_path / "wcet" / name)
+        assert len(measured) == 1 and bound.cycles >= measured[0], (name, bound.cycles, measured)

@@ -154,8 +154,9 @@ class Analyzer:
                 sub = max((self.region(t, self._context(t, known)) for t in targets), key=lambda r: r.cycles)
                 callees[n].append((insn, sub))
                 cost[n] += sub.cycles
-        for k, tail in region.tails.items():
-            tails[k] = self.region(tail.target)
+        for k, tail in region.tails.items():   # a tail jump (b.w memset) passes its registers on as a call does
+            known = call_constants(prog, region.blocks[k[1]], tail.insn) if k[1] in region.blocks else {}
+            tails[k] = self.region(tail.target, self._context(tail.target, known))
             cost[k] = tails[k].cycles
         loops = L.find_loops(region)
         facts = self.facts.get("loops", [])
