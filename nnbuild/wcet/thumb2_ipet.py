@@ -11,7 +11,7 @@ library table (thumb2_loops); each region's worst case is an IPET integer progra
 HiGHS (avr_ilp), written to `workdir` in CPLEX LP format. The bound counts from the entry's first
 instruction through its return, not the BL that calls it: what the runner counts.
 
-CLI: python -m nnbuild.wcet.thumb2_ipet ELF --entry FN --flowfacts F.json --board B
+CLI: python -m nnbuild.wcet.thumb2_ipet ELF --entry FN --flowfacts F.json [--board BOARD.json]
 """
 
 import argparse
@@ -247,13 +247,14 @@ def main(argv=None):
     ap.add_argument("elf")
     ap.add_argument("--entry", required=True)
     ap.add_argument("--flowfacts", required=True)
-    ap.add_argument("--board", required=True, help="board name or board file")
+    ap.add_argument("--board", default=os.path.join(os.path.dirname(__file__), "..", "..", "toolchains", "stm32f407.json"),
+                    help="board file (default: toolchains/stm32f407.json)")
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--workdir")
     args = ap.parse_args(argv)
     try:
-        from nnbuild import boards
-        board = boards.load_board(args.board)
+        with open(args.board) as f:
+            board = json.load(f)
         res = analyze(args.elf, args.entry, args.flowfacts, board, args.workdir or tempfile.mkdtemp(prefix="thumb2_"))
     except (NNBuildError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
