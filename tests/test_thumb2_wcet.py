@@ -173,6 +173,14 @@ def test_constants_reaching_a_call_are_its_context():
     prog = program(listing, model="cortex-m0plus", lines={})
     block = C.build_region(prog, 0x100).blocks[0x100]
     assert T.call_constants(prog, block, prog.insns[0x10a]) == {"r2": 1024, "r1": 1}
+    clobbered = listing.replace("0020      \tmovs\tr0, r4", "c80e      \tldmia\tr0!, {r1-r3}")
+    prog = program(clobbered, model="cortex-m0plus", lines={})
+    block = C.build_region(prog, 0x100).blocks[0x100]
+    assert T.call_constants(prog, block, prog.insns[0x10a]) == {}    # the list's range wrote r2 and r1
+    stored = listing.replace("0020      \tmovs\tr0, r4", "c204      \tstmia\tr2!, {r2}")
+    prog = program(stored, model="cortex-m0plus", lines={})
+    block = C.build_region(prog, 0x100).blocks[0x100]
+    assert T.call_constants(prog, block, prog.insns[0x10a]) == {"r1": 1}   # the written-back base
 
 
 def test_builtin_thumb2_is_a_registered_analyzer():

@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from nnbuild.errors import NNBuildError
+from nnbuild.runners import cortexm_timing as timing
 from nnbuild.wcet import WcetResult
 from nnbuild.wcet import avr_ilp as I
 from nnbuild.wcet import thumb2_cfg as C
@@ -89,16 +90,25 @@ def call_constants(prog, block, call):
             for r in _CLOBBERED:
                 known.pop(r, None)
             continue
-        if b.startswith("str") or b in ("cmp", "cmn", "tst", "teq", "push") or b.startswith("it"):
-            for written in re.findall(r"\[(\w+)[^\]]*\]!|\[(\w+)\],", insn.operands):
+        if b.startswith("str") or b.startswith("stm") or b in ("cmp", "cmn", "tst", "teq", "push") or b.startswith("it"):
+            # they write no register but a written-back base: [rX, #n]!, [rX], #n, rX!
+            for written in re.findall(r"\[(\w+)[^\]]*\]!|\[(\w+)\],|(\w+)!", insn.operands):
                 for r in written:
                     known.pop(r, None)
             continue
-        for r in _REG.findall(insn.operands):   # anything else: every register it names may change
+        for r in _named_registers(insn.operands):   # anything else: every register it names may change
             known.pop(r, None)
         if dest is not None and value is not None:
             known[dest] = value
     return known
+
+
+def _named_registers(operands):
+    """Every core register an operand text names, register-list ranges ({r4-r7}) expanded."""
+    names = set(_REG.findall(operands))
+    if "{" in operands:
+        names |= set(timing.register_list(operands))
+    return names
 
 
 class Analyzer:
