@@ -41,7 +41,9 @@ def test_models_run_on_the_cortex_m_core_and_pass_their_gates_with_a_real_bound(
     assert len(cycles) == len(target["outputs"]) and (cycles > 0).all()
     assert report["measured_cycles"] == int(cycles.max())
     bound = report["wcet"]
-    assert bound["analyzer"] == "builtin-thumb2" and bound["deadline_ms"] is not None and bound["met"]
+    assert bound["analyzer"] == "builtin-thumb2"
+    assert (bound["deadline_ms"] is None) == (model == "lenet5")   # the examples' deadlines (lenet5 has none)
+    assert bound["met"] or bound["deadline_ms"] is None
     assert bound["wcet_cycles"] >= int(cycles.max())           # the soundness gate, on every check input
     if report["precision"] != "float32":                        # fixed point: no data-dependent library paths
         assert bound["wcet_cycles"] <= 1.3 * int(cycles.max())
