@@ -101,7 +101,7 @@ def jump_table(prog, insn):
     if len(mem) != 2 or shift.base != "lsl" or shift.ops != (mem[1], mem[1], "#2"):
         return None
     x, t = mem[1], mem[0]
-    if not (literal.base == "ldr" and literal.ops[0] == t and literal.ops[1].startswith("[pc")):
+    if t == x or not (literal.base == "ldr" and literal.ops[0] == t and literal.ops[1].startswith("[pc")):
         return None
     start = literal.addr
     guard = _previous(prog, literal, lo)
