@@ -185,3 +185,22 @@ def test_constants_reaching_a_call_are_its_context():
 
 def test_builtin_thumb2_is_a_registered_analyzer():
     assert wcet.analyzer_module("builtin-thumb2") is T
+
+
+def test_a_top_tested_loop_runs_its_header_once_more_than_its_body():
+    listing = """
+00000100 <f>:
+     100:\t2300      \tmovs\tr3, #0
+     102:\t2b0a      \tcmp\tr3, #10
+     104:\tda02      \tbge.n\t10c <f+0xc>
+     106:\t3301      \tadds\tr3, #1
+     108:\te7fb      \tb.n\t102 <f+0x2>
+     10a:\tbf00      \tnop
+     10c:\t4770      \tbx\tlr
+"""
+    prog = program(listing, symbols=(("f", 0x100),), lines={0x102: ("f.c", 5), 0x104: ("f.c", 5),
+                                                           0x106: ("f.c", 6), 0x108: ("f.c", 6)})
+    top = T.Analyzer(prog, FACTS, [], None).region(0x100)
+    assert top.info["loops"][0]["bounds"] == [("back", 10)]
+    # movs, 11 tests (cmp + bge not taken), 10 passes (adds + b), the exit taken (+3), bx lr
+    assert top.cycles == 1 + 11 * 2 + 10 * 5 + 3 + 4
