@@ -204,3 +204,22 @@ def test_a_top_tested_loop_runs_its_header_once_more_than_its_body():
     assert top.info["loops"][0]["bounds"] == [("back", 10)]
     # movs, 11 tests (cmp + bge not taken), 10 passes (adds + b), the exit taken (+3), bx lr
     assert top.cycles == 1 + 11 * 2 + 10 * 5 + 3 + 4
+
+
+def test_an_indirect_call_takes_its_targets_from_the_flow_facts():
+    listing = """
+00000100 <f>:
+     100:\tb510      \tpush\t{r4, lr}
+     102:\t4798      \tblx\tr3
+     104:\tbd10      \tpop\t{r4, pc}
+
+00000106 <h>:
+     106:\t2001      \tmovs\tr0, #1
+     108:\t4770      \tbx\tlr
+"""
+    prog = program(listing, symbols=(("f", 0x100), ("h", 0x106)), lines={0x102: ("f.c", 9)})
+    with pytest.raises(NNBuildError, match=r"^builtin-thumb2: indirect blx r3 in f at f\+0x2 \(0x102\): targets unknown"):
+        T.Analyzer(prog, {}, [], None).region(0x100)
+    for site in ({"function": "f", "offset": 2}, {"file": "src/f.c", "line": 9}, {"address": "0x102"}):
+        facts = {"indirect": [{**site, "targets": ["h"]}]}
+        assert T.Analyzer(prog, facts, [], None).region(0x100).cycles == 3 + 4 + 6 + (1 + 4)

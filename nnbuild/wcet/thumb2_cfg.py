@@ -19,6 +19,8 @@ from nnbuild.wcet.avr_cfg import ENTRY, EXIT, Block, Edge, Region, Tail
 from nnbuild.wcet.thumb2_decode import read_words
 
 ANALYZER = "builtin-thumb2"
+#: the mnemonics of indirect calls and jumps, as objdump writes them (flow facts by file + line)
+INDIRECT_MNEMONICS = ("blx", "bx", "mov", "ldr", "ldr.w", "tbb", "tbh", "add")
 #: control kinds of an instruction
 NEXT, BRANCH, JUMP, CALL, RETURN, INDIRECT_CALL, INDIRECT_JUMP = (
     "next", "branch", "jump", "call", "return", "indirect-call", "indirect-jump")

@@ -7,7 +7,9 @@ callee and every tail-jump target) are analysed bottom-up, each once per call co
 constant registers a library-loop table entry reads at that call, e.g. memset's size in r2): a BL
 costs its own clocks plus the callee's bound in that context, a tail jump the target's bound.
 Loops are bounded by the generator's flow facts (through the DWARF line table) and by the pinned
-library table (thumb2_loops); each region's worst case is an IPET integer program solved by
+library table (thumb2_loops); indirect calls and jumps take their targets from the flow facts' "indirect"
+entries (by address, function + offset, or file + line; their "calls" lists are not read: such a
+site costs its worst target each time), switch jump tables from the image; each region's worst case is an IPET integer program solved by
 HiGHS (avr_ilp), written to `workdir` in CPLEX LP format. The bound counts from the entry's first
 instruction through its return, not the BL that calls it: what the runner counts.
 
@@ -27,6 +29,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.runners import cortexm_timing as timing
 from nnbuild.wcet import WcetResult
 from nnbuild.wcet import avr_ilp as I
+from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import thumb2_cfg as C
 from nnbuild.wcet import thumb2_decode as D
 from nnbuild.wcet import thumb2_loops as L
@@ -117,6 +120,8 @@ class Analyzer:
     def __init__(self, prog, facts, table, workdir):
         self.prog, self.facts, self.table, self.workdir = prog, facts, table, workdir
         self.layers = layer_map(facts)
+        #: the flow facts' "indirect" entries: {BLX/BX/MOV PC instruction: [targets]}
+        self.indirect = avr_indirect.indirect_targets(facts, prog, C.INDIRECT_MNEMONICS)
         self.done, self.stack, self.used = {}, [], set()
         self.regions = {}
         #: symbol -> registers its table entries read at the call
@@ -152,7 +157,7 @@ class Analyzer:
     def _analyse(self, addr, regs):
         prog = self.prog
         if addr not in self.regions:
-            self.regions[addr] = C.build_region(prog, addr)
+            self.regions[addr] = C.build_region(prog, addr, self.indirect)
         region = self.regions[addr]
         cost, callees, tails = {}, {}, {}
         for n, block in region.blocks.items():
