@@ -12,7 +12,7 @@ from conftest import have
 from nnbuild import boards
 from nnbuild.runners import cortexm_timing, qemu_system
 from nnbuild.runners.qemu_user import call_sites, disassembly
-from nnbuild.wcet import thumb2_decode, thumb2_ipet, thumb2_loops
+from nnbuild.wcet import thumb2_cfg, thumb2_decode, thumb2_ipet, thumb2_loops
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-system-arm"),
@@ -168,3 +168,23 @@ def test_memset_and_memcpy_loops_reach_their_table_bounds_and_the_bounds_hold(tm
         measured = qemu_system.cycles_per_call(traced(board, elf, tmp_path / f"{name}.log"), start, returns, table)
         bound = thumb2_ipet.analyze(elf, name, {"loops": []}, board, tmp_path / "wcet" / name)
         assert len(measured) == 1 and bound.cycles >= measured[0], (name, bound.cycles, measured)
+
+
+def test_a_rebuilt_elf_is_read_again(tmp_path):
+    """Literals (memset's size in r2) come from the image: an ELF rebuilt at the same path is read
+    anew, not from the copy of the first build."""
+    from elftools.elf.elffile import ELFFile
+    elf = None
+    for name, size in (("stm32f407", 1000), ("rp2040", 1023)):
+        board = boards.load_board(name)
+        source = STRING_C.replace("WRAPPERS", f"__attribute__((noinline)) void fill(void) {{ set_bytes(dst, src[0], {size}); }}")
+        elf = build(tmp_path, board, "rebuilt", source.replace("CALLS", "    fill();"))
+        with open(elf, "rb") as stream:
+            text = ELFFile(stream).get_section_by_name(".text")
+            first = int.from_bytes(text.data()[:4], "little")
+            assert thumb2_decode.read_words(str(elf), text["sh_addr"], 1) == [first]
+        prog = thumb2_decode.load(str(elf), board)
+        fill = thumb2_cfg.build_region(prog, prog.address_of("fill"))
+        sites = [(b, i) for b in fill.blocks.values() for i, _ in b.calls]          # bl memset (M0+)
+        sites += [(fill.blocks[key[1]], t.insn) for key, t in fill.tails.items()]  # b.w memset (M4)
+        assert [thumb2_ipet.call_constants(prog, block, call)["r2"] for block, call in sites] == [size]

@@ -67,21 +67,25 @@ class Program(_Program):
         return words[0] if words else None
 
 
-_MEMORY: Dict[str, list] = {}
+_MEMORY: Dict[tuple, list] = {}
 
 
 def read_words(elf, addr, count):
     """`count` little-endian words of the loaded image at `addr` (from the ELF's allocated,
     non-NOBITS sections), or [] when they are not all in one section."""
-    if elf not in _MEMORY:
+    st = os.stat(elf)
+    key = (os.path.realpath(elf), st.st_mtime_ns, st.st_size)   # a rebuilt ELF is read again
+    if key not in _MEMORY:
         from elftools.elf.elffile import ELFFile
         spans = []
         with open(elf, "rb") as stream:
             for section in ELFFile(stream).iter_sections():
                 if section["sh_flags"] & 2 and section["sh_type"] != "SHT_NOBITS" and section["sh_size"]:
                     spans.append((section["sh_addr"], section.data()))
-        _MEMORY[elf] = spans
-    for start, data in _MEMORY[elf]:
+        if len(_MEMORY) >= 8:
+            _MEMORY.pop(next(iter(_MEMORY)))
+        _MEMORY[key] = spans
+    for start, data in _MEMORY[key]:
         if start <= addr and addr + 4 * count <= start + len(data):
             off = addr - start
             return [int.from_bytes(data[off + 4 * k:off + 4 * k + 4], "little") for k in range(count)]
