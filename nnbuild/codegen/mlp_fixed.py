@@ -246,19 +246,28 @@ def dsp_layer(prefix, qlayer, layer, storage, dsp):
         return False
     if layer["bias"]["bits"] != 32 or qlayer.acc_bound > 2 ** 31 - 1:
         return False
-    kernel = np.asarray(qlayer.kernel_q, dtype=np.int64)
-    units, inputs = kernel.shape
-    words = [dsp_group_words(kernel[start:start + rows], qlayer.weight.bits)
-             for start, rows in dsp_groups(units)]
-    stream = np.concatenate(words)
-    layer["chunks"] = [{"symbol": f"{prefix}_{layer['c_name']}_w0", "start": 0, "rows": units, "size": int(stream.size),
-                        "ctype": "uint32_t", "values": hex_rows(stream, 6)}]
-    layer["groups"] = [{"start": start, "rows": rows, "count": count}
-                       for start, rows, count in dsp_group_loops(units)]
-    layer["turns"] = inputs // 4
-    layer["tail"] = inputs % 4
+    layer.update(dsp_pack(f"{prefix}_{layer['c_name']}_w0", qlayer.kernel_q, qlayer.weight.bits))
     layer["wtype"] = "uint32_t"
     return True
+
+
+def dsp_pack(symbol, kernel, bits, segments=1):
+    """The template view of a DSP layer of `kernel` ([neuron][input] integers of `bits` bits): its one
+    weight array `symbol` (the word stream), the group loops, turns of 4 inputs and the tail of each
+    of its `segments` equal runs of inputs (a convolution's kernel rows; the stream holds, per group,
+    each segment's words in turn)."""
+    kernel = np.asarray(kernel, dtype=np.int64)
+    units, inputs = kernel.shape
+    run = inputs // segments
+    if run * segments != inputs:
+        raise NNBuildError(f"internal error: {inputs} inputs in {segments} equal segments")
+    stream = np.concatenate([dsp_group_words(kernel[start:start + rows, s * run:(s + 1) * run], bits)
+                             for start, rows in dsp_groups(units) for s in range(segments)])
+    inputs = run
+    return {"chunks": [{"symbol": symbol, "start": 0, "rows": units, "size": int(stream.size), "ctype": "uint32_t",
+                        "bits": 32, "values": hex_rows(stream, 6)}],
+            "groups": [{"start": start, "rows": rows, "count": count} for start, rows, count in dsp_group_loops(units)],
+            "turns": inputs // 4, "tail": inputs % 4, "wtype": "uint32_t"}
 
 
 def dsp_groups(units):
