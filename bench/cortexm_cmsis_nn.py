@@ -17,8 +17,10 @@ layer's cycles are those of the instructions the DWARF line table places in the 
 flow-fact range; inlined helpers such as the tanh table lookup count with the layer they are inlined
 into): the multiply-accumulates, the requantisation and the activation. CMSIS-NN's side is one call of
 its kernel per layer, with the same shapes and the plan's integer weights (int8 where the kernel takes
-int8), its per-call cycles counted from entry to return (im2col, requantisation, clamping; no tanh:
-CMSIS-NN has none in these kernels). Which kernels stand beside which precision:
+int8), its per-call cycles counted from entry to return (im2col, requantisation, clamping), plus
+CMSIS-NN's own activation call where the layer has one CMSIS-NN implements for that kernel (tanh and
+sigmoid: arm_nn_activation_s16 for s16x16 and s16; softmax: arm_softmax_s16, arm_softmax_s8; s8 has
+no tanh: its tanh layers count the kernel alone). Which kernels stand beside which precision:
 
   q16-acc32 (int16 weights x int16 activations, int32 accumulator, power-of-two requantisation)
     vs s16x16: arm_nn_vec_mat_mult_t_s16_s16 (int16 x int16, int64 accumulator; Dense only: CMSIS-NN has
@@ -61,7 +63,8 @@ MODELS = {"f1tenth": (REPO / "firmware_examples/f1tenth/architecture.json", (-1.
 #: the CMSIS-NN kernels set beside each precision, in column order
 AGAINST = {"q16-acc32": ("s16x16", "s16"), "q8": ("s16", "s8")}
 #: CMSIS-NN's source folders the kernels and their helpers live in
-CMSIS_FOLDERS = ("ConvolutionFunctions", "FullyConnectedFunctions", "NNSupportFunctions")
+CMSIS_FOLDERS = ("ConvolutionFunctions", "FullyConnectedFunctions", "NNSupportFunctions", "ActivationFunctions",
+                 "SoftmaxFunctions")
 #: the CMSIS-NN entry each kernel name is counted at, per layer kind
 ENTRIES = {("s16x16", "dense"): "arm_nn_vec_mat_mult_t_s16_s16", ("s16", "dense"): "arm_fully_connected_s16",
            ("s8", "dense"): "arm_fully_connected_s8", ("s16", "conv2d"): "arm_convolve_s16",
@@ -102,6 +105,7 @@ def layers_of(model, precision, input_range):
             rows = kq.T
             macs = op["outer"] * op["k"] * op["OC"]
         out.append({"name": op["name"], "c_name": op["c_name"], "kind": op["kind"], "op": op, "macs": int(macs),
+                    "activation": qop.activation,
                     "rows": rows, "bias": np.asarray(qop.bias_q, dtype=np.int64)})
     return out
 
@@ -238,15 +242,20 @@ def c_array(ctype, symbol, values):
 
 
 def harness_source(layers8, layers16):
-    """main(): every layer through each CMSIS-NN kernel, in layer order per kernel; a checksum of the
-    outputs goes to stdout so no call is optimised away. `layers8`: the q8 plan's layers (int8
-    weights), `layers16`: the q16-acc32 plan's (int16 weights) or None."""
+    """(C source, [(kernel, layer c-name, CMSIS-NN entry)] in call order): main() runs every layer
+    through each CMSIS-NN kernel, in layer order per kernel, followed by CMSIS-NN's own activation
+    where nnbuild's layer has one CMSIS-NN implements for that kernel (tanh and sigmoid: s16's
+    arm_nn_activation_s16; softmax: arm_softmax_s16 / arm_softmax_s8); a checksum of the outputs
+    goes to stdout so no call is optimised away. `layers8`: the q8 plan's layers (int8 weights),
+    `layers16`: the q16-acc32 plan's (int16 weights)."""
+    calls = []
     out = ['#include <stdio.h>\n#include "arm_nnfunctions.h"\n#include "arm_nnsupportfunctions.h"\n\n']
     biggest = max(max(l["op"].get("H", 1) * l["op"].get("W", 1) * l["op"].get("C", l["op"]["k"]),
                       l["macs"] // max(1, l["op"]["k"])) for l in layers8)
     out.append(f"static int16_t in16[{biggest}];\nstatic int16_t out16[{biggest}];\n"
                f"static int8_t in8[{biggest}];\nstatic int8_t out8[{biggest}];\n"
-               "static int16_t scratch[8192];\nstatic int32_t mult[512];\nstatic int32_t shift[512];\n")
+               "static int16_t scratch[8192];\nstatic int32_t mult[512];\nstatic int32_t shift[512];\n"
+               "static int16_t exp_lut[513];\nstatic int16_t one_lut[513];\n")
     for i, layer in enumerate(layers8):
         out.append(c_array("int8_t", f"w8_{i}", np.clip(layer["rows"], -128, 127)))
         out.append(c_array("int64_t", f"b64_{i}", layer["bias"]))
@@ -275,9 +284,14 @@ int main(void)
     cmsis_nn_context ctx = {scratch, (int32_t)sizeof scratch};
     cmsis_nn_per_tensor_quant_params tensor_q = {1518500250, -8};
     cmsis_nn_per_channel_quant_params channel_q = {mult, shift};
+    const cmsis_nn_softmax_lut_s16 lut = {exp_lut, one_lut};
     for (int i = 0; i < 512; ++i) {
         mult[i] = 1518500250;
         shift[i] = -8;
+    }
+    for (int i = 0; i < 513; ++i) {   /* decreasing tables of the right size: the kernels' work, not their values */
+        exp_lut[i] = (int16_t)(32767 - 63 * i);
+        one_lut[i] = (int16_t)(32767 - 31 * i);
     }
     fill();
 """)
@@ -289,6 +303,7 @@ int main(void)
             if (kernel, layer["kind"]) not in ENTRIES:
                 continue
             out.append(f"    {{   /* {kernel} {layer['name']} */\n")
+            calls.append((kernel, layer["c_name"], ENTRIES[(kernel, layer["kind"])]))
             if layer["kind"] == "dense":
                 rows, cols = op["OC"], op["k"]
                 out.append(f"        cmsis_nn_dims in_d = {{1, 1, 1, {cols}}}, f_d = {{{cols}, 1, 1, {rows}}}, "
@@ -320,9 +335,21 @@ int main(void)
                                % (op["SW"], op["SH"], op["PL"], op["PT"]))
                     out.append(f"        arm_convolve_s8(&ctx, &cp, &channel_q, &in_d, in8, &f_d, w8_{i}, &b_d, b32_{i}, "
                                f"NULL, &o_d, out8);\n        check += sum8({n_out});\n")
-            out.append("    }\n")
+            n_out = layer["macs"] // op["k"]
+            row = op["OC"]
+            act = layer["activation"]
+            if act in ("tanh", "sigmoid") and kernel != "s8":
+                out.append(f"        arm_nn_activation_s16(out16, out16, {n_out}, 0, {'ARM_TANH' if act == 'tanh' else 'ARM_SIGMOID'});\n")
+                calls.append((kernel, layer["c_name"], "arm_nn_activation_s16"))
+            elif act == "softmax" and kernel != "s8":
+                out.append(f"        arm_softmax_s16(out16, {n_out // row}, {row}, 1518500250, 8, &lut, out16);\n")
+                calls.append((kernel, layer["c_name"], "arm_softmax_s16"))
+            elif act == "softmax":
+                out.append(f"        arm_softmax_s8(out8, {n_out // row}, {row}, 1518500250, 8, -248, out8);\n")
+                calls.append((kernel, layer["c_name"], "arm_softmax_s8"))
+            out.append("        check += out16[0] + out8[0];\n    }\n")
     out.append("    fwrite(&check, sizeof check, 1, stdout);\n    return 0;\n}\n")
-    return "".join(out)
+    return "".join(out), calls
 
 
 def cmsis(model_name, layers8, layers16, root, workdir):
@@ -332,7 +359,8 @@ def cmsis(model_name, layers8, layers16, root, workdir):
     workdir.mkdir(parents=True, exist_ok=True)
     library = cmsis_library(board, root, workdir.parent)
     source = workdir / f"cmsis_{model_name}.c"
-    source.write_text(harness_source(layers8, layers16))
+    code, calls = harness_source(layers8, layers16)
+    source.write_text(code)
     parts = check_program_parts(board)
     program = workdir / f"cmsis_{model_name}.elf"
     flags = [f for f in board["cflags"] if f not in ("-Werror", "-pedantic", "-std=c99")]
@@ -343,24 +371,13 @@ def cmsis(model_name, layers8, layers16, root, workdir):
     table, _ = cortexm_timing.cost_table(text, board["instruction_timing"])
     lines = executed_log(board, program, 1, "<i4", np.zeros((1, 1), dtype=np.float32))
     counts = {}
-    for kernel in ("s16x16", "s16", "s8"):
-        for kind in ("dense", "conv2d"):
-            entry = ENTRIES.get((kernel, kind))
-            if entry is None or f"<{entry}>:" not in text or not any(l["kind"] == kind for l in layers8):
-                continue
-            if kernel == "s16x16" and layers16 is None:
-                continue
-            start, returns = call_sites(text, program, entry)
-            counts[(kernel, kind)] = qemu_system.cycles_per_call(lines, start, returns, table)
+    for entry in sorted({entry for _, _, entry in calls}):
+        start, returns = call_sites(text, program, entry)
+        counts[entry] = iter(qemu_system.cycles_per_call(lines, start, returns, table))
     per_layer = {}
-    for kernel in ("s16x16", "s16", "s8"):
-        seen = {kind: 0 for kind in ("dense", "conv2d")}
-        for layer in layers8:
-            got = counts.get((kernel, layer["kind"]))
-            if got is None:
-                continue
-            per_layer.setdefault(kernel, {})[layer["c_name"]] = got[seen[layer["kind"]]]
-            seen[layer["kind"]] += 1
+    for kernel, layer, entry in calls:   # each entry's calls ran in the order they were written
+        mine = per_layer.setdefault(kernel, {})
+        mine[layer] = mine.get(layer, 0) + next(counts[entry])
     return per_layer
 
 
