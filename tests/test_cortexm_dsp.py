@@ -168,8 +168,35 @@ def test_a_dsp_capability_nnbuild_has_no_kernels_for_is_refused(tmp_path):
     assert "dsp" in message and "armv7e-m" in message and "\n" not in message
 
 
-def test_the_stm32f407_board_has_the_capability():
+def test_the_stm32f407_board_has_the_capability_the_schema_and_the_generator_know():
     assert boards.load_board("stm32f407").get("dsp") == "armv7e-m"
+    assert tuple(boards.schema()["properties"]["dsp"]["enum"]) == codegen.DSP_CAPABILITIES
+
+
+def test_generate_refuses_an_unknown_capability(tmp_path):
+    with pytest.raises(NNBuildError, match="DSP capability 'armv8' is unknown \\(known: armv7e-m\\)"):
+        codegen.generate(ragged_model(), tmp_path, precision="q8", input_range=(-1, 1), dsp="armv8")
+
+
+@pytest.mark.parametrize("precision", ["q16-acc32", "q8"])
+def test_the_v2_kernels_equal_the_bit_exact_model(tmp_path, precision):
+    """LeNet-5 in shape v2: a single-channel convolution through the aligned window copy, an
+    even-channel one read in place a kernel row at a time, Dense layers, the softmax's division."""
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    model = pipeline.load_model(REPO / "firmware_examples/lenet5/lenet5.h5", "lenet5")[0]
+    out = tmp_path / precision
+    codegen.generate(model, out, precision=precision, storage="const", input_range=(0, 1), dsp="armv7e-m")
+    code = (out / "lenet5.c").read_text()
+    assert "the window copied into an aligned buffer first" in code and "read in place, a kernel row at a time" in code
+    exe = out / "check"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-ffp-contract=off", f"-I{out}",
+                    *check_main_defines("lenet5.h", "lenet5_infer", model.input_size, model.output_size),
+                    str(out / "lenet5.c"), str(out / "lenet5_weights.c"), str(CHECK_MAIN), "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
+    x = np.random.default_rng(9).uniform(0, 1, (4, model.input_size)).astype(np.float32)
+    c = native.run_cases(exe, x, model.output_size)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (0, 1)), x)
+    assert np.array_equal(c.view(np.uint32), emulated.astype("<f4").reshape(len(x), -1).view(np.uint32))
 
 
 needs_arm = pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-system-arm"),
