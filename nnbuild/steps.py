@@ -446,7 +446,7 @@ def _model_options(storage=True):
         opts += [_a("--storage", default=None, choices=codegen.STORAGES,
                     help="weights storage (default: the --target board's)"),
                  _a("--dsp", default=None, choices=codegen.DSP_CAPABILITIES,
-                    help="DSP-extension kernels of the fixed-point mlp shape (default: the --target board's)"),
+                    help="DSP-extension kernels of the fixed-point mlp and v2 shapes (default: the --target board's)"),
                  _a("--target", default="host", help="board whose weights storage and precisions apply")]
     return tuple(opts)
 
