@@ -234,6 +234,7 @@ def test_f1tenth_builds_with_the_dsp_kernels_and_passes_the_gate(tmp_path, preci
     target, host = np.load(build / "run_qemu-system-arm.npz"), np.load(build / "run_host.npz")
     assert np.array_equal(target["outputs"], host["outputs"])   # ACLE on the core = the C99 kernels on the host
     report = json.loads((build / "report.json").read_text())
-    assert report["passed"] and (build / "gate.json").exists()
-    macs = 61 * 128 + 128 * 128 + 128
-    assert report["measured_cycles"] / macs < 4.0, report["measured_cycles"]   # 10.8 cycles/MAC before SMLAD
+    assert report["passed"] and (build / "gate.json").exists() and report["measured_cycles"] > 0
+    text = subprocess.run(["arm-none-eabi-objdump", "-d", str(build / "check.elf")], capture_output=True, text=True,
+                          check=True).stdout
+    assert "smlad" in text and ("sxtb16" in text) == (precision == "q8")   # the kernels, not the plain C, ran

@@ -54,7 +54,7 @@ def render(model, *, precision, storage, passes_log, input_range, dsp=None):
         "dot8": any(l["dot8"] for l in layers), "pair16": any(l["pair"] and l["mac16"] for l in layers),
         "pair8": any(l["pair"] and l["mac8"] for l in layers), "offset_xq": bool(layers) and layers[0]["pair"],
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
-        "dsp": any(l["dsp"] for l in layers), "dsp16": any(l["dsp"] and l["wbits"] == 16 for l in layers),
+        "dsp": any(l["dsp"] for l in layers),
         "dsp8": any(l["dsp"] and l["wbits"] == 8 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
