@@ -127,7 +127,7 @@ def test_precisions_without_dsp_kernels_keep_the_plain_code(tmp_path):
 
 
 @pytest.mark.parametrize("precision", ["q16-acc32", "q8"])
-@pytest.mark.parametrize("which", ["f1tenth", "ragged"])
+@pytest.mark.parametrize("which", [pytest.param("f1tenth", marks=pytest.mark.e2e), "ragged"])
 def test_the_portable_dsp_c_equals_the_bit_exact_model(tmp_path, precision, which):
     """On the host the kernels' C99 equivalent runs: the same integers as nnbuild.numerics.bitexact."""
     model = pipeline.load_model(F1TENTH, "f1tenth")[0] if which == "f1tenth" else ragged_model()
@@ -145,6 +145,7 @@ def test_the_portable_dsp_c_equals_the_bit_exact_model(tmp_path, precision, whic
     assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="arm-none-eabi-gcc not installed")
 @pytest.mark.parametrize("precision", ["q16-acc32", "q8"])
 def test_the_target_code_uses_smlad_and_compiles_clean(tmp_path, precision):
@@ -178,6 +179,7 @@ def test_generate_refuses_an_unknown_capability(tmp_path):
         codegen.generate(ragged_model(), tmp_path, precision="q8", input_range=(-1, 1), dsp="armv8")
 
 
+@pytest.mark.e2e   # LeNet-5's weights take seconds to compile
 @pytest.mark.parametrize("precision", ["q16-acc32", "q8"])
 def test_the_v2_kernels_equal_the_bit_exact_model(tmp_path, precision):
     """LeNet-5 in shape v2: a single-channel convolution through the aligned window copy, an
