@@ -402,7 +402,6 @@ class Analyzer:
         info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
                          for l in loops]
         info["paths"] = paths.sources
-        info.pop("solution")
         bd = self._breakdown(region, counts, callee, tail, info.pop("choice_cycles"))
         if sum(bd.values()) != cycles:
             raise NNBuildError(f"builtin-avr: internal error: per-layer split of {region.name} "
