@@ -39,6 +39,7 @@ import numpy as np
 
 from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
+from nnbuild.frontends import onnx_recurrent
 from nnbuild.ir import graph as g
 
 #: ops evaluated at load when every input is a constant
@@ -68,12 +69,14 @@ STRING_VALUES = {
     "nearest_mode": {"Resize": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")},
     "keep_aspect_ratio_policy": {"Resize": ("stretch", "not_larger", "not_smaller")},
     "approximate": {"Gelu": ("none", "tanh")},
+    "direction": {"LSTM": ("forward", "reverse", "bidirectional"), "GRU": ("forward", "reverse", "bidirectional")},
 }
 #: integer attributes that are flags (0 or 1)
 FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "exclude_outside", "antialias",
-         "allowzero", "transA", "transB", "broadcast", "storage_order")
+         "allowzero", "transA", "transB", "broadcast", "storage_order", "input_forget", "linear_before_reset",
+         "layout")
 #: integer attributes whose every value is >= 1
-POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size")
+POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size", "hidden_size")
 #: integer attributes whose every value is >= 0, by op (Pad's own pads are checked by op_Pad)
 NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool", "ConvTranspose"), "output_padding": ("ConvTranspose",)}
 #: attributes with the one value nnbuild implements: (op, name) -> value (inference semantics only)
@@ -87,7 +90,7 @@ SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE)
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
     "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand",
-    "ConvTranspose"})
+    "ConvTranspose", "LSTM", "GRU"})
 
 
 def channels_per_group(w, groups):
@@ -316,6 +319,8 @@ def attribute_problem(node):
 
 
 class _Converter:
+    problem_type = Problem
+
     def __init__(self, proto, path):
         self.proto, self.path = proto, path
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -360,11 +365,14 @@ class _Converter:
         if len(inputs) != 1 or len(graph.output) != 1:
             raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs: nnbuild generates one input "
                           "to one output")
-        shape = self._input_shape(inputs[0])
+        time_major = onnx_recurrent.feeds_time_major(graph, inputs[0].name)
+        shape = (onnx_recurrent.time_major_input(self, inputs[0]) if time_major else
+                 self._input_shape(inputs[0]))
         self.input_name = names.c_identifier(inputs[0].name) or "input"
         self.used.add(self.input_name)
         self.ir_shapes = {self.input_name: shape}
-        self.tensors[inputs[0].name] = ("ir", self.input_name, shape, _identity(len(shape)))
+        self.tensors[inputs[0].name] = (("tm", self.input_name, shape, 1) if time_major else
+                                        ("ir", self.input_name, shape, _identity(len(shape))))
         for node in graph.node:
             # refused before onnx's shape inference sees (and fails on) an operator it does not know
             if node.domain not in ("", "ai.onnx"):
@@ -383,6 +391,9 @@ class _Converter:
             except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as exc:
                 raise Problem(f"node '{self.label(node)}' ({node.op_type}): {exc}") from None
         out = self.tensors.get(graph.output[0].name)
+        if out is not None and out[0] == "tm" and self.batch == 1:
+            # a batch of one anywhere leaves the sample's element order: the output as it is
+            self.tensors[graph.output[0].name] = out = ("ir", out[1], out[2], _identity(len(out[2])))
         if out is None or out[0] != "ir":
             raise Problem(f"output '{graph.output[0].name}' is not computed from the input")
         out, _ = self.held(graph.output[0].name, _identity(len(out[2])), graph.output[0].name)
@@ -566,6 +577,9 @@ class _Converter:
         entry = self.tensors.get(name)
         if entry is None:
             raise Problem(f"input '{name}' is not produced by any node")
+        if entry[0] == "tm":
+            raise Problem(f"input '{name}' is a sequence tensor with its batch axis at {entry[3]} (there nnbuild "
+                          "reads LSTM/GRU, Transpose, Squeeze and Gather only)")
         if entry[0] != "ir":
             raise Problem(f"input '{name}' is a constant where a tensor computed from the input is expected")
         return entry[1], entry[2], entry[3]
@@ -1254,7 +1268,16 @@ class _Converter:
             return [int(v) for v in np.asarray(consts[index]).reshape(-1)]
         return list(a["axes"]) if "axes" in a else None
 
+    def op_LSTM(self, node, a, inputs, consts):
+        onnx_recurrent.convert(self, node, a, inputs, consts)
+
+    def op_GRU(self, node, a, inputs, consts):
+        onnx_recurrent.convert(self, node, a, inputs, consts)
+
     def op_Squeeze(self, node, a, inputs, consts):
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            onnx_recurrent.squeeze(self, node, self._axes_input(a, inputs, consts))
+            return
         src, ir, perm = self.tensor_any(inputs[0])
         shape = _unpermute(ir, perm)
         axes = self._axes_input(a, inputs, consts)
@@ -1294,10 +1317,18 @@ class _Converter:
         self.reshape(node, src, ir, list(ir) + [1] * len(new), tuple(old[p] for p in perm) + tuple(new))
 
     def op_Transpose(self, node, a, inputs, consts):
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            onnx_recurrent.transpose(self, node, a, inputs)
+            return
         src, ir, perm = self.tensor_any(inputs[0])
         q = list(a.get("perm", range(len(ir), -1, -1)))
         if sorted(q) != list(range(len(ir) + 1)):
             raise Problem(f"perm {q} is not a permutation of the {len(ir) + 1} axes")
+        if q[0] != 0 and self.batch == 1 and not self.batchless and \
+                onnx_recurrent.feeds_time_major(self.proto.graph, node.output[0]):
+            # the batch axis moves (PyTorch's batch_first sequence for a layout-0 LSTM/GRU)
+            onnx_recurrent.transpose(self, node, a, inputs)
+            return
         if q[0] != 0:
             raise Problem(f"perm {q} moves the batch axis")
         # no data moves: the output is the same IR tensor seen with another layout
@@ -1455,6 +1486,11 @@ class _Converter:
         return np.where(idx < 0, idx + size, idx)
 
     def op_Gather(self, node, a, inputs, consts):
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            if consts[1] is None:
+                raise Problem("indices computed from the input (only constants)")
+            onnx_recurrent.gather(self, node, a, consts[1])
+            return
         src, ir, perm, shape, axis, idx = self.gathered(a, inputs, consts)
         idx = self.wrapped(idx, shape[axis])
         if idx.ndim <= 1 and (idx.ndim == 1 or len(shape) > 1):
