@@ -8,7 +8,7 @@ are written by `TensorCode` from the loop plans of nnbuild.codegen.tensor_ops: o
 (merged) axis, literal bounds, per-axis offsets accumulated outside in, tables read through the
 prelude's NN_READ macros (AVR flash or plain const)."""
 
-from nnbuild.codegen import cnn
+from nnbuild.codegen import cnn, recurrent
 from nnbuild.codegen.common import float_literal
 from nnbuild.numerics.formats import is_fixed
 
@@ -258,7 +258,7 @@ def tensor_code(ctx):
             broadcast(code, op, act)
         else:
             {"move": move, "reduce": reduce, "softmax_axis": softmax_axis, "lrn": lrn, "resample": resample,
-             "unary": unary}[kind](code, op)
+             "unary": unary, "recurrent": recurrent.render}[kind](code, op)
         code.close()
         return code.text()
     return render
