@@ -651,8 +651,8 @@ class _Converter:
             raise Problem("on an input without a batch axis (there nnbuild reads element-wise operators, "
                           "activations and MatMul only)")
         if op == "Shape":
-            shape = self.onnx_shape(inputs[0])
-            full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
+            full = np.array(onnx_recurrent.full_shape(self, inputs[0]) if onnx_recurrent.is_time_major(self, inputs[0])
+                            else (self.batch,) + tuple(self.onnx_shape(inputs[0])), dtype=np.int64)
             start, end = a.get("start", 0), a.get("end", None)
             self.tensors[node.output[0]] = ("const", full[start:end])
             self.count_constant(full.size, "Shape")
@@ -1226,10 +1226,14 @@ class _Converter:
         self.emit(node, layer, [src], perm=perm)
 
     def op_Reshape(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0], node)
         target = list(a["shape"]) if self.opset < 5 else consts[1]
         if target is None:
             raise Problem("target shape computed from the input")
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            onnx_recurrent.reshape(self, node, [int(d) for d in np.asarray(target).reshape(-1)],
+                                   not a.get("allowzero", 0))
+            return
+        src, shape = self.tensor(inputs[0], node)
         target = [int(d) for d in np.asarray(target).reshape(-1)]
         full = (self.batch,) + tuple(shape)
         allow_zero = not a.get("allowzero", 0)

@@ -288,3 +288,35 @@ def gather(converter, node, a, idx):
     converter.add(layer, [src])
     _put(converter, node, layer.name, converter.ir_shapes[layer.name],
          pos - 1 if idx.ndim == 0 and axis < pos else pos)
+
+
+def full_shape(converter, name):
+    """The ONNX shape of a time-major tensor, its batch axis (of one) included."""
+    _, _, shape, pos = converter.tensors[name]
+    return _full(shape, pos)
+
+
+def reshape(converter, node, target, allow_zero):
+    """Reshape of a time-major tensor (batch one): the batch axis must stay where it is, or come first."""
+    Problem = converter.problem_type
+    _, src, shape, pos = converter.tensors[node.input[0]]
+    full = _full(shape, pos)
+    target = [full[k] if d == 0 and allow_zero and k < len(full) else d for k, d in enumerate(target)]
+    size = int(np.prod(full))
+    if target.count(-1) > 1:
+        raise Problem("two unknown dimensions")
+    if -1 in target:
+        known = int(np.prod([d for d in target if d != -1]))
+        target[target.index(-1)] = size // known if known else 0
+    if int(np.prod(target)) != size or min(target, default=0) < 1:
+        raise Problem(f"cannot reshape {tuple(full)} to {tuple(target)}")
+    if len(target) > pos and target[pos] == 1 and int(np.prod(target[:pos])) == int(np.prod(full[:pos])):
+        new = pos
+    elif target[0] == 1:
+        new = 0
+    else:
+        raise Problem(f"target shape {tuple(target)} moves the batch axis (axis {pos} of this sequence tensor)")
+    sample = [d for k, d in enumerate(target) if k != new] or [1]
+    layer = g.Reshape(converter.unique(converter.label(node)), tuple(sample), source_type="Reshape")
+    converter.add(layer, [src])
+    _put(converter, node, layer.name, converter.ir_shapes[layer.name], new)
