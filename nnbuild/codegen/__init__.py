@@ -135,6 +135,8 @@ def shape_refusal(shape, precision, model=None):
     if offered is not None and precision_family(precision) not in offered:
         return (f"shape {shape} does not generate precision '{precision}' "
                 f"(it generates: {', '.join(offered)})")
+    if model is not None and hasattr(module, "model_refusal"):
+        return module.model_refusal(model, precision)
     return None
 
 

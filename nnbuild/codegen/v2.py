@@ -264,6 +264,16 @@ def tensor_code(ctx):
     return render
 
 
+def model_refusal(model, precision):
+    """Why this model cannot be generated in `precision` (recurrent layers: floating point only), or None."""
+    if is_fixed(precision):
+        layer = next((l for l in model.layers if l.kind == "recurrent"), None)
+        if layer is not None:
+            return (f"shape v2 generates {layer.source_type} '{layer.name}' in float32 and float64 only "
+                    f"(not precision '{precision}')")
+    return None
+
+
 def int16_move(op, ff):
     """A Transpose or Slice over int16 tensors (the fixed-point shape): the same movement loops."""
     code = TensorCode(ff, "int16_t", "f", None)
