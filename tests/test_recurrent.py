@@ -280,3 +280,18 @@ def test_avr_run_and_wcet_bound(tmp_path, op):
     wcet = json.loads((tmp_path / "wcet.json").read_text())["cycles"]
     print(f"\n{op} on AVR: measured max {int(cycles.max())} cycles, bound {wcet} ({wcet / cycles.max():.2f}x)")
     assert cycles.max() <= wcet < 3 * cycles.max()
+
+
+KERAS = sorted(p.name for p in (DATA / "keras_recurrent").iterdir() if p.suffix in (".h5", ".keras"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", KERAS)
+def test_keras_lstm_gru_match_keras(tmp_path, name, backend):
+    """Keras 2 .h5 (LSTM returning its sequence into a reset_after GRU; a GRU without reset_after
+    into a go_backwards relu LSTM) and a Keras 3 .keras archive, against Keras's predict."""
+    data = np.load(DATA / "keras_recurrent" / (Path(name).stem + ".npz"))
+    model = frontends.load(DATA / "keras_recurrent" / name)
+    assert [layer.kind for layer in model.layers].count("recurrent") == 2
+    errors = errors_of(tmp_path, model, data["x"], data["y"], backend)
+    assert max(errors.values()) <= FLOOR, errors
