@@ -58,8 +58,10 @@ def _clip(code, var, bound):
         code.line(f"{var} = {var} < {lo} ? {lo} : ({var} > {hi} ? {hi} : {var});")
 
 
-def _read(entry, role, index):
-    return f"NN_READF_AT(NN_ADDR({entry[role]['symbol']}), {index})"
+def _read(code, entry, role, index):
+    """A weight (float32 in the weights file) in the computing precision."""
+    read = f"NN_READF_AT(NN_ADDR({entry[role]['symbol']}), {index})"
+    return read if code.real == "float" else f"({code.real}){read}"
 
 
 def _products(code, op, entry, rows, source, length, var):
@@ -69,7 +71,7 @@ def _products(code, op, entry, rows, source, length, var):
     H = op["H"]
     for gate in rows:
         row = f"({gate * H}u + j) * {length}u + k" if gate else f"j * {length}u + k"
-        code.line(f"acc_{gate} += {_read(entry, var, row)} * v;")
+        code.line(f"acc_{gate} += {_read(code, entry, var, row)} * v;")
     code.end()
 
 
@@ -77,7 +79,7 @@ def _gates(code, op, entry, rows, xt):
     """acc_<g> = b[g*H + j] + W x_t + R h for the gates of `rows`."""
     H = op["H"]
     for gate in rows:
-        code.line(f"{code.real} acc_{gate} = {_read(entry, 'b', f'{gate * H}u + j' if gate else 'j')};")
+        code.line(f"{code.real} acc_{gate} = {_read(code, entry, 'b', f'{gate * H}u + j' if gate else 'j')};")
     _products(code, op, entry, rows, xt, op["F"], "w")
     _products(code, op, entry, rows, "hp", op["H"], "r")
 
@@ -95,9 +97,9 @@ def _lstm_step(code, op, entry, d, t):
     _gates(code, op, entry, rows, "xt")
     if "p" in entry:
         if 0 in rows:
-            code.line(f"acc_0 += {_read(entry, 'p', 'j')} * c[j];")
+            code.line(f"acc_0 += {_read(code, entry, 'p', 'j')} * c[j];")
         if 2 in rows:
-            code.line(f"acc_2 += {_read(entry, 'p', f'{2 * H}u + j')} * c[j];")
+            code.line(f"acc_2 += {_read(code, entry, 'p', f'{2 * H}u + j')} * c[j];")
     for gate in rows:
         if gate != 1:
             _clip(code, f"acc_{gate}", op["clip"])
@@ -112,7 +114,7 @@ def _lstm_step(code, op, entry, d, t):
     _clip(code, "cj", op["cell_clip"])
     code.line("c[j] = cj;")
     if "p" in entry:
-        code.line(f"acc_1 += {_read(entry, 'p', f'{H}u + j')} * cj;")
+        code.line(f"acc_1 += {_read(code, entry, 'p', f'{H}u + j')} * cj;")
     _clip(code, "acc_1", op["clip"])
     code.line(f"hn[j] = {_act(f_act, 'acc_1')} * {_act(h_act, 'cj')};")
     _store_step(code, op, d, t)
@@ -130,13 +132,13 @@ def _gru_step(code, op, entry, d, t):
     code.line(f"rg[j] = {_act(f_act, 'acc_1')}{'' if op['lbr'] else ' * hp[j]'};")
     code.end()
     code.loop("j", H)
-    code.line(f"{code.real} acc_2 = {_read(entry, 'b', f'{2 * H}u + j')};")
+    code.line(f"{code.real} acc_2 = {_read(code, entry, 'b', f'{2 * H}u + j')};")
     _products(code, op, entry, [2], "xt", op["F"], "w")
     code.line(f"{code.real} q = {code.lit(0)};")
     code.loop("k", H)
-    code.line(f"q += {_read(entry, 'r', f'({2 * H}u + j) * {H}u + k')} * {'hp' if op['lbr'] else 'rg'}[k];")
+    code.line(f"q += {_read(code, entry, 'r', f'({2 * H}u + j) * {H}u + k')} * {'hp' if op['lbr'] else 'rg'}[k];")
     code.end()
-    rb = _read(entry, "rb", "j")
+    rb = _read(code, entry, "rb", "j")
     code.line(f"acc_2 = acc_2 + rg[j] * (q + {rb});" if op["lbr"] else f"acc_2 = acc_2 + (q + {rb});")
     _clip(code, "acc_2", op["clip"])
     code.line(f"hn[j] = ({code.lit(1)} - z[j]) * {_act(g_act, 'acc_2')} + z[j] * hp[j];")
@@ -144,10 +146,17 @@ def _gru_step(code, op, entry, d, t):
     code.end()
 
 
+def _stored(code, op, value):
+    """`value` as the output tensor's element type (the API's float when the precision is double)."""
+    dst = code.ptr(op["dst"])
+    return value if dst == code.real else f"({dst}){value}"
+
+
 def _store_step(code, op, d, t):
     if op["output"] == "sequence":
         D, H = op["D"], op["H"]
-        code.line(f"y[{t} * {D * H}u + {d * H}u + j] = hn[j];" if d else f"y[{t} * {D * H}u + j] = hn[j];")
+        at = f"{t} * {D * H}u + {d * H}u + j" if d else f"{t} * {D * H}u + j"
+        code.line(f"y[{at}] = {_stored(code, op, 'hn[j]')};")
 
 
 def render(code, op):
@@ -167,9 +176,9 @@ def render(code, op):
         code.line(f"{code.real} *hp = hs;")
         code.line(f"{code.real} *hn = hs + {H};")
         code.loop("j", H)
-        code.line(f"hs[j] = {_read(entry, 'h0', 'j') if 'h0' in entry else code.lit(0)};")
+        code.line(f"hp[j] = {_read(code, entry, 'h0', 'j') if 'h0' in entry else code.lit(0)};")
         if op["cell"] == "lstm":
-            code.line(f"c[j] = {_read(entry, 'c0', 'j') if 'c0' in entry else code.lit(0)};")
+            code.line(f"c[j] = {_read(code, entry, 'c0', 'j') if 'c0' in entry else code.lit(0)};")
         code.end()
         code.loop("s", T)
         t = "s" if entry["direction"] == "forward" else "t"
@@ -186,6 +195,7 @@ def render(code, op):
         if op["output"] != "sequence":
             code.loop("j", H)
             value = "hp[j]" if op["output"] == "last" else "c[j]"
-            code.line(f"y[{d * H}u + j] = {value};" if d else f"y[j] = {value};")
+            code.line(f"y[{d * H}u + j] = {_stored(code, op, value)};" if d else
+                      f"y[j] = {_stored(code, op, value)};")
             code.end()
         code.close()

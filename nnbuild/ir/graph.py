@@ -703,7 +703,8 @@ class Recurrent:
     peephole: Optional[np.ndarray] = None
     initial_h: Optional[np.ndarray] = None
     initial_c: Optional[np.ndarray] = None
-    activations: Tuple[str, ...] = ("sigmoid", "tanh", "tanh")
+    #: f, g (and h for LSTM); None: the ONNX defaults (sigmoid, tanh(, tanh))
+    activations: Optional[Tuple[str, ...]] = None
     clip: Optional[float] = None
     cell_clip: Optional[float] = None
     coupling: Optional[str] = None
@@ -723,6 +724,9 @@ class Recurrent:
             raise ValueError(f"recurrent output '{self.output}' is not one of {', '.join(RECURRENT_OUTPUTS)} "
                              "(cell: LSTM only)")
         want = 3 if self.cell == "lstm" else 2
+        if self.activations is None:
+            object.__setattr__(self, "activations", ("sigmoid", "tanh", "tanh")[:want])
+        object.__setattr__(self, "activations", tuple(self.activations))
         if len(self.activations) != want or any(a not in RECURRENT_ACTIVATIONS for a in self.activations):
             raise ValueError(f"activations {self.activations} must be {want} of {', '.join(RECURRENT_ACTIVATIONS)}")
         if self.coupling not in RECURRENT_COUPLINGS or (self.coupling and self.cell != "lstm"):
