@@ -31,10 +31,6 @@ KNOWN = {"LSTM": {"activations", "clip", "direction", "hidden_size", "input_forg
 DIRECTIONS = {"forward": ("forward",), "reverse": ("reverse",), "bidirectional": ("forward", "reverse")}
 
 
-def problem(converter, text):
-    return converter.problem_type(text)
-
-
 def is_time_major(converter, name):
     entry = converter.tensors.get(name)
     return entry is not None and entry[0] == "tm"
@@ -150,7 +146,7 @@ def convert(converter, node, a, inputs, consts):
         bias = np.concatenate([wb[:, :2 * hidden] + rb[:, :2 * hidden], wb[:, 2 * hidden:]], axis=1)
         rbias = rb[:, 2 * hidden:].astype(b.dtype)
     bias = bias.astype(b.dtype)
-    x_src, x_shape, batch_pos = _sequence(converter, inputs[0], layout, node)
+    x_src, x_shape = _sequence(converter, inputs[0], layout, node)
     steps = x_shape[0]
     if len(inputs) > 4 and inputs[4]:
         lens = consts[4]
@@ -194,7 +190,7 @@ def convert(converter, node, a, inputs, consts):
 
 
 def _sequence(converter, name, layout, node):
-    """(IR name, (seq, features), batch position) of X."""
+    """(IR name, (seq, features)) of X."""
     Problem = converter.problem_type
     entry = converter.tensors.get(name)
     if entry is None:
@@ -205,13 +201,13 @@ def _sequence(converter, name, layout, node):
         src, shape = converter.tensor(name, node)
         if len(shape) != 2:
             raise Problem(f"X has the sample shape {shape}: expected [seq, features] (layout 1)")
-        return src, shape, 0
+        return src, shape
     if entry[0] != "tm" or entry[3] != 1 or len(entry[2]) != 2:
         shape = entry[2] if entry[0] in ("ir", "tm") else np.shape(entry[1])
         raise Problem(f"X '{name}' (sample shape {tuple(shape)}) is not [seq, batch, features] with the batch "
                       "axis second (layout 0): give the model input as [seq, 1, features], or [1, seq, features] "
                       "through a Transpose, or use layout 1")
-    return entry[1], entry[2], 1
+    return entry[1], entry[2]
 
 
 def _full(shape, batch_pos):
