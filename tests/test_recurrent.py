@@ -295,3 +295,24 @@ def test_keras_lstm_gru_match_keras(tmp_path, name, backend):
     assert [layer.kind for layer in model.layers].count("recurrent") == 2
     errors = errors_of(tmp_path, model, data["x"], data["y"], backend)
     assert max(errors.values()) <= FLOOR, errors
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda op: {"options": {**op.options, "TimeMajor": True}}, "time_major"),
+    (lambda op: {"options": {**op.options, "FusedActivationFunction": 0}}, "cell activation NONE (supported: TANH"),
+    (lambda op: {"inputs": op.inputs[:16] + (op.inputs[2],) + op.inputs[17:]}, "projection or layer-normalisation"),
+    (lambda op: {"inputs": op.inputs[:1] + (op.inputs[5],) + op.inputs[2:]}, "input 1 has shape (5, 5), expected (5, 6)"),
+])
+def test_tflite_lstm_refusals(change, words):
+    """The second LSTM of the fixture, changed in the read graph: one line naming file and operator."""
+    import dataclasses
+    from nnbuild.frontends import tflite
+    path = DATA / "tflite" / "lstm_float32.tflite"
+    graph = tflite.read(path)
+    lstms = [op for op in graph.operators if op.op == "UNIDIRECTIONAL_SEQUENCE_LSTM"]
+    changed = dataclasses.replace(lstms[1], **change(lstms[1]))
+    graph = dataclasses.replace(graph, operators=tuple(changed if op is lstms[1] else op for op in graph.operators))
+    with pytest.raises(tflite.Problem) as info:
+        tflite._Converter(graph, path).run("lstm")
+    assert f"operator {lstms[1].index} (UNIDIRECTIONAL_SEQUENCE_LSTM): " in str(info.value)
+    assert words in str(info.value) and "\n" not in str(info.value)

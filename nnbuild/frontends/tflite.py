@@ -862,8 +862,18 @@ class _Converter:
         if cifg != (w[5] is None) or (cifg and w[12] is not None):
             raise Problem("input gate weights given in part (CIFG drops all of them)")
         if w[2] is None or w[6] is None:
-            raise Problem("missing forget, cell or output gate weights")
+            raise Problem("missing forget gate weights")
+        if w[2].ndim != 2 or w[2].shape[1] != shape[1]:
+            raise Problem(f"input-to-forget weights of shape {w[2].shape} for {shape[1]} features")
         hidden, features = w[2].shape
+        want = {**{k: (hidden, features) for k in LSTM_INPUTS["input_to"]},
+                **{k: (hidden, hidden) for k in LSTM_INPUTS["recurrent_to"]},
+                **{k: (hidden,) for k in LSTM_INPUTS["cell_to"] + LSTM_INPUTS["bias"]}}
+        for k, value in w.items():
+            if value is not None and value.shape != want[k]:
+                raise Problem(f"input {k} has shape {value.shape}, expected {want[k]} ({hidden} units)")
+        if any(w[k] is None for k in (3, 4, 7, 8, 13, 14, 15)):
+            raise Problem("missing forget, cell or output gate weights or biases")
         zeros_in, zeros_rec, zeros_h = (np.zeros((hidden, features), np.float32), np.zeros((hidden, hidden), np.float32),
                                         np.zeros(hidden, np.float32))
 
