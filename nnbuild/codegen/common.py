@@ -326,6 +326,8 @@ class UnrolledParts:
 
     def __init__(self, op, arena, part_terms):
         self.op, self.arena, self.part_terms, self.parts, self.terms = op, arena, part_terms, [], 0
+        if set(op.get("api", ())) - {"in", "out"}:
+            self.API_BUFFERS = tuple(sorted(op["api"]))   # several inputs or outputs: the arguments' names
         self.count = self.distinct = 0
         self._sums = set()
 
