@@ -194,7 +194,7 @@ def refusal(tmp_path, **keywords):
     ({"attrs": {"activations": ["Sigmoid", "Tanh", "Tanh", "Relu", "Tanh", "Tanh"]}, "direction": "bidirectional"},
      "activations ['Sigmoid', 'Tanh', 'Tanh', 'Relu', 'Tanh', 'Tanh'] differ between the directions"),
     ({"x_shape": [STEPS, 2, FEATURES]}, "has batch 2 (nnbuild generates one sequence per call: batch 1)"),
-    ({"x_shape": ["T", 1, FEATURES]}, "has a dynamic sequence length"),
+    ({"x_shape": ["T", 1, FEATURES]}, "has a dynamic first dimension (sequence length or directions)"),
     ({"extra_inputs": lambda i, w: (i + ["lens"], {**w, "lens": np.array([3], np.int32)})},
      "sequence_lens other than the constant sequence length 5"),
     ({"direction": "sideways"}, "attribute direction 'sideways' is not one of forward, reverse"),
@@ -202,6 +202,54 @@ def refusal(tmp_path, **keywords):
 def test_refusals_name_file_and_node(tmp_path, keywords, words):
     message = refusal(tmp_path, **keywords)
     assert words in message and ("refused_node" in message or "input 'x'" in message), message
+
+
+def state_model(tmp_path, op, direction):
+    """x, h0 (and c0 for LSTM) as model inputs [.., 1, ..] (layout 0), Y_h (and Y_c) as outputs:
+    a streaming caller feeds back the state it got."""
+    rng = np.random.default_rng(17)
+    dirs, gates = (2 if direction == "bidirectional" else 1), (4 if op == "LSTM" else 3)
+
+    def weights(*shape):
+        return numpy_helper.from_array((rng.normal(size=shape) * 0.5).astype(np.float32))
+    inits = [weights(dirs, gates * HIDDEN, FEATURES), weights(dirs, gates * HIDDEN, HIDDEN),
+             weights(dirs, 2 * gates * HIDDEN)]
+    for init, name in zip(inits, "WRB"):
+        init.name = name
+    states = ["h0", "c0"][:2 if op == "LSTM" else 1]
+    outputs = ["Y_h", "Y_c"][:len(states)]
+    node = helper.make_node(op, ["x", "W", "R", "B", ""] + states, ["Y"] + outputs, name="cell",
+                            hidden_size=HIDDEN, direction=direction)
+    values = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [STEPS, 1, FEATURES])] + [
+        helper.make_tensor_value_info(s, TensorProto.FLOAT, [dirs, 1, HIDDEN]) for s in states]
+    graph = helper.make_graph([node], f"state_{op.lower()}", values,
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    path = tmp_path / f"state_{op.lower()}.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op, direction", [("LSTM", "forward"), ("GRU", "bidirectional")])
+def test_initial_state_inputs_are_arguments(tmp_path, op, direction, backend):
+    """An initial state computed from the model's inputs is read from its tensor: the C function
+    takes it as an argument (and returns Y_h/Y_c), so the state is the caller's, never hidden."""
+    from test_multiio import build, feeds_for, within_floor
+    from nnbuild.runners import native
+    path = state_model(tmp_path, op, direction)
+    model = frontends.load(path)
+    assert [name for name, _ in model.inputs][1:] == ["h0", "c0"][:2 if op == "LSTM" else 1]
+    x, want = feeds_for(path)
+    if backend == "c":
+        out, exe = build(tmp_path, model)
+        header = (out / f"{model.name}.h").read_text()
+        assert "const float in_h0[" in header and "float out_Y_h[" in header
+        assert within_floor(native.run_cases(exe, x, model.output_size), want)
+        return
+    for dtype in (np.float32, np.float64):
+        assert within_floor(reference.run_flat(model, x, dtype), want), dtype
 
 
 def test_sequence_lens_equal_to_the_length_is_read(tmp_path):

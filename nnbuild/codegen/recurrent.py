@@ -1,7 +1,8 @@
 """C of a Recurrent layer (LSTM, GRU; nnbuild.ir.graph.Recurrent), shared by the CNN shapes.
 
-One sequence per call: every direction starts from its constant initial state (zero unless the
-model gives one) held in local arrays of the call, so nothing survives between calls. Every loop
+One sequence per call: every direction starts from its initial state (zero, the model's constant,
+or the caller's: state inputs of the model are arguments of the C function) copied into local
+arrays of the call, so nothing survives between calls. Every loop
 has a literal bound: the steps (the sequence length), the units, the features. Per step and
 unit, the gate pre-activations are the bias plus the input products plus the recurrence
 products, in that order (nnbuild.ir.semantics.recurrent computes the same terms); the hidden
@@ -45,7 +46,8 @@ def lower(op, layer, prefix, storage, array):
     op.update(kind="recurrent", cell=layer.cell, T=int(steps), F=int(features), H=layer.hidden,
               D=len(layer.directions), dirs=dirs, acts=tuple(layer.activations), clip=layer.clip,
               cell_clip=layer.cell_clip, coupling=layer.coupling, lbr=bool(layer.linear_before_reset),
-              output=layer.output, cell_activations=tuple(layer.activations))
+              output=layer.output, cell_activations=tuple(layer.activations),
+              state_inputs=list(layer.state_inputs))
 
 
 def _act(name, value):
@@ -163,9 +165,21 @@ def render(code, op):
     """The statements of one recurrent op into `code` (a v2 TensorCode)."""
     code.header(op)
     T, F, H, D = op["T"], op["F"], op["H"], op["D"]
+    several = len(op["src"]) > 1
+    x = "x0" if several else "x"
+    # the state inputs follow the sequence: x1 (h, or c), x2 (c)
+    state = {name: f"x{k + 1}" for k, name in enumerate(op["state_inputs"])}
+
+    def initial(name, d, entry):
+        if name in state:
+            value = f"{state[name]}[{d * H}u + j]" if d else f"{state[name]}[j]"
+            return value if code.ptr(op["src"][1 + op["state_inputs"].index(name)]) == code.real else \
+                f"({code.real}){value}"
+        role = name + "0"
+        return _read(code, entry, role, "j") if role in entry else code.lit(0)
     for d, entry in enumerate(op["dirs"]):
-        code.line(f"/* direction {d}: {entry['direction']}, {T} steps from the "
-                  f"{'given' if 'h0' in entry else 'zero'} initial state */")
+        origin = ("the caller's" if state else "the given" if "h0" in entry or "c0" in entry else "the zero")
+        code.line(f"/* direction {d}: {entry['direction']}, {T} steps from {origin} initial state */")
         code.block()
         code.line(f"{code.real} hs[{2 * H}];")
         if op["cell"] == "lstm":
@@ -176,15 +190,15 @@ def render(code, op):
         code.line(f"{code.real} *hp = hs;")
         code.line(f"{code.real} *hn = hs + {H};")
         code.loop("j", H)
-        code.line(f"hp[j] = {_read(code, entry, 'h0', 'j') if 'h0' in entry else code.lit(0)};")
+        code.line(f"hp[j] = {initial('h', d, entry)};")
         if op["cell"] == "lstm":
-            code.line(f"c[j] = {_read(code, entry, 'c0', 'j') if 'c0' in entry else code.lit(0)};")
+            code.line(f"c[j] = {initial('c', d, entry)};")
         code.end()
         code.loop("s", T)
         t = "s" if entry["direction"] == "forward" else "t"
         if t == "t":
             code.line(f"{'uint_fast32_t' if T > 65535 else 'unsigned int'} t = {T - 1}u - s;")
-        code.line(f"const {code.ptr(op['src'][0])} *xt = x + {t} * {F}u;")
+        code.line(f"const {code.ptr(op['src'][0])} *xt = {x} + {t} * {F}u;")
         (_lstm_step if op["cell"] == "lstm" else _gru_step)(code, op, entry, d, t)
         code.line("{")
         code.line(f"    {code.real} *swap = hp;")

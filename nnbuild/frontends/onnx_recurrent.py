@@ -11,8 +11,9 @@ output has the sample's element order and is the output as it is. Everything els
 tensor in one line.
 
 Semantics are ONNX's (nnbuild.ir.graph.Recurrent); sequence_lens must be a constant equal to the
-sequence length everywhere; initial states must be constants (the generated function computes one
-sequence from that state: no hidden state between calls, no state argument).
+sequence length everywhere; an initial state is a constant, or a tensor computed from the model's
+inputs (a state input of the model is an argument of the C function: a caller that streams feeds
+the Y_h/Y_c it got back); nothing is kept between calls.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def is_time_major(converter, name):
 
 
 def feeds_time_major(graph, name):
-    """Whether graph input `name` is the X of a layout-0 LSTM/GRU (its batch axis is the second)."""
+    """Whether tensor `name` is the X or an initial state of a layout-0 LSTM/GRU (its batch axis is
+    the second)."""
     for node in graph.node:
-        if node.op_type in ("LSTM", "GRU") and node.input and node.input[0] == name:
+        if node.op_type in ("LSTM", "GRU") and any(k < len(node.input) and node.input[k] == name
+                                                    for k in (0, 5, 6)):
             layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
             if layout == 0:
                 return True
@@ -47,35 +50,46 @@ def feeds_time_major(graph, name):
 
 
 def time_major_input(converter, value):
-    """The sample shape (seq, features) of a [seq, batch, features] model input (batch 1 or symbolic)."""
+    """The sample shape of a [seq, batch, features] (or initial state [directions, batch, hidden])
+    model input, batch 1 or symbolic."""
     Problem = converter.problem_type
     t = value.type.tensor_type
     if t.elem_type != 1:
         raise Problem(f"input '{value.name}' is not float32 (ONNX type {t.elem_type})")
     dims = list(t.shape.dim)
     if len(dims) != 3:
-        raise Problem(f"input '{value.name}' feeds a layout-0 LSTM/GRU: expected [seq, batch, features], "
-                      f"got rank {len(dims)}")
+        raise Problem(f"input '{value.name}' feeds a layout-0 LSTM/GRU: expected rank 3 with the batch axis "
+                      f"second, got rank {len(dims)}")
     batch = dims[1]
     if batch.HasField("dim_value") and batch.dim_value != 1:
-        raise Problem(f"input '{value.name}' [seq, batch, features] has batch {batch.dim_value} (nnbuild "
+        raise Problem(f"input '{value.name}' of a layout-0 LSTM/GRU has batch {batch.dim_value} (nnbuild "
                       "generates one sequence per call: batch 1)")
     sizes = []
-    for what, d in (("sequence length", dims[0]), ("feature count", dims[2])):
+    for what, d in (("first dimension (sequence length or directions)", dims[0]), ("last dimension", dims[2])):
         if not d.HasField("dim_value") or d.dim_value < 1:
             raise Problem(f"input '{value.name}' has a dynamic {what} (nnbuild bounds every loop statically)")
         sizes.append(int(d.dim_value))
     return tuple(sizes)
 
 
-def _states(converter, consts, inputs, index, what, dirs, hidden, layout):
-    """A constant initial state [D, H] (None when absent or zero); one computed from the input refused."""
+def _states(converter, consts, inputs, index, what, dirs, hidden, layout, node):
+    """A constant initial state [D, H] (None when absent or zero), or ("input", IR name) of one
+    computed from the model's inputs ([D, batch, H] with layout 0, [batch, D, H] with layout 1)."""
     if len(inputs) <= index or not inputs[index]:
         return None
     value = consts[index]
     if value is None:
-        raise converter.problem_type(f"{what} is computed from the input (nnbuild computes each sequence from "
-                                     "a constant initial state; no state input)")
+        entry = converter.tensors.get(inputs[index])
+        if entry is None:
+            raise converter.problem_type(f"{what} '{inputs[index]}' is not produced by any node")
+        if layout == 0 and (entry[0] != "tm" or entry[3] != 1):
+            raise converter.problem_type(f"{what} '{inputs[index]}' is not [directions, batch, hidden] with the batch "
+                                         "axis second (layout 0)")
+        src, shape = (entry[1], entry[2]) if layout == 0 else converter.tensor(inputs[index], node)
+        if tuple(shape) != (dirs, hidden):
+            raise converter.problem_type(f"{what} of sample shape {tuple(shape)} does not match {dirs} direction(s) "
+                                         f"and hidden_size {hidden}")
+        return ("input", src)
     value = np.asarray(value)
     if value.ndim != 3:
         raise converter.problem_type(f"{what} of shape {value.shape} is not rank 3")
@@ -153,10 +167,10 @@ def convert(converter, node, a, inputs, consts):
         if lens is None or np.any(np.asarray(lens) != steps):
             raise Problem(f"sequence_lens other than the constant sequence length {steps} (every sequence "
                           "has the input's length)")
-    initial_h = _states(converter, consts, inputs, 5, "initial_h", len(dirs), hidden, layout)
+    initial_h = _states(converter, consts, inputs, 5, "initial_h", len(dirs), hidden, layout, node)
     initial_c = peephole = None
     if op == "LSTM":
-        initial_c = _states(converter, consts, inputs, 6, "initial_c", len(dirs), hidden, layout)
+        initial_c = _states(converter, consts, inputs, 6, "initial_c", len(dirs), hidden, layout, node)
         if len(inputs) > 7 and inputs[7]:
             if consts[7] is None:
                 raise Problem("P must be a constant (initializer)")
@@ -164,12 +178,15 @@ def convert(converter, node, a, inputs, consts):
             if peephole.shape != (len(dirs), 3 * hidden):
                 raise Problem(f"P has shape {peephole.shape}, expected {(len(dirs), 3 * hidden)}")
             peephole = peephole.reshape(len(dirs), 3, hidden) if np.any(peephole) else None
+    state_sources = [(name, s[1]) for name, s in (("h", initial_h), ("c", initial_c)) if isinstance(s, tuple)]
+    initial_h, initial_c = (None if isinstance(s, tuple) else s for s in (initial_h, initial_c))
     clip = a.get("clip")
     common = dict(cell=op.lower(), directions=dirs, w=w, r=r, bias=bias, rbias=rbias, peephole=peephole,
                   initial_h=initial_h, initial_c=initial_c, activations=_activations(converter, node, a, len(dirs)),
                   clip=None if clip is None else float(clip),
                   coupling="forget_from_input" if op == "LSTM" and a.get("input_forget", 0) else None,
-                  linear_before_reset=bool(a.get("linear_before_reset", 0)), source_type=op)
+                  linear_before_reset=bool(a.get("linear_before_reset", 0)), source_type=op,
+                  state_inputs=tuple(name for name, _ in state_sources))
     outputs = ("sequence", "last", "cell") if op == "LSTM" else ("sequence", "last")
     needed = converter.needed
     for k, output in enumerate(outputs):
@@ -180,7 +197,7 @@ def convert(converter, node, a, inputs, consts):
                                 output=output, **common)
         except ValueError as exc:
             raise Problem(str(exc)) from None
-        converter.add(layer, [x_src])
+        converter.add(layer, [x_src] + [src for _, src in state_sources])
         shape = converter.ir_shapes[layer.name]
         if layout == 1:
             converter.tensors[node.output[k]] = ("ir", layer.name, shape, tuple(range(len(shape))))

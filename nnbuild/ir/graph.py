@@ -716,8 +716,12 @@ class Recurrent:
     linear_before_reset: bool = False
     output: str = "sequence"
     source_type: str = "LSTM"
+    #: initial states read from tensors after x, in this order ("h", then "c"), each [D, H]: the
+    #: caller's state (explicit arguments of the C function when they are model inputs)
+    state_inputs: Tuple[str, ...] = ()
 
     kind = "recurrent"
+    multi_input = True
 
     def __post_init__(self):
         if self.cell not in RECURRENT_CELLS:
@@ -736,6 +740,12 @@ class Recurrent:
             raise ValueError(f"activations {self.activations} must be {want} of {', '.join(RECURRENT_ACTIVATIONS)}")
         if self.coupling not in RECURRENT_COUPLINGS or (self.coupling and self.cell != "lstm"):
             raise ValueError(f"gate coupling '{self.coupling}' is not an LSTM coupling")
+        states = tuple(self.state_inputs)
+        if states not in ((), ("h",), ("c",), ("h", "c")) or ("c" in states and self.cell != "lstm"):
+            raise ValueError(f"state inputs {states} are not h and/or c (c: LSTM only)")
+        if ("h" in states and self.initial_h is not None) or ("c" in states and self.initial_c is not None):
+            raise ValueError("an initial state is both a constant and an input")
+        object.__setattr__(self, "state_inputs", states)
         for what in ("clip", "cell_clip"):
             value = getattr(self, what)
             if value is not None and not 0 < float(value) < float("inf"):
@@ -760,9 +770,13 @@ class Recurrent:
                   "peephole": (d, 3, h), "initial_h": (d, h), "initial_c": (d, h)}
         return {k: (getattr(self, k), shapes[k]) for k in shapes if getattr(self, k) is not None}
 
-    def output_shape(self, input_shape):
+    def output_shape(self, input_shape, *state_shapes):
         if len(input_shape) != 2:
             raise ValueError(f"a recurrent layer reads a sequence [steps, features], got shape {tuple(input_shape)}")
+        d = len(self.directions)
+        if len(state_shapes) != len(self.state_inputs) or any(tuple(s) != (d, self.hidden) for s in state_shapes):
+            raise ValueError(f"state inputs {self.state_inputs} need {len(self.state_inputs)} tensor(s) of shape "
+                             f"{(d, self.hidden)}, got {[tuple(s) for s in state_shapes]}")
         if input_shape[1] != self.features:
             raise ValueError(f"W {tuple(self.w.shape)} expects {self.features} features, got a tensor of shape "
                              f"{tuple(input_shape)}")

@@ -528,21 +528,27 @@ def _gru_step(layer, d, x_t, h, xw, r_rows):
     return (dt.type(1) - z) * _gate(layer, cand, g_act) + z * h
 
 
-def recurrent(layer, x: np.ndarray) -> np.ndarray:
+def recurrent(layer, x: np.ndarray, *states: np.ndarray) -> np.ndarray:
     """Recurrent (LSTM/GRU, nnbuild.ir.graph.Recurrent) over x [N, T, F]: each direction from its
-    initial state (zero unless given), forward t = 0..T-1 or reverse T-1..0; returns every step's
-    hidden state [N, T, D, H], the last one [N, D, H] or the last cell state [N, D, H]."""
+    initial state (zero unless a constant or, for layer.state_inputs, the `states` [N, D, H] give
+    it), forward t = 0..T-1 or reverse T-1..0; returns every step's hidden state [N, T, D, H], the
+    last one [N, D, H] or the last cell state [N, D, H]."""
     dt, (batch, steps, _) = x.dtype, x.shape
     n, dirs = layer.hidden, len(layer.directions)
     seq = np.zeros((batch, steps, dirs, n), dtype=dt)
     last = np.zeros((batch, dirs, n), dtype=dt)
     cells = np.zeros((batch, dirs, n), dtype=dt)
+    given = dict(zip(layer.state_inputs, states))
     for d, direction in enumerate(layer.directions):
         w = np.ascontiguousarray(layer.w[d], dtype=dt)
         r = np.ascontiguousarray(layer.r[d], dtype=dt)
         b = np.asarray(layer.bias[d], dtype=dt)
         h = np.zeros((batch, n), dt) + (0 if layer.initial_h is None else np.asarray(layer.initial_h[d], dt))
         c = np.zeros((batch, n), dt) + (0 if layer.initial_c is None else np.asarray(layer.initial_c[d], dt))
+        if "h" in given:
+            h = np.asarray(given["h"][:, d, :], dt).copy()
+        if "c" in given:
+            c = np.asarray(given["c"][:, d, :], dt).copy()
         order = range(steps) if direction == "forward" else range(steps - 1, -1, -1)
         for t in order:
             x_t = x[:, t, :]
