@@ -159,7 +159,8 @@ _SENTINEL = re.compile("\x02([A-Za-z])(\\d+)\x03")
 
 #: what may follow NN_LOOPBOUND: a C `for`, or a macro whose expansion is one counted loop (the AVR
 #: dot product in inline assembly, bounded by its turn count)
-LOOP_STATEMENTS = ("for (", "NN_DOT16(", "NN_DOT16F(", "NN_DOT8(", "NN_DOT8F(", "NN_DOT16P(", "NN_DOT8P(")
+LOOP_STATEMENTS = ("for (", "NN_DOT16(", "NN_DOT16F(", "NN_DOT8(", "NN_DOT8F(", "NN_DOT16P(", "NN_DOT8P(", "NN_DOT16Q(",
+                   "NN_DOT8Q(")
 
 
 class FlowFacts:
