@@ -3,12 +3,13 @@
 A recurrent node reads X as [seq, batch, features] (layout 0, the default and what PyTorch
 exports) or [batch, seq, features] (layout 1). The ONNX front-end drops a batch axis it expects
 first; a layout-0 sequence has it second. Such tensors are held as "time-major" entries
-("tm", IR name, sample shape in ONNX order, batch position): the model input when it feeds a
-layout-0 X, a Transpose that moves the batch axis, and the layout-0 outputs (Y: batch third, Y_h
-and Y_c: batch second). Only the ops PyTorch writes around its LSTM/GRU read them (the recurrent
-node itself, Transpose, Squeeze, Gather on another axis); with a batch of one a time-major graph
-output has the sample's element order and is the output as it is. Everything else refuses such a
-tensor in one line.
+("tm", IR name, sample shape in ONNX order, batch position): a model input that is a layout-0 X
+or initial state, a Transpose that moves the batch axis into a layout-0 X, and the layout-0
+outputs (Y: batch third, Y_h and Y_c: batch second). Only the ops PyTorch's exporters write around
+their LSTM/GRU read them (the recurrent node itself, Transpose, Squeeze, Reshape keeping the batch
+axis, Shape, Gather on another axis); with a batch of one a time-major graph output has the
+sample's element order and is the output as it is. Everything else refuses such a tensor in one
+line.
 
 Semantics are ONNX's (nnbuild.ir.graph.Recurrent); sequence_lens must be a constant equal to the
 sequence length everywhere; an initial state is a constant, or a tensor computed from the model's
