@@ -83,6 +83,11 @@ def weight_symbols(layers):
     return sorted(set(names + [l["bias"]["symbol"] for l in layers if l.get("bias")]))
 
 
+#: DSP capabilities of a board (its key "dsp", board.schema.json) that shapes have kernels for:
+#: armv7e-m, the ARMv7E-M DSP extension (SMLAD, SXTB16) of the Cortex-M4/M7
+DSP_CAPABILITIES = ("armv7e-m",)
+
+
 def row_chunks(n_rows, row_bytes, storage, item):
     """[(start, stop)] of a weight array's rows: in AVR flash, balanced chunks each under
     MAX_ARRAY_BYTES (a single row over it is refused, naming `item`); else one chunk."""
