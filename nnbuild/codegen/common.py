@@ -149,7 +149,8 @@ def weights_digest(model):
     """sha256 over every weight array, named in the weights file for traceability."""
     digest = hashlib.sha256()
     for layer in model.layers:
-        for array in (getattr(layer, "kernel", None), getattr(layer, "bias", None)):
+        for array in (getattr(layer, role, None) for role in ("kernel", "bias", "w", "r", "rbias", "peephole",
+                                                                "initial_h", "initial_c")):
             if array is not None:
                 digest.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
     return digest.hexdigest()
