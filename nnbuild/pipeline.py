@@ -61,6 +61,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     board = boards.load_board(board)
     codegen.check_model_name(name)      # it names files and folders: refused here, before any is made
     kind = kinds.get(kind) if isinstance(kind, str) else kind
+    precision = kinds.default_precision(kind, precision)
     kinds.check(kind, shape, precision, board)
     roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}
     gen = list(roles.values())
@@ -399,6 +400,7 @@ def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, p
     import tempfile
     board = boards.load_board(target)
     kind = kinds.of_file(model)
+    precision = kinds.default_precision(kind, precision)
     model_path = str(Path(model).resolve())
     if kind.NAME == "multiitem":
         return _check_multiitem(model_path, str(Path(data).resolve()), board, shape=shape, precision=precision,
@@ -505,6 +507,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
     if isinstance(model, (str, os.PathLike)):
         model, passes_log = load_model(model, name, environment)
     kind = kinds.of_model(model)
+    precision = kinds.default_precision(kind, precision)
     kinds.check(kind, shape, precision, None, model)
     return codegen.generate(model, outdir, shape=kinds.resolve_shape(kind, shape), precision=precision,
                             storage=storage, passes_log=list(passes_log or []), input_range=input_range)
@@ -520,6 +523,7 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
     if isinstance(model, (str, os.PathLike)):
         model, passes_log = load_model(model, name, environment)
     kind = kinds.of_model(model)
+    precision = kinds.default_precision(kind, precision)
     workdir = Path(workdir)
     files = steps.generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
                            target=board, input_range=input_range)   # refuses v3 code the flash cannot hold

@@ -58,6 +58,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
         kind = kinds.of_file(model)
         model, passes_log = kind.load(model, name, environment)
     kind = kinds.of_model(model)
+    precision = kinds.default_precision(kind, precision)
     kinds.check(kind, shape, precision, board, model)
     shape = kinds.resolve_shape(kind, shape)
     written = codegen.generate(model, outdir, shape=shape, precision=precision,
@@ -437,8 +438,8 @@ def _model_options(storage=True):
             _a("--environment", help="environment description of a TPG (.dot): JSON file or shipped name"),
             _a("--shape", default=kinds.DEFAULT_SHAPE, choices=sorted(codegen.SHAPES),
                help="code shape (auto: mlp for MLPs, v2 for other networks, switch for TPGs)"),
-            _a("--precision", type=options.argparse_type(options.precision), default=kinds.DEFAULT_PRECISION,
-               help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)"),
+            _a("--precision", type=options.argparse_type(options.precision), default=None,
+               help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32; int8 for a full-integer model)"),
             _a("--range", dest="input_range", default=None, type=options.argparse_type(options.input_range), help=RANGE_HELP)]
     if storage:
         opts += [_a("--storage", default=None, choices=codegen.STORAGES,

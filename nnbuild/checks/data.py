@@ -14,15 +14,21 @@ from nnbuild import limits
 from nnbuild.errors import NNBuildError
 
 
-def load(path, n_in, n_out=None, *, what_out="values"):
+def load(path, n_in, n_out=None, *, what_out="values", names=("x", "y")):
     """(x as float64 [cases, n_in], y as float64 [cases, n_out] or None) from an .npz.
 
     x: real numbers (bool/int/float), at least one case, n_in values per case (any shape that
     flattens to that). y (optional): real numbers, one row per case, n_out values per case.
+    `names`: the members read as x and y (an int8 model reads x_q and y_q where the file has them).
     """
     arrays = _read(path)
-    if "x" not in arrays:
-        raise NNBuildError(f"no inputs 'x' in the file (it holds: {', '.join(sorted(arrays)) or 'nothing'})", path=path)
+    x_name, y_name = names
+    if x_name not in arrays:
+        raise NNBuildError(f"no inputs '{x_name}' in the file (it holds: {', '.join(sorted(arrays)) or 'nothing'})",
+                           path=path)
+    arrays = dict(arrays, x=arrays[x_name], y=arrays.get(y_name))
+    if arrays["y"] is None:
+        arrays.pop("y")
     x = _real(arrays["x"], "x", path)
     if x.ndim == 0 or len(x) == 0:
         raise NNBuildError("'x' holds no cases (expected an array [cases, ...])", path=path)
@@ -42,7 +48,7 @@ def load(path, n_in, n_out=None, *, what_out="values"):
 
 
 #: the arrays read from a check data file (any others are listed in errors, never read)
-ARRAYS = ("x", "y")
+ARRAYS = ("x", "y", "x_q", "y_q")
 
 
 def checked_file(path, what="check data file"):

@@ -611,14 +611,54 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
     op_PADV2 = op_PAD
 
-    def op_MEAN(self, op, c_name):
+    def same_quantization(self, op):
+        if any(self.quant(s) != self.quant(op["output"]) for s in op["sources"]):
+            raise NNBuildError(f"operator {op['index']} ({op['op']}): input quantized unlike the output (TFLite "
+                               "Micro moves the int8 values unchanged)")
+
+    def reduced_axes(self, op):
+        """The axes of a reduction: every axis but the channels (a global pooling), else refused."""
         graph_op = self.graph.operators[op["index"]]
         x_shape = self.shape(op["sources"][0])
         rank = len(x_shape) + 1
         axes = sorted({int(a) % rank - 1 for a in np.asarray(self.const(graph_op.inputs[1])).reshape(-1)})
         if axes != list(range(len(x_shape) - 1)):
-            raise NNBuildError(f"operator {op['index']} (MEAN): over axes {[a + 1 for a in axes]} (int8: every axis "
-                               "but the channels, as a global average pooling)")
+            raise NNBuildError(f"operator {op['index']} ({op['op']}): over axes {[a + 1 for a in axes]} (int8: every "
+                               "axis but the channels, as a global pooling)")
+        return x_shape
+
+    def op_REDUCE_MAX(self, op, c_name):
+        x_shape = self.reduced_axes(op)
+        self.same_quantization(op)
+        count, channels = int(np.prod(x_shape[:-1])), x_shape[-1]
+        idx = "uint32_t" if count * channels > 65535 else "uint16_t"
+        value = f"x[({idx})p * {channels} + c]"
+        body = ["int8_t best = -128;"] + self.loop("p", count, [f"if ({value} > best) {{", f"    best = {value};", "}"])
+        return self.pointers(op) + self.loop("c", channels, body + ["y[c] = best;"])
+
+    def op_TRANSPOSE(self, op, c_name):
+        graph_op = self.graph.operators[op["index"]]
+        perm = [int(p) for p in np.asarray(self.const(graph_op.inputs[1])).reshape(-1)]
+        x_shape, y_shape = self.shape(op["sources"][0]), self.shape(op["output"])
+        if sorted(perm) != list(range(len(x_shape) + 1)) or perm[0] != 0:
+            raise NNBuildError(f"operator {op['index']} (TRANSPOSE): perm {perm} (a permutation keeping the batch "
+                               "axis first)")
+        self.same_quantization(op)
+        perm = [p - 1 for p in perm[1:]]
+        strides = [int(np.prod(x_shape[a + 1:])) for a in range(len(x_shape))]
+        idx = "uint32_t" if self.size(op["output"]) > 65535 else "uint16_t"
+        names = [f"d{a}" for a in range(len(y_shape))]
+        src = " + ".join(f"({idx}){n} * {strides[p]}u" for n, p in zip(names, perm))
+        dst = "0"
+        for n, ys in zip(names, y_shape):
+            dst = f"({dst}) * {ys}u + {n}"
+        body = [f"y[({idx})({dst})] = x[{src}];"]
+        for n, ys in reversed(list(zip(names, y_shape))):
+            body = self.loop(n, ys, body)
+        return self.pointers(op) + body
+
+    def op_MEAN(self, op, c_name):
+        x_shape = self.reduced_axes(op)
         in_scale, in_zp = self.quant(op["sources"][0])
         out_scale, out_zp = self.quant(op["output"])
         count = int(np.prod(x_shape[:-1]))

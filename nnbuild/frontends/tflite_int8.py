@@ -25,7 +25,7 @@ from nnbuild.ir.int8 import KIND, QuantizedModel
 #: operators the int8 precision generates (nnbuild.codegen.int8), each bit-exact with TFLite Micro
 OPERATORS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SOFTMAX",
              "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
-             "CONCATENATION", "PAD", "PADV2", "MEAN", "RESHAPE", "EXPAND_DIMS")
+             "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS")
 #: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape)
 SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "PACK")
 #: fused activations TFLite Micro's int8 kernels clamp to (activation_range)

@@ -5,8 +5,9 @@ and output, whose scales and zero points the header states); the reference is
 nnbuild.numerics.tflm_int8, the bit-exact model of TFLite Micro's int8 reference kernels; the check
 compares int8 values, so the error is counted in steps of the output's scale and the default
 tolerance is 0 (bit-exact). The check program (int8_check_main.c) carries the int8 values as
-float32 on the runners' wire, which holds every int8 exactly. Check data: x holds the quantized
-inputs (integers in [-128, 127]) and y, when given, the quantized outputs TFLite Micro gave.
+float32 on the runners' wire, which holds every int8 exactly. Check data: x_q holds the quantized
+inputs and y_q, when given, the quantized outputs TFLite Micro gave (else x and y, holding
+integers in [-128, 127]).
 """
 
 from pathlib import Path
@@ -59,7 +60,9 @@ def reference_arrays(model, count, seed, input_range, data=None):
     Without data: `count` seeded inputs over the whole int8 range, -128 and 127 first."""
     framework = None
     if data:
-        x, framework = check_data.load(data, model.input_size, model.output_size)
+        quantized = _has_quantized_members(data)
+        x, framework = check_data.load(data, model.input_size, model.output_size,
+                                       names=("x_q", "y_q") if quantized else ("x", "y"))
         for values, what in ((x, "x"), (framework, "y")):
             if values is not None and not (np.all(values == np.round(values)) and values.min() >= -128
                                            and values.max() <= 127):
@@ -77,6 +80,16 @@ def reference_arrays(model, count, seed, input_range, data=None):
     if framework is not None:
         arrays["y_framework"] = framework
     return arrays
+
+
+def _has_quantized_members(data):
+    """True when the data file holds x_q (the quantized inputs, beside float x and y)."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(check_data.checked_file(data)) as archive:
+            return "x_q.npy" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False     # check_data.load says what is wrong with the file
 
 
 def decode(outputs, path=None):

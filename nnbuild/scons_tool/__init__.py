@@ -534,7 +534,7 @@ def nn_model(env, name, model, **keywords):
     refuse_unknown(keywords, NNMODEL_KEYWORDS, f"NNModel('{name}')")
     board = _board_of(env, keywords.pop("board", None))
     build_dir = keywords.pop("build_dir", None)
-    precision = keywords.pop("precision", kinds.DEFAULT_PRECISION)
+    precision = keywords.pop("precision", None)   # None: the kind's default (int8 for a full-integer model)
     try:
         name = codegen.check_model_name(name)
     except NNBuildError as error:
