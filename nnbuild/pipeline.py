@@ -386,6 +386,7 @@ def _build_program(task, where):
     defines = []
     for source, pairs in task.options["defines"].items():
         defines += [f"{k}={v}" for k, v in pairs]
+    where(task.targets[0]).parent.mkdir(parents=True, exist_ok=True)   # a sub-board's folder (host/)
     board.compiler.build_executable(board, sources, where(task.targets[0]),
                                     include_dirs=[where(d) for d in task.options["include"]],
                                     defines=defines, opt=task.options["opt"], hint=task.options.get("hint", ""),
