@@ -433,10 +433,17 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         idx = "uint32_t" if h * wd * ch > 65535 else "uint16_t"
         value = f"x[(({idx})iy * {wd} + ({idx})ix) * {ch} + c]"
         if average:
-            tap = [f"sum += {value};", "count += 1;"]
-            start = ["int32_t sum = 0;", "int16_t count = 0;"]
-            finish = ["int32_t avg = sum > 0 ? (sum + count / 2) / count : (sum - count / 2) / count;",
-                      f"y[(({idx})oy * {ow} + ox) * {oc} + c] = nn_clamp(avg, {lo}, {hi});"]
+            # (|sum| + count / 2) / count by restoring division, one bit a turn: the C division would
+            # call libgcc's __divmodsi4, whose loop the AVR analyses cannot bound
+            bits = (128 * size[0] * size[1] + size[0] * size[1] // 2).bit_length()
+            tap = [f"sum += {value};", "count += 1u;"]
+            start = ["int32_t sum = 0;", "uint32_t count = 0;", "uint32_t n, r = 0, q = 0;"]
+            divide = ["r = (r << 1) | (n >> {top});".format(top=bits - 1),
+                      f"n = (n << 1) & 0x{(1 << bits) - 1:X}UL;", "q <<= 1;",
+                      "if (r >= count) {", "    r -= count;", "    q |= 1u;", "}"]
+            finish = ["n = (uint32_t)(sum > 0 ? sum : -sum) + (count >> 1);"] + self.loop("k", bits, divide) + \
+                     [f"y[(({idx})oy * {ow} + ox) * {oc} + c] = nn_clamp(sum > 0 ? (int32_t)q : -(int32_t)q, {lo}, "
+                      f"{hi});"]
         else:
             tap = [f"if ({value} > best) {{", f"    best = {value};", "}"]
             start = ["int8_t best = -128;"]
