@@ -45,7 +45,7 @@ class Plan:
     entries: List[str] = field(default_factory=list)
 
 
-def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
+def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=None, opt=None,
          main=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0), deadline=None,
          deadline_origin=None, environment=None, data=None, purpose="build", record_wcet_errors=False,
          path=None, inputs=None, wcet="auto", interface=None) -> Plan:
@@ -393,7 +393,7 @@ def _build_program(task, where):
                                     **runners.script_option(task.options.get("ldscript")))
 
 
-def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=None,
           opt=None, input_range=None, tolerance=1e-4, environment=None, build_dir=None):
     """`nnbuild check`: the model's C built for `target`, run on the inputs of `data` (.npz x[, y]),
     compared with the float64 reference (and y). Returns the semantic record; raises on a broken
@@ -502,7 +502,7 @@ def load_model(path, name=None, environment=None):
     return kinds.of_file(path).load(path, name, environment)
 
 
-def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=None,
              storage="const", input_range=None, environment=None, passes_log=None):
     """The C of `model` (a file path, or a model from load_model) in outdir."""
     if isinstance(model, (str, os.PathLike)):
@@ -515,7 +515,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
 
 
 def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT_SHAPE,
-                        precision=kinds.DEFAULT_PRECISION, opt=None, input_range=None, environment=None,
+                        precision=None, opt=None, input_range=None, environment=None,
                         passes_log=None):
     """Generate, compile and link the check program for `board` outside SCons: (program, harness).
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the

@@ -50,7 +50,7 @@ def npz_kind(data):
 # --------------------------------------------------------------------------- the step functions
 
 
-def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=None,
              storage=None, target="host", input_range=None, environment=None, passes_log=None):
     """The C of `model` (a file, or a model already loaded) in outdir: codegen.outputs(name)."""
     board = boards.load_board(target)

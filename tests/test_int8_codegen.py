@@ -1,44 +1,125 @@
 """The int8 precision (shape tflm): a full-integer TFLite model's generated C, compiled for the host
 and run, equals TFLite Micro's int8 outputs (the goldens y_q of tests/data/tflite/, made by
 make_fixtures.py with PyPI tflite-micro) and nnbuild.numerics.tflm_int8 bit for bit; what it
-cannot generate is refused in one line."""
+cannot generate is refused in one line; the precision's name, default and refusals."""
+
+import json
+import struct
 
 import numpy as np
 import pytest
 
 from conftest import REPO
-from nnbuild import frontends, kinds, pipeline
+from nnbuild import kinds, pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import tflite as tfl
 from nnbuild.numerics import tflm_int8
 
 DATA = REPO / "tests" / "data" / "tflite"
-#: every int8 fixture whose operators the int8 precision generates
+#: every int8 fixture; the int8 precision generates all of their operators
 FIXTURES = ["mlp", "cnn", "core", "arith", "pooled", "conv1d", "merge", "mixed", "extra"]
 
 
-def host_outputs(name, tmp_path, x_q):
-    """The int8 outputs of the fixture's C built and run on the host, as float32 [cases, outputs]."""
-    program, _ = pipeline.build_check_program(DATA / f"{name}_int8.tflite", "host", tmp_path, precision="int8")
-    outputs, _ = pipeline.run_cases("host", program, np.asarray(x_q, np.float32).reshape(len(x_q), -1),
-                                    n_outputs(name), kind="int8")
-    return np.asarray(outputs)
-
-
-def n_outputs(name):
+def golden(name):
     with np.load(DATA / f"{name}_int8.npz") as gold:
-        return int(np.prod(gold["y_q"].shape[1:]))
+        return gold["x_q"], gold["y_q"]
+
+
+def host_outputs(model, tmp_path, x_q, n_out):
+    """The int8 outputs of the model's C built and run on the host, as float32 [cases, outputs]."""
+    program, _ = pipeline.build_check_program(model, "host", tmp_path)
+    outputs, _ = pipeline.run_cases("host", program, np.asarray(x_q, np.float32).reshape(len(x_q), -1), n_out,
+                                    kind="int8")
+    return np.asarray(outputs)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_generated_c_is_bit_exact_with_tflite_micro(name, tmp_path):
-    with np.load(DATA / f"{name}_int8.npz") as gold:
-        x_q, y_q = gold["x_q"], gold["y_q"]
+    """The 8 fixture inputs: the C's int8 outputs are TFLite Micro's (y_q), which tflm_int8.run
+    reproduces too (tests/test_tflm_int8.py)."""
+    x_q, y_q = golden(name)
+    got = host_outputs(DATA / f"{name}_int8.tflite", tmp_path, x_q, y_q[0].size)
+    assert np.array_equal(got, y_q.reshape(len(y_q), -1).astype(np.float32))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", FIXTURES)
+def test_generated_c_equals_the_bit_exact_model_on_random_inputs(name, tmp_path):
+    """24 random int8 inputs: the C and nnbuild.numerics.tflm_int8 agree bit for bit."""
+    x_q, y_q = golden(name)
+    x = np.random.default_rng(7).integers(-128, 128, size=(24,) + x_q.shape[1:])
+    got = host_outputs(DATA / f"{name}_int8.tflite", tmp_path, x, y_q[0].size)
     graph = tfl.read(DATA / f"{name}_int8.tflite")
-    rng = np.random.default_rng(7)
-    extra = rng.integers(-128, 128, size=(24,) + x_q.shape[1:])
-    x_all = np.concatenate([x_q.astype(np.int64), extra])
-    got = host_outputs(name, tmp_path, x_all)
-    assert np.array_equal(got[:len(x_q)], y_q.reshape(len(x_q), -1).astype(np.float32))
-    model = np.stack([tflm_int8.run(graph, x).reshape(-1) for x in x_all]).astype(np.float32)
-    assert np.array_equal(got, model)
+    assert np.array_equal(got, np.stack([tflm_int8.run(graph, row).reshape(-1) for row in x]).astype(np.float32))
+
+
+def patched_opcode(tmp_path, builtin, code):
+    """mlp_int8 with the operator code `builtin` rewritten to `code` (as tests/test_tflm_int8.py does)."""
+    import tflite
+    data = bytearray((DATA / "mlp_int8.tflite").read_bytes())
+    model = tflite.Model.GetRootAsModel(data, 0)
+    entry = next(model.OperatorCodes(k) for k in range(model.OperatorCodesLength())
+                 if model.OperatorCodes(k).BuiltinCode() == builtin)
+    struct.pack_into("<i", data, entry._tab.Pos + entry._tab.Offset(10), code)
+    struct.pack_into("<b", data, entry._tab.Pos + entry._tab.Offset(4), code)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_an_unsupported_int8_operator_is_refused_in_one_line(tmp_path):
+    path = patched_opcode(tmp_path, 28, 50)      # TANH -> LOG_SOFTMAX
+    with pytest.raises(NNBuildError) as error:
+        pipeline.generate(path, tmp_path / "gen", precision="int8")
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: operator 2 (LOG_SOFTMAX): operator not supported in int8 (supported: ADD,")
+    assert not (tmp_path / "gen").exists()
+
+
+def test_a_full_integer_model_is_generated_in_int8_only(tmp_path):
+    """precision int8 is the default of a full-integer model and precision=auto's only candidate;
+    another precision is refused in one line."""
+    model = DATA / "mlp_int8.tflite"
+    kind = kinds.of_file(model)
+    assert kind.NAME == "int8" and kinds.default_precision(kind) == "int8"
+    assert kinds.precision_candidates(kind, "auto", pipeline.load_board("avr")) == ["int8"]
+    with pytest.raises(NNBuildError, match=r"^this model is full-integer quantized \(int8 input, output and weights\): "
+                                           r"it is generated in precision int8 .*, not float32$"):
+        pipeline.generate(model, tmp_path, precision="float32")
+
+
+def test_a_float_model_is_refused_in_int8(tmp_path):
+    model = DATA / "mlp_float32.tflite"
+    assert kinds.of_file(model).NAME == "nn"
+    assert "int8" not in kinds.precision_candidates(kinds.of_file(model), "auto", pipeline.load_board("host"))
+    with pytest.raises(NNBuildError, match=r"^precision int8 is TFLite Micro's int8 arithmetic: it needs a "
+                                           r"full-integer quantized \.tflite model"):
+        pipeline.generate(model, tmp_path, precision="int8")
+
+
+def test_the_header_states_the_io_quantization_and_the_code_is_static(tmp_path):
+    pipeline.generate(DATA / "cnn_int8.tflite", tmp_path, storage="avr-progmem-far")
+    header = (tmp_path / "cnn_int8.h").read_text()
+    graph = tfl.read(DATA / "cnn_int8.tflite")
+    q_in = graph.tensors[graph.inputs[0]].quantization
+    assert f"#define CNN_INT8_INPUT_ZERO_POINT ({int(q_in.zero_points[0])})" in header
+    assert "#define CNN_INT8_OUTPUT_SCALE 0.00390625f" in header
+    assert "void cnn_int8_infer(const int8_t in[288], int8_t out[5]);" in header
+    code = (tmp_path / "cnn_int8.c").read_text()
+    assert "    int8_t arena[" in code    # the intermediate tensors live on the stack: no static state
+    for banned in ("malloc", "int64_t", "long long", "/ count"):
+        assert banned not in code
+    weights = (tmp_path / "cnn_int8_weights.c").read_text()
+    assert "CNN_INT8_FLASH" in weights and "PROGMEM" in (tmp_path / "cnn_int8_weights.h").read_text()
+    facts = json.loads((tmp_path / "cnn_int8.flowfacts.json").read_text())
+    assert facts["loops"] and all(loop["max_iterations"] >= 1 for loop in facts["loops"])
+    assert {loop["function"] for loop in facts["loops"]} == {"cnn_int8_infer", "nn_reciprocal"}
+
+
+def test_the_check_reads_the_quantized_members_of_the_data(tmp_path):
+    """`nnbuild check --data` of an int8 model takes x_q and y_q where the file has them."""
+    results = pipeline.check(str(DATA / "mlp_int8.tflite"), str(DATA / "mlp_int8.npz"), target="host",
+                             tolerance=0.0)
+    assert results["kind"] == "int8" and results["runs"]["host"]["max_abs_error"] == 0.0
+    assert results["runs"]["host"]["vs_framework"] == 0.0
