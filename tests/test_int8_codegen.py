@@ -123,3 +123,35 @@ def test_the_check_reads_the_quantized_members_of_the_data(tmp_path):
                              tolerance=0.0)
     assert results["kind"] == "int8" and results["runs"]["host"]["max_abs_error"] == 0.0
     assert results["runs"]["host"]["vs_framework"] == 0.0
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("board", ["avr", "arm", "stm32f407"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "core", "merge"])
+def test_check_is_bit_exact_on_the_boards(name, board):
+    """`nnbuild check` on simavr (AVR, weights in flash), qemu-arm and qemu-system-arm (Cortex-M4):
+    the C's int8 outputs are TFLite Micro's for the 8 fixture inputs."""
+    results = pipeline.check(str(DATA / f"{name}_int8.tflite"), str(DATA / f"{name}_int8.npz"), target=board,
+                             tolerance=0.0)
+    (run,) = results["runs"].values()
+    assert run["max_abs_error"] == 0.0 and run["vs_framework"] == 0.0
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("board", ["avr", "arm"])
+def test_the_wcet_bound_holds_the_measured_runs(board, tmp_path):
+    """The whole build of mlp_int8 (semantic gate, memory, WCET: builtin-avr on AVR, OTAWA on ARM):
+    a bound, at least every measured run, and no unbounded library routine reached."""
+    from nnbuild import wcet
+    board_ = pipeline.load_board(board)
+    if wcet.unavailable_reason(board_):
+        pytest.skip(wcet.unavailable_reason(board_))
+    model = str(DATA / "mlp_int8.tflite")
+    the_plan = pipeline.plan(name="mlp_int8", model=model, board=board, kind=kinds.of_file(model),
+                             data=str(DATA / "mlp_int8.npz"), tolerance=0.0)
+    pipeline.execute(the_plan, tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["precision"] == "int8" and report["max_abs_error"] == 0.0
+    assert report["wcet_cycles"] >= report["measured_cycles"] > 0
+    print(f"\nmlp_int8 on {board}: WCET {report['wcet_cycles']:,} cycles, measured {report['measured_cycles']:,}, "
+          f"bound/measured {report['wcet_cycles'] / report['measured_cycles']:.3f}")
