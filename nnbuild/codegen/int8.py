@@ -48,7 +48,7 @@ def _itype(bound):
 
 
 def _rows(values, per_line=16):
-    text = ["(-2147483647L - 1)" if int(v) == -(1 << 31) else (f"{int(v)}L" if abs(int(v)) > 32767 else str(int(v)))
+    text = ["INT32_MIN" if int(v) == -(1 << 31) else (f"INT32_C({int(v)})" if abs(int(v)) > 32767 else str(int(v)))
             for v in np.asarray(values).reshape(-1)]
     return [", ".join(text[i:i + per_line]) for i in range(0, len(text), per_line)]
 
@@ -299,7 +299,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             if not -31 <= s <= 30:
                 raise NNBuildError(f"operator {op['index']} ({op['op']}): requantisation shift {s} out of range")
         if len(multipliers) == 1:
-            return f"{multipliers[0]}L", f"{shifts[0]}", []
+            return f"INT32_C({multipliers[0]})", f"{shifts[0]}", []
         if len(multipliers) != channels:
             raise NNBuildError(f"operator {op['index']} ({op['op']}): {len(multipliers)} scales for {channels} channels")
         m = self.array(f"{c_name}_m", "int32_t", multipliers, f"{op['op']} {op['index']}: per-channel multipliers")
@@ -398,19 +398,19 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             start = f"NN_READ32(NN_ADDR({bs}) + c * NN_STEP(int32_t))"
         if depthwise:
             mult = out_c // in_c
-            tap = [f"acc += (int32_t)(int16_t)NN_READ8(NN_ADDR({ws}) + (({idx})(ky * {kw} + kx) * {out_c} + c) * "
-                   f"NN_STEP(int8_t)) * {_minus(f'x[(({idx})iy * {wd} + ({idx})ix) * {in_c} + c / {mult}u]', in_zp)};"] \
+            tap = [f"acc += (int32_t)(int16_t)NN_READ8(NN_ADDR({ws}) + (({idx})(ky * {kw}u + kx) * {out_c}u + c) * "
+                   f"NN_STEP(int8_t)) * {_minus(f'x[(({idx})iy * {wd}u + ({idx})ix) * {in_c}u + c / {mult}u]', in_zp)};"] \
                 if mult > 1 else \
-                  [f"acc += (int32_t)(int16_t)NN_READ8(NN_ADDR({ws}) + (({idx})(ky * {kw} + kx) * {out_c} + c) * "
-                   f"NN_STEP(int8_t)) * {_minus(f'x[(({idx})iy * {wd} + ({idx})ix) * {in_c} + c]', in_zp)};"]
+                  [f"acc += (int32_t)(int16_t)NN_READ8(NN_ADDR({ws}) + (({idx})(ky * {kw}u + kx) * {out_c}u + c) * "
+                   f"NN_STEP(int8_t)) * {_minus(f'x[(({idx})iy * {wd}u + ({idx})ix) * {in_c}u + c]', in_zp)};"]
         else:
             inner = [f"acc += (int32_t)(int16_t)NN_READ8(f + i * NN_STEP(int8_t)) * "
                      f"{_minus(f'p[i]', in_zp)};"]
-            tap = [f"const int8_t *p = x + (({idx})iy * {wd} + ({idx})ix) * {in_c};",
-                   f"NN_PTR(int8_t) f = NN_ADDR({ws}) + (({idx})c * {kh * kw} + ({idx})(ky * {kw} + kx)) * {in_c}u * "
+            tap = [f"const int8_t *p = x + (({idx})iy * {wd}u + ({idx})ix) * {in_c}u;",
+                   f"NN_PTR(int8_t) f = NN_ADDR({ws}) + (({idx})c * {kh * kw}u + ({idx})(ky * {kw}u + kx)) * {in_c}u * "
                    "NN_STEP(int8_t);"] + self.loop("i", in_c, inner)
         per_channel = [f"int32_t acc = {start};"] + self.taps(op, x_shape, (kh, kw), strides, dilation, pads, tap)
-        per_channel.append(f"y[(({idx})oy * {ow} + ox) * {oc} + c] = nn_clamp(nn_mbqm(acc, {m}, {s}) + ({out_zp}), "
+        per_channel.append(f"y[(({idx})oy * {ow}u + ox) * {oc}u + c] = nn_clamp(nn_mbqm(acc, {m}, {s}) + ({out_zp}), "
                            f"{lo}, {hi});")
         return lines + self.loop("oy", oh, self.loop("ox", ow, self.loop("c", oc, per_channel)))
 
@@ -431,7 +431,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                                "(TFLite Micro's int8 pooling keeps the quantization)")
         lo, hi = self.range_of(op)
         idx = "uint32_t" if h * wd * ch > 65535 else "uint16_t"
-        value = f"x[(({idx})iy * {wd} + ({idx})ix) * {ch} + c]"
+        value = f"x[(({idx})iy * {wd}u + ({idx})ix) * {ch}u + c]"
         if average:
             # (|sum| + count / 2) / count by restoring division, one bit a turn: the C division would
             # call libgcc's __divmodsi4, whose loop the AVR analyses cannot bound
@@ -439,15 +439,15 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             tap = [f"sum += {value};", "count += 1u;"]
             start = ["int32_t sum = 0;", "uint32_t count = 0;", "uint32_t n, r = 0, q = 0;"]
             divide = ["r = (r << 1) | (n >> {top});".format(top=bits - 1),
-                      f"n = (n << 1) & 0x{(1 << bits) - 1:X}UL;", "q <<= 1;",
+                      f"n = (n << 1) & UINT32_C(0x{(1 << bits) - 1:X});", "q <<= 1;",
                       "if (r >= count) {", "    r -= count;", "    q |= 1u;", "}"]
             finish = ["n = (uint32_t)(sum > 0 ? sum : -sum) + (count >> 1);"] + self.loop("k", bits, divide) + \
-                     [f"y[(({idx})oy * {ow} + ox) * {oc} + c] = nn_clamp(sum > 0 ? (int32_t)q : -(int32_t)q, {lo}, "
+                     [f"y[(({idx})oy * {ow}u + ox) * {oc}u + c] = nn_clamp(sum > 0 ? (int32_t)q : -(int32_t)q, {lo}, "
                       f"{hi});"]
         else:
             tap = [f"if ({value} > best) {{", f"    best = {value};", "}"]
             start = ["int8_t best = -128;"]
-            finish = [f"y[(({idx})oy * {ow} + ox) * {oc} + c] = nn_clamp(best, {lo}, {hi});"]
+            finish = [f"y[(({idx})oy * {ow}u + ox) * {oc}u + c] = nn_clamp(best, {lo}, {hi});"]
         per_channel = start + self.taps(op, x_shape, size, strides, (1, 1), pads, tap) + finish
         return self.pointers(op) + self.loop("oy", oh, self.loop("ox", ow, self.loop("c", oc, per_channel)))
 
@@ -550,14 +550,14 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         a, b = operands
         if op["op"] in ("ADD", "SUB"):
             p = add_params(s1, s2, so, single_precision=op["op"] == "SUB")
-            body = [f"int32_t a = nn_mbqm((int32_t){_minus(a, z1)} * 1048576L, {p['m1']}L, {p['s1']});",
-                    f"int32_t b = nn_mbqm((int32_t){_minus(b, z2)} * 1048576L, {p['m2']}L, {p['s2']});",
-                    f"y[i] = nn_clamp(nn_mbqm(a {'+' if op['op'] == 'ADD' else '-'} b, {p['mo']}L, {p['so']}) + "
+            body = [f"int32_t a = nn_mbqm((int32_t){_minus(a, z1)} * INT32_C(1048576), INT32_C({p['m1']}), {p['s1']});",
+                    f"int32_t b = nn_mbqm((int32_t){_minus(b, z2)} * INT32_C(1048576), INT32_C({p['m2']}), {p['s2']});",
+                    f"y[i] = nn_clamp(nn_mbqm(a {'+' if op['op'] == 'ADD' else '-'} b, INT32_C({p['mo']}), {p['so']}) + "
                     f"({zo}), {lo}, {hi});"]
         elif op["op"] == "MUL":
             m, s = tflm.quantize_multiplier(float(s1) * float(s2) / float(so))
             body = [f"int32_t p = (int32_t){_minus(a, z1)} * {_minus(b, z2)};",
-                    f"y[i] = nn_clamp(nn_mbqm(p, {m}L, {s}) + ({zo}), {lo}, {hi});"]
+                    f"y[i] = nn_clamp(nn_mbqm(p, INT32_C({m}), {s}) + ({zo}), {lo}, {hi});"]
         else:
             if not ((s1, z1) == (s2, z2) == (so, zo)):
                 raise NNBuildError(f"operator {op['index']} ({op['op']}): inputs quantized unlike the output")
@@ -582,8 +582,8 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         idx = "uint32_t" if self.size(op["output"]) > 65535 else "uint16_t"
         for k, s in enumerate(op["sources"]):
             inner = int(np.prod(self.shape(s)[axis:]))
-            body += self.loop(f"i{k}", inner, [f"y[({idx})o * {total} + {offset + 0}u + i{k}] = x{k}[({idx})o * "
-                                               f"{inner} + i{k}];"])
+            body += self.loop(f"i{k}", inner, [f"y[({idx})o * {total}u + {offset}u + i{k}] = x{k}[({idx})o * "
+                                               f"{inner}u + i{k}];"])
             offset += inner
         return lines + self.loop("o", outer, body)
 
@@ -609,8 +609,8 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         src = "0"
         dst = "0"
         for n, p, xs, ys in zip(names, pads, x_shape, y_shape):
-            src = f"({src}) * {xs} + ({idx})({n} - {int(p[0])}u)"
-            dst = f"({dst}) * {ys} + {n}"
+            src = f"({src}) * {xs}u + ({idx})({n} - {int(p[0])}u)"
+            dst = f"({dst}) * {ys}u + {n}"
         body = [f"y[({idx})({dst})] = ({inside}) ? x[{src}] : (int8_t)({fill});"]
         for n, ys in reversed(list(zip(names, y_shape))):
             body = self.loop(n, ys, body)
@@ -639,7 +639,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         self.same_quantization(op)
         count, channels = int(np.prod(x_shape[:-1])), x_shape[-1]
         idx = "uint32_t" if count * channels > 65535 else "uint16_t"
-        value = f"x[({idx})p * {channels} + c]"
+        value = f"x[({idx})p * {channels}u + c]"
         body = ["int8_t best = -128;"] + self.loop("p", count, [f"if ({value} > best) {{", f"    best = {value};", "}"])
         return self.pointers(op) + self.loop("c", channels, body + ["y[c] = best;"])
 
@@ -677,8 +677,9 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         if not -31 <= shift <= 30:
             raise NNBuildError(f"operator {op['index']} (MEAN): requantisation shift {shift} out of range")
         idx = "uint32_t" if count * channels > 65535 else "uint16_t"
-        body = ["int32_t sum = 0;"] + self.loop("p", count, [f"sum += x[({idx})p * {channels} + c];"])
-        body.append(f"y[c] = nn_clamp(nn_mbqm(sum - ({in_zp * count}L), {multiplier}L, {shift}) + ({out_zp}), -128, 127);")
+        body = ["int32_t sum = 0;"] + self.loop("p", count, [f"sum += x[({idx})p * {channels}u + c];"])
+        body.append(f"y[c] = nn_clamp(nn_mbqm(sum - INT32_C({in_zp * count}), INT32_C({multiplier}), {shift}) + ({out_zp}), "
+                    "-128, 127);")
         return self.pointers(op) + self.loop("c", channels, body)
 
 
