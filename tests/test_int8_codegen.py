@@ -5,6 +5,7 @@ cannot generate is refused in one line; the precision's name, default and refusa
 
 import json
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -33,13 +34,35 @@ def host_outputs(model, tmp_path, x_q, n_out):
     return np.asarray(outputs)
 
 
-@pytest.mark.parametrize("name", FIXTURES)
-def test_generated_c_is_bit_exact_with_tflite_micro(name, tmp_path):
-    """The 8 fixture inputs: the C's int8 outputs are TFLite Micro's (y_q), which tflm_int8.run
-    reproduces too (tests/test_tflm_int8.py)."""
-    x_q, y_q = golden(name)
-    got = host_outputs(DATA / f"{name}_int8.tflite", tmp_path, x_q, y_q[0].size)
-    assert np.array_equal(got, y_q.reshape(len(y_q), -1).astype(np.float32))
+def test_generated_c_is_bit_exact_with_tflite_micro(tmp_path):
+    """Every fixture's C (symbols prefixed by the model name, helpers static: they link together),
+    compiled once for the host with its flags, run on the 8 fixture inputs: the int8 outputs are
+    TFLite Micro's (y_q), which tflm_int8.run reproduces too (tests/test_tflm_int8.py)."""
+    board = pipeline.load_board("host")
+    sources, lines, calls = [], ["#include <stdio.h>"], []
+    for name in FIXTURES:
+        x_q, y_q = golden(name)
+        model = f"{name}_int8"
+        files = pipeline.generate(DATA / f"{model}.tflite", tmp_path / name)
+        sources += [f for f in files if f.suffix == ".c"]
+        rows = ",\n".join("{" + ", ".join(str(int(v)) for v in x.reshape(-1)) + "}" for x in x_q)
+        lines += [f'#include "{name}/{model}.h"',
+                  f"static const int8_t x_{name}[{len(x_q)}][{x_q[0].size}] = {{{rows}}};"]
+        calls.append(f"""    for (k = 0; k < {len(x_q)}; ++k) {{
+        int8_t y[{y_q[0].size}];
+        {model}_infer(x_{name}[k], y);
+        for (i = 0; i < {y_q[0].size}; ++i) printf("%d ", y[i]);
+        printf("\\n");
+    }}""")
+    lines += ["int main(void)", "{", "    int k, i;", *calls, "    return 0;", "}", ""]
+    (tmp_path / "main.c").write_text("\n".join(lines))
+    program = board.compiler.build_executable(board, sources + [tmp_path / "main.c"], tmp_path / "all",
+                                              include_dirs=[tmp_path] + [tmp_path / n for n in FIXTURES])
+    out = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout.splitlines()
+    for name in FIXTURES:
+        _, y_q = golden(name)
+        got = np.array([[int(v) for v in out.pop(0).split()] for _ in range(len(y_q))])
+        assert np.array_equal(got, y_q.reshape(len(y_q), -1)), name
 
 
 @pytest.mark.e2e
@@ -117,6 +140,7 @@ def test_the_header_states_the_io_quantization_and_the_code_is_static(tmp_path):
     assert {loop["function"] for loop in facts["loops"]} == {"cnn_int8_infer", "nn_reciprocal"}
 
 
+@pytest.mark.e2e
 def test_the_check_reads_the_quantized_members_of_the_data(tmp_path):
     """`nnbuild check --data` of an int8 model takes x_q and y_q where the file has them."""
     results = pipeline.check(str(DATA / "mlp_int8.tflite"), str(DATA / "mlp_int8.npz"), target="host",
