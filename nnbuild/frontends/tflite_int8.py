@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import names
+from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import tflite
 from nnbuild.ir.int8 import KIND, QuantizedModel
@@ -36,19 +36,30 @@ class Problem(Exception):
     """One line about the model (the caller adds the file name)."""
 
 
+#: TensorType INT8 in the schema
+INT8_TYPE = 9
+
+
 def is_full_integer(path) -> bool:
-    """True when `path` is a readable .tflite whose input and output tensors are int8 (never raises;
-    reads at most the model-size limit)."""
+    """True when `path` is a .tflite (within limits.MAX_MODEL_FILE_BYTES) whose first subgraph has
+    one input and one output, both int8. Only those two tensors' types are read (the schema's
+    generated code; any damage makes it False, and `load` says what is wrong); never raises."""
     try:
-        return _io_types(tflite.read(path)) == ("int8", "int8")
+        path = Path(path)
+        if path.stat().st_size > limits.MAX_MODEL_FILE_BYTES:
+            return False
+        data = bytearray(path.read_bytes())
+        if len(data) < 8 or data[4:8] != b"TFL3":
+            return False
+        import tflite as schema
+        sub = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
+        if sub is None or sub.InputsLength() != 1 or sub.OutputsLength() != 1:
+            return False
+        n = sub.TensorsLength()
+        ends = (int(sub.Inputs(0)), int(sub.Outputs(0)))
+        return all(0 <= k < n and int(sub.Tensors(k).Type()) == INT8_TYPE for k in ends)
     except Exception:  # noqa: BLE001 - a file that does not read is not told apart here: load says why
         return False
-
-
-def _io_types(graph):
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        return None
-    return graph.tensors[graph.inputs[0]].type_name, graph.tensors[graph.outputs[0]].type_name
 
 
 def load(path):

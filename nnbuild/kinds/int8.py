@@ -69,10 +69,8 @@ def reference_arrays(model, count, seed, input_range, data=None):
                 raise NNBuildError(f"'{what}' holds values that are not int8 (an int8 model's check data are its "
                                    "quantized inputs x and outputs y, integers in [-128, 127])", path=data)
     else:
-        rng = np.random.default_rng(seed)
-        x = rng.integers(-128, 128, size=(max(count, 2), model.input_size))
-        x[0], x[1] = -128, 127
-        x = x[:max(count, 0)] if count >= 2 else x
+        x = np.random.default_rng(seed).integers(-128, 128, size=(max(count, 0), model.input_size))
+        x[:1], x[1:2] = -128, 127
     x = np.asarray(x, np.int64)
     y = np.stack([tflm_int8.run(model.graph, row.reshape(model.input_shape)).reshape(-1) for row in x]) \
         if len(x) else np.zeros((0, model.output_size))
