@@ -179,3 +179,22 @@ def test_the_wcet_bound_holds_the_measured_runs(board, tmp_path):
     assert report["wcet_cycles"] >= report["measured_cycles"] > 0
     print(f"\nmlp_int8 on {board}: WCET {report['wcet_cycles']:,} cycles, measured {report['measured_cycles']:,}, "
           f"bound/measured {report['wcet_cycles'] / report['measured_cycles']:.3f}")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("board", ["avr", "arm"])
+def test_the_firmware_example_builds_with_its_gates(board, tmp_path):
+    """`scons target=<board> model=tflite_cnn_int8`: firmware, bit-exact check runs, memory, WCET
+    under the example's 200 ms deadline, gate.json."""
+    from conftest import copy_project, have, scons
+    if not have("avr-gcc" if board == "avr" else "arm-none-eabi-gcc"):
+        pytest.skip(f"no cross-compiler for {board}")
+    project = copy_project(tmp_path)
+    result = scons(project, f"target={board}", "model=tflite_cnn_int8")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    build = project / "build" / board / "tflite_cnn_int8"
+    report = json.loads((build / "report.json").read_text())
+    assert report["precision"] == "int8" and report["shape"] == "tflm"
+    assert set(report["max_abs_error_by_run"].values()) == {0.0}
+    assert report["measured_cycles"] <= report["wcet_cycles"] and report["wcet_ms"] <= 200
+    assert (build / "gate.json").is_file() and (build / "firmware.elf").is_file()
