@@ -198,3 +198,50 @@ def test_the_firmware_example_builds_with_its_gates(board, tmp_path):
     assert set(report["max_abs_error_by_run"].values()) == {0.0}
     assert report["measured_cycles"] <= report["wcet_cycles"] and report["wcet_ms"] <= 200
     assert (build / "gate.json").is_file() and (build / "firmware.elf").is_file()
+
+
+def with_float_ends(graph):
+    """mlp_int8's graph as the converter writes it without inference_input/output_type = tf.int8:
+    a float32 input QUANTIZEd to the int8 one, the int8 output DEQUANTIZEd to a float32 one."""
+    import dataclasses
+    tensors = list(graph.tensors)
+    t_in, t_out = tensors[graph.inputs[0]], tensors[graph.outputs[0]]
+    f_in = dataclasses.replace(t_in, index=len(tensors), name="x_float", type_name="float32", quantization=None)
+    f_out = dataclasses.replace(t_out, index=len(tensors) + 1, name="y_float", type_name="float32", quantization=None)
+    first = tfl.Operator(len(graph.operators), "QUANTIZE", 1, (f_in.index,), (t_in.index,), {})
+    last = tfl.Operator(len(graph.operators) + 1, "DEQUANTIZE", 1, (t_out.index,), (f_out.index,), {})
+    return dataclasses.replace(graph, tensors=tuple(tensors + [f_in, f_out]), inputs=(f_in.index,),
+                               outputs=(f_out.index,), operators=(first,) + graph.operators + (last,))
+
+
+def test_float32_ends_are_cut_and_the_check_quantizes_float_data(tmp_path):
+    """QUANTIZE/DEQUANTIZE at the ends are removed (the C API stays int8 on the tensors they link);
+    float data is quantized as TFLite Micro's QUANTIZE does, float outputs compared once quantized."""
+    from nnbuild.frontends import tflite_int8
+    from nnbuild.ir.int8 import QuantizedModel
+    graph = with_float_ends(tfl.read(DATA / "mlp_int8.tflite"))
+    cut, ends = tflite_int8._int8_ends(graph)
+    assert ends == ["input", "output"] and [op.op for op in cut.operators][0] == "FULLY_CONNECTED"
+    model = QuantizedModel("mlp_ends", cut, tflite_int8._checked_ops(cut), source_files=("mlp_ends.tflite",),
+                           meta={"float32_input": "QUANTIZE", "float32_output": "DEQUANTIZE"})
+    x_q, y_q = golden("mlp")
+    scale, zero = model.io_quantization("input")
+    out_scale, out_zero = model.io_quantization("output")
+    x = ((x_q.astype(np.float64) - zero) * scale).astype(np.float32)          # real inputs that quantize back
+    y = ((y_q.astype(np.float64) - out_zero) * out_scale).astype(np.float32)  # DEQUANTIZE's outputs
+    np.savez(tmp_path / "float.npz", x=x, y=y)
+    arrays = kinds.get("int8").reference_arrays(model, 0, 1, (-1.0, 1.0), str(tmp_path / "float.npz"))
+    assert np.array_equal(arrays["x"], x_q.reshape(len(x_q), -1).astype(np.float32))
+    assert np.array_equal(arrays["y"], y_q.reshape(len(y_q), -1)) and np.array_equal(arrays["y_framework"], arrays["y"])
+    program, _ = pipeline.build_check_program(model, "host", tmp_path / "build")
+    got, _ = pipeline.run_cases("host", program, arrays["x"], y_q[0].size, kind="int8")
+    assert np.array_equal(got, arrays["y"])
+
+
+def test_a_float32_end_without_its_quantize_is_refused_in_one_line():
+    from nnbuild.frontends import tflite_int8
+    graph = with_float_ends(tfl.read(DATA / "mlp_int8.tflite"))
+    import dataclasses
+    graph = dataclasses.replace(graph, operators=graph.operators[1:])
+    with pytest.raises(tflite_int8.Problem, match=r"^the float32 input 'x_float' is read by nothing \(one QUANTIZE"):
+        tflite_int8._int8_ends(graph)

@@ -13,6 +13,7 @@ PACK) is dropped: RESHAPE takes its declared output shape.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +38,16 @@ class Problem(Exception):
 
 
 #: TensorType INT8 in the schema
-INT8_TYPE = 9
+INT8_TYPE, FLOAT32_TYPE = 9, 0
+QUANTIZE_CODE, DEQUANTIZE_CODE = 114, 6
 
 
 def is_full_integer(path) -> bool:
     """True when `path` is a .tflite (within limits.MAX_MODEL_FILE_BYTES) whose first subgraph has
-    one input and one output, both int8. Only those two tensors' types are read (the schema's
-    generated code; any damage makes it False, and `load` says what is wrong); never raises."""
+    one input and one output, each int8, or float32 quantized by a QUANTIZE (input) or made by a
+    DEQUANTIZE (output) of an int8 tensor: the converter's full-integer models with int8 or with
+    float32 ends. Only those tensors and operators are read (the schema's generated code; any
+    damage makes it False, and `load` says what is wrong); never raises."""
     try:
         path = Path(path)
         if path.stat().st_size > limits.MAX_MODEL_FILE_BYTES:
@@ -55,23 +59,79 @@ def is_full_integer(path) -> bool:
         sub = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
         if sub is None or sub.InputsLength() != 1 or sub.OutputsLength() != 1:
             return False
+        model = schema.Model.GetRootAsModel(data, 0)
         n = sub.TensorsLength()
-        ends = (int(sub.Inputs(0)), int(sub.Outputs(0)))
-        return all(0 <= k < n and int(sub.Tensors(k).Type()) == INT8_TYPE for k in ends)
+        return _int8_end(model, sub, int(sub.Inputs(0)), n, 0) and _int8_end(model, sub, int(sub.Outputs(0)), n, 1)
     except Exception:  # noqa: BLE001 - a file that does not read is not told apart here: load says why
         return False
+
+
+def _int8_end(model, sub, k, n, side):
+    """Tensor k is int8, or float32 with the QUANTIZE (side 0: its consumer) or DEQUANTIZE (side 1:
+    its producer) that links it to an int8 tensor."""
+    if not 0 <= k < n:
+        return False
+    kind = int(sub.Tensors(k).Type())
+    if kind == INT8_TYPE:
+        return True
+    if kind != FLOAT32_TYPE:
+        return False
+    code = QUANTIZE_CODE if side == 0 else DEQUANTIZE_CODE
+    for j in range(min(sub.OperatorsLength(), limits.MAX_NODES)):
+        op = sub.Operators(j)
+        ends = op.InputsAsNumpy() if side == 0 else op.OutputsAsNumpy()
+        if not isinstance(ends, np.ndarray) or ends.size < 1 or int(ends[0]) != k:
+            continue
+        entry = model.OperatorCodes(int(op.OpcodeIndex()))
+        other = op.OutputsAsNumpy() if side == 0 else op.InputsAsNumpy()
+        if entry is None or max(int(entry.BuiltinCode()), int(entry.DeprecatedBuiltinCode())) != code:
+            return False
+        return isinstance(other, np.ndarray) and other.size >= 1 and 0 <= int(other[0]) < n and \
+            int(sub.Tensors(int(other[0])).Type()) == INT8_TYPE
+    return False
+
+
+def _int8_ends(graph):
+    """The graph with float32 ends cut off: a QUANTIZE of the float32 input and a DEQUANTIZE to the
+    float32 output are removed, their int8 tensors become the input and the output (the C API is
+    int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). (graph, the ends cut)."""
+    t_in, t_out = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+    removed, inputs, outputs = set(), graph.inputs, graph.outputs
+    if t_in.type_name == "float32":
+        users = [op for op in graph.operators if graph.inputs[0] in op.inputs]
+        if len(users) != 1 or users[0].op != "QUANTIZE":
+            raise Problem(f"the float32 input '{t_in.name}' is read by {', '.join(op.op for op in users) or 'nothing'} "
+                          "(one QUANTIZE to int8 expected)")
+        removed.add(users[0].index)
+        inputs = (users[0].outputs[0],)
+    if t_out.type_name == "float32":
+        makers = [op for op in graph.operators if graph.outputs[0] in op.outputs]
+        if len(makers) != 1 or makers[0].op != "DEQUANTIZE":
+            raise Problem(f"the float32 output '{t_out.name}' is made by "
+                          f"{', '.join(op.op for op in makers) or 'nothing'} (one DEQUANTIZE of int8 expected)")
+        removed.add(makers[0].index)
+        outputs = (makers[0].inputs[0],)
+    operators = tuple(op for op in graph.operators if op.index not in removed)
+    ends = [role for role, t in (("input", t_in), ("output", t_out)) if t.type_name == "float32"]
+    return dataclasses.replace(graph, inputs=tuple(inputs), outputs=tuple(outputs), operators=operators), ends
 
 
 def load(path):
     path = Path(path)
     graph = tflite.read(path)
     try:
+        if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one "
+                          "input to one output")
+        graph, float_ends = _int8_ends(graph)
         ops = _checked_ops(graph)
     except Problem as problem:
         raise NNBuildError(" ".join(str(problem).split()), path=path) from None
-    return QuantizedModel(names.c_identifier(path.stem), graph, ops, source_files=(str(path),),
-                          meta={"format": "tflite", "quantization": "full-integer int8",
-                                "schema_version": graph.version, "description": graph.description})
+    meta = {"format": "tflite", "quantization": "full-integer int8", "schema_version": graph.version,
+            "description": graph.description}
+    for end in float_ends:   # the check quantizes float32 data at this end as QUANTIZE does
+        meta[f"float32_{end}"] = "QUANTIZE" if end == "input" else "DEQUANTIZE"
+    return QuantizedModel(names.c_identifier(path.stem), graph, ops, source_files=(str(path),), meta=meta)
 
 
 def _checked_ops(graph):

@@ -7,7 +7,7 @@ compares int8 values, so the error is counted in steps of the output's scale and
 tolerance is 0 (bit-exact). The check program (int8_check_main.c) carries the int8 values as
 float32 on the runners' wire, which holds every int8 exactly. Check data: x_q holds the quantized
 inputs and y_q, when given, the quantized outputs TFLite Micro gave (else x and y, holding
-integers in [-128, 127]).
+integers in [-128, 127]; a model with float32 ends quantizes float x and y as its QUANTIZE does).
 """
 
 from pathlib import Path
@@ -63,6 +63,10 @@ def reference_arrays(model, count, seed, input_range, data=None):
         quantized = _has_quantized_members(data)
         x, framework = check_data.load(data, model.input_size, model.output_size,
                                        names=("x_q", "y_q") if quantized else ("x", "y"))
+        if not quantized and "float32_input" in model.meta:
+            x = affine_quantize(x, *model.io_quantization("input"))
+        if not quantized and "float32_output" in model.meta and framework is not None:
+            framework = affine_quantize(framework, *model.io_quantization("output"))
         for values, what in ((x, "x"), (framework, "y")):
             if values is not None and not (np.all(values == np.round(values)) and values.min() >= -128
                                            and values.max() <= 127):
@@ -78,6 +82,14 @@ def reference_arrays(model, count, seed, input_range, data=None):
     if framework is not None:
         arrays["y_framework"] = framework
     return arrays
+
+
+def affine_quantize(values, scale, zero_point):
+    """TFLite Micro's QUANTIZE of float32 values to int8: round(x / scale) in float32, halves away
+    from zero, plus the zero point, saturated (reference_ops::AffineQuantize)."""
+    ratio = (np.asarray(values, np.float32) / np.float32(scale)).astype(np.float64)   # the float32 quotient
+    rounded = np.where(ratio >= 0, np.floor(ratio + 0.5), -np.floor(-ratio + 0.5))     # std::round, exactly
+    return np.clip(rounded + zero_point, -128, 127)
 
 
 def _has_quantized_members(data):
