@@ -253,8 +253,9 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             if op["op"] in ("RESHAPE", "EXPAND_DIMS"):
                 continue
             c_name = c_identifier(f"{op['op'].lower()}_{op['index']}")
+            mark = self.ff.layer(c_name)      # first: the operator's loops belong to its layer
             lines = getattr(self, "op_" + op["op"])(op, c_name)
-            out += ["", f"    {self.ff.layer(c_name)}",
+            out += ["", f"    {mark}",
                     f"    /* operator {op['index']}: {op['op']} -> {self.describe(op['output'])} */", "    {"]
             out += ["        " + line if line else "" for line in lines]
             out.append("    }")
