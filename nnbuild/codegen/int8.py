@@ -147,12 +147,13 @@ class _Generator:
         name = self.name
         self.plan()
         self.ff = common.FlowFacts(name, functions=True)
+        softmax = any(op["op"] == "SOFTMAX" for op in self.model.ops)
+        helpers = templating.render("int8_helpers.c.j2", {"ff": self.ff, "softmax": softmax})   # before any layer
         body = self.body()
         self.near = self.context_flags["near"] or (self.context_flags["flash"] and self.flash_bytes <= NEAR_LIMIT)
         context = {"name": name, "guard": name.upper(), "version": __version__,
                    "sources": [s.rsplit("/", 1)[-1] for s in self.model.source_files],
                    **self.context_flags, "near": self.near, "flash_bytes": self.flash_bytes}
-        helpers = templating.render("int8_helpers.c.j2", dict(context, ff=self.ff, softmax=self.softmax_used))
         code, facts, _ = common.render("int8.c.j2", dict(context, helpers=helpers, body=body), self.ff)
         files = {f"{name}.h": self.header(), f"{name}.c": code, f"{name}_weights.h": self.weights_header(),
                  f"{name}_weights.c": self.weights_source(), f"{name}.flowfacts.json": facts}
@@ -245,7 +246,6 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
     def body(self):
         n_in, n_out = self.model.input_size, self.model.output_size
-        self.softmax_used = False
         out = [f"void {self.ff.function(self.name + '_infer')}(const int8_t in[{n_in}], int8_t out[{n_out}])", "{"]
         if self.arena:
             out.append(f"    int8_t arena[{self.arena}];")
@@ -492,7 +492,6 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
     op_LOGISTIC = op_TANH = op_HARD_SWISH = op_LEAKY_RELU = unary
 
     def op_SOFTMAX(self, op, c_name):
-        self.softmax_used = True
         shape = self.shape(op["sources"][0])
         row = shape[-1]
         rows = self.size(op["sources"][0]) // row
