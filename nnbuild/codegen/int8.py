@@ -15,8 +15,6 @@ WCET analysis reaches no unbounded library routine.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from nnbuild import __version__
@@ -295,7 +293,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
     def requantize_params(self, op, c_name, in_scale, w_scales, out_scale, channels):
         """(C expression of the multiplier, of the shift) for channel `c` (per-channel: tables)."""
-        multipliers, shifts = tflm._multipliers(in_scale, w_scales, out_scale)
+        multipliers, shifts = tflm.channel_multipliers(in_scale, w_scales, out_scale)
         for s in shifts:
             if not -31 <= s <= 30:
                 raise NNBuildError(f"operator {op['index']} ({op['op']}): requantisation shift {s} out of range")
@@ -352,7 +350,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             raise NNBuildError(f"operator {op['index']} ({op['op']}): input of shape {x_shape} (height, width, "
                                "channels expected)")
         options = self.graph.operators[op["index"]].options
-        strides, pads = tflm._same_or_valid(options, x_shape, kernel, dilation)
+        strides, pads = tflm.window_padding(options, x_shape, kernel, dilation)
         return x_shape, strides, pads
 
     def taps(self, op, x_shape, kernel, strides, dilation, pads, inner):
@@ -503,7 +501,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                                "Micro's int8 SOFTMAX writes scale 1/256, zero point -128)")
         in_scale, _ = self.quant(op["sources"][0])
         beta = float(self.graph.operators[op["index"]].options.get("Beta", 1.0))
-        exps = softmax_exps(in_scale, beta)
+        exps = tflm.softmax_exps(in_scale, beta)
         table = self.array(f"{c_name}_e", "int32_t", exps,
                            "SOFTMAX: exp(beta * scale * d) in F0 for d = 0, -1, ..., -255 (0 below the cut-off)")
         op["symbols"] = [table]
@@ -549,7 +547,8 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         lo, hi = self.range_of(op)
         a, b = operands
         if op["op"] in ("ADD", "SUB"):
-            p = add_params(s1, s2, so, single_precision=op["op"] == "SUB")
+            (m1, sh1), (m2, sh2), (mo, sho) = tflm.add_multipliers(s1, s2, so, single_precision=op["op"] == "SUB")
+            p = {"m1": m1, "s1": sh1, "m2": m2, "s2": sh2, "mo": mo, "so": sho}
             body = [f"int32_t a = nn_mbqm((int32_t){_minus(a, z1)} * INT32_C(1048576), INT32_C({p['m1']}), {p['s1']});",
                     f"int32_t b = nn_mbqm((int32_t){_minus(b, z2)} * INT32_C(1048576), INT32_C({p['m2']}), {p['s2']});",
                     f"y[i] = nn_clamp(nn_mbqm(a {'+' if op['op'] == 'ADD' else '-'} b, INT32_C({p['mo']}), {p['so']}) + "
@@ -671,9 +670,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         count = int(np.prod(x_shape[:-1]))
         channels = x_shape[-1]
         multiplier, shift = tflm.quantize_multiplier(float(in_scale) / float(out_scale))
-        extra = min(count.bit_length() - 1, 32, 31 + shift)
-        multiplier = (multiplier << extra) // count
-        shift -= extra
+        multiplier, shift = tflm.mean_multiplier(multiplier, shift, count)
         if not -31 <= shift <= 30:
             raise NNBuildError(f"operator {op['index']} (MEAN): requantisation shift {shift} out of range")
         idx = "uint32_t" if count * channels > 65535 else "uint16_t"
@@ -685,31 +682,3 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
 def tflm_fused(code):
     return {0: "linear", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}.get(int(code), str(code))
-
-
-def add_params(s1, s2, so, single_precision=False):
-    """ADD's (and SUB's) multipliers and shifts as TFLite Micro's Prepare computes them: both inputs
-    rescaled to twice the larger scale with 20 bits of headroom (SUB in float32, ADD in double)."""
-    if single_precision:
-        s1, s2, so = np.float32(s1), np.float32(s2), np.float32(so)
-        twice = np.float32(2) * max(s1, s2)
-        r1, r2, ro = float(s1 / twice), float(s2 / twice), float(twice / (np.float32(1 << 20) * so))
-    else:
-        twice = 2 * max(float(s1), float(s2))
-        r1, r2, ro = float(s1) / twice, float(s2) / twice, twice / ((1 << 20) * float(so))
-    (m1, sh1), (m2, sh2), (mo, sho) = (tflm.quantize_multiplier(r) for r in (r1, r2, ro))
-    return {"m1": m1, "s1": sh1, "m2": m2, "s2": sh2, "mo": mo, "so": sho}
-
-
-def softmax_exps(scale, beta):
-    """SOFTMAX's exp of each input difference d = 0, -1, ..., -255 as TFLite Micro's int8 kernel
-    computes it (tflm_int8.softmax), 0 where d is below the cut-off (it contributes nothing)."""
-    multiplier, shift = tflm.quantize_multiplier(min(float(beta) * float(scale) * float(1 << 26), float(2 ** 31 - 1)))
-    diff_min = -math.floor(31.0 * (1 << 26) / 2.0 ** shift)
-    out = []
-    for d in range(0, -256, -1):
-        if d < diff_min:
-            out.append(0)
-        else:
-            out.append(tflm._exp_on_negative_values(tflm._high_mul(d * (1 << shift), multiplier), 5))
-    return out
