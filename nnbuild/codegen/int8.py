@@ -26,12 +26,10 @@ from nnbuild.numerics import tflm_int8 as tflm
 
 KIND = "int8"
 PRECISIONS = ("int8",)
-TOO_BIG_HINT = ""
 #: constants up to this many bytes are read with 16-bit LPM pointers on AVR (as mlp_fixed)
 NEAR_LIMIT = 60 * 1024
 #: SOFTMAX rows up to this length keep its output exponent within a 32-bit shift
 MAX_SOFTMAX_ROW = 255
-UNARY_TABLES = ("LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU")
 
 
 def render(model, *, precision, storage, passes_log, input_range=None):
@@ -60,9 +58,11 @@ def _minus(expr, zero_point):
 
 
 class _Generator:
+    """One model's files: the arena plan, the inference function (one block per operator), the
+    constant arrays it reads, the flow facts and the trace."""
+
     def __init__(self, model, storage):
         self.model, self.graph, self.name = model, model.graph, model.name
-        self.storage = storage
         self.context_flags = common.storage_context(storage)
         self.arrays = []        # {symbol, ctype, values (rows), size, about}
         self.flash_bytes = 0
@@ -456,7 +456,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
     def op_AVERAGE_POOL_2D(self, op, c_name):
         return self.pool(op, c_name, average=True)
 
-    def unary_table(self, op, c_name):
+    def unary_table(self, op):
         """256 outputs of the bit-exact model, one per int8 input."""
         x = np.arange(-128, 128, dtype=np.int64)
         in_q, out_q = self.quant(op["sources"][0]), self.quant(op["output"])
@@ -480,7 +480,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                 raise NNBuildError(f"operator {op['index']} ({op['op']}): output at scale {scale} and zero point {zp} "
                                    f"(TFLite Micro's int8 {op['op']} writes scale {expected[0]}, zero point "
                                    f"{expected[1]})")
-        table = self.array(f"{c_name}_t", "int8_t", self.unary_table(op, c_name),
+        table = self.array(f"{c_name}_t", "int8_t", self.unary_table(op),
                            f"{op['op']} {op['index']}: output for each input -128..127")
         op["symbols"] = [table]
         n = self.size(op["output"])
@@ -681,4 +681,5 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
 
 def tflm_fused(code):
+    """The trace's name of a fused activation code."""
     return {0: "linear", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}.get(int(code), str(code))

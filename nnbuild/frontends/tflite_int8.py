@@ -21,7 +21,7 @@ import numpy as np
 from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import tflite
-from nnbuild.ir.int8 import KIND, QuantizedModel
+from nnbuild.ir.int8 import KIND, QuantizedModel  # noqa: F401 - KIND: the kind frontends.kind_of reports
 
 #: operators the int8 precision generates (nnbuild.codegen.int8), each bit-exact with TFLite Micro
 OPERATORS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SOFTMAX",
