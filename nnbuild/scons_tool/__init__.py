@@ -387,6 +387,7 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
     `split` (("items", N) or ("map", file), options.items) is given, its checks, each with its own C
     and programs, the report, the gate) as SCons nodes, so a change re-runs only what it touches."""
     kind = kinds.get("multiitem")
+    precision = kinds.default_precision(kind, precision)
     if precision not in kind.PRECISIONS:
         fail(f"multi-item systems are generated in {', '.join(kind.PRECISIONS)} only (precision '{precision}' asked)")
     try:
