@@ -245,3 +245,13 @@ def test_a_float32_end_without_its_quantize_is_refused_in_one_line():
     graph = dataclasses.replace(graph, operators=graph.operators[1:])
     with pytest.raises(tflite_int8.Problem, match=r"^the float32 input 'x_float' is read by nothing \(one QUANTIZE"):
         tflite_int8._int8_ends(graph)
+
+
+def test_a_damaged_int8_file_is_one_line(tmp_path):
+    """The int8 sniff never raises: a truncated full-integer file reaches the reader's refusal."""
+    path = tmp_path / "cut.tflite"
+    path.write_bytes((DATA / "mlp_int8.tflite").read_bytes()[:600])
+    with pytest.raises(NNBuildError) as error:
+        pipeline.generate(path, tmp_path / "gen")
+    assert str(error.value).startswith(f"{path}: ") and "\n" not in str(error.value)
+    assert not (tmp_path / "gen").exists()
