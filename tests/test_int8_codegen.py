@@ -214,9 +214,8 @@ def with_float_ends(graph):
                                outputs=(f_out.index,), operators=(first,) + graph.operators + (last,))
 
 
-def test_float32_ends_are_cut_and_the_check_quantizes_float_data(tmp_path):
-    """QUANTIZE/DEQUANTIZE at the ends are removed (the C API stays int8 on the tensors they link);
-    float data is quantized as TFLite Micro's QUANTIZE does, float outputs compared once quantized."""
+def float_ends_model(tmp_path):
+    """mlp_int8 with float32 ends, cut; its check arrays from float data: (model, arrays)."""
     from nnbuild.frontends import tflite_int8
     from nnbuild.ir.int8 import QuantizedModel
     graph = with_float_ends(tfl.read(DATA / "mlp_int8.tflite"))
@@ -233,8 +232,21 @@ def test_float32_ends_are_cut_and_the_check_quantizes_float_data(tmp_path):
     arrays = kinds.get("int8").reference_arrays(model, 0, 1, (-1.0, 1.0), str(tmp_path / "float.npz"))
     assert np.array_equal(arrays["x"], x_q.reshape(len(x_q), -1).astype(np.float32))
     assert np.array_equal(arrays["y"], y_q.reshape(len(y_q), -1)) and np.array_equal(arrays["y_framework"], arrays["y"])
+    return model, arrays
+
+
+def test_float32_ends_are_cut_and_the_check_quantizes_float_data(tmp_path):
+    """QUANTIZE/DEQUANTIZE at the ends are removed (the C API stays int8 on the tensors they link);
+    float data is quantized as TFLite Micro's QUANTIZE does, float outputs compared once quantized."""
+    model, _ = float_ends_model(tmp_path)
+    assert model.input_size == 8 and model.output_size == 4
+
+
+@pytest.mark.e2e
+def test_a_model_with_float32_ends_runs_bit_exact(tmp_path):
+    model, arrays = float_ends_model(tmp_path)
     program, _ = pipeline.build_check_program(model, "host", tmp_path / "build")
-    got, _ = pipeline.run_cases("host", program, arrays["x"], y_q[0].size, kind="int8")
+    got, _ = pipeline.run_cases("host", program, arrays["x"], model.output_size, kind="int8")
     assert np.array_equal(got, arrays["y"])
 
 
