@@ -39,6 +39,9 @@ MAX_NODES = 10_000
 MAX_TFLITE_ENTRIES = 100_000
 #: Largest rank of a tensor a TFLite file declares (TFLite's kernels take at most 6).
 MAX_TENSOR_RANK = 8
+#: Most inputs and outputs of a model together: each is one argument of the generated C function, and
+#: C99 (5.2.4.1) guarantees 127 parameters in a function definition.
+MAX_MODEL_IO = 127
 #: Most layers in an IR model (the front-ends may add layout layers; the passes refuse more).
 MAX_LAYERS = 20_000
 

@@ -5,8 +5,9 @@ Each case is a model.onnx with test_data_set_*/input_*.pb and output_*.pb record
 ONNX authors. A case counts when onnxruntime itself reproduces its outputs (the ONNX backend test's
 tolerance, rtol 1e-3 and atol 1e-7): that subset is the denominator. nnbuild either refuses the model
 at load, in one line (the reason is counted), or generates the v2 C, compiles it with the strict
-flags, runs every recorded input (a static batch of N runs as N calls) and must match the recorded
-outputs at the float32 floor: max |C - recorded| <= 1e-5 x max(1, max |recorded|).
+flags, runs every recorded input (a static batch of N runs as N calls; a model of several inputs
+and outputs through its flat check vectors) and must match the recorded outputs at the float32
+floor: max |C - recorded| <= 1e-5 x max(1, max |recorded|).
 
 `python3 tests/onnx_conformance.py` prints the README's pass table (markdown).
 """
@@ -102,20 +103,25 @@ def run_nnbuild(case, workdir):
     exe = out / "check"
     proc = subprocess.run(["gcc", "-O1", *WARNINGS, f"-I{out}",
                            *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size,
-                                               model.output_size),
+                                               model.output_size, several_io=model.several_io),
                            str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN),
                            "-o", str(exe), "-lm"], capture_output=True, text=True)
     if proc.returncode:
         return "fail", f"C does not compile: {proc.stderr.strip()[:300]}"
     worst = 0.0
+    in_sizes = [int(np.prod(shape)) for _, shape in model.inputs]
+    out_sizes = [int(np.prod(shape)) for shape in model.output_shapes()]
     for inputs, outputs in data_sets(case):
-        if len(inputs) != 1 or len(outputs) != 1:
-            return "fail", f"{len(inputs)} inputs / {len(outputs)} outputs accepted"
-        x, want = inputs[0].astype(np.float32), outputs[0].astype(np.float64)
-        rows = x.size // model.input_size
-        if rows * model.input_size != x.size or rows * model.output_size != want.size:
-            return "fail", f"sizes: input {x.shape} output {want.shape} vs model {model.input_size}/{model.output_size}"
-        y = native.run_cases(exe, x.reshape(rows, -1), model.output_size)
+        if len(inputs) != len(in_sizes) or len(outputs) != len(out_sizes):
+            return "fail", f"{len(inputs)} inputs / {len(outputs)} outputs recorded, the model has {len(in_sizes)} / {len(out_sizes)}"
+        rows = inputs[0].size // in_sizes[0]
+        if any(rows * n != a.size for n, a in zip(in_sizes + out_sizes, inputs + outputs)):
+            return "fail", (f"sizes: inputs {[a.shape for a in inputs]} outputs {[a.shape for a in outputs]} vs model "
+                            f"{in_sizes}/{out_sizes}")
+        # a static batch of N runs as N calls; each call's vector holds every input's sample (model order)
+        x = np.concatenate([a.astype(np.float32).reshape(rows, -1) for a in inputs], axis=1)
+        want = np.concatenate([a.astype(np.float64).reshape(rows, -1) for a in outputs], axis=1)
+        y = native.run_cases(exe, x, model.output_size)
         err = float(np.max(np.abs(y.reshape(-1) - want.reshape(-1)))) if want.size else 0.0
         worst = max(worst, err / max(1.0, float(np.max(np.abs(want))) if want.size else 1.0))
     if worst > FLOOR:

@@ -2,7 +2,12 @@
 before anything is built so a wrong file is one line saying what is wrong with it. The file is
 untrusted: a regular file within limits.MAX_DATA_BYTES, and x and y are checked from their .npy
 headers (numbers, sizes within limits.MAX_DATA_ELEMENTS, no more than the member holds) before
-anything is allocated."""
+anything is allocated.
+
+A model of several inputs or outputs takes either the flat `x` (one row per case: every input's
+values one after the other, in the model's order) or one array per input under the name of its C
+argument (`in_<name>`, [cases, ...] flattening to that input's size); `y` likewise (flat, or one
+`out_<name>` array per output)."""
 
 import stat
 import zipfile
@@ -14,21 +19,61 @@ from nnbuild import limits
 from nnbuild.errors import NNBuildError
 
 
-def load(path, n_in, n_out=None, *, what_out="values", names=("x", "y")):
+def parts_of(model):
+    """[(role "x" | "y", argument name, values)] of a model of several inputs or outputs, else None:
+    the per-argument arrays a check data file may hold instead of the flat x and y."""
+    if not getattr(model, "several_io", False):
+        return None
+    return [("x" if a["role"] == "in" else "y", a["name"], a["size"]) for a in model.arguments()]
+
+
+def _joined(arrays, parts, role, path):
+    """The flat rows of `role` (x or y) joined from its per-argument arrays, or None when the file
+    holds none of them (it then gives the flat array, or nothing)."""
+    wanted = [(name, size) for r, name, size in parts if r == role]
+    present = [name for name, _ in wanted if name in arrays]
+    if not present:
+        return None
+    if role in arrays:
+        raise NNBuildError(f"both '{role}' and '{present[0]}': give the flat '{role}' or one array per "
+                           "argument, not both", path=path)
+    missing = [name for name, _ in wanted if name not in arrays]
+    if missing:
+        raise NNBuildError(f"no '{missing[0]}' beside '{present[0]}' (one array per argument: "
+                           f"{', '.join(n for n, _ in wanted)})", path=path)
+    rows = []
+    for name, size in wanted:
+        a = _real(arrays[name], name, path)
+        if a.ndim == 0 or len(a) == 0:
+            raise NNBuildError(f"'{name}' holds no cases (expected an array [cases, ...])", path=path)
+        a = a.reshape(len(a), -1)
+        if a.shape[1] != size:
+            raise NNBuildError(f"argument {name} takes {size} values per case, '{name}' has {a.shape[1]}", path=path)
+        if rows and len(a) != len(rows[0]):
+            raise NNBuildError(f"'{name}' has {len(a)} cases, '{wanted[0][0]}' {len(rows[0])}", path=path)
+        rows.append(a)
+    return np.concatenate(rows, axis=1)
+
+
+def load(path, n_in, n_out=None, *, what_out="values", parts=None, names=("x", "y")):
     """(x as float64 [cases, n_in], y as float64 [cases, n_out] or None) from an .npz.
 
     x: real numbers (bool/int/float), at least one case, n_in values per case (any shape that
     flattens to that). y (optional): real numbers, one row per case, n_out values per case.
-    `names`: the members read as x and y (an int8 model reads x_q and y_q where the file has them).
+    `parts` (parts_of(model)): the per-argument arrays of a model of several inputs or outputs,
+    read and joined into x and y when the file holds them. `names`: the members read as x and y
+    (an int8 model reads x_q and y_q where the file has them).
     """
-    arrays = _read(path)
-    x_name, y_name = names
-    if x_name not in arrays:
-        raise NNBuildError(f"no inputs '{x_name}' in the file (it holds: {', '.join(sorted(arrays)) or 'nothing'})",
-                           path=path)
-    arrays = dict(arrays, x=arrays[x_name], y=arrays.get(y_name))
-    if arrays["y"] is None:
-        arrays.pop("y")
+    arrays = _read(path, [name for _, name, _ in parts or ()] + [n for n in names if n not in ("x", "y")])
+    if tuple(names) != ("x", "y"):
+        arrays = {k: v for k, v in arrays.items() if k not in ("x", "y")}
+        arrays.update({role: arrays[name] for role, name in zip(("x", "y"), names) if arrays.get(name) is not None})
+    for role in ("x", "y") if parts else ():
+        joined = _joined(arrays, parts, role, path)
+        if joined is not None:
+            arrays[role] = joined
+    if "x" not in arrays:
+        raise NNBuildError(f"no inputs 'x' in the file (it holds: {', '.join(sorted(arrays)) or 'nothing'})", path=path)
     x = _real(arrays["x"], "x", path)
     if x.ndim == 0 or len(x) == 0:
         raise NNBuildError("'x' holds no cases (expected an array [cases, ...])", path=path)
@@ -48,7 +93,7 @@ def load(path, n_in, n_out=None, *, what_out="values", names=("x", "y")):
 
 
 #: the arrays read from a check data file (any others are listed in errors, never read)
-ARRAYS = ("x", "y", "x_q", "y_q")
+ARRAYS = ("x", "y")
 
 
 def checked_file(path, what="check data file"):
@@ -67,9 +112,10 @@ def checked_file(path, what="check data file"):
     return path
 
 
-def _read(path):
-    """{name: array} of an .npz: x and y read (their .npy headers checked first), other names None.
-    No pickles: object arrays are refused."""
+def _read(path, more=()):
+    """{name: array} of an .npz: x, y and the names `more` read (their .npy headers checked first),
+    other names None. No pickles: object arrays are refused."""
+    read = ARRAYS + tuple(more)
     path = checked_file(path)
     with open(path, "rb") as f:
         magic = f.read(6)
@@ -83,16 +129,17 @@ def _read(path):
             members = {info.filename[:-4] if info.filename.endswith(".npy") else info.filename: info
                        for info in archive.infolist()}
             elements = 0
-            for key in ARRAYS:
+            for key in read:
                 if key in members and not members[key].filename.endswith(".npy"):
                     raise NNBuildError(f"member '{members[key].filename}' is not an .npy array", path=path)
                 if key in members:
                     elements += _header_elements(archive, members[key], key, path)
             if elements > limits.MAX_DATA_ELEMENTS:
-                raise NNBuildError(f"'x' and 'y' declare {elements} values, more than {limits.MAX_DATA_ELEMENTS} "
+                arrays = "'x' and 'y'" if not more else "the check arrays"
+                raise NNBuildError(f"{arrays} declare {elements} values, more than {limits.MAX_DATA_ELEMENTS} "
                                    "(limits.MAX_DATA_ELEMENTS)", path=path)
         with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] if name in ARRAYS else None for name in data.files}
+            return {name: data[name] if name in read else None for name in data.files}
     except ValueError as error:
         if "allow_pickle" in str(error):
             raise NNBuildError("holds object arrays (pickles are not loaded); store numbers", path=path) from None

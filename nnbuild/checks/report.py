@@ -265,6 +265,9 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
     }
     if trace.get("blob"):
         record["blob"] = trace["blob"]
+    if trace.get("arguments"):   # a model of several inputs or outputs: its C arguments, errors per output
+        record["arguments"] = trace["arguments"]
+        record["max_abs_error_by_output"] = semantic["runs"][target_run].get("max_abs_error_by_output")
     record.update(wcet_fields(model, board, measured, wcet, deadline, deadline_origin))
     record["entries"] = {}
     for entry, (entry_wcet, entry_run) in sorted((entries or {}).items()):
@@ -369,6 +372,9 @@ def summary_text(r):
     errors = ", ".join(f"{number.format(e)} ({k})" for k, e in sorted(r["max_abs_error_by_run"].items()))
     wording = r.get("error_summary") or "  max error: {errors} vs float64 reference, tolerance {tolerance:g}"
     lines.append(wording.format(errors=errors, cases=r["check_inputs"], tolerance=r["tolerance"]))
+    if r.get("max_abs_error_by_output"):
+        lines.append("  per output: " + ", ".join(f"{number.format(o['max_abs_error'])} ({o['output']})"
+                                                  for o in r["max_abs_error_by_output"]))
     if r.get("wcet"):
         w = r["wcet"]
         tight = f", bound/measured {w['bound_over_measured']:.4f}" if w["bound_over_measured"] else ""

@@ -137,6 +137,12 @@ def header(r):
              ("activation memory", r.get("activation_memory") or "-"),
              ("check inputs", r["check_inputs"]),
              ("tolerance", f"{r['tolerance']:g}")]
+    if r.get("arguments"):
+        facts.append(("C arguments", ", ".join(f"{a['name']} ({a['role']}put '{a['label']}', "
+                                               f"{'x'.join(map(str, a['shape']))})" for a in r["arguments"])))
+    if r.get("max_abs_error_by_output"):
+        facts.append(("max error per output", ", ".join(f"{error_text(r, o['max_abs_error'])} ({o['output']})"
+                                                        for o in r["max_abs_error_by_output"])))
     if r.get("blob"):
         b = r["blob"]
         facts.append(("memory blob", f"{b['memory_size_bytes']:,} bytes: memory_hard {b['memory_hard_bytes']:,} "

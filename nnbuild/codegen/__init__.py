@@ -95,7 +95,8 @@ def check_layer_names(model):
 def api(name):
     """The C names every generated model exposes: header, entry point, I/O size macros."""
     return {"header": f"{name}.h", "infer": f"{name}_infer",
-            "inputs_macro": f"{name.upper()}_INPUTS", "outputs_macro": f"{name.upper()}_OUTPUTS"}
+            "inputs_macro": f"{name.upper()}_INPUTS", "outputs_macro": f"{name.upper()}_OUTPUTS",
+            "input_count_macro": f"{name.upper()}_INPUT_COUNT", "args_macro": f"{name.upper()}_INFER_ARGS"}
 
 
 def shape_module(shape):
@@ -136,6 +137,20 @@ def shape_refusal(shape, precision, model=None):
     if offered is not None and precision_family(precision) not in offered:
         return (f"shape {shape} does not generate precision '{precision}' "
                 f"(it generates: {', '.join(offered)})")
+    if model is not None and getattr(model, "several_io", False):
+        return several_io_refusal(shape, module, precision, model)
+    return None
+
+
+def several_io_refusal(shape, module, precision, model):
+    """Why `shape` cannot generate a model of several inputs or outputs in `precision`, or None:
+    the float v1, v2 and v3 shapes take one argument per input and output (SEVERAL_IO)."""
+    counts = f"{len(model.inputs)} inputs and {len(model.outputs)} outputs"
+    if not getattr(module, "SEVERAL_IO", False):
+        return f"shape {shape} generates one input to one output; model '{model.name}' has {counts} (use v1, v2 or v3)"
+    if precision not in FLOAT_PRECISIONS:
+        return (f"precision '{precision}' generates one input to one output; model '{model.name}' has {counts} "
+                f"(use {' or '.join(FLOAT_PRECISIONS)})")
     return None
 
 

@@ -17,7 +17,7 @@ from nnbuild.codegen import common, templating, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
-from nnbuild.passes.plan_buffers import plan_memory  # noqa: F401 (the shapes plan through cnn)
+from nnbuild.passes.plan_buffers import api_bases, plan_memory  # noqa: F401 (the shapes plan through cnn)
 
 FLOAT_BYTES = common.FLOAT_BYTES
 #: element-wise kinds that may write over a dying input of the same size
@@ -105,7 +105,12 @@ def lower(model, storage, *, liveness=None):
     for o in ops:
         if o.get("unary"):
             o["fn"] = names[(o["unary"]["op"], tuple(o["unary"]["params"]))]
+    ins, outs = api_bases(model)
+    api = frozenset(ins.values()) | frozenset(outs.values())
+    for o in ops:
+        o["api"] = api
     return {"ops": ops, "arrays": arrays, "memory": stats, "arena_symbol": arena_symbol, "unary_ops": unary,
+            "api_buffers": api,
             "int_reads": sorted({int(a["ctype"][3:5]) for a in arrays if a.get("ctype", "").startswith("int")}),
             "arena_floats": stats["arena_bytes"] // FLOAT_BYTES,
             "activations": sorted({o["activation"] for o in ops} - {"linear", "softmax"}),
@@ -278,9 +283,31 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
 # --------------------------------------------------------------------------- files
 
 
+def api_context(model, in_type="float", out_type="float"):
+    """The C API of the templates: `infer_params` (the parameter list of <name>_infer), and for a
+    model of several inputs or outputs `several_io` and `api_args` (Model.arguments, each with its
+    C declaration `decl`, its size macro `macro` and its shape text `dims`)."""
+    if not model.several_io:
+        return {"several_io": False, "api_args": [],
+                "infer_params": f"const {in_type} in[{model.input_size}], {out_type} out[{model.output_size}]"}
+    args = model.arguments()
+    for a in args:
+        const = "const " if a["role"] == "in" else ""
+        a["decl"] = f"{const}float {a['name']}[{a['size']}]"
+        a["macro"] = f"{model.name.upper()}_{a['name'].upper()}"
+        a["dims"] = "x".join(str(d) for d in a["shape"])
+    clash = next((a["name"] for a in args if a["name"].startswith(f"{model.name}_")), None)
+    if clash:
+        raise NNBuildError(f"argument {clash} would begin like the model's own C symbols ('{model.name}_'): "
+                           "rename the model", item=f"model '{model.name}'")
+    return {"several_io": True, "api_args": args, "infer_params": ", ".join(a["decl"] for a in args),
+            "n_inputs": sum(a["role"] == "in" for a in args), "n_outputs": sum(a["role"] == "out" for a in args)}
+
+
 def context(model, lowered, shape, precision, storage):
     """Template context shared by the shapes."""
     return {
+        **api_context(model),
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
         **common.storage_context(storage), "n_in": model.input_size, "n_out": model.output_size,
@@ -308,6 +335,9 @@ def trace(model, lowered, facts, passes_log, shape, extra_log=(), storage="const
         entry["weights"] += [a["symbol"] for a in op.get("arrays", [])]
     record["shape"] = shape
     record["memory"] = lowered["memory"]
+    if model.several_io:
+        record["arguments"] = [{"name": a["name"], "role": a["role"], "label": a["label"], "shape": list(a["shape"])}
+                               for a in model.arguments()]
     if storage == common.NEAR_STORAGE and lowered["arrays"]:
         record["near_flash_symbols"] = sorted(a["symbol"] for a in lowered["arrays"])
     return record

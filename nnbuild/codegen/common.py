@@ -158,7 +158,8 @@ _SENTINEL = re.compile("\x02([A-Za-z])(\\d+)\x03")
 
 #: what may follow NN_LOOPBOUND: a C `for`, or a macro whose expansion is one counted loop (the AVR
 #: dot product in inline assembly, bounded by its turn count)
-LOOP_STATEMENTS = ("for (", "NN_DOT16(", "NN_DOT16F(", "NN_DOT8(", "NN_DOT8F(", "NN_DOT16P(", "NN_DOT8P(")
+LOOP_STATEMENTS = ("for (", "NN_DOT16(", "NN_DOT16F(", "NN_DOT8(", "NN_DOT8F(", "NN_DOT16P(", "NN_DOT8P(", "NN_DOT16Q(",
+                   "NN_DOT8Q(")
 
 
 class FlowFacts:
@@ -325,6 +326,8 @@ class UnrolledParts:
 
     def __init__(self, op, arena, part_terms):
         self.op, self.arena, self.part_terms, self.parts, self.terms = op, arena, part_terms, [], 0
+        if set(op.get("api", ())) - {"in", "out"}:
+            self.API_BUFFERS = tuple(sorted(op["api"]))   # several inputs or outputs: the arguments' names
         self.count = self.distinct = 0
         self._sums = set()
 

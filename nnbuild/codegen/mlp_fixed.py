@@ -30,7 +30,7 @@ def render(model, *, precision, storage, passes_log, input_range):
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
     for layer in layers:  # the AVR dot-product loops read rows with LPM Z+ (near flash), 4 inputs a turn
         fits_loop = near and 4 <= layer["inputs"] <= 4 * 255 + 3
-        fits_pair = near and 8 <= layer["inputs"] <= 8 * 255 + 7  # NN_DOT16P / NN_DOT8P: 8 inputs a turn
+        fits_pair = near and 8 <= layer["inputs"] <= 8 * 255 + 7  # the group kernels (NN_DOT16P, ...): 8 inputs a turn
         layer["pair"] = fits_pair and (layer["mac16"] or layer["mac8"]) and layer["units"] % 2 == 0
         layer["dot16"] = fits_loop and layer["mac16"] and not layer["pair"]
         layer["dot8"] = fits_loop and layer["mac8"] and not layer["pair"]
@@ -49,9 +49,7 @@ def render(model, *, precision, storage, passes_log, input_range):
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
-        # nn_tanh_q in AVR assembly (16-bit tables in near flash); the CNN shapes keep the C: with it
-        # exact, LeNet-5 v2 q8's bound fell 0.07% under a measured run (their analysis needs a look)
-        "tanh_asm": near,
+        "tanh_asm": near,  # nn_tanh_q in AVR assembly (16-bit tables in near flash), as in the CNN shapes
         "shr64": any(l["q"].acc_bits == 64 and 0 < l["q"].shift < 32 and not l["q"].saturate_z for l in layers)
                  or any(l["q"].per_mac_shift for l in layers),
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "layers": layers,
@@ -184,11 +182,22 @@ def asr_shift(qlayer):
     return s if 0 < s < 8 else (s - 8 if 8 < s < 16 else 0)
 
 
-def pair_layer(prefix, qlayer, layer, storage):
-    """Turn `layer` into a pair layer (NN_DOT16P / NN_DOT8P): two neurons per pass share each input
-    load, and offset-unsigned operands make every partial product one unsigned MUL.
+#: the group kernels by weight bits and neurons per pass (four 32-bit accumulators are as many as
+#: the AVR's registers hold beside a kernel's own)
+GROUP_KERNELS = {(16, 2): "NN_DOT16P", (16, 4): "NN_DOT16Q", (8, 2): "NN_DOT8P", (8, 4): "NN_DOT8Q"}
 
-    The weights of neurons 2p and 2p+1 are interleaved ([pair][input][2]) and stored offset,
+
+def group_runs(units):
+    """An even `units` as runs [(neurons per pass, passes)]: fours, then a pair for the 2 left over."""
+    return [(4, units // 4)] * (units >= 4) + [(2, 1)] * (units % 4 == 2)
+
+
+def pair_layer(prefix, qlayer, layer, storage):
+    """Turn `layer` into a grouped layer (NN_DOT16Q / NN_DOT8Q, four neurons per pass, and
+    NN_DOT16P / NN_DOT8P for a pair left over): the neurons of a pass share each input load, and
+    offset-unsigned operands make every partial product one unsigned MUL.
+
+    The weights of the neurons of one pass are interleaved ([pass][input][g]) and stored offset,
     wu = w + 2^(b-1) for b-bit weights (w's bits with the top bit flipped); the layer before
     stores the inputs offset too, xu = x + 2^15 (nn_offset16). Since, over n inputs,
         sum wu*xu = sum w*x + 2^15 * sum wu + 2^(b-1) * sum xu - n * 2^(b-1) * 2^15,
@@ -201,17 +210,21 @@ def pair_layer(prefix, qlayer, layer, storage):
     kernel = np.asarray(qlayer.kernel_q, dtype=np.int64)
     units, inputs = kernel.shape
     offset = kernel + (1 << (bits - 1))
-    bounds = common.row_chunks(units // 2, 2 * inputs * bits // 8, storage, f"Dense '{qlayer.name}'")
     layer["chunks"] = []
-    for c, (a, b) in enumerate(bounds):
-        rows = offset[2 * a:2 * b].reshape(b - a, 2, inputs).transpose(0, 2, 1)
-        layer["chunks"].append({"symbol": f"{prefix}_{layer['c_name']}_w{c}", "start": 2 * a, "rows": 2 * (b - a),
-                                "size": 2 * (b - a) * inputs, "ctype": f"uint{bits}_t",
-                                "values": literal_rows(rows.ravel(), 8)})
+    start = 0
+    for g, passes in group_runs(units):
+        for a, b in common.row_chunks(passes, g * inputs * bits // 8, storage, f"Dense '{qlayer.name}'"):
+            first = start + g * a
+            rows = offset[first:start + g * b].reshape(b - a, g, inputs).transpose(0, 2, 1)
+            layer["chunks"].append({"symbol": f"{prefix}_{layer['c_name']}_w{len(layer['chunks'])}", "start": first,
+                                    "rows": g * (b - a), "size": g * (b - a) * inputs, "ctype": f"uint{bits}_t",
+                                    "group": g, "dot": GROUP_KERNELS[(bits, g)],
+                                    "values": literal_rows(rows.ravel(), 8)})
+        start += g * passes
     bias = np.asarray(qlayer.bias_q, dtype=np.int64) - (offset.sum(axis=1) << 15) + (inputs << (bits + 14))
     wrapped = ((bias + (1 << 31)) % (1 << 32)) - (1 << 31)
     layer["bias"].update(ctype="int32_t", bits=32, values=int32_rows(wrapped, 8))
-    layer["dot"] = "NN_DOT16P" if bits == 16 else "NN_DOT8P"
+    layer["dot"] = GROUP_KERNELS[(bits, 2)]
     layer["sum_shift"] = bits - 1
     layer["utype"] = f"uint{bits}_t"
 

@@ -24,6 +24,8 @@ from nnbuild.errors import NNBuildError
 
 #: number formats this shape generates (codegen.shape_refusal); the fixed ones by nnbuild.codegen.v1_fixed
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
+#: takes one C argument per input and output of a model of several (float precisions)
+SEVERAL_IO = True
 FIXED = ("q16", "q16-acc32", "q8")
 
 
@@ -63,9 +65,27 @@ def add_loop_totals(code, facts, entries):
                                                      for m in trips) for e in rows)
 
 
-def _ref(expr):
-    if expr in ("in", "out"):
-        return (0 if expr == "in" else 1, 0)
+#: t[] index of the first input and output, the arena, constant operands; further arguments follow
+API_BASES = {"in": 0, "out": 1}
+ARENA_BASE, CONSTANT_BASE = 2, 3
+
+
+def api_bases(api_args):
+    """C argument name -> t[] index: the first input 0 and output 1 (as "in" and "out" of a model
+    of one input and one output), the other arguments from 4 on, in order."""
+    if not api_args:
+        return dict(API_BASES)
+    bases, k = {}, CONSTANT_BASE + 1
+    for role in ("in", "out"):
+        for n, a in enumerate(a for a in api_args if a["role"] == role):
+            bases[a["name"]] = API_BASES[role] if n == 0 else k
+            k += n > 0
+    return bases
+
+
+def _ref(expr, bases=API_BASES):
+    if expr in bases:
+        return (bases[expr], 0)
     parts = expr.split(" + ")
     return (2, int(parts[1]) if len(parts) > 1 else 0)
 
@@ -83,15 +103,18 @@ def _dims(e, values, prefix="d"):
         e[f"{prefix}{i}"] = v
 
 
-def entries_of(op, index_of, int_index_of=None):
+def entries_of(op, index_of, int_index_of=None, bases=API_BASES):
     """Table entries (kernel, fields) of one op: one per weight chunk / concat input, + softmax.
-    A kind no kernel handles is refused (NNBuildError naming the layer), never dropped."""
+    A kind no kernel handles is refused (NNBuildError naming the layer), never dropped. `bases`:
+    the t[] index of each API buffer (api_bases)."""
     int_index_of = int_index_of or {}
     act = op["activation"]
     base = {"act": f"nn_{act}" if act not in ("linear", "softmax") else "0"}
     out = []
     k = op["kind"]
-    ref = _ref
+
+    def ref(expr):
+        return _ref(expr, bases)
     srcs = [ref(s) for s in op["src"]]
     dst = ref(op["dst"])
 
@@ -318,7 +341,11 @@ def render(model, *, precision, storage, passes_log, **options):
     ints = [a for a in lowered["arrays"] if a.get("ctype", "").startswith("int")]
     index_of = {a["symbol"]: i for i, a in enumerate(floats)}
     int_index_of = {a["symbol"]: i for i, a in enumerate(ints)}
-    entries = [e for op in lowered["ops"] for e in entries_of(op, index_of, int_index_of)]
+    api_args = cnn.api_context(model)["api_args"]
+    bases = api_bases(api_args)
+    for a in api_args:
+        a["base"] = bases[a["name"]]
+    entries = [e for op in lowered["ops"] for e in entries_of(op, index_of, int_index_of, bases)]
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
     kinds = {e["kernel"] for e in entries}
@@ -336,7 +363,8 @@ def render(model, *, precision, storage, passes_log, **options):
     used = sorted(p[3:] for p in pointers if p not in helpers)
     ctx = cnn.context(model, lowered, "v1", precision, storage)
     ctx.update(entries=entries, max_src=max_src, max_opd=max_opd, bounds=bounds, activations=used,
-               wt_arrays=floats, it_arrays=ints, rank=RANK)
+               wt_arrays=floats, it_arrays=ints, rank=RANK, api_args=api_args,
+               t_count=max(bases.values()) + 1 if api_args else 3)
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
     ctx.update(apply=apply, members=decls)

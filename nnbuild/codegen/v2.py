@@ -14,13 +14,15 @@ from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
+#: takes one C argument per input and output of a model of several (float precisions)
+SEVERAL_IO = True
 
 
 class TensorCode:
     """C statements of one N-d operation, loops recorded in the flow facts `ff` as they are written."""
 
-    def __init__(self, ff, real, sfx, exp, depth=1):
-        self.ff, self.real, self.sfx, self.exp = ff, real, sfx, exp
+    def __init__(self, ff, real, sfx, exp, depth=1, api=("in", "out")):
+        self.ff, self.real, self.sfx, self.exp, self.api = ff, real, sfx, exp, api
         self.lines, self.depth = [], depth
 
     def line(self, text):
@@ -47,7 +49,7 @@ class TensorCode:
 
     def ptr(self, ref):
         """C element type of a tensor reference: the API's float buffers or the arena's real."""
-        return "float" if ref in ("in", "out") else self.real
+        return "float" if ref in self.api else self.real
 
     def lit(self, value):
         return float_literal(float(value), self.sfx)
@@ -251,7 +253,7 @@ def tensor_code(ctx):
         return value if name in ("linear", "softmax") else f"nn_{name}({value})"
 
     def render(op, ff):
-        code = TensorCode(ff, ctx["real"], ctx["sfx"], ctx["exp"])
+        code = TensorCode(ff, ctx["real"], ctx["sfx"], ctx["exp"], api=ctx["api_buffers"])
         code.block()
         kind = op["kind"]
         if kind == "broadcast":
@@ -282,7 +284,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
     ctx["tensor_code"] = tensor_code(ctx)
-    ctx["ptr"] = lambda ref: "float" if ref in ("in", "out") else ctx["real"]
+    ctx["ptr"] = lambda ref: "float" if ref in lowered["api_buffers"] else ctx["real"]
+    ctx["read_inputs"] = {r for op in lowered["ops"] for r in op["src"]} | {
+        o["src"] for op in lowered["ops"] for o in (op.get("plan") or {}).get("operands", ()) if "src" in o}
     name = model.name
     code, facts, _ = cnn.render_code("v2.c.j2", ctx)
     record = cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])], storage=storage)

@@ -53,7 +53,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
     ctx = {
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
-        **common.storage_context(storage), "near": near, "flash_bytes": flash,
+        **common.storage_context(storage), "near": near, "tanh_asm": near, "flash_bytes": flash,
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "arrays": arrays,
         "memory": memory, "arena_symbol": lowered["arena_symbol"], "arena_elements": memory["arena_bytes"] // ELEMENT_BYTES,
         "int_reads": [16, 32] + ([64] if any(a["bits"] == 64 for a in arrays) else []),

@@ -25,6 +25,7 @@ weights, LRN constants, pad fill values) are written in it; the API's float buff
 """
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -37,6 +38,8 @@ from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
+#: takes one C argument per input and output of a model of several (float precisions)
+SEVERAL_IO = True
 
 
 #: the most multiply-accumulate/element terms v3 writes (LeNet-5 has 281,640 MACs: ~7 MB of C)
@@ -121,19 +124,20 @@ class Writer(common.UnrolledParts):
     def get(self, ref, index):
         """Element `index` of `ref` as a value of the compute type (the API buffers are float)."""
         cell = self.at(ref, index)
-        return f"(double){cell}" if self.num.f64 and ref in ("in", "out") else cell
+        return f"(double){cell}" if self.num.f64 and ref in self.API_BUFFERS else cell
 
     def store(self, ref, index, expr):
         """The assignment of `expr` (compute type) to element `index` of `ref`."""
-        if self.num.f64 and ref in ("in", "out"):
+        if self.num.f64 and ref in self.API_BUFFERS:
             expr = f"(float)({expr})"
         return f"{self.at(ref, index)} = {expr};"
 
     def copy(self, dst, i, src, j):
         """dst[i] = src[j] without arithmetic (a cast only between the float API and a double arena)."""
-        same = (dst in ("in", "out")) == (src in ("in", "out"))
+        api = self.API_BUFFERS
+        same = (dst in api) == (src in api)
         value = self.at(src, j) if same or not self.num.f64 else \
-            (f"(float){self.at(src, j)}" if dst in ("in", "out") else f"(double){self.at(src, j)}")
+            (f"(float){self.at(src, j)}" if dst in api else f"(double){self.at(src, j)}")
         return f"{self.at(dst, i)} = {value};"
 
 
@@ -208,7 +212,7 @@ def layer_lines(op, w, layer=None):
             if j is not None:
                 w.emit(w.copy(dst, i, src[0], j))
             else:
-                w.emit(f"{w.at(dst, i)} = {'0.0f' if dst in ('in', 'out') else zero};")
+                w.emit(f"{w.at(dst, i)} = {'0.0f' if dst in w.API_BUFFERS else zero};")
     elif k == "batchnorm":
         C = op["C"]
         for i in range(op["n"]):
@@ -251,7 +255,7 @@ def move(op, w, layer):
     fill = None
     if (table < 0).any():
         fill = w.num.param(layer.value)
-        if w.num.f64 and dst in ("in", "out"):
+        if w.num.f64 and dst in w.API_BUFFERS:
             fill = f"(float){fill}"
     for i, j in enumerate(table.tolist()):
         w.emit(w.copy(dst, i, src, j) if j >= 0 else f"{w.at(dst, i)} = {fill};")
@@ -421,6 +425,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         return v3_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
                                input_range=input_range, lowered=lowered, part_terms=PART_TERMS)
     num = Numbers(precision)
+    api_args = cnn.api_context(model)["api_args"]
     layers, parts, written, distinct = [], [], 0, 0
     for op in lowered["ops"]:
         if op["kind"] in ("conv2d", "dense"):
@@ -434,10 +439,14 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
             text = "\n".join(p["lines"])
             p["uses_in"] = "in[" in text
             p["uses_out"] = "out[" in text
+            p["unused"] = [a["name"] for a in api_args if not re.search(rf"\b{a['name']}\[", text)]
         op["parts"] = w.parts
         layers.append(op)
         parts.extend(w.parts)
     code_ctx = cnn.context(model, lowered, "v3", precision, storage)
+    code_ctx["part_params"] = ", ".join(("const float *" if a["role"] == "in" else "float *") + a["name"]
+                                        for a in api_args) or "const float *in, float *out"
+    code_ctx["part_args"] = ", ".join(a["name"] for a in api_args) or "in, out"
     uses = "\n".join(line for p in parts for line in p["lines"])
     # the weights and tables are literals in the code: no array is read, no reader macro is needed
     code_ctx.update(layers=layers, parts=parts, part_terms=PART_TERMS, arrays=[], int_reads=[],

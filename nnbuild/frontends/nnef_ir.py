@@ -288,6 +288,9 @@ def save_weights(weights: Dict[str, np.ndarray], folder):
 def save(model, folder) -> Written:
     """`folder` as an NNEF model of `model` (graph.nnef + .dat files); nnef_text.load reads it."""
     from nnbuild.frontends import nnef_items
+    if getattr(model, "several_io", False):
+        raise NNBuildError(f"model '{model.name}' has {len(model.inputs)} inputs and {len(model.outputs)} outputs: "
+                           "it is written as NNEF (and split into items) with one input and one output only")
     written = to_nnef(model)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

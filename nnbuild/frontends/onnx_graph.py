@@ -255,10 +255,10 @@ def implicit_dependencies(path):
 
 
 def _prune(graph):
-    """Drop (in place) the nodes the graph's one output does not need, so they are never checked,
+    """Drop (in place) the nodes the graph's outputs do not need, so they are never checked,
     inferred or evaluated; returns the names the kept nodes read and how many nodes were dropped."""
     import onnx
-    want = {graph.output[0].name}
+    want = {o.name for o in graph.output}
     keep = []
     for node in reversed(graph.node):
         if any(o in want for o in node.output if o):
@@ -341,7 +341,9 @@ class _Converter:
             raise Problem(f"{len(graph.node)} nodes (limit MAX_NODES = {limits.MAX_NODES})")
         if len(graph.sparse_initializer):
             raise Problem("sparse initializers (not read)")
-        needed, dropped = _prune(graph) if len(graph.output) == 1 else (None, 0)
+        if len(graph.output) < 1:
+            raise Problem("the graph has no output")
+        needed, dropped = _prune(graph)
         self.needed = needed or set()
         initializers = {init.name for init in graph.initializer}
         if needed is not None:
@@ -357,14 +359,28 @@ class _Converter:
         for init in graph.initializer:
             self.tensors[init.name] = ("const", self.tensor_array(init, f"initializer '{init.name}'"))
         inputs = [i for i in graph.input if i.name not in initializers]
-        if len(inputs) != 1 or len(graph.output) != 1:
-            raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs: nnbuild generates one input "
-                          "to one output")
+        if not inputs:
+            raise Problem("the graph has no input (every value is a constant)")
+        if len(inputs) + len(graph.output) > limits.MAX_MODEL_IO:
+            raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs (limit MAX_MODEL_IO = "
+                          f"{limits.MAX_MODEL_IO} arguments of the C function)")
         shape = self._input_shape(inputs[0])
         self.input_name = names.c_identifier(inputs[0].name) or "input"
         self.used.add(self.input_name)
         self.ir_shapes = {self.input_name: shape}
         self.tensors[inputs[0].name] = ("ir", self.input_name, shape, _identity(len(shape)))
+        self.labels = {self.input_name: inputs[0].name}
+        self.more_inputs = []
+        layout = (self.batch, self.batchless)
+        for value in inputs[1:]:
+            more = self._input_shape(value)
+            if (self.batch, self.batchless) != layout:
+                raise Problem(f"input '{value.name}' has another batch axis than input '{inputs[0].name}'")
+            ir_name = self.unique(value.name or "input")
+            self.ir_shapes[ir_name] = more
+            self.tensors[value.name] = ("ir", ir_name, more, _identity(len(more)))
+            self.labels[ir_name] = value.name
+            self.more_inputs.append((ir_name, more))
         for node in graph.node:
             # refused before onnx's shape inference sees (and fails on) an operator it does not know
             if node.domain not in ("", "ai.onnx"):
@@ -382,13 +398,25 @@ class _Converter:
                 raise Problem(f"node '{self.label(node)}' ({node.op_type}): {problem}") from None
             except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as exc:
                 raise Problem(f"node '{self.label(node)}' ({node.op_type}): {exc}") from None
-        out = self.tensors.get(graph.output[0].name)
-        if out is None or out[0] != "ir":
-            raise Problem(f"output '{graph.output[0].name}' is not computed from the input")
-        out, _ = self.held(graph.output[0].name, _identity(len(out[2])), graph.output[0].name)
-        if out == self.input_name or not self.layers:
+        outputs = []
+        for value in graph.output:
+            out = self.tensors.get(value.name)
+            if out is None or out[0] != "ir":
+                raise Problem(f"output '{value.name}' is not computed from the input")
+            out, _ = self.held(value.name, _identity(len(out[2])), value.name)
+            outputs.append(out)
+        inputs_ir = {self.input_name} | {n for n, _ in self.more_inputs}
+        several = len(inputs) > 1 or len(outputs) > 1
+        if not self.layers or (not several and outputs[0] == self.input_name):
             raise Problem("the model computes nothing")
-        self._finish(out)
+        for value, out in zip(graph.output, outputs):
+            if out in inputs_ir:
+                raise Problem(f"output '{value.name}' is input '{self.labels[out]}' itself: there is nothing to "
+                              "compute for it")
+        if several:
+            self.labels.update({out: value.name for value, out in zip(graph.output, outputs)})
+        else:
+            self._finish(outputs[0])
         meta = {"format": "onnx", "opset": self.opset, "producer": self.proto.producer_name, "batch": self.batch}
         if self.batchless:
             meta["batch_axis"] = False
@@ -397,6 +425,10 @@ class _Converter:
         model = g.Model(name, shape, self.layers, source_files=(str(self.path),) + tuple(sorted(self.external_files)),
                         meta=meta, edges=self.edges,
                         input_name=self.input_name)
+        if several:
+            model.more_inputs = tuple(self.more_inputs)
+            model.output_names = tuple(outputs)
+            model.io_labels = dict(self.labels)
         fold_layout(model)
         try:
             return g.validate(model)
@@ -1660,17 +1692,17 @@ def _remove(model, name):
 
 def _cancel_pair(model):
     layers, users = _by_name(model), _consumers(model)
-    last = model.layers[-1].name
+    outputs = set(model.outputs)
     for first in model.layers:
         if first.kind != "transpose":
             continue
         chain, cur = [], first.name
         while True:
             nxt = users.get(cur, [])
-            if len(nxt) != 1 or cur == last:
+            if len(nxt) != 1 or cur in outputs:
                 break
             layer = layers[nxt[0]]
-            if layer.name == last:
+            if layer.name in outputs:
                 break
             if layer.kind in ELEMENTWISE_KINDS and getattr(layer, "activation", "") != "softmax":
                 chain.append(layer.name)
@@ -1691,11 +1723,12 @@ def _fold_into_dense(model):
         if t.kind != "transpose":
             continue
         nxt = users.get(t.name, [])
-        if len(nxt) != 1 or layers[nxt[0]].kind not in ("flatten", "reshape"):
+        if len(nxt) != 1 or layers[nxt[0]].kind not in ("flatten", "reshape") or t.name in model.outputs:
             continue
         flat = layers[nxt[0]]
         after = users.get(flat.name, [])
-        if len(after) != 1 or layers[after[0]].kind != "dense" or len(shapes[flat.name]) != 1:
+        if (len(after) != 1 or layers[after[0]].kind != "dense" or len(shapes[flat.name]) != 1
+                or flat.name in model.outputs):
             continue
         dense = layers[after[0]]
         src_shape = shapes[model.edges[t.name][0]]

@@ -343,11 +343,14 @@ class _Converter:
 
     def run(self, name):
         graph = self.graph
-        if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one "
-                          "input to one output")
-        t_in, t_out = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
-        for t, role in ((t_in, "input"), (t_out, "output")):
+        if not graph.inputs or not graph.outputs:
+            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: a model needs at least one of each")
+        if len(graph.inputs) + len(graph.outputs) > limits.MAX_MODEL_IO:
+            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs (limit MAX_MODEL_IO = "
+                          f"{limits.MAX_MODEL_IO} arguments of the C function)")
+        t_ins, t_outs = [graph.tensors[i] for i in graph.inputs], [graph.tensors[i] for i in graph.outputs]
+        t_in, t_out = t_ins[0], t_outs[0]
+        for t, role in [(t, "input") for t in t_ins] + [(t, "output") for t in t_outs]:
             if t.type_name in QUANTIZED:
                 raise Problem(f"the model's {role} '{t.name}' is {t.type_name}: quantized models are read as "
                               "full-integer int8 models (int8 input and output, precision int8) or not at all")
@@ -358,6 +361,16 @@ class _Converter:
         self.ir[t_in.index] = (self.input_name, shape)
         shapes = {self.input_name: shape}
         self.shapes = shapes
+        more_inputs, labels = [], {self.input_name: t_in.name}
+        for t in t_ins[1:]:
+            if t.index in self.ir:
+                raise Problem(f"the input '{t.name}' is listed twice")
+            more = self.sample(t, "the model input")
+            ir_name = self.unique(t.name or "input")
+            self.ir[t.index] = (ir_name, more)
+            shapes[ir_name] = more
+            labels[ir_name] = t.name
+            more_inputs.append((ir_name, more))
         for op in graph.operators:
             if op.op not in SUPPORTED:
                 raise Problem(f"operator {op.index} ({op.op}): operator not supported "
@@ -368,18 +381,28 @@ class _Converter:
                 raise Problem(f"operator {op.index} ({op.op}): {problem}") from None
             except (ValueError, IndexError, KeyError, TypeError, ArithmeticError) as exc:
                 raise Problem(f"operator {op.index} ({op.op}): {names.one_line(exc)[:200]}") from None
-        if t_out.index not in self.ir:
-            raise Problem(f"the output '{t_out.name}' is not computed from the input")
-        out = self.ir[t_out.index][0]
+        several = len(t_ins) > 1 or len(t_outs) > 1
+        outputs = []
+        for t in t_outs:
+            if t.index not in self.ir:
+                raise Problem(f"the output '{t.name}' is not computed from the input")
+            outputs.append(self.ir[t.index][0])
+            if several and outputs[-1] in labels:
+                raise Problem(f"the output '{t.name}' is the input '{labels[outputs[-1]]}' itself: there is "
+                              "nothing to compute for it")
+        out = outputs[0]
         if out == self.input_name or not self.layers:
             raise Problem("the model computes nothing")
-        if self.layers[-1].name != out:
+        if not several and self.layers[-1].name != out:
             self.add(g.Reshape(self.unique(out + "_output"), self.shapes[out], source_type="Output"), [out])
         model = g.Model(name, shape, self.layers, source_files=(str(self.path),),
                         meta={"format": "tflite", "schema_version": graph.version,
                               "description": graph.description},
                         edges=self.edges, input_name=self.input_name)
-        if self.is_chain():
+        if several:   # each input and output is an argument of the C function, in the file's order
+            labels.update({o: t.name for o, t in zip(outputs, t_outs)})
+            model.more_inputs, model.output_names, model.io_labels = tuple(more_inputs), tuple(outputs), labels
+        elif self.is_chain():
             model.edges = None
         try:
             return g.validate(model)

@@ -8,6 +8,11 @@ A model is a chain (each layer reads the previous layer's output) unless `Model.
 then it maps every layer name to the names of the tensors it reads (a layer's output tensor has
 the layer's name; the model input is `Model.input_name`), a DAG in topological order whose last
 layer is the one output. Tensors are channels-last (H, W, C) without the batch axis.
+
+A DAG may have several inputs (`Model.more_inputs` after the first) and several outputs
+(`Model.output_names`, any layer outputs in the model's order); `Model.inputs` and `Model.outputs`
+list them all, and `input_size` / `output_size` count the values of all of them together (the
+flat vectors the check program and the check data hold: inputs, then outputs, each in model order).
 """
 
 from dataclasses import dataclass, field
@@ -15,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from nnbuild import limits
+from nnbuild import limits, names
 
 #: Element-wise activations with exactly defined semantics (see nnbuild.ir.semantics).
 ACTIVATIONS = ("linear", "relu", "tanh", "sigmoid", "softmax")
@@ -682,10 +687,32 @@ class Model:
     edges: Optional[Dict[str, Tuple[str, ...]]] = None
     #: Name of the model input tensor in `edges`.
     input_name: str = "input"
+    #: The inputs after the first, in the model's order: ((tensor name, shape), ...) (a DAG only).
+    more_inputs: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
+    #: The output tensors in the model's order; None: the last layer's output alone.
+    output_names: Optional[Tuple[str, ...]] = None
+    #: IR tensor name -> the name the model file gives that input or output (for the C API).
+    io_labels: Dict[str, str] = field(default_factory=dict)
 
     @property
     def is_chain(self) -> bool:
         return self.edges is None
+
+    @property
+    def inputs(self) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
+        """Every model input as (tensor name, shape), in the model's order."""
+        return ((self.input_name, tuple(self.input_shape)),) + tuple(
+            (n, tuple(s)) for n, s in self.more_inputs)
+
+    @property
+    def outputs(self) -> Tuple[str, ...]:
+        """Every model output tensor name, in the model's order."""
+        return tuple(self.output_names) if self.output_names else (self.layers[-1].name,)
+
+    @property
+    def several_io(self) -> bool:
+        """True for a model of several inputs or several outputs (its C API takes each)."""
+        return len(self.inputs) > 1 or len(self.outputs) > 1
 
     def sources(self, index: int) -> Tuple[str, ...]:
         """Names of the tensors layer `index` reads (the model input is `input_name`)."""
@@ -695,7 +722,7 @@ class Model:
 
     def consumers(self) -> Dict[str, List[int]]:
         """Tensor name -> indices of the layers that read it (in execution order)."""
-        out = {self.input_name: []}
+        out = {name: [] for name, _ in self.inputs}
         out.update({layer.name: [] for layer in self.layers})
         for i in range(len(self.layers)):
             for src in self.sources(i):
@@ -704,7 +731,7 @@ class Model:
 
     def tensor_shapes(self) -> Dict[str, Tuple[int, ...]]:
         """Tensor name -> shape, for the input and every layer output."""
-        shapes = {self.input_name: tuple(self.input_shape)}
+        shapes = {name: shape for name, shape in self.inputs}
         for i, layer in enumerate(self.layers):
             ins = [shapes[s] for s in self.sources(i)]
             shapes[layer.name] = tuple(int(d) for d in layer.output_shape(*ins))
@@ -722,15 +749,52 @@ class Model:
 
     @property
     def output_shape(self) -> Tuple[int, ...]:
+        """The shape of the (first) output."""
+        if self.output_names:
+            return self.tensor_shapes()[self.output_names[0]]
         return self.shapes()[-1]
+
+    def output_shapes(self) -> Tuple[Tuple[int, ...], ...]:
+        """The shape of every output, in the model's order."""
+        if not self.output_names:
+            return (self.output_shape,)
+        named = self.tensor_shapes()
+        return tuple(named[n] for n in self.output_names)
+
+    def arguments(self) -> List[dict]:
+        """The C function's arguments of a model of several inputs or outputs, in order: every input,
+        then every output, each in the model's order: {"role": "in" | "out", "tensor", "label" (the
+        model file's name), "name" (in_<label> / out_<label> made a checked C identifier, unique even
+        upper-cased: the header's size macros upper-case it), "shape", "size", "offset" (of its
+        values in the flat vector of all inputs, or of all outputs)}."""
+        out, taken = [], set()
+        shapes = dict(self.inputs)
+        shapes.update(zip(self.outputs, self.output_shapes()))
+        for role, tensors in (("in", [n for n, _ in self.inputs]), ("out", self.outputs)):
+            offset = 0
+            for tensor in tensors:
+                label = self.io_labels.get(tensor, tensor)
+                base = f"{role}_{names.c_identifier(label)}"[:names.MAX_NAME_LENGTH - 8]
+                name, k = base, 1
+                while name.upper() in taken:
+                    k += 1
+                    name = f"{base}_{k}"
+                taken.add(name.upper())
+                size = int(np.prod(shapes[tensor]))
+                out.append({"role": role, "tensor": tensor, "label": label, "name": name,
+                            "shape": tuple(shapes[tensor]), "size": size, "offset": offset})
+                offset += size
+        return out
 
     @property
     def input_size(self) -> int:
-        return int(np.prod(self.input_shape))
+        """Values of all the inputs together."""
+        return sum(int(np.prod(shape)) for _, shape in self.inputs)
 
     @property
     def output_size(self) -> int:
-        return int(np.prod(self.output_shape))
+        """Values of all the outputs together."""
+        return sum(int(np.prod(shape)) for shape in self.output_shapes())
 
 
 # --------------------------------------------------------------------------- load-time validation
@@ -835,6 +899,16 @@ def validate(model: "Model") -> "Model":
     if len(model.layers) > limits.MAX_LAYERS:
         raise LayerProblem(f"{len(model.layers)} layers (limit MAX_LAYERS = {limits.MAX_LAYERS})")
     shapes = {model.input_name: shape}
+    for name, more in model.more_inputs:
+        more = tuple(more)
+        if not more or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in more):
+            raise LayerProblem(f"input '{name}' shape {more} must be one or more dimensions >= 1")
+        if int(np.prod(more, dtype=object)) > MAX_TENSOR_ELEMENTS:
+            raise LayerProblem(f"input '{name}' shape {more} has more than {MAX_TENSOR_ELEMENTS} elements "
+                               "(limit MAX_TENSOR_ELEMENTS)")
+        if name in shapes:
+            raise LayerProblem(f"two inputs are named '{name}'")
+        shapes[name] = more
     for index, layer in enumerate(model.layers):
         what = f"{layer.source_type}"
         problem = _layer_problem(layer)
@@ -853,4 +927,21 @@ def validate(model: "Model") -> "Model":
         shapes[layer.name] = out
     if all(layer.kind in ALIASES for layer in model.layers):
         raise LayerProblem("the model computes nothing: every layer only reshapes its input")
+    _check_outputs(model, shapes)
     return model
+
+
+def _check_outputs(model, shapes):
+    """Several inputs/outputs: each output a distinct layer output, within limits.MAX_MODEL_IO."""
+    outputs = model.outputs
+    if len(model.inputs) + len(outputs) > limits.MAX_MODEL_IO:
+        raise LayerProblem(f"{len(model.inputs)} inputs and {len(outputs)} outputs (limit MAX_MODEL_IO = "
+                           f"{limits.MAX_MODEL_IO} arguments of the C function)")
+    inputs = {name for name, _ in model.inputs}
+    for k, name in enumerate(outputs):
+        if name in inputs:
+            raise LayerProblem(f"output '{model.io_labels.get(name, name)}' is an input: there is nothing to compute")
+        if name not in shapes:
+            raise LayerProblem(f"output '{name}' is no layer's output")
+        if name in outputs[:k]:
+            raise LayerProblem(f"output '{model.io_labels.get(name, name)}' is listed twice")

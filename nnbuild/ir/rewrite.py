@@ -12,10 +12,16 @@ def readers(model):
     return model.consumers()
 
 
+def _is_output(model, name):
+    """A model output is read by the caller as well (several outputs: any layer may be one)."""
+    return name in (getattr(model, "output_names", None) or ())
+
+
 def only_reader(model, producer_index, reader_index):
-    """True when layer `reader_index` is the one and only reader of layer `producer_index`'s output."""
+    """True when layer `reader_index` is the one and only reader of layer `producer_index`'s output
+    (a model output is read by the caller too)."""
     name = model.layers[producer_index].name
-    return readers(model).get(name, []) == [reader_index]
+    return readers(model).get(name, []) == [reader_index] and not _is_output(model, name)
 
 
 def source_index(model, index):
@@ -50,7 +56,8 @@ class Index:
 
     def only_reader(self, producer_index, reader_index):
         """As only_reader(model, producer_index, reader_index)."""
-        return self.readers.get(self.model.layers[producer_index].name, []) == [reader_index]
+        name = self.model.layers[producer_index].name
+        return self.readers.get(name, []) == [reader_index] and not _is_output(self.model, name)
 
 
 def rebuild(model, layers, renamed):
@@ -68,6 +75,12 @@ def rebuild(model, layers, renamed):
     edges = {}
     for layer in layers:
         edges[layer.name] = tuple(resolve(s) for s in old_edges[layer.name])
+    outputs = getattr(model, "output_names", None)
+    if outputs:
+        labels = {resolve(n): model.io_labels.get(n, n) for n in outputs}
+        labels.update({n: l for n, l in model.io_labels.items() if n not in outputs})
+        return dataclasses.replace(model, layers=list(layers), edges=edges,
+                                   output_names=tuple(resolve(n) for n in outputs), io_labels=labels)
     return dataclasses.replace(model, layers=list(layers), edges=edges)
 
 

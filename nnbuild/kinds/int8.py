@@ -51,7 +51,11 @@ def check_main():
     return CHECK_MAIN
 
 
-check_defines = nn.check_defines
+def check_defines(name):
+    """int8_check_main.c bound to model `name` through its generated header's macros."""
+    api = codegen.api(name)
+    return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
+            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"])]
 
 
 def reference_arrays(model, count, seed, input_range, data=None):

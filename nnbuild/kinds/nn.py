@@ -46,7 +46,8 @@ def check_defines(name):
     not opened while SCons reads the build description)."""
     api = codegen.api(name)
     return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
-            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"])]
+            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"]),
+            ("NN_INPUT_COUNT", api["input_count_macro"]), ("NN_ARGS", api["args_macro"])]
 
 
 def reference_arrays(model, count, seed, input_range, data=None):
@@ -54,12 +55,16 @@ def reference_arrays(model, count, seed, input_range, data=None):
     expected outputs as y_framework when the inputs come from a user's data file."""
     framework = None
     if data:
-        x, framework = check_data.load(data, model.input_size, model.output_size)
+        x, framework = check_data.load(data, model.input_size, model.output_size, parts=check_data.parts_of(model))
         x = x.astype(np.float32)
     else:
         x = check_inputs(model.input_size, count, seed, input_range)
-    y = reference.run(model, x.reshape((len(x),) + tuple(model.input_shape)), dtype=np.float64)
+    y = reference.run_flat(model, x, dtype=np.float64)
     arrays = {"x": x, "y": np.asarray(y).reshape(len(x), -1), "kind": np.array(NAME)}
+    if model.several_io:   # the outputs' C arguments, in the order y holds them: errors per output
+        outs = [a for a in model.arguments() if a["role"] == "out"]
+        arrays["output_names"] = np.array([a["name"] for a in outs])
+        arrays["output_sizes"] = np.array([a["size"] for a in outs])
     if framework is not None:
         arrays["y_framework"] = framework
     return arrays
@@ -83,8 +88,23 @@ def compare(runs, reference_npz, tolerance):
             run["vs_framework"] = max_abs_error(outputs, framework)[0]
             run["max_abs_error"] = max(error, run["vs_framework"])
             run["case_errors_framework"] = case_errors(outputs, framework)
+        if "output_sizes" in reference_npz:
+            run["max_abs_error_by_output"] = errors_by_output(outputs, expected, reference_npz)
         results["runs"][label] = run
     return results
+
+
+def errors_by_output(outputs, expected, reference_npz):
+    """[{"output": argument, "max_abs_error": max |C - reference| over its values}] of a model of
+    several outputs, in the model's order (a list: the JSON files sort object keys)."""
+    outputs = np.asarray(outputs).reshape(len(outputs), -1)
+    expected = np.asarray(expected).reshape(len(expected), -1)
+    out, at = [], 0
+    for name, size in zip(reference_npz["output_names"].tolist(), reference_npz["output_sizes"].tolist()):
+        error = max_abs_error(outputs[:, at:at + int(size)], expected[:, at:at + int(size)])[0]
+        out.append({"output": str(name), "max_abs_error": error})
+        at += int(size)
+    return out
 
 
 def case_errors(outputs, expected):

@@ -36,6 +36,16 @@ class Storage:
     tensors: List[str] = field(default_factory=list)
 
 
+def api_bases(model):
+    """({input tensor: base}, {output tensor: base}): "in" and "out" for a model of one input and
+    one output, else each argument's C name (Model.arguments)."""
+    if not getattr(model, "several_io", False):
+        return {model.input_name: "in"}, {model.layers[-1].name: "out"}
+    args = model.arguments()
+    return ({a["tensor"]: a["name"] for a in args if a["role"] == "in"},
+            {a["tensor"]: a["name"] for a in args if a["role"] == "out"})
+
+
 def plan_memory(model, liveness=True):
     """(tensor name -> (base, offset in floats), storages, stats).
 
@@ -43,32 +53,43 @@ def plan_memory(model, liveness=True):
     whose lifetimes do not overlap share addresses (greedy, largest first, lowest fitting offset);
     without it every tensor has its own region. Stats are in bytes: arena (what is allocated),
     peak_live (the most bytes live at one step: no plan can use less) and one_per_tensor.
+    Inputs and outputs live in the caller's buffers (api_bases), never in the arena.
     """
     shapes = model.tensor_shapes()
     layers = model.layers
-    root = {model.input_name: model.input_name}
+    in_bases, out_bases = api_bases(model)
+    root = {name: name for name in in_bases}
     for i, layer in enumerate(layers):
         root[layer.name] = root[model.sources(i)[0]] if layer.kind in ALIASES else layer.name
-    out_root = root[layers[-1].name]
-    if out_root == model.input_name:
-        raise NNBuildError("the model output is its input reshaped: there is nothing to compute",
-                           item=f"model '{model.name}'")
+    out_base = {}
+    for tensor, base in out_bases.items():
+        r = root[tensor]
+        if r in in_bases:
+            if len(out_bases) == 1:
+                raise NNBuildError("the model output is its input reshaped: there is nothing to compute",
+                                   item=f"model '{model.name}'")
+            raise NNBuildError(f"output {base} is input {in_bases[r]} reshaped: there is nothing to compute",
+                               item=f"model '{model.name}'")
+        if r in out_base:
+            raise NNBuildError(f"outputs {out_base[r]} and {base} hold the same values (one is the other "
+                               "reshaped); keep one of them", item=f"model '{model.name}'")
+        out_base[r] = base
     last_read = {}
     for i in range(len(layers)):
         for s in model.sources(i):
             last_read[root[s]] = i
-    storages = {model.input_name: Storage(-1, int(np.prod(shapes[model.input_name])), "in", -1, len(layers),
-                                          tensors=[model.input_name])}
-    where = {model.input_name: storages[model.input_name]}
+    storages = {name: Storage(-1 - k, int(np.prod(shapes[name])), base, -1, len(layers), tensors=[name])
+                for k, (name, base) in enumerate(in_bases.items())}
+    where = dict(storages)
     count = 0
     for i, layer in enumerate(layers):
         if layer.kind in ALIASES:
             where[layer.name] = where[root[layer.name]]
             continue
         size = int(np.prod(shapes[layer.name]))
-        death = len(layers) if layer.name == out_root else last_read.get(layer.name, i)
+        death = len(layers) if layer.name in out_base else last_read.get(layer.name, i)
         chosen = None
-        if liveness and layer.kind in IN_PLACE and layer.name != out_root:
+        if liveness and layer.kind in IN_PLACE and layer.name not in out_base:
             for s in model.sources(i):
                 st = where[s]
                 if st.base == "arena" and st.size == size and st.death == i:
@@ -78,7 +99,7 @@ def plan_memory(model, liveness=True):
             chosen.death = max(chosen.death, death)
             chosen.tensors.append(layer.name)
         else:
-            chosen = Storage(count, size, "out" if layer.name == out_root else "arena", i, death,
+            chosen = Storage(count, size, out_base.get(layer.name, "arena"), i, death,
                              tensors=[layer.name])
             storages[layer.name] = chosen
             count += 1
@@ -101,7 +122,7 @@ def plan_memory(model, liveness=True):
             st.offset, offset = offset, offset + st.size
     steps = range(len(layers))
     peak = max([sum(s.size for s in arena if s.birth <= k <= s.death) for k in steps], default=0)
-    one_each = sum(int(np.prod(shapes[l.name])) for l in layers if l.kind not in ALIASES and l.name != out_root)
+    one_each = sum(int(np.prod(shapes[l.name])) for l in layers if l.kind not in ALIASES and l.name not in out_base)
     stats = {"arena_bytes": FLOAT_BYTES * max([s.offset + s.size for s in arena], default=0),
              "peak_live_bytes": FLOAT_BYTES * peak,
              "one_buffer_per_tensor_bytes": FLOAT_BYTES * one_each,

@@ -74,11 +74,17 @@ IN_SYMBOL = "nnbuild_in"
 OUT_SYMBOL = "nnbuild_out"
 
 
-def check_main_defines(header, infer, n_in, n_out):
-    """The -D flags that specialise check_main.c to one model, so every caller spells them alike."""
-    return [
+def check_main_defines(header, infer, n_in, n_out, *, several_io=False):
+    """The -D flags that specialise check_main.c to one model, so every caller spells them alike;
+    `several_io`: the model's header defines <INFER>_INPUT_COUNT and <INFER>_INFER_ARGS (flat
+    vectors split into one argument per input and output)."""
+    flags = [
         f'-DNN_HEADER="{header}"',
         f"-DNN_INFER={infer}",
         f"-DNN_IN={int(n_in)}",
         f"-DNN_OUT={int(n_out)}",
     ]
+    if several_io:
+        guard = infer[:-len("_infer")].upper()
+        flags += [f"-DNN_INPUT_COUNT={guard}_INPUT_COUNT", f"-DNN_ARGS={guard}_INFER_ARGS"]
+    return flags

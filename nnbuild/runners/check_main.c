@@ -3,6 +3,11 @@
  *
  * Build with:
  *   -DNN_HEADER=\"model.h\" -DNN_INFER=model_infer -DNN_IN=<inputs> -DNN_OUT=<outputs>
+ * and, for a model of several inputs or outputs (its header defines MODEL_INPUT_COUNT and
+ * MODEL_INFER_ARGS), -DNN_INPUT_COUNT=MODEL_INPUT_COUNT -DNN_ARGS=MODEL_INFER_ARGS: the vectors
+ * then hold every input's values one after the other (every output's, likewise), in the model's
+ * order, and NN_ARGS splits them into the function's arguments. For a one-input one-output model
+ * MODEL_INPUT_COUNT is not defined, so NN_INPUT_COUNT is 0 in #if and the call takes in and out.
  *
  * Host (not __AVR__): reads little-endian float32 vectors of NN_IN values from stdin
  * until EOF, and writes NN_OUT little-endian float32 values per vector to stdout.
@@ -12,7 +17,7 @@
  *   float nnbuild_in[NN_IN];    the harness writes the next input here ...
  *   float nnbuild_out[NN_OUT];  ... and reads the previous outputs here
  *   void nnbuild_ready(void);   ... whenever the PC reaches this hook.
- * main() loops forever: nnbuild_ready(); NN_INFER(nnbuild_in, nnbuild_out);
+ * main() loops forever: nnbuild_ready(); NN_CALL(nnbuild_in, nnbuild_out);
  * The harness stops the simulation.
  */
 #include NN_HEADER
@@ -22,6 +27,12 @@
 #endif
 
 #include "check_io.h"
+
+#if NN_INPUT_COUNT + 0 > 0
+#define NN_CALL(in, out) NN_INFER(NN_ARGS(in, out))
+#else
+#define NN_CALL(in, out) NN_INFER(in, out)
+#endif
 
 #ifndef __AVR__
 
@@ -34,7 +45,7 @@ static void nnbuild_step(const unsigned char *inbuf, unsigned char *outbuf)
 
     for (i = 0; i < NN_IN; ++i)
         in[i] = nnbuild_get_f32(inbuf + 4 * i);
-    NN_INFER(in, out);
+    NN_CALL(in, out);
     for (i = 0; i < NN_OUT; ++i)
         nnbuild_put_f32(outbuf + 4 * i, out[i]);
 }
@@ -57,7 +68,7 @@ int main(void)
 {
     for (;;) {
         nnbuild_ready();
-        NN_INFER(nnbuild_in, nnbuild_out);
+        NN_CALL(nnbuild_in, nnbuild_out);
     }
 }
 
