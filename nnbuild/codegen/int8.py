@@ -255,7 +255,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             if op["op"] in ("RESHAPE", "EXPAND_DIMS"):
                 continue
             c_name = c_identifier(f"{op['op'].lower()}_{op['index']}")
-            mark = self.ff.layer(c_name)      # first: the operator's loops belong to its layer
+            self.ff.layer(c_name)   # the operator's loops belong to its layer (this mark's text is dropped)
             function = self.ff.function(f"nn_{c_name}")
             lines = getattr(self, "op_" + op["op"])(op, c_name)
             text = "\n".join(lines)
@@ -264,7 +264,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                           f"static NN_NOINLINE void {function}(const int8_t *in, int8_t *out, int8_t *arena)", "{"]
             functions += [f"    {' '.join(unused)}"] if unused else []
             functions += ["    " + line if line else "" for line in lines] + ["}"]
-            calls += [f"    {mark}", f"    nn_{c_name}(in, out, {arena});"]
+            calls.append(c_name)
             self.trace_layers.append({"index": op["index"], "name": c_name, "type": op["op"],
                                       "activation": tflm_fused(op["fused"]),
                                       "inputs": sum(self.size(s) for s in op["sources"]),
@@ -274,7 +274,9 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                                f"int8_t out[{n_out}])", "{"]
         if self.arena:
             out.append(f"    int8_t arena[{self.arena}];")
-        out += calls + [f"    {self.ff.layers_end()}", "}", ""]
+        for c_name in calls:    # the layer marks after the entry's name: the layers are the entry's calls
+            out += [f"    {self.ff.layer(c_name)}", f"    nn_{c_name}(in, out, {arena});"]
+        out += [f"    {self.ff.layers_end()}", "}", ""]
         return "\n".join(out)
 
     def describe(self, index):
