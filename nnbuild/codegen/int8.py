@@ -1,8 +1,8 @@
 """Shape `tflm`: a full-integer (int8) model (nnbuild.ir.int8) as static C99 computing TFLite Micro's
 int8 reference kernels bit for bit; nnbuild.numerics.tflm_int8 is its bit-exact model.
 
-One function `<name>_infer(const int8_t in[], int8_t out[])` runs the operators in file order on
-an int8 arena planned here (tensors whose lives do not overlap share bytes; RESHAPE and
+`<name>_infer(const int8_t in[], int8_t out[])` calls one static function per operator, in file
+order, on an int8 arena planned here (tensors whose lives do not overlap share bytes; RESHAPE and
 EXPAND_DIMS are views). Every requantisation multiplier and shift is computed at generation with
 tflm_int8.quantize_multiplier from the model's scales, as TFLite Micro's Prepare computes them;
 filters, biases, per-channel multipliers and tables are static const arrays in `<name>_weights.c`
