@@ -1,0 +1,102 @@
+"""Makes the quantized ONNX fixtures of the onnx_int8 front-end (run from the repository root:
+`python3 tests/data/onnx_int8/make_fixtures.py`): two small float models built with onnx.helper
+(an MLP and a CNN, seeded weights), each quantized by onnxruntime.quantization.quantize_static from
+a seeded calibration set, int8 activations and weights:
+
+- mlp_qdq.onnx / cnn_qdq.onnx: QuantFormat.QDQ, per-tensor weights (mlp) and per-channel (cnn);
+- mlp_qop.onnx / cnn_qop.onnx: QuantFormat.QOperator (QLinearMatMul, QLinearConv), per-channel cnn.
+
+Each .npz beside them holds float inputs `x` (8 seeded samples) and onnxruntime's float outputs
+`y_ort` of the quantized model, for the measured differences the docs state."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+OPSET = 17
+
+
+def _init(name, values):
+    return numpy_helper.from_array(np.asarray(values, np.float32), name)
+
+
+def float_mlp(rng):
+    """x (1, 12) -> Gemm 16 -> Relu -> Gemm 10 -> Relu -> Gemm 4."""
+    w1, b1 = rng.normal(0, 0.4, (16, 12)), rng.normal(0, 0.1, 16)
+    w2, b2 = rng.normal(0, 0.3, (10, 16)), rng.normal(0, 0.1, 10)
+    w3, b3 = rng.normal(0, 0.3, (4, 10)), rng.normal(0, 0.1, 4)
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1), helper.make_node("Relu", ["h1"], ["r1"]),
+             helper.make_node("Gemm", ["r1", "w2", "b2"], ["h2"], transB=1), helper.make_node("Relu", ["h2"], ["r2"]),
+             helper.make_node("Gemm", ["r2", "w3", "b3"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [_init(n, v) for n, v in (("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2),
+                                                        ("w3", w3), ("b3", b3))])
+    return graph, (1, 12)
+
+
+def float_cnn(rng):
+    """x (1, 2, 10, 10) -> Conv 6 3x3 pad 1 -> Relu -> MaxPool 2 -> Conv 8 3x3 -> Clip(0, 6)
+    -> GlobalAveragePool -> Flatten -> Gemm 5 (the MatMul variant: MatMul + Add)."""
+    c1, cb1 = rng.normal(0, 0.3, (6, 2, 3, 3)), rng.normal(0, 0.1, 6)
+    c2, cb2 = rng.normal(0, 0.2, (8, 6, 3, 3)), rng.normal(0, 0.1, 8)
+    w, b = rng.normal(0, 0.4, (5, 8)), rng.normal(0, 0.1, 5)
+    nodes = [helper.make_node("Conv", ["x", "c1", "cb1"], ["a1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "c2", "cb2"], ["a2"], kernel_shape=[3, 3]),
+             helper.make_node("Clip", ["a2", "lo", "hi"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "w", "b"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+                              [_init(n, v) for n, v in (("c1", c1), ("cb1", cb1), ("c2", c2), ("cb2", cb2),
+                                                        ("w", w), ("b", b), ("lo", 0.0), ("hi", 6.0))])
+    return graph, (1, 2, 10, 10)
+
+
+class _Reader:
+    def __init__(self, name, samples):
+        self.items = iter([{name: s} for s in samples])
+
+    def get_next(self):
+        return next(self.items, None)
+
+
+def quantized(graph, shape, out, fmt, per_channel, seed):
+    from onnxruntime import quantization as q
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    float_path = out.with_name(out.stem + "_float.onnx")
+    onnx.save(model, float_path)
+    rng = np.random.default_rng(seed)
+    calibration = [rng.normal(0, 1, shape).astype(np.float32) for _ in range(32)]
+    q.quantize_static(str(float_path), str(out), _Reader("x", calibration),
+                      quant_format=q.QuantFormat.QDQ if fmt == "qdq" else q.QuantFormat.QOperator,
+                      activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8, per_channel=per_channel)
+    float_path.unlink()
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = np.concatenate([rng.normal(0, 1, shape).astype(np.float32) for _ in range(8)])
+    y = np.concatenate([session.run(None, {"x": x[i:i + 1]})[0] for i in range(len(x))])
+    np.savez(out.with_suffix(".npz"), x=x, y_ort=y)
+
+
+def main():
+    for name, build, per_channel in (("mlp", float_mlp, False), ("cnn", float_cnn, True)):
+        for fmt in ("qdq", "qop"):
+            graph, shape = build(np.random.default_rng(7 if name == "mlp" else 11))
+            quantized(graph, shape, HERE / f"{name}_{fmt}.onnx", fmt, per_channel, seed=3)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
