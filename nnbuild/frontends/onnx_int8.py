@@ -39,7 +39,8 @@ QUANTIZED_OPS = ("QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMa
                  "QLinearConcat", "QLinearReduceMean", "QAttention", "DynamicQuantizeMatMul")
 #: float ops between DequantizeLinear and QuantizeLinear (QDQ) and int8 ops (QOperator) read here
 COMPUTE = ("Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Softmax", "Flatten",
-           "Reshape", "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearGlobalAveragePool")
+           "Reshape", "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearGlobalAveragePool",
+           "QLinearSoftmax")
 #: ops that only move int8 values (their input and output quantized alike)
 VIEWS = ("Flatten", "Reshape", "MaxPool")
 INT8, INT32 = 3, 6       # onnx.TensorProto data types
@@ -224,6 +225,14 @@ class _Builder:
             raise Problem(f"{len(g.input)} inputs and {len(g.output)} outputs: nnbuild generates one input to one "
                           "output")
         ends = {}
+        for label, node in self.nodes:     # what no int8 graph holds, named before anything else
+            if node.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul"):
+                raise Problem(f"node {label}: dynamic quantization (scales computed at run time) is not int8's "
+                              "arithmetic: quantize the model statically (quantize_static)")
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                for k, what in ((1, "scale"), (2, "zero point")):
+                    if len(node.input) > k and node.input[k]:
+                        self.const(node.input[k], label, what)
         x = next(i for i in g.input if i.name not in self.consts)
         shape = _static_shape(x)
         elem = x.type.tensor_type.elem_type
@@ -296,6 +305,15 @@ class _Builder:
                           "it was quantized with")
         return dq.input[0]
 
+    def float_operand(self, label, name):
+        """An Add's operand: an int8 tensor's name, or (int8 values, scale, zero point) of a constant."""
+        if name in self.dq and self.dq[name][1].input[0] in self.consts:
+            values, scale, zp, _ = self.float_const(label, name, "operand", np.int8)
+            if scale.size != 1:
+                raise Problem(f"node {label}: a constant operand quantized per channel")
+            return values, scale[0], zp[0]
+        return self.float_input(label, name)
+
     def float_const(self, label, name, what, dtype):
         """(values, scales, zero points, axis) of a constant a DequantizeLinear reads."""
         if name not in self.dq:
@@ -359,8 +377,7 @@ class _Builder:
             out, scale, zp, fused = self.output_of(label, node, True)
             self.weighted(label, op, attrs, x, (w, ws, wz, axis), bias, (out, scale, zp, fused))
         elif op == "Add":
-            a = self.float_input(label, node.input[0])
-            b = self.float_input(label, node.input[1])
+            a, b = (self.float_operand(label, name) for name in node.input[:2])
             out, scale, zp, fused = self.output_of(label, node, True)
             self.add(label, a, b, (out, scale, zp, fused))
         else:
@@ -370,6 +387,10 @@ class _Builder:
 
     def qoperator(self, label, node):
         op, attrs, i = node.op_type, self.attrs(node), list(node.input)
+        least = {"QLinearConv": 8, "QLinearMatMul": 8, "QGemm": 6, "QLinearAdd": 7, "QLinearGlobalAveragePool": 5,
+                 "QLinearSoftmax": 5}.get(op, 1)
+        if len(i) < least or not all(i[:least]):
+            raise Problem(f"node {label}: {len(i)} inputs ({least} expected)")
         if op in ("QLinearConv", "QLinearMatMul", "QGemm"):
             if op == "QGemm" and (len(i) < 9 or not i[7]):
                 raise Problem(f"node {label}: QGemm with a float output is not int8")
@@ -382,9 +403,8 @@ class _Builder:
             ws = np.asarray(self.const(i[4], label, "weights scale"), np.float64).reshape(-1)
             wz = np.asarray(self.const(i[5], label, "weights zero point"), np.int64).reshape(-1)
             axis = {"QLinearConv": 0, "QLinearMatMul": 1, "QGemm": 0 if attrs.get("transB", 0) else 1}[op]
-            out_scale_name, out_zp_name, bias_name = {"QLinearConv": (i[6], i[7], i[8] if len(i) > 8 else ""),
-                                                      "QLinearMatMul": (i[6], i[7], ""),
-                                                      "QGemm": (i[7], i[8], i[6])}[op]
+            out_scale_name, out_zp_name, bias_name = (i[7], i[8], i[6]) if op == "QGemm" else \
+                (i[6], i[7], i[8] if op == "QLinearConv" and len(i) > 8 else "")
             bias = None
             if bias_name:
                 b = self.const(bias_name, label, "bias")
@@ -399,10 +419,15 @@ class _Builder:
             self.weighted(label, onnx_op, attrs, x, (w, ws, wz, axis % max(w.ndim, 1)), bias,
                           (node.output[0], scale[0], zp[0], 0))
         elif op == "QLinearAdd":
-            self.check_activation(label, i[0], i[1], i[2])
-            self.check_activation(label, i[3], i[4], i[5])
+            a, b = (self.int8_operand(label, i[k], i[k + 1], i[k + 2]) for k in (0, 3))
             scale, zp = self.quant(label, i[6], i[7] if len(i) > 7 else "", "the output")
-            self.add(label, i[0], i[3], (node.output[0], scale[0], zp[0], 0))
+            self.add(label, a, b, (node.output[0], scale[0], zp[0], 0))
+        elif op == "QLinearSoftmax":
+            if int(attrs.get("opset", 13)) < 13:
+                raise Problem(f"node {label}: QLinearSoftmax of opset {attrs.get('opset')} (13: the last axis)")
+            self.check_activation(label, i[0], i[1], i[2])
+            scale, zp = self.quant(label, i[3], i[4], "the output")
+            self.unary(label, "Softmax", attrs, node, i[0], (node.output[0], scale[0], zp[0], 0))
         elif op == "QLinearGlobalAveragePool":
             if attrs.get("channels_last", 0):
                 raise Problem(f"node {label}: channels_last=1 (NCHW expected)")
@@ -415,6 +440,16 @@ class _Builder:
                 raise Problem(f"node {label}: input '{x}' is not an int8 tensor computed before this node")
             q = self.tensors[self.index[x][0]].quantization
             self.unary(label, op, attrs, node, x, (node.output[0], q.scales[0], q.zero_points[0], 0))
+
+    def int8_operand(self, label, name, scale_name, zp_name):
+        if name in self.consts:
+            values = self.consts[name]
+            if values.dtype != np.int8:
+                raise Problem(f"node {label}: the operand '{name}' is {values.dtype} (int8 expected)")
+            scale, zp = self.quant(label, scale_name, zp_name, f"'{name}'")
+            return values, scale[0], zp[0]
+        self.check_activation(label, name, scale_name, zp_name)
+        return name
 
     def check_activation(self, label, name, scale_name, zp_name):
         if name not in self.index:
@@ -561,8 +596,25 @@ class _Builder:
 
     def add(self, label, a, b, output):
         out, scale, zp, fused = output
+        if not isinstance(a, str):
+            a, b = b, a                      # the computed operand first
+        if not isinstance(a, str):
+            raise Problem(f"node {label}: both operands are constants")
         layout = self.index.get(a, (0, "onnx"))[1]
-        ia, ib = self.in_layout(label, a, layout), self.in_layout(label, b, layout)
+        ia = self.in_layout(label, a, layout)
+        if isinstance(b, str):
+            ib = self.in_layout(label, b, layout)
+        else:
+            values, b_scale, b_zp = b
+            shape = self.tensors[ia].shape
+            if layout != "onnx" or values.size not in (1, int(np.prod(shape))) or \
+                    values.ndim > len(shape) or np.broadcast_shapes(values.shape, shape) != tuple(shape):
+                raise Problem(f"node {label}: a constant of shape {values.shape} added to {shape} (int8 adds equal "
+                              "shapes or one value)")
+            q = tflite.Quantization(np.float32([b_scale]), np.int64([b_zp]), 0)
+            ib = self.add_tensor(f"{out}_operand", "int8", shape if values.size > 1 else (1,),
+                                 data=np.asarray(values, np.int8).reshape(shape if values.size > 1 else (1,)),
+                                 quantization=q)
         if self.tensors[ia].shape != self.tensors[ib].shape:
             raise Problem(f"node {label}: operands of shapes {self.tensors[ia].shape} and {self.tensors[ib].shape} "
                           "(int8 adds equal shapes)")
