@@ -8,6 +8,8 @@ a seeded calibration set, int8 activations and weights:
   QLinearGlobalAveragePool), per-channel cnn;
 - matmul_qdq.onnx / matmul_qop.onnx: MatMul + Add (QLinearMatMul, QLinearAdd), per channel, ending
   in Relu (QDQ) or Softmax (QOperator: QLinearSoftmax);
+- pool_qdq.onnx: QDQ, per channel: Conv with pads TFLite's SAME does not give (a PAD), depthwise
+  Conv, AveragePool, Add of a tensor to itself, Flatten (the layout TRANSPOSE back to NCHW), Gemm;
 - softmax_qdq.onnx: the same with Softmax in QDQ form, whose output scale (1/255) the reader refuses.
 
 Each .npz beside them holds float inputs `x` (8 seeded samples) for `nnbuild check --data`; the
@@ -81,6 +83,27 @@ def float_cnn(rng):
     return graph, (1, 2, 10, 10)
 
 
+def float_pool(rng):
+    """x (1, 3, 8, 8) -> Conv 4 3x3 pads (0, 0, 1, 1) (not SAME: a PAD) -> Relu -> depthwise Conv
+    (group 4) 3x3 SAME_UPPER -> AveragePool 2 -> Add (the pooled tensor twice) -> Flatten -> Gemm 3."""
+    c1, cb1 = rng.normal(0, 0.3, (4, 3, 3, 3)), rng.normal(0, 0.1, 4)
+    c2, cb2 = rng.normal(0, 0.3, (4, 1, 3, 3)), rng.normal(0, 0.1, 4)
+    w, b = rng.normal(0, 0.2, (3, 4 * 3 * 3)), rng.normal(0, 0.1, 3)
+    nodes = [helper.make_node("Conv", ["x", "c1", "cb1"], ["a1"], kernel_shape=[3, 3], pads=[0, 0, 1, 1]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "c2", "cb2"], ["a2"], kernel_shape=[3, 3], group=4,
+                              auto_pad="SAME_UPPER"),
+             helper.make_node("AveragePool", ["a2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Add", ["p", "p"], ["s"]),
+             helper.make_node("Flatten", ["s"], ["f"]),
+             helper.make_node("Gemm", ["f", "w", "b"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+                              [_init(n, v) for n, v in (("c1", c1), ("cb1", cb1), ("c2", c2), ("cb2", cb2),
+                                                        ("w", w), ("b", b))])
+    return graph, (1, 3, 8, 8)
+
+
 class _Reader:
     def __init__(self, name, samples):
         self.items = iter([{name: s} for s in samples])
@@ -118,6 +141,8 @@ def main():
     graph, shape = float_matmul(np.random.default_rng(6))
     quantized(graph, shape, HERE / "softmax_qdq.onnx", "qdq", False, seed=3)
     (HERE / "softmax_qdq.npz").unlink()
+    graph, shape = float_pool(np.random.default_rng(4))
+    quantized(graph, shape, HERE / "pool_qdq.onnx", "qdq", True, seed=3)
     return 0
 
 
