@@ -137,7 +137,10 @@ def test_the_header_states_the_io_quantization_and_the_code_is_static(tmp_path):
     assert "CNN_INT8_FLASH" in weights and "PROGMEM" in (tmp_path / "cnn_int8_weights.h").read_text()
     facts = json.loads((tmp_path / "cnn_int8.flowfacts.json").read_text())
     assert facts["loops"] and all(loop["max_iterations"] >= 1 for loop in facts["loops"])
-    assert {loop["function"] for loop in facts["loops"]} == {"cnn_int8_infer", "nn_reciprocal"}
+    # each operator is a function of its own (its loops with it), the entry calls them in order
+    layers = {layer["name"] for layer in facts["layers"]}
+    assert {loop["function"] for loop in facts["loops"]} == {f"nn_{name}" for name in layers} | {"nn_reciprocal"}
+    assert all(layer["function"] == "cnn_int8_infer" for layer in facts["layers"])
 
 
 @pytest.mark.e2e

@@ -15,6 +15,8 @@ WCET analysis reaches no unbounded library routine.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from nnbuild import __version__
@@ -243,25 +245,37 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
     # ------------------------------------------------------------------ the inference function
 
     def body(self):
+        """One static function per operator, then the entry that calls them in order. Functions
+        keep each operator's code apart: avr-gcc, optimising one big function, gave the code of a
+        pooling loop the line of an earlier layer's `for`, so the loop's own fact no longer matched."""
         n_in, n_out = self.model.input_size, self.model.output_size
-        out = [f"void {self.ff.function(self.name + '_infer')}(const int8_t in[{n_in}], int8_t out[{n_out}])", "{"]
-        if self.arena:
-            out.append(f"    int8_t arena[{self.arena}];")
+        functions, calls = [], []
+        arena = "arena" if self.arena else "(int8_t *)0"
         for op in self.model.ops:
             if op["op"] in ("RESHAPE", "EXPAND_DIMS"):
                 continue
             c_name = c_identifier(f"{op['op'].lower()}_{op['index']}")
-            mark = self.ff.layer(c_name)      # first: the operator's loops belong to its layer
+            self.ff.layer(c_name)   # the operator's loops belong to its layer (this mark's text is dropped)
+            function = self.ff.function(f"nn_{c_name}")
             lines = getattr(self, "op_" + op["op"])(op, c_name)
-            out += ["", f"    {mark}",
-                    f"    /* operator {op['index']}: {op['op']} -> {self.describe(op['output'])} */", "    {"]
-            out += ["        " + line if line else "" for line in lines]
-            out.append("    }")
+            text = "\n".join(lines)
+            unused = [f"(void){p};" for p in ("in", "out", "arena") if not re.search(rf"\b{p}\b", text)]
+            functions += ["", f"/* operator {op['index']}: {op['op']} -> {self.describe(op['output'])} */",
+                          f"static NN_NOINLINE void {function}(const int8_t *in, int8_t *out, int8_t *arena)", "{"]
+            functions += [f"    {' '.join(unused)}"] if unused else []
+            functions += ["    " + line if line else "" for line in lines] + ["}"]
+            calls.append(c_name)
             self.trace_layers.append({"index": op["index"], "name": c_name, "type": op["op"],
                                       "activation": tflm_fused(op["fused"]),
                                       "inputs": sum(self.size(s) for s in op["sources"]),
                                       "units": self.size(op["output"]), "c_name": c_name,
                                       "weights": op.get("symbols", [])})
+        out = functions + ["", f"void {self.ff.function(self.name + '_infer')}(const int8_t in[{n_in}], "
+                               f"int8_t out[{n_out}])", "{"]
+        if self.arena:
+            out.append(f"    int8_t arena[{self.arena}];")
+        for c_name in calls:    # the layer marks after the entry's name: the layers are the entry's calls
+            out += [f"    {self.ff.layer(c_name)}", f"    nn_{c_name}(in, out, {arena});"]
         out += [f"    {self.ff.layers_end()}", "}", ""]
         return "\n".join(out)
 
@@ -358,10 +372,14 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         skips the others), `inner` run with iy, ix set."""
         h, w, _ = x_shape
         top, left = pads[0], pads[2]
-        kx_body = [f"int_fast16_t ix = (int_fast16_t)(ox * {strides[1]} + kx * {dilation[1]}) - {left};",
-                   f"if (ix >= 0 && ix < {w}) {{"] + ["    " + l for l in inner] + ["}"]
-        ky_body = [f"int_fast16_t iy = (int_fast16_t)(oy * {strides[0]} + ky * {dilation[0]}) - {top};",
-                   f"if (iy >= 0 && iy < {h}) {{"] + ["    " + l for l in self.loop("kx", kernel[1], kx_body)] + ["}"]
+
+        def guarded(test, padded, body):
+            # without padding on this axis every tap is inside: no test for the compiler to fold away
+            return [f"if ({test}) {{"] + ["    " + l for l in body] + ["}"] if padded else body
+        kx_body = [f"int_fast16_t ix = (int_fast16_t)(ox * {strides[1]}u + kx * {dilation[1]}u) - {left};"] + \
+            guarded(f"ix >= 0 && ix < {w}", pads[2] or pads[3], inner)
+        ky_body = [f"int_fast16_t iy = (int_fast16_t)(oy * {strides[0]}u + ky * {dilation[0]}u) - {top};"] + \
+            guarded(f"iy >= 0 && iy < {h}", pads[0] or pads[1], self.loop("kx", kernel[1], kx_body))
         return self.loop("ky", kernel[0], ky_body)
 
     def conv(self, op, c_name, depthwise):
@@ -444,11 +462,26 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                      [f"y[(({idx})oy * {ow}u + ox) * {oc}u + c] = nn_clamp(sum > 0 ? (int32_t)q : -(int32_t)q, {lo}, "
                       f"{hi});"]
         else:
-            tap = [f"if ({value} > best) {{", f"    best = {value};", "}"]
+            tap = [f"int8_t v = {value};", "if (v > best) {", "    best = v;", "}"]
             start = ["int8_t best = -128;"]
             finish = [f"y[(({idx})oy * {ow}u + ox) * {oc}u + c] = nn_clamp(best, {lo}, {hi});"]
-        per_channel = start + self.taps(op, x_shape, size, strides, (1, 1), pads, tap) + finish
+        per_channel = start + self.window_loop(x_shape, size, strides, pads, tap) + finish
         return self.pointers(op) + self.loop("oy", oh, self.loop("ox", ow, self.loop("c", oc, per_channel)))
+
+    def window_loop(self, x_shape, size, strides, pads, tap):
+        """A pooling window's taps as one loop on one line (t = ky * kw + kx; taps outside the input
+        skipped). avr-gcc turns `if (v > best) best = v` into a max without a line of its own (the
+        function's first line): with the loop on one line its fact needs no body line to match."""
+        h, w, _ = x_shape
+        kh, kw = size
+        test = " && ".join(t for t, padded in (("iy >= 0 && iy < " + str(h), pads[0] or pads[1]),
+                                                ("ix >= 0 && ix < " + str(w), pads[2] or pads[3])) if padded)
+        body = " ".join(line.strip() for line in tap)
+        inner = (f"int_fast16_t iy = (int_fast16_t)(oy * {strides[0]}u + t / {kw}u) - {pads[0]}; "
+                 f"int_fast16_t ix = (int_fast16_t)(ox * {strides[1]}u + t % {kw}u) - {pads[2]}; "
+                 + (f"if ({test}) {{ {body} }}" if test else body))
+        return [self.ff.loop(kh * kw), f"for ({_itype(kh * kw)} t = 0; t < {kh * kw}u; ++t) {{ {inner} }}"
+                + self.ff.end()]
 
     def op_MAX_POOL_2D(self, op, c_name):
         return self.pool(op, c_name, average=False)
