@@ -265,3 +265,24 @@ def test_check_on_avr_is_bit_exact(run_cli, tmp_path, name):
                    "--build-dir", tmp_path, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"{name} on simavr: 8 int8 inputs, bit-exact" in done.stdout + done.stderr
+
+
+def _damage(kind):
+    def edit(model):
+        conv = next(n for n in model.graph.node if n.op_type == "Conv")
+        if kind == "pads":
+            next(a for a in conv.attribute if a.name == "pads").ints[:] = [1, 1, 100, 1]
+        elif kind == "strides":
+            conv.attribute.append(helper.make_attribute("strides", [0, 1]))
+        else:
+            del next(n for n in model.graph.node if n.op_type == "QuantizeLinear").input[1:]
+    return edit
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("pads", "node 8 'r1' (Conv): pads [1, 1, 100, 1] for a kernel reaching 3x3 cells"),
+    ("strides", "node 8 'r1' (Conv): strides [0, 1] (two positive integers expected)"),
+    ("inputs", "(QuantizeLinear): 1 inputs and 1 outputs (x, scale and zero point to one output expected)"),
+])
+def test_damaged_attributes_are_one_line(tmp_path, kind, words):
+    assert words in _refusal(_edited(tmp_path, kind, _damage(kind), "cnn_qdq"))

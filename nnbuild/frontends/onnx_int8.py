@@ -230,6 +230,9 @@ class _Builder:
                 raise Problem(f"node {label}: dynamic quantization (scales computed at run time) is not int8's "
                               "arithmetic: quantize the model statically (quantize_static)")
             if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                if len(node.input) < 2 or len(node.output) != 1 or not node.input[0] or not node.input[1]:
+                    raise Problem(f"node {label}: {len(node.input)} inputs and {len(node.output)} outputs (x, scale "
+                                  "and zero point to one output expected)")
                 for k, what in ((1, "scale"), (2, "zero point")):
                     if len(node.input) > k and node.input[k]:
                         self.const(node.input[k], label, what)
@@ -533,8 +536,8 @@ class _Builder:
         _, height, width, channels = xt.shape
         group = int(attrs.get("group", 1))
         kh, kw = w.shape[2:]
-        dil = tuple(attrs.get("dilations", (1, 1)))
-        strides = tuple(attrs.get("strides", (1, 1)))
+        dil = _positive_pair(label, attrs, "dilations")
+        strides = _positive_pair(label, attrs, "strides")
         if group == 1 and w.shape[1] == channels:
             op, filters, q_axis = "CONV_2D", np.transpose(w, (0, 2, 3, 1)), 3
         elif group == channels and w.shape[1] == 1 and w.shape[0] % group == 0:
@@ -580,6 +583,10 @@ class _Builder:
         if auto != "NOTSET":
             raise Problem(f"node {label}: auto_pad {auto} (int8: NOTSET, SAME_UPPER, VALID)")
         pads = tuple(int(p) for p in attrs.get("pads", (0, 0, 0, 0)))
+        reach = tuple(int(d) * (int(k) - 1) + 1 for k, d in zip(kernel, dilation))
+        if len(pads) != 4 or any(not 0 <= p < k for p, k in zip(pads, reach + reach)):
+            raise Problem(f"node {label}: pads {list(pads)} for a kernel reaching {reach[0]}x{reach[1]} cells (each pad "
+                          "in [0, reach - 1] expected)")
         if not any(pads):
             return VALID, index
         if pads == (same[0][0], same[1][0], same[0][1], same[1][1]):
@@ -637,7 +644,9 @@ class _Builder:
             kernel = tuple(attrs.get("kernel_shape", ()))
             if len(kernel) != 2:
                 raise Problem(f"node {label}: a {len(kernel)}-D pooling (int8 pools 2-D)")
-            strides = tuple(attrs.get("strides", (1, 1)))
+            strides = _positive_pair(label, attrs, "strides")
+            if min(kernel) < 1:
+                raise Problem(f"node {label}: kernel_shape {list(kernel)}")
             index = self.in_layout(label, x, "nhwc")
             padding, index = self.padding(label, attrs, index, kernel, strides, (1, 1), pad_allowed=False)
             if op == "AveragePool" and padding == SAME and attrs.get("count_include_pad", 0):
@@ -680,6 +689,13 @@ class _Builder:
             self.add_op(label, "SOFTMAX", (index,), y, Beta=1.0)
         else:
             raise Problem(f"node {label}: operator not supported in int8")
+
+
+def _positive_pair(label, attrs, key):
+    values = tuple(int(v) for v in attrs.get(key, (1, 1)))
+    if len(values) != 2 or min(values) < 1:
+        raise Problem(f"node {label}: {key} {list(values)} (two positive integers expected)")
+    return values
 
 
 def _out_size(size, kernel, stride, dilation, padding):
