@@ -34,8 +34,9 @@ DIFFERENCE = {"mlp_qdq": (1, 20), "mlp_qop": (1, 20), "cnn_qdq": (1, 68), "cnn_q
 CASES = 200
 #: the quick tier's C fixture (CONV_2D, MAX_POOL_2D, MEAN, FULLY_CONNECTED, TRANSPOSE); the rest run e2e
 QUICK_C = ["cnn_qdq"]
-#: slow in the numpy model (SOFTMAX's fixed-point exps, value by value in Python): e2e
-SLOW = ("matmul_qop",)
+#: e2e: slow in the numpy model (SOFTMAX's fixed-point exps, value by value in Python), or the
+#: QOperator twin of a quick QDQ graph
+SLOW = ("matmul_qop", "cnn_qop")
 
 
 def cases(model, count=CASES, seed=5):
