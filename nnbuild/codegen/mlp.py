@@ -137,7 +137,8 @@ def scalar_chunks(prefix, layer, storage, real, first=0):
     chunks = weight_chunks(prefix, layer, storage, real, first=first)
     if storage not in common.FLASH_STORAGES:
         for chunk in chunks:
-            chunk["block"] = BLOCK
+            passes = -(-chunk["rows"] // BLOCK)
+            chunk["block"] = -(-chunk["rows"] // passes)   # balanced: 50 rows as 5 x 10, not 4 x 12 + 2
     return chunks
 
 
