@@ -2,7 +2,8 @@
 cycles (simavr), bound/measured, error, flash, and per layer the bound's cycles per
 multiply-accumulate, each beside issue 13's target and the seed's figure; for q16-acc32 and q8 also
 issue 27's figures (measured cycles per MAC, WCET ms, bound/measured, per-layer cycles per MAC)
-beside those recorded before the paired kernels.
+beside those recorded before the paired kernels and with them (two neurons a pass), and the inner
+loop's floor (FLOOR).
 
     python3 bench/avr_f1tenth.py [--precisions q16-acc32,q8,fix16,float32] [--json out.json]
 
@@ -42,6 +43,18 @@ GOALS = {"q16-acc32": (29.0, 36.0), "q8": (19.0, 24.0)}
 BEFORE = {"q16-acc32": (876_531, 873_917, {"dense_1": 36.7, "dense_2": 34.7, "dense_3": 35.5}),
           "q8": (613_443, 610_829, {"dense_1": 26.1, "dense_2": 24.0, "dense_3": 24.8})}
 
+#: recorded by this bench with the paired kernels (two neurons a pass, before the four-neuron
+#: ones): WCET = measured cycles, and per layer the bound's cycles per MAC
+PAIRS = {"q16-acc32": (718_784, {"dense_1": 29.9, "dense_2": 28.4, "dense_3": 34.8}),
+         "q8": (445_913, {"dense_1": 18.5, "dense_2": 17.4, "dense_3": 23.8})}
+#: the four-neuron inner loop per MAC, counted instruction by instruction (fixed_helpers.c.j2):
+#: q16: LPM 2 x 3 + MUL 4 x 2 + 11 adds (the two straight products as one 4-byte add after a MOVW,
+#: the cross ones 3 each) = 25 a neuron, + the input's two LD (4) shared by 4 neurons, + the loop's
+#: dec/breq/rjmp (4) per 8 inputs: 25 + 1 + 0.125; q8: LPM 3 + MUL 2 x 2 + 7 adds = 14, + 1 + 0.125
+#: (q8's loop reaches 14.5 with three neurons on split 24-bit sums, but the spills around it cost
+#: more than it saves: 430,747 cycles for the inference against 427,817)
+FLOOR = {"q16-acc32": 26.125, "q8": 15.125}
+
 
 def build(project, precision):
     run = subprocess.run([sys.executable, "-m", "SCons", "-Q", "target=avr", "model=f1tenth",
@@ -69,6 +82,12 @@ def print_before_after(precision, w, r, per_mac, total_macs):
           f"bound/measured {bound0 / measured0:.4f} -> {w['bound_over_measured']:.4f}{verdict(w['bound_over_measured'], 1.01)}")
     print("             per layer, bound's cycles per MAC before -> now: " + ", ".join(
         f"{name} {layers0[name]:.1f} -> {c:.1f}" for name, (_, c) in per_mac.items() if name in layers0))
+    measured2, layers2 = PAIRS[precision]
+    print(f"             two neurons a pass -> four: measured cycles per MAC {measured2 / total_macs:.1f} -> {cpm:.1f}; "
+          "per layer (bound) " + ", ".join(f"{name} {layers2[name]:.1f} -> {c:.1f}" for name, (_, c) in per_mac.items()
+                                           if name in layers2))
+    print(f"             the inner loop's floor (four neurons a pass, counted): {FLOOR[precision]:.3f} cycles per MAC; "
+          f"the rest of the measured {cpm:.2f} is input rounding, tanh, requantisation and the one-neuron dense_3")
 
 
 def main(argv=None):

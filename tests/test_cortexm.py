@@ -1,8 +1,8 @@
 """The Cortex-M boards run their check programs on qemu-system-arm: stm32f407 (Cortex-M4F, mps2-an386)
 and rp2040 (Cortex-M0+, on microbit's ARMv6-M Cortex-M0). The semantic gate reads the target's
 outputs, the cycles are the TRM table charged over the executed path, the same on every run; an
-executed instruction the board's table cannot cost stops the run in one line; a deadline still
-needs a waiver (no analyzer yet)."""
+executed instruction the board's table cannot cost stops the run in one line; builtin-thumb2 bounds
+every build, and the soundness gate holds the bound >= the executed-path cycles of every input."""
 
 import json
 import shutil
@@ -19,11 +19,15 @@ pytestmark = [pytest.mark.e2e,
 TARGET_RUN = "run_qemu-system-arm.npz"
 
 
-@pytest.mark.parametrize("board", ["stm32f407", "rp2040"])
-@pytest.mark.parametrize("model", ["xor", "f1tenth"])
-def test_models_run_on_the_cortex_m_core_with_stable_cycles(tmp_path, board, model):
+#: (board, model, precision or None): the builds the issue names, and xor on the M4 with its example deadline
+BUILDS = [("stm32f407", "xor", None), ("stm32f407", "f1tenth", None), ("stm32f407", "lenet5", "q16-acc32"),
+          ("rp2040", "xor", None), ("rp2040", "f1tenth", None)]
+
+
+@pytest.mark.parametrize("board, model, precision", BUILDS)
+def test_models_run_on_the_cortex_m_core_and_pass_their_gates_with_a_real_bound(tmp_path, board, model, precision):
     project = copy_project(tmp_path)
-    result = scons(project, f"target={board}", f"model={model}", "deadline=none")
+    result = scons(project, f"target={board}", f"model={model}", *([f"precision={precision}"] if precision else []))
     assert result.returncode == 0, result.stdout + result.stderr
     build = project / "build" / board / model
     report = json.loads((build / "report.json").read_text())
@@ -36,20 +40,32 @@ def test_models_run_on_the_cortex_m_core_with_stable_cycles(tmp_path, board, mod
     cycles = target["cycles"]
     assert len(cycles) == len(target["outputs"]) and (cycles > 0).all()
     assert report["measured_cycles"] == int(cycles.max())
+    bound = report["wcet"]
+    assert bound["analyzer"] == "builtin-thumb2"
+    assert (bound["deadline_ms"] is None) == (model == "lenet5")   # the examples' deadlines (lenet5 has none)
+    assert bound["met"] or bound["deadline_ms"] is None
+    assert bound["wcet_cycles"] >= int(cycles.max())           # the soundness gate, on every check input
+    if report["precision"] != "float32":                        # fixed point: no data-dependent library paths
+        assert bound["wcet_cycles"] <= 1.3 * int(cycles.max())
+    wcet_json = json.loads((build / "wcet.json").read_text())
+    assert wcet_json["details"]["instruction_timing"] == json.loads(
+        (project / "toolchains" / f"{board}.json").read_text())["instruction_timing"]
     assert (build / "gate.json").exists()
     if model == "xor":   # the same figure on every run (a second run of the same program)
         again = tmp_path / "again.npz"
         steps.run(str(build / "check.elf"), str(again), board=board, inputs=str(build / "inputs.npz"),
                   entry=f"{model}_infer")
         assert np.array_equal(np.load(again)["cycles"], cycles)
-    if model == "xor" and board == "stm32f407":   # the example's deadline: no analyzer yet, so no gate
-        result = scons(project, f"target={board}", f"model={model}")
-        assert result.returncode != 0
-        errors = [line for line in result.stderr.splitlines() if line.startswith("nnbuild: error:")]
-        assert len(errors) == 1, result.stderr
-        assert errors[0].startswith("nnbuild: error: deadline 5 ms cannot be checked: no WCET analyzer for target "
-                                    "stm32f407 (its timing model cortex-m4-zero-wait has no analyzer yet)")
-        assert not (build / "gate.json").exists()
+
+
+def test_a_deadline_below_the_bound_fails_the_gate_in_one_line(tmp_path):
+    """The bound is checked against the deadline: 0.01 ms is below xor's bound on the M0+ (about 0.07 ms)."""
+    project = copy_project(tmp_path)
+    result = scons(project, "target=rp2040", "model=xor", "deadline=0.01ms")
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("nnbuild: error:")]
+    assert len(errors) == 1 and "deadline" in errors[0], result.stderr
+    assert not (project / "build/rp2040/xor/gate.json").exists()
 
 
 def test_an_instruction_the_board_table_cannot_cost_stops_the_run_in_one_line(tmp_path):

@@ -124,15 +124,16 @@ def test_boards_name_machines_and_cost_models_the_runner_has():
     schema = boards.schema()["properties"]
     assert set(schema["qemu_machine"]["enum"]) == set(qemu_system.MACHINES)
     assert set(timing.MODELS) <= set(schema["instruction_timing"]["enum"])
-    for name, machine, model in (("stm32f407", "mps2-an386", "cortex-m4"), ("rp2040", "microbit", "cortex-m0plus")):
+    for name, machine, model in (("stm32f407", "mps2-an386", "cortex-m4-flash-dcode"),
+                                 ("rp2040", "microbit", "cortex-m0plus")):
         board = boards.load_board(name)
         assert board.runner is qemu_system and board.measures_cycles() and board.run_label() == "qemu-system-arm"
         assert board["qemu_machine"] == machine and board["instruction_timing"] == model
-        assert board.analyzer is None and board.get("clock_define") is None
-        assert {"stm32f407": "RM0090 section 3.5.1", "rp2040": "RP2040 datasheet, section 2.6.2"}[name] in (
-            board["assumptions"]) and "Zero-wait-state memory" in board["assumptions"]
-        assert wcet.unavailable_reason(board) == (f"no WCET analyzer for target {name} (its timing model "
-                                                  f"{board['timing_model']} has no analyzer yet)")
+        assert board["wcet_tool"] == "builtin-thumb2" and board.get("clock_define") is None
+        cited = {"stm32f407": ("RM0090 section 3.5.1", "RM0090 section 3.5.2"), "rp2040": ("RP2040 datasheet, section 2.6.2",)}
+        assert all(clause in board["assumptions"] for clause in cited[name])
+        assert "Zero-wait-state memory" in board["assumptions"] and "Open point" not in board["assumptions"]
+        assert wcet.unavailable_reason(board) is None
         parts = qemu_system.check_program(board)
         assert parts["ldscript"].endswith(f"{machine}.ld") and all(p for p in parts["sources"])
         assert not any("F_CPU" in flag or "-T" in flag for flag in board["cflags"] + board["ldflags"])

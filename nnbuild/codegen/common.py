@@ -83,6 +83,11 @@ def weight_symbols(layers):
     return sorted(set(names + [l["bias"]["symbol"] for l in layers if l.get("bias")]))
 
 
+#: DSP capabilities of a board (its key "dsp", board.schema.json) that shapes have kernels for:
+#: armv7e-m, the ARMv7E-M DSP extension (SMLAD, SXTB16) of the Cortex-M4/M7
+DSP_CAPABILITIES = ("armv7e-m",)
+
+
 def row_chunks(n_rows, row_bytes, storage, item):
     """[(start, stop)] of a weight array's rows: in AVR flash, balanced chunks each under
     MAX_ARRAY_BYTES (a single row over it is refused, naming `item`); else one chunk."""
@@ -158,7 +163,8 @@ _SENTINEL = re.compile("\x02([A-Za-z])(\\d+)\x03")
 
 #: what may follow NN_LOOPBOUND: a C `for`, or a macro whose expansion is one counted loop (the AVR
 #: dot product in inline assembly, bounded by its turn count)
-LOOP_STATEMENTS = ("for (", "NN_DOT16(", "NN_DOT16F(", "NN_DOT8(", "NN_DOT8F(", "NN_DOT16P(", "NN_DOT8P(")
+LOOP_STATEMENTS = ("for (", "NN_DOT16(", "NN_DOT16F(", "NN_DOT8(", "NN_DOT8F(", "NN_DOT16P(", "NN_DOT8P(", "NN_DOT16Q(",
+                   "NN_DOT8Q(")
 
 
 class FlowFacts:

@@ -218,7 +218,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     ctx = {
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": "v1",
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
-        **common.storage_context(storage), "near": near, "flash_bytes": flash,
+        **common.storage_context(storage), "near": near, "tanh_asm": near, "flash_bytes": flash,
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "arrays": arrays,
         "tables": tables, "entries": entries, "kinds": kinds, "bounds": bounds, "max_src": max_src,
         "acts": acts, "memory": memory, "arena_symbol": lowered["arena_symbol"],

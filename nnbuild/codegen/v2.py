@@ -275,8 +275,12 @@ def int16_move(op, ff):
     return code.text()
 
 
+#: the fixed-point Conv2D and Dense have DSP-extension kernels (v2_fixed.dsp_op)
+DSP_KERNELS = True
+
+
 def render(model, *, precision, storage, passes_log, input_range=None, **fixed_options):
-    """The files of `model`; fixed_options (plan, int_input, int_output) go to v2_fixed.render."""
+    """The files of `model`; fixed_options (plan, int_input, int_output, dsp) go to v2_fixed.render."""
     if is_fixed(precision):
         from nnbuild.codegen import v2_fixed
         return v2_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,

@@ -136,7 +136,8 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
     ctx = {
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": "v3",
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
-        **common.storage_context(storage), "near": storage == common.NEAR_STORAGE, "flash_bytes": 0,
+        **common.storage_context(storage), "near": storage == common.NEAR_STORAGE,
+        "tanh_asm": storage == common.NEAR_STORAGE, "flash_bytes": 0,
         "n_in": model.input_size, "n_out": model.output_size, "plan": plan, "ops": ops, "parts": parts, "arrays": [],
         "int_reads": [], "memory": memory, "arena_symbol": lowered["arena_symbol"],
         "arena_elements": memory["arena_bytes"] // v2_fixed.ELEMENT_BYTES, "part_terms": part_terms,

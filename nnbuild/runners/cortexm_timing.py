@@ -1,6 +1,7 @@
 """Cortex-M4 and Cortex-M0+ instruction timings at zero wait states, from the cores' Technical
 Reference Manuals: the cost model the qemu-system-arm runner charges every executed instruction
-(and the one a Thumb-2 WCET analyzer of these cores is to charge too: one home).
+and the builtin-thumb2 WCET analyzer (nnbuild/wcet/thumb2_*.py) charges every instruction of the
+program: one home, read by both.
 
 Sources (the TRMs count cycles for a system with zero-wait-state memory):
 - Cortex-M4: ARM DDI 0439B, Cortex-M4 Technical Reference Manual r0p1, section 3.3.1
@@ -13,6 +14,15 @@ Sources (the TRMs count cycles for a system with zero-wait-state memory):
   "Cortex-M0+ instruction summary", Table 3-1; the multiplier is an implementation option (MULS
   1 cycle with the fast multiplier, 32 with the small one): `cortex-m0plus` is the fast one (the
   RP2040's, RP2040 datasheet section 2.4.1), `cortex-m0plus-smallmul` the 32-cycle one.
+- `cortex-m4-flash-dcode`: the Cortex-M4 table plus one cycle per 32-bit word a load may read from
+  the STM32F4's flash. Code and constants (weights) share the flash at zero wait states; a data read
+  through the D-Code bus and an instruction fetch through the I-Code bus in the same cycle are served
+  D-Code first (RM0090 section 3.5.2 "Adaptive real-time memory accelerator (ART Accelerator)":
+  "accesses through the AHB data bus D-Code have priority over accesses through the AHB instruction
+  bus I-Code"), so a load from flash can hold up the next fetch by one cycle. The table cannot tell
+  which loads read the flash, so every load word is charged one more cycle unless its base is SP
+  (the stack is in SRAM): LDR*/LDREX 1 word, LDRD 2, LDM N, VLDR 1 (.64: 2), VLDM N words; POP,
+  VPOP and LDM/VLDM through SP nothing extra.
 
 | class (examples) | Cortex-M4 | Cortex-M0+ |
 |---|---|---|
@@ -120,8 +130,37 @@ def _writes_pc(ops):
     return bool(ops) and ops[0] == "pc"
 
 
-def m4_cycles(mnemonic, operands) -> Optional[Tuple[int, int]]:
-    """Cortex-M4 (not taken, taken) clocks of one instruction; None if the table has no row for it."""
+def flash_read_words(mnemonic, operands) -> int:
+    """32-bit words a load may read from anywhere but the stack: 0 for stores, non-memory
+    instructions and loads based on SP (POP, VPOP, LDR rX, [sp, #n], LDM sp!)."""
+    base, _cond = split_mnemonic(mnemonic)
+    ops = _operands(operands)
+    if base in ("pop", "vpop"):
+        return 0
+    if base in _LOAD or base in ("ldrd", "vldr"):
+        address = next((o for o in ops if o.startswith("[")), "")
+        if re.match(r"\[\s*sp\b", address):
+            return 0
+        return 2 if base == "ldrd" or (base == "vldr" and ops and ops[0].startswith("d")) else 1
+    if base in ("ldm", "ldmia", "ldmfd", "ldmdb", "ldmea", "vldm", "vldmia", "vldmdb"):
+        if ops and re.match(r"sp\b", ops[0]):
+            return 0
+        return _words(register_list(operands))
+    return 0
+
+
+def m4_cycles(mnemonic, operands, flash_read=0) -> Optional[Tuple[int, int]]:
+    """Cortex-M4 (not taken, taken) clocks of one instruction; None if the table has no row for it.
+    `flash_read`: extra clocks per word a load may read from flash (flash_read_words)."""
+    cost = _m4_core_cycles(mnemonic, operands)
+    if cost is None or not flash_read:
+        return cost
+    extra = flash_read * flash_read_words(mnemonic, operands)
+    return cost[0] + extra, cost[1] + extra
+
+
+def _m4_core_cycles(mnemonic, operands) -> Optional[Tuple[int, int]]:
+    """The Cortex-M4 TRM's (not taken, taken) clocks at zero wait states."""
     base, cond = split_mnemonic(mnemonic)
     ops = _operands(operands)
     p = M4_REFILL
@@ -200,6 +239,7 @@ def m0plus_cycles(mnemonic, operands, multiply=1) -> Optional[Tuple[int, int]]:
 #: the cost models a board can name (`instruction_timing`): (mnemonic, operands) -> (not taken, taken)
 MODELS = {
     "cortex-m4": m4_cycles,
+    "cortex-m4-flash-dcode": lambda mnemonic, operands: m4_cycles(mnemonic, operands, flash_read=1),
     "cortex-m0plus": m0plus_cycles,
     "cortex-m0plus-smallmul": lambda mnemonic, operands: m0plus_cycles(mnemonic, operands, multiply=32),
 }

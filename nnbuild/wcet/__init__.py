@@ -35,6 +35,7 @@ from nnbuild.errors import NNBuildError
 #: board "wcet_tool" value -> module under nnbuild.wcet
 ANALYZERS = {
     "builtin-avr": "nnbuild.wcet.avr_ipet",
+    "builtin-thumb2": "nnbuild.wcet.thumb2_ipet",
     "otawa": "nnbuild.wcet.otawa",
     "platin": "nnbuild.wcet.platin",
 }

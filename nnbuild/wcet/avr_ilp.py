@@ -111,13 +111,14 @@ def counter_objective(region, paths, choices, name):
 
 
 def solve(region, loops, node_cost, workdir=None, label="region", paths=None, choices=(), cap=None,
-          objective=None):
+          objective=None, analyzer="builtin-avr"):
     """Worst-case integer edge counts and cycles: (cycles, edge counts list, info dict).
 
     `choices`: parametric callees ({"node", "values": cycles per counter value, "counter"}; the
     node's cost must exclude them); `cap` = (counter, n) adds counter <= n; `objective` (a
     weight vector per _layout) replaces the cycles as the objective (then "cycles" is its value).
-    info["choice_cycles"] gives the cycles charged to each (choice node, site)."""
+    info["choice_cycles"] gives the cycles charged to each (choice node, site). `analyzer` names
+    the analyzer in error lines (builtin-thumb2 solves its regions here too)."""
     # here, not at the top: every step that loads an AVR board imports this module (0.4 s of scipy)
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import lil_matrix
@@ -144,17 +145,17 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
     res = milp(c=-np.asarray(w, dtype=float), constraints=LinearConstraint(a.tocsr(), lo, hi),
                integrality=np.ones(n), bounds=Bounds(0, upper))
     if res.status != 0 or res.x is None:
-        raise NNBuildError(f"builtin-avr: ILP for {region.name} is {_STATUS.get(res.status, res.status)}"
+        raise NNBuildError(f"{analyzer}: ILP for {region.name} is {_STATUS.get(res.status, res.status)}"
                            f" ({res.message})")
     counts = [int(round(v)) for v in res.x]
     if max(abs(v - c) for v, c in zip(res.x, counts)) > 1e-6:
-        raise NNBuildError(f"builtin-avr: ILP for {region.name} returned a non-integer solution")
-    _check(rows, counts, region)
+        raise NNBuildError(f"{analyzer}: ILP for {region.name} returned a non-integer solution")
+    _check(rows, counts, region, analyzer)
     if any(c > 1 for c in counts[len(region.edges):len(region.edges) + n_aux]):
-        raise NNBuildError(f"builtin-avr: ILP solution for {region.name} violates a constraint")
+        raise NNBuildError(f"{analyzer}: ILP solution for {region.name} violates a constraint")
     cycles = sum(c * wi for c, wi in zip(counts, w))
     if abs(cycles + res.fun) > 1e-6 * max(1, abs(cycles)):
-        raise NNBuildError(f"builtin-avr: ILP objective mismatch for {region.name}: {cycles} vs {-res.fun}")
+        raise NNBuildError(f"{analyzer}: ILP objective mismatch for {region.name}: {cycles} vs {-res.fun}")
     chosen = {}
     for ch, st in zip(choices, starts):
         key = (ch["node"], ch.get("site"))
@@ -163,12 +164,12 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
                                                 "status": _STATUS[res.status], "choice_cycles": chosen}
 
 
-def _check(rows, counts, region):
+def _check(rows, counts, region, analyzer="builtin-avr"):
     """Re-check every constraint with exact integers (solver tolerances must not leak into a bound)."""
     for row, lo, hi in rows:
         v = sum(c * counts[i] for i, c in row.items())
         if v < lo or v > hi:
-            raise NNBuildError(f"builtin-avr: ILP solution for {region.name} violates a constraint")
+            raise NNBuildError(f"{analyzer}: ILP solution for {region.name} violates a constraint")
 
 
 def write_lp(path, region, rows, w, n_aux=None):

@@ -52,12 +52,13 @@ def _target(prog, t):
         raise NNBuildError(f"indirect flow fact: target '{t}' is not a symbol of the ELF", path=prog.elf)
 
 
-def _sites(prog, ent):
-    """Addresses of the instructions one 'indirect' entry is about."""
+def _sites(prog, ent, mnemonics=INDIRECT):
+    """Addresses of the instructions one 'indirect' entry is about (`mnemonics`: the indirect
+    call and jump instructions of the instruction set; builtin-thumb2 passes its own)."""
     if "file" in ent and "line" in ent and "address" not in ent and "offset" not in ent:
         base, line = os.path.basename(ent["file"]), int(ent["line"])
         return [a for a, i in prog.insns.items()
-                if i.mnem in INDIRECT and i.line == line and i.file and os.path.basename(i.file) == base]
+                if i.mnem in mnemonics and i.line == line and i.file and os.path.basename(i.file) == base]
     addr = ent.get("address")
     addr = int(addr, 0) if isinstance(addr, str) else addr
     if addr is None:
@@ -65,14 +66,14 @@ def _sites(prog, ent):
     return [addr]
 
 
-def indirect_targets(facts, prog):
+def indirect_targets(facts, prog, mnemonics=INDIRECT):
     """{instruction address: [target addresses]} for the facts' 'indirect' entries."""
     out = {}
     for ent in (facts or {}).get("indirect", []):
         targets = [_target(prog, t) for t in ent.get("targets", [])]
         if not targets:
             continue
-        for addr in _sites(prog, ent):
+        for addr in _sites(prog, ent, mnemonics):
             known = out.setdefault(addr, [])
             known.extend(t for t in targets if t not in known)
     return out

@@ -4,7 +4,8 @@ A loop bound is a linear constraint relative to the loop's entry edges (IPET, do
   ("header", N): executions of the header block <= N * entries
   ("back", N):   traversals of back edges      <= N * entries
   ("edge", N, i): traversals of edge i         <= N * entries
-Every source that applies adds its constraint (all are sound, the ILP keeps the tightest).
+Every source that applies adds its constraint (all are sound, the ILP keeps the tightest), except
+that a loop takes one generator flow fact, the loosest of those matching it (`apply_flowfacts`).
 Sources: generator flow facts (file+line of the `for`; a fact with "counts": "header" bounds the
 executions of the loop's first block, for assembly loops that test at the end of it), the shipped
 avr_libloops.json table,
@@ -200,26 +201,65 @@ def _range_owner(region, loop, loops, facts):
     return best
 
 
+def _fact_bound(region, loop, fact):
+    """The constraint a fact puts on `loop`: ("back", N) for a top-tested loop, else ("header", N)."""
+    n = int(fact["max_iterations"])
+    counts_back = fact.get("counts") != "header" and top_tested(region, loop, int(fact["line"]))
+    return ("back", n) if counts_back else ("header", n)
+
+
 def _bound_by_fact(region, loop, facts, k, how, matched):
-    n = int(facts[k]["max_iterations"])
+    kind, n = _fact_bound(region, loop, facts[k])
     key = (os.path.basename(facts[k]["file"]), int(facts[k]["line"]))
-    counts_back = facts[k].get("counts") != "header" and top_tested(region, loop, key[1])
-    loop.bounds.append(("back", n) if counts_back else ("header", n))
+    loop.bounds.append((kind, n))
     loop.sources.append(f"flowfacts {key[0]}:{key[1]} max_iterations={n} ({how})")
     matched.append((k, loop.header))
 
 
+def _holds_body_of(region, loop, fact):
+    """True when the loop holds code of the fact's loop body (a line in (line, last_line] of its
+    file), or the fact gives no last_line, or its loop is one line (an assembly loop in a macro).
+    A `for` line found in a loop that holds none of that `for`'s body came there with shared or
+    moved code (avr-gcc gives an arena address computed for one layer the line of an earlier
+    layer's `for`), and does not make the loop that `for`."""
+    if fact.get("last_line") is None or int(fact["last_line"]) <= int(fact["line"]):
+        return True
+    base, lo, hi = os.path.basename(fact["file"]), int(fact["line"]), int(fact["last_line"])
+    return any(f == base and lo < ln <= hi for f, ln in _lines(region, loop.body))
+
+
+def _looser(bound):
+    """Sort key of a fact bound by the header executions per entry it allows (back N: N + 1)."""
+    kind, n = bound
+    return (n + 1 if kind == "back" else n, kind == "back")
+
+
 def apply_flowfacts(region, loops, facts):
     """Bound loops from the generator's facts: loops whose header or latch blocks carry a fact's
-    `for` line (innermost match wins). Loops matching no `for` line are left to the shipped table,
-    the counter analysis and, last, `apply_flowfact_ranges`."""
-    matched = []
+    `for` line and that hold code of that `for`'s body (innermost match wins). A loop matched by
+    several facts takes the loosest of them: each fact is one `for`, so at most one is the loop's
+    own and the others came with a stray line attribution, which must only loosen a bound (taking
+    the tightest, a pooling loop of 16 channels got the 12 rows of an earlier layer's `for` whose
+    line avr-gcc gave its arena address: 0.07% under a measured run of LeNet-5 q8). Loops matching
+    no `for` line are left to the shipped table, the counter analysis and, last,
+    `apply_flowfact_ranges`."""
+    matched, per_loop = [], {}
     for k, fact in enumerate(facts):
         key = (os.path.basename(fact["file"]), int(fact["line"]))
         cands = [l for l in loops
-                 if key in _lines(region, list(l.headers) + [region.edges[i].src for i in l.back_edges])]
+                 if key in _lines(region, list(l.headers) + [region.edges[i].src for i in l.back_edges])
+                 and _holds_body_of(region, l, fact)]
         for loop in _innermost(cands):
-            _bound_by_fact(region, loop, facts, k, "for line", matched)
+            per_loop.setdefault(id(loop), (loop, []))[1].append(k)
+    for loop, ks in per_loop.values():
+        bounds = {k: _fact_bound(region, loop, facts[k]) for k in ks}
+        mine = max(ks, key=lambda k: _looser(bounds[k]))
+        _bound_by_fact(region, loop, facts, mine, "for line", matched)
+        for k in ks:
+            if k != mine:
+                f = facts[k]
+                loop.sources.append(f"flowfacts {os.path.basename(f['file'])}:{f['line']} "
+                                    f"max_iterations={f['max_iterations']} (for line, not applied: a looser fact matched)")
     return matched
 
 

@@ -1,0 +1,232 @@
+"""Control-flow graph of one Thumb code region for builtin-thumb2, in the AVR analyzer's shapes
+(nnbuild.wcet.avr_cfg Region, Block, Edge, Tail), so that its loop finder and ILP serve both.
+
+A region is the code reachable from a start address without leaving the interval between the
+enclosing symbol and the next one; control that leaves it (a branch, or a fall-through into the
+next symbol) is a tail node that costs the target's own region and then ends the caller's call
+too. Costs: a block costs the not-taken clocks of its instructions, an edge the difference of its
+branch's taken clocks (a conditional branch, CBZ/CBNZ, or a return inside an IT block) when it is
+the taken way; a BL adds the callee's bound to its block.
+
+Returns: BX LR, POP/LDM SP! with the PC, LDR PC, [SP], #4 and MOV PC, LR. Any other write of the
+PC (BLX/BX to a register, TBB/TBH, MOV/ADD/LDR to the PC) needs its targets from the flow facts
+("indirect") or stops the analysis naming the function and address.
+"""
+
+from nnbuild.errors import NNBuildError
+from nnbuild.runners import cortexm_timing as timing
+from nnbuild.wcet.avr_cfg import ENTRY, EXIT, Block, Edge, Region, Tail
+from nnbuild.wcet.thumb2_decode import read_words
+
+ANALYZER = "builtin-thumb2"
+#: the mnemonics of indirect calls and jumps, as objdump writes them (flow facts by file + line)
+INDIRECT_MNEMONICS = ("blx", "bx", "mov", "ldr", "ldr.w", "tbb", "tbh", "add")
+#: control kinds of an instruction
+NEXT, BRANCH, JUMP, CALL, RETURN, INDIRECT_CALL, INDIRECT_JUMP = (
+    "next", "branch", "jump", "call", "return", "indirect-call", "indirect-jump")
+
+
+def conditional(insn):
+    return insn.base in ("cbz", "cbnz") or insn.cond not in (None, "al")
+
+
+def writes_pc(insn):
+    """True when the instruction may write the PC other than as a direct branch or call."""
+    ops = insn.ops
+    if insn.base in ("pop", "ldm", "ldmia", "ldmfd", "ldmdb", "ldmea"):
+        return "pc" in timing.register_list(insn.operands)
+    return bool(ops) and ops[0] == "pc"
+
+
+def control(insn):
+    """How the instruction passes control on (one of the kinds above)."""
+    b = insn.base
+    if b in ("b", "cbz", "cbnz"):
+        if insn.target is None:
+            raise NNBuildError(f"{ANALYZER}: branch without a target at 0x{insn.addr:x}")
+        return BRANCH if conditional(insn) else JUMP
+    if b == "bl" and insn.target is not None:
+        return CALL
+    if b == "blx" or b == "bl":
+        return INDIRECT_CALL
+    if b == "bx":
+        return RETURN if insn.ops == ("lr",) else INDIRECT_JUMP
+    if b in ("tbb", "tbh"):
+        return INDIRECT_JUMP
+    if writes_pc(insn):
+        ops = insn.ops
+        if b == "pop" or (b.startswith("ldm") and ops and ops[0] == "sp!"):
+            return RETURN
+        if b == "ldr" and len(ops) == 3 and ops[1] == "[sp]" and ops[2] == "#4":
+            return RETURN
+        if b == "mov" and ops == ("pc", "lr"):
+            return RETURN
+        return INDIRECT_JUMP
+    return NEXT
+
+
+def _fetch(prog, addr, start):
+    insn = prog.insns.get(addr)
+    if insn is None:
+        raise NNBuildError(f"{ANALYZER}: no instruction at 0x{addr:x} in {prog.function_of(addr)} (reached "
+                           f"from {prog.describe(start)})", path=prog.elf)
+    return insn
+
+
+def _previous(prog, insn, lo):
+    """The instruction that ends right before `insn` inside the interval, or None."""
+    for size in (2, 4):
+        prev = prog.insns.get(insn.addr - size)
+        if prev is not None and prev.end == insn.addr and prev.addr >= lo:
+            return prev
+    return None
+
+
+def jump_table(prog, insn):
+    """Targets of a compiler's bounded jump table ending in `mov pc, rY` (ARMv6-M switch code):
+        cmp rX, #N ; bls S (then an unconditional branch) | bhi away
+        S: ldr rT, [pc, #k] ; lsls rX, rX, #2 ; ldr rY, [rT, rX] ; mov pc, rY
+    with S reached only from that branch: N + 1 words of the table rT points to. None when the
+    code has another shape."""
+    lo, hi = prog.interval(insn.addr)
+    seq = [insn]
+    for _ in range(3):
+        prev = _previous(prog, seq[0], lo)
+        if prev is None:
+            return None
+        seq.insert(0, prev)
+    literal, shift, load, jump = seq
+    y = jump.ops[1] if len(jump.ops) == 2 else None
+    if not (load.base == "ldr" and len(load.ops) == 2 and load.ops[0] == y):
+        return None
+    mem = [r.strip() for r in load.ops[1].strip("[]").split(",")]
+    if len(mem) != 2 or shift.base != "lsl" or shift.ops != (mem[1], mem[1], "#2"):
+        return None
+    x, t = mem[1], mem[0]
+    if t == x or not (literal.base == "ldr" and literal.ops[0] == t and literal.ops[1].startswith("[pc")):
+        return None
+    start = literal.addr
+    guard = _previous(prog, literal, lo)
+    if guard is not None and guard.base == "b" and not conditional(guard):
+        branch = _previous(prog, guard, lo)
+        ok = branch is not None and branch.base == "b" and branch.cond == "ls" and branch.target == start
+    else:
+        branch = guard
+        ok = branch is not None and branch.base == "b" and branch.cond == "hi"
+    compare = _previous(prog, branch, lo) if ok else None
+    if not (compare is not None and compare.base == "cmp" and len(compare.ops) == 2 and compare.ops[0] == x
+            and compare.ops[1].startswith("#")):
+        return None
+    into = [i for i in prog.insns.values() if lo <= i.addr < hi and i.target is not None
+            and start <= i.target <= jump.addr and i is not branch]
+    table = prog.word(((literal.addr + 4) & ~3) + int(literal.ops[1].strip("[]").split("#")[1]))
+    if into or table is None:
+        return None
+    words = read_words(prog.elf, table, int(compare.ops[1][1:], 0) + 1)
+    return sorted({w & ~1 for w in words}) if words else None
+
+
+def _indirect(prog, insn, indirect):
+    targets = indirect.get(insn.addr)
+    if targets is None and insn.base == "mov":
+        targets = jump_table(prog, insn)
+    if targets is None:
+        raise NNBuildError(f"{ANALYZER}: indirect {insn.mnem} {insn.operands} in {prog.function_of(insn.addr)} at "
+                           f"{prog.describe(insn.addr)}: targets unknown (give 'indirect' flow facts)")
+    return list(targets)
+
+
+def _successors(prog, insn, indirect):
+    """[(address, taken?)] where control goes after `insn` inside the program (None for the exit)."""
+    kind = control(insn)
+    if kind == BRANCH:
+        return [(insn.end, False), (insn.target, True)]
+    if kind == JUMP:
+        return [(insn.target, True)]
+    if kind == RETURN:
+        return [(None, True)] + ([(insn.end, False)] if conditional(insn) else [])
+    if kind == INDIRECT_JUMP:
+        return [(t, True) for t in _indirect(prog, insn, indirect)]
+    return None
+
+
+def _leaders(prog, start, lo, hi, indirect):
+    leaders, seen, work = {start}, set(), [start]
+    while work:
+        addr = work.pop()
+        while lo <= addr < hi and addr not in seen:
+            seen.add(addr)
+            insn = _fetch(prog, addr, start)
+            succ = _successors(prog, insn, indirect)
+            if succ is None:
+                addr = insn.end
+                continue
+            for s, _ in succ:
+                if s is not None and lo <= s < hi:
+                    leaders.add(s)
+                    work.append(s)
+            break
+    return leaders
+
+
+def cost_of(prog, insn):
+    """(not taken, taken) clocks, or the one line that stops the analysis."""
+    if insn.cost is None:
+        raise NNBuildError(f"{ANALYZER}: no cycle cost for '{insn.mnem} {insn.operands}'".rstrip() +
+                           f" in {prog.function_of(insn.addr)} at {prog.describe(insn.addr)}")
+    return insn.cost
+
+
+def build_region(prog, start, indirect=None):
+    """Blocks, edges (taken extras) and call sites of the region starting at `start`."""
+    indirect = indirect or {}
+    lo, hi = prog.interval(start)
+    leaders = _leaders(prog, start, lo, hi, indirect)
+    blocks, tails, edges = {}, {}, [Edge(ENTRY, start, 0)]
+
+    def link(src, dst, extra, insn):
+        if dst is None:
+            edges.append(Edge(src, EXIT, extra))
+        elif lo <= dst < hi:
+            edges.append(Edge(src, dst, extra))
+        else:
+            key = ("tail", src, dst)
+            if key not in tails:
+                tails[key] = Tail(key, dst, insn)
+                edges.append(Edge(key, EXIT, 0))
+            edges.append(Edge(src, key, extra))
+
+    for lead in sorted(leaders):
+        insns, addr = [], lead
+        while True:
+            insn = _fetch(prog, addr, start)
+            insns.append(insn)
+            if _successors(prog, insn, indirect) is not None or insn.end in leaders or not lo <= insn.end < hi:
+                break
+            addr = insn.end
+        block = Block(lead, insns)
+        for i in insns:
+            kind = control(i)
+            if kind == CALL:
+                block.calls.append((i, i.target))
+            elif kind == INDIRECT_CALL:
+                block.calls.append((i, tuple(_indirect(prog, i, indirect))))
+        blocks[lead] = block
+        last = block.last
+        not_taken, taken = cost_of(prog, last)
+        succ = _successors(prog, last, indirect)
+        if succ is None:
+            link(lead, last.end, 0, last)
+        else:
+            for dst, is_taken in succ:
+                link(lead, dst, taken - not_taken if is_taken else 0, last)
+    return Region(start, prog.describe(start), blocks, tails, edges)
+
+
+def block_cycles(prog, block):
+    """Clocks of a block's own instructions, its last one not taken (callees excluded); an
+    instruction in the middle is charged its worst (the runner charges it taken)."""
+    total = 0
+    for insn in block.insns[:-1]:
+        total += max(cost_of(prog, insn))
+    return total + cost_of(prog, block.last)[0]
