@@ -5,7 +5,9 @@ are read in storage order (one pointer increment per MAC, cheap on an 8-bit MCU)
 is a literal and is repeated in NN_LOOPBOUND(n) for WCET tools; the same bounds go to the flow
 facts file. Weights live in `<name>_weights.c` so a weight edit leaves `<name>.c` byte-identical.
 On hosts (storage const-simd) float layers compute 16 neurons per pass with GCC/Clang vectors, one
-neuron per lane, from weights interleaved for them: the same sums in the same order.
+neuron per lane, from weights interleaved for them: the same sums in the same order. With the
+scalar storage const, up to BLOCK neurons per pass in `register` accumulators, their rows read
+through one pointer at constant offsets (AVR flash keeps one neuron at a time).
 """
 
 import numpy as np
