@@ -139,6 +139,10 @@ def shape_refusal(shape, precision, model=None):
     if offered is not None and precision_family(precision) not in offered:
         return (f"shape {shape} does not generate precision '{precision}' "
                 f"(it generates: {', '.join(offered)})")
+    if model is not None and hasattr(module, "model_refusal"):
+        why = module.model_refusal(model, precision)
+        if why:
+            return why
     if model is not None and getattr(model, "several_io", False):
         return several_io_refusal(shape, module, precision, model)
     return None
