@@ -188,3 +188,71 @@ def test_a_rebuilt_elf_is_read_again(tmp_path):
         sites = [(b, i) for b in fill.blocks.values() for i, _ in b.calls]          # bl memset (M0+)
         sites += [(fill.blocks[key[1]], t.insn) for key, t in fill.tails.items()]  # b.w memset (M4)
         assert [thumb2_ipet.call_constants(prog, block, call)["r2"] for block, call in sites] == [size]
+
+
+DIVIDE_C = r"""
+volatile unsigned unum[] = {UNUM};
+volatile unsigned uden[] = {UDEN};
+volatile int snum[] = {SNUM};
+volatile int sden[] = {SDEN};
+volatile unsigned usink;
+volatile int ssink;
+__attribute__((noinline)) unsigned udivide(unsigned x, unsigned y) { return x / y; }
+__attribute__((noinline)) int sdivide(int x, int y) { return x / y; }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof unum / sizeof unum[0]; ++k)
+        usink = udivide(unum[k], uden[k]);
+    for (k = 0; k < sizeof snum / sizeof snum[0]; ++k)
+        ssink = sdivide(snum[k], sden[k]);
+    return 0;
+}
+"""
+#: ARMv6-M integer division: the divisor shifted left by 0, 8 or 16 (by 0, 6, 12, 18 or 24 for a
+#: negative operand), entered at either header; 0xffffffff / 3 and INT_MIN / 1 take the most passes
+UDIV_CASES = [("0xffffffffu", "3u"), ("0xffffffffu", "0x10000u"), ("1000000u", "7u"), ("5u", "3u"), ("0x12345u", "0x100u"),
+              ("0xffffffffu", "0xffffffffu"), ("70000u", "300u"), ("0x80000000u", "1u"), ("3u", "5u")]
+SDIV_CASES = [("2147483647", "3"), ("-2147483647", "3"), ("(-2147483647 - 1)", "1"), ("-1000000", "7"), ("-7", "-3"),
+              ("123456", "-100"), ("-5", "1000000"), ("-100000", "5"), ("-30000000", "2"), ("5", "3")]
+
+
+def passes_per_call(board, elf, entry, header_sets, log):
+    """Executions of each set of headers during each call of `entry` (every instruction traced)."""
+    text = disassembly(board, elf)
+    start, _ = call_sites(text, elf, entry)
+    counts = []
+    for line in traced(board, elf, log, "-singlestep"):
+        pc = qemu_system._traced_pc(line) if line.startswith("Trace ") else None
+        if pc == start:
+            counts.append([0] * len(header_sets))
+        elif counts:
+            for k, headers in enumerate(header_sets):
+                counts[-1][k] += pc in headers
+    return counts
+
+
+def test_integer_division_loops_of_the_m0plus_reach_their_table_bounds_and_the_bounds_hold(tmp_path):
+    """libgcc's __udivsi3 and __divsi3 (no divide instruction on ARMv6-M): each loop, irreducible
+    with two headers counted together, reaches the table's bound on some operands and never passes it."""
+    board = boards.load_board("rp2040")
+    source = DIVIDE_C
+    for key, cases, k in (("UNUM", UDIV_CASES, 0), ("UDEN", UDIV_CASES, 1), ("SNUM", SDIV_CASES, 0), ("SDEN", SDIV_CASES, 1)):
+        source = source.replace(key, ", ".join(case[k] for case in cases))
+    elf = build(tmp_path, board, "divide", source)
+    prog = thumb2_decode.load(str(elf), board)
+    for entry, symbol, cases in (("udivide", "__udivsi3", UDIV_CASES), ("sdivide", "__divsi3", SDIV_CASES)):
+        start = prog.address_of(symbol)
+        mine = [e for e in TABLE.values() if e["symbol"] == symbol]
+        assert mine and all(thumb2_loops.code_hash(prog, start) == e["sha256"] for e in mine)
+        region = thumb2_cfg.build_region(prog, start)
+        loops = {l.header - start: l.headers for l in thumb2_loops.find_loops(region)}
+        assert sorted(loops) == sorted(e["offset"] for e in mine)
+        counts = passes_per_call(board, elf, entry, [loops[e["offset"]] for e in mine], tmp_path / f"{entry}.log")
+        assert len(counts) == len(cases)
+        for k, e in enumerate(mine):
+            assert max(c[k] for c in counts) == e["header_max"], (symbol, hex(e["offset"]), counts)
+        measured = charged_cycles(board, elf, entry, tmp_path / f"{entry}.exec.log")
+        bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
+        assert len(measured) == len(cases) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
+        print(f"\n{symbol}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(cases)} divisions")
