@@ -256,3 +256,53 @@ def test_integer_division_loops_of_the_m0plus_reach_their_table_bounds_and_the_b
         bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
         assert len(measured) == len(cases) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
         print(f"\n{symbol}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(cases)} divisions")
+
+
+DIVIDE64_C = r"""
+unsigned long long __udivmoddi4(unsigned long long, unsigned long long, unsigned long long *);
+long long __divdi3(long long, long long);
+volatile unsigned long long unum[] = {UNUM};
+volatile unsigned long long uden[] = {UDEN};
+volatile long long snum[] = {SNUM};
+volatile long long sden[] = {SDEN};
+volatile unsigned long long usink;
+volatile long long ssink;
+__attribute__((noinline)) unsigned long long udivide64(unsigned long long x, unsigned long long y) { return __udivmoddi4(x, y, 0); }
+__attribute__((noinline)) long long sdivide64(long long x, long long y) { return __divdi3(x, y); }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof unum / sizeof unum[0]; ++k)
+        usink = udivide64(unum[k], uden[k]);
+    for (k = 0; k < sizeof snum / sizeof snum[0]; ++k)
+        ssink = sdivide64(snum[k], sden[k]);
+    return 0;
+}
+"""
+#: 64-bit division: one pass per bit of clz(d) - clz(n); the 64th only with d = 0, which the
+#: __aeabi_ entries refuse but a direct call of the routine does not
+UDIV64_CASES = [("0x8000000000000000ull", "0ull"), ("0x8000000000000000ull", "1ull"), ("0xffffffffffffffffull", "3ull"),
+                ("1000000ull", "7ull"), ("5ull", "7ull"), ("0x123456789ull", "0x10000ull")]
+SDIV64_CASES = [("(-0x7fffffffffffffffll - 1)", "0ll"), ("(-0x7fffffffffffffffll - 1)", "1ll"), ("0x7fffffffffffffffll", "-3ll"),
+                ("-1000000ll", "7ll"), ("5ll", "-7ll")]
+
+
+def test_64_bit_division_loops_of_the_m0plus_reach_their_table_bounds_and_the_bounds_hold(tmp_path):
+    board = boards.load_board("rp2040")
+    source = DIVIDE64_C
+    for key, cases, k in (("UNUM", UDIV64_CASES, 0), ("UDEN", UDIV64_CASES, 1), ("SNUM", SDIV64_CASES, 0),
+                          ("SDEN", SDIV64_CASES, 1)):
+        source = source.replace(key, ", ".join(case[k] for case in cases))
+    elf = build(tmp_path, board, "divide64", source)
+    prog = thumb2_decode.load(str(elf), board)
+    for entry, symbol, cases in (("udivide64", "__udivmoddi4", UDIV64_CASES), ("sdivide64", "__divdi3", SDIV64_CASES)):
+        start = prog.address_of(symbol)
+        (e,) = [e for e in TABLE.values() if e["symbol"] == symbol]
+        assert thumb2_loops.code_hash(prog, start) == e["sha256"]
+        counts = passes_per_call(board, elf, entry, [{start + e["offset"]}], tmp_path / f"{entry}.log")
+        assert len(counts) == len(cases) and max(c[0] for c in counts) == e["header_max"], (symbol, counts)
+        assert [c[0] for c in counts][:2] == [e["header_max"], e["header_max"] - 1]   # d = 0, then d = 1
+        measured = charged_cycles(board, elf, entry, tmp_path / f"{entry}.exec.log")
+        bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
+        assert len(measured) == len(cases) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
+        print(f"\n{symbol}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(cases)} divisions")
