@@ -38,15 +38,24 @@ def writes_pc(insn):
     return bool(ops) and ops[0] == "pc"
 
 
-def control(insn):
-    """How the instruction passes control on (one of the kinds above)."""
+def far_jump(prog, insn):
+    """A BL to a label inside its own function, past its first instruction: the unconditional
+    branch ARMv6-M code uses beyond B's 2 KB reach (gcc saves LR in the prologue for it); a jump,
+    not a call (every function the compiler emits has its own symbol)."""
+    lo, hi = prog.interval(insn.addr)
+    return lo < insn.target < hi
+
+
+def control(insn, prog=None):
+    """How the instruction passes control on (one of the kinds above); `prog` tells a far jump
+    (far_jump) from a call."""
     b = insn.base
     if b in ("b", "cbz", "cbnz"):
         if insn.target is None:
             raise NNBuildError(f"{ANALYZER}: branch without a target at 0x{insn.addr:x}")
         return BRANCH if conditional(insn) else JUMP
     if b == "bl" and insn.target is not None:
-        return CALL
+        return JUMP if prog is not None and far_jump(prog, insn) else CALL
     if b == "blx" or b == "bl":
         return INDIRECT_CALL
     if b == "bx":
@@ -138,7 +147,7 @@ def _indirect(prog, insn, indirect):
 
 def _successors(prog, insn, indirect):
     """[(address, taken?)] where control goes after `insn` inside the program (None for the exit)."""
-    kind = control(insn)
+    kind = control(insn, prog)
     if kind == BRANCH:
         return [(insn.end, False), (insn.target, True)]
     if kind == JUMP:
@@ -206,7 +215,7 @@ def build_region(prog, start, indirect=None):
             addr = insn.end
         block = Block(lead, insns)
         for i in insns:
-            kind = control(i)
+            kind = control(i, prog)
             if kind == CALL:
                 block.calls.append((i, i.target))
             elif kind == INDIRECT_CALL:
