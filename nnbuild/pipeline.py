@@ -70,7 +70,8 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     entries = kind.entries(name, model) if hasattr(kind, "entries") else [f"{name}_infer"]
     tasks = [Task("generate", gen, {"model": model}, role="generated",
                   options={"name": name, "shape": shape, "precision": precision, "input_range": input_range,
-                           "storage": board.get("weights_storage", "const"), "target": board.ref,
+                           "storage": board.get("weights_storage", "const"), "dsp": board.get("dsp"),
+                           "target": board.ref,
                            "environment": environment})]
     if inputs is None:
         inputs = "inputs.npz"

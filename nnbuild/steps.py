@@ -51,8 +51,9 @@ def npz_kind(data):
 
 
 def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
-             storage=None, target="host", input_range=None, environment=None, passes_log=None):
-    """The C of `model` (a file, or a model already loaded) in outdir: codegen.outputs(name)."""
+             storage=None, target="host", input_range=None, environment=None, passes_log=None, dsp=None):
+    """The C of `model` (a file, or a model already loaded) in outdir: codegen.outputs(name); the
+    board's DSP capability unless `dsp` is given."""
     board = boards.load_board(target)
     if isinstance(model, (str, os.PathLike)):
         kind = kinds.of_file(model)
@@ -62,7 +63,8 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
     shape = kinds.resolve_shape(kind, shape)
     written = codegen.generate(model, outdir, shape=shape, precision=precision,
                                storage=storage or board.get("weights_storage", "const"),
-                               passes_log=list(passes_log or []), input_range=input_range)
+                               passes_log=list(passes_log or []), input_range=input_range,
+                               dsp=dsp or board.get("dsp"))
     try:
         _refuse_unfit_unrolled_code(board, outdir, model.name, shape)
     except NNBuildError:
@@ -443,6 +445,8 @@ def _model_options(storage=True):
     if storage:
         opts += [_a("--storage", default=None, choices=codegen.STORAGES,
                     help="weights storage (default: the --target board's)"),
+                 _a("--dsp", default=None, choices=codegen.DSP_CAPABILITIES,
+                    help="DSP-extension kernels of the fixed-point mlp and v2 shapes (default: the --target board's)"),
                  _a("--target", default="host", help="board whose weights storage and precisions apply")]
     return tuple(opts)
 

@@ -21,7 +21,7 @@ from conftest import REPO, SHARED
 from nnbuild import boards, codegen, kinds, pipeline
 from nnbuild.compilers.gcc import compile_flags
 from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Flatten, Model,
-                              Pool2D, ZeroPadding2D)
+                              Pool2D, Recurrent, Reshape, ZeroPadding2D)
 
 #: on top of each board's own cflags (which already hold -std=c99 -Wall -Wextra -Werror -pedantic)
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wdouble-promotion", "-Wfloat-equal",
@@ -74,6 +74,24 @@ def cnn_model():
     return Model("tinycnn", (6, 6, 2), layers, source_files=("tinycnn.h5",), edges=edges)
 
 
+def rnn_model(dense=True):
+    """The recurrent layer's C variants: a bidirectional LSTM sequence (peepholes, clip, an initial
+    state, CIFG) into a GRU's last state (linear_before_reset, reverse), then Dense (not in float64:
+    the CNN shapes' Dense is not -Wdouble-promotion clean there)."""
+    rng = np.random.default_rng(9)
+    w = lambda *s: (rng.normal(size=s) * 0.4).astype(np.float32)  # noqa: E731
+    steps, features, hidden = 4, 3, 5
+    lstm = Recurrent("lstm", "lstm", ("forward", "reverse"), w(2, 4 * hidden, features), w(2, 4 * hidden, hidden),
+                     w(2, 4 * hidden), peephole=w(2, 3, hidden), initial_h=w(2, hidden), initial_c=w(2, hidden),
+                     clip=2.0, cell_clip=3.0, coupling="input_from_forget", activations=("sigmoid", "tanh", "relu"))
+    gru = Recurrent("gru", "gru", ("reverse",), w(1, 3 * hidden, 2 * hidden), w(1, 3 * hidden, hidden),
+                    w(1, 3 * hidden), rbias=w(1, hidden), linear_before_reset=True, output="last", source_type="GRU")
+    layers = [lstm, Reshape("seq", (steps, 2 * hidden)), gru, Reshape("last", (hidden,))]
+    if dense:
+        layers.append(Dense("dense", w(hidden, 3), w(3), "softmax"))
+    return Model("tinyrnn", (steps, features), layers, source_files=("tinyrnn.onnx",))
+
+
 def example(path, environment=None):
     def load():
         if not Path(path).exists():
@@ -106,6 +124,8 @@ CASES = [
     *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),
+    case("tinyrnn-v2", built(rnn_model), "v2"),
+    case("tinyrnn-v2-float64", built(lambda: rnn_model(dense=False)), "v2", "float64", storages=("const",)),
     case("tinycnn-v3-q8", built(cnn_model), "v3", "q8", marks=E2E),  # v3's unrolled C: 2 s a compile
     *(case(f"tpg-{s}", example(SIPS22_GAME, "sips22-atari"), s) for s in ("switch", "stack")),
     # f1tenth's 36 KB weight rows exceed avr-gcc's object size limit as plain const arrays: AVR far only

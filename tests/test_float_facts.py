@@ -54,10 +54,14 @@ def test_f1tenth_avr_flow_facts_tag_every_mac_and_tanh(tmp_path):
     for v in facts["values"]:
         by_op.setdefault(v["op"], []).append(lines[v["line"] - 1])
     assert len(by_op["mul"]) == 5 and all("NN_READF(w) *" in l for l in by_op["mul"])   # 5 weight chunks
-    assert all(("pos += p.f" in l or "neg -= p.f" in l or "d = e + 1.0f" in l) for l in by_op["add"])
+    assert all(("pos += p.f" in l or "neg -= p.f" in l or "d = e + 1.0f" in l or "expf(x + x)" in l
+                or "return (e - 1.0f) / d;" in l) for l in by_op["add"])
     assert [l.strip() for l in by_op["div"]] == ["return (e - 1.0f) / d;"]
-    assert [l.strip() for l in by_op["exp"]] == ["e = expf(2.0f * x);"]
-    assert {t for v in facts["values"] for t in v["tags"]} == set(F.MUL_TAGS + F.ADD_TAGS + F.DIV_TAGS + F.EXP_TAGS)
+    assert [l.strip() for l in by_op["exp"]] == ["e = expf(x + x); /* x + x is 2x exactly */"]
+    assert {t for v in facts["values"] for t in v["tags"]} == set(F.MUL_TAGS + F.ADD_TAGS + F.EQUAL_TAGS + F.DIV_TAGS
+                                                                  + F.EXP_TAGS)
+    # e + 1.0f's fact holds only for the call adding +1.0 (gcc -Os emits it on the return line, beside e - 1.0f)
+    assert [v["adds"] for v in facts["values"] if "adds" in v] == ["0x3f800000", "0x3f800000"]
     weights = (tmp_path / "f1tenth_weights.c").read_text()
     for layer in model.layers:
         keep = F.mac_facts(layer.kernel).keep_exp
@@ -80,6 +84,20 @@ def test_value_facts_go_to_the_routines_of_their_op():
     assert avr_paths.value_fact_tags(at, ["__mulsf3"]) == {"__mulsf3:AB.normal"}
     assert avr_paths.value_fact_tags(at, ["__subsf3"]) == {"__addsf3x:same-sign"}
     assert avr_paths.value_fact_tags(at, ["__divsf3"]) == frozenset()
+
+
+def test_an_addend_fact_applies_only_to_the_call_adding_that_constant():
+    """e + 1.0f and e - 1.0f on one line: __addsf3 with B = +1.0 adds +1.0; __subsf3 with B = +1.0
+    adds -1.0 (opposite signs: no fact); __subsf3 with B = -1.0 adds +1.0; an unknown B gets nothing."""
+    placed = avr_paths.value_facts({"values": [
+        {"file": "m.c", "line": 9, "op": "add", "tags": ["__addsf3x:same-sign"], "adds": "0x3f800000"}]})
+    at = placed[("m.c", 9)]
+    assert avr_paths.value_fact_tags(at, ["__addsf3"], 0x3F800000) == {"__addsf3x:same-sign"}
+    assert avr_paths.value_fact_tags(at, ["__subsf3"], 0x3F800000) == frozenset()
+    assert avr_paths.value_fact_tags(at, ["__subsf3"], 0xBF800000) == {"__addsf3x:same-sign"}
+    assert avr_paths.value_fact_tags(at, ["__addsf3"], None) == frozenset()
+    with pytest.raises(NNBuildError, match=r"m.c:4: 'adds' is for op 'add'"):
+        avr_paths.value_facts({"values": [{"file": "m.c", "line": 4, "op": "mul", "tags": [], "adds": "0x0"}]})
 
 
 def test_unknown_value_fact_op_is_one_clear_error():

@@ -255,9 +255,9 @@ def test_missing_weight_dataset(tmp_path):
 
 def test_unsupported_layer_crafted(tmp_path):
     layers = [kf.conv2d("conv2d_1", np.ones((3, 3, 1, 2)), np.zeros(2), (8, 8, 1)),
-              {"class_name": "LSTM", "config": {"name": "lstm_1", "units": 4}, "weights": []}]
-    msg = load_error(kf.write_full_model(tmp_path / "lstm.h5", layers))
-    assert "layer 'lstm_1': LSTM is not supported (supported: Activation, Add, " in msg
+              {"class_name": "SimpleRNN", "config": {"name": "rnn_1", "units": 4}, "weights": []}]
+    msg = load_error(kf.write_full_model(tmp_path / "rnn.h5", layers))
+    assert "layer 'rnn_1': SimpleRNN is not supported (supported: Activation, Add, " in msg
 
 
 def test_not_hdf5(tmp_path):

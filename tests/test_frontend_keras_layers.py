@@ -196,7 +196,7 @@ def one(layer, shape=(4, 4, 2)):
     (one(kf.layer("UpSampling2D", "u", size=[2, 2], interpolation="bicubic")),
      ["layer 'u'", "UpSampling2D interpolation 'bicubic' is not supported"]),
     (one(kf.layer("Activation", "g", activation="gelu")), ["layer 'g'", "activation 'gelu'", "not supported"]),
-    (one(kf.layer("GRU", "g", units=3)), ["layer 'g'", "GRU is not supported (supported: "]),
+    (one(kf.layer("SimpleRNN", "g", units=3)), ["layer 'g'", "SimpleRNN is not supported (supported: "]),
     (one(kf.layer("Conv1D", "c", [("kernel", np.ones((2, 2, 3))), ("bias", np.ones(3))], filters=3,
                   kernel_size=[2], data_format="channels_first"), (5, 2)),
      ["layer 'c'", "Conv1D with data_format='channels_first' is not supported"]),

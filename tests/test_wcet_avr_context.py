@@ -187,7 +187,14 @@ def context_cases():
     sweep = np.stack([x, np.roll(x, 7)], axis=1)  # drv_all: expf(in0) via drv_exp, expf(in1) via drv_libm
     c = cos_sweep(rng)
     trig = np.stack([c, np.roll(c, 3)], axis=1)  # drv_all: cosf(in0) via drv_trig
-    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep, trig]).astype(np.float32)
+    return np.concatenate([adversarial_pairs(), bits.view(np.float32), sweep, trig, special_pairs()]).astype(np.float32)
+
+
+def special_pairs():
+    """Every pairing of zero, subnormal, normal, infinite and NaN operands (the split-kind rows:
+    __fp_split3's exponent-0 and inf/NaN paths, once and twice)."""
+    values = [0.0, -0.0, 1e-40, -3e-39, 1.5, -2.0, 3e38, np.inf, -np.inf, np.nan]
+    return np.array([(a, b) for a in values for b in values], dtype=np.float32)
 
 
 # ------------------------------------------------------------------ fixtures
@@ -234,13 +241,15 @@ def traced(drv, tracer, tmp_path_factory):
                 probes[("loop", k, t)] = Probe(t, ent.get("within", []), site, "sup", sorted(heads), group)
     counters = avr_loops.load_counters()
     for k, ent in enumerate(avr_loops.load_paths()):
+        if value_fact_entry(ent):
+            continue  # checked on generated code, test_wcet_avr_value_facts.py
         start = prog.address_of(ent["symbol"])
         pcs = [start + off for off, _ in ent["blocks"].values()]
         for ctr in ent.get("counters", {}).values():  # one pc list per counter, summed below
             pcs += [prog.address_of(pt["symbol"]) + pt["offset"] for pt in counters[ctr]["points"]]
-        group = 1 + len({key[1] for key in probes if key[0] == "loop"}) + k
+        group = 1 + len({key[1] for key in probes if key[0] in ("loop", "paths")})
         for t in frames_reaching(an, prog, start):
-            probes[("paths", k, t)] = Probe(t, ent.get("within", []), None, "sup+", pcs, group)
+            probes[("paths", k, t)] = Probe(t, ent.get("within", []), entry_site(prog, ent), "sup+", pcs, group)
     keys = list(probes)
     plist = [probes[k] for k in keys]
     # ids for the tracer: sites the analyser distinguishes go on `site` lines
@@ -324,20 +333,37 @@ def test_path_constraints_hold(drv, traced):
     paths, counters = avr_loops.load_paths(), avr_loops.load_counters()
     print()
     for k, ent in enumerate(paths):
-        names = list(ent["blocks"])
-        vecs = [v for key, p in traced.items() if key[0] == "paths" and key[1] == k for v in p.vectors]
-        for name, ctr in ent.get("counters", {}).items():  # sum each counter's points
-            width = len(counters[ctr]["points"])
-            vecs = [(m, c, v[:len(names)] + [sum(v[len(names):len(names) + width])] + v[len(names) + width:])
-                    for m, c, v in vecs]
-            names.append(name)
-        assert vecs, f"paths entry {ent['symbol']} never exercised"
-        maxima = np.max([v for _, _, v in vecs], axis=0)
-        print(f"  paths {ent['symbol']} ({ent.get('id', '')}): {len(vecs)} distinct count vectors, "
-              f"max per block {dict(zip(names, maxima.tolist()))}")
-        for mult, cyc, v in vecs:
-            assert _satisfiable(ent["rows"], names, ent.get("binaries", []), v), \
-                f"paths {ent['symbol']}: counts {dict(zip(names, v))} violate the constraints"
+        if value_fact_entry(ent):
+            continue
+        check_path_entry(ent, counters, [v for key, p in traced.items() if key[0] == "paths" and key[1] == k
+                                         for v in p.vectors])
+
+
+def entry_site(prog, ent):
+    """The call instruction a table entry's "call_site" names (None: any caller)."""
+    return avr_paths.resolve_site(prog, ent["call_site"]) if "call_site" in ent else None
+
+
+def value_fact_entry(ent):
+    """Entries conditioned on the generator's value facts: exercised by generated code only."""
+    return bool(set(ent.get("within", [])) & float_facts.VALUE_ONLY_TAGS)
+
+
+def check_path_entry(ent, counters, vecs):
+    """Every observed count vector of one "paths" entry satisfies its rows for some binaries."""
+    names = list(ent["blocks"])
+    for name, ctr in ent.get("counters", {}).items():  # sum each counter's points
+        width = len(counters[ctr]["points"])
+        vecs = [(m, c, v[:len(names)] + [sum(v[len(names):len(names) + width])] + v[len(names) + width:])
+                for m, c, v in vecs]
+        names.append(name)
+    assert vecs, f"paths entry {ent['symbol']} never exercised"
+    maxima = np.max([v for _, _, v in vecs], axis=0)
+    print(f"  paths {ent['symbol']} ({ent.get('id', '')}): {len(vecs)} distinct count vectors, "
+          f"max per block {dict(zip(names, maxima.tolist()))}")
+    for mult, cyc, v in vecs:
+        assert _satisfiable(ent["rows"], names, ent.get("binaries", []), v), \
+            f"paths {ent['symbol']}: counts {dict(zip(names, v))} violate the constraints"
 
 
 def test_context_entries_only_apply_in_context(drv):

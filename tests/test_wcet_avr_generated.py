@@ -21,8 +21,10 @@ from nnbuild.wcet import avr_ipet
 from test_wcet_avr import MCU, FREQ, ROOT, board, worst_case_search
 
 ARCH = os.path.join(ROOT, "firmware_examples", "f1tenth", "architecture.json")
-#: analysis time limit (s) and bound/measured cap for the generated F1/10 model at -Os
-TIME_LIMIT, RATIO_CAP = 30.0, 1.5
+#: analysis time limit (s) and bound/measured cap for the generated F1/10 model at -Os (issue 27's
+#: goal is 1.3; the search starts from the slowest input bench/avr_float_worst.py found)
+TIME_LIMIT, RATIO_CAP = 30.0, 1.30
+SLOW = os.path.join(ROOT, "tests", "data", "f1tenth_float_slow.json")
 #: the same for its q16 build (integer MACs; float only in the input quantisation)
 Q16_TIME_LIMIT, Q16_RATIO_CAP = 10.0, 1.03
 
@@ -95,7 +97,7 @@ def test_f1tenth_bound_covers_worst_case_search(f1, tmp_path):
 
     rng = np.random.default_rng(61)
     start = np.concatenate([rng.uniform(-1, 1, (4, n_in)), rng.standard_normal((4, n_in)) * 30,
-                            np.full((1, n_in), 1e-40), np.full((1, n_in), 1e30)]).astype(np.float32)
+                            np.full((1, n_in), 1e-40), np.full((1, n_in), 1e30), stored_slow()]).astype(np.float32)
     cyc = run(start)
     i = int(np.argmax(cyc))
     _, worst, evals = worst_case_search(run, (start[i], cyc[i]), rng, "float", budget=48)
@@ -105,6 +107,12 @@ def test_f1tenth_bound_covers_worst_case_search(f1, tmp_path):
           f"search from {int(cyc.max())}), bound/measured {ratio:.3f}")
     assert res.cycles >= worst, f"UNSOUND: bound {res.cycles} < measured {worst}"
     assert ratio <= RATIO_CAP
+
+
+def stored_slow():
+    """The slowest float32 input found so far (one row)."""
+    with open(SLOW) as f:
+        return np.array([json.load(f)["f1tenth"]], dtype=np.float32)
 
 
 @pytest.fixture(scope="module")

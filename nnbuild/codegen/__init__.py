@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from nnbuild import names
+from nnbuild.codegen import common
 from nnbuild.files import output_mode
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED
@@ -36,6 +37,8 @@ PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
 #: without ELPM such as the ATmega328P), or const arrays the mlp shape lays out for 16-byte vectors
 #: (const-simd: GCC/Clang vector extension, one neuron per lane; the host board's).
 STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd")
+#: DSP capabilities of a board (its key "dsp") that shapes have kernels for (one home: common)
+DSP_CAPABILITIES = common.DSP_CAPABILITIES
 
 
 def output_roles(name, shape=None):
@@ -136,6 +139,10 @@ def shape_refusal(shape, precision, model=None):
     if offered is not None and precision_family(precision) not in offered:
         return (f"shape {shape} does not generate precision '{precision}' "
                 f"(it generates: {', '.join(offered)})")
+    if model is not None and hasattr(module, "model_refusal"):
+        why = module.model_refusal(model, precision)
+        if why:
+            return why
     if model is not None and getattr(model, "several_io", False):
         return several_io_refusal(shape, module, precision, model)
     return None
@@ -154,15 +161,18 @@ def several_io_refusal(shape, module, precision, model):
 
 
 def generate(model, outdir, *, shape="auto", precision="float32", storage="const", passes_log=(),
-             input_range=None):
+             input_range=None, dsp=None):
     """Render model into outdir; files appear all together (temp + rename) or not at all.
 
-    Fixed-point precisions need `input_range` (lo, hi): their formats are proven over it."""
+    Fixed-point precisions need `input_range` (lo, hi): their formats are proven over it. `dsp`: the
+    board's DSP capability (board key "dsp"), which shapes with DSP_KERNELS use and others ignore."""
     check_precision(precision)
     check_model_name(model.name)
     check_layer_names(model)
     if storage not in STORAGES:
         raise NNBuildError(f"weights storage '{storage}' is unknown (known: {', '.join(STORAGES)})")
+    if dsp is not None and dsp not in DSP_CAPABILITIES:
+        raise NNBuildError(f"DSP capability '{dsp}' is unknown (known: {', '.join(DSP_CAPABILITIES)})")
     kind = getattr(model, "kind", "nn")
     fits = shapes_of_kind(kind)
     if shape == "auto":
@@ -174,8 +184,9 @@ def generate(model, outdir, *, shape="auto", precision="float32", storage="const
     why = shape_refusal(shape, precision, model)
     if why:
         raise NNBuildError(why)
+    extra = {"dsp": dsp} if dsp and getattr(module, "DSP_KERNELS", False) else {}
     files = module.render(model, precision=precision, storage=storage,
-                                       passes_log=list(passes_log), input_range=input_range)
+                          passes_log=list(passes_log), input_range=input_range, **extra)
     trace_name = f"{model.name}.trace.json"
     if isinstance(files.get(trace_name), dict):
         files[trace_name] = portable_trace(files[trace_name])

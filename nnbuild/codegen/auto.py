@@ -24,8 +24,14 @@ def choose(model):
     return "v2", v2, f"the MLP shape cannot express {why}"
 
 
+#: passes the board's DSP capability on to the shape it picks, if that one has DSP kernels
+DSP_KERNELS = True
+
+
 def render(model, **options):
     shape, module, why = choose(model)
+    if not getattr(module, "DSP_KERNELS", False):
+        options.pop("dsp", None)
     files = module.render(model, **options)
     trace = files[f"{model.name}.trace.json"]
     if isinstance(trace, dict):

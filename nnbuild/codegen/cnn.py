@@ -13,7 +13,7 @@ import types
 import numpy as np
 
 from nnbuild import __version__
-from nnbuild.codegen import common, templating, tensor_ops
+from nnbuild.codegen import common, recurrent, templating, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
@@ -113,7 +113,8 @@ def lower(model, storage, *, liveness=None):
             "api_buffers": api,
             "int_reads": sorted({int(a["ctype"][3:5]) for a in arrays if a.get("ctype", "").startswith("int")}),
             "arena_floats": stats["arena_bytes"] // FLOAT_BYTES,
-            "activations": sorted({o["activation"] for o in ops} - {"linear", "softmax"}),
+            "activations": sorted(({o["activation"] for o in ops} | {a for o in ops for a in o.get("cell_activations", ())})
+                                  - {"linear", "softmax"}),
             "has_softmax": any(o["softmax"] for o in ops)}
 
 
@@ -276,6 +277,8 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
         pass
     elif kind in tensor_ops.KINDS:
         lower_tensor_op(op, layer, in_shapes, out_shape, prefix)
+    elif kind == "recurrent":
+        recurrent.lower(op, layer, prefix, storage, _array)
     else:
         raise NNBuildError(f"{layer.source_type} layer '{layer.name}' has no CNN code shape")
 

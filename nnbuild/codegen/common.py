@@ -83,6 +83,11 @@ def weight_symbols(layers):
     return sorted(set(names + [l["bias"]["symbol"] for l in layers if l.get("bias")]))
 
 
+#: DSP capabilities of a board (its key "dsp", board.schema.json) that shapes have kernels for:
+#: armv7e-m, the ARMv7E-M DSP extension (SMLAD, SXTB16) of the Cortex-M4/M7
+DSP_CAPABILITIES = ("armv7e-m",)
+
+
 def row_chunks(n_rows, row_bytes, storage, item):
     """[(start, stop)] of a weight array's rows: in AVR flash, balanced chunks each under
     MAX_ARRAY_BYTES (a single row over it is refused, naming `item`); else one chunk."""
@@ -144,7 +149,8 @@ def weights_digest(model):
     """sha256 over every weight array, named in the weights file for traceability."""
     digest = hashlib.sha256()
     for layer in model.layers:
-        for array in (getattr(layer, "kernel", None), getattr(layer, "bias", None)):
+        for array in (getattr(layer, role, None) for role in ("kernel", "bias", "w", "r", "rbias", "peephole",
+                                                                "initial_h", "initial_c")):
             if array is not None:
                 digest.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
     return digest.hexdigest()
@@ -220,10 +226,16 @@ class FlowFacts:
     def mark(self, key):
         return self._put("M", key)
 
-    def value(self, op, tags, why):
+    def value(self, op, tags, why, adds=None):
         """A value fact about the float operation `op` ("mul", "add") on this line: `tags` name
-        the operand properties the generator proved (`why`), for the WCET analyser's table."""
-        return self._put("V", {"op": op, "tags": list(tags), "why": why, "layer": self._layer})
+        the operand properties the generator proved (`why`), for the WCET analyser's table.
+        `adds` (op "add"): the float32 bits ("0x3f800000") of the constant added; the fact then
+        holds only for the additions of that constant on the line (the compiler may move another
+        addition's call onto it)."""
+        fact = {"op": op, "tags": list(tags), "why": why, "layer": self._layer}
+        if adds is not None:
+            fact["adds"] = adds
+        return self._put("V", fact)
 
     def resolve(self, text):
         """(text without sentinels, flow facts, {mark key: [lines]}); facts of dropped text vanish."""

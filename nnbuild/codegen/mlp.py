@@ -47,13 +47,18 @@ def vector_lanes(storage, real):
     return VECTOR_BYTES // (4 if real == "float" else 8)
 
 
-def render(model, *, precision, storage, passes_log, input_range=None):
-    """All output files of `model` as {file name: text or JSON-able object}."""
+#: the fixed-point layers have DSP-extension kernels (common.DSP_CAPABILITIES, mlp_fixed.dsp_layer)
+DSP_KERNELS = True
+
+
+def render(model, *, precision, storage, passes_log, input_range=None, dsp=None):
+    """All output files of `model` as {file name: text or JSON-able object}; `dsp`: the board's DSP
+    capability (fixed-point precisions only)."""
     from nnbuild.numerics import formats as quantize
     if quantize.is_fixed(precision):
         from nnbuild.codegen import mlp_fixed
         return mlp_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
-                                input_range=input_range)
+                                input_range=input_range, dsp=dsp)
     if precision == "float64" and storage in common.FLASH_STORAGES:
         raise NNBuildError("precision float64 needs a 64-bit double; avr-gcc's double is 32 bits")
     real = common.REALS[precision][0]

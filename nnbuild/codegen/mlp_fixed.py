@@ -20,18 +20,25 @@ READERS = {8: "NN_READ8", 16: "NN_READ16", 32: "NN_READ32", 64: "NN_READ64"}
 NEAR_LIMIT = 60 * 1024
 
 
-def render(model, *, precision, storage, passes_log, input_range):
+#: neurons sharing each input load in a DSP layer (four accumulators, the rest of the registers for
+#: weights, inputs and pointers)
+DSP_ROWS = 4
+
+
+def render(model, *, precision, storage, passes_log, input_range, dsp=None):
     if input_range is None:
         raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
     plan = q.quantize(model, precision, input_range)
     name = model.name
     layers = plan_layers(model.name, plan, storage)
+    for layer in layers:
+        layer["dsp"] = dsp_layer(model.name, plan.layers[layer["index"]], layer, storage, dsp)
     flash = flash_bytes(layers, plan)
     near = storage == common.NEAR_STORAGE or (storage == "avr-progmem-far" and flash <= NEAR_LIMIT)
     for layer in layers:  # the AVR dot-product loops read rows with LPM Z+ (near flash), 4 inputs a turn
         fits_loop = near and 4 <= layer["inputs"] <= 4 * 255 + 3
         fits_pair = near and 8 <= layer["inputs"] <= 8 * 255 + 7  # the group kernels (NN_DOT16P, ...): 8 inputs a turn
-        layer["pair"] = fits_pair and (layer["mac16"] or layer["mac8"]) and layer["units"] % 2 == 0
+        layer["pair"] = not layer["dsp"] and fits_pair and (layer["mac16"] or layer["mac8"]) and layer["units"] % 2 == 0
         layer["dot16"] = fits_loop and layer["mac16"] and not layer["pair"]
         layer["dot8"] = fits_loop and layer["mac8"] and not layer["pair"]
         layer["dot"] = "NN_DOT16" if layer["dot16"] else ("NN_DOT8" if layer["dot8"] else None)
@@ -43,10 +50,12 @@ def render(model, *, precision, storage, passes_log, input_range):
         "name": name, "guard": name.upper(), "version": __version__,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files],
         "precision": precision, **common.storage_context(storage), "near": near, "flash_bytes": flash,
-        "mac16": any(l["mac16"] and not l["pair"] for l in layers), "dot16": any(l["dot16"] for l in layers),
+        "mac16": any(l["mac16"] and not l["pair"] and not l["dsp"] for l in layers), "dot16": any(l["dot16"] for l in layers),
         "dot8": any(l["dot8"] for l in layers), "pair16": any(l["pair"] and l["mac16"] for l in layers),
         "pair8": any(l["pair"] and l["mac8"] for l in layers), "offset_xq": bool(layers) and layers[0]["pair"],
         "read64": any(l["bias"]["bits"] == 64 for l in layers),
+        "dsp": any(l["dsp"] for l in layers),
+        "dsp8": any(l["dsp"] and l["wbits"] == 8 for l in layers),
         "sar8": any(l["q"].acc_bits == 32 and l["q"].shift >= 8 for l in layers),
         "asr_shifts": sorted({asr_shift(l["q"]) for l in layers} - {0}),
         "tanh_asm": near,  # nn_tanh_q in AVR assembly (16-bit tables in near flash), as in the CNN shapes
@@ -229,6 +238,89 @@ def pair_layer(prefix, qlayer, layer, storage):
     layer["utype"] = f"uint{bits}_t"
 
 
+def dsp_layer(prefix, qlayer, layer, storage, dsp):
+    """Lay out `layer` for the DSP kernels (SMLAD: two 16x16 multiply-accumulates into 32 bits per
+    instruction) when the board has the capability `dsp` and the layer's arithmetic is one of theirs;
+    returns whether it did.
+
+    Neurons go in groups of DSP_ROWS (the last group holds the rest), every input pair loaded once for
+    the group. The weights become one uint32_t stream walked in the order the code reads it: per group
+    and per turn of 4 inputs, each neuron's words in turn; int16 weights two per word (input 2k low,
+    2k+1 high, as the inputs' own pairs in memory); int8 weights four per word with bytes w0 w2 w1 w3,
+    so SXTB16 gives the pair (w0, w1) and SXTB16 of the word rotated by 8 the pair (w2, w3). The
+    inputs left after the last turn of 4 get one word per neuron, zero where no input is.
+
+    SMLAD sums modulo 2^32 and sets the Q flag on signed overflow; nothing reads Q, and the plan
+    bounds |bias| + sum |w| * max|x| by int32 (acc_bound, checked here again), which bounds every
+    partial sum in any order: no sum the kernel forms overflows, so it is the exact accumulator of
+    nnbuild.numerics.bitexact whatever the order of the terms.
+    """
+    if dsp not in common.DSP_CAPABILITIES or storage != "const" or not (layer["mac16"] or layer["mac8"]):
+        return False
+    if layer["bias"]["bits"] != 32 or qlayer.acc_bound > 2 ** 31 - 1:
+        return False
+    layer.update(dsp_pack(f"{prefix}_{layer['c_name']}_w0", qlayer.kernel_q, qlayer.weight.bits))
+    layer["wtype"] = "uint32_t"
+    return True
+
+
+def dsp_pack(symbol, kernel, bits, segments=1):
+    """The template view of a DSP layer of `kernel` ([neuron][input] integers of `bits` bits): its one
+    weight array `symbol` (the word stream), the group loops, turns of 4 inputs and the tail of each
+    of its `segments` equal runs of inputs (a convolution's kernel rows; the stream holds, per group,
+    each segment's words in turn)."""
+    kernel = np.asarray(kernel, dtype=np.int64)
+    units, inputs = kernel.shape
+    run = inputs // segments
+    if run * segments != inputs:
+        raise NNBuildError(f"internal error: {inputs} inputs in {segments} equal segments")
+    stream = np.concatenate([dsp_group_words(kernel[start:start + rows, s * run:(s + 1) * run], bits)
+                             for start, rows in dsp_groups(units) for s in range(segments)])
+    inputs = run
+    return {"chunks": [{"symbol": symbol, "start": 0, "rows": units, "size": int(stream.size), "ctype": "uint32_t",
+                        "bits": 32, "values": hex_rows(stream, 6)}],
+            "groups": [{"start": start, "rows": rows, "count": count} for start, rows, count in dsp_group_loops(units)],
+            "turns": inputs // 4, "tail": inputs % 4, "wtype": "uint32_t"}
+
+
+def dsp_groups(units):
+    """(first neuron, neurons) of each DSP group: full groups of DSP_ROWS, then the rest."""
+    full = units // DSP_ROWS
+    groups = [(g * DSP_ROWS, DSP_ROWS) for g in range(full)]
+    return groups + ([(full * DSP_ROWS, units % DSP_ROWS)] if units % DSP_ROWS else [])
+
+
+def dsp_group_loops(units):
+    """(first neuron, neurons per group, groups) of the code's group loops: the full groups in one
+    loop, the rest in a group of its own."""
+    full = units // DSP_ROWS
+    loops = [(0, DSP_ROWS, full)] if full else []
+    return loops + ([(full * DSP_ROWS, units % DSP_ROWS, 1)] if units % DSP_ROWS else [])
+
+
+def dsp_group_words(rows, bits):
+    """The uint32 words of one group of neurons (`rows`: [neuron][input] integers), in read order."""
+    units, inputs = rows.shape
+    padded = np.zeros((units, -(-inputs // 4) * 4), dtype=np.int64)
+    padded[:, :inputs] = rows
+    mask = (1 << bits) - 1
+    quads = (padded & mask).reshape(units, -1, 4)           # [neuron][turn][4 inputs], two's complement
+    if bits == 16:
+        lo = quads[:, :, 0::2] | (quads[:, :, 1::2] << 16)  # [neuron][turn][2 words]
+        main = lo[:, :inputs // 4].transpose(1, 0, 2).ravel()
+        tail = lo[:, inputs // 4, :(inputs % 4 + 1) // 2].T.ravel() if inputs % 4 else np.zeros(0, np.int64)
+    else:
+        word = quads[:, :, 0] | (quads[:, :, 2] << 8) | (quads[:, :, 1] << 16) | (quads[:, :, 3] << 24)
+        main = word[:, :inputs // 4].T.ravel()
+        tail = word[:, inputs // 4] if inputs % 4 else np.zeros(0, np.int64)
+    return np.concatenate([main, tail]).astype(np.uint64)
+
+
+def hex_rows(values, per_line=6):
+    text = [f"0x{int(v):08x}u" for v in values]
+    return [", ".join(text[i:i + per_line]) for i in range(0, len(text), per_line)]
+
+
 def int32_rows(values, per_line=8):
     """literal_rows for int32 values, INT32_MIN spelled as a C constant expression of type int."""
     text = ["(-2147483647 - 1)" if int(v) == -(1 << 31) else str(int(v)) for v in values]
@@ -239,7 +331,7 @@ def flash_bytes(layers, plan):
     """Bytes of every constant array the code reads from flash (weights, biases, tables)."""
     total = 0
     for layer in layers:
-        total += sum(c["size"] for c in layer["chunks"]) * layer["wbits"] // 8
+        total += sum(c["size"] for c in layer["chunks"]) * (4 if layer["dsp"] else layer["wbits"] // 8)
         total += layer["bias"]["size"] * layer["bias"]["bits"] // 8
     total += len(tables_for(plan)) * q.TANH_POINTS * 4 + (q.EXP_POINTS * 4 if needs(plan, "softmax") else 0)
     return total

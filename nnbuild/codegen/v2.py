@@ -8,7 +8,7 @@ are written by `TensorCode` from the loop plans of nnbuild.codegen.tensor_ops: o
 (merged) axis, literal bounds, per-axis offsets accumulated outside in, tables read through the
 prelude's NN_READ macros (AVR flash or plain const)."""
 
-from nnbuild.codegen import cnn
+from nnbuild.codegen import cnn, recurrent
 from nnbuild.codegen.common import float_literal
 from nnbuild.numerics.formats import is_fixed
 
@@ -260,10 +260,20 @@ def tensor_code(ctx):
             broadcast(code, op, act)
         else:
             {"move": move, "reduce": reduce, "softmax_axis": softmax_axis, "lrn": lrn, "resample": resample,
-             "unary": unary}[kind](code, op)
+             "unary": unary, "recurrent": recurrent.render}[kind](code, op)
         code.close()
         return code.text()
     return render
+
+
+def model_refusal(model, precision):
+    """Why this model cannot be generated in `precision` (recurrent layers: floating point only), or None."""
+    if is_fixed(precision):
+        layer = next((l for l in model.layers if l.kind == "recurrent"), None)
+        if layer is not None:
+            return (f"shape v2 generates {layer.source_type} '{layer.name}' in float32 and float64 only "
+                    f"(not precision '{precision}')")
+    return None
 
 
 def int16_move(op, ff):
@@ -275,8 +285,12 @@ def int16_move(op, ff):
     return code.text()
 
 
+#: the fixed-point Conv2D and Dense have DSP-extension kernels (v2_fixed.dsp_op)
+DSP_KERNELS = True
+
+
 def render(model, *, precision, storage, passes_log, input_range=None, **fixed_options):
-    """The files of `model`; fixed_options (plan, int_input, int_output) go to v2_fixed.render."""
+    """The files of `model`; fixed_options (plan, int_input, int_output, dsp) go to v2_fixed.render."""
     if is_fixed(precision):
         from nnbuild.codegen import v2_fixed
         return v2_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,

@@ -23,18 +23,21 @@ ELEMENT_BYTES = 2
 
 
 def render(model, *, precision, storage, passes_log, input_range, shape="v2", template="v2_fixed.c.j2",
-           plan=None, int_input=False, int_output=False, move_code=None):
+           plan=None, int_input=False, int_output=False, move_code=None, dsp=None):
     """The files of `model`; `plan` given (a segment of a split model: graph_plan.segment_plan) is
     used instead of a proof over `input_range`, and `int_input`/`int_output` make the API read or
     write the int16 integers of the plan's formats instead of floats (segments hand tensors on).
     `move_code(op, ff)` writes a Transpose or Slice over int16 tensors (the v2 shape's movement
-    loops); without it a model with one is refused."""
+    loops); without it a model with one is refused. `dsp`: the board's DSP capability (Conv2D and Dense
+    on SMLAD, dsp_op)."""
     if plan is None:
         if input_range is None:
             raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
         plan = graph_plan.quantize_graph(model, precision, input_range)
     lowered = cnn.lower(model, storage)
     ops = fixed_ops(model.name, lowered["ops"], plan, storage, moves=move_code is not None)
+    for op in ops:
+        op["dsp"] = dsp_op(model.name, op, storage, dsp)
     arrays = [a for op in ops for a in op["chunks"] + ([op["bias"]] if op["bias"] else []) + op["arrays"]]
     flash = sum(a["size"] * a["bits"] // 8 for a in arrays) + len(tanh_tables(plan)) * q.TANH_POINTS * 4 \
         + (q.EXP_POINTS * 4 if any(o.activation == "softmax" for o in plan.ops) else 0)
@@ -59,7 +62,8 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "int_reads": [16, 32] + ([64] if any(a["bits"] == 64 for a in arrays) else []),
         "padded_symbol": f"{model.name}_padded", "padded_elements": padded, "input_pad": first,
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
-        "mac16": any(o["mac16"] for o in ops), "dot16": any(o["dot"] == "NN_DOT16" for o in ops),
+        "mac16": any(o["mac16"] and not o["dsp"] for o in ops),
+        "dsp": any(o["dsp"] for o in ops), "dsp8": any(o["dsp"] and o["wbits"] == 8 for o in ops), "dot16": any(o["dot"] == "NN_DOT16" for o in ops),
         "dot16far": any(o["dot"] == "NN_DOT16F" for o in ops), "dot8": any(o["dot"] == "NN_DOT8" for o in ops),
         "dot8far": any(o["dot"] == "NN_DOT8F" for o in ops),
         "read64": any(a["bits"] == 64 for a in arrays),
@@ -75,6 +79,42 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
     if near:
         record["near_flash_symbols"] = sorted([a["symbol"] for a in arrays] + table_symbols(ctx))
     return cnn.output_files(name, ctx, code, facts, record)
+
+
+def dsp_op(prefix, op, storage, dsp):
+    """Lay a Conv2D or Dense out for the DSP kernels (mlp_fixed.dsp_layer says why they are exact) when
+    the board has the capability and the op's arithmetic is theirs; returns whether it did.
+
+    The kernels read input pairs as aligned words. A Dense reads its inputs where they are when they
+    start on an even element of a word-aligned buffer, else from a copy in an aligned local; a
+    Conv2D (no bounds tests, one group, no column dilation) reads each kernel row of each output
+    pixel in place when the channels are even (every row then starts on an even element), else it
+    first copies the pixel's window into an aligned local (`im2col`). Each kernel row is a segment
+    with turns and tail of its own; the weights follow that order."""
+    qop = op["q"]
+    if dsp not in common.DSP_CAPABILITIES or storage != "const" or op["kind"] not in ("conv2d", "dense"):
+        return False
+    if qop.acc_bits != 32 or qop.acc_bound > graph_plan.INT32_MAX or op["bias"]["bits"] != 32 or op["wbits"] not in (8, 16):
+        return False
+    if op["kind"] == "conv2d" and (op["generic"] or op["G"] != 1 or not op["contiguous"]):
+        return False
+    kq = np.asarray(qop.kernel_q, dtype=np.int64)
+    rows = np.transpose(kq, (3, 0, 1, 2)).reshape(kq.shape[3], -1) if op["kind"] == "conv2d" else kq.T
+    source = "padded" if op.get("pad_copy") else op["src"][0]
+    offset = int(source.rsplit(" + ", 1)[1]) if " + " in source else 0
+    if op["kind"] == "dense":
+        direct = offset % 2 == 0 and (op["k"] % 2 == 0 or op["outer"] == 1)
+        segments, run = 1, op["k"]
+    else:
+        direct = offset % 2 == 0 and op["C"] % 2 == 0
+        segments, run = op["KH"], op["run"]
+    if not direct:
+        segments, run = 1, rows.shape[1]
+    packed = mlp_fixed.dsp_pack(f"{prefix}_{op['c_name']}_w0", rows, op["wbits"], segments=segments)
+    packed["chunks"][0]["comment"] = (f"{op['source_type']} '{op['name']}': {rows.shape[0]} outputs x {rows.shape[1]} "
+                                      f"weights as the DSP kernels read them (mlp_fixed.dsp_pack)")
+    op.update(packed, direct=direct, segments=segments, seg_run=run)
+    return True
 
 
 def integer_api(plan, int_input, int_output):

@@ -398,6 +398,14 @@ def count_terms(ops):
     return total
 
 
+def model_refusal(model, precision):
+    """Recurrent layers loop over their steps: v3 (straight-line code) does not write them."""
+    layer = next((l for l in model.layers if l.kind == "recurrent"), None)
+    if layer is not None:
+        return f"shape v3 does not generate {layer.source_type} '{layer.name}' (recurrent layers: use shape v2)"
+    return None
+
+
 def check_precision(precision):
     if precision not in PRECISIONS:
         raise NNBuildError(f"shape v3 generates {', '.join(PRECISIONS)} only (precision '{precision}' is not "

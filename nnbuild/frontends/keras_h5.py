@@ -32,7 +32,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
 from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatenate, Conv2D, Dense,
                               Elementwise, Flatten, Model, Pool2D, Reduce, Reshape, Resize, Slice, Softmax,
-                              Unary, ZeroPadding2D, same_padding, weight_problem)
+                              Recurrent, Unary, ZeroPadding2D, same_padding, weight_problem)
 
 try:  # h5py is a declared dependency; import errors surface as one line at load time.
     import h5py
@@ -45,7 +45,7 @@ ISOLATE = True
 #: Layer classes this front-end turns into IR layers (or drops, for inference-only no-ops).
 SUPPORTED_LAYERS = ("Activation", "Add", "Average", "AveragePooling2D", "BatchNormalization", "Concatenate",
                     "Conv1D", "Conv2D", "Cropping1D", "Cropping2D", "Dense", "DepthwiseConv2D", "Dropout",
-                    "ELU", "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
+                    "ELU", "Flatten", "GRU", "LSTM", "GlobalAveragePooling1D", "GlobalAveragePooling2D",
                     "GlobalMaxPooling1D", "GlobalMaxPooling2D", "InputLayer", "LeakyReLU", "MaxPooling2D",
                     "Maximum", "Minimum", "Multiply", "ReLU", "Reshape", "SeparableConv2D", "Softmax",
                     "Subtract", "UpSampling2D", "ZeroPadding2D")
@@ -435,7 +435,8 @@ class Keras3Weights:
             obj = layers_group.get(key)
             vars_ = obj.get("vars") if isinstance(obj, h5py.Group) else None
             if isinstance(vars_, h5py.Group) and "name" in vars_.attrs:
-                self.groups.setdefault(_text(_attr(vars_.attrs, "name", wpath), wpath, "vars name attribute"), vars_)
+                self.groups.setdefault(_text(_attr(vars_.attrs, "name", wpath), wpath, "vars name attribute"),
+                                       _cell_vars(obj, vars_))
         counts = {}
         for layer, cls in class_names:  # older Keras 3: snake_case class name, _1, _2 ... by order
             base = _snake(cls)
@@ -443,10 +444,19 @@ class Keras3Weights:
             counts[base] = counts.get(base, 0) + 1
             obj = layers_group.get(key)
             if layer not in self.groups and isinstance(obj, h5py.Group) and isinstance(obj.get("vars"), h5py.Group):
-                self.groups[layer] = obj["vars"]
+                self.groups[layer] = _cell_vars(obj, obj["vars"])
 
     def group(self, layer):
         return self.groups.get(layer)
+
+
+def _cell_vars(layer_group, vars_):
+    """A recurrent layer (LSTM, GRU) keeps no variables of its own: they are its cell's
+    (`layers/<key>/cell/vars`); any other layer's are its `vars`."""
+    cell = layer_group.get("cell")
+    if len(vars_) == 0 and isinstance(cell, h5py.Group) and isinstance(cell.get("vars"), h5py.Group):
+        return cell["vars"]
+    return vars_
 
 
 class LegacyWeights:
@@ -685,6 +695,74 @@ def _dense(entry: dict, prev_shape, prev_name, root, cpath, wpath) -> Dense:
         raise _err(f"bias shape {bias.shape} does not match units={kernel.shape[1]}", wpath, name)
     return Dense(name=name, kernel=kernel.read(), bias=bias.read() if bias is not None else None, activation=act,
                  source_type="Dense")
+
+
+#: Keras recurrent activations nnbuild's Recurrent layer computes
+_RECURRENT_ACTIVATIONS = ("sigmoid", "tanh", "relu")
+
+
+def _recurrent(entry, cls, in_shape, root, cpath, wpath) -> List:
+    """LSTM or GRU over the sequence [steps, features] onto the IR's Recurrent layer (ONNX's gate
+    order: Keras's LSTM i, f, c, o becomes i, o, f, c; GRU z, r, h stays; reset_after is ONNX's
+    linear_before_reset), then a Reshape to Keras's output ([steps, units] or [units]). Every call
+    starts from the zero state (stateful=False)."""
+    cfg = entry["config"]
+    name = _layer_name(entry)
+    units = _int(cfg, "units", cpath, name)
+    for key in ("stateful", "return_state", "time_major"):
+        if _bool(cfg, key, cpath, name, default=False):
+            raise _err(f"{cls} with {key}=True is not supported (one sequence per call from the zero state, "
+                       "one output)", cpath, name)
+    sequences = _bool(cfg, "return_sequences", cpath, name, default=False)
+    backwards = _bool(cfg, "go_backwards", cpath, name, default=False)
+    if backwards and sequences:
+        raise _err(f"{cls} with go_backwards and return_sequences is not supported (the reversed sequence)",
+                   cpath, name)
+    acts = []
+    for key, default in (("recurrent_activation", "sigmoid"), ("activation", "tanh")):
+        value = _activation_text(cfg.get(key, default))
+        if value not in _RECURRENT_ACTIVATIONS:
+            raise _err(f"{key} {_show(value)} of {cls} is not supported (supported: "
+                       f"{', '.join(_RECURRENT_ACTIVATIONS)})", cpath, name)
+        acts.append(value)
+    if len(in_shape) != 2:
+        raise _err(f"{cls} reads a sequence [steps, features], got shape {in_shape}", cpath, name)
+    steps, features = in_shape
+    use_bias = _bool(cfg, "use_bias", cpath, name, default=True)
+    gates = 4 if cls == "LSTM" else 3
+    reset_after = cls == "GRU" and _bool(cfg, "reset_after", cpath, name, default=True)
+    weights = _weights_by_count(root, name, wpath, cls, (3,) if use_bias else (2,))
+    kernel, recurrent = weights[0], weights[1]
+    bias_shape = ((2, gates * units) if reset_after else (gates * units,))
+    for stored, shape, what in ((kernel, (features, gates * units), "kernel"),
+                                (recurrent, (units, gates * units), "recurrent_kernel")) + (
+                                    ((weights[2], bias_shape, "bias"),) if use_bias else ()):
+        if tuple(stored.shape) != shape:
+            raise _err(f"{what} has shape {tuple(stored.shape)}, expected {shape}", wpath, name)
+    w, r = _read(kernel).T.astype(np.float32), _read(recurrent).T.astype(np.float32)
+    b = _read(weights[2]).astype(np.float64) if use_bias else np.zeros(bias_shape)
+    rbias = None
+    if cls == "LSTM":
+        order = [0, 3, 1, 2]   # Keras i, f, c, o -> i, o, f, c
+
+        def gate_rows(m):
+            return np.concatenate([m[k * units:(k + 1) * units] for k in order])
+        w, r, bias = gate_rows(w), gate_rows(r), gate_rows(b)
+        activations = (acts[0], acts[1], acts[1])
+    else:
+        if reset_after:
+            bias = np.concatenate([b[0, :2 * units] + b[1, :2 * units], b[0, 2 * units:]])
+            rbias = b[1, 2 * units:]
+        else:
+            bias, rbias = b, np.zeros(units)
+        activations = (acts[0], acts[1])
+    layer = Recurrent(name=name, cell=cls.lower(), directions=("reverse" if backwards else "forward",),
+                      w=w[None], r=r[None], bias=bias.astype(np.float32)[None],
+                      rbias=None if rbias is None else rbias.astype(np.float32)[None],
+                      activations=activations, linear_before_reset=reset_after,
+                      output="sequence" if sequences else "last", source_type=cls)
+    out = (steps, units) if sequences else (units,)
+    return [layer, Reshape(name=f"{name}_output", target_shape=out, source_type=cls)]
 
 
 def _channels_last(cfg, cls, path, layer):
@@ -1104,6 +1182,8 @@ def _one_layer(entry, cls, cfg, name, in_shapes, prev_names, root, cpath, wpath)
         return Flatten(name=name)
     if cls == "Reshape":
         return _reshape(entry, shape, cpath)
+    if cls in ("LSTM", "GRU"):
+        return _recurrent(entry, cls, shape, root, cpath, wpath)
     if cls == "Concatenate":
         return Concatenate(name=name, axis=_axis(cfg.get("axis", -1), len(shape), cls, cpath, name))
     if cls in _MERGES:

@@ -39,6 +39,7 @@ import numpy as np
 
 from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
+from nnbuild.frontends import onnx_recurrent
 from nnbuild.ir import graph as g
 
 #: ops evaluated at load when every input is a constant
@@ -68,12 +69,14 @@ STRING_VALUES = {
     "nearest_mode": {"Resize": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")},
     "keep_aspect_ratio_policy": {"Resize": ("stretch", "not_larger", "not_smaller")},
     "approximate": {"Gelu": ("none", "tanh")},
+    "direction": {"LSTM": ("forward", "reverse", "bidirectional"), "GRU": ("forward", "reverse", "bidirectional")},
 }
 #: integer attributes that are flags (0 or 1)
 FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "exclude_outside", "antialias",
-         "allowzero", "transA", "transB", "broadcast", "storage_order")
+         "allowzero", "transA", "transB", "broadcast", "storage_order", "input_forget", "linear_before_reset",
+         "layout")
 #: integer attributes whose every value is >= 1
-POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size")
+POSITIVE = ("strides", "dilations", "kernel_shape", "group", "size", "hidden_size")
 #: integer attributes whose every value is >= 0, by op (Pad's own pads are checked by op_Pad)
 NON_NEGATIVE = {"pads": ("Conv", "MaxPool", "AveragePool", "ConvTranspose"), "output_padding": ("ConvTranspose",)}
 #: attributes with the one value nnbuild implements: (op, name) -> value (inference semantics only)
@@ -87,7 +90,7 @@ SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE)
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
     "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand",
-    "ConvTranspose"})
+    "ConvTranspose", "LSTM", "GRU"})
 
 
 def channels_per_group(w, groups):
@@ -316,6 +319,8 @@ def attribute_problem(node):
 
 
 class _Converter:
+    problem_type = Problem
+
     def __init__(self, proto, path):
         self.proto, self.path = proto, path
         self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -364,21 +369,21 @@ class _Converter:
         if len(inputs) + len(graph.output) > limits.MAX_MODEL_IO:
             raise Problem(f"{len(inputs)} inputs and {len(graph.output)} outputs (limit MAX_MODEL_IO = "
                           f"{limits.MAX_MODEL_IO} arguments of the C function)")
-        shape = self._input_shape(inputs[0])
-        self.input_name = names.c_identifier(inputs[0].name) or "input"
+        shape, entry = self._input_entry(graph, inputs[0], first=True)
+        self.input_name = entry[1]
         self.used.add(self.input_name)
         self.ir_shapes = {self.input_name: shape}
-        self.tensors[inputs[0].name] = ("ir", self.input_name, shape, _identity(len(shape)))
+        self.tensors[inputs[0].name] = entry
         self.labels = {self.input_name: inputs[0].name}
         self.more_inputs = []
         layout = (self.batch, self.batchless)
         for value in inputs[1:]:
-            more = self._input_shape(value)
+            more, entry = self._input_entry(graph, value, first=False)
             if (self.batch, self.batchless) != layout:
                 raise Problem(f"input '{value.name}' has another batch axis than input '{inputs[0].name}'")
-            ir_name = self.unique(value.name or "input")
+            ir_name = entry[1]
             self.ir_shapes[ir_name] = more
-            self.tensors[value.name] = ("ir", ir_name, more, _identity(len(more)))
+            self.tensors[value.name] = entry
             self.labels[ir_name] = value.name
             self.more_inputs.append((ir_name, more))
         for node in graph.node:
@@ -401,6 +406,9 @@ class _Converter:
         outputs = []
         for value in graph.output:
             out = self.tensors.get(value.name)
+            if out is not None and out[0] == "tm" and self.batch == 1:
+                # a batch of one anywhere leaves the sample's element order: the output as it is
+                self.tensors[value.name] = out = ("ir", out[1], out[2], _identity(len(out[2])))
             if out is None or out[0] != "ir":
                 raise Problem(f"output '{value.name}' is not computed from the input")
             out, _ = self.held(value.name, _identity(len(out[2])), value.name)
@@ -434,6 +442,18 @@ class _Converter:
             return g.validate(model)
         except g.LayerProblem as problem:
             raise Problem(f"layer '{problem.layer}': {problem}" if problem.layer else str(problem)) from None
+
+    def _input_entry(self, graph, value, first):
+        """(sample shape, tensors entry) of a graph input: time-major ("tm", batch second) when it
+        is the X of a layout-0 LSTM/GRU. The `first` input is named after itself (or "input"); the
+        others get a fresh name."""
+        time_major = onnx_recurrent.feeds_time_major(graph, value.name)
+        shape = onnx_recurrent.time_major_input(self, value) if time_major else self._input_shape(value)
+        if first:
+            name = names.c_identifier(value.name) or "input"
+        else:
+            name = self.unique(value.name or "input")
+        return shape, (("tm", name, shape, 1) if time_major else ("ir", name, shape, _identity(len(shape))))
 
     def _infer_shapes(self):
         """The ONNX checker's verdict, then onnx's shape inference: tensor name -> its static dims
@@ -598,6 +618,9 @@ class _Converter:
         entry = self.tensors.get(name)
         if entry is None:
             raise Problem(f"input '{name}' is not produced by any node")
+        if entry[0] == "tm":
+            raise Problem(f"input '{name}' is a sequence tensor with its batch axis at {entry[3]} (there nnbuild "
+                          "reads LSTM/GRU, Transpose, Squeeze, Reshape, Shape and Gather only)")
         if entry[0] != "ir":
             raise Problem(f"input '{name}' is a constant where a tensor computed from the input is expected")
         return entry[1], entry[2], entry[3]
@@ -669,8 +692,8 @@ class _Converter:
             raise Problem("on an input without a batch axis (there nnbuild reads element-wise operators, "
                           "activations and MatMul only)")
         if op == "Shape":
-            shape = self.onnx_shape(inputs[0])
-            full = np.array((self.batch,) + tuple(shape), dtype=np.int64)
+            full = np.array(onnx_recurrent.full_shape(self, inputs[0]) if onnx_recurrent.is_time_major(self, inputs[0])
+                            else (self.batch,) + tuple(self.onnx_shape(inputs[0])), dtype=np.int64)
             start, end = a.get("start", 0), a.get("end", None)
             self.tensors[node.output[0]] = ("const", full[start:end])
             self.count_constant(full.size, "Shape")
@@ -1244,10 +1267,14 @@ class _Converter:
         self.emit(node, layer, [src], perm=perm)
 
     def op_Reshape(self, node, a, inputs, consts):
-        src, shape = self.tensor(inputs[0], node)
         target = list(a["shape"]) if self.opset < 5 else consts[1]
         if target is None:
             raise Problem("target shape computed from the input")
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            onnx_recurrent.reshape(self, node, [int(d) for d in np.asarray(target).reshape(-1)],
+                                   not a.get("allowzero", 0))
+            return
+        src, shape = self.tensor(inputs[0], node)
         target = [int(d) for d in np.asarray(target).reshape(-1)]
         full = (self.batch,) + tuple(shape)
         allow_zero = not a.get("allowzero", 0)
@@ -1286,7 +1313,16 @@ class _Converter:
             return [int(v) for v in np.asarray(consts[index]).reshape(-1)]
         return list(a["axes"]) if "axes" in a else None
 
+    def op_LSTM(self, node, a, inputs, consts):
+        onnx_recurrent.convert(self, node, a, inputs, consts)
+
+    def op_GRU(self, node, a, inputs, consts):
+        onnx_recurrent.convert(self, node, a, inputs, consts)
+
     def op_Squeeze(self, node, a, inputs, consts):
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            onnx_recurrent.squeeze(self, node, self._axes_input(a, inputs, consts))
+            return
         src, ir, perm = self.tensor_any(inputs[0])
         shape = _unpermute(ir, perm)
         axes = self._axes_input(a, inputs, consts)
@@ -1326,10 +1362,18 @@ class _Converter:
         self.reshape(node, src, ir, list(ir) + [1] * len(new), tuple(old[p] for p in perm) + tuple(new))
 
     def op_Transpose(self, node, a, inputs, consts):
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            onnx_recurrent.transpose(self, node, a, inputs)
+            return
         src, ir, perm = self.tensor_any(inputs[0])
         q = list(a.get("perm", range(len(ir), -1, -1)))
         if sorted(q) != list(range(len(ir) + 1)):
             raise Problem(f"perm {q} is not a permutation of the {len(ir) + 1} axes")
+        if q[0] != 0 and self.batch == 1 and not self.batchless and \
+                onnx_recurrent.feeds_time_major(self.proto.graph, node.output[0]):
+            # the batch axis moves (PyTorch's batch_first sequence for a layout-0 LSTM/GRU)
+            onnx_recurrent.transpose(self, node, a, inputs)
+            return
         if q[0] != 0:
             raise Problem(f"perm {q} moves the batch axis")
         # no data moves: the output is the same IR tensor seen with another layout
@@ -1487,6 +1531,11 @@ class _Converter:
         return np.where(idx < 0, idx + size, idx)
 
     def op_Gather(self, node, a, inputs, consts):
+        if onnx_recurrent.is_time_major(self, inputs[0]):
+            if consts[1] is None:
+                raise Problem("indices computed from the input (only constants)")
+            onnx_recurrent.gather(self, node, a, consts[1])
+            return
         src, ir, perm, shape, axis, idx = self.gathered(a, inputs, consts)
         idx = self.wrapped(idx, shape[axis])
         if idx.ndim <= 1 and (idx.ndim == 1 or len(shape) > 1):

@@ -57,13 +57,22 @@ OPTIONS = {
     "STRIDED_SLICE": ("StridedSliceOptions", ("BeginMask", "EndMask", "EllipsisMask", "NewAxisMask",
                                               "ShrinkAxisMask", "Offset")),
     "PACK": ("PackOptions", ("ValuesCount", "Axis")),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("UnidirectionalSequenceLSTMOptions", (
+        "FusedActivationFunction", "CellClip", "ProjClip", "TimeMajor", "AsymmetricQuantizeInputs",
+        "DiagonalRecurrentTensors")),
 }
 #: fused activation codes (ActivationFunctionType)
 FUSED = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 SUPPORTED = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "RESHAPE",
              "SOFTMAX", "LOGISTIC", "TANH", "RELU", "RELU6", "RELU_N1_TO_1", "ADD", "MUL", "CONCATENATION",
              "PAD", "PADV2", "MEAN", "EXPAND_DIMS", "QUANTIZE", "DEQUANTIZE", "SHAPE", "STRIDED_SLICE", "PACK",
-             "REDUCE_MAX", "SUB", "MAXIMUM", "MINIMUM", "LEAKY_RELU", "HARD_SWISH", "TRANSPOSE")
+             "REDUCE_MAX", "SUB", "MAXIMUM", "MINIMUM", "LEAKY_RELU", "HARD_SWISH", "TRANSPOSE",
+             "UNIDIRECTIONAL_SEQUENCE_LSTM")
+#: UNIDIRECTIONAL_SEQUENCE_LSTM's inputs by role (the schema's order); the layer-norm ones are 20..23
+LSTM_INPUTS = {"input_to": (1, 2, 3, 4), "recurrent_to": (5, 6, 7, 8), "cell_to": (9, 10, 11),
+               "bias": (12, 13, 14, 15), "projection": (16, 17), "state": (18, 19), "layer_norm": (20, 21, 22, 23)}
+#: the fused activation of the LSTM's cell input and output -> the IR's recurrent activation
+LSTM_ACTIVATIONS = {"TANH": "tanh", "RELU": "relu"}
 
 
 class Problem(Exception):
@@ -849,10 +858,130 @@ class _Converter:
         dtype = np.int64 if t_out.type_name == "int64" else np.int32
         self.consts[op.outputs[0]] = np.array(shape, dtype)
 
+    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op):
+        """The LSTM over the sequence [1, T, F] (TFLite's gates i, f, c, o reordered to the IR's
+        i, o, f, c); no input gate weights is CIFG (i = 1 - f); the state starts at zero (or the
+        state tensors' constant values) on every call."""
+        if len(op.inputs) not in (20, 24) or len(op.outputs) != 1:
+            raise Problem(f"{len(op.inputs)} inputs and {len(op.outputs)} outputs (expected 20 or 24, and 1)")
+        o = op.options
+        if o.get("TimeMajor", False):
+            raise Problem("time_major (nnbuild reads the batch-major sequence [1, steps, features])")
+        if o.get("DiagonalRecurrentTensors", False):
+            raise Problem("diagonal recurrent weights")
+        present = lambda k: k < len(op.inputs) and op.inputs[k] >= 0  # noqa: E731
+        if any(present(k) for k in LSTM_INPUTS["projection"] + LSTM_INPUTS["layer_norm"]):
+            raise Problem("projection or layer-normalisation weights (plain LSTM cells only)")
+        act = FUSED.get(int(o.get("FusedActivationFunction", 4)), "?")
+        if act not in LSTM_ACTIVATIONS:
+            raise Problem(f"cell activation {act} (supported: TANH, RELU)")
+        src, shape = self.tensor(op.inputs[0])
+        if len(shape) != 2:
+            raise Problem(f"input of sample shape {shape}: expected [steps, features]")
+        w = {k: self.weight(op.inputs[k], f"input {k}") if present(k) else None
+             for k in LSTM_INPUTS["input_to"] + LSTM_INPUTS["recurrent_to"] + LSTM_INPUTS["cell_to"]
+             + LSTM_INPUTS["bias"]}
+        cifg = w[1] is None
+        if cifg != (w[5] is None) or (cifg and w[12] is not None):
+            raise Problem("input gate weights given in part (CIFG drops all of them)")
+        if w[2] is None or w[6] is None:
+            raise Problem("missing forget gate weights")
+        if w[2].ndim != 2 or w[2].shape[1] != shape[1]:
+            raise Problem(f"input-to-forget weights of shape {w[2].shape} for {shape[1]} features")
+        hidden, features = w[2].shape
+        want = {**{k: (hidden, features) for k in LSTM_INPUTS["input_to"]},
+                **{k: (hidden, hidden) for k in LSTM_INPUTS["recurrent_to"]},
+                **{k: (hidden,) for k in LSTM_INPUTS["cell_to"] + LSTM_INPUTS["bias"]}}
+        for k, value in w.items():
+            if value is not None and value.shape != want[k]:
+                raise Problem(f"input {k} has shape {value.shape}, expected {want[k]} ({hidden} units)")
+        if any(w[k] is None for k in (3, 4, 7, 8, 13, 14, 15)):
+            raise Problem("missing forget, cell or output gate weights or biases")
+        zeros_in, zeros_rec, zeros_h = (np.zeros((hidden, features), np.float32), np.zeros((hidden, hidden), np.float32),
+                                        np.zeros(hidden, np.float32))
+
+        def gates(i, f, c, out, zero):
+            # TFLite order i, f, c, o -> the IR's (ONNX's) i, o, f, c
+            return [zero if m is None else m for m in (i, out, f, c)]
+        kernel = np.concatenate(gates(w[1], w[2], w[3], w[4], zeros_in))
+        recurrent = np.concatenate(gates(w[5], w[6], w[7], w[8], zeros_rec))
+        bias = np.concatenate(gates(w[12], w[13], w[14], w[15], zeros_h))
+        peephole = None
+        if any(w[k] is not None for k in LSTM_INPUTS["cell_to"]):
+            if w[10] is None or w[11] is None or (w[9] is None) != cifg:
+                raise Problem("peephole weights given in part")
+            peephole = np.stack([zeros_h if w[9] is None else w[9], w[11], w[10]])[None]
+        states = []
+        for k, what in zip(LSTM_INPUTS["state"], ("output state", "cell state")):
+            value = self.consts.get(op.inputs[k]) if present(k) else None
+            value = None if value is None else np.asarray(value, np.float32).reshape(-1)
+            if value is not None and value.size != hidden:
+                raise Problem(f"{what} of {value.size} values for {hidden} units")
+            states.append(None if value is None or not value.any() else value[None])
+        clip = float(o.get("CellClip", 0.0) or 0.0)
+        layer = g.Recurrent(self.label(op), "lstm", ("forward",), kernel[None], recurrent[None], bias[None],
+                            peephole=peephole, initial_h=states[0], initial_c=states[1],
+                            activations=("sigmoid", LSTM_ACTIVATIONS[act], LSTM_ACTIVATIONS[act]),
+                            cell_clip=clip if clip > 0 else None,
+                            coupling="input_from_forget" if cifg else None, source_type=op.op)
+        name = self.add(layer, [src])
+        steps = shape[0]
+        # [T, 1, H] -> the operator's [1, T, H]: the same elements
+        name = self.add(g.Reshape(self.unique(name + "_sequence"), (steps, hidden), source_type=op.op), [name])
+        t = self.check_output(op)
+        if tuple(t.shape) != (1, steps, hidden):
+            raise Problem(f"output '{t.name}' is declared {t.shape}, the operator computes (1, {steps}, {hidden})")
+        self.ir[t.index] = (name, (steps, hidden))
+
+    def strided_slice_tensor(self, op):
+        """STRIDED_SLICE of a computed tensor (the last step of a sequence): a Slice, then the
+        shrunk axes dropped; the batch axis is kept whole."""
+        src, shape = self.tensor(op.inputs[0])
+        begin, end, strides = (np.asarray(self.const(i, w)).astype(np.int64).reshape(-1)
+                               for i, w in zip(op.inputs[1:4], ("begin", "end", "strides")))
+        options = op.options
+        if options.get("EllipsisMask", 0) or options.get("NewAxisMask", 0) or options.get("Offset", False):
+            raise Problem("ellipsis, new-axis or offset slicing")
+        full = (1,) + tuple(shape)
+        if not len(begin) == len(end) == len(strides) <= len(full):
+            raise Problem(f"begin/end/strides of lengths {len(begin)}, {len(end)}, {len(strides)} for rank {len(full)}")
+        starts, steps, counts, kept = [], [], [], []
+        for k, n in enumerate(full):
+            if k >= len(begin):
+                idx, shrink = range(n), False
+            elif strides[k] == 0:
+                raise Problem("a stride of 0")
+            elif options.get("ShrinkAxisMask", 0) >> k & 1:
+                i = int(begin[k])
+                if not -n <= i < n:
+                    raise Problem(f"index {i} out of range for an axis of size {n}")
+                idx, shrink = range(i % n, i % n + 1), True
+            else:
+                b = None if options.get("BeginMask", 0) >> k & 1 else int(begin[k])
+                e = None if options.get("EndMask", 0) >> k & 1 else int(end[k])
+                idx, shrink = range(n)[slice(b, e, int(strides[k]))], False
+            if len(idx) == 0:
+                raise Problem("an empty slice")
+            if k == 0:
+                if len(idx) != 1 or shrink:
+                    raise Problem("slicing the batch axis")
+                continue
+            starts.append(idx.start)
+            steps.append(idx.step)
+            counts.append(len(idx))
+            if not shrink:
+                kept.append(len(idx))
+        name = self.add(g.Slice(self.label(op), tuple(starts), tuple(steps), tuple(counts), source_type=op.op), [src])
+        if len(kept) != len(counts):
+            name = self.add(g.Reshape(self.unique(name + "_shrink"), tuple(kept) or (1,), source_type=op.op), [name])
+        self.check_output(op)
+        self.ir[op.outputs[0]] = (name, self.shapes[name])
+
     def op_STRIDED_SLICE(self, op):
         self.needs(op, 4)
         if op.inputs[0] not in self.consts:
-            raise Problem("slicing a computed tensor (only the shape arithmetic of constants is folded)")
+            self.strided_slice_tensor(op)
+            return
         x = self.consts[op.inputs[0]]
         begin, end, strides = (np.asarray(self.const(i, w)).astype(np.int64).reshape(-1)
                                for i, w in zip(op.inputs[1:4], ("begin", "end", "strides")))

@@ -669,6 +669,121 @@ class LRN:
         return tuple(input_shape)
 
 
+#: Recurrent cells: gate count and the gate order of the weight rows (ONNX's).
+RECURRENT_CELLS = {"lstm": ("i", "o", "f", "c"), "gru": ("z", "r", "h")}
+#: Activation functions a recurrent cell may use for f, g (and h for LSTM).
+RECURRENT_ACTIVATIONS = ("sigmoid", "tanh", "relu")
+#: What a recurrent layer outputs: every step's hidden state [T, D, H], the last hidden state
+#: [D, H], or the last cell state [D, H] (LSTM).
+RECURRENT_OUTPUTS = ("sequence", "last", "cell")
+#: How an LSTM couples its input and forget gates: ONNX input_forget (f = 1 - i), TFLite CIFG
+#: (no input gate weights: i = 1 - f).
+RECURRENT_COUPLINGS = (None, "forget_from_input", "input_from_forget")
+
+
+@dataclass(frozen=True)
+class Recurrent:
+    """An LSTM or GRU over a sequence x [T, F], ONNX's equations (one set per direction d):
+
+    LSTM (gates i, o, f, c):  i = f(Wi x_t + Ri h + Pi . c + bi); f = f(Wf x_t + Rf h + Pf . c + bf)
+                              c~ = g(Wc x_t + Rc h + bc); c = f . c + i . c~ (cell_clip clips c)
+                              o = f(Wo x_t + Ro h + Po . c + bo); h = o . h(c)
+    GRU (gates z, r, h):      z = f(Wz x_t + Rz h + bz); r = f(Wr x_t + Rr h + br)
+                              h~ = g(Wh x_t + Rh (r . h) + bh + rbh), or with linear_before_reset
+                              h~ = g(Wh x_t + bh + r . (Rh h + rbh)); h = (1 - z) . h~ + z . h
+    where b = wb + rb summed (both ONNX bias halves) except the GRU candidate's, kept apart (wb in
+    `bias`, rb in `rbias`). `clip` clips every gate pre-activation to [-clip, clip] (ONNX). The
+    state starts at `initial_h`/`initial_c` (zero if None) on every call: nothing is kept between
+    sequences. A forward direction reads t = 0..T-1, a reverse one T-1..0. w: [D, G*H, F],
+    r: [D, G*H, H], bias: [D, G*H], rbias: [D, H] (GRU), peephole: [D, 3, H] (i, o, f) or None,
+    rows in the gate order of RECURRENT_CELLS."""
+
+    name: str
+    cell: str
+    directions: Tuple[str, ...]
+    w: np.ndarray
+    r: np.ndarray
+    bias: np.ndarray
+    rbias: Optional[np.ndarray] = None
+    peephole: Optional[np.ndarray] = None
+    initial_h: Optional[np.ndarray] = None
+    initial_c: Optional[np.ndarray] = None
+    #: f, g (and h for LSTM); None: the ONNX defaults (sigmoid, tanh(, tanh))
+    activations: Optional[Tuple[str, ...]] = None
+    clip: Optional[float] = None
+    cell_clip: Optional[float] = None
+    coupling: Optional[str] = None
+    linear_before_reset: bool = False
+    output: str = "sequence"
+    source_type: str = "LSTM"
+    #: initial states read from tensors after x, in this order ("h", then "c"), each [D, H]: the
+    #: caller's state (explicit arguments of the C function when they are model inputs)
+    state_inputs: Tuple[str, ...] = ()
+
+    kind = "recurrent"
+    multi_input = True
+
+    def __post_init__(self):
+        if self.cell not in RECURRENT_CELLS:
+            raise ValueError(f"recurrent cell '{self.cell}' is not one of {', '.join(RECURRENT_CELLS)}")
+        if not self.directions or len(self.directions) > 2 or \
+                any(d not in ("forward", "reverse") for d in self.directions):
+            raise ValueError(f"directions {self.directions} must be forward and/or reverse")
+        if self.output not in RECURRENT_OUTPUTS or (self.output == "cell" and self.cell != "lstm"):
+            raise ValueError(f"recurrent output '{self.output}' is not one of {', '.join(RECURRENT_OUTPUTS)} "
+                             "(cell: LSTM only)")
+        want = 3 if self.cell == "lstm" else 2
+        if self.activations is None:
+            object.__setattr__(self, "activations", ("sigmoid", "tanh", "tanh")[:want])
+        object.__setattr__(self, "activations", tuple(self.activations))
+        if len(self.activations) != want or any(a not in RECURRENT_ACTIVATIONS for a in self.activations):
+            raise ValueError(f"activations {self.activations} must be {want} of {', '.join(RECURRENT_ACTIVATIONS)}")
+        if self.coupling not in RECURRENT_COUPLINGS or (self.coupling and self.cell != "lstm"):
+            raise ValueError(f"gate coupling '{self.coupling}' is not an LSTM coupling")
+        states = tuple(self.state_inputs)
+        if states not in ((), ("h",), ("c",), ("h", "c")) or ("c" in states and self.cell != "lstm"):
+            raise ValueError(f"state inputs {states} are not h and/or c (c: LSTM only)")
+        if ("h" in states and self.initial_h is not None) or ("c" in states and self.initial_c is not None):
+            raise ValueError("an initial state is both a constant and an input")
+        object.__setattr__(self, "state_inputs", states)
+        for what in ("clip", "cell_clip"):
+            value = getattr(self, what)
+            if value is not None and not 0 < float(value) < float("inf"):
+                raise ValueError(f"{what} {value} must be a finite number > 0")
+
+    @property
+    def gates(self) -> int:
+        return len(RECURRENT_CELLS[self.cell])
+
+    @property
+    def hidden(self) -> int:
+        return int(self.r.shape[2])
+
+    @property
+    def features(self) -> int:
+        return int(self.w.shape[2])
+
+    def arrays(self) -> Dict[str, np.ndarray]:
+        """The weight arrays by role (the present ones), with the shapes they must have."""
+        d, g, h = len(self.directions), self.gates, int(np.shape(self.r)[-1])
+        shapes = {"w": (d, g * h, None), "r": (d, g * h, h), "bias": (d, g * h), "rbias": (d, h),
+                  "peephole": (d, 3, h), "initial_h": (d, h), "initial_c": (d, h)}
+        return {k: (getattr(self, k), shapes[k]) for k in shapes if getattr(self, k) is not None}
+
+    def output_shape(self, input_shape, *state_shapes):
+        if len(input_shape) != 2:
+            raise ValueError(f"a recurrent layer reads a sequence [steps, features], got shape {tuple(input_shape)}")
+        d = len(self.directions)
+        if len(state_shapes) != len(self.state_inputs) or any(tuple(s) != (d, self.hidden) for s in state_shapes):
+            raise ValueError(f"state inputs {self.state_inputs} need {len(self.state_inputs)} tensor(s) of shape "
+                             f"{(d, self.hidden)}, got {[tuple(s) for s in state_shapes]}")
+        if input_shape[1] != self.features:
+            raise ValueError(f"W {tuple(self.w.shape)} expects {self.features} features, got a tensor of shape "
+                             f"{tuple(input_shape)}")
+        d = len(self.directions)
+        return (int(input_shape[0]), d, self.hidden) if self.output == "sequence" else (d, self.hidden)
+
+
 #: Layers whose output is their input seen with another shape (no code, no memory).
 ALIASES = ("flatten", "reshape")
 
@@ -840,6 +955,23 @@ def _layer_arrays(layer) -> Dict[str, np.ndarray]:
     return {n: getattr(layer, n) for n in names if getattr(layer, n) is not None}
 
 
+def _recurrent_problem(layer) -> Optional[str]:
+    """A problem of a recurrent layer's weight arrays: each real, finite, of its role's shape."""
+    if layer.cell == "gru" and layer.rbias is None:
+        return "GRU has no recurrence bias of its candidate gate (rbias)"
+    if layer.cell == "lstm" and layer.rbias is not None:
+        return "LSTM has a GRU candidate bias (rbias)"
+    for role, (array, shape) in layer.arrays().items():
+        problem = weight_problem(array)
+        if problem:
+            return f"{role} {problem}"
+        if len(array.shape) != len(shape) or any(w is not None and a != w for a, w in zip(array.shape, shape)):
+            return f"{role} has shape {tuple(array.shape)}, expected {tuple('F' if w is None else w for w in shape)}"
+    if layer.initial_c is not None and layer.cell != "lstm":
+        return "a GRU has no cell state (initial_c)"
+    return None
+
+
 def _layer_problem(layer) -> Optional[str]:
     """A problem of one layer on its own (parameters), before shapes are considered."""
     arrays = _layer_arrays(layer)
@@ -877,6 +1009,10 @@ def _layer_problem(layer) -> Optional[str]:
             problem = weight_problem(np.reshape(constant, (-1,)) if np.ndim(constant) == 0 else constant)
             if problem:
                 return f"constant operand {position} {problem}"
+    if kind == "recurrent":
+        problem = _recurrent_problem(layer)
+        if problem:
+            return problem
     activation = getattr(layer, "activation", "linear")
     if activation not in ACTIVATIONS:
         return f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}"

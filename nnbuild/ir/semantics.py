@@ -482,6 +482,85 @@ def lrn(layer, x: np.ndarray) -> np.ndarray:
     return x / (t(layer.bias) + t(layer.alpha) / t(size) * window) ** t(layer.beta)
 
 
+def _gate(layer, pre, fn):
+    """A gate: clip the pre-activation to [-clip, clip] (ONNX clip, if set), then its function."""
+    if layer.clip is not None:
+        pre = _clip(pre, -float(layer.clip), float(layer.clip))
+    return activate(fn, pre)
+
+
+def _lstm_step(layer, d, t, x_t, h, c, pre):
+    """One LSTM step of direction d: (h, c) after x_t, pre = W x_t + R h + b [N, 4H] (i, o, f, c)."""
+    f_act, g_act, h_act = layer.activations
+    n = layer.hidden
+    dt = x_t.dtype
+    pi, po, pf, pc = (pre[:, k * n:(k + 1) * n] for k in range(4))
+    if layer.peephole is not None:
+        p = np.asarray(layer.peephole[d], dtype=dt)
+        pi, pf = pi + p[0] * c, pf + p[2] * c
+    one = dt.type(1)
+    if layer.coupling == "input_from_forget":
+        f = _gate(layer, pf, f_act)
+        i = one - f
+    else:
+        i = _gate(layer, pi, f_act)
+        f = one - i if layer.coupling == "forget_from_input" else _gate(layer, pf, f_act)
+    c = f * c + i * _gate(layer, pc, g_act)
+    if layer.cell_clip is not None:
+        c = _clip(c, -float(layer.cell_clip), float(layer.cell_clip))
+    if layer.peephole is not None:
+        po = po + np.asarray(layer.peephole[d][1], dtype=dt) * c
+    return _gate(layer, po, f_act) * activate(h_act, c), c
+
+
+def _gru_step(layer, d, x_t, h, xw, r_rows):
+    """One GRU step of direction d: h after x_t, xw = W x_t + bias [N, 3H] (z, r, h)."""
+    f_act, g_act = layer.activations
+    n, dt = layer.hidden, x_t.dtype
+    rz, rr, rh = r_rows
+    z = _gate(layer, xw[:, :n] + h @ rz.T, f_act)
+    r = _gate(layer, xw[:, n:2 * n] + h @ rr.T, f_act)
+    rb = np.asarray(layer.rbias[d], dtype=dt)
+    if layer.linear_before_reset:
+        cand = xw[:, 2 * n:] + r * (h @ rh.T + rb)
+    else:
+        cand = xw[:, 2 * n:] + ((r * h) @ rh.T + rb)
+    return (dt.type(1) - z) * _gate(layer, cand, g_act) + z * h
+
+
+def recurrent(layer, x: np.ndarray, *states: np.ndarray) -> np.ndarray:
+    """Recurrent (LSTM/GRU, nnbuild.ir.graph.Recurrent) over x [N, T, F]: each direction from its
+    initial state (zero unless a constant or, for layer.state_inputs, the `states` [N, D, H] give
+    it), forward t = 0..T-1 or reverse T-1..0; returns every step's hidden state [N, T, D, H], the
+    last one [N, D, H] or the last cell state [N, D, H]."""
+    dt, (batch, steps, _) = x.dtype, x.shape
+    n, dirs = layer.hidden, len(layer.directions)
+    seq = np.zeros((batch, steps, dirs, n), dtype=dt)
+    last = np.zeros((batch, dirs, n), dtype=dt)
+    cells = np.zeros((batch, dirs, n), dtype=dt)
+    given = dict(zip(layer.state_inputs, states))
+    for d, direction in enumerate(layer.directions):
+        w = np.ascontiguousarray(layer.w[d], dtype=dt)
+        r = np.ascontiguousarray(layer.r[d], dtype=dt)
+        b = np.asarray(layer.bias[d], dtype=dt)
+        h = np.zeros((batch, n), dt) + (0 if layer.initial_h is None else np.asarray(layer.initial_h[d], dt))
+        c = np.zeros((batch, n), dt) + (0 if layer.initial_c is None else np.asarray(layer.initial_c[d], dt))
+        if "h" in given:
+            h = np.asarray(given["h"][:, d, :], dt).copy()
+        if "c" in given:
+            c = np.asarray(given["c"][:, d, :], dt).copy()
+        order = range(steps) if direction == "forward" else range(steps - 1, -1, -1)
+        for t in order:
+            x_t = x[:, t, :]
+            if layer.cell == "lstm":
+                h, c = _lstm_step(layer, d, t, x_t, h, c, (x_t @ w.T + b) + h @ r.T)
+            else:
+                h = _gru_step(layer, d, x_t, h, x_t @ w.T + b, (r[:n], r[n:2 * n], r[2 * n:]))
+            seq[:, t, d, :] = h
+        last[:, d, :], cells[:, d, :] = h, c
+    return {"sequence": seq, "last": last, "cell": cells}[layer.output]
+
+
 #: Layer kind (the `kind` class attribute of nnbuild.ir.graph layers) -> its semantics.
 LAYER_SEMANTICS = {
     "dense": dense,
@@ -506,6 +585,7 @@ LAYER_SEMANTICS = {
     "reduce": reduce,
     "softmax": softmax_layer,
     "lrn": lrn,
+    "recurrent": recurrent,
 }
 
 

@@ -30,11 +30,13 @@ BIAS = 127
 #: value-fact tags (flow facts "values") the analyser's table entries name
 MUL_TAGS = ("__mulsf3:AB.normal", "__mulsf3:e.sum>=127")
 ADD_TAGS = ("__addsf3x:same-sign",)
+#: nn_tanh's x + x (both operands equal: no exponent alignment)
+EQUAL_TAGS = ("__addsf3x:equal",)
 #: nn_tanh's (e - 1) / (e + 1) and expf(2x) (prelude.c.j2 emits these)
 DIV_TAGS = ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125")
 EXP_TAGS = ("exp:|x|<18",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
-VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + DIV_TAGS[1:] + EXP_TAGS)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ function-pointer calls/jumps on that line (code shape v1); any indirect call wit
 Optional "values": [{"file": "m.c", "line": 104, "op": "mul", "tags": ["__mulsf3:AB.normal", ...],
 "why": "..."}] are facts the generator proved about the operands of the float operation `op` on that
 line (nnbuild.numerics.float_facts); builtin-avr gives the call those tags as context (avr_paths).
+An "add" fact may carry "adds": "0x3f800000" (float32 bits): it then holds only for a call on that
+line that adds this constant (__addsf3 with B, or __subsf3 with -B, a known constant there).
 Optional "total_iterations" on a loop (v1's kernel loops) bounds its body executions summed over one
 call of the entry (OTAWA: `loop ... total N`; the AVR analyzer uses max_iterations only).
 `max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip

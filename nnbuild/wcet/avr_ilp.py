@@ -111,14 +111,17 @@ def counter_objective(region, paths, choices, name):
 
 
 def solve(region, loops, node_cost, workdir=None, label="region", paths=None, choices=(), cap=None,
-          objective=None, analyzer="builtin-avr"):
+          objective=None, analyzer="builtin-avr", none_if_infeasible=False):
     """Worst-case integer edge counts and cycles: (cycles, edge counts list, info dict).
 
     `choices`: parametric callees ({"node", "values": cycles per counter value, "counter"}; the
-    node's cost must exclude them); `cap` = (counter, n) adds counter <= n; `objective` (a
+    node's cost must exclude them; a value None is a counter value the callee cannot take);
+    `cap` = (counter, n) adds counter <= n; `objective` (a
     weight vector per _layout) replaces the cycles as the objective (then "cycles" is its value).
-    info["choice_cycles"] gives the cycles charged to each (choice node, site). `analyzer` names
-    the analyzer in error lines (builtin-thumb2 solves its regions here too)."""
+    info["choice_cycles"] gives the cycles charged to each (choice node, site), info["solution"]
+    (with a cap) every variable's value (per _layout). `analyzer` names the analyzer in error lines
+    (builtin-thumb2 solves its regions here too). None instead of the tuple when
+    `none_if_infeasible` and the rows admit no solution."""
     # here, not at the top: every step that loads an AVR board imports this module (0.4 s of scipy)
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import lil_matrix
@@ -129,7 +132,7 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
     n, starts = _layout(region, paths, choices)
     w = w + [0] * n_aux
     for ch in choices:
-        w += list(ch["values"])
+        w += [0 if v is None else v for v in ch["values"]]
     if objective is not None:
         w = list(objective)
     a = lil_matrix((len(rows), n))
@@ -142,9 +145,15 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
         write_lp(os.path.join(workdir, f"{label}.lp"), region, rows, w, n_aux)
     upper = np.full(n, np.inf)
     upper[len(region.edges):len(region.edges) + n_aux] = 1
+    for ch, st in zip(choices, starts):
+        for k, v in enumerate(ch["values"]):
+            if v is None:
+                upper[st + k] = 0
     res = milp(c=-np.asarray(w, dtype=float), constraints=LinearConstraint(a.tocsr(), lo, hi),
                integrality=np.ones(n), bounds=Bounds(0, upper))
     if res.status != 0 or res.x is None:
+        if none_if_infeasible and res.status == 2:
+            return None
         raise NNBuildError(f"{analyzer}: ILP for {region.name} is {_STATUS.get(res.status, res.status)}"
                            f" ({res.message})")
     counts = [int(round(v)) for v in res.x]
@@ -159,9 +168,11 @@ def solve(region, loops, node_cost, workdir=None, label="region", paths=None, ch
     chosen = {}
     for ch, st in zip(choices, starts):
         key = (ch["node"], ch.get("site"))
-        chosen[key] = chosen.get(key, 0) + sum(counts[st + k] * v for k, v in enumerate(ch["values"]))
-    return cycles, counts[:len(region.edges)], {"variables": n, "constraints": len(rows),
-                                                "status": _STATUS[res.status], "choice_cycles": chosen}
+        chosen[key] = chosen.get(key, 0) + sum(counts[st + k] * (v or 0) for k, v in enumerate(ch["values"]))
+    info = {"variables": n, "constraints": len(rows), "status": _STATUS[res.status], "choice_cycles": chosen}
+    if cap is not None:
+        info["solution"] = counts
+    return cycles, counts[:len(region.edges)], info
 
 
 def _check(rows, counts, region, analyzer="builtin-avr"):

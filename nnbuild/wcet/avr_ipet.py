@@ -220,11 +220,16 @@ class Analyzer:
         found = {}
         if not self.values:
             return found
+        consts = None
         for b in region.blocks.values():
             for insn, t in b.calls:
                 facts = self.values.get((os.path.basename(insn.file), insn.line)) if insn.file else None
                 if facts and not isinstance(t, tuple):
-                    tags = P.value_fact_tags(facts, self.prog.names.get(t, [])) & self.ctxs.names
+                    operand_b = None
+                    if any(adds is not None for _, _, adds in facts):  # constant operands (ABI: C code)
+                        consts = P.call_constants(region) if consts is None else consts
+                        operand_b = consts.get(insn.addr, (None, None))[1]
+                    tags = P.value_fact_tags(facts, self.prog.names.get(t, []), operand_b) & self.ctxs.names
                     if tags:
                         found[insn.addr] = tags
         return found
@@ -357,17 +362,29 @@ class Analyzer:
         return self.reach_sym[key]
 
     def param(self, addr, ctx, counter):
-        """WCET of the region per value n = 0..N of `counter` in one invocation (a list)."""
+        """WCET of the region per value n = 0..N of `counter` in one invocation (a list; None
+        where the counter cannot be that low, e.g. a region whose entry block holds the point).
+
+        From the top down: the worst solution under `counter <= v` has some counter value c <= v,
+        and it is also the worst under every cap from c to v (their feasible sets nest), so one
+        solve fills values[c..v] and the next cap is c - 1."""
         key = (addr, ctx, counter)
         if key not in self.params:
             region, loops, cost, _, _, paths, choices = self._model(addr, ctx, (counter,))
             obj = I.counter_objective(region, paths, choices, counter)
             with self.phases.phase("ILP solve"):
                 top, _, _ = I.solve(region, loops, cost, None, "", paths, choices, objective=obj)
-            values = []
-            for v in range(int(top) + 1):
+            values = [None] * (int(top) + 1)
+            v = int(top)
+            while v >= 0:
                 with self.phases.phase("ILP solve"):
-                    values.append(I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v))[0])
+                    got = I.solve(region, loops, cost, None, "", paths, choices, cap=(counter, v),
+                                  none_if_infeasible=True)
+                if got is None:  # no execution keeps the counter this low
+                    break
+                reached = sum(w * x for w, x in zip(obj, got[2]["solution"]))
+                values[reached:v + 1] = [got[0]] * (v + 1 - reached)
+                v = reached - 1
             self.params[key] = values
         return self.params[key]
 

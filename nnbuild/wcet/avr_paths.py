@@ -49,7 +49,8 @@ Value facts. The generator may prove facts about the operands of the float opera
 (flow facts "values": [{"file", "line", "op": "mul" | "add" | "div" | "exp", "tags": [...], "why": ...}], e.g. both
 factors of a multiply-accumulate are zero or normal). A call from compiled C on that line to a
 routine of the op (VALUE_OPS) gets those tags in its context exactly like operand tags; table
-entries name them in "within" (value_fact_tags).
+entries name them in "within" (value_fact_tags). An "add" fact with "adds" (float32 bits) goes only
+to a call that adds that constant (B of __addsf3, -B of __subsf3, from call_constants).
 """
 
 from dataclasses import dataclass, field, replace
@@ -337,23 +338,42 @@ VALUE_OPS = {"mul": frozenset(["__mulsf3"]), "add": frozenset(["__addsf3", "__su
 
 
 def value_facts(facts):
-    """{(file basename, line): [(routine names, tags)]} from the flow facts' "values" entries;
-    an entry with an unknown op is one clear error (a fact the analyser cannot place)."""
+    """{(file basename, line): [(routine names, tags, addend)]} from the flow facts' "values"
+    entries (addend: the float32 bits an "add" fact requires as the added operand, or None); an
+    entry with an unknown op is one clear error (a fact the analyser cannot place)."""
     import os
     out = {}
     for ent in (facts or {}).get("values", []):
         if ent.get("op") not in VALUE_OPS:
             raise NNBuildError(f"value flow fact at {ent.get('file')}:{ent.get('line')}: unknown op "
                                f"'{ent.get('op')}' (known: {', '.join(sorted(VALUE_OPS))})")
+        adds = ent.get("adds")
+        if adds is not None and ent["op"] != "add":
+            raise NNBuildError(f"value flow fact at {ent.get('file')}:{ent.get('line')}: 'adds' is for op 'add'")
         key = (os.path.basename(ent["file"]), int(ent["line"]))
-        out.setdefault(key, []).append((VALUE_OPS[ent["op"]], frozenset(ent["tags"])))
+        out.setdefault(key, []).append((VALUE_OPS[ent["op"]], frozenset(ent["tags"]),
+                                        None if adds is None else int(adds, 16)))
     return out
 
 
-def value_fact_tags(facts_at_line, callee_names):
-    """Tags of the value facts on a call's line that are about the called routine."""
+def value_fact_tags(facts_at_line, callee_names, operand_b=None):
+    """Tags of the value facts on a call's line that are about the called routine. A fact with an
+    addend applies only when the call adds exactly that constant: B (r21:r18, `operand_b`, None
+    when not a known constant) for __addsf3, B with its sign flipped for __subsf3 (which negates
+    B and falls into __addsf3)."""
     names = set(callee_names)
-    return frozenset(t for routines, tags in facts_at_line if routines & names for t in tags)
+    found = set()
+    for routines, tags, addend in facts_at_line:
+        if not routines & names:
+            continue
+        if addend is not None:
+            if operand_b is None:
+                continue
+            added = operand_b ^ 0x80000000 if "__subsf3" in names else operand_b
+            if added != addend:
+                continue
+        found.update(tags)
+    return frozenset(found)
 
 
 def counter_points(prog, ent):

@@ -18,13 +18,22 @@ It writes, beside itself, for each model M in MODELS:
   scale and zero point, int8), y_q (TFLite Micro's int8 outputs, PyPI `tflite-micro`, its Python
   interpreter over the reference kernels: the int8 reference of nnbuild, never LiteRT) and y (y_q
   dequantized with the output tensor's scale and zero point);
-* fixtures.json: the versions of TensorFlow, LiteRT and TFLite Micro that made them.
+* fixtures.json: the versions of TensorFlow, LiteRT and TFLite Micro that made them;
+* for each model M in RECURRENT, M_float32.tflite and M_float32.npz only (float32): a Keras LSTM
+  becomes one fused UNIDIRECTIONAL_SEQUENCE_LSTM only from tf_keras (Keras 2: `pip install
+  tf-keras`, run with TF_USE_LEGACY_KERAS=1, which this script sets; Keras 3 writes a WHILE loop
+  instead). LiteRT keeps the LSTM state in variable tensors across invocations: every case is run
+  from the zero state (`reset_all_variables` before each), as nnbuild's generated function computes.
+
+`make_fixtures.py lstm` writes the RECURRENT fixtures alone.
 
 Every random number comes from fixed seeds, so a rerun with the same versions gives the same
 models (the converter's output can still change between TensorFlow versions).
 """
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +157,18 @@ def mixed(keras):
     return keras.Model(x, y, name="mixed")
 
 
+def lstm(keras):
+    """Two stacked LSTMs (the first returns its sequence, the second its last step), then Dense."""
+    x = keras.Input((8, 3), batch_size=1, name="x")  # a free batch axis keeps the LSTM unfused
+    y = keras.layers.LSTM(6, return_sequences=True)(x)
+    y = keras.layers.LSTM(5)(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="lstm")
+
+
+#: float32 only (see the module doc)
+RECURRENT = {"lstm": lstm}
+
 MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith,
           "pooled": pooled, "mixed": mixed}
 
@@ -182,6 +203,7 @@ def litert_outputs(blob, x):
     interpreter.allocate_tensors()
     rows = []
     for case in x:
+        interpreter.reset_all_variables()   # a recurrent model's state: zero for every case
         interpreter.set_tensor(inp["index"], case[None])
         interpreter.invoke()
         rows.append(interpreter.get_tensor(out["index"])[0].copy())
@@ -208,7 +230,27 @@ def quantization(blob):
     return si, zi, so, zo
 
 
+def recurrent_fixtures():
+    """The RECURRENT models through tf_keras (Keras 2), float32 with LiteRT's outputs."""
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf
+    import tf_keras
+    tf_keras.utils.set_random_seed(3)
+    for name, build in RECURRENT.items():
+        model = build(tf_keras)
+        shape = tuple(model.input_shape[1:])
+        x = np.random.default_rng(13).normal(0, 1, (CASES,) + shape).astype(np.float32)
+        blob = convert(tf, model, shape, int8=False)
+        (HERE / f"{name}_float32.tflite").write_bytes(blob)
+        np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        print(name, "written")
+
+
 def main():
+    if sys.argv[1:] == ["lstm"]:
+        recurrent_fixtures()
+        return
+    recurrent_fixtures()   # first: it sets TF_USE_LEGACY_KERAS before TensorFlow is imported
     import tensorflow as tf
     import ai_edge_litert
     import tflite_micro
