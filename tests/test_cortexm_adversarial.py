@@ -8,11 +8,12 @@ may take more cycles than the bound; fixed-point outputs equal the bit-exact mod
 of finite in-range inputs the float64 reference's within the example's tolerance. The worst
 bound/executed-path ratio is printed (pytest -s).
 
-The runner charges QEMU's exec log at roughly 1 s per F1/10 inference on a loaded machine (about
-3 µs per cycle); LeNet-5 runs about 3.9 million cycles an inference, so in the e2e tier its search
-stops after 16 inputs (corners: range ends, zero, subnormals, values beyond the range) and runs its
-500 with NNBUILD_SLOW_TESTS=1 (over an hour); NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of
-every search."""
+The runner reads QEMU's exec log at a few microseconds per executed cycle on a loaded machine: the
+F1/10 controller on the M4 (80 thousand cycles an inference with the DSP kernels) searches its 500
+inputs in under a minute, xor too; on the M0+ (340 thousand cycles) the e2e tier searches 100 inputs
+(about two minutes) and LeNet-5 on the M4 16 (corners: range ends, zero, subnormals, values beyond
+the range); NNBUILD_SLOW_TESTS=1 runs 500 for each (the M0+ F1/10 about 10 minutes, LeNet-5 much
+longer); NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of every search."""
 
 import json
 import os
@@ -28,8 +29,16 @@ pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-system-arm"),
                                  reason="arm-none-eabi-gcc or qemu-system-arm not installed")]
 SLOW = os.environ.get("NNBUILD_SLOW_TESTS") == "1"
-INPUTS = int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", "500"))
-INPUTS_LENET5 = int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", "500" if SLOW else "16"))
+
+
+def inputs(e2e_tier):
+    """The number of inputs of a search: 500, or `e2e_tier` unless NNBUILD_SLOW_TESTS=1."""
+    return int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 500 if SLOW else e2e_tier))
+
+
+#: inputs per search: the M4's F1/10 and xor run their 500 in the e2e tier
+INPUTS = {"stm32f407 f1tenth": inputs(500), "rp2040 f1tenth": inputs(100), "rp2040 xor": inputs(500),
+          "stm32f407 lenet5": inputs(16)}
 #: inputs per QEMU process in the hill-climb
 BATCH = 50
 
@@ -67,17 +76,18 @@ def bit_exact(model, precision, lo, hi, xs):
 
 @pytest.mark.parametrize("board_name", ["stm32f407", "rp2040"])
 def test_f1tenth_q16_acc32_no_input_beats_the_bound(tmp_path, board_name):
-    ratio, xs, ys, model, _ = search_build(tmp_path, board_name, "f1tenth", "q16-acc32", seed=26, total=INPUTS)
+    ratio, xs, ys, model, _ = search_build(tmp_path, board_name, "f1tenth", "q16-acc32", seed=26,
+                                             total=INPUTS[f"{board_name} f1tenth"])
     assert np.array_equal(ys.view(np.uint32), bit_exact(model, "q16-acc32", -1.0, 1.0, xs).view(np.uint32))
     assert ratio <= 1.01
 
 
 def test_xor_float32_on_the_m0plus_no_input_beats_the_bound(tmp_path):
     from nnbuild.ir import reference
-    ratio, xs, ys, model, meta = search_build(tmp_path, "rp2040", "xor", "float32", seed=6, total=INPUTS)
+    ratio, xs, ys, model, meta = search_build(tmp_path, "rp2040", "xor", "float32", seed=6, total=INPUTS["rp2040 xor"])
     lo, hi = meta["input_range"]
     ordinary = np.all(np.isfinite(xs) & (xs >= 2 * lo - 1) & (xs <= 2 * hi), axis=1)
-    assert ordinary.sum() > INPUTS // 4
+    assert ordinary.sum() > len(xs) // 4
     expected = reference.run_flat(model, xs[ordinary].astype(np.float64))
     assert np.max(np.abs(ys[ordinary] - expected)) <= 10 * meta["tolerance"]
     assert ratio <= 1.6
@@ -85,7 +95,8 @@ def test_xor_float32_on_the_m0plus_no_input_beats_the_bound(tmp_path):
 
 def test_lenet5_q16_acc32_on_the_m4_no_input_beats_the_bound(tmp_path):
     from nnbuild.numerics import graph_bitexact, graph_plan
-    ratio, xs, ys, model, meta = search_build(tmp_path, "stm32f407", "lenet5", "q16-acc32", seed=5, total=INPUTS_LENET5)
+    ratio, xs, ys, model, meta = search_build(tmp_path, "stm32f407", "lenet5", "q16-acc32", seed=5,
+                                              total=INPUTS["stm32f407 lenet5"])
     lo, hi = meta["input_range"]
     q = graph_plan.quantize_graph(model, "q16-acc32", (lo, hi))
     assert np.array_equal(ys.view(np.uint32), graph_bitexact.run_graph(q, xs).view(np.uint32))
