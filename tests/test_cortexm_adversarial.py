@@ -36,7 +36,7 @@ def inputs(e2e_tier):
     return int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 500 if SLOW else e2e_tier))
 
 
-#: inputs per search: the M4's F1/10 and xor run their 500 in the e2e tier
+#: inputs per search: the M4's F1/10 and the M0+'s xor run their 500 in the e2e tier
 INPUTS = {"stm32f407 f1tenth": inputs(500), "rp2040 f1tenth": inputs(100), "rp2040 xor": inputs(500),
           "stm32f407 lenet5": inputs(16)}
 #: inputs per QEMU process in the hill-climb
