@@ -11,9 +11,9 @@ bound/executed-path ratio is printed (pytest -s).
 The runner reads QEMU's exec log at a few microseconds per executed cycle on a loaded machine: the
 F1/10 controller on the M4 (80 thousand cycles an inference with the DSP kernels) searches its 500
 inputs in under a minute, xor too; on the M0+ (340 thousand cycles) the e2e tier searches 100 inputs
-(about two minutes) and LeNet-5 on the M4 16 (corners: range ends, zero, subnormals, values beyond
-the range); NNBUILD_SLOW_TESTS=1 runs 500 for each (the M0+ F1/10 about 10 minutes, LeNet-5 much
-longer); NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of every search."""
+(about 1.5 minutes) and LeNet-5 on the M4 (1.3 million cycles) 60 (about 1.5 minutes: the corners
+and no hill-climb round); NNBUILD_SLOW_TESTS=1 runs 500 for each (about 10 minutes each for these
+two); NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of every search."""
 
 import json
 import os
@@ -38,7 +38,7 @@ def inputs(e2e_tier):
 
 #: inputs per search: the M4's F1/10 and the M0+'s xor run their 500 in the e2e tier
 INPUTS = {"stm32f407 f1tenth": inputs(500), "rp2040 f1tenth": inputs(100), "rp2040 xor": inputs(500),
-          "stm32f407 lenet5": inputs(16)}
+          "stm32f407 lenet5": inputs(60)}
 #: inputs per QEMU process in the hill-climb
 BATCH = 50
 
@@ -100,4 +100,4 @@ def test_lenet5_q16_acc32_on_the_m4_no_input_beats_the_bound(tmp_path):
     lo, hi = meta["input_range"]
     q = graph_plan.quantize_graph(model, "q16-acc32", (lo, hi))
     assert np.array_equal(ys.view(np.uint32), graph_bitexact.run_graph(q, xs).view(np.uint32))
-    assert ratio <= 1.02
+    assert ratio <= 1.03
