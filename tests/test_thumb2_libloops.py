@@ -218,15 +218,19 @@ SDIV_CASES = [("2147483647", "3"), ("-2147483647", "3"), ("(-2147483647 - 1)", "
 
 
 def passes_per_call(board, elf, entry, header_sets, log):
-    """Executions of each set of headers during each call of `entry` (every instruction traced)."""
+    """Executions of each set of headers during each call of `entry`, from its entry to its return
+    (every instruction traced)."""
     text = disassembly(board, elf)
-    start, _ = call_sites(text, elf, entry)
-    counts = []
+    start, returns = call_sites(text, elf, entry)
+    counts, inside = [], False
     for line in traced(board, elf, log, "-singlestep"):
         pc = qemu_system._traced_pc(line) if line.startswith("Trace ") else None
         if pc == start:
             counts.append([0] * len(header_sets))
-        elif counts:
+            inside = True
+        elif pc in returns:
+            inside = False
+        elif inside:
             for k, headers in enumerate(header_sets):
                 counts[-1][k] += pc in headers
     return counts
@@ -306,3 +310,43 @@ def test_64_bit_division_loops_of_the_m0plus_reach_their_table_bounds_and_the_bo
         bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
         assert len(measured) == len(cases) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
         print(f"\n{symbol}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(cases)} divisions")
+
+
+DOUBLE_C = r"""
+volatile double xs[] = {X};
+volatile double ys[] = {Y};
+volatile double sink;
+__attribute__((noinline)) double multiply(double x, double y) { return x * y; }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof xs / sizeof xs[0]; ++k)
+        sink = multiply(xs[k], ys[k]);
+    return 0;
+}
+"""
+#: subnormal operands (the smallest, 2^-1074, takes 52 normalising shifts), either side, both, and normal ones
+DOUBLE_CASES = [("4.9406564584124654e-324", "3.0"), ("3.0", "4.9406564584124654e-324"), ("1e-310", "1e-320"),
+                ("4.9406564584124654e-324", "4.9406564584124654e-324"), ("1.5", "2.5"), ("2.2250738585072014e-308", "7.0")]
+
+
+def test_double_normalisation_loops_of_the_m4_reach_their_table_bounds_and_the_bounds_hold(tmp_path):
+    """The Cortex-M4F has a single-precision FPU: double arithmetic is libgcc's ieee754-df.S, whose
+    subnormal operands are normalised one bit a pass (Lml_d, reached from __aeabi_dmul and __aeabi_ddiv;
+    __aeabi_ddiv's own quotient loop has no entry yet)."""
+    board = boards.load_board("stm32f407")
+    source = DOUBLE_C.replace("X", ", ".join(x for x, _ in DOUBLE_CASES)).replace("Y", ", ".join(y for _, y in DOUBLE_CASES))
+    elf = build(tmp_path, board, "double", source)
+    prog = thumb2_decode.load(str(elf), board)
+    start = prog.address_of("__aeabi_dmul")
+    mine = [e for e in TABLE.values() if e["symbol"] == "__aeabi_dmul"]
+    assert len(mine) == 2 and all(thumb2_loops.code_hash(prog, start) == e["sha256"] for e in mine)
+    for entry in ("multiply",):
+        counts = passes_per_call(board, elf, entry, [{start + e["offset"]} for e in mine], tmp_path / f"{entry}.log")
+        assert len(counts) == len(DOUBLE_CASES)
+        for k, e in enumerate(mine):
+            assert max(c[k] for c in counts) == e["header_max"], (entry, hex(e["offset"]), counts)
+        measured = charged_cycles(board, elf, entry, tmp_path / f"{entry}.exec.log")
+        bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
+        assert len(measured) == len(DOUBLE_CASES) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
+        print(f"\n{entry}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(DOUBLE_CASES)} operations")

@@ -38,12 +38,28 @@ def writes_pc(insn):
     return bool(ops) and ops[0] == "pc"
 
 
+#: the 32-bit instructions of ARMv6-M (Thumb-1 code): every other one is Thumb-2
+_ARMV6M_WIDE = ("bl", "dmb", "dsb", "isb", "mrs", "msr")
+
+
 def far_jump(prog, insn):
-    """A BL to a label inside its own function, past its first instruction: the unconditional
-    branch ARMv6-M code uses beyond B's 2 KB reach (gcc saves LR in the prologue for it); a jump,
-    not a call (every function the compiler emits has its own symbol)."""
+    """An unconditional BL to a label inside its own function, past its first instruction, in
+    ARMv6-M code that never returns through LR: the branch gcc emits beyond B's 2 KB reach (it saves
+    LR in the prologue for it and returns with POP {..., pc}); a jump, not a call. Elsewhere a BL
+    to a local label calls a subroutine (libgcc's hand-written ieee754-df.S: `bleq` to a routine
+    ending in BX LR, or tail-jumping to one), and Thumb-2 code reaches any label with B.W."""
     lo, hi = prog.interval(insn.addr)
-    return lo < insn.target < hi
+    return lo < insn.target < hi and insn.cond in (None, "al") and _far_jump_shape(prog, lo, hi)
+
+
+def _far_jump_shape(prog, lo, hi):
+    """True for a function of ARMv6-M instructions without BX LR or MOV PC, LR (cached per function)."""
+    cache = prog.__dict__.setdefault("_far_jump_shape", {})
+    if lo not in cache:
+        insns = [i for a, i in prog.insns.items() if lo <= a < hi]
+        cache[lo] = not any(i.base == "bx" and i.ops == ("lr",) or i.base == "mov" and i.ops == ("pc", "lr")
+                            or i.size == 4 and i.base not in _ARMV6M_WIDE for i in insns)
+    return cache[lo]
 
 
 def control(insn, prog=None):
