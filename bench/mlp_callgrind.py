@@ -1,7 +1,8 @@
 """Host x86-64 instructions per inference (callgrind Ir, callees included) of nnbuild's MLP code
 against ACETONE's and keras2c's figures for the same topologies (../shared/docs/peers.md sections
 1-2: the F1/10-sized MLP 59-128-128-1 and the ACAS-like 5-7x50-5, ReLU, seeded weights), with the
-ratio to ACETONE's best at each flag set and issue 13's target (<= 0.5x).
+ratio to ACETONE's best at each flag set and issue 27's goals (<= 0.35x at -O0 and -O2 -fno-tree-vectorize,
+<= 0.5x at -O3).
 
     python3 bench/mlp_callgrind.py [--inputs 5] [--json out.json]
 
@@ -43,7 +44,8 @@ PEERS = {
                   "-O2 -fno-tree-vectorize": {"keras2c": 194_557, "ACETONE": 97_657},
                   "-O3": {"keras2c": 194_357, "ACETONE": 74_476}},
 }
-TARGET = 0.5
+#: issue 27's goals, ratio to ACETONE per flag set (issue 13's was 0.5 at each)
+GOALS = {"-O0": 0.35, "-O2 -fno-tree-vectorize": 0.35, "-O3": 0.5}
 #: (shape, weights storage): the host board's const-simd (vectors across neurons), scalar const
 VARIANTS = (("mlp", "const-simd"), ("mlp", "const"), ("v2", "const"))
 
@@ -62,12 +64,13 @@ def measure(model, shape, storage, x, workdir, results):
         counts, _, err = callgrind_runs(build(gen, model.name, flags, workdir), model.name, x, expected, workdir)
         best = min(counts)
         ratio = best / peers["ACETONE"]
-        verdict = "meets" if ratio <= TARGET else "misses"
+        goal = GOALS[flags]
+        verdict = "meets" if ratio <= goal else "misses"
         print(f"  {model.name:<13} {shape:<4} {storage:<10} {flags:<24} {best:>9,} Ir ({best / macs(model):5.2f} Ir/MAC)  "
-              f"ACETONE {peers['ACETONE']:,}: {ratio:.3f}x ({verdict} <= {TARGET}x), keras2c {peers['keras2c']:,}: "
+              f"ACETONE {peers['ACETONE']:,}: {ratio:.3f}x ({verdict} <= {goal}x), keras2c {peers['keras2c']:,}: "
               f"{best / peers['keras2c']:.3f}x; max |C - reference| {err:.3g}")
         results.append({"model": model.name, "shape": shape, "storage": storage, "flags": flags, "macs": macs(model), "ir_min": best,
-                        "ir_all": counts, "peers_ir": peers, "ratio_to_acetone": ratio, "target": TARGET,
+                        "ir_all": counts, "peers_ir": peers, "ratio_to_acetone": ratio, "target": goal,
                         "max_abs_error_vs_reference": err})
 
 
@@ -81,7 +84,8 @@ def main(argv=None):
     workdir = Path(tempfile.mkdtemp(prefix="nnbuild-bench-"))
     rng = np.random.default_rng(5)
     results = []
-    print(f"MLPs, callgrind Ir per inference (min over {args.inputs} inputs, callees included) vs peers.md")
+    print(f"MLPs, callgrind Ir per inference (min over {args.inputs} inputs, callees included)")
+    print("ACETONE and keras2c: recorded figures (../shared/docs/peers.md section 2), not built in this run")
     try:
         for model in (f1tenth_like(), acas_like()):
             x = rng.uniform(-0.5, 0.5, (args.inputs, model.input_size))

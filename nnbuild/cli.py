@@ -177,8 +177,9 @@ def parser():
         if arg.dest in ("name", "environment", "shape", "input_range"):
             p.add_argument(*arg.flags, dest=arg.dest, **arg.kwargs)
     p.add_argument("--precision", type=options.argparse_type(lambda text: options.precision(text, auto=True)),
-                   default="float32", help="a number format (float32, q16, ..., fixedW.F), or auto: every candidate "
-                                           "built, run and bounded, the smallest qualifying WCET chosen")
+                   default=None, help="a number format (float32, q16, ..., fixedW.F, int8), or auto: every candidate "
+                                      "built, run and bounded, the smallest qualifying WCET chosen (default float32; "
+                                      "int8 for a full-integer model)")
     p.add_argument("--deadline", default=None,
                    help="with --precision auto: WCET deadline the choice must meet, e.g. 5ms; none waives it")
     p.add_argument("--wcet", default="auto", choices=deadline.WCET_MODES,
@@ -238,6 +239,8 @@ def cmd_generate(args):
 
 def cmd_check(args):
     """Semantic preservation against the training framework's own outputs (y of the .npz)."""
+    from nnbuild import kinds
+    args.precision = kinds.default_precision(kinds.of_file(args.model), args.precision)
     if args.precision == "auto":
         return check_auto(args)
     if args.deadline is not None and not deadline.is_no_deadline(args.deadline):

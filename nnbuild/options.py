@@ -41,6 +41,7 @@ DEFAULT_TOLERANCES = {
     "q16-acc32": (2e-3, "the q16-acc32 default: the tested F1/10 error is <= 1.2e-3"),
     "q8": (2e-2, "the q8 default: the tested F1/10 error is <= 1.6e-2 (int8 weights)"),
     "fix16": (1e-3, "the fix16 default: the tested F1/10 error is <= 3e-4"),
+    "int8": (0.0, "the int8 default: bit-exact with TFLite Micro's int8 kernels"),
 }
 #: fixedW.F: this many steps of the format (2^-F each), and never below DEFAULT_FIXED_FLOOR
 DEFAULT_FIXED_LSBS, DEFAULT_FIXED_FLOOR = 64, 1e-3

@@ -45,7 +45,7 @@ class Plan:
     entries: List[str] = field(default_factory=list)
 
 
-def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION, opt=None,
+def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=None, opt=None,
          main=None, tolerance=1e-4, count=32, seed=1, input_range=(-1.0, 1.0), deadline=None,
          deadline_origin=None, environment=None, data=None, purpose="build", record_wcet_errors=False,
          path=None, inputs=None, wcet="auto", interface=None) -> Plan:
@@ -61,6 +61,7 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=kinds
     board = boards.load_board(board)
     codegen.check_model_name(name)      # it names files and folders: refused here, before any is made
     kind = kinds.get(kind) if isinstance(kind, str) else kind
+    precision = kinds.default_precision(kind, precision)
     kinds.check(kind, shape, precision, board)
     roles = {role: f"gen/{f}" for role, f in codegen.output_roles(name, kinds.resolve_shape(kind, shape)).items()}
     gen = list(roles.values())
@@ -386,13 +387,14 @@ def _build_program(task, where):
     defines = []
     for source, pairs in task.options["defines"].items():
         defines += [f"{k}={v}" for k, v in pairs]
+    where(task.targets[0]).parent.mkdir(parents=True, exist_ok=True)   # a sub-board's folder (host/)
     board.compiler.build_executable(board, sources, where(task.targets[0]),
                                     include_dirs=[where(d) for d in task.options["include"]],
                                     defines=defines, opt=task.options["opt"], hint=task.options.get("hint", ""),
                                     **runners.script_option(task.options.get("ldscript")))
 
 
-def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, precision=None,
           opt=None, input_range=None, tolerance=1e-4, environment=None, build_dir=None):
     """`nnbuild check`: the model's C built for `target`, run on the inputs of `data` (.npz x[, y]),
     compared with the float64 reference (and y). Returns the semantic record; raises on a broken
@@ -400,6 +402,7 @@ def check(model, data, *, target="host", name=None, shape=kinds.DEFAULT_SHAPE, p
     import tempfile
     board = boards.load_board(target)
     kind = kinds.of_file(model)
+    precision = kinds.default_precision(kind, precision)
     model_path = str(Path(model).resolve())
     if kind.NAME == "multiitem":
         return _check_multiitem(model_path, str(Path(data).resolve()), board, shape=shape, precision=precision,
@@ -500,19 +503,20 @@ def load_model(path, name=None, environment=None):
     return kinds.of_file(path).load(path, name, environment)
 
 
-def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=None,
              storage="const", input_range=None, environment=None, passes_log=None):
     """The C of `model` (a file path, or a model from load_model) in outdir."""
     if isinstance(model, (str, os.PathLike)):
         model, passes_log = load_model(model, name, environment)
     kind = kinds.of_model(model)
+    precision = kinds.default_precision(kind, precision)
     kinds.check(kind, shape, precision, None, model)
     return codegen.generate(model, outdir, shape=kinds.resolve_shape(kind, shape), precision=precision,
                             storage=storage, passes_log=list(passes_log or []), input_range=input_range)
 
 
 def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT_SHAPE,
-                        precision=kinds.DEFAULT_PRECISION, opt=None, input_range=None, environment=None,
+                        precision=None, opt=None, input_range=None, environment=None,
                         passes_log=None):
     """Generate, compile and link the check program for `board` outside SCons: (program, harness).
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
@@ -521,6 +525,7 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
     if isinstance(model, (str, os.PathLike)):
         model, passes_log = load_model(model, name, environment)
     kind = kinds.of_model(model)
+    precision = kinds.default_precision(kind, precision)
     workdir = Path(workdir)
     files = steps.generate(model, workdir / "gen", shape=shape, precision=precision, passes_log=passes_log,
                            target=board, input_range=input_range)   # refuses v3 code the flash cannot hold

@@ -20,7 +20,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "firmware_examples"
 EXAMPLE_KEYS = ("model", "main", "precision", "deadline_ms", "tolerance", "tolerances", "input_range", "check_inputs", "seed",
                 "environment", "check_data", "requires", "note")
 DEFAULTS = {"tolerance": 1e-4, "input_range": [-1.0, 1.0], "check_inputs": 32, "seed": 1,
-            "deadline_ms": None, "precision": "float32"}
+            "deadline_ms": None, "precision": None}   # None: the model kind's default (float32; int8 full-integer)
 
 
 def available_examples(root=EXAMPLES_DIR):
@@ -101,7 +101,8 @@ def check_example(config, config_path):
         if config["deadline_ms"] is not None:
             options.deadline_ms(config["deadline_ms"] if isinstance(config["deadline_ms"], (int, float))
                                 else f"{config['deadline_ms']}")
-        options.precision(config["precision"], auto=True)
+        if config["precision"] is not None:
+            options.precision(config["precision"], auto=True)
     except NNBuildError as error:
         raise NNBuildError(str(error), path=config_path) from None
     return config

@@ -50,7 +50,7 @@ def npz_kind(data):
 # --------------------------------------------------------------------------- the step functions
 
 
-def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=kinds.DEFAULT_PRECISION,
+def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=None,
              storage=None, target="host", input_range=None, environment=None, passes_log=None, dsp=None):
     """The C of `model` (a file, or a model already loaded) in outdir: codegen.outputs(name); the
     board's DSP capability unless `dsp` is given."""
@@ -59,6 +59,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=k
         kind = kinds.of_file(model)
         model, passes_log = kind.load(model, name, environment)
     kind = kinds.of_model(model)
+    precision = kinds.default_precision(kind, precision)
     kinds.check(kind, shape, precision, board, model)
     shape = kinds.resolve_shape(kind, shape)
     written = codegen.generate(model, outdir, shape=shape, precision=precision,
@@ -439,8 +440,8 @@ def _model_options(storage=True):
             _a("--environment", help="environment description of a TPG (.dot): JSON file or shipped name"),
             _a("--shape", default=kinds.DEFAULT_SHAPE, choices=sorted(codegen.SHAPES),
                help="code shape (auto: mlp for MLPs, v2 for other networks, switch for TPGs)"),
-            _a("--precision", type=options.argparse_type(options.precision), default=kinds.DEFAULT_PRECISION,
-               help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32)"),
+            _a("--precision", type=options.argparse_type(options.precision), default=None,
+               help=f"{', '.join(codegen.PRECISIONS)} or fixedW.F (default float32; int8 for a full-integer model)"),
             _a("--range", dest="input_range", default=None, type=options.argparse_type(options.input_range), help=RANGE_HELP)]
     if storage:
         opts += [_a("--storage", default=None, choices=codegen.STORAGES,

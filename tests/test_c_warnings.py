@@ -28,6 +28,7 @@ STRICT = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wdoubl
           "-Wswitch-default", "-Werror"]
 
 EX = REPO / "firmware_examples"
+TFLITE = REPO / "tests" / "data" / "tflite"
 SIPS22_GAME = SHARED / "data" / "tpg" / "sips22" / "cleaned" / "out_best_cleaned.fishing_derby.9.t48.dot"
 BOARDS = ("host", "avr", "arm")
 FIXED = ("q16", "q16-acc32", "q8", "fix16", "fixed16.8", "fixed16.16")
@@ -136,6 +137,10 @@ CASES = [
     case("f1tenth-float64", example(EX / "f1tenth" / "architecture.json"), "mlp", "float64",
          storages=("const", "const-simd"), marks=E2E),
     *(case(f"cifarnet-{s}", example(EX / "cifarnet" / "cifarnet.h5"), s, marks=E2E) for s in ("v1", "v2")),
+    # the int8 precision (shape tflm): every operator it generates is in one of these fixtures
+    case("cnn-int8", example(TFLITE / "cnn_int8.tflite"), "tflm", "int8"),
+    *(case(f"{m}-int8", example(TFLITE / f"{m}_int8.tflite"), "tflm", "int8", marks=E2E)
+      for m in ("arith", "merge", "extra", "mixed", "core")),
     case("lenet5-v2-q16-acc32", example(EX / "lenet5" / "lenet5.h5"), "v2", "q16-acc32", storages=("avr-progmem-far",),
          marks=E2E),
 ]

@@ -209,10 +209,35 @@ def every_path_model():
                                  Dense("d4", kernel(3, 6), None, "softmax")])
 
 
+@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O3"])
+def test_host_scalar_blocks_sum_each_neuron_in_input_order(tmp_path, opt):
+    """storage const computes up to 12 neurons per pass (37 rows: 3 blocks of 10 and 7 left; 13
+    rows: 7 and 6) with `register` accumulators: each output is still the bias plus the products
+    added in input order in float32, bit for bit, at any optimisation level."""
+    rng = np.random.default_rng(11)
+    k1, b1 = rng.standard_normal((9, 37)).astype(np.float32), rng.standard_normal(37).astype(np.float32)
+    k2 = rng.standard_normal((37, 13)).astype(np.float32)
+    model = Model("blocks", (9,), [Dense("d1", k1, b1, "relu"), Dense("d2", k2, None, "linear")])
+    x = rng.uniform(-2, 2, (16, 9)).astype(np.float32)
+    out = tmp_path / "gen"
+    codegen.generate(model, out, storage="const")
+    code = (out / "blocks.c").read_text()
+    assert "register float acc9 = b[9];" in code and "register float acc6 = 0.0f;" in code
+    y = compile_and_run(tmp_path, out, "blocks", x, 13, [opt, "-ffp-contract=off"])
+
+    def in_order(inputs, kernel, bias):
+        acc = np.zeros((inputs.shape[0], kernel.shape[1]), np.float32) if bias is None else np.tile(bias, (inputs.shape[0], 1))
+        for i in range(kernel.shape[0]):
+            acc = (acc + (inputs[:, i:i + 1] * kernel[i]).astype(np.float32)).astype(np.float32)
+        return acc
+    hidden = np.maximum(in_order(x, k1, b1), np.float32(0))
+    assert np.array_equal(y.view(np.uint32), in_order(hidden, k2, None).view(np.uint32))
+
+
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 def test_host_vectors_give_the_scalar_results_bit_for_bit(tmp_path, precision):
-    """const-simd (one neuron per vector lane) == const (8 neurons per pass, one row each), bit for
-    bit, optimised or not; the vector code is byte-identical across generations and bounded."""
+    """const-simd (one neuron per vector lane) == const (up to 12 neurons per pass, one row each),
+    bit for bit, optimised or not; the vector code is byte-identical across generations and bounded."""
     model = every_path_model()
     x = np.random.default_rng(8).uniform(-3, 3, (64, 7)).astype(np.float32)
     x[:8] *= np.float32(1e30)  # sums that overflow
@@ -220,7 +245,7 @@ def test_host_vectors_give_the_scalar_results_bit_for_bit(tmp_path, precision):
     x[16] = 0.0
     x[17] = -0.0
     runs = {}
-    for storage, opt in (("const-simd", "-O2"), ("const-simd", "-O0"), ("const", "-O2")):
+    for storage, opt in (("const-simd", "-O2"), ("const-simd", "-O0"), ("const", "-O2"), ("const", "-O0")):
         out = tmp_path / f"{storage}{opt}"
         codegen.generate(model, out, precision=precision, storage=storage)
         runs[storage, opt] = compile_and_run(tmp_path, out, "paths", x, 6, [opt, "-ffp-contract=off"]).view(np.uint32)

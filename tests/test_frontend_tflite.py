@@ -109,12 +109,18 @@ def test_float16_weights_are_dequantized_at_load():
     assert kernel.dtype == np.float32 and np.array_equal(kernel, kernel.astype(np.float16).astype(np.float32))
 
 
-# ----------------------------------------------------------------------------- int8: read, then refused
+# ----------------------------------------------------------------------------- int8: read for precision int8
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_int8_fixture_is_refused_in_one_line(name):
-    one_line_error(fixture(name, "int8"), "int8: full-integer quantized models are not supported yet")
+def test_int8_fixture_loads_as_a_quantized_model(name):
+    """A full-integer fixture is told from a float one by its int8 input and output: the int8 front-end
+    (nnbuild.frontends.tflite_int8) hands it to precision int8 with its quantization."""
+    model = frontends.load(fixture(name, "int8"))
+    assert model.kind == "int8" and model.graph.tensors[model.graph.inputs[0]].type_name == "int8"
+    one_line_error_of_float_reader = "quantized models are read as full-integer int8 models"
+    with pytest.raises(NNBuildError, match=one_line_error_of_float_reader):
+        tfl.load(fixture(name, "int8"))
 
 
 def test_reader_keeps_the_quantization_of_an_int8_model():
@@ -275,8 +281,7 @@ def test_mlp_checks_on_avr_against_litert():
 
 
 @pytest.mark.e2e
-def test_int8_model_is_refused_by_check_in_one_line():
+def test_int8_model_checks_bit_exact_on_the_host():
     run = _cli("check", str(fixture("mlp", "int8")), "--data", str(DATA / "mlp_int8.npz"))
-    assert run.returncode != 0
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "int8: full-integer quantized models are not supported yet" in lines[0], run.stderr
+    assert run.returncode == 0, run.stderr
+    assert "bit-exact with TFLite Micro's int8 kernels (max |C - y| = 0" in run.stdout

@@ -55,15 +55,19 @@ def _joined(arrays, parts, role, path):
     return np.concatenate(rows, axis=1)
 
 
-def load(path, n_in, n_out=None, *, what_out="values", parts=None):
+def load(path, n_in, n_out=None, *, what_out="values", parts=None, names=("x", "y")):
     """(x as float64 [cases, n_in], y as float64 [cases, n_out] or None) from an .npz.
 
     x: real numbers (bool/int/float), at least one case, n_in values per case (any shape that
     flattens to that). y (optional): real numbers, one row per case, n_out values per case.
     `parts` (parts_of(model)): the per-argument arrays of a model of several inputs or outputs,
-    read and joined into x and y when the file holds them.
+    read and joined into x and y when the file holds them. `names`: the members read as x and y
+    (an int8 model reads x_q and y_q where the file has them).
     """
-    arrays = _read(path, [name for _, name, _ in parts or ()])
+    arrays = _read(path, [name for _, name, _ in parts or ()] + [n for n in names if n not in ("x", "y")])
+    if tuple(names) != ("x", "y"):
+        arrays = {k: v for k, v in arrays.items() if k not in ("x", "y")}
+        arrays.update({role: arrays[name] for role, name in zip(("x", "y"), names) if arrays.get(name) is not None})
     for role in ("x", "y") if parts else ():
         joined = _joined(arrays, parts, role, path)
         if joined is not None:

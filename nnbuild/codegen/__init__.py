@@ -14,7 +14,7 @@ from nnbuild import names
 from nnbuild.codegen import common
 from nnbuild.files import output_mode
 from nnbuild.errors import NNBuildError
-from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED
+from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED, QUANTIZED_PRECISIONS
 from nnbuild.numerics.formats import check_precision as check_precision_name
 
 #: shape name -> module; a module's KIND says which model kind it generates ("nn" when absent),
@@ -29,9 +29,10 @@ SHAPES = {
     "switch": "nnbuild.codegen.tpg_switch",
     "stack": "nnbuild.codegen.tpg_stack",
     "gravity": "nnbuild.codegen.gravity",
+    "tflm": "nnbuild.codegen.int8",
 }
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
-PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS
+PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS
 #: How weights are stored: plain const arrays, AVR flash read with ELPM (pgm_read_*_far, anywhere
 #: in flash), or AVR flash read with LPM through 16-bit pointers (pgm_read_*, below 64 KB: chips
 #: without ELPM such as the ATmega328P), or const arrays the mlp shape lays out for 16-byte vectors

@@ -88,7 +88,7 @@ def lower(model, storage, *, liveness=None):
         op["in_place"] = op["dst"] in op["src"]
         lower_layer(op, layer, in_shapes, out_shape, prefix, storage)
         for c in op["chunks"]:
-            c["block"] = block_of(c["rows"])
+            c["block"] = block_of(c["rows"], storage)
             c["comment"] = (f"{layer.source_type} '{layer.name}': outputs {c['start']}..{c['start'] + c['rows'] - 1}, "
                             f"{op['k']} weights each")
             arrays.append(c)
@@ -118,8 +118,11 @@ def lower(model, storage, *, liveness=None):
             "has_softmax": any(o["softmax"] for o in ops)}
 
 
-#: outputs computed together by v2's multiply-accumulate loops (each input value loaded once)
+#: outputs computed together by v2's multiply-accumulate loops (each input value loaded once):
+#: up to 4 in AVR flash (soft-float, few registers), up to 12 elsewhere (12 accumulators, the
+#: input and a product fit x86-64's 16 SSE registers; on hosts they are `register` locals)
 MAX_BLOCK = 4
+HOST_MAX_BLOCK = 12
 
 
 def int_array(symbol, values, comment):
@@ -188,9 +191,11 @@ def lower_tensor_op(op, layer, in_shapes, out_shape, prefix):
         op.update(kind="resample", plan=plan)
 
 
-def block_of(rows):
-    """The largest block size <= MAX_BLOCK dividing `rows` (literal trip counts, no remainder loop)."""
-    return next(b for b in range(MAX_BLOCK, 0, -1) if rows % b == 0)
+def block_of(rows, storage):
+    """The largest block size <= MAX_BLOCK (HOST_MAX_BLOCK off AVR flash) dividing `rows` (literal
+    trip counts, no remainder loop)."""
+    largest = MAX_BLOCK if storage in common.FLASH_STORAGES else HOST_MAX_BLOCK
+    return next(b for b in range(largest, 0, -1) if rows % b == 0)
 
 
 def fold(fn, values):
@@ -314,6 +319,9 @@ def context(model, lowered, shape, precision, storage):
         "name": model.name, "guard": model.name.upper(), "version": __version__, "shape": shape,
         "sources": [s.rsplit("/", 1)[-1] for s in model.source_files], "precision": precision,
         **common.storage_context(storage), "n_in": model.input_size, "n_out": model.output_size,
+        # hosts: accumulators, pointers and counters of the MAC loops as `register` locals (gcc
+        # keeps them in registers even at -O0); AVR code stays as the WCET analyser knows it
+        "reg": "" if storage in common.FLASH_STORAGES else "register ",
         "index_type": index_type, "weights_sha256": common.weights_digest(model), **lowered,
         **common.reals(precision),
         "unary_functions": tensor_ops.unary_functions(lowered["unary_ops"], *common.REALS[precision][:2]),

@@ -5,7 +5,9 @@ are read in storage order (one pointer increment per MAC, cheap on an 8-bit MCU)
 is a literal and is repeated in NN_LOOPBOUND(n) for WCET tools; the same bounds go to the flow
 facts file. Weights live in `<name>_weights.c` so a weight edit leaves `<name>.c` byte-identical.
 On hosts (storage const-simd) float layers compute 16 neurons per pass with GCC/Clang vectors, one
-neuron per lane, from weights interleaved for them: the same sums in the same order.
+neuron per lane, from weights interleaved for them: the same sums in the same order. With the
+scalar storage const, up to BLOCK neurons per pass in `register` accumulators, their rows read
+through one pointer at constant offsets (AVR flash keeps one neuron at a time).
 """
 
 import numpy as np
@@ -24,8 +26,10 @@ PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8", "fix16", "fixedW.F
 
 #: neurons computed together: each input value is loaded once for BLOCK weight rows (each neuron
 #: still sums its products in input order, so the results are bit for bit those of one neuron at a
-#: time). Not on AVR: soft-float dominates there and 8 float accumulators do not fit its registers.
-BLOCK = 8
+#: time). 12 accumulators, the input and a product fit x86-64's 16 SSE registers; the accumulators
+#: and pointers are `register` locals, which gcc keeps in registers even at -O0. Not on AVR:
+#: soft-float dominates there and 12 float accumulators do not fit its registers.
+BLOCK = 12
 
 
 def block_for(storage):
@@ -121,7 +125,7 @@ def layer_chunks(prefix, layer, storage, real):
     lanes = vector_lanes(storage, real)
     vector_rows = layer.units // lanes * lanes if lanes else 0
     if not vector_rows:
-        return weight_chunks(prefix, layer, storage, real)
+        return scalar_chunks(prefix, layer, storage, real)
     rows = np.asarray(layer.kernel, dtype=np.float32).T
     count = vector_rows // lanes
     chunk = {"symbol": f"{prefix}_{c_identifier(layer.name)}_wv", "start": 0, "rows": vector_rows,
@@ -130,8 +134,19 @@ def layer_chunks(prefix, layer, storage, real):
              "groups": interleaved(rows[:vector_rows], lanes, layer)}
     rest = []
     if vector_rows < layer.units:
-        rest = weight_chunks(prefix, layer, storage, real, first=vector_rows)
+        rest = scalar_chunks(prefix, layer, storage, real, first=vector_rows)
     return [chunk] + rest
+
+
+def scalar_chunks(prefix, layer, storage, real, first=0):
+    """Scalar code's weight arrays (from row `first`), rows in order; off AVR flash marked for
+    BLOCK neurons per pass over the inputs (read through one pointer at constant row offsets)."""
+    chunks = weight_chunks(prefix, layer, storage, real, first=first)
+    if storage not in common.FLASH_STORAGES:
+        for chunk in chunks:
+            passes = -(-chunk["rows"] // BLOCK)
+            chunk["block"] = -(-chunk["rows"] // passes)   # balanced: 50 rows as 5 x 10, not 4 x 12 + 2
+    return chunks
 
 
 def interleaved(rows, lanes, layer):

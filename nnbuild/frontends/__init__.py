@@ -54,6 +54,11 @@ FORMATS: Tuple[Format, ...] = (
            "Gravity program (.g): a network that trains itself (Givargis, ASP-DAC'21)"),
     Format("tflite", (".tflite",), "nnbuild.frontends.tflite",
            "TFLite flatbuffer (the TFLite converter's .tflite), float32, read with the tflite package"),
+    Format("tflite-int8", (), "nnbuild.frontends.tflite_int8",
+           "full-integer TFLite (int8 input, output and weights): a .tflite told from float32 TFLite by its tensor types"),
+    Format("onnx-int8", (), "nnbuild.frontends.onnx_int8",
+           "statically quantized ONNX (QuantizeLinear/DequantizeLinear, QLinearConv, QLinearMatMul): a .onnx told "
+           "from float ONNX by its quantization nodes"),
     Format("nnef-items", (), "nnbuild.frontends.nnef_items",
            "multi-item NNEF (graphitem blocks, variablesync; seed 002): a .nnef told from NNEF by its content",
            folder_file="graph.nnef"),
@@ -61,7 +66,8 @@ FORMATS: Tuple[Format, ...] = (
 
 #: Formats without a suffix of their own, told apart by content: (claimed suffix, format, test).
 #: The test reads at most a bounded prefix of the file and never raises.
-_SNIFFED = ((".json", "acetone-json", "_is_acetone_json"), (".nnef", "nnef-items", "_is_nnef_items"))
+_SNIFFED = ((".json", "acetone-json", "_is_acetone_json"), (".nnef", "nnef-items", "_is_nnef_items"),
+            (".tflite", "tflite-int8", "_is_tflite_int8"), (".onnx", "onnx-int8", "_is_onnx_int8"))
 
 
 def _is_acetone_json(path) -> bool:
@@ -90,6 +96,19 @@ def _is_nnef_items(path) -> bool:
         return False
     first = re.search(r"\b(graph|graphitem)\b", re.sub(r"#[^\n]*", "", head))
     return first is not None and first.group(1) == "graphitem"
+
+
+def _is_tflite_int8(path) -> bool:
+    """A full-integer TFLite model: its input and output tensors are int8 (the whole file is read,
+    within limits.MAX_MODEL_FILE_BYTES, by the TFLite reader)."""
+    from nnbuild.frontends import tflite_int8
+    return Path(path).is_file() and tflite_int8.is_full_integer(path)
+
+
+def _is_onnx_int8(path) -> bool:
+    """A quantized ONNX model: a quantization node (QuantizeLinear, QLinearConv, ...) in its graph."""
+    from nnbuild.frontends import onnx_int8
+    return onnx_int8.is_quantized(path)
 
 
 def format_for(path) -> Format:

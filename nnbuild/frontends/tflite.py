@@ -9,7 +9,8 @@ Two stages, so the int8 work can reuse the first:
   (NHWC) like the IR, so tensors map one to one once the batch axis (size 1) is dropped. The
   shape arithmetic the converter emits around a Keras Reshape with a free batch axis
   (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE) is folded at load, and so is DEQUANTIZE of a
-  constant (float16 or weight-only int8 weights). Full-integer (int8) models are refused for now.
+  constant (float16 or weight-only int8 weights). Full-integer (int8) models are read by
+  nnbuild.frontends.tflite_int8 (precision int8) from `read`'s graph.
 Anything else is refused in one line naming the file, the operator index and its name.
 """
 
@@ -360,8 +361,8 @@ class _Converter:
         t_in, t_out = t_ins[0], t_outs[0]
         for t, role in [(t, "input") for t in t_ins] + [(t, "output") for t in t_outs]:
             if t.type_name in QUANTIZED:
-                raise Problem(f"the model's {role} '{t.name}' is {t.type_name}: full-integer quantized models are "
-                              "not supported yet (float32 models only)")
+                raise Problem(f"the model's {role} '{t.name}' is {t.type_name}: quantized models are read as "
+                              "full-integer int8 models (int8 input and output, precision int8) or not at all")
             if t.type_name != "float32":
                 raise Problem(f"the model's {role} '{t.name}' is {t.type_name}, not float32")
         shape = self.sample(t_in, "the model input")
@@ -476,7 +477,7 @@ class _Converter:
             tensor = self.graph.tensors[index]
             if tensor.type_name in QUANTIZED:
                 raise Problem(f"{what} is {tensor.type_name}: quantized weights without DEQUANTIZE (dynamic-range "
-                              "or full-integer quantization) are not supported yet (float32 models only)")
+                              "quantization) are not supported (float32 models, or full-integer int8 models with int8 input and output)")
             raise Problem(f"{what} is {value.dtype}, not floating point")
         return np.asarray(value, np.float32)
 
@@ -484,8 +485,8 @@ class _Converter:
         """The output tensor of a computing operator must be float32 (an int8 one is a quantized model)."""
         t = self.graph.tensors[op.outputs[k]]
         if t.type_name in QUANTIZED:
-            raise Problem(f"output '{t.name}' is {t.type_name}: full-integer quantized models are not supported "
-                          "yet (float32 models only)")
+            raise Problem(f"output '{t.name}' is {t.type_name}: a model quantized inside with float32 input and output "
+                          "is not generated (convert it with int8 input and output for precision int8)")
         if t.type_name != "float32":
             raise Problem(f"output '{t.name}' is {t.type_name}, not float32")
         return t
@@ -816,8 +817,9 @@ class _Converter:
         if t_in.type_name == t_out.type_name == "float32" and op.inputs[0] in self.ir:
             self.ir[op.outputs[0]] = self.ir[op.inputs[0]]
             return
-        raise Problem(f"{t_in.type_name} to {t_out.type_name}: full-integer quantized models are not supported "
-                      "yet (float32 models only)")
+        raise Problem(f"{t_in.type_name} to {t_out.type_name}: a model quantized inside with float32 input and output "
+                      "is not generated (convert it with inference_input_type = inference_output_type = tf.int8 for "
+                      "precision int8)")
 
     def op_DEQUANTIZE(self, op):
         self.needs(op, 1)

@@ -14,6 +14,8 @@ A kind module defines:
   describe(results)             -> printable lines
   entries(name, model_path)     (optional) the functions a build measures and bounds, the
                                 inference entry first (default: <name>_infer; Gravity: activate, train)
+  precision_refusal(precision)  (optional) why the kind's models are never built in this precision
+                                (one line; int8: a full-integer model keeps its quantization)
   model_refusal(model, precision, board)  (optional) why this model cannot be built for the board
                                 in this precision (one line), or None (Gravity: its blob vs RAM)
 
@@ -28,7 +30,7 @@ from nnbuild.errors import NNBuildError
 
 #: kind name -> module
 KINDS = {"nn": "nnbuild.kinds.nn", "tpg": "nnbuild.kinds.tpg", "gravity": "nnbuild.kinds.gravity",
-         "multiitem": "nnbuild.kinds.multiitem"}
+         "multiitem": "nnbuild.kinds.multiitem", "int8": "nnbuild.kinds.int8"}
 
 #: one set of defaults for the API, the CLI and SCons
 DEFAULT_SHAPE = "auto"
@@ -73,6 +75,8 @@ def refusal(kind, shape, precision, board=None, model=None):
         codegen.check_precision(precision, board)
     except NNBuildError as error:
         return str(error)
+    if hasattr(kind, "precision_refusal") and kind.precision_refusal(precision):
+        return kind.precision_refusal(precision)
     why = codegen.shape_refusal(shape, precision, model)
     if why is None and model is not None and hasattr(kind, "model_refusal"):
         why = kind.model_refusal(model, precision, board)
@@ -84,6 +88,12 @@ def check(kind, shape, precision, board=None, model=None):
     why = refusal(kind, shape, precision, board, model)
     if why:
         raise NNBuildError(why)
+
+
+def default_precision(kind, precision=None):
+    """The precision a build takes when none is given: the kind's first (float32 but for a
+    full-integer int8 model, whose quantization is its only precision)."""
+    return precision or kind.PRECISIONS[0]
 
 
 def precision_candidates(kind, shape, board, model=None):

@@ -29,6 +29,14 @@ def load(path, name=None, environment=None):
     return passes.run(model)
 
 
+def precision_refusal(precision):
+    """int8 is the arithmetic of full-integer quantized models (their own scales and zero points)."""
+    if precision == "int8":
+        return ("precision int8 is TFLite Micro's int8 arithmetic: it needs a full-integer quantized .tflite model "
+                "(int8 input, output and weights); this model is float (for int8 weights here: q8)")
+    return None
+
+
 def check_main():
     return CHECK_MAIN
 

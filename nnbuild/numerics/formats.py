@@ -12,6 +12,8 @@ from nnbuild.errors import NNBuildError
 
 FLOAT_PRECISIONS = ("float32", "float64")
 FIXED_PRECISIONS = ("q16", "q16-acc32", "q8", "fix16")
+#: TFLite Micro's int8 arithmetic (the model's own scales and zero points: full-integer models only)
+QUANTIZED_PRECISIONS = ("int8",)
 GENERIC_FIXED = re.compile(r"fixed(\d+)[.,_](\d+)$")
 
 #: pre-activation format of table activations (tanh, sigmoid, softmax): Q16 in int32
@@ -34,10 +36,10 @@ def check_precision(precision):
         if whole < 1 or whole + frac > 32:
             raise NNBuildError(f"precision '{precision}': fixedW.F needs W >= 1 (sign included) and W + F <= 32 bits")
         return precision
-    if precision in FLOAT_PRECISIONS or is_fixed(precision):
+    if precision in FLOAT_PRECISIONS + QUANTIZED_PRECISIONS or is_fixed(precision):
         return precision
     raise NNBuildError(f"precision '{precision}' is not supported "
-                       f"(supported: {', '.join(FLOAT_PRECISIONS + FIXED_PRECISIONS)}, fixedW.F)")
+                       f"(supported: {', '.join(FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS)}, fixedW.F)")
 
 
 @dataclass

@@ -99,10 +99,11 @@ def _requantize(acc, multipliers, shifts, output_zero_point, low, high, channel_
     return np.clip(out + output_zero_point, low, high).astype(np.int8)
 
 
-def _multipliers(input_scale, filter_scales, output_scale):
+def channel_multipliers(input_scale, filter_scales, output_scale):
     """One (multiplier, shift) per output channel: input_scale * filter_scale / output_scale in double."""
     pairs = [quantize_multiplier(float(input_scale) * float(f) / float(output_scale)) for f in filter_scales]
     return [m for m, _ in pairs], [s for _, s in pairs]
+
 
 
 def fully_connected(x, x_zp, weights, w_zp, bias, multipliers, shifts, out_zp, low, high):
@@ -170,15 +171,29 @@ def average_pool_2d(x, size, strides, pads, low, high):
     return np.clip(average, low, high).astype(np.int8)
 
 
+ADD_LEFT_SHIFT = 20
+
+
+def add_multipliers(s1, s2, so, single_precision=False):
+    """ADD's (and SUB's) ((m1, shift1), (m2, shift2), (m_out, shift_out)): both inputs rescaled to
+    twice the larger scale with ADD_LEFT_SHIFT bits of headroom (add.cc's PrepareAdd, in double;
+    sub_common.cc computes them in float32: `single_precision`)."""
+    if single_precision:
+        s1, s2, so = np.float32(s1), np.float32(s2), np.float32(so)
+        twice = np.float32(2) * max(s1, s2)
+        reals = float(s1 / twice), float(s2 / twice), float(twice / (np.float32(1 << ADD_LEFT_SHIFT) * so))
+    else:
+        twice = 2 * max(float(s1), float(s2))
+        reals = float(s1) / twice, float(s2) / twice, twice / ((1 << ADD_LEFT_SHIFT) * float(so))
+    return tuple(quantize_multiplier(r) for r in reals)
+
+
 def add(x1, x2, q1, q2, q_out, low, high):
     """reference_integer_ops::Add (broadcasting): both inputs rescaled to twice the larger input
     scale with 20 bits of headroom, summed, requantised to the output (add.cc's PrepareAdd)."""
     (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
-    left_shift = 20
-    twice_max = 2 * max(float(s1), float(s2))
-    m1, sh1 = quantize_multiplier(float(s1) / twice_max)
-    m2, sh2 = quantize_multiplier(float(s2) / twice_max)
-    mo, sho = quantize_multiplier(twice_max / ((1 << left_shift) * float(so)))
+    left_shift = ADD_LEFT_SHIFT
+    (m1, sh1), (m2, sh2), (mo, sho) = add_multipliers(s1, s2, so)
     a = multiply_by_quantized_multiplier((np.asarray(x1, np.int64) - z1) * (1 << left_shift), m1, sh1)
     b = multiply_by_quantized_multiplier((np.asarray(x2, np.int64) - z2) * (1 << left_shift), m2, sh2)
     out = multiply_by_quantized_multiplier(a + b, mo, sho) + zo
@@ -189,12 +204,8 @@ def sub(x1, x2, q1, q2, q_out, low, high):
     """reference_integer_ops::Sub: ADD's arithmetic with the second operand subtracted; sub_common.cc
     computes the multipliers in float32 (ADD's in double)."""
     (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
-    left_shift = 20
-    s1, s2, so = np.float32(s1), np.float32(s2), np.float32(so)
-    twice_max = np.float32(2) * max(s1, s2)
-    m1, sh1 = quantize_multiplier(float(s1 / twice_max))
-    m2, sh2 = quantize_multiplier(float(s2 / twice_max))
-    mo, sho = quantize_multiplier(float(twice_max / (np.float32(1 << left_shift) * so)))
+    left_shift = ADD_LEFT_SHIFT
+    (m1, sh1), (m2, sh2), (mo, sho) = add_multipliers(s1, s2, so, single_precision=True)
     a = multiply_by_quantized_multiplier((np.asarray(x1, np.int64) - z1) * (1 << left_shift), m1, sh1)
     b = multiply_by_quantized_multiplier((np.asarray(x2, np.int64) - z2) * (1 << left_shift), m2, sh2)
     out = multiply_by_quantized_multiplier(a - b, mo, sho) + zo
@@ -222,15 +233,21 @@ def mul(x1, x2, q1, q2, q_out, low, high):
     return np.clip(multiply_by_quantized_multiplier(product, m, sh) + zo, low, high).astype(np.int8)
 
 
+def mean_multiplier(multiplier: int, shift: int, count: int):
+    """MEAN's (multiplier, shift) with 1/count folded in, as QuantizedMeanOrSum folds it (the
+    extra shift clamped to 32 and to 31 + shift)."""
+    extra = min(count.bit_length() - 1, 32, 31 + shift)
+    return (multiplier << extra) // count, shift - extra
+
+
 def mean(x, axes, keep_dims, multiplier: int, shift: int, x_zp: int, out_zp: int):
     """reference_ops::QuantizedMeanOrSum (mean): the int32 sum over `axes` less the input zero point
     per element, requantised by input_scale / output_scale with 1/count folded into the multiplier
-    (the shift clamped to 32 and to 31 + shift)."""
+    (mean_multiplier)."""
     count = int(np.prod([x.shape[a] for a in axes]))
     total = np.asarray(x, np.int64).sum(axis=tuple(axes), keepdims=keep_dims)
-    extra = min(count.bit_length() - 1, 32, 31 + shift)
-    multiplier = (multiplier << extra) // count
-    out = multiply_by_quantized_multiplier(total - x_zp * count, multiplier, shift - extra) + out_zp
+    multiplier, shift = mean_multiplier(multiplier, shift, count)
+    out = multiply_by_quantized_multiplier(total - x_zp * count, multiplier, shift) + out_zp
     return np.clip(out, -128, 127).astype(np.int8)
 
 
@@ -352,20 +369,29 @@ def tanh(x, scale, zero_point):
     return _saturating_table(x, scale, zero_point, lambda q4: _divide_by_pot(_tanh_f0(q4), 24))
 
 
+def softmax_exps(scale, beta=1.0):
+    """SOFTMAX's exp of each input difference to the row's largest, d = 0, -1, ..., -255, in F0
+    (the difference rescaled to FixedPoint<int32, 5> by beta * scale * 2^26, gemmlowp's exp), 0
+    below the cut-off -radius: such an input adds nothing to the sum and gives -128, as an exp of
+    0 does, so the table is the kernel's whole use of exp."""
+    multiplier, shift = quantize_multiplier(min(float(beta) * float(scale) * float(1 << 26), float(2 ** 31 - 1)))
+    diff_min = -math.floor(31.0 * (1 << 26) / 2.0 ** shift)
+    return [0 if d < diff_min else _exp_on_negative_values(_high_mul(d * (1 << shift), multiplier), 5)
+            for d in range(0, -256, -1)]
+
+
 def softmax(x, scale, beta=1.0):
     """reference_ops::Softmax (int8 in and out) over the last axis: input differences to the row's
     largest rescaled to FixedPoint<int32, 5> (beta * scale * 2^26, capped at 2^31 - 1), gemmlowp's exp,
     the exps summed in FixedPoint<int32, 12>, one reciprocal per row (GetReciprocal), outputs at scale
     1/256 zero point -128; differences below -radius give -128."""
-    multiplier, shift = quantize_multiplier(min(float(beta) * float(scale) * float(1 << 26), float(2 ** 31 - 1)))
-    diff_min = -math.floor(31.0 * (1 << 26) / 2.0 ** shift)
+    table = softmax_exps(scale, beta)
     rows = np.asarray(x, np.int64).reshape(-1, np.shape(x)[-1])
     out = np.empty(rows.shape, np.int8)
     for r, row in enumerate(rows.tolist()):
         top = max(row)
-        exps = [None if v - top < diff_min
-                else _exp_on_negative_values(_high_mul((v - top) * (1 << shift), multiplier), 5) for v in row]
-        total = sum(_divide_by_pot(e, 12) for e in exps if e is not None)
+        exps = [table[top - v] for v in row]
+        total = sum(_divide_by_pot(e, 12) for e in exps)
         headroom = 32 - total.bit_length()  # CountLeadingZeros of a positive int32
         bits_over_unit = 12 - headroom
         shifted = ((total << headroom) - (1 << 31)) % (1 << 32)
@@ -373,7 +399,7 @@ def softmax(x, scale, beta=1.0):
         reciprocal = _multiply_by_pot(_newton_reciprocal(shifted), 1)
         exponent = bits_over_unit + 31 - 8
         for c, e in enumerate(exps):
-            value = -128 if e is None else _divide_by_pot(_high_mul(reciprocal, e), exponent) - 128
+            value = _divide_by_pot(_high_mul(reciprocal, e), exponent) - 128
             out[r, c] = min(max(value, -128), 127)
     return out.reshape(np.shape(x))
 
@@ -433,7 +459,7 @@ def hard_swish(x, q_in, q_out):
     return np.array(result, np.int8).reshape(np.shape(x))
 
 
-def _same_or_valid(options, shape, kernel, dilation):
+def window_padding(options, shape, kernel, dilation):
     """(strides, pads (top, bottom, left, right)) of TFLite's SAME (extra cell after) or VALID padding."""
     strides = (int(options.get("StrideH", 1)), int(options.get("StrideW", 1)))
     if int(options.get("Padding", 0)) == 1:
@@ -510,19 +536,19 @@ def run(graph, x_q):
             filters = consts[op.inputs[1]]
             bias = consts.get(op.inputs[2]) if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
             w_scales, w_zps = q(op.inputs[1])
-            multipliers, shifts = _multipliers(in_scale, w_scales, out_scale)
+            multipliers, shifts = channel_multipliers(in_scale, w_scales, out_scale)
             if name == "FULLY_CONNECTED":
                 values[out] = fully_connected(x, int(in_zp), filters, int(w_zps[0]), bias, multipliers, shifts,
                                               int(out_zp), low, high).reshape(out_shape)
                 continue
             dilation = (int(opt.get("DilationHFactor", 1)), int(opt.get("DilationWFactor", 1)))
-            strides, pads = _same_or_valid(opt, x.shape, filters.shape[1:3], dilation)
+            strides, pads = window_padding(opt, x.shape, filters.shape[1:3], dilation)
             kernel = conv_2d if name == "CONV_2D" else depthwise_conv_2d
             values[out] = kernel(x, int(in_zp), filters, bias, multipliers, shifts, int(out_zp), low, high,
                                  strides, dilation, pads)
         elif name in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
             size = (int(opt["FilterHeight"]), int(opt["FilterWidth"]))
-            strides, pads = _same_or_valid(opt, x.shape, size, (1, 1))
+            strides, pads = window_padding(opt, x.shape, size, (1, 1))
             pool = max_pool_2d if name == "MAX_POOL_2D" else average_pool_2d
             values[out] = pool(x, size, strides, pads, low, high)
         elif name == "HARD_SWISH":

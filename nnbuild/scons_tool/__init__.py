@@ -387,6 +387,7 @@ def multiitem_pipeline(env, name, model, target, build_dir, *, precision, shape=
     `split` (("items", N) or ("map", file), options.items) is given, its checks, each with its own C
     and programs, the report, the gate) as SCons nodes, so a change re-runs only what it touches."""
     kind = kinds.get("multiitem")
+    precision = kinds.default_precision(kind, precision)
     if precision not in kind.PRECISIONS:
         fail(f"multi-item systems are generated in {', '.join(kind.PRECISIONS)} only (precision '{precision}' asked)")
     try:
@@ -534,7 +535,7 @@ def nn_model(env, name, model, **keywords):
     refuse_unknown(keywords, NNMODEL_KEYWORDS, f"NNModel('{name}')")
     board = _board_of(env, keywords.pop("board", None))
     build_dir = keywords.pop("build_dir", None)
-    precision = keywords.pop("precision", kinds.DEFAULT_PRECISION)
+    precision = keywords.pop("precision", None)   # None: the kind's default (int8 for a full-integer model)
     try:
         name = codegen.check_model_name(name)
     except NNBuildError as error:

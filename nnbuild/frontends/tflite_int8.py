@@ -1,0 +1,232 @@
+"""TFLite front-end, full-integer (int8) models: a .tflite whose input and output are int8 (the
+TFLite converter with `inference_input_type = inference_output_type = tf.int8` and
+`supported_ops = [TFLITE_BUILTINS_INT8]`) into nnbuild.ir.int8, for the int8 precision (TFLite
+Micro's int8 reference kernels, bit for bit).
+
+The file is read by nnbuild.frontends.tflite.read (the schema's generated code, every count and
+size checked); this module checks that each operator is one the int8 precision computes, with the
+quantization that TFLite Micro requires of it (int8 tensors quantized per tensor, int8 filters per
+tensor or per output channel with zero point 0, int32 biases), and names the operator otherwise,
+in one line. The shape arithmetic the converter emits around a Reshape (SHAPE -> STRIDED_SLICE ->
+PACK) is dropped: RESHAPE takes its declared output shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from nnbuild import limits, names
+from nnbuild.errors import NNBuildError
+from nnbuild.frontends import tflite
+from nnbuild.ir.int8 import KIND, QuantizedModel  # noqa: F401 - KIND: the kind frontends.kind_of reports
+
+#: operators the int8 precision generates (nnbuild.codegen.int8), each bit-exact with TFLite Micro
+OPERATORS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SOFTMAX",
+             "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
+             "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS")
+#: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape)
+SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "PACK")
+#: fused activations TFLite Micro's int8 kernels clamp to (activation_range)
+FUSED = (0, 1, 2, 3)
+
+
+class Problem(Exception):
+    """One line about the model (the caller adds the file name)."""
+
+
+#: TensorType INT8 in the schema
+INT8_TYPE, FLOAT32_TYPE = 9, 0
+QUANTIZE_CODE, DEQUANTIZE_CODE = 114, 6
+
+
+def is_full_integer(path) -> bool:
+    """True when `path` is a .tflite (within limits.MAX_MODEL_FILE_BYTES) whose first subgraph has
+    one input and one output, each int8, or float32 quantized by a QUANTIZE (input) or made by a
+    DEQUANTIZE (output) of an int8 tensor: the converter's full-integer models with int8 or with
+    float32 ends. Only those tensors and operators are read (the schema's generated code; any
+    damage makes it False, and `load` says what is wrong); never raises."""
+    try:
+        path = Path(path)
+        if path.stat().st_size > limits.MAX_MODEL_FILE_BYTES:
+            return False
+        data = bytearray(path.read_bytes())
+        if len(data) < 8 or data[4:8] != b"TFL3":
+            return False
+        import tflite as schema
+        sub = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
+        if sub is None or sub.InputsLength() != 1 or sub.OutputsLength() != 1:
+            return False
+        model = schema.Model.GetRootAsModel(data, 0)
+        n = sub.TensorsLength()
+        return _int8_end(model, sub, int(sub.Inputs(0)), n, 0) and _int8_end(model, sub, int(sub.Outputs(0)), n, 1)
+    except Exception:  # noqa: BLE001 - a file that does not read is not told apart here: load says why
+        return False
+
+
+def _int8_end(model, sub, k, n, side):
+    """Tensor k is int8, or float32 with the QUANTIZE (side 0: its consumer) or DEQUANTIZE (side 1:
+    its producer) that links it to an int8 tensor."""
+    if not 0 <= k < n:
+        return False
+    kind = int(sub.Tensors(k).Type())
+    if kind == INT8_TYPE:
+        return True
+    if kind != FLOAT32_TYPE:
+        return False
+    code = QUANTIZE_CODE if side == 0 else DEQUANTIZE_CODE
+    for j in range(min(sub.OperatorsLength(), limits.MAX_NODES)):
+        op = sub.Operators(j)
+        ends = op.InputsAsNumpy() if side == 0 else op.OutputsAsNumpy()
+        if not isinstance(ends, np.ndarray) or ends.size < 1 or int(ends[0]) != k:
+            continue
+        entry = model.OperatorCodes(int(op.OpcodeIndex()))
+        other = op.OutputsAsNumpy() if side == 0 else op.InputsAsNumpy()
+        if entry is None or max(int(entry.BuiltinCode()), int(entry.DeprecatedBuiltinCode())) != code:
+            return False
+        return isinstance(other, np.ndarray) and other.size >= 1 and 0 <= int(other[0]) < n and \
+            int(sub.Tensors(int(other[0])).Type()) == INT8_TYPE
+    return False
+
+
+def _int8_ends(graph):
+    """The graph with float32 ends cut off: a QUANTIZE of the float32 input and a DEQUANTIZE to the
+    float32 output are removed, their int8 tensors become the input and the output (the C API is
+    int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). (graph, the ends cut)."""
+    t_in, t_out = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
+    removed, inputs, outputs = set(), graph.inputs, graph.outputs
+    if t_in.type_name == "float32":
+        users = [op for op in graph.operators if graph.inputs[0] in op.inputs]
+        if len(users) != 1 or users[0].op != "QUANTIZE":
+            raise Problem(f"the float32 input '{t_in.name}' is read by {', '.join(op.op for op in users) or 'nothing'} "
+                          "(one QUANTIZE to int8 expected)")
+        removed.add(users[0].index)
+        inputs = (users[0].outputs[0],)
+    if t_out.type_name == "float32":
+        makers = [op for op in graph.operators if graph.outputs[0] in op.outputs]
+        if len(makers) != 1 or makers[0].op != "DEQUANTIZE":
+            raise Problem(f"the float32 output '{t_out.name}' is made by "
+                          f"{', '.join(op.op for op in makers) or 'nothing'} (one DEQUANTIZE of int8 expected)")
+        removed.add(makers[0].index)
+        outputs = (makers[0].inputs[0],)
+    operators = tuple(op for op in graph.operators if op.index not in removed)
+    ends = [role for role, t in (("input", t_in), ("output", t_out)) if t.type_name == "float32"]
+    return dataclasses.replace(graph, inputs=tuple(inputs), outputs=tuple(outputs), operators=operators), ends
+
+
+def load(path):
+    path = Path(path)
+    graph = tflite.read(path)
+    try:
+        if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one "
+                          "input to one output")
+        graph, float_ends = _int8_ends(graph)
+        ops = _checked_ops(graph)
+    except Problem as problem:
+        raise NNBuildError(" ".join(str(problem).split()), path=path) from None
+    meta = {"format": "tflite", "quantization": "full-integer int8", "schema_version": graph.version,
+            "description": graph.description}
+    for end in float_ends:   # the check quantizes float32 data at this end as QUANTIZE does
+        meta[f"float32_{end}"] = "QUANTIZE" if end == "input" else "DEQUANTIZE"
+    return QuantizedModel(names.c_identifier(path.stem), graph, ops, source_files=(str(path),), meta=meta)
+
+
+def _checked_ops(graph):
+    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+        raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one input "
+                      "to one output")
+    for role, index in (("input", graph.inputs[0]), ("output", graph.outputs[0])):
+        t = graph.tensors[index]
+        _int8_tensor(t, f"the model's {role}")
+        if len(t.shape) < 2 or t.shape[0] != 1 or min(t.shape[1:]) < 1:
+            raise Problem(f"the model's {role} '{t.name}' has shape {t.shape}: expected a batch axis of 1 and a "
+                          "sample")
+    computed = {graph.inputs[0]}
+    ops = []
+    for op in graph.operators:
+        if op.op in SHAPE_ARITHMETIC:
+            continue
+        if op.op not in OPERATORS:
+            raise Problem(f"operator {op.index} ({op.op}): operator not supported in int8 (supported: "
+                          f"{', '.join(sorted(OPERATORS))})")
+        try:
+            ops.append(_checked(graph, op, computed))
+        except Problem as problem:
+            raise Problem(f"operator {op.index} ({op.op}): {problem}") from None
+        computed.add(op.outputs[0])
+    if graph.outputs[0] not in computed or not ops:
+        raise Problem("the output is not computed from the input")
+    return tuple(ops)
+
+
+def _int8_tensor(t, what):
+    if t.type_name != "int8":
+        raise Problem(f"{what} '{t.name}' is {t.type_name}, not int8 (a full-integer model computes in int8)")
+    q = t.quantization
+    if q is None or q.scales.size != 1:
+        raise Problem(f"{what} '{t.name}' has {0 if q is None else q.scales.size} scales (int8 activations are "
+                      "quantized per tensor)")
+    if not (np.isfinite(q.scales[0]) and q.scales[0] > 0) or not -128 <= int(q.zero_points[0]) <= 127:
+        raise Problem(f"{what} '{t.name}' has scale {q.scales[0]} and zero point {q.zero_points[0]}")
+
+
+def _checked(graph, op, computed):
+    """The operator's computed inputs, constants and options, checked: a dict for the generator."""
+    if len(op.outputs) != 1:
+        raise Problem(f"{len(op.outputs)} outputs")
+    tensors = graph.tensors
+    out = tensors[op.outputs[0]]
+    _int8_tensor(out, "output")
+    if not out.shape or out.shape[0] != 1:
+        raise Problem(f"output '{out.name}' has shape {out.shape} (batch axis of 1 expected)")
+    fused = int(op.options.get("FusedActivationFunction", 0)) if op.options else 0
+    if fused not in FUSED:
+        raise Problem(f"fused activation {tflite.FUSED.get(fused, fused)} (int8: none, RELU, RELU6, RELU_N1_TO_1)")
+    data_inputs = {"FULLY_CONNECTED": 1, "CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "ADD": 2, "SUB": 2, "MUL": 2,
+                   "MAXIMUM": 2, "MINIMUM": 2, "CONCATENATION": len(op.inputs)}.get(op.op, 1)
+    sources = []
+    for k, index in enumerate(op.inputs[:data_inputs]):
+        if index < 0:
+            raise Problem(f"input {k} is missing")
+        t = tensors[index]
+        if index not in computed and t.data is None:
+            raise Problem(f"input {k} '{t.name}' is not computed before this operator")
+        _int8_tensor(t, f"input {k}")
+        sources.append(index)
+    if op.op in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
+        _weights(graph, op)
+    if op.op in ("RESHAPE", "EXPAND_DIMS") and int(np.prod(out.shape)) != int(np.prod(tensors[op.inputs[0]].shape)):
+        raise Problem(f"output of shape {out.shape} for an input of shape {tensors[op.inputs[0]].shape}")
+    return {"index": op.index, "op": op.op, "sources": tuple(sources), "output": op.outputs[0], "fused": fused}
+
+
+def _weights(graph, op):
+    """Filters int8 with zero point 0 for convolutions (TFLite Micro's per-channel kernels), one
+    scale per tensor or per output channel; biases int32 with one value per output channel."""
+    tensors = graph.tensors
+    if len(op.inputs) < 2 or op.inputs[1] < 0 or tensors[op.inputs[1]].data is None:
+        raise Problem("the weights are not a constant")
+    w = tensors[op.inputs[1]]
+    if w.type_name != "int8" or w.quantization is None or not w.quantization.scales.size:
+        raise Problem(f"weights '{w.name}' are {w.type_name} without int8 quantization")
+    channels = w.shape[3] if op.op == "DEPTHWISE_CONV_2D" else w.shape[0]
+    axis = 3 if op.op == "DEPTHWISE_CONV_2D" else 0
+    q = w.quantization
+    if q.scales.size not in (1, channels) or (q.scales.size > 1 and q.axis != axis):
+        raise Problem(f"weights '{w.name}' have {q.scales.size} scales along axis {q.axis} for {channels} output "
+                      "channels")
+    if not np.all(np.isfinite(q.scales)) or np.any(q.scales <= 0):
+        raise Problem(f"weights '{w.name}' have a scale that is not a positive number")
+    if op.op != "FULLY_CONNECTED" and np.any(q.zero_points != 0):
+        raise Problem(f"weights '{w.name}' have a non-zero zero point (TFLite Micro's int8 convolutions need 0)")
+    if op.op == "FULLY_CONNECTED" and (q.scales.size > 1 and np.any(q.zero_points != 0)):
+        raise Problem(f"weights '{w.name}': per-channel weights with non-zero zero points")
+    if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        b = tensors[op.inputs[2]]
+        if b.data is None or b.type_name != "int32" or b.data.size != channels:
+            raise Problem(f"bias '{b.name}' is {b.type_name} of shape {b.shape} (int32, one per output channel, "
+                          "expected)")
+
