@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 
+from adversarial_search import check_bound
 from conftest import REPO, needs_avr
 from nnbuild import pipeline
 from nnbuild.runners import simavr
@@ -23,52 +24,6 @@ SLOW = os.environ.get("NNBUILD_SLOW_TESTS") == "1"
 #: inputs per search: (F1/10, LeNet-5)
 INPUTS = (int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", "500")),
           int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", "500" if SLOW else "75")))
-#: mutants simulated per hill-climb round (one simavr run each round)
-BATCH = 25
-
-
-def corner_inputs(n_in, lo, hi, rng):
-    """Whole-range corners, alternating and random corner patterns, special floats (NaN, infinities,
-    subnormals, values beyond the range) and uniform draws: about 60 inputs."""
-    mid = (lo + hi) / 2
-    rows = [np.full(n_in, v) for v in (lo, hi, mid, 0.0, -0.0, 1e-38, -1e-38, 1.4e-45, 7.5e-4, hi * 0.999,
-                                      lo * 0.999, 2 * hi, 2 * lo, 1e30, -1e30)]
-    rows += [np.full(n_in, v) for v in (np.nan, np.inf, -np.inf)]
-    for period in (1, 2, 3, 5, 7, 28):
-        pattern = (np.arange(n_in) // period) % 2 == 0
-        rows += [np.where(pattern, hi, lo), np.where(pattern, lo, hi)]
-    rows += list(rng.choice([lo, hi], size=(16, n_in)))
-    rows += list(rng.choice([lo, hi, mid, 0.0, np.nan, np.inf, -np.inf, 1e-40, 2 * hi], size=(8, n_in)))
-    rows += list(rng.uniform(lo, hi, (8, n_in)))
-    return np.array(rows, dtype=np.float32)
-
-
-def mutate(best, lo, hi, rng, count):
-    """`count` variants of `best`, each with a few elements set to a corner, a special or a random value."""
-    n_in = best.size
-    choices = np.array([lo, hi, (lo + hi) / 2, 0.0, hi * 0.999, lo * 0.999, 1e-40, np.nan, np.inf, -np.inf, 2 * hi],
-                       dtype=np.float32)
-    out = np.repeat(best[None, :], count, axis=0)
-    for row in out:
-        k = int(rng.integers(1, max(2, n_in // 8) + 1))
-        at = rng.choice(n_in, size=k, replace=False)
-        row[at] = np.where(rng.random(k) < 0.7, rng.choice(choices, size=k), rng.uniform(lo, hi, k))
-    return out
-
-
-def search(run, n_in, lo, hi, rng, total):
-    """(inputs, cycles, outputs) of `total` inputs: the corners, then hill-climb rounds from the
-    slowest input so far (a mutant that ties it is taken too, to walk plateaus)."""
-    xs = corner_inputs(n_in, lo, hi, rng)[:total]
-    ys, cycles = run(xs)
-    best = int(np.argmax(cycles))
-    while len(xs) < total:
-        batch = mutate(xs[best], lo, hi, rng, min(BATCH, total - len(xs)))
-        y, c = run(batch)
-        xs, ys, cycles = np.vstack([xs, batch]), np.vstack([ys, y]), np.concatenate([cycles, c])
-        if c.max() >= cycles[best]:
-            best = len(cycles) - len(c) + int(np.argmax(c))
-    return xs, cycles, ys
 
 
 def check_build(tmp_path, model, board, elf, harness, entry, facts_path, emulate, lo, hi, seed, total):
@@ -80,14 +35,9 @@ def check_build(tmp_path, model, board, elf, harness, entry, facts_path, emulate
         return simavr.run_cases(elf, x, model.output_size, entry_symbol=entry, mcu=board["mcu"],
                                 freq=board["clock_hz"], harness=harness)
 
-    xs, cycles, ys = search(run, model.input_size, lo, hi, np.random.default_rng(seed), total)
-    assert len(xs) >= total
+    ratio, xs, _cycles, ys = check_bound(entry, bound, run, model.input_size, lo, hi, seed, total)
     assert np.array_equal(ys.view(np.uint32), emulate(xs).view(np.uint32))
-    worst = int(cycles.max())
-    print(f"\n{entry}: WCET bound {bound:,} cycles, worst of {len(xs)} adversarial inputs {worst:,} "
-          f"(best {int(cycles.min()):,}), bound/measured {bound / worst:.4f}")
-    assert worst <= bound, f"UNSOUND: {entry} ran {worst} cycles over its bound {bound}"
-    return bound / worst
+    return ratio
 
 
 @needs_avr

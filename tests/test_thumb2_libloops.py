@@ -188,3 +188,165 @@ def test_a_rebuilt_elf_is_read_again(tmp_path):
         sites = [(b, i) for b in fill.blocks.values() for i, _ in b.calls]          # bl memset (M0+)
         sites += [(fill.blocks[key[1]], t.insn) for key, t in fill.tails.items()]  # b.w memset (M4)
         assert [thumb2_ipet.call_constants(prog, block, call)["r2"] for block, call in sites] == [size]
+
+
+DIVIDE_C = r"""
+volatile unsigned unum[] = {UNUM};
+volatile unsigned uden[] = {UDEN};
+volatile int snum[] = {SNUM};
+volatile int sden[] = {SDEN};
+volatile unsigned usink;
+volatile int ssink;
+__attribute__((noinline)) unsigned udivide(unsigned x, unsigned y) { return x / y; }
+__attribute__((noinline)) int sdivide(int x, int y) { return x / y; }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof unum / sizeof unum[0]; ++k)
+        usink = udivide(unum[k], uden[k]);
+    for (k = 0; k < sizeof snum / sizeof snum[0]; ++k)
+        ssink = sdivide(snum[k], sden[k]);
+    return 0;
+}
+"""
+#: ARMv6-M integer division: the divisor shifted left by 0, 8 or 16 (by 0, 6, 12, 18 or 24 for a
+#: negative operand), entered at either header; 0xffffffff / 3 and INT_MIN / 1 take the most passes
+UDIV_CASES = [("0xffffffffu", "3u"), ("0xffffffffu", "0x10000u"), ("1000000u", "7u"), ("5u", "3u"), ("0x12345u", "0x100u"),
+              ("0xffffffffu", "0xffffffffu"), ("70000u", "300u"), ("0x80000000u", "1u"), ("3u", "5u")]
+SDIV_CASES = [("2147483647", "3"), ("-2147483647", "3"), ("(-2147483647 - 1)", "1"), ("-1000000", "7"), ("-7", "-3"),
+              ("123456", "-100"), ("-5", "1000000"), ("-100000", "5"), ("-30000000", "2"), ("5", "3")]
+
+
+def passes_per_call(board, elf, entry, header_sets, log):
+    """Executions of each set of headers during each call of `entry`, from its entry to its return
+    (every instruction traced)."""
+    text = disassembly(board, elf)
+    start, returns = call_sites(text, elf, entry)
+    counts, inside = [], False
+    for line in traced(board, elf, log, "-singlestep"):
+        pc = qemu_system._traced_pc(line) if line.startswith("Trace ") else None
+        if pc == start:
+            counts.append([0] * len(header_sets))
+            inside = True
+        elif pc in returns:
+            inside = False
+        elif inside:
+            for k, headers in enumerate(header_sets):
+                counts[-1][k] += pc in headers
+    return counts
+
+
+def test_integer_division_loops_of_the_m0plus_reach_their_table_bounds_and_the_bounds_hold(tmp_path):
+    """libgcc's __udivsi3 and __divsi3 (no divide instruction on ARMv6-M): each loop, irreducible
+    with two headers counted together, reaches the table's bound on some operands and never passes it."""
+    board = boards.load_board("rp2040")
+    source = DIVIDE_C
+    for key, cases, k in (("UNUM", UDIV_CASES, 0), ("UDEN", UDIV_CASES, 1), ("SNUM", SDIV_CASES, 0), ("SDEN", SDIV_CASES, 1)):
+        source = source.replace(key, ", ".join(case[k] for case in cases))
+    elf = build(tmp_path, board, "divide", source)
+    prog = thumb2_decode.load(str(elf), board)
+    for entry, symbol, cases in (("udivide", "__udivsi3", UDIV_CASES), ("sdivide", "__divsi3", SDIV_CASES)):
+        start = prog.address_of(symbol)
+        mine = [e for e in TABLE.values() if e["symbol"] == symbol]
+        assert mine and all(thumb2_loops.code_hash(prog, start) == e["sha256"] for e in mine)
+        region = thumb2_cfg.build_region(prog, start)
+        loops = {l.header - start: l.headers for l in thumb2_loops.find_loops(region)}
+        assert sorted(loops) == sorted(e["offset"] for e in mine)
+        counts = passes_per_call(board, elf, entry, [loops[e["offset"]] for e in mine], tmp_path / f"{entry}.log")
+        assert len(counts) == len(cases)
+        for k, e in enumerate(mine):
+            assert max(c[k] for c in counts) == e["header_max"], (symbol, hex(e["offset"]), counts)
+        measured = charged_cycles(board, elf, entry, tmp_path / f"{entry}.exec.log")
+        bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
+        assert len(measured) == len(cases) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
+        print(f"\n{symbol}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(cases)} divisions")
+
+
+DIVIDE64_C = r"""
+unsigned long long __udivmoddi4(unsigned long long, unsigned long long, unsigned long long *);
+long long __divdi3(long long, long long);
+volatile unsigned long long unum[] = {UNUM};
+volatile unsigned long long uden[] = {UDEN};
+volatile long long snum[] = {SNUM};
+volatile long long sden[] = {SDEN};
+volatile unsigned long long usink;
+volatile long long ssink;
+__attribute__((noinline)) unsigned long long udivide64(unsigned long long x, unsigned long long y) { return __udivmoddi4(x, y, 0); }
+__attribute__((noinline)) long long sdivide64(long long x, long long y) { return __divdi3(x, y); }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof unum / sizeof unum[0]; ++k)
+        usink = udivide64(unum[k], uden[k]);
+    for (k = 0; k < sizeof snum / sizeof snum[0]; ++k)
+        ssink = sdivide64(snum[k], sden[k]);
+    return 0;
+}
+"""
+#: 64-bit division: one pass per bit of clz(d) - clz(n); the 64th only with d = 0, which the
+#: __aeabi_ entries refuse but a direct call of the routine does not
+UDIV64_CASES = [("0x8000000000000000ull", "0ull"), ("0x8000000000000000ull", "1ull"), ("0xffffffffffffffffull", "3ull"),
+                ("1000000ull", "7ull"), ("5ull", "7ull"), ("0x123456789ull", "0x10000ull")]
+SDIV64_CASES = [("(-0x7fffffffffffffffll - 1)", "0ll"), ("(-0x7fffffffffffffffll - 1)", "1ll"), ("0x7fffffffffffffffll", "-3ll"),
+                ("-1000000ll", "7ll"), ("5ll", "-7ll")]
+
+
+def test_64_bit_division_loops_of_the_m0plus_reach_their_table_bounds_and_the_bounds_hold(tmp_path):
+    board = boards.load_board("rp2040")
+    source = DIVIDE64_C
+    for key, cases, k in (("UNUM", UDIV64_CASES, 0), ("UDEN", UDIV64_CASES, 1), ("SNUM", SDIV64_CASES, 0),
+                          ("SDEN", SDIV64_CASES, 1)):
+        source = source.replace(key, ", ".join(case[k] for case in cases))
+    elf = build(tmp_path, board, "divide64", source)
+    prog = thumb2_decode.load(str(elf), board)
+    for entry, symbol, cases in (("udivide64", "__udivmoddi4", UDIV64_CASES), ("sdivide64", "__divdi3", SDIV64_CASES)):
+        start = prog.address_of(symbol)
+        (e,) = [e for e in TABLE.values() if e["symbol"] == symbol]
+        assert thumb2_loops.code_hash(prog, start) == e["sha256"]
+        counts = passes_per_call(board, elf, entry, [{start + e["offset"]}], tmp_path / f"{entry}.log")
+        assert len(counts) == len(cases) and max(c[0] for c in counts) == e["header_max"], (symbol, counts)
+        assert [c[0] for c in counts][:2] == [e["header_max"], e["header_max"] - 1]   # d = 0, then d = 1
+        measured = charged_cycles(board, elf, entry, tmp_path / f"{entry}.exec.log")
+        bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
+        assert len(measured) == len(cases) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
+        print(f"\n{symbol}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(cases)} divisions")
+
+
+DOUBLE_C = r"""
+volatile double xs[] = {X};
+volatile double ys[] = {Y};
+volatile double sink;
+__attribute__((noinline)) double multiply(double x, double y) { return x * y; }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof xs / sizeof xs[0]; ++k)
+        sink = multiply(xs[k], ys[k]);
+    return 0;
+}
+"""
+#: subnormal operands (the smallest, 2^-1074, takes 52 normalising shifts), either side, both, and normal ones
+DOUBLE_CASES = [("4.9406564584124654e-324", "3.0"), ("3.0", "4.9406564584124654e-324"), ("1e-310", "1e-320"),
+                ("4.9406564584124654e-324", "4.9406564584124654e-324"), ("1.5", "2.5"), ("2.2250738585072014e-308", "7.0")]
+
+
+def test_double_normalisation_loops_of_the_m4_reach_their_table_bounds_and_the_bounds_hold(tmp_path):
+    """The Cortex-M4F has a single-precision FPU: double arithmetic is libgcc's ieee754-df.S, whose
+    subnormal operands are normalised one bit a pass (Lml_d, reached from __aeabi_dmul and __aeabi_ddiv;
+    __aeabi_ddiv's own quotient loop has no entry yet)."""
+    board = boards.load_board("stm32f407")
+    source = DOUBLE_C.replace("X", ", ".join(x for x, _ in DOUBLE_CASES)).replace("Y", ", ".join(y for _, y in DOUBLE_CASES))
+    elf = build(tmp_path, board, "double", source)
+    prog = thumb2_decode.load(str(elf), board)
+    start = prog.address_of("__aeabi_dmul")
+    mine = [e for e in TABLE.values() if e["symbol"] == "__aeabi_dmul"]
+    assert len(mine) == 2 and all(thumb2_loops.code_hash(prog, start) == e["sha256"] for e in mine)
+    for entry in ("multiply",):
+        counts = passes_per_call(board, elf, entry, [{start + e["offset"]} for e in mine], tmp_path / f"{entry}.log")
+        assert len(counts) == len(DOUBLE_CASES)
+        for k, e in enumerate(mine):
+            assert max(c[k] for c in counts) == e["header_max"], (entry, hex(e["offset"]), counts)
+        measured = charged_cycles(board, elf, entry, tmp_path / f"{entry}.exec.log")
+        bound = thumb2_ipet.analyze(elf, entry, {"loops": []}, board, tmp_path / "wcet" / entry)
+        assert len(measured) == len(DOUBLE_CASES) and bound.cycles >= max(measured), (entry, bound.cycles, measured)
+        print(f"\n{entry}: bound {bound.cycles}, executed-path worst {max(measured)} of {len(DOUBLE_CASES)} operations")

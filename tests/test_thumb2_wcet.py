@@ -223,3 +223,32 @@ def test_an_indirect_call_takes_its_targets_from_the_flow_facts():
     for site in ({"function": "f", "offset": 2}, {"file": "src/f.c", "line": 9}, {"address": "0x102"}):
         facts = {"indirect": [{**site, "targets": ["h"]}]}
         assert T.Analyzer(prog, facts, [], None).region(0x100).cycles == 3 + 4 + 6 + (1 + 4)
+
+
+def test_a_bl_into_its_own_function_is_a_far_jump_not_a_recursion():
+    """ARMv6-M code branches beyond B's 2 KB reach with BL to a label of the same function (gcc's
+    far jump, as in the rp2040's CifarNet): a jump inside the region; a BL to the function's own
+    start stays a call (a recursion)."""
+    listing = """
+00000100 <f>:
+     100:\tb500      \tpush\t{lr}
+     102:\t2300      \tmovs\tr3, #0
+     104:\t3301      \tadds\tr3, #1
+     106:\t2b0a      \tcmp\tr3, #10
+     108:\td001      \tbeq.n\t10e <f+0xe>
+     10a:\tf7ff fffb \tbl\t104 <f+0x4>
+     10e:\tbd00      \tpop\t{pc}
+"""
+    prog = program(listing, symbols=(("f", 0x100),), model="cortex-m0plus",
+                   lines={0x104: ("f.c", 5), 0x106: ("f.c", 5), 0x108: ("f.c", 5), 0x10a: ("f.c", 5)})
+    assert C.control(prog.insns[0x10a], prog) == C.JUMP and C.control(prog.insns[0x10a]) == C.CALL
+    region = C.build_region(prog, 0x100)
+    assert region.blocks[0x10a].calls == [] and (0x10a, 0x104) in {(e.src, e.dst) for e in region.edges}
+    top = T.Analyzer(prog, FACTS, [], None).region(0x100)
+    # the header leaves the loop: 10 back edges (far jumps, bl: 3) bound it, 11 header passes of adds +
+    # cmp + beq, the last taken (+1); push {lr} 2, movs 1, pop {pc} 4
+    assert top.info["loops"][0]["bounds"] == [("back", 10)]
+    assert top.cycles == 2 + 1 + 11 * 3 + 1 + 10 * 3 + 4
+    recursive = program(listing.replace("bl\t104 <f+0x4>", "bl\t100 <f>"), symbols=(("f", 0x100),), model="cortex-m0plus")
+    with pytest.raises(NNBuildError, match="recursion in f"):
+        T.Analyzer(recursive, FACTS, [], None).region(0x100)

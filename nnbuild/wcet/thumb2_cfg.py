@@ -38,15 +38,40 @@ def writes_pc(insn):
     return bool(ops) and ops[0] == "pc"
 
 
-def control(insn):
-    """How the instruction passes control on (one of the kinds above)."""
+#: the 32-bit instructions of ARMv6-M (Thumb-1 code): every other one is Thumb-2
+_ARMV6M_WIDE = ("bl", "dmb", "dsb", "isb", "mrs", "msr")
+
+
+def far_jump(prog, insn):
+    """An unconditional BL to a label inside its own function, past its first instruction, in
+    ARMv6-M code that never returns through LR: the branch gcc emits beyond B's 2 KB reach (it saves
+    LR in the prologue for it and returns with POP {..., pc}); a jump, not a call. Elsewhere a BL
+    to a local label calls a subroutine (libgcc's hand-written ieee754-df.S: `bleq` to a routine
+    ending in BX LR, or tail-jumping to one), and Thumb-2 code reaches any label with B.W."""
+    lo, hi = prog.interval(insn.addr)
+    return lo < insn.target < hi and insn.cond in (None, "al") and _far_jump_shape(prog, lo, hi)
+
+
+def _far_jump_shape(prog, lo, hi):
+    """True for a function of ARMv6-M instructions without BX LR or MOV PC, LR (cached per function)."""
+    cache = prog.__dict__.setdefault("_far_jump_shape", {})
+    if lo not in cache:
+        insns = [i for a, i in prog.insns.items() if lo <= a < hi]
+        cache[lo] = not any(i.base == "bx" and i.ops == ("lr",) or i.base == "mov" and i.ops == ("pc", "lr")
+                            or i.size == 4 and i.base not in _ARMV6M_WIDE for i in insns)
+    return cache[lo]
+
+
+def control(insn, prog=None):
+    """How the instruction passes control on (one of the kinds above); `prog` tells a far jump
+    (far_jump) from a call."""
     b = insn.base
     if b in ("b", "cbz", "cbnz"):
         if insn.target is None:
             raise NNBuildError(f"{ANALYZER}: branch without a target at 0x{insn.addr:x}")
         return BRANCH if conditional(insn) else JUMP
     if b == "bl" and insn.target is not None:
-        return CALL
+        return JUMP if prog is not None and far_jump(prog, insn) else CALL
     if b == "blx" or b == "bl":
         return INDIRECT_CALL
     if b == "bx":
@@ -138,7 +163,7 @@ def _indirect(prog, insn, indirect):
 
 def _successors(prog, insn, indirect):
     """[(address, taken?)] where control goes after `insn` inside the program (None for the exit)."""
-    kind = control(insn)
+    kind = control(insn, prog)
     if kind == BRANCH:
         return [(insn.end, False), (insn.target, True)]
     if kind == JUMP:
@@ -206,7 +231,7 @@ def build_region(prog, start, indirect=None):
             addr = insn.end
         block = Block(lead, insns)
         for i in insns:
-            kind = control(i)
+            kind = control(i, prog)
             if kind == CALL:
                 block.calls.append((i, i.target))
             elif kind == INDIRECT_CALL:

@@ -89,7 +89,7 @@ def call_constants(prog, block, call):
                     value = (known[src] + (step if b == "add" else -step)) & 0xFFFFFFFF
         except (ValueError, IndexError):
             value = None
-        if C.control(insn) in (C.CALL, C.INDIRECT_CALL):
+        if C.control(insn, prog) in (C.CALL, C.INDIRECT_CALL):
             for r in _CLOBBERED:
                 known.pop(r, None)
             continue
