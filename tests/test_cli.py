@@ -30,6 +30,7 @@ def golden_data(tmp_path, y=GOLDEN_L61):
     return data
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_check_matches_keras_golden_on_host(tmp_path):
     model = shared_file("data", "f1tenth", "TD3_L61_128x128_C1.h5")
     result = nnbuild("check", str(model), "--data", str(golden_data(tmp_path)), "--tolerance", "1e-6")

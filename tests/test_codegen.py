@@ -234,6 +234,7 @@ def test_host_scalar_blocks_sum_each_neuron_in_input_order(tmp_path, opt):
     assert np.array_equal(y.view(np.uint32), in_order(hidden, k2, None).view(np.uint32))
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 def test_host_vectors_give_the_scalar_results_bit_for_bit(tmp_path, precision):
     """const-simd (one neuron per vector lane) == const (up to 12 neurons per pass, one row each),

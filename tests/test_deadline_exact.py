@@ -58,6 +58,7 @@ clocks = st.sampled_from([1_000_000, 8_000_000, 16_000_000, 20_000_000, 48_000_0
                           3_686_400, 11_059_200]) | st.integers(1, 10**9)
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 @settings(max_examples=int(os.environ.get("NNBUILD_HYPOTHESIS_EXAMPLES", "400")), deadline=None)
 @given(cycles=st.integers(1, 10**10), clock_hz=clocks, digits=st.integers(1, 12))
 def test_the_gate_agrees_with_exact_arithmetic(cycles, clock_hz, digits):

@@ -68,6 +68,7 @@ def test_f1tenth_avr_flow_facts_tag_every_mac_and_tanh(tmp_path):
         assert f"const uint8_t f1tenth_{layer.name}_keep_exp = {keep}u;" in weights
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_host_code_has_no_value_facts(tmp_path):
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
     codegen.generate(model, tmp_path)

@@ -621,6 +621,7 @@ def test_cli_generate_prints_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "D").exists()
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_a_file_that_makes_hdf5_loop_is_one_line_after_the_time_limit(tmp_path, monkeypatch):
     """tests/data/hdf5_loop.h5 is a byte-damaged Keras file (found by the fuzz test) on which the HDF5
     C library loops forever reading model_config, ignoring signals. The loader runs in a child

@@ -432,6 +432,7 @@ def fuzz_keras_bytes(case, damage):
         shutil.rmtree(work)
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_base_models_are_valid(tmp_path):
     """Every unmutated base model generates (so refusals come from the mutations)."""
     for kind, styles in STYLES.items():

@@ -34,6 +34,7 @@ def host_outputs(model, tmp_path, x_q, n_out):
     return np.asarray(outputs)
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_generated_c_is_bit_exact_with_tflite_micro(tmp_path):
     """Every fixture's C (symbols prefixed by the model name, helpers static: they link together),
     compiled once for the host with its flags, run on the 8 fixture inputs: the int8 outputs are

@@ -119,6 +119,7 @@ def test_a_report_that_does_not_follow_the_schema_is_not_written(tmp_path):
     assert not (tmp_path / "report.json").exists()
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_a_tpg_report_follows_the_schema(tmp_path):
     if not (SHARED / "data" / "tpg").exists():
         pytest.skip("../shared/data/tpg not present")
@@ -135,6 +136,7 @@ def test_a_gravity_report_follows_the_schema(tmp_path):
     assert report["kind"] == "gravity" and {f["role"] for f in report["files"]} >= {"model", "elf:check"}
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_a_multiitem_report_follows_the_schema(tmp_path):
     model = EXAMPLES / "multiitem_cnn" / "multiitem_cnn.nnef"
     report = pipeline.build_multiitem(model, tmp_path, board="host", runs=3, sanitize=False, count=2)

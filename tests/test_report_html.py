@@ -175,6 +175,7 @@ def test_precision_auto_table_and_tpg_mismatches_are_drawn():
     assert "0 of 10 actions differ from the reference." in shown
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_a_host_build_writes_report_html_beside_report_json(tmp_path):
     """A real build (the xor example on the host, through the pipeline the CLI and SCons use): the
     page is the rendering of the report.json beside it, and a second build writes the same bytes."""

@@ -351,6 +351,7 @@ def test_missing_libsimavr_is_recognised():
     assert not simavr._missing_simavr("simavr_run.c:40:5: error: expected ';' before '}' token")
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 @needs_gcc
 def test_cli_build_harness(tmp_path, harness):
     out = tmp_path / "sub" / "simavr_run"

@@ -37,6 +37,7 @@ def test_json_depth_matches_the_parsed_nesting():
             assert files.json_depth(text) == nesting(value), text
 
 
+@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_json_depth_across_chunks(monkeypatch):
     """Strings and escapes that straddle the scan's chunk boundary."""
     text = json.dumps([["\\" * 5 + '"[' * 3] * 50, [[["]"]]]] * 20000)
