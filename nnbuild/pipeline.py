@@ -130,7 +130,9 @@ def plan(*, name, model, board, kind, shape=kinds.DEFAULT_SHAPE, precision=None,
                       options={"board": board.ref,
                                # the first entry that can be bounded counts: main, else the last entry
                                # (a Gravity program's train, which runs activate's program too)
-                               "entry": (["main"] if firmware else []) + entries[::-1]}))
+                               "entry": (["main"] if firmware else []) + entries[::-1],
+                               # a precision=auto candidate that does not fit is a row of the table, not a stop
+                               "record_errors": record_wcet_errors}))
     for task in tasks:  # the memory gate first: nothing runs on a simulator of a board the image does not fit
         if task.step == "run" and task.options["board"] == board.ref and not on_host:
             task.after.append("size.json")

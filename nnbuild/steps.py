@@ -94,17 +94,26 @@ def reference(model, output, *, count=32, seed=1, input_range=(-1.0, 1.0), envir
 
 
 def run(program, output, *, board, inputs, entry=None, harness=None):
-    """run_<label>.npz: the outputs (and cycles) of a check program on the board's runner."""
+    """run_<label>.npz: the outputs (and cycles, and the stack high-water mark of each call where the
+    runner measures it) of a check program on the board's runner."""
     board = boards.load_board(board)
     runner = board.runner
     if runner is None:
         raise NNBuildError(f"board '{board.name}' has no simulator nnbuild can run")
     with np.load(inputs) as data:
         kind, x, n_out = kinds.get(npz_kind(data)), data["x"], data["y"].reshape(len(data["y"]), -1).shape[1]
-    outputs, cycles = runner.run(board, program, x, n_out, io=kind.IO, entry=entry, harness=harness)
+    stack = None
+    if hasattr(runner, "run_with_stack"):   # a runner whose check program reports its stack high-water mark
+        outputs, cycles, stack = runner.run_with_stack(board, program, x, n_out, io=kind.IO, entry=entry,
+                                                       harness=harness)
+    else:
+        outputs, cycles = runner.run(board, program, x, n_out, io=kind.IO, entry=entry, harness=harness)
     arrays = {"outputs": kind.decode(outputs, program)}
     if cycles is not None:
         arrays["cycles"] = np.asarray(cycles, dtype=np.int64)
+    if stack is not None:
+        arrays["stack"] = np.asarray(stack, dtype=np.int64)
+        arrays["stack_entry"] = np.array(entry or "")
     save_npz(output, **arrays)
 
 
@@ -124,9 +133,10 @@ def compare(reference, output, *, runs, tolerance=1e-4):
     return results
 
 
-def size(elf, output, *, board, entry=(), trace=None, flowfacts=None):
+def size(elf, output, *, board, entry=(), trace=None, flowfacts=None, record_errors=False):
     """size.json: flash and RAM (with the static stack bound where the board has an analyzer); the
-    memory gate fails here, before any simulator run."""
+    memory gate fails here, before any simulator run. `record_errors` (a precision=auto candidate):
+    an image that does not fit is written with its figures instead, and the report's gates refuse it."""
     from nnbuild.checks import memory
     board = boards.load_board(board)
     stack = memory.stack_bound(board, elf, entry, flowfacts)
@@ -134,7 +144,11 @@ def size(elf, output, *, board, entry=(), trace=None, flowfacts=None):
     use["stack"] = stack
     if trace:
         memory.check_near_flash(board, elf, trace)
-    memory.gate_memory(board, use)
+    over = memory.over_capacity(use, board["name"])
+    if over and not record_errors:
+        raise NNBuildError(over)
+    if over:
+        print(f"memory: {over} (a candidate that does not fit)")
     save_json(output, use)
 
 
@@ -478,7 +492,10 @@ STEPS = {s.name: s for s in (
          (_a("elf"), BOARD, _a("--entry", action="append", default=[],
                                help="function whose stack bound counts in RAM (first that can be bounded wins)"),
           _a("--trace", help="trace.json of the generated code (flash placement check)"),
-          _a("--flowfacts", help="flow facts of the generated code (indirect call targets for the stack bound)"), OUT),
+          _a("--flowfacts", help="flow facts of the generated code (indirect call targets for the stack bound)"),
+          _a("--record-errors", action="store_true",
+             help="write an image that does not fit instead of failing; its report's gates refuse it (precision=auto)"),
+          OUT),
          "memory report and gate of a linked image", code=("checks", "wcet", "compilers"), cacheable=False),
     Step("wcet", "WCET analysis", wcet,
          (_a("elf"), BOARD, _a("--entry", required=True), _a("--flowfacts", required=True),

@@ -2,7 +2,8 @@
 and rp2040 (Cortex-M0+, on microbit's ARMv6-M Cortex-M0). The semantic gate reads the target's
 outputs, the cycles are the TRM table charged over the executed path, the same on every run; an
 executed instruction the board's table cannot cost stops the run in one line; builtin-thumb2 bounds
-every build, and the soundness gate holds the bound >= the executed-path cycles of every input."""
+every build, and the soundness gate holds the bound >= the executed-path cycles of every input; the
+stack the run measures stays within the static stack bound."""
 
 import json
 import shutil
@@ -51,6 +52,12 @@ def test_models_run_on_the_cortex_m_core_and_pass_their_gates_with_a_real_bound(
     assert wcet_json["details"]["instruction_timing"] == json.loads(
         (project / "toolchains" / f"{board}.json").read_text())["instruction_timing"]
     assert (build / "gate.json").exists()
+    # the stack: painted and read around each call on the core, within the call's static bound
+    stack, entry = report["stack"], f"{model}_infer"
+    assert report["ram_bytes"] == report["data_bytes"] + report["bss_bytes"] + stack["bytes"]
+    assert report["measured_stack_entry"] == entry and len(target["stack"]) == len(target["outputs"])
+    assert 0 < report["measured_stack_bytes"] == int(target["stack"].max()) <= stack["entries"][entry]
+    assert {g["name"]: g["verdict"] for g in report["gates"]}["stack bound soundness"] == "pass"
     if model == "xor":   # the same figure on every run (a second run of the same program)
         again = tmp_path / "again.npz"
         steps.run(str(build / "check.elf"), str(again), board=board, inputs=str(build / "inputs.npz"),

@@ -1,4 +1,5 @@
-"""The build's gates in one place: tolerance, deadline and bound soundness, judged from a report.
+"""The build's gates in one place: tolerance, deadline, bound soundness (cycles and stack), judged
+from a report.
 
 The gate step and precision=auto both use `violations`, so a candidate is rejected for exactly the
 reasons a single build would fail.
@@ -35,4 +36,8 @@ def violations(report, interface=None):
         elif fields.get("deadline_ms") is not None:
             found.append(f"deadline {fmt_ms(fields['deadline_ms'])} cannot be checked for {entry}: "
                          f"{fields.get('wcet_error') or fields.get('wcet_unavailable')}")
+    from nnbuild.checks.memory import over_capacity, stack_violation
+    found.append(stack_violation(report))
+    if report.get("flash_bytes") is not None:   # a candidate of precision=auto that does not fit
+        found.append(over_capacity(report, report.get("target")))
     return [clause for clause in found if clause]

@@ -152,6 +152,10 @@ def gate_list(r):
     else:
         why = r.get("wcet_error") or r.get("wcet_unavailable") or "no WCET bound"
         gate("WCET bound soundness", "na", f"no bound: {why}")
+    stack = memory.stack_gate_detail(r)
+    if stack:
+        gate("stack bound soundness", stack[0], stack[1],
+             {"measured_stack_bytes": r.get("measured_stack_bytes"), "stack_bytes": r.get("stack_bytes")})
     for kind, what in (("flash", "flash"), ("ram", "RAM")):
         used, cap = r.get(f"{kind}_bytes"), r.get(f"{kind}_capacity")
         stack = " incl. the stack bound" if kind == "ram" and r.get("stack_bytes") else ""
@@ -216,6 +220,18 @@ def run_cycles(run):
         return data["cycles"] if "cycles" in data.files else None
 
 
+def run_stack(run):
+    """{"measured_stack_bytes": the deepest stack any case of a run .npz used, "measured_stack_entry":
+    the function called} (None each when the runner measures none)."""
+    if not run:
+        return {"measured_stack_bytes": None, "measured_stack_entry": None}
+    with np.load(run) as data:
+        if "stack" not in data.files or not len(data["stack"]):
+            return {"measured_stack_bytes": None, "measured_stack_entry": None}
+        entry = str(data["stack_entry"]) if "stack_entry" in data.files else ""
+        return {"measured_stack_bytes": int(data["stack"].max()), "measured_stack_entry": entry or None}
+
+
 def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, precision="float32",
                  shape="auto", opt=None, deadline=None, deadline_origin=None, entries=None, files=(),
                  inputs=None):
@@ -252,7 +268,7 @@ def build_report(*, model, board, semantic, size, trace, run=None, wcet=None, pr
         "text_bytes": size["text_bytes"], "data_bytes": size["data_bytes"], "bss_bytes": size["bss_bytes"],
         "flash_bytes": size["flash_bytes"], "ram_bytes": size["ram_bytes"],
         "flash_capacity": size["flash_capacity"], "ram_capacity": size["ram_capacity"],
-        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"),
+        "stack_bytes": size.get("stack_bytes"), "stack": size.get("stack"), **run_stack(run),
         "layers": [{k: l[k] for k in ("name", "type", "activation", "inputs", "units", "lines")}
                    for l in trace["layers"]],
         "passes": trace["passes"],
@@ -408,5 +424,9 @@ def summary_text(r):
         lines.append(f"  waived   : {waiver}")
     lines.append(f"  Flash: {memory.bar(r['flash_bytes'], r['flash_capacity'])}")
     stack = f" incl. stack <= {r['stack_bytes']:,} bytes" if r.get("stack_bytes") else ""
+    if r.get("measured_stack_bytes") is not None:
+        bound, entry = memory.measured_stack_bound(r)
+        stack += f"; {entry or 'the call'} measured {r['measured_stack_bytes']:,}" + (
+            f" <= its bound {bound:,}" if bound is not None and entry != (r.get("stack") or {}).get("entry") else "")
     lines.append(f"  RAM:   {memory.bar(r['ram_bytes'], r['ram_capacity'])}{stack}")
     return "\n".join(lines)

@@ -387,7 +387,13 @@ def memory_view(r):
                          "legend": legend([(c, n, v, v / whole if whole else 0.0) for n, v, c, _ in segs]),
                          "share_of": "share of " + ("the capacity" if cap else "the use")})
     s = r.get("stack")
-    return {"memories": memories, "stack": {"bytes": f"{stack:,}", "entry": s.get("entry"), "path": s.get("path") or []}
+    measured = r.get("measured_stack_bytes")
+    from nnbuild.checks.memory import measured_stack_bound, stack_violation
+    bound, entry = measured_stack_bound(r)
+    return {"memories": memories, "stack": {"bytes": f"{stack:,}", "entry": s.get("entry"), "path": s.get("path") or [],
+                                            "measured": f"{measured:,}" if measured is not None else None,
+                                            "measured_entry": entry, "measured_bound": f"{bound:,}" if bound else "-",
+                                            "within": not stack_violation(r)}
             if s else None, "no_stack": not s and not r.get("stack_bytes")}
 
 

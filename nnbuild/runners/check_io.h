@@ -61,6 +61,23 @@ static inline double nnbuild_get_f64(const unsigned char *b)
     return d;
 }
 
+/* The stack probe of a Cortex-M check program: nnbuild's reset code for qemu-system-arm
+ * (runners/cortexm/startup.c) defines nnbuild_stack_paint and nnbuild_stack_peak; elsewhere the weak
+ * references stay null and the probe does nothing. NNBUILD_STACK_PAINT() before the inference and
+ * NNBUILD_STACK_REPORT() after it, in the same function (one SP for both calls and the inference's),
+ * write `nnbuild-stack=BYTES` on stderr: the high-water mark below the SP at the call. */
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+void nnbuild_stack_paint(void) __attribute__((weak));
+unsigned long nnbuild_stack_peak(void) __attribute__((weak));
+#define NNBUILD_STACK_PAINT() \
+    do { if (nnbuild_stack_paint) nnbuild_stack_paint(); } while (0)
+#define NNBUILD_STACK_REPORT() \
+    do { if (nnbuild_stack_peak) fprintf(stderr, "nnbuild-stack=%lu\n", nnbuild_stack_peak()); } while (0)
+#else
+#define NNBUILD_STACK_PAINT() do { } while (0)
+#define NNBUILD_STACK_REPORT() do { } while (0)
+#endif
+
 /* One record at a time: read `in_bytes` into `inbuf` (EOF before a record ends the loop), let
  * `step` fill `outbuf` with `out_bytes`, write them. `who` and `record` name the program and the
  * record in error messages. Returns main's exit status. */

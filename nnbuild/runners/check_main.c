@@ -45,7 +45,9 @@ static void nnbuild_step(const unsigned char *inbuf, unsigned char *outbuf)
 
     for (i = 0; i < NN_IN; ++i)
         in[i] = nnbuild_get_f32(inbuf + 4 * i);
+    NNBUILD_STACK_PAINT();
     NN_CALL(in, out);
+    NNBUILD_STACK_REPORT();
     for (i = 0; i < NN_OUT; ++i)
         nnbuild_put_f32(outbuf + 4 * i, out[i]);
 }

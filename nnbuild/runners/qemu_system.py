@@ -79,11 +79,19 @@ def command(board, log=None):
 
 
 def run(board, program, x, n_out, *, io, entry=None, harness=None):
+    outputs, cycles, _stack = run_with_stack(board, program, x, n_out, io=io, entry=entry, harness=harness)
+    return outputs, cycles
+
+
+def run_with_stack(board, program, x, n_out, *, io, entry=None, harness=None):
+    """(outputs, cycles or None, stack bytes per case or None): `run` plus the high-water mark of
+    each inference the check program's stack probe reports (startup.c, check_io.h), None from a
+    check program without the probe."""
     x = native.np.asarray(x, dtype=io.input)
+    cases = native.as_cases(x, path=program, dtype=io.input)
     if not (entry and measures_cycles(board)):
-        outputs = native.run_cases(program, x, n_out, prefix=command(board), timeout=TIMEOUT_S,
-                                   dtype=io.input, out_dtype=io.output)
-        return outputs, None
+        outputs, err = run_counted(board, program, cases, n_out, io.output, None)
+        return outputs, None, stack_marks(err, len(x), program)
     text = disassembly(board, program)
     start, returns = call_sites(text, program, entry)
     name = board["instruction_timing"]
@@ -91,19 +99,39 @@ def run(board, program, x, n_out, *, io, entry=None, harness=None):
         raise NNBuildError(f"unknown instruction_timing {name!r} for {EMULATOR} "
                            f"(known: {', '.join(sorted(cortexm_timing.MODELS))})", item=board.get("name"))
     table, _unknown = cortexm_timing.cost_table(text, name)
-    cases = native.as_cases(x, path=program, dtype=io.input)
-    outputs, counts = run_counted(board, program, cases, n_out, io.output,
-                                  lambda lines: cycles_per_call(lines, start, returns, table, name, program))
+    (outputs, err), counts = run_counted(board, program, cases, n_out, io.output,
+                                         lambda lines: cycles_per_call(lines, start, returns, table, name, program))
     if len(counts) != len(x):
         raise NNBuildError(f"{EMULATOR}: {len(counts)} complete calls of {entry} in the exec log for {len(x)} "
                            "inputs", path=program)
-    return outputs, native.np.asarray(counts, dtype=native.np.int64)
+    return outputs, native.np.asarray(counts, dtype=native.np.int64), stack_marks(err, len(x), program)
+
+
+def stack_marks(err, cases, program):
+    """The `nnbuild-stack=BYTES` lines of the probe on stderr, one per case, as int64 [N]; None when
+    the program wrote none (a check program without the probe)."""
+    marks = [int(line.split(b"=", 1)[1]) for line in err.splitlines() if line.startswith(b"nnbuild-stack=")]
+    if not marks:
+        return None
+    if len(marks) != cases:
+        raise NNBuildError(f"{EMULATOR}: {len(marks)} stack marks for {cases} inputs", path=program)
+    return native.np.asarray(marks, dtype=native.np.int64)
 
 
 def run_counted(board, program, cases, n_out, out_dtype, count):
-    """(outputs, count(exec log lines)): the program run on the cases with QEMU's exec log streamed
-    through a FIFO into `count` while it runs (a soft-float model logs gigabytes: none of it is
-    written to disk). An error of `count` stops QEMU at once."""
+    """((outputs, stderr), count(exec log lines)): the program run on the cases with QEMU's exec log
+    streamed through a FIFO into `count` while it runs (a soft-float model logs gigabytes: none of it
+    is written to disk). An error of `count` stops QEMU at once. `count` None: no exec log, and
+    (outputs, stderr) alone."""
+    if count is None:
+        try:
+            proc = subprocess.run([*command(board), str(program)], input=cases.tobytes(), capture_output=True,
+                                  timeout=TIMEOUT_S, check=False)
+        except OSError as error:
+            raise NNBuildError(f"{EMULATOR} could not start: {error}", path=program) from None
+        except subprocess.TimeoutExpired:
+            raise NNBuildError(f"timed out after {TIMEOUT_S:g} s", path=program) from None
+        return _outputs(proc.returncode, proc.stdout, proc.stderr, program, cases, n_out, out_dtype)
     with tempfile.TemporaryDirectory(prefix="nnbuild-qemu-system-") as tmp:
         fifo = Path(tmp) / "exec.log"
         os.mkfifo(fifo)
@@ -126,15 +154,20 @@ def run_counted(board, program, cases, n_out, out_dtype, count):
         finally:
             talk.join()
             os.close(fd)
-    if proc.returncode != 0:
-        raise NNBuildError(native.describe_exit(proc.returncode, done.get("err", b"")), path=program)
+    return _outputs(proc.returncode, done["out"], done.get("err", b""), program, cases, n_out, out_dtype), counts
+
+
+def _outputs(returncode, out_bytes, err, program, cases, n_out, out_dtype):
+    """(outputs [N, n_out], stderr) of a finished run; a failed run or a short output is one line."""
+    if returncode != 0:
+        raise NNBuildError(native.describe_exit(returncode, err), path=program)
     out = native.np.dtype(out_dtype)
     want = out.itemsize * int(n_out) * len(cases)
-    if len(done["out"]) != want:
-        raise NNBuildError(f"wrote {len(done['out'])} bytes, expected {want} ({len(cases)} cases x {n_out} "
+    if len(out_bytes) != want:
+        raise NNBuildError(f"wrote {len(out_bytes)} bytes, expected {want} ({len(cases)} cases x {n_out} "
                            f"{out.name})", path=program)
-    outputs = native.np.frombuffer(done["out"], dtype=out).astype(out.newbyteorder("="))
-    return outputs.reshape(len(cases), int(n_out)), counts
+    outputs = native.np.frombuffer(out_bytes, dtype=out).astype(out.newbyteorder("="))
+    return outputs.reshape(len(cases), int(n_out)), err
 
 
 def _lines(fd, proc, program):

@@ -47,7 +47,7 @@ ANALYZERS = {
 EXTERNAL_COMMANDS = {"otawa": "owcet", "platin": "platin"}
 
 #: board "stack_tool" value -> module with stack_bound(elf, entry, board, flowfacts)
-STACK_ANALYZERS = {"builtin-avr": "nnbuild.wcet.avr_stack"}
+STACK_ANALYZERS = {"builtin-avr": "nnbuild.wcet.avr_stack", "builtin-thumb2": "nnbuild.wcet.thumb2_stack"}
 
 
 @dataclass

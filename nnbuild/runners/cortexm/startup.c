@@ -4,7 +4,17 @@
  * .data from its load address in flash, .bss zeroed, the FPU enabled where the build uses it, newlib's
  * semihosting handles opened (rdimon), then main() and exit() with its status through semihosting.
  * The linker script of the machine (mps2-an386.ld, microbit.ld) gives the symbols used here.
+ *
+ * The stack probe of the check program (check_io.h calls it around each inference):
+ * nnbuild_stack_paint() fills the free stack below the caller's SP with a pattern, down to the
+ * heap's end or _stack_paint_bytes below the SP, whichever is higher; nnbuild_stack_peak(), called
+ * from the same frame after the inference, returns the bytes between that SP and the lowest word
+ * that no longer holds the pattern: the high-water mark of the call, the convention of the static
+ * bound (nnbuild/wcet/thumb2_stack.py, bytes below the SP at the BL). Both are written in assembly
+ * (ARMv6-M Thumb, so one text serves both machines) so they use no stack of their own while the
+ * pattern is laid or read: a C function's frame would overwrite the words it measures.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -15,6 +25,72 @@ extern void __libc_init_array(void);
 
 void nnbuild_reset(void);
 void nnbuild_fault(void);
+void nnbuild_stack_paint(void);
+unsigned long nnbuild_stack_peak(void);
+const void *nnbuild_heap_end(void);
+
+extern void *_sbrk(ptrdiff_t increment);
+
+/* The lowest address painted by the last nnbuild_stack_paint (read back by nnbuild_stack_peak). */
+uintptr_t nnbuild_paint_floor;
+
+/* The heap's current end (newlib's break): the stack may be painted down to here. */
+const void *nnbuild_heap_end(void)
+{
+    return _sbrk(0);
+}
+
+__asm__(
+    "    .text\n"
+    "    .syntax unified\n"
+    "    .thumb\n"
+    "    .global nnbuild_stack_paint\n"
+    "    .type nnbuild_stack_paint, %function\n"
+    "    .thumb_func\n"
+    "nnbuild_stack_paint:\n"
+    "    push {lr}\n"                     /* the heap end, with the stack popped back after */
+    "    bl nnbuild_heap_end\n"
+    "    pop {r3}\n"
+    "    mov lr, r3\n"
+    "    mov r1, sp\n"
+    "    ldr r2, =_stack_paint_bytes\n"
+    "    subs r2, r1, r2\n"
+    "    cmp r0, r2\n"
+    "    bhs 1f\n"
+    "    mov r0, r2\n"
+    "1:  adds r0, #3\n"                   /* word aligned, up */
+    "    lsrs r0, r0, #2\n"
+    "    lsls r0, r0, #2\n"
+    "    ldr r2, =nnbuild_paint_floor\n"
+    "    str r0, [r2]\n"
+    "    ldr r2, =0xc5a5f00d\n"
+    "2:  cmp r0, r1\n"
+    "    bhs 3f\n"
+    "    str r2, [r0]\n"
+    "    adds r0, #4\n"
+    "    b 2b\n"
+    "3:  bx lr\n"
+    "    .size nnbuild_stack_paint, . - nnbuild_stack_paint\n"
+    "    .pool\n"
+    "    .global nnbuild_stack_peak\n"
+    "    .type nnbuild_stack_peak, %function\n"
+    "    .thumb_func\n"
+    "nnbuild_stack_peak:\n"
+    "    ldr r0, =nnbuild_paint_floor\n"
+    "    ldr r0, [r0]\n"
+    "    mov r1, sp\n"
+    "    ldr r2, =0xc5a5f00d\n"
+    "1:  cmp r0, r1\n"
+    "    bhs 2f\n"
+    "    ldr r3, [r0]\n"
+    "    cmp r3, r2\n"
+    "    bne 2f\n"
+    "    adds r0, #4\n"
+    "    b 1b\n"
+    "2:  subs r0, r1, r0\n"
+    "    bx lr\n"
+    "    .size nnbuild_stack_peak, . - nnbuild_stack_peak\n"
+    "    .pool\n");
 
 /* A fault stops the run with a non-zero status the runner reports (semihosting SYS_EXIT). */
 void nnbuild_fault(void)
