@@ -15,13 +15,16 @@ from nnbuild.numerics import tflm_int8
 DATA = REPO / "tests" / "data" / "tflite"
 
 
-@pytest.mark.parametrize("name", ["core", "arith", "pooled", "conv1d", "merge", "mlp", "cnn", "mixed", "extra"])
+@pytest.mark.parametrize("name", ["core", "arith", "pooled", "conv1d", "merge", "mlp", "cnn", "mixed", "extra",
+                                  "acts"])
 def test_int8_outputs_are_bit_exact_with_tflite_micro(name):
     """core: CONV_2D, DEPTHWISE_CONV_2D (multiplier 2, relu6), MAX/AVERAGE_POOL_2D, RESHAPE, FULLY_CONNECTED
     (relu); arith: ADD, MUL, CONCATENATION, PAD, MAX_POOL_2D, FULLY_CONNECTED; pooled: MEAN (Keras
     GlobalAveragePooling2D); conv1d: EXPAND_DIMS, LOGISTIC; merge: TANH, PAD, ADD, MUL, CONCATENATION, MEAN;
     mlp: FULLY_CONNECTED, TANH, LOGISTIC, SOFTMAX; cnn: DEPTHWISE_CONV_2D (relu6), SOFTMAX; mixed: LEAKY_RELU,
-    SUB, MAXIMUM, TRANSPOSE, REDUCE_MAX; extra: HARD_SWISH.
+    SUB, MAXIMUM, TRANSPOSE, REDUCE_MAX; extra: HARD_SWISH; acts: standalone RELU and RELU6 and an
+    int8-to-int8 QUANTIZE (with TensorFlow's RELU6, which rescales to the output, 192 steps off; with an
+    unscaled RELU 97; with QUANTIZE as a copy 254).
     Per-channel filter scales, int32 biases, SAME and VALID padding. (Also measured on 300 random int8
     inputs each: 0 differences.)"""
     graph = tfl.read(DATA / f"{name}_int8.tflite")
@@ -75,3 +78,20 @@ def test_activation_ranges_are_quantized_bounds():
     assert tflm_int8.activation_range(3, 0.05, -128) == (-128, -8)  # RELU6 at scale 0.05: 6.0 is 120 steps
     assert tflm_int8.activation_range(1, 0.05, -10) == (-10, 127)
     assert tflm_int8.activation_range(0, 0.05, -10) == (-128, 127)
+
+
+def test_relu6_clamps_in_the_input_scale_and_ignores_the_output():
+    """TFLite Micro's int8 RELU6 clamps the input values to 0 and 6 quantized at the input's scale and
+    zero point (6 / 0.02555 rounds to 235 steps: above 127) and writes them unchanged."""
+    assert tflm_int8.relu6_bounds(0.02555, -1) == (-1, 127)
+    assert tflm_int8.relu6_bounds(0.05, -128) == (-128, -8)
+    assert tflm_int8.relu6(np.array([-128, -2, -1, 0, 5, 127]), 0.05, -10).tolist() == [-10, -2, -1, 0, 5, 110]
+
+
+def test_relu_and_requantize_rescale_to_the_output():
+    """RELU: z_out + (x - z_in) * s_in / s_out, at least z_out; QUANTIZE int8 to int8: the same without the
+    lower bound, saturated to int8."""
+    x = np.array([-128, -20, -10, 0, 10, 127])
+    assert tflm_int8.relu(x, (0.1, -10), (0.2, 5)).tolist() == [5, 5, 5, 10, 15, 74]
+    assert tflm_int8.requantize(x, (0.1, -10), (0.2, 5)).tolist() == [-54, 0, 5, 10, 15, 74]
+    assert tflm_int8.requantize(x, (0.1, 0), (0.01, 0)).tolist() == [-128, -128, -100, 0, 100, 127]

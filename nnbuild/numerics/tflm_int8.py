@@ -225,6 +225,38 @@ def leaky_relu(x, alpha, q_in, q_out):
     return np.clip(out, -128, 127).astype(np.int8)
 
 
+def relu(x, q_in, q_out):
+    """TFLite Micro's ReluQuantized: rescaled by s_in / s_out (in double), clamped below at the output's
+    zero point (CalculateReluOpData)."""
+    (s_in, z_in), (s_out, z_out) = q_in, q_out
+    m, sh = quantize_multiplier(float(s_in) / float(s_out))
+    out = z_out + multiply_by_quantized_multiplier(np.asarray(x, np.int64) - z_in, m, sh)
+    return np.clip(out, max(-128, int(z_out)), 127).astype(np.int8)
+
+
+def relu6_bounds(scale, zero_point):
+    """(zero, six) of TFLite Micro's Relu6Prepare: 0 and 6 quantized with the INPUT tensor's scale
+    and zero point (FloatToQuantizedType: float32 division, rounded half away, clamped to int8)."""
+    six = _round_half_away(float(np.float32(6.0) / np.float32(scale))) + int(zero_point)
+    return int(zero_point), min(max(six, -128), 127)
+
+
+def relu6(x, scale, zero_point):
+    """TFLite Micro's Relu6Quantized: the input values clamped to relu6_bounds, written unchanged; the
+    output tensor's scale and zero point are not used (TensorFlow's reference kernel rescales)."""
+    zero, six = relu6_bounds(scale, zero_point)
+    return np.clip(np.asarray(x, np.int64), zero, six).astype(np.int8)
+
+
+def requantize(x, q_in, q_out):
+    """reference_ops::Requantize, TFLite Micro's int8-to-int8 QUANTIZE: (x - z_in) times s_in / s_out
+    (in double) plus z_out, saturated to int8."""
+    (s_in, z_in), (s_out, z_out) = q_in, q_out
+    m, sh = quantize_multiplier(float(s_in) / float(s_out))
+    out = multiply_by_quantized_multiplier(np.asarray(x, np.int64) - z_in, m, sh) + z_out
+    return np.clip(out, -128, 127).astype(np.int8)
+
+
 def mul(x1, x2, q1, q2, q_out, low, high):
     """reference_integer_ops::Mul (broadcasting): (x1 - z1) * (x2 - z2) requantised by s1 * s2 / so."""
     (s1, z1), (s2, z2), (so, zo) = q1, q2, q_out
@@ -556,6 +588,12 @@ def run(graph, x_q):
         elif name == "LEAKY_RELU":
             values[out] = leaky_relu(x, float(opt.get("Alpha", 0.0)), (in_scale, int(in_zp)),
                                      (out_scale, int(out_zp)))
+        elif name == "RELU":
+            values[out] = relu(x, (in_scale, int(in_zp)), (out_scale, int(out_zp)))
+        elif name == "RELU6":
+            values[out] = relu6(x, in_scale, int(in_zp))
+        elif name == "QUANTIZE":
+            values[out] = requantize(x, (in_scale, int(in_zp)), (out_scale, int(out_zp)))
         elif name in ("MAXIMUM", "MINIMUM", "TRANSPOSE", "REDUCE_MAX"):
             values[out] = _raw(graph, op, values, consts, x, q, out).reshape(out_shape)
         elif name == "SOFTMAX":

@@ -25,7 +25,8 @@ It writes, beside itself, for each model M in MODELS:
   instead). LiteRT keeps the LSTM state in variable tensors across invocations: every case is run
   from the zero state (`reset_all_variables` before each), as nnbuild's generated function computes.
 
-`make_fixtures.py lstm` writes the RECURRENT fixtures alone.
+`make_fixtures.py lstm` writes the RECURRENT fixtures alone; `make_fixtures.py acts` the STANDALONE
+ones (int8 and float32, as MODELS) alone.
 
 Every random number comes from fixed seeds, so a rerun with the same versions gives the same
 models (the converter's output can still change between TensorFlow versions).
@@ -166,8 +167,27 @@ def lstm(keras):
     return keras.Model(x, y, name="lstm")
 
 
+def acts(keras):
+    """Standalone RELU, RELU6 and an int8-to-int8 QUANTIZE: the converter cannot fuse a ReLU after a
+    Concatenate, and requantizes a tensor that two concatenations need at different scales."""
+    x = keras.Input((6, 6, 2), name="x")
+    a = keras.layers.Conv2D(4, 3, padding="same")(x)
+    b = keras.layers.Conv2D(4, 1)(x)
+    c = keras.layers.Multiply()([b, b])
+    y1 = keras.layers.ReLU(6.0)(keras.layers.Concatenate()([a, b]))
+    y2 = keras.layers.ReLU()(keras.layers.Concatenate()([a, c]))
+    y = keras.layers.Concatenate()([y1, y2])
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.Flatten()(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="acts")
+
+
 #: float32 only (see the module doc)
 RECURRENT = {"lstm": lstm}
+
+#: made with their own seed after MODELS, so adding one leaves the others' weights unchanged
+STANDALONE = {"acts": acts}
 
 MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": extra, "core": core, "arith": arith,
           "pooled": pooled, "mixed": mixed}
@@ -250,12 +270,31 @@ def main():
     if sys.argv[1:] == ["lstm"]:
         recurrent_fixtures()
         return
+    if sys.argv[1:] == ["acts"]:
+        import tensorflow as tf
+        standalone_fixtures(tf)
+        return
     recurrent_fixtures()   # first: it sets TF_USE_LEGACY_KERAS before TensorFlow is imported
     import tensorflow as tf
     import ai_edge_litert
     import tflite_micro
     tf.keras.utils.set_random_seed(1)
-    for name, build in MODELS.items():
+    feedforward_fixtures(tf, MODELS)
+    standalone_fixtures(tf)
+    versions = {"tensorflow": tf.__version__, "ai-edge-litert": getattr(ai_edge_litert, "__version__", "?"),
+                "tflite-micro": getattr(tflite_micro, "__version__", "?")}
+    (HERE / "fixtures.json").write_text(json.dumps(versions, indent=1, sort_keys=True) + "\n")
+
+
+def standalone_fixtures(tf):
+    """The STANDALONE models, from seed 5."""
+    tf.keras.utils.set_random_seed(5)
+    feedforward_fixtures(tf, STANDALONE)
+
+
+def feedforward_fixtures(tf, models):
+    """float32 and int8 fixtures of each model (see the module doc)."""
+    for name, build in models.items():
         model = build(tf.keras)
         shape = tuple(model.input_shape[1:])
         x = np.random.default_rng(11).normal(0, 1, (CASES,) + shape).astype(np.float32)
@@ -274,9 +313,6 @@ def main():
         y = ((y_q.astype(np.float64) - zo) * so).astype(np.float32)
         np.savez(HERE / f"{name}_int8.npz", x=x, x_q=x_q, y_q=y_q, y=y)
         print(name, "written")
-    versions = {"tensorflow": tf.__version__, "ai-edge-litert": getattr(ai_edge_litert, "__version__", "?"),
-                "tflite-micro": getattr(tflite_micro, "__version__", "?")}
-    (HERE / "fixtures.json").write_text(json.dumps(versions, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":
