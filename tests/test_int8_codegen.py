@@ -18,7 +18,7 @@ from nnbuild.numerics import tflm_int8
 
 DATA = REPO / "tests" / "data" / "tflite"
 #: every int8 fixture; the int8 precision generates all of their operators
-FIXTURES = ["mlp", "cnn", "core", "arith", "pooled", "conv1d", "merge", "mixed", "extra"]
+FIXTURES = ["mlp", "cnn", "core", "arith", "pooled", "conv1d", "merge", "mixed", "extra", "acts"]
 
 
 def golden(name):
@@ -101,6 +101,17 @@ def test_an_unsupported_int8_operator_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "gen").exists()
 
 
+def test_relu_n1_to_1_is_refused_for_want_of_a_tflite_micro_kernel(tmp_path):
+    """TFLite Micro registers no RELU_N1_TO_1 (its interpreter refuses the model: "Didn't find op for
+    builtin opcode 'RELU_N1_TO_1'"), so int8 has no reference for it."""
+    path = patched_opcode(tmp_path, 28, 20)      # TANH -> RELU_N1_TO_1
+    with pytest.raises(NNBuildError) as error:
+        pipeline.generate(path, tmp_path / "gen", precision="int8")
+    assert str(error.value) == (f"{path}: operator 2 (RELU_N1_TO_1): TFLite Micro has no RELU_N1_TO_1 kernel, so "
+                                "int8 has no reference to be bit-exact with")
+    assert not (tmp_path / "gen").exists()
+
+
 def test_a_full_integer_model_is_generated_in_int8_only(tmp_path):
     """precision int8 is the default of a full-integer model and precision=auto's only candidate;
     another precision is refused in one line."""
@@ -155,7 +166,7 @@ def test_the_check_reads_the_quantized_members_of_the_data(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("board", ["avr", "arm", "stm32f407"])
-@pytest.mark.parametrize("name", ["mlp", "cnn", "core", "merge"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "core", "merge", "acts"])
 def test_check_is_bit_exact_on_the_boards(name, board):
     """`nnbuild check` on simavr (AVR, weights in flash), qemu-arm and qemu-system-arm (Cortex-M4):
     the C's int8 outputs are TFLite Micro's for the 8 fixture inputs."""
@@ -186,7 +197,7 @@ def test_the_wcet_bound_holds_the_measured_runs(board, tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("board", ["avr", "arm"])
+@pytest.mark.parametrize("board", ["avr", "arm", "stm32f407", "rp2040"])
 def test_the_firmware_example_builds_with_its_gates(board, tmp_path):
     """`scons target=<board> model=tflite_cnn_int8`: firmware, bit-exact check runs, memory, WCET
     under the example's 200 ms deadline, gate.json."""

@@ -7,8 +7,9 @@ EXPAND_DIMS are views). Every requantisation multiplier and shift is computed at
 tflm_int8.quantize_multiplier from the model's scales, as TFLite Micro's Prepare computes them;
 filters, biases, per-channel multipliers and tables are static const arrays in `<name>_weights.c`
 (AVR flash through the storage macros, as the other shapes). Unary activations (LOGISTIC, TANH,
-HARD_SWISH, LEAKY_RELU) map 256 inputs to 256 outputs: they are tables of the bit-exact model's
-outputs. The runtime helpers (gemmlowp's doubling high multiply, rounding divide by a power of two,
+HARD_SWISH, LEAKY_RELU, RELU and the int8-to-int8 QUANTIZE) map 256 inputs to 256 outputs: they are
+tables of the bit-exact model's outputs; RELU6 clamps in the input's scale, as TFLite Micro does.
+The runtime helpers (gemmlowp's doubling high multiply, rounding divide by a power of two,
 SOFTMAX's reciprocal) use 32-bit arithmetic only, without variable-count shift loops, so the AVR
 WCET analysis reaches no unbounded library routine.
 """
@@ -504,6 +505,10 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             table = tflm.tanh(x, *in_q)
         elif name == "HARD_SWISH":
             table = tflm.hard_swish(x, in_q, out_q)
+        elif name == "RELU":
+            table = tflm.relu(x, in_q, out_q)
+        elif name == "QUANTIZE":
+            table = tflm.requantize(x, in_q, out_q)
         else:
             alpha = float(self.graph.operators[op["index"]].options.get("Alpha", 0.0))
             table = tflm.leaky_relu(x, alpha, in_q, out_q)
@@ -524,7 +529,14 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         body = [f"y[i] = (int8_t)NN_READ8(NN_ADDR({table}) + (uint8_t)(x[i] + 128) * NN_STEP(int8_t));"]
         return self.pointers(op) + self.loop("i", n, body)
 
-    op_LOGISTIC = op_TANH = op_HARD_SWISH = op_LEAKY_RELU = unary
+    op_LOGISTIC = op_TANH = op_HARD_SWISH = op_LEAKY_RELU = op_RELU = op_QUANTIZE = unary
+
+    def op_RELU6(self, op, c_name):
+        """TFLite Micro's Relu6Quantized: the input clamped to 0 and 6 quantized at the input's scale and
+        zero point, written unchanged (the output's scale and zero point are not used)."""
+        zero, six = tflm.relu6_bounds(*self.quant(op["sources"][0]))
+        body = [f"y[i] = (int8_t)nn_clamp(x[i], {zero}, {six});"]
+        return self.pointers(op) + self.loop("i", self.size(op["output"]), body)
 
     def op_SOFTMAX(self, op, c_name):
         shape = self.shape(op["sources"][0])

@@ -25,8 +25,10 @@ from nnbuild.ir.int8 import KIND, QuantizedModel  # noqa: F401 - KIND: the kind 
 
 #: operators the int8 precision generates (nnbuild.codegen.int8), each bit-exact with TFLite Micro
 OPERATORS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SOFTMAX",
-             "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
+             "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "RELU", "RELU6", "QUANTIZE", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
              "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS")
+#: operators TFLite Micro has no kernel for: no reference to be bit-exact with
+NO_TFLM_KERNEL = ("RELU_N1_TO_1",)
 #: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape)
 SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "PACK")
 #: fused activations TFLite Micro's int8 kernels clamp to (activation_range)
@@ -149,6 +151,9 @@ def _checked_ops(graph):
     for op in graph.operators:
         if op.op in SHAPE_ARITHMETIC:
             continue
+        if op.op in NO_TFLM_KERNEL:
+            raise Problem(f"operator {op.index} ({op.op}): TFLite Micro has no {op.op} kernel, so int8 has no "
+                          "reference to be bit-exact with")
         if op.op not in OPERATORS:
             raise Problem(f"operator {op.index} ({op.op}): operator not supported in int8 (supported: "
                           f"{', '.join(sorted(OPERATORS))})")
