@@ -20,7 +20,7 @@ from nnbuild.frontends import tflite as tfl
 from nnbuild.ir import reference
 
 DATA = REPO / "tests" / "data" / "tflite"
-MODELS = ("mlp", "cnn", "merge", "conv1d", "extra", "core", "arith", "pooled", "mixed")
+MODELS = ("mlp", "cnn", "merge", "conv1d", "extra", "core", "arith", "pooled", "mixed", "acts")
 #: float fixtures: (model, precision of the file)
 FLOATS = tuple((name, "float32") for name in MODELS) + (("mlp", "float16"),)
 #: the operators the converter wrote for each fixture (file order)
@@ -42,6 +42,8 @@ OPERATORS = {
     "pooled": ["CONV_2D", "MEAN", "FULLY_CONNECTED"],
     "mixed": ["CONV_2D", "LEAKY_RELU", "CONV_2D", "MAXIMUM", "SUB", "CONCATENATION", "TRANSPOSE", "CONV_2D",
               "REDUCE_MAX", "FULLY_CONNECTED"],
+    "acts": ["CONV_2D", "MUL", "CONV_2D", "CONCATENATION", "RELU", "CONCATENATION", "RELU6", "CONCATENATION",
+             "MAX_POOL_2D", "SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "FULLY_CONNECTED"],
 }
 
 
