@@ -177,22 +177,23 @@ def test_check_is_bit_exact_on_the_boards(name, board):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("board", ["avr", "arm"])
-def test_the_wcet_bound_holds_the_measured_runs(board, tmp_path):
-    """The whole build of mlp_int8 (semantic gate, memory, WCET: builtin-avr on AVR, OTAWA on ARM):
-    a bound, at least every measured run, and no unbounded library routine reached."""
+@pytest.mark.parametrize("board,name", [("avr", "mlp"), ("arm", "mlp"), ("avr", "acts"), ("stm32f407", "acts")])
+def test_the_wcet_bound_holds_the_measured_runs(board, name, tmp_path):
+    """The whole build (semantic gate, memory, WCET: builtin-avr on AVR, OTAWA on ARM, builtin-thumb2
+    on the Cortex-M4) of mlp_int8 and of acts_int8 (standalone RELU, RELU6, int8 QUANTIZE): a bound, at
+    least every measured run, and no unbounded library routine reached."""
     from nnbuild import wcet
     board_ = pipeline.load_board(board)
     if wcet.unavailable_reason(board_):
         pytest.skip(wcet.unavailable_reason(board_))
-    model = str(DATA / "mlp_int8.tflite")
-    the_plan = pipeline.plan(name="mlp_int8", model=model, board=board, kind=kinds.of_file(model),
-                             data=str(DATA / "mlp_int8.npz"), tolerance=0.0)
+    model = str(DATA / f"{name}_int8.tflite")
+    the_plan = pipeline.plan(name=f"{name}_int8", model=model, board=board, kind=kinds.of_file(model),
+                             data=str(DATA / f"{name}_int8.npz"), tolerance=0.0)
     pipeline.execute(the_plan, tmp_path)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["precision"] == "int8" and report["max_abs_error"] == 0.0
     assert report["wcet_cycles"] >= report["measured_cycles"] > 0
-    print(f"\nmlp_int8 on {board}: WCET {report['wcet_cycles']:,} cycles, measured {report['measured_cycles']:,}, "
+    print(f"\n{name}_int8 on {board}: WCET {report['wcet_cycles']:,} cycles, measured {report['measured_cycles']:,}, "
           f"bound/measured {report['wcet_cycles'] / report['measured_cycles']:.3f}")
 
 
