@@ -3,8 +3,9 @@ test_c_warnings.py (its own file so that pytest-xdist runs it beside the compile
 
 The repo's large examples add size, not code paths: their cppcheck runs (up to 45 s each on lenet5)
 are kept to the storages where size changes the code (AVR far storage splits rows beyond avr-gcc's
-object limit and reads beyond 64 KB with ELPM) and to the host's own storages; every other
-storage and precision is rendered by the same template branches in the small models' cases."""
+object limit and reads beyond 64 KB with ELPM: f1tenth in fixed point, cifarnet); every other
+storage and precision, and lenet5 and the float f1tenth, are rendered by the same template
+branches in the small models' cases."""
 
 import shutil
 import subprocess
@@ -24,14 +25,23 @@ CPPCHECK = ["cppcheck", "--enable=warning,style,performance,portability", "--std
 #: the large examples' storages cppcheck still reads (see the module docstring)
 LARGE = ("f1tenth", "cifarnet", "lenet5")
 LARGE_STORAGES = {"f1tenth-q16-acc32": ("avr-progmem-far",), "f1tenth-q8": ("avr-progmem-far",),
-                  "f1tenth-float32": ("avr-progmem-far", "const-simd"), "f1tenth-float64": ("const",)}
+                  "cifarnet-v1": ("const", "avr-progmem-far", "avr-progmem-near"),
+                  "cifarnet-v2": ("avr-progmem-far",)}
+#: small cases whose storages and precisions share one template branch: v3's unrolled fixed point
+#: (8-11 s a cppcheck run) in one storage per precision, each int8 operator set in the far storage
+#: (its near and const reads are the cnn_int8 case's)
+SMALL_STORAGES = {"tinycnn-v3-q16": ("const",), "tinycnn-v3-q16-acc32": ("avr-progmem-far",),
+                  "tinycnn-v3-q8": ("avr-progmem-near",),
+                  **{f"{name}-int8": ("avr-progmem-far",) for name in
+                     ("mlp", "core", "arith", "pooled", "conv1d", "merge", "mixed", "extra", "acts")}}
 
 
 def storages_of(label, storages):
+    if label in SMALL_STORAGES:
+        return tuple(s for s in storages if s in SMALL_STORAGES[label])
     if not label.startswith(LARGE):
         return storages
-    return tuple(s for s in storages if s in LARGE_STORAGES.get(label, storages if "cifarnet" in label
-                                                                 or "lenet5" in label else ()))
+    return tuple(s for s in storages if s in LARGE_STORAGES.get(label, ()))
 
 
 def cppcheck_variants():

@@ -400,7 +400,7 @@ def test_scons_builds_the_example_on_host_and_avr_and_gates_the_deadline(tmp_pat
     assert late.returncode == 0 and "Multi-item report" in late.stdout and "Multi-item check" not in late.stdout
     late = scons(project, "target=avr", "model=multiitem_cnn", "deadline=1500ms")
     assert late.returncode != 0
-    assert re.search(r"end-to-end bound 2\d\d\d\.\d ms > deadline 1500 ms", late.stdout + late.stderr)
+    assert re.search(r"end-to-end bound \d+\.\d ms > deadline 1500 ms", late.stdout + late.stderr)
     assert not (project / "build/avr/multiitem_cnn/gate.json").exists()
     avr = scons(project, "target=avr", "model=multiitem_cnn")
     assert avr.returncode == 0, avr.stdout + avr.stderr
