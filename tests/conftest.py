@@ -22,6 +22,16 @@ def shared_file(*parts):
     return path
 
 
+#: the slow tier: tests whose code path a faster test of the default run also covers (named in the
+#: reason), skipped visibly unless NNBUILD_SLOW_TESTS=1, to keep the whole suite in its 15 minutes
+SLOW_TIER = os.environ.get("NNBUILD_SLOW_TESTS") == "1"
+
+
+def slow(covered_by):
+    """Mark a test (or a pytest.param) for the slow tier; `covered_by` says what covers it by default."""
+    return pytest.mark.skipif(not SLOW_TIER, reason=f"slow tier (NNBUILD_SLOW_TESTS=1): {covered_by}")
+
+
 def have(*tools):
     return all(shutil.which(t) for t in tools)
 

@@ -175,8 +175,9 @@ def test_buffer_plan_reaches_the_liveness_lower_bound(name, peak, unplanned):
 # ----------------------------------------------------------------------------- generated C on the host
 
 
-@pytest.mark.parametrize("name", ["lenet5", "cifarnet"])
-@pytest.mark.parametrize("shape", ["v1", "v2", pytest.param("v3", marks=pytest.mark.e2e)])  # v3 compiles for long
+# v3 (unrolled) compiles for long: in the e2e tier, on cifarnet only (lenet5's 30 s compile adds no code path)
+@pytest.mark.parametrize("name,shape", [(n, s) for n in ("lenet5", "cifarnet") for s in ("v1", "v2")]
+                         + [pytest.param("cifarnet", "v3", marks=pytest.mark.e2e)])
 def test_every_shape_matches_keras_on_host(tmp_path, name, shape):
     path, golden = example(name)
     model, log = pipeline.load_model(path)

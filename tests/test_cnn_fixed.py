@@ -8,7 +8,7 @@ import pytest
 
 import json
 
-from conftest import REPO, copy_project, needs_avr, scons
+from conftest import REPO, copy_project, needs_avr, scons, slow
 from nnbuild import codegen, pipeline
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
@@ -219,7 +219,8 @@ def adversarial(n_in, lo, hi, rng):
 
 @needs_avr
 @pytest.mark.e2e
-@pytest.mark.parametrize("name, precision", [("lenet5", "q16-acc32"), ("cifarnet", "q16-acc32"), ("cifarnet", "q16"),
+@pytest.mark.parametrize("name, precision", [("lenet5", "q16-acc32"), ("cifarnet", "q16-acc32"),
+                                             pytest.param("cifarnet", "q16", marks=slow("cifarnet q16-acc32 and lenet5")),
                                              ("lenet5", "q8"), ("cifarnet", "q8")])
 def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision):
     """Soundness of the built-in analyzer's bound on the fixed-point v2 code, random and adversarial
@@ -247,7 +248,9 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
 
 @needs_avr
 @pytest.mark.e2e
-@pytest.mark.parametrize("name, precision", [("cifarnet", "q16-acc32"), ("lenet5", "q16-acc32"), ("cifarnet", "q8")])
+@pytest.mark.parametrize("name, precision", [("cifarnet", "q16-acc32"),
+                                             pytest.param("lenet5", "q16-acc32", marks=slow("v1 on cifarnet")),
+                                             ("cifarnet", "q8")])
 def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name, precision):
     """v1's generic integer kernels under simavr: C == model on random and adversarial inputs, and
     the analyzer's bound (one call site reaching every kernel, loops at the largest entry's sizes)

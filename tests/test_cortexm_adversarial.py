@@ -9,11 +9,11 @@ of finite in-range inputs the float64 reference's within the example's tolerance
 bound/executed-path ratio is printed (pytest -s).
 
 The runner reads QEMU's exec log at a few microseconds per executed cycle on a loaded machine: the
-F1/10 controller on the M4 (80 thousand cycles an inference with the DSP kernels) searches its 500
-inputs in under a minute, xor too; on the M0+ (340 thousand cycles) the e2e tier searches 100 inputs
-(about 1.5 minutes) and LeNet-5 on the M4 (1.3 million cycles) 60 (about 1.5 minutes: the corners
-and no hill-climb round); NNBUILD_SLOW_TESTS=1 runs 500 for each (about 10 minutes each for these
-two); NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of every search."""
+M0+'s xor searches its 500 inputs in the e2e tier in half a minute; the F1/10 controller (80 thousand
+cycles an inference on the M4 with the DSP kernels, 340 thousand on the M0+) 60 and 40 inputs, and
+LeNet-5 on the M4 (1.3 million cycles) 20 (corners only), to keep the suite's time: their 500-input
+searches (5 to 10 minutes each) run with NNBUILD_SLOW_TESTS=1;
+NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of every search."""
 
 import json
 import os
@@ -36,9 +36,9 @@ def inputs(e2e_tier):
     return int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 500 if SLOW else e2e_tier))
 
 
-#: inputs per search: the M4's F1/10 and the M0+'s xor run their 500 in the e2e tier
-INPUTS = {"stm32f407 f1tenth": inputs(500), "rp2040 f1tenth": inputs(100), "rp2040 xor": inputs(500),
-          "stm32f407 lenet5": inputs(60)}
+#: inputs per search: the M0+'s xor runs its 500 in the e2e tier, the others 500 in the slow tier
+INPUTS = {"stm32f407 f1tenth": inputs(60), "rp2040 f1tenth": inputs(40), "rp2040 xor": inputs(500),
+          "stm32f407 lenet5": inputs(20)}
 #: inputs per QEMU process in the hill-climb
 BATCH = 50
 

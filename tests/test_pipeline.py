@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, copy_project, scons
+from conftest import REPO, copy_project, scons, slow
 from nnbuild import __version__, boards, cli, codegen, kinds, pipeline, steps
 from nnbuild.checks import select
 from nnbuild.errors import NNBuildError
@@ -190,6 +190,7 @@ def test_select_without_an_analyzer_ranks_by_cycles_then_size():
 
 
 @pytest.mark.e2e
+@slow("precision=auto from SCons, NNModel, CMake and the CLI (tests/test_scons_e2e.py, test_user_edge.py, test_cmake_module.py)")
 def test_precision_auto_on_a_cnn_names_its_pick(tmp_path):
     project = copy_project(tmp_path)
     result = scons(project, "target=host", "model=lenet5", "precision=auto")
