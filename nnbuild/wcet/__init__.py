@@ -121,3 +121,39 @@ def unavailable_reason(board, path=None):
     if not shutil.which(command, path=tools.search_path(name, base=path)):
         return f"'{command}' ({name}) not found on PATH for target={board['name']}"
     return None
+
+
+def command_line(analyze_fn, module, doc, default_board, argv=None):
+    """`python -m nnbuild.wcet.<module> ELF --entry FN --flowfacts F.json [--board B.json] [--json OUT]`:
+    one command line for every built-in analyzer (the bound, its split per layer; exit 2 with one
+    line on an error)."""
+    import argparse
+    import json
+    import os
+    import sys
+    import tempfile
+    from dataclasses import asdict
+    board_path = os.path.join(os.path.dirname(__file__), "..", "..", "toolchains", f"{default_board}.json")
+    ap = argparse.ArgumentParser(prog=f"python -m nnbuild.wcet.{module}", description=doc.splitlines()[0])
+    ap.add_argument("elf")
+    ap.add_argument("--entry", required=True)
+    ap.add_argument("--flowfacts", required=True)
+    ap.add_argument("--board", default=board_path, help=f"board file (default: toolchains/{default_board}.json)")
+    ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--workdir")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.board) as f:
+            board = json.load(f)
+        res = analyze_fn(args.elf, args.entry, args.flowfacts, board, args.workdir or tempfile.mkdtemp(prefix=f"{module}_"))
+    except (NNBuildError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"WCET[{res.entry}] = {res.cycles} cycles")
+    for name, cyc in res.per_layer.items():
+        print(f"  layer {name}: {cyc} cycles ({100.0 * cyc / max(res.cycles, 1):.1f}%)")
+    print(f"  other: {res.details['unattributed_cycles']} cycles")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(asdict(res), f, indent=2, default=str)
+    return 0

@@ -12,21 +12,19 @@ counts from the entry's first instruction through its RET, excluding the CALL th
 CLI: python -m nnbuild.wcet.avr_ipet ELF --entry FN --flowfacts F.json [--board B.json] [--json OUT]
 """
 
-import argparse
 import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import scipy
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet import WcetResult
+from nnbuild.wcet import WcetResult, command_line
 from nnbuild.wcet import avr_cfg as C
 from nnbuild.wcet import avr_decode as D
 from nnbuild.wcet import avr_indirect
@@ -491,30 +489,7 @@ def _version(board):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m nnbuild.wcet.avr_ipet", description=__doc__.splitlines()[0])
-    ap.add_argument("elf")
-    ap.add_argument("--entry", required=True)
-    ap.add_argument("--flowfacts", required=True)
-    ap.add_argument("--board", default=os.path.join(os.path.dirname(__file__), "..", "..", "toolchains", "avr.json"))
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--workdir")
-    args = ap.parse_args(argv)
-    try:
-        with open(args.board) as f:
-            board = json.load(f)
-        workdir = args.workdir or tempfile.mkdtemp(prefix="avr_ipet_")
-        res = analyze(args.elf, args.entry, args.flowfacts, board, workdir)
-    except (NNBuildError, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"WCET[{res.entry}] = {res.cycles} cycles")
-    for name, cyc in res.per_layer.items():
-        print(f"  layer {name}: {cyc} cycles ({100.0 * cyc / max(res.cycles, 1):.1f}%)")
-    print(f"  other: {res.details['unattributed_cycles']} cycles")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(asdict(res), f, indent=2, default=str)
-    return 0
+    return command_line(analyze, "avr_ipet", __doc__, "avr", argv)
 
 
 if __name__ == "__main__":

@@ -16,18 +16,15 @@ instruction through its return, not the BL that calls it: what the runner counts
 CLI: python -m nnbuild.wcet.thumb2_ipet ELF --entry FN --flowfacts F.json [--board BOARD.json]
 """
 
-import argparse
-import json
 import os
 import re
 import sys
-import tempfile
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import cortexm_timing as timing
-from nnbuild.wcet import WcetResult
+from nnbuild.wcet import WcetResult, command_line
 from nnbuild.wcet import avr_ilp as I
 from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import thumb2_cfg as C
@@ -258,30 +255,7 @@ def analyze(elf, entry, flowfacts, board, workdir):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m nnbuild.wcet.thumb2_ipet", description=__doc__.splitlines()[0])
-    ap.add_argument("elf")
-    ap.add_argument("--entry", required=True)
-    ap.add_argument("--flowfacts", required=True)
-    ap.add_argument("--board", default=os.path.join(os.path.dirname(__file__), "..", "..", "toolchains", "stm32f407.json"),
-                    help="board file (default: toolchains/stm32f407.json)")
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--workdir")
-    args = ap.parse_args(argv)
-    try:
-        with open(args.board) as f:
-            board = json.load(f)
-        res = analyze(args.elf, args.entry, args.flowfacts, board, args.workdir or tempfile.mkdtemp(prefix="thumb2_"))
-    except (NNBuildError, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"WCET[{res.entry}] = {res.cycles} cycles")
-    for name, cyc in res.per_layer.items():
-        print(f"  layer {name}: {cyc} cycles ({100.0 * cyc / max(res.cycles, 1):.1f}%)")
-    print(f"  other: {res.details['unattributed_cycles']} cycles")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(asdict(res), f, indent=2, default=str)
-    return 0
+    return command_line(analyze, "thumb2_ipet", __doc__, "stm32f407", argv)
 
 
 if __name__ == "__main__":
