@@ -1,9 +1,10 @@
 """Host x86-64 instructions per ACAS Xu inference (callgrind Ir, callees included) of nnbuild's
-generated C at -O0 and at -O2 -fno-tree-vectorize, beside keras2c's and ACETONE's figures for their
+generated C at -O0, -O2 -fno-tree-vectorize and -O3, beside ACETONE's (built side by side in the
+same run, bench/peer_acetone.py) and keras2c's (recorded) figures for their
 "ACAS-like" network (../shared/docs/peers.md section 2), measured the same way as
 bench/lenet5_callgrind.py measures LeNet-5.
 
-    python3 bench/acasxu_callgrind.py [--inputs 5] [--json out.json]
+    python3 bench/acasxu_callgrind.py [--inputs 5] [--json out.json] [--acetone-python PATH]
 
 Two models:
   - the real network ACASXU_run2a_1_1_batch_2000.nnet (read from ../shared, never copied):
@@ -40,10 +41,16 @@ from nnbuild import codegen, passes, pipeline  # noqa: E402
 from nnbuild.ir import reference  # noqa: E402
 from nnbuild.ir.graph import Dense, Model  # noqa: E402
 
+import peer_acetone  # noqa: E402
+
 NNET = REPO.parent / "shared" / "data" / "nnet" / "ACASXU_run2a_1_1_batch_2000.nnet"
-#: peers.md section 2, the ACAS-like net (5 -> 7x50 relu -> 5, 15,500 MACs): Ir per inference
-PEERS = {"-O0": {"keras2c": 638_068, "ACETONE": 325_070},
-         "-O2 -fno-tree-vectorize": {"keras2c": 194_557, "ACETONE": 97_657}}
+#: peers.md section 2, the ACAS-like net (5 -> 7x50 relu -> 5, 15,500 MACs): Ir per inference,
+#: recorded (the fallback for ACETONE, always for keras2c); -O3 stands in with the -O2 figures
+RECORDED = {"-O0": {"keras2c": 638_068, "ACETONE": 325_070},
+            "-O2 -fno-tree-vectorize": {"keras2c": 194_557, "ACETONE": 97_657},
+            "-O3": {"keras2c": 194_357, "ACETONE": 74_476}}
+#: issue 27's goals, ratio to ACETONE per flag set
+GOALS = {"-O0": 0.35, "-O2 -fno-tree-vectorize": 0.35, "-O3": 0.5}
 PEER_MACS = 15_500
 #: ../shared/data/nnet/README.md golden values for net 1_1
 GOLDEN = {(5000.0, 0.5, -0.5, 500.0, 400.0): [17.5072124179, 18.3311613714, 16.3951714299, 10.757405097, 9.6708094014],
@@ -119,28 +126,46 @@ def inputs(count, seed=5):
     return np.array(rows[:count], np.float64)
 
 
-def measure(model, log, shape, x, workdir, results, label):
+def peer_figures(python, model, x, workdir):
+    """{flags: {tool: (Ir, "measured"/"recorded")}} for the ACAS-like net: ACETONE built here when
+    `python` has acetone-nnet, keras2c recorded."""
+    figures = {flags: {tool: (ir, "recorded") for tool, ir in peers.items()} for flags, peers in RECORDED.items()}
+    if python:
+        expected = reference.run(model, x.astype(np.float32).astype(np.float64))
+        for flags, variants in peer_acetone.measure_all(python, model, x, expected, RECORDED, workdir).items():
+            _, ir, err = peer_acetone.best(variants)
+            figures[flags]["ACETONE"] = (ir, "measured")
+            print(f"  {'ACAS-like 5-7x50-5, ACETONE':<34} {flags:<24} {ir:>9,} Ir ({ir / PEER_MACS:5.2f} Ir/MAC)  "
+                  f"measured in this run; max |C - reference| {err:.3g}")
+    return figures
+
+
+def measure(model, log, shape, x, workdir, results, label, peers_by_flags):
     gen = workdir / f"gen_{model.name}_{shape}"
     codegen.generate(model, gen, shape=shape, storage="const", passes_log=log)
     n_macs = macs(model)
     expected = reference.run(model, x.astype(np.float32).astype(np.float64))
-    for flags, peers in PEERS.items():
+    for flags, peers in peers_by_flags.items():
         exe = build(gen, model.name, flags, workdir)
         counts, outputs, err = callgrind_runs(exe, model.name, x, expected, workdir)
         golden_err = max((float(np.max(np.abs(outputs[k] - GOLDEN[tuple(row)])))
                           for k, row in enumerate(x) if tuple(row) in GOLDEN), default=0.0)
         best = min(counts)
         same_work = model.name == "acas_like"
+        ratio = {tool: (best / ir if same_work else (best / n_macs) / (ir / PEER_MACS)) for tool, (ir, _) in peers.items()}
         peer_text = ", ".join(
-            f"{tool} {ir:,}: {best / ir:.3f}x" if same_work else f"{tool} {ir / PEER_MACS:.1f}: {best / n_macs / (ir / PEER_MACS):.3f}x"
-            for tool, ir in peers.items())
+            f"{tool} {ir:,} ({how}): {ratio[tool]:.3f}x" if same_work
+            else f"{tool} {ir / PEER_MACS:.2f} ({how}): {ratio[tool]:.3f}x" for tool, (ir, how) in peers.items())
+        verdict = "meets" if ratio["ACETONE"] <= GOALS[flags] else "misses"
         golden_text = f", max |C - golden| {golden_err:.3g}" if model.name != "acas_like" else ""
         print(f"  {label:<34} {flags:<24} {best:>9,} Ir ({best / n_macs:5.2f} Ir/MAC)  "
-              f"{'vs' if same_work else 'Ir/MAC vs'} {peer_text}; max |C - reference| {err:.3g}{golden_text}")
+              f"{'vs' if same_work else 'Ir/MAC vs'} {peer_text} ({verdict} <= {GOALS[flags]}x); "
+              f"max |C - reference| {err:.3g}{golden_text}")
         results.append({"model": model.name, "shape": shape, "flags": flags, "macs": n_macs, "ir_min": best,
-                        "ir_all": counts, "ir_per_mac": best / n_macs, "peers_ir": peers, "peer_macs": PEER_MACS,
-                        "ratio": {tool: (best / ir if same_work else (best / n_macs) / (ir / PEER_MACS))
-                                  for tool, ir in peers.items()},
+                        "ir_all": counts, "ir_per_mac": best / n_macs,
+                        "peers_ir": {tool: ir for tool, (ir, _) in peers.items()},
+                        "peers_figure": {tool: how for tool, (_, how) in peers.items()}, "peer_macs": PEER_MACS,
+                        "ratio": ratio, "target": GOALS[flags],
                         "ratio_is": "Ir ratio (same topology)" if same_work else "Ir/MAC ratio (other topology)",
                         "max_abs_error_vs_reference": err,
                         **({"max_abs_error_vs_golden": golden_err} if model.name != "acas_like" else {})})
@@ -150,6 +175,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=5)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--acetone-python", help="a Python with acetone-nnet 1.0.post1 (bench/peer_acetone.py)")
     args = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         sys.exit("valgrind not found (apt-get install valgrind)")
@@ -158,17 +184,23 @@ def main(argv=None):
     gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
     print(f"ACAS Xu, gcc {gcc}, callgrind Ir per inference (min over {len(x)} inputs, callees included); "
           f"peers: peers.md's ACAS-like 5-7x50-5 ({PEER_MACS:,} MACs)")
+    python = peer_acetone.interpreter(args.acetone_python)
+    print(f"ACETONE {peer_acetone.version(python)}: generated and built in this run ({python}); keras2c: recorded "
+          "(../shared/docs/peers.md)" if python else
+          "ACETONE and keras2c: RECORDED figures (../shared/docs/peers.md section 2): no Python with acetone-nnet "
+          "found (--acetone-python, $NNBUILD_ACETONE_PYTHON)")
     results = []
     try:
-        if NNET.exists():
-            model, log = pipeline.load_model(NNET, "acasxu")
-            measure(model, log, "v2", x, workdir, results, "ACASXU_run2a_1_1 (13,000 MACs), v2")
-        else:
-            print(f"  {NNET} not present (../shared beside the checkout): the real network is skipped")
         model, log = passes.run(acas_like())
         normalised = np.random.default_rng(6).uniform(-0.5, 0.5, (len(x), 5))  # what the real net's Dense layers see
+        peers = peer_figures(python, model, normalised, workdir)
+        if NNET.exists():
+            real, real_log = pipeline.load_model(NNET, "acasxu")
+            measure(real, real_log, "v2", x, workdir, results, "ACASXU_run2a_1_1 (13,000 MACs), v2", peers)
+        else:
+            print(f"  {NNET} not present (../shared beside the checkout): the real network is skipped")
         for shape in ("mlp", "v2"):
-            measure(model, log, shape, normalised, workdir, results, f"ACAS-like 5-7x50-5, {shape}")
+            measure(model, log, shape, normalised, workdir, results, f"ACAS-like 5-7x50-5, {shape}", peers)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:

@@ -1,8 +1,9 @@
 """Host x86-64 instructions per LeNet-5 inference (callgrind Ir, callees such as expf included),
 for the generated code of a shape at -O0, -O2 -fno-tree-vectorize and -O3, against ACETONE's best
-figures measured the same way (recorded in shared/docs/peers.md section 2).
+variant, built side by side in the same run and measured the same way.
 
     python3 bench/lenet5_callgrind.py [--shape v2] [--inputs 5] [--json out.json] [--model PATH]
+                                      [--acetone-python PATH]
 
 --model takes another LeNet-5 file (e.g. ../shared/data/nnef/lenet5.onnx or lenet5.nnef: same
 topology, other weights, NCHW input): its outputs are checked against nnbuild's float64 reference.
@@ -11,6 +12,13 @@ For each flag set: generate firmware_examples/lenet5 (host storage), build a dri
 ONE inference per process, run it under `valgrind --tool=callgrind --toggle-collect=lenet5_infer`
 for each of the first N golden inputs, and print the minimum Ir (as peers.md does) and the ratio
 to ACETONE's best. Also checks the outputs against the Keras golden values while at it.
+
+ACETONE (acetone-nnet 1.0.post1, from an interpreter of its own: bench/peer_acetone.py) generates
+its C for the same layers and weights in every Conv2D variant it has (6loops, std_gemm_*,
+indirect_gemm_*); each is built at each flag set with the same driver and measured the same way,
+its outputs checked against the same golden values; the ratio is to the lowest-Ir variant at that
+flag set. Without that interpreter (or for a model ACETONE is not handed) the bench falls back to
+peers.md's recorded figures and says "recorded" on each line.
 """
 
 import argparse
@@ -26,13 +34,15 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
+import peer_acetone  # noqa: E402
 from nnbuild import codegen, pipeline  # noqa: E402
 
 EXAMPLE = REPO / "firmware_examples" / "lenet5"
-#: ACETONE's best LeNet-5 Ir per inference in peers.md section 2 (recorded, not built here), and
-#: issue 27's goals. peers.md has no -O3 column: -O3 is set against ACETONE's best figure with
-#: gcc's vectoriser on (std_gemm_nn at -O2), as bench/mlp_callgrind.py does.
+#: ACETONE's best LeNet-5 Ir per inference in peers.md section 2, recorded (the fallback when it
+#: cannot be built here), and issue 27's goals. peers.md has no -O3 column: the recorded fallback
+#: at -O3 is ACETONE's best figure with gcc's vectoriser on (std_gemm_nn at -O2).
 ACETONE = {"-O0": (11_525_905, "indirect_gemm_nn", 0.3),
            "-O2 -fno-tree-vectorize": (3_278_806, "6loops", 0.3),
            "-O3": (1_854_693, "std_gemm_nn -O2", 0.3)}
@@ -91,6 +101,7 @@ def main(argv=None):
     ap.add_argument("--inputs", type=int, default=5)
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--model", default=str(EXAMPLE / "lenet5.h5"), help="the LeNet-5 model file")
+    ap.add_argument("--acetone-python", help="a Python with acetone-nnet 1.0.post1 (bench/peer_acetone.py)")
     args = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         sys.exit("valgrind not found (apt-get install valgrind)")
@@ -108,8 +119,30 @@ def main(argv=None):
     results = {"shape": args.shape, "model": Path(args.model).name, "macs": macs, "runs": {}}
     print(f"LeNet-5 ({Path(args.model).name}), shape {args.shape}, gcc {subprocess.run(['gcc', '-dumpfullversion'], capture_output=True, text=True).stdout.strip()}, "
           f"callgrind Ir per inference (min over {args.inputs} inputs, callees included)")
-    print("ACETONE: recorded figures (../shared/docs/peers.md section 2), not built in this run")
+    python = peer_acetone.interpreter(args.acetone_python)
+    measured = {}
+    if python:
+        try:
+            peer_acetone.spec_of(model)
+        except ValueError as exc:
+            print(f"ACETONE: {exc}: recorded figures")
+            python = None
+    if python:
+        print(f"ACETONE {peer_acetone.version(python)}: every Conv2D variant generated and built in this run ({python})")
+        n = args.inputs
+        measured = peer_acetone.measure_all(python, model, golden["x"][:n], golden["y"][:n], ACETONE, workdir)
+        for flags, variants in measured.items():
+            for variant, (ir, _, err) in sorted(variants.items(), key=lambda kv: kv[1][0]):
+                print(f"  ACETONE {variant:<16} {flags:<24} {ir:>11,} Ir ({ir / macs:5.2f} Ir/MAC); "
+                      f"max |C - reference| {err:.3g}")
+    else:
+        print("ACETONE: RECORDED figures (../shared/docs/peers.md section 2), not built in this run: no Python "
+              "with acetone-nnet found (--acetone-python, $NNBUILD_ACETONE_PYTHON)")
     for flags, (acetone, variant, target) in ACETONE.items():
+        how = "recorded"
+        if measured:
+            variant, acetone, _ = peer_acetone.best(measured[flags])
+            how, same_work = "measured", True
         exe = build(gen, flags, workdir)
         counts, err = [], 0.0
         for k in range(args.inputs):
@@ -120,11 +153,12 @@ def main(argv=None):
         # another LeNet-5 variant (the ONNX one has a 32x32 input: 416,520 MACs): compare per MAC
         ratio = best / acetone if same_work else (best / macs) / (acetone / 281_640)
         verdict = "meets" if ratio <= target else "MISSES"
-        print(f"  {flags:<24} {best:>11,} Ir ({best / macs:5.2f} Ir/MAC)  vs ACETONE {variant} "
+        print(f"  nnbuild {args.shape:<16} {flags:<24} {best:>11,} Ir ({best / macs:5.2f} Ir/MAC)  vs ACETONE {variant} ({how}) "
               f"{'' if same_work else '(per MAC) '}"
               f"{acetone:,}: {ratio:.3f}x ({verdict} the <= {target}x target); max |C - reference| {err:.3g}")
         results["runs"][flags] = {"ir_min": best, "ir_all": counts, "acetone": acetone,
-                                  "acetone_variant": variant, "ratio": ratio, "target": target,
+                                  "acetone_variant": variant, "acetone_figure": how,
+                                  "acetone_all_variants": {v: f[0] for v, f in measured.get(flags, {}).items()}, "ratio": ratio, "target": target,
                                   "max_abs_error_vs_keras": err}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

@@ -31,6 +31,10 @@ PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8", "fix16", "fixedW.F
 #: soft-float dominates there and 12 float accumulators do not fit its registers.
 BLOCK = 12
 
+#: the blocked scalar loop over the inputs is unrolled UNROLL times by gcc on x86-64 hosts
+#: (NN_UNROLL: loop test, pointer increments and branch paid once per UNROLL inputs)
+UNROLL = 8
+
 
 def block_for(storage):
     return 1 if storage in common.FLASH_STORAGES else BLOCK
@@ -87,6 +91,8 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
         "block": block_for(storage),
+        # the host's blocked loops only (not AVR flash, not the vector code)
+        "unroll": UNROLL if any(c.get("block") for l in layers for c in l.get("chunks") or ()) else 0,
         "simd": any(c.get("lanes") for l in layers for c in l.get("chunks") or ()),
         "vector_bytes": VECTOR_BYTES,
         "vec": f"{name}_vec",
