@@ -9,7 +9,7 @@ are written by `TensorCode` from the loop plans of nnbuild.codegen.tensor_ops: o
 prelude's NN_READ macros (AVR flash or plain const)."""
 
 from nnbuild.codegen import cnn, recurrent
-from nnbuild.codegen.common import float_literal
+from nnbuild.codegen.common import FLASH_STORAGES, float_literal
 from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
@@ -288,6 +288,10 @@ def int16_move(op, ff):
 #: the fixed-point Conv2D and Dense have DSP-extension kernels (v2_fixed.dsp_op)
 DSP_KERNELS = True
 
+#: the scalar host loops over a Conv2D's or Dense's inputs are unrolled UNROLL times by gcc on
+#: x86-64 (NN_UNROLL; nothing on the MCU targets): each neuron still adds its products in order
+UNROLL = 4
+
 
 def render(model, *, precision, storage, passes_log, input_range=None, **fixed_options):
     """The files of `model`; fixed_options (plan, int_input, int_output, dsp) go to v2_fixed.render."""
@@ -297,6 +301,8 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
                                input_range=input_range, move_code=int16_move, **fixed_options)
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
+    # gcc unrolls the scalar host loops over inputs (NN_UNROLL: x86-64 with optimisation only)
+    ctx["unroll"] = 0 if storage in FLASH_STORAGES else UNROLL
     ctx["tensor_code"] = tensor_code(ctx)
     ctx["ptr"] = lambda ref: "float" if ref in lowered["api_buffers"] else ctx["real"]
     ctx["read_inputs"] = {r for op in lowered["ops"] for r in op["src"]} | {
