@@ -133,8 +133,9 @@ def main(argv=None):
         measured = peer_acetone.measure_all(python, model, golden["x"][:n], golden["y"][:n], ACETONE, workdir)
         for flags, variants in measured.items():
             for variant, (ir, _, err) in sorted(variants.items(), key=lambda kv: kv[1][0]):
+                wrong = "" if peer_acetone.correct((ir, None, err)) else " WRONG OUTPUTS, not a candidate"
                 print(f"  ACETONE {variant:<16} {flags:<24} {ir:>11,} Ir ({ir / macs:5.2f} Ir/MAC); "
-                      f"max |C - reference| {err:.3g}")
+                      f"max |C - reference| {err:.3g}{wrong}")
     else:
         print("ACETONE: RECORDED figures (../shared/docs/peers.md section 2), not built in this run: no Python "
               "with acetone-nnet found (--acetone-python, $NNBUILD_ACETONE_PYTHON)")
