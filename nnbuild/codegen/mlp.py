@@ -83,6 +83,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         "xin": any(l.get("facts") and l["src"] == "in" for l in layers),
         "mul_tags": float_facts.MUL_TAGS,
         "add_tags": float_facts.ADD_TAGS,
+        "one_normal_tags": float_facts.ONE_NORMAL_TAGS,
         "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
@@ -181,7 +182,8 @@ def plan_layers(model, storage, real="float"):
             entry.update(kind="dense", activation=layer.activation,
                          chunks=layer_chunks(model.name, layer, storage, real),
                          bias=bias_array(model.name, layer, real),
-                         split=split_accumulation(storage, real))
+                         split=split_accumulation(storage, real),
+                         weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel))
             if entry["split"]:
                 entry["facts"] = float_facts.mac_facts(layer.kernel)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"

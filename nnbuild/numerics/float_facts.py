@@ -35,6 +35,10 @@ EQUAL_TAGS = ("__addsf3x:equal",)
 #: nn_tanh's (e - 1) / (e + 1) and expf(2x) (prelude.c.j2 emits these)
 DIV_TAGS = ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125")
 EXP_TAGS = ("exp:|x|<18",)
+#: a multiply one of whose factors is a zero-or-normal weight (the other may be anything): the
+#: soft-float multiply normalises at most one subnormal factor (ARM and Thumb-1 libgcc's
+#: __aeabi_fmul; arm_libloops.json and thumb2_libloops.json "paths")
+ONE_NORMAL_TAGS = ("fmul:one.normal",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
 VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
 
@@ -90,3 +94,9 @@ def flushed(x, keep_exp):
     small = biased_exponents(x) < keep_exp
     bits[small] &= np.uint32(0x80000000)
     return bits.view(np.float32)
+
+
+def zero_or_normal(kernel) -> bool:
+    """Every value is finite and zero or normal as float32 (no subnormal, inf or NaN)."""
+    w = np.asarray(kernel, dtype=np.float32)
+    return bool(np.all(np.isfinite(w)) and not np.any((biased_exponents(w) == 0) & (w != 0)))

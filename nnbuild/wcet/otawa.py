@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
-from nnbuild.wcet import WcetResult, otawa_ilp, otawa_timing, tools
+from nnbuild.wcet import WcetResult, otawa_ilp, otawa_paths, otawa_timing, tools
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -594,6 +594,18 @@ def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
     return found
 
 
+def library_paths(functions, block_map, facts, table_path=LIBLOOPS_PATH) -> List[otawa_paths.PathRow]:
+    """The table's `paths` rows for the routines in the ILP (otawa_paths), each call site's line
+    read from the DWARF line table to match the generator's value facts."""
+    with open(table_path) as f:
+        entries = json.load(f).get("paths", [])
+    if not entries:
+        return []
+    lines = {i.addr: (i.file, i.line) for parts in functions.values() for func in parts for i in func.insns}
+    return otawa_paths.path_rows(functions, otawa_paths.read_block_map(block_map), facts, entries,
+                                 routine_digest, same_file, lambda addr: lines.get(addr))
+
+
 def routine_digest(func: Function) -> str:
     """sha256 of a routine's instructions as loop_text writes them (addresses left out, so the
     digest pins the code, not where the linker put it)."""
@@ -900,8 +912,9 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
     script, params = timing_script(board, text, workdir, entry)
     ilp = ilp_file(board, workdir, entry)
+    block_map = workdir / f"{entry}.blocks"
     if ilp:
-        params = [*params, f"ilp={ilp}"]
+        params = [*params, f"ilp={ilp}", f"blocks={block_map}"]
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)
@@ -909,7 +922,10 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     solved = None
     if ilp:
         require_clean_run(done.stdout, done.stderr, done.returncode, entry)
-        solved = otawa_ilp.solve_file(ilp, tools.timeout_of(board))
+        rows = library_paths(functions, block_map, facts)
+        lp = otawa_paths.add_rows(otawa_ilp.parse_lp(ilp.read_text()), rows)
+        solved = otawa_ilp.maximise(lp, tools.timeout_of(board))
+        solved["path_constraints"] = [r.record() for r in rows]
         cycles = solved["bound"]
     else:
         cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)

@@ -1,0 +1,143 @@
+"""Infeasible-path constraints of library routines, added to OTAWA's IPET system before HiGHS solves it.
+
+OTAWA's flow facts (F4/FFX) bound loops per entry and can `ignore` a whole block, but they cannot
+say "these two loops of __aeabi_fmul together run at most 23 passes per call, but only for the calls
+made on the lines where the generator proved one factor normal": OTAWA 2 keeps one CFG per routine
+(no call contexts in this script) and its F4 has no linear relation between block counts. The
+IPET system does: every block's execution count is a variable. nnbuild's plugin names them
+(otawa::ipet::EXPLICIT: `x<index>_<cfg>`) and writes where each block is (`blocks=` map: "B cfg
+index address", "S cfg index call-address callee"); this module adds, for each `paths` entry of
+arm_libloops.json whose routine is in the program with the pinned instructions (sha256, as for
+`routines`), one row over the counts of its blocks:
+
+    sum(coef * x(block at offset)) + per_call_without * (calls from sites without the tag) <= at_most
+
+Calls from a call site whose source line carries the entry's value tag (flow facts "values", op
+"mul": nnbuild.numerics.float_facts) satisfy the per-call argument of the entry's `why`; the other
+calls (e.g. newlib's expf, or a build without the fact) are charged `-per_call_without` more each,
+which the entry argues covers any operands. No tag anywhere: the row is still added, and it is then
+implied by the loop bounds (sound either way).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from nnbuild.errors import NNBuildError
+
+
+@dataclass(frozen=True)
+class CallBlock:
+    cfg: str
+    index: int
+    call_address: int
+    callee: str
+
+    @property
+    def var(self):
+        return f"x{self.index}_{self.cfg}"
+
+
+@dataclass
+class BlockMap:
+    """Where the ILP's count variables are: basic blocks by first address, call blocks by caller."""
+
+    #: address of a basic block's first instruction -> [(cfg label, variable)]
+    basic: Dict[int, List[Tuple[str, str]]]
+    calls: List[CallBlock]
+
+
+def read_block_map(path) -> BlockMap:
+    """The plugin's `blocks=` file."""
+    basic: Dict[int, List[Tuple[str, str]]] = {}
+    calls = []
+    for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
+        parts = raw.split()
+        if len(parts) == 4 and parts[0] == "B":
+            basic.setdefault(int(parts[3], 16), []).append((parts[1], f"x{int(parts[2])}_{parts[1]}"))
+        elif len(parts) == 5 and parts[0] == "S":
+            calls.append(CallBlock(parts[1], int(parts[2]), int(parts[3], 16), parts[4]))
+        else:
+            raise NNBuildError(f"OTAWA block map line {number} unreadable: '{raw[:60]}'", path=path)
+    return BlockMap(basic, calls)
+
+
+def tagged_lines(facts, tag, op) -> List[Tuple[str, int]]:
+    """(file, line) of the flow facts' "values" entries of `op` that carry `tag`."""
+    return [(v["file"], int(v["line"])) for v in (facts or {}).get("values", [])
+            if v.get("op") == op and tag in v.get("tags", [])]
+
+
+@dataclass
+class PathRow:
+    coefs: Dict[str, float]
+    at_most: float
+    routine: str
+    tagged_calls: int
+    other_calls: int
+    why: str
+
+    def record(self):
+        return {"routine": self.routine, "row": " + ".join(f"{c:g} {v}" for v, c in sorted(self.coefs.items()))
+                + f" <= {self.at_most:g}", "calls_with_fact": self.tagged_calls,
+                "calls_without_fact": self.other_calls, "why": self.why}
+
+
+def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file, line_of) -> List[PathRow]:
+    """One row per `paths` entry whose routine (pinned by `digest`) has all its named blocks in the
+    ILP in one CFG. `line_of(address)` is the (file, line) of an instruction, `same_file` compares a
+    DWARF file name with a flow-fact one."""
+    rows = []
+    for entry in entries:
+        for name in entry["symbols"]:
+            for func in functions.get(name, []):
+                if digest(func) != entry["sha256"]:
+                    continue
+                row = routine_row(func, block_map, facts, entry, same_file, line_of)
+                if row is not None:
+                    rows.append(row)
+    return rows
+
+
+def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of) -> Optional[PathRow]:
+    """The entry's row for this copy of the routine, or None if OTAWA's CFG does not hold every
+    named block exactly once in one CFG (then no row: the loop bounds alone stay, still sound)."""
+    found = {}
+    for key, offset in entry["blocks"].items():
+        places = block_map.basic.get(func.start + int(offset), [])
+        if len(places) != 1:
+            return None
+        found[key] = places[0]
+    cfgs = {cfg for cfg, _ in found.values()}
+    if len(cfgs) != 1:
+        return None
+    cfg = cfgs.pop()
+    coefs: Dict[str, float] = {}
+    for key, coef in entry["row"].items():
+        var = found[key][1]
+        coefs[var] = coefs.get(var, 0.0) + float(coef)
+    lines = tagged_lines(facts, entry["tag"], entry["op"])
+    tagged = other = 0
+    for call in block_map.calls:
+        if call.callee != cfg:
+            continue
+        where = line_of(call.call_address)
+        if where and any(where[1] == line and same_file(where[0], file) for file, line in lines):
+            tagged += 1
+            continue
+        other += 1
+        coefs[call.var] = coefs.get(call.var, 0.0) + float(entry["per_call_without"])
+    return PathRow(coefs, float(entry["at_most"]), func.name, tagged, other,
+                   f"arm_libloops.json paths {func.name} ({entry['tag']}): {entry['why']}")
+
+
+def add_rows(lp, rows: List[PathRow]):
+    """Append the rows (`<=`) to a parsed otawa_ilp.LinearProgram; a row naming a variable the
+    system does not have is an error (the block map and the ILP disagree), never dropped."""
+    known = set(lp.objective) | {v for coefs, _, _ in lp.rows for v in coefs}
+    for row in rows:
+        missing = sorted(v for v in row.coefs if v not in known)
+        if missing:
+            raise NNBuildError(f"OTAWA ILP has no variable {missing[0]} for the {row.routine} path constraint")
+        lp.rows.append((dict(row.coefs), "<=", row.at_most))
+    return lp
