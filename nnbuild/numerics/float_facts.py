@@ -39,6 +39,11 @@ EXP_TAGS = ("exp:|x|<18",)
 #: soft-float multiply normalises at most one subnormal factor (ARM and Thumb-1 libgcc's
 #: __aeabi_fmul; arm_libloops.json and thumb2_libloops.json "paths")
 ONE_NORMAL_TAGS = ("fmul:one.normal",)
+#: a multiply of a zero-or-normal weight by an output of nn_tanh or nn_sigmoid: no factor is subnormal
+#: (`not_subnormal_output`), so the multiply normalises none
+NO_SUBNORMAL_TAGS = ("fmul:no.subnormal",)
+#: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
+FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
 VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
 
@@ -100,3 +105,19 @@ def zero_or_normal(kernel) -> bool:
     """Every value is finite and zero or normal as float32 (no subnormal, inf or NaN)."""
     w = np.asarray(kernel, dtype=np.float32)
     return bool(np.all(np.isfinite(w)) and not np.any((biased_exponents(w) == 0) & (w != 0)))
+
+
+#: float32 activations (prelude.c.j2) whose every output is zero, normal or NaN, never subnormal
+NOT_SUBNORMAL_ACTIVATIONS = ("tanh", "sigmoid")
+
+
+def not_subnormal_output(activation):
+    """The activation's name if none of its float32 outputs is subnormal, else None.
+
+    nn_tanh: +-1 for |x| >= 9; else e = expf(2x) is a float in [0, 2^26], e - 1 is 0 or at least
+    2^-24 in magnitude (exact for e in [0.5, 2], where e is a multiple of 2^-24; |e - 1| >= 0.5
+    elsewhere), 1 <= e + 1 < 2^27, so (e - 1) / (e + 1) is 0 or at least 2^-51 in magnitude (the
+    quotient of two floats rounds to a float at least as large as the smallest normal above it).
+    nn_sigmoid: 1 or 0 for |x| >= 40; else 1 / (1 + expf(-x)) with 1 <= 1 + e < 2^58: at least
+    2^-58. A NaN input gives NaN."""
+    return activation if activation in NOT_SUBNORMAL_ACTIVATIONS else None

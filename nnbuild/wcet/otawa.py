@@ -598,12 +598,27 @@ def library_paths(functions, block_map, facts, table_path=LIBLOOPS_PATH) -> List
     """The table's `paths` rows for the routines in the ILP (otawa_paths), each call site's line
     read from the DWARF line table to match the generator's value facts."""
     with open(table_path) as f:
-        entries = json.load(f).get("paths", [])
+        table = json.load(f)
+    entries = table.get("paths", [])
     if not entries:
         return []
     lines = {i.addr: (i.file, i.line) for parts in functions.values() for func in parts for i in func.insns}
+    callers = otawa_paths.caller_tags(functions, table.get("caller_tags", []), routine_data_digest)
     return otawa_paths.path_rows(functions, otawa_paths.read_block_map(block_map), facts, entries,
-                                 routine_digest, same_file, lambda addr: lines.get(addr))
+                                 routine_digest, same_file, lambda addr: lines.get(addr), callers)
+
+
+#: literal pool words below this are addresses (of data the linker places per program), not constants
+ADDRESS_WORD_LIMIT = 1 << 24
+
+
+def routine_data_digest(func: Function) -> str:
+    """sha256 of a routine's instructions and of its literal pool words (the float constants it
+    loads; a word below ADDRESS_WORD_LIMIT is an address and is written as `.word address`)."""
+    words = [f".word 0x{func.words[a]:08x}" if func.words[a] >= ADDRESS_WORD_LIMIT else ".word address"
+             for a in sorted(func.words)]
+    text = "\n".join(loop_text(i) for i in func.insns) + "\n" + "\n".join(words)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def routine_digest(func: Function) -> str:

@@ -10,18 +10,20 @@ index address", "S cfg index call-address callee"); this module adds, for each `
 arm_libloops.json whose routine is in the program with the pinned instructions (sha256, as for
 `routines`), one row over the counts of its blocks:
 
-    sum(coef * x(block at offset)) + per_call_without * (calls from sites without the tag) <= at_most
+    sum(row[k] * x(block at blocks[k])) + sum over calls c of calls[tag(c)] * x(c) <= at_most
 
-Calls from a call site whose source line carries the entry's value tag (flow facts "values", op
-"mul": nnbuild.numerics.float_facts) satisfy the per-call argument of the entry's `why`; the other
-calls (e.g. newlib's expf, or a build without the fact) are charged `-per_call_without` more each,
-which the entry argues covers any operands. No tag anywhere: the row is still added, and it is then
-implied by the loop bounds (sound either way).
+A call's `tag(c)` is a value tag (or "t1+t2": all of them) its source line carries (flow facts "values" of the entry's `op`:
+nnbuild.numerics.float_facts) that the entry's `calls` names, or "other" (no such tag: e.g. newlib's
+expf, or a build without facts); a call with several named tags takes the largest coefficient
+(the smallest allowance: each tag's argument holds for it). The entry's `why` argues the row per
+invocation for each tag's coefficient, so the sum over all invocations holds. Without tags the row
+is implied by the loop bounds (sound either way). `caller_tags` entries give every call from a
+pinned library routine (code and literal pool: newlib's __ieee754_expf) tags argued for any argument.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from nnbuild.errors import NNBuildError
 
@@ -62,10 +64,10 @@ def read_block_map(path) -> BlockMap:
     return BlockMap(basic, calls)
 
 
-def tagged_lines(facts, tag, op) -> List[Tuple[str, int]]:
-    """(file, line) of the flow facts' "values" entries of `op` that carry `tag`."""
-    return [(v["file"], int(v["line"])) for v in (facts or {}).get("values", [])
-            if v.get("op") == op and tag in v.get("tags", [])]
+def tagged_lines(facts, op) -> List[Tuple[str, int, frozenset]]:
+    """(file, line, tags) of the flow facts' "values" entries of `op`."""
+    return [(v["file"], int(v["line"]), frozenset(v.get("tags", []))) for v in (facts or {}).get("values", [])
+            if v.get("op") == op]
 
 
 @dataclass
@@ -73,33 +75,57 @@ class PathRow:
     coefs: Dict[str, float]
     at_most: float
     routine: str
-    tagged_calls: int
-    other_calls: int
+    #: call sites by the tag that set their coefficient ("other": none)
+    calls: Dict[str, int]
     why: str
 
     def record(self):
         return {"routine": self.routine, "row": " + ".join(f"{c:g} {v}" for v, c in sorted(self.coefs.items()))
-                + f" <= {self.at_most:g}", "calls_with_fact": self.tagged_calls,
-                "calls_without_fact": self.other_calls, "why": self.why}
+                + f" <= {self.at_most:g}", "call_sites": dict(sorted(self.calls.items())), "why": self.why}
 
 
-def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file, line_of) -> List[PathRow]:
+@dataclass(frozen=True)
+class CallerTags:
+    """Tags every call from inside [start, end) gets, by op (a `caller_tags` entry: a library
+    routine whose arguments to the soft-float calls are proved whatever its own argument)."""
+
+    start: int
+    end: int
+    tags: Dict[str, Tuple[str, ...]]
+
+
+def caller_tags(functions, entries, digest) -> List[CallerTags]:
+    """The table's `caller_tags` entries whose routine is in the program with the pinned code and
+    literal data (`digest` with data: the constants are part of the proof)."""
+    found = []
+    for entry in entries:
+        for name in entry["symbols"]:
+            for func in functions.get(name, []):
+                if digest(func) == entry["sha256"]:
+                    found.append(CallerTags(func.start, func.end,
+                                            {op: tuple(tags) for op, tags in entry["tags"].items()}))
+    return found
+
+
+def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file, line_of,
+              callers: Sequence[CallerTags] = ()) -> List[PathRow]:
     """One row per `paths` entry whose routine (pinned by `digest`) has all its named blocks in the
     ILP in one CFG. `line_of(address)` is the (file, line) of an instruction, `same_file` compares a
-    DWARF file name with a flow-fact one."""
+    DWARF file name with a flow-fact one; `callers` tag the calls made from pinned library code."""
     rows = []
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
                 if digest(func) != entry["sha256"]:
                     continue
-                row = routine_row(func, block_map, facts, entry, same_file, line_of)
+                row = routine_row(func, block_map, facts, entry, same_file, line_of, callers)
                 if row is not None:
                     rows.append(row)
     return rows
 
 
-def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of) -> Optional[PathRow]:
+def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
+                callers: Sequence[CallerTags] = ()) -> Optional[PathRow]:
     """The entry's row for this copy of the routine, or None if OTAWA's CFG does not hold every
     named block exactly once in one CFG (then no row: the loop bounds alone stay, still sound)."""
     found = {}
@@ -116,19 +142,30 @@ def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of) -> 
     for key, coef in entry["row"].items():
         var = found[key][1]
         coefs[var] = coefs.get(var, 0.0) + float(coef)
-    lines = tagged_lines(facts, entry["tag"], entry["op"])
-    tagged = other = 0
+    lines = tagged_lines(facts, entry["op"])
+    # a key "t1+t2" names calls whose line carries every one of the tags
+    named = {key: float(coef) for key, coef in entry["calls"].items() if key != "other"}
+    counts: Dict[str, int] = {}
     for call in block_map.calls:
         if call.callee != cfg:
             continue
         where = line_of(call.call_address)
-        if where and any(where[1] == line and same_file(where[0], file) for file, line in lines):
-            tagged += 1
-            continue
-        other += 1
-        coefs[call.var] = coefs.get(call.var, 0.0) + float(entry["per_call_without"])
-    return PathRow(coefs, float(entry["at_most"]), func.name, tagged, other,
-                   f"arm_libloops.json paths {func.name} ({entry['tag']}): {entry['why']}")
+        tags = set()
+        for caller in callers:
+            if caller.start <= call.call_address < caller.end:
+                line_tags = frozenset(caller.tags.get(entry["op"], ()))
+                tags |= {key for key in named if set(key.split("+")) <= line_tags}
+        if where:
+            for file, line, line_tags in lines:
+                if where[1] == line and same_file(where[0], file):
+                    tags |= {key for key in named if set(key.split("+")) <= line_tags}
+        tag = max(tags, key=lambda t: (named[t], t)) if tags else "other"
+        counts[tag] = counts.get(tag, 0) + 1
+        coef = named[tag] if tags else float(entry["calls"]["other"])
+        if coef:
+            coefs[call.var] = coefs.get(call.var, 0.0) + coef
+    return PathRow(coefs, float(entry["at_most"]), func.name, counts,
+                   f"arm_libloops.json paths {func.name} ({entry['about']}): {entry['why']}")
 
 
 def add_rows(lp, rows: List[PathRow]):
