@@ -5,8 +5,9 @@ qemu-arm process). The builds are float32: their bound leans on the value facts 
 nnbuild/numerics/float_facts.py and the `paths`/`caller_tags` entries of nnbuild/wcet/arm_libloops.json
 (libgcc's __aeabi_fmul/__aeabi_fdiv normalise at most one subnormal operand, none for tanh/sigmoid
 outputs and inside newlib's expf), so a wrong fact shows here as an input over the bound. xor searches
-its 500 inputs in the e2e tier; the F1/10 controller (3.4 million clocks an inference) 40, and 500
-with NNBUILD_SLOW_TESTS=1; NNBUILD_ADVERSARIAL_INPUTS sets the number of inputs of every search.
+its 500 inputs in the e2e tier (half a minute); the F1/10 controller (3.4 to 4.3 million clocks an
+inference, 6 minutes for 40 inputs) runs only with NNBUILD_SLOW_TESTS=1, with 40 inputs or
+NNBUILD_ADVERSARIAL_INPUTS (which sets the number of inputs of every search).
 The worst bound/measured ratio is printed (pytest -s)."""
 
 import json
@@ -26,8 +27,8 @@ SLOW = os.environ.get("NNBUILD_SLOW_TESTS") == "1"
 
 
 def inputs(e2e_tier):
-    """The number of inputs of a search: 500, or `e2e_tier` unless NNBUILD_SLOW_TESTS=1."""
-    return int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 500 if SLOW else e2e_tier))
+    """The number of inputs of a search: NNBUILD_ADVERSARIAL_INPUTS, else `e2e_tier`."""
+    return int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", e2e_tier))
 
 
 #: inputs per qemu-arm process in the hill-climb
@@ -70,11 +71,14 @@ def ordinary_outputs_match(model, meta, xs, ys):
 def test_xor_float32_no_input_beats_the_otawa_bound(tmp_path):
     ratio, xs, ys, model, meta = search_build(tmp_path, "xor", "float32", seed=27, total=inputs(500))
     ordinary_outputs_match(model, meta, xs, ys)
-    assert ratio <= 2.0
+    assert ratio <= 1.5
 
 
 @needs_otawa
+@pytest.mark.skipif(not SLOW, reason="slow tier (NNBUILD_SLOW_TESTS=1): 6 minutes for 40 inputs; the xor search above "
+                    "runs the same facts (fmul:one.normal, fmul:no.subnormal, expf's caller tags) in the e2e tier")
 def test_f1tenth_float32_no_input_beats_the_otawa_bound(tmp_path):
-    ratio, xs, ys, model, meta = search_build(tmp_path, "f1tenth", "float32", seed=28, total=inputs(40))
+    ratio, xs, ys, model, meta = search_build(tmp_path, "f1tenth", "float32", seed=28,
+                                              total=int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 40)))
     ordinary_outputs_match(model, meta, xs, ys)
-    assert ratio <= 2.0
+    assert ratio <= 1.5
