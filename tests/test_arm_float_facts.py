@@ -108,6 +108,9 @@ def test_named_variables_read_back():
                             "x0_main = 1;\ne3_5___aeabi_i2f - 2 x2_f.part.0 <= 0;\nint x0_main;\n")
     assert lp.objective == {"e3_5___aeabi_i2f": 12.0, "x2_f.part.0": 4.0}
     assert lp.rows[1] == ({"e3_5___aeabi_i2f": 1.0, "x2_f.part.0": -2.0}, "<=", 0.0)
+    # a routine OTAWA has no label for: x<index>_ in the system, "-" in the block map
+    assert otawa_ilp.linear_form("3 x3_ + e1_2_")[0] == {"x3_": 3.0, "e1_2_": 1.0}
+    assert otawa_paths.count_variable("-", 3) == "x3_"
 
 
 # ------------------------------------------------------------------ qemu-arm: libgcc's __aeabi_fmul

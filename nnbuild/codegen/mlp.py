@@ -85,6 +85,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         "add_tags": float_facts.ADD_TAGS,
         "one_normal_tags": float_facts.ONE_NORMAL_TAGS,
         "no_subnormal_tags": float_facts.NO_SUBNORMAL_TAGS,
+        "normal_product_tags": float_facts.NO_SUBNORMAL_TAGS + float_facts.NORMAL_PRODUCT_TAGS,
         "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
@@ -185,7 +186,8 @@ def plan_layers(model, storage, real="float"):
                          bias=bias_array(model.name, layer, real),
                          split=split_accumulation(storage, real),
                          weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel),
-                         input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None)
+                         input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
+                         normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             if entry["split"]:
                 entry["facts"] = float_facts.mac_facts(layer.kernel)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"

@@ -42,6 +42,9 @@ ONE_NORMAL_TAGS = ("fmul:one.normal",)
 #: a multiply of a zero-or-normal weight by an output of nn_tanh or nn_sigmoid: no factor is subnormal
 #: (`not_subnormal_output`), so the multiply normalises none
 NO_SUBNORMAL_TAGS = ("fmul:no.subnormal",)
+#: ... and the product of the two is zero, NaN or normal (no underflow, no overflow): the weights'
+#: smallest non-zero magnitude is at least 2^-68 (`normal_products`)
+NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
 #: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
@@ -119,5 +122,18 @@ def not_subnormal_output(activation):
     elsewhere), 1 <= e + 1 < 2^27, so (e - 1) / (e + 1) is 0 or at least 2^-51 in magnitude (the
     quotient of two floats rounds to a float at least as large as the smallest normal above it).
     nn_sigmoid: 1 or 0 for |x| >= 40; else 1 / (1 + expf(-x)) with 1 <= 1 + e < 2^58: at least
-    2^-58. A NaN input gives NaN."""
+    2^-58. A NaN input gives NaN. Both are at most 1 in magnitude."""
     return activation if activation in NOT_SUBNORMAL_ACTIVATIONS else None
+
+
+#: |nn_tanh(x)| and |nn_sigmoid(x)| are 0 or at least this (not_subnormal_output)
+SMALLEST_ACTIVATION = 2.0 ** -58
+
+
+def normal_products(kernel) -> bool:
+    """Every product of a weight (zero or normal) and a zero, NaN or nn_tanh / nn_sigmoid output
+    (|x| in [2^-58, 1]) is zero, NaN or normal: the smallest non-zero |w| is at least 2^-68, so
+    |w x| >= 2^-126 before rounding, and |w x| <= |w| stays finite."""
+    w = np.abs(np.asarray(kernel, dtype=np.float32).astype(np.float64))
+    nonzero = w[w != 0]
+    return zero_or_normal(kernel) and bool(nonzero.size == 0 or nonzero.min() * SMALLEST_ACTIVATION >= 2.0 ** -126)

@@ -17,9 +17,10 @@ import numpy as np
 
 from nnbuild.errors import NNBuildError
 
-#: a term: sign, coefficient, variable (x12, or with otawa::ipet::EXPLICIT x12_fn / e3_4_fn);
+#: a term: sign, coefficient, variable (x12, or with otawa::ipet::EXPLICIT x12_fn / e3_4_fn, the
+#: label empty for a routine OTAWA has no symbol for);
 #: a coefficient's exponent needs no space before it, a variable follows one
-_TERM_RE = re.compile(r"([+-])?\s*(\d+(?:\.\d+)?(?:e[+-]?\d+(?![\w.]))?)?\s*(x\d+(?:_[\w.$@]+)?|e\d+_\d+_[\w.$@]+)?")
+_TERM_RE = re.compile(r"([+-])?\s*(\d+(?:\.\d+)?(?:e[+-]?\d+(?![\w.]))?)?\s*(x\d+(?:_[\w.$@]*)?|e\d+_\d+_[\w.$@]*)?")
 _COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
 
 

@@ -6,7 +6,7 @@ made on the lines where the generator proved one factor normal": OTAWA 2 keeps o
 (no call contexts in this script) and its F4 has no linear relation between block counts. The
 IPET system does: every block's execution count is a variable. nnbuild's plugin names them
 (otawa::ipet::EXPLICIT: `x<index>_<cfg>`) and writes where each block is (`blocks=` map: "B cfg
-index address", "S cfg index call-address callee"); this module adds, for each `paths` entry of
+index address", "S cfg index call-address callee", "-" for a routine without a label); this module adds, for each `paths` entry of
 arm_libloops.json whose routine is in the program with the pinned instructions (sha256, as for
 `routines`), one row over the counts of its blocks:
 
@@ -37,7 +37,12 @@ class CallBlock:
 
     @property
     def var(self):
-        return f"x{self.index}_{self.cfg}"
+        return count_variable(self.cfg, self.index)
+
+
+def count_variable(cfg, index):
+    """OTAWA's explicit name of a block's count: x<index>_<cfg label> ("-" in the map: no label)."""
+    return f"x{int(index)}_{'' if cfg == '-' else cfg}"
 
 
 @dataclass
@@ -56,7 +61,7 @@ def read_block_map(path) -> BlockMap:
     for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
         parts = raw.split()
         if len(parts) == 4 and parts[0] == "B":
-            basic.setdefault(int(parts[3], 16), []).append((parts[1], f"x{int(parts[2])}_{parts[1]}"))
+            basic.setdefault(int(parts[3], 16), []).append((parts[1], count_variable(parts[1], parts[2])))
         elif len(parts) == 5 and parts[0] == "S":
             calls.append(CallBlock(parts[1], int(parts[2]), int(parts[3], 16), parts[4]))
         else:

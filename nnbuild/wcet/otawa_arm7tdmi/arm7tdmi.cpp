@@ -82,18 +82,22 @@ protected:
 		blocks = nullptr;
 	}
 
+	// a CFG OTAWA found no symbol for has an empty label (its counts are then x<index>_): "-"
+	static elm::string label(CFG *cfg) {
+		return cfg && cfg->label() ? cfg->label() : elm::string("-");
+	}
+
 	void mapBlock(CFG *cfg, Block *b) {
 		if(!blocks)
 			return;
 		if(b->isBasic())
-			std::fprintf(blocks, "B %s %d %lx\n", cfg->label().toCString().chars(), b->index(),
+			std::fprintf(blocks, "B %s %d %lx\n", label(cfg).toCString().chars(), b->index(),
 				(unsigned long)b->toBasic()->address().offset());
 		else if(b->isCall()) {
 			SynthBlock *s = b->toSynth();
 			Inst *call = s->callInst();
-			std::fprintf(blocks, "S %s %d %lx %s\n", cfg->label().toCString().chars(), b->index(),
-				call ? (unsigned long)call->address().offset() : 0UL,
-				s->callee() ? s->callee()->label().toCString().chars() : "?");
+			std::fprintf(blocks, "S %s %d %lx %s\n", label(cfg).toCString().chars(), b->index(),
+				call ? (unsigned long)call->address().offset() : 0UL, label(s->callee()).toCString().chars());
 		}
 	}
 
