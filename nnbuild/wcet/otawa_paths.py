@@ -131,18 +131,20 @@ def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file,
 
 def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
                 callers: Sequence[CallerTags] = ()) -> Optional[PathRow]:
-    """The entry's row for this copy of the routine, or None if OTAWA's CFG does not hold every
-    named block exactly once in one CFG (then no row: the loop bounds alone stay, still sound)."""
+    """The entry's row for this copy of the routine, or None if OTAWA has no single CFG starting at
+    the routine or that CFG does not hold every named block once (then no row: the loop bounds
+    alone stay, still sound). Another routine's CFG may hold the same blocks (libgcc's fdiv
+    branches into fmul's tail): its counts are not this routine's calls and stay out of the row."""
+    own = {cfg for cfg, _ in block_map.basic.get(func.start, [])}
+    if len(own) != 1:
+        return None
+    cfg = own.pop()
     found = {}
     for key, offset in entry["blocks"].items():
-        places = block_map.basic.get(func.start + int(offset), [])
+        places = [p for p in block_map.basic.get(func.start + int(offset), []) if p[0] == cfg]
         if len(places) != 1:
             return None
         found[key] = places[0]
-    cfgs = {cfg for cfg, _ in found.values()}
-    if len(cfgs) != 1:
-        return None
-    cfg = cfgs.pop()
     coefs: Dict[str, float] = {}
     for key, coef in entry["row"].items():
         var = found[key][1]
