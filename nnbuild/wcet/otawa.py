@@ -6,6 +6,10 @@ of the function (dominators, natural loops), then run owcet under a timeout and 
 clean `WCET[entry] = N cycles` line: a negative value, a non-zero exit, an `ERROR:` line or a
 timeout is an NNBuildError, never a number.
 
+With nnbuild's own script and `otawa_ilp_solver: highs`, the IPET system OTAWA writes gets the
+`paths` rows of arm_libloops.json before HiGHS solves it (otawa_paths: soft-float paths that the
+generator's value facts rule out; `details.ilp.path_constraints` lists them).
+
 Timing (board key `otawa_script`): `arm7tdmi` is nnbuild's ARM7TDMI model (otawa_timing.py: the
 TRM's clocks per instruction, zero-wait memory, summed per block by an OTAWA plugin); OTAWA's own
 `trivial` (5 cycles/instruction) and `generic` scripts model no ARM core.
