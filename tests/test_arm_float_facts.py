@@ -279,7 +279,8 @@ def test_m0plus_fmul_and_fdiv_subnormal_blocks_run_once_and_only_for_a_subnormal
     from nnbuild.wcet import thumb2_loops
     for symbol, op in (("__aeabi_fmul", "*"), ("__aeabi_fdiv", "/")):
         entries = thumb_entries(symbol)
-        offsets = sorted({int(o, 0) for e in entries for r in e["rows"] for o in r["blocks"]})
+        offsets = sorted({int(o, 0) for e in entries if "normal.product" not in e["when"]
+                          for r in e["rows"] for o in r["blocks"]})
         assert len(offsets) == 2
         cases = [(a, b) for a, b, _ in FMUL_CASES]
         source = FMUL_C.replace("x * y", f"x {op} y").replace("@A@", ", ".join(a for a, _ in cases)).replace(
@@ -344,3 +345,38 @@ def test_builtin_thumb2_solves_tagged_soft_float_calls_in_their_own_context(tmp_
     # newlib's expf is tagged by its caller entry even without the generator's facts
     assert any("[fmul:no.subnormal]" in k for k in plain.details["callee_wcet"])
     assert tagged.cycles < plain.cycles
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_m0plus_fmul_underflow_block_runs_only_for_a_product_below_the_smallest_normal(tmp_path):
+    entry = next(e for e in thumb_entries("__aeabi_fmul") if e["when"] == "fmul:normal.product")
+    (offset,) = [int(o, 0) for r in entry["rows"] for o in r["blocks"]]
+    cases = [(a, b) for a, b, _ in FMUL_CASES]
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _ in cases)).replace("@B@", ", ".join(b for _, b in cases))
+    _, start, calls = m0plus_traced_calls(tmp_path, "fmul", source, "__aeabi_fmul", [offset])
+    assert len(calls) == len(cases)
+    for (a, b), c in zip(cases, calls):
+        x, y = eval_float(a), eval_float(b)
+        exact = abs(x * y) if math.isfinite(x) and math.isfinite(y) else math.inf
+        assert c[start + offset] == int(0.0 < exact < 2.0 ** -126), (a, b, c)
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fmul_out_of_range_block_runs_only_for_an_underflowing_or_overflowing_product(tmp_path):
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES)).replace(
+        "@B@", ", ".join(b for _, b, _ in FMUL_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fmul", source)
+    fmul = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))["__aeabi_fmul"][0]
+    entry = next(e for e in arm_table()["paths"] if "out_of_range" in e["blocks"])
+    assert otawa.routine_digest(fmul) == entry["sha256"]
+    block = fmul.start + entry["blocks"]["out_of_range"]
+    calls = per_call(executed_pcs(elf, tmp_path / "step.log"), fmul.start, {block})
+    assert len(calls) == len(FMUL_CASES)
+    for (a, b, _), c in zip(FMUL_CASES, calls):
+        x, y = eval_float(a), eval_float(b)
+        if not (math.isfinite(x) and math.isfinite(y)) or x == 0 or y == 0:
+            assert c[block] == 0, (a, b, c)
+        else:
+            assert c[block] == int(abs(x * y) < 2.0 ** -126 or abs(x * y) >= 2.0 ** 128), (a, b, c)
