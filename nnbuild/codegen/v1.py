@@ -379,12 +379,21 @@ def render(model, *, precision, storage, passes_log, **options):
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
+        add_activation_targets(facts["indirect"][0]["calls"], entries, f"{name}.c", marks["apply"][0])
     trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
                       storage=storage)
     for layer in trace["layers"]:
         rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]
     return cnn.output_files(name, ctx, code, facts, trace)
+
+
+def add_activation_targets(calls, entries, file, line):
+    """Each network call's activation: inside call i, nn_apply's pointer call reaches only entry
+    i's `act` (none for a NULL one), so a WCET tool charges each entry its own activation, not the
+    slowest of the model's."""
+    for call, e in zip(calls, entries):
+        call["indirect"] = [{"file": file, "line": line, "targets": [e["act"]] if e["act"] != "0" else []}]
 
 
 def strip_unused(code, kinds):

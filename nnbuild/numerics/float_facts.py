@@ -35,8 +35,10 @@ EQUAL_TAGS = ("__addsf3x:equal",)
 #: nn_tanh's (e - 1) / (e + 1) and expf(2x) (prelude.c.j2 emits these)
 DIV_TAGS = ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125")
 EXP_TAGS = ("exp:|x|<18",)
+#: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
+SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
-VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS)
 
 
 @dataclass(frozen=True)
