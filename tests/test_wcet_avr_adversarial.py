@@ -149,3 +149,29 @@ def test_sigmoid_value_facts_hold_and_reach_their_bound(tmp_path):
           f"arguments, bound/measured {bound / worst:.3f}")
     assert worst <= bound <= 1.2 * worst
     assert bound < plain
+
+
+def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
+    """xor as v1: avr-gcc resolves the const table's two kernel pointers into two direct calls of
+    nn_dense on the network line; the `calls` fact still applies there (one per entry), and each
+    entry's `indirect` list sends nn_apply's pointer call to that entry's activation only (ReLU for
+    dense_1, sigmoid for dense_2). Without the lists every call is charged the sigmoid; a list
+    naming a target outside the site's own entry is refused in one line."""
+    from nnbuild.errors import NNBuildError
+    board = pipeline.load_board("avr")
+    elf, _ = pipeline.build_check_program(XOR, board, tmp_path, name="xor", shape="v1")
+    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    calls = facts["indirect"][0]["calls"]
+    assert [c["indirect"][0]["targets"] for c in calls] == [["nn_relu"], ["nn_sigmoid"]]
+    per_entry = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "w1").cycles
+    generic = json.loads(json.dumps(facts))
+    for c in generic["indirect"][0]["calls"]:
+        del c["indirect"]
+    worst_act = wcet.analyze(board, elf, "xor_infer", generic, tmp_path / "w2").cycles
+    print(f"\n  xor v1: bound {per_entry} with each entry's activation, {worst_act} with the slowest for every call")
+    assert per_entry < worst_act
+    bad = json.loads(json.dumps(facts))
+    bad["indirect"][0]["calls"][0]["indirect"][0]["targets"] = ["nn_dense"]
+    with pytest.raises(NNBuildError, match=r"indirect flow fact: a call's target 0x[0-9a-f]+ at 0x[0-9a-f]+ is not "
+                                           r"among the site's targets"):
+        wcet.analyze(board, elf, "xor_infer", bad, tmp_path / "w3")

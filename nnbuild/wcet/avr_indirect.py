@@ -14,8 +14,9 @@ resolved the call); an indirect instruction without a fact still is (in the anal
 Targets are symbol names or addresses. Entries for the same site are merged (union of targets).
 
 An entry may also carry `calls`: the site runs exactly once per element of that list per call of
-its function (v1's network loop: one call per table entry; direct calls to one of the targets on
-a source line count too, as the optimiser may resolve the pointer), element i calling its `target` with
+its function (v1's network loop: one call per table entry; where the optimiser resolved the
+pointer and left no indirect instruction on the line, its direct calls to the targets count when
+there is one per element), element i calling its `target` with
 the loop bounds of its `loops` ([{"file", "line", "max_iterations"}] replacing the generic ones:
 that table entry's sizes). The analyzer then charges the site the sum of those calls' bounds
 (spread evenly over its executions) instead of its count times the worst target's bound. A call
@@ -105,15 +106,22 @@ def call_sequences(facts, prog):
         if not calls:
             raise NNBuildError("indirect flow fact: an empty 'calls' list", path=prog.elf)
         sites = _sites(prog, ent)
-        if "file" in ent and "address" not in ent and "offset" not in ent:
-            # the optimiser may resolve the pointer (a const table, an unrolled loop): direct
-            # calls to one of the site's targets on that line are the same C call
-            sites += [a for a in _sites(prog, ent, ("call", "rcall")) if prog.insns[a].target in allowed]
+        if not sites and "file" in ent and "address" not in ent and "offset" not in ent:
+            sites = _resolved_calls(prog, ent, allowed, len(calls))
         for addr in sites:
             if addr in out:
                 raise NNBuildError(f"indirect flow fact: two 'calls' lists for the site at {addr:#x}", path=prog.elf)
             out[addr] = calls
     return out
+
+
+def _resolved_calls(prog, ent, allowed, count):
+    """The optimiser may resolve the pointer (a const table, an unrolled loop): the direct calls to
+    the site's targets on its line, taken as the site only when there are exactly `count` of them
+    (one per table entry, each running once: no entry inlined, none in a loop left); else none
+    (each direct call then costs its target under the generic bounds)."""
+    direct = [a for a in _sites(prog, ent, ("call", "rcall")) if prog.insns[a].target in allowed]
+    return direct if len(direct) == count else []
 
 
 def _call_targets(entries, prog, known):
