@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import REPO, needs_avr
+from conftest import REPO, needs_avr, slow
 from nnbuild import pipeline, wcet
 from nnbuild.runners import simavr
 
@@ -175,3 +175,38 @@ def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
     with pytest.raises(NNBuildError, match=r"indirect flow fact: a call's target 0x[0-9a-f]+ at 0x[0-9a-f]+ is not "
                                            r"among the site's targets"):
         wcet.analyze(board, elf, "xor_infer", bad, tmp_path / "w3")
+
+
+#: inputs of the small CNN's search: e2e and slow tier (NNBUILD_SLOW_TESTS=1)
+CNN_INPUTS = {"e2e": 150, "slow": 500}
+
+
+@pytest.mark.parametrize("tier", ["e2e", pytest.param("slow", marks=slow("the e2e tier's 150-input search of the "
+                                                                        "same build"))])
+def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
+    """The v1 tests' 6x6x2 CNN (zero padding, padded conv ReLU, max and average pooling, add,
+    batchnorm tanh, concat, dense sigmoid, softmax) as float32 v2 on AVR: the padded conv's tap
+    loops carry total_iterations (taps inside the input), which builtin-avr applies per
+    invocation; corners, specials and a hill-climb never beat the bound."""
+    from adversarial_search import check_bound
+    from nnbuild import codegen, passes
+    from nnbuild.runners import CHECK_MAIN, check_main_defines
+    from test_wcet_avr_v1 import small_cnn
+    board = pipeline.load_board("avr")
+    model, log = passes.run(small_cnn(), None)
+    files = codegen.generate(model, tmp_path / "gen", shape="v2", storage=board.get("weights_storage", "const"),
+                             passes_log=log)
+    defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)
+    elf = board.compiler.build_executable(board, [f for f in files if str(f).endswith(".c")] + [CHECK_MAIN],
+                                          tmp_path / "check.elf", include_dirs=[tmp_path / "gen"],
+                                          defines=[d[2:] for d in defines])
+    facts = json.loads((tmp_path / "gen" / f"{model.name}.flowfacts.json").read_text())
+    assert any("total_iterations" in f for f in facts["loops"])
+    bound = wcet.analyze(board, elf, f"{model.name}_infer", facts, tmp_path / "wcet").cycles
+    harness = simavr.build_harness(tmp_path / "simavr_run")
+
+    def run(x):
+        return simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{model.name}_infer", mcu=board["mcu"],
+                                freq=board["clock_hz"], harness=harness)
+
+    check_bound(f"small CNN v2 float32 ({tier})", bound, run, model.input_size, -1.0, 1.0, 27, CNN_INPUTS[tier])

@@ -230,6 +230,12 @@ def padded_cells(op):
                 yield (oy * op["OW"] + ox) * C + c, (iy * W + ix) * C + c if inside else None
 
 
+def valid_taps(out, k, stride, dilation, pad, size):
+    """Kernel taps inside the input along one axis, summed over the output positions: a padded
+    conv's tap loops run this many times, not out * k (flow facts' total_iterations)."""
+    return sum(1 for o in range(out) for j in range(k) if 0 <= o * stride + j * dilation - pad < size)
+
+
 def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
     """Fill the kind-specific fields of `op` (sizes, strides, pads, weights)."""
     kind = layer.kind
@@ -245,7 +251,9 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
                   k=kh * kw * (c // g), run=kw * c if layer.dilation[1] == 1 else c,
                   contiguous=layer.dilation[1] == 1, weights=rows,
                   chunks=kernel_chunks(prefix, layer, rows, storage),
-                  bias=common.bias_array(prefix, layer))
+                  bias=common.bias_array(prefix, layer),
+                  taps_y=valid_taps(oh, kh, layer.strides[0], layer.dilation[0], t, h),
+                  taps_x=valid_taps(ow, kw, layer.strides[1], layer.dilation[1], l, w))
     elif kind == "dense":
         op.update(k=int(layer.kernel.shape[0]), OC=int(layer.kernel.shape[1]),
                   outer=int(np.prod(in_shapes[0][:-1])), weights=np.asarray(layer.kernel, np.float32).T,
