@@ -384,6 +384,7 @@ def render(model, *, precision, storage, passes_log, **options):
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
         add_activation_targets(facts["indirect"][0]["calls"], entries, f"{name}.c", marks["apply"][0])
+    add_entry_weight_facts(facts["indirect"][0]["calls"], lowered["ops"], per_op, f"{name}.c", marks)
     trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
                       storage=storage)
     for layer in trace["layers"]:
@@ -401,6 +402,23 @@ def kernel_weight_tags(ops, per_op):
         if users and all("weights" in op for op in users):
             out[kernel] = float_facts.weight_tags(np.concatenate([np.ravel(op["weights"]) for op in users]))
     return out
+
+
+def add_entry_weight_facts(calls, ops, per_op, file, marks):
+    """Each network call of nn_conv2d or nn_dense: the __mulsf3 tags its own layer's weights prove,
+    as `values` of that call on the kernel's multiply-accumulate line (the line's own facts hold
+    for every entry's weights at once, so they are at most these)."""
+    calls = iter(calls)
+    for op, es in zip(ops, per_op):
+        for e in es:
+            call = next(calls)
+            line = marks.get(f"mac_{e['kernel']}")
+            if not line or "weights" not in op:
+                continue
+            tags, why = float_facts.weight_tags(op["weights"])
+            if tags:
+                call["values"] = [{"file": file, "line": line[0], "op": "mul", "tags": list(tags),
+                                   "why": f"this table entry's layer: {why}"}]
 
 
 def add_activation_targets(calls, entries, file, line):

@@ -23,7 +23,9 @@ that table entry's sizes). The analyzer then charges the site the sum of those c
 may also carry `indirect` ([{"file", "line", "targets"}]): inside that call (its target and
 everything it calls), the indirect sites of that line reach only those targets, a subset of the
 site's own entry (v1: the table entry's activation pointer); an empty list says the site does
-not run in that call (a NULL activation).
+not run in that call (a NULL activation). And `values` (entries like the flow facts' own "values"):
+value facts that hold inside that call only, added to those of their lines (v1: the tags the
+table entry's own weights prove on the kernel's multiply-accumulate line).
 """
 
 import json
@@ -102,7 +104,8 @@ def call_sequences(facts, prog):
                 raise NNBuildError(f"indirect flow fact: call target '{call['target']}' is not among the site's "
                                    "targets", path=prog.elf)
             bounds = {(os.path.basename(l["file"]), int(l["line"])): int(l["max_iterations"]) for l in call["loops"]}
-            calls.append((target, bounds, _call_targets(call.get("indirect", []), prog, known)))
+            values = tuple(json.dumps(v, sort_keys=True) for v in call.get("values", []))
+            calls.append((target, bounds, _call_targets(call.get("indirect", []), prog, known), values))
         if not calls:
             raise NNBuildError("indirect flow fact: an empty 'calls' list", path=prog.elf)
         sites = _sites(prog, ent)

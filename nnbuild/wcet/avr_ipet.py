@@ -313,8 +313,8 @@ class Analyzer:
         runs once per call, so its count times this is at least that sum."""
         calls = self.sequences[site]
         total, bd = 0, Counter()
-        for target, bounds, targets in calls:
-            sub = self._with_loop_bounds(bounds, lambda: self.region(target, ctx), targets)
+        for target, bounds, targets, values in calls:
+            sub = self._with_loop_bounds(bounds, lambda: self.region(target, ctx), targets, values)
             total += sub.cycles
             bd.update(sub.breakdown)
         each = -(-total // len(calls))
@@ -323,14 +323,15 @@ class Analyzer:
         return RegionResult(site, f"calls@{site:x}", ctx, each, share,
                             {"calls": len(calls), "sum_cycles": total})
 
-    def _with_loop_bounds(self, bounds, analyse, targets=None):
-        """analyse() with the flow facts' loops on the lines of `bounds` bounded by it and the
-        indirect sites of `targets` ({address: targets}) reaching only those, in a memo of its own
-        (the same regions get other bounds and other call targets there)."""
+    def _with_loop_bounds(self, bounds, analyse, targets=None, values=()):
+        """analyse() with the flow facts' loops on the lines of `bounds` bounded by it, the
+        indirect sites of `targets` ({address: targets}) reaching only those and the value facts
+        `values` (JSON texts of "values" entries) added to their lines, in a memo of its own (the
+        same regions get other bounds, call targets and value facts there)."""
         targets = targets or {}
-        key = (tuple(sorted(bounds.items())), tuple(sorted(targets.items())))
+        key = (tuple(sorted(bounds.items())), tuple(sorted(targets.items())), tuple(sorted(values)))
         saved = (self.facts, self.done, self.params, self.memo_tag, self.indirect, self.regions, self.reach,
-                 self.reach_sym)
+                 self.reach_sym, self.values)
         if key not in self.memos:
             regions = ({}, {}, {}) if targets else (self.regions, self.reach, self.reach_sym)
             self.memos[key] = ({}, {}) + regions
@@ -339,12 +340,15 @@ class Analyzer:
                  if (os.path.basename(f["file"]), int(f["line"])) in bounds else f for f in self.facts.get("loops", [])]
         self.facts = dict(self.facts, loops=loops)
         self.indirect = {**self.indirect, **{a: list(t) for a, t in targets.items()}} if targets else self.indirect
+        if values:
+            extra = P.value_facts({"values": [json.loads(v) for v in values]})
+            self.values = {k: self.values.get(k, []) + extra.get(k, []) for k in set(self.values) | set(extra)}
         self.done, self.params, self.regions, self.reach, self.reach_sym = self.memos[key]
         try:
             return analyse()
         finally:
             (self.facts, self.done, self.params, self.memo_tag, self.indirect, self.regions, self.reach,
-             self.reach_sym) = saved
+             self.reach_sym, self.values) = saved
 
     def _reaches(self, addr, points):
         """True when one of the instructions at `points` (addresses) can run in a call of the region
