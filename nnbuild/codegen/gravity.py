@@ -96,12 +96,23 @@ class Emitter:
         self.line("}")
 
 
+#: neurons an affine layer computes per pass over its inputs (float): 12 accumulators, the input
+#: and a product fit x86-64's 16 SSE registers. One on AVR (flash storages name it): soft-float
+#: dominates there and one float accumulator already takes 4 of its call-saved registers.
+BLOCK = 12
+
+
+def neuron_block(storage):
+    return 1 if storage in common.FLASH_STORAGES else BLOCK
+
+
 class Arithmetic:
     """C expressions of the precision's operations (float: the operators; fixed: the helpers)."""
 
-    def __init__(self, num):
+    def __init__(self, num, block=1):
         self.num = num
         self.fixed = num.fixed
+        self.block = block
 
     def one(self):
         return str(1 << self.num.frac) if self.fixed else literal(self.num, 1.0)
@@ -164,8 +175,56 @@ def emit_affine(e, ar, model, instr):
         e.line("z[j] = gv_narrow(acc);")
         e.end()
     else:
-        e.each("j", n_out, "z[j] = bias[j];")
-        e.each("i", n_in, f"gv_axpy{n_out}(z, w + ({index_type(n_in * n_out)})i * {n_out}, in[i]);")
+        emit_blocked_neurons(e, n_in, n_out, ar.block)
+    e.close()
+
+
+def blocks_of(n_out, block):
+    """(neurons per pass, passes, neurons left): passes balanced, 100 as 8 x 12 + 4, 10 as 1 x 10."""
+    passes = -(-n_out // block)
+    per = -(-n_out // passes)
+    return per, n_out // per, n_out - n_out // per * per
+
+
+def emit_blocked_neurons(e, n_in, n_out, block):
+    """z = bias + in . w, `block` neurons per pass over the inputs: each input is loaded once for
+    the block's accumulators, which sum their products in input order from the bias (bit for bit
+    the one-neuron-at-a-time sums). The accumulators and pointers are `register` locals (kept in
+    registers even at -O0) and the block's weights of input i are row i's consecutive elements."""
+    per, passes, rest = blocks_of(n_out, block)
+    e.line(f"register const gv_t *restrict wj = w; /* row 0 of the pass's first neuron */")
+    if passes > 1:
+        e.loop("j", passes)
+        e.line(f"/* neurons {per}j..{per}j+{per - 1} */")
+        emit_neuron_pass(e, n_in, n_out, per, f"{per}u * j + ")
+        e.line(f"wj += {per};")
+        e.end()
+    elif passes:
+        emit_neuron_pass(e, n_in, n_out, per, "")
+        if rest:
+            e.line(f"wj += {per};")
+    if rest:
+        e.open("{")
+        e.line(f"/* neurons {passes * per}..{n_out - 1} */")
+        emit_neuron_pass(e, n_in, n_out, rest, f"{passes * per}u + ")
+        e.close()
+
+
+def emit_neuron_pass(e, n_in, n_out, count, first):
+    """`count` neurons from z[first] on, their weights from wj (the open block's pointers)."""
+    e.open("{")
+    for r in range(count):
+        e.line(f"register gv_t acc{r} = bias[{first}{r}u];")
+    e.line("register const gv_t *restrict wi = wj;")
+    e.line("register const gv_t *restrict xi = in;")
+    e.loop("i", n_in)
+    e.line("register const gv_t s = *xi++;")
+    for r in range(count):
+        e.line(f"acc{r} += s * wi[{r}];")
+    e.line(f"wi += {n_out};")
+    e.end()
+    for r in range(count):
+        e.line(f"z[{first}{r}u] = acc{r};")
     e.close()
 
 
@@ -381,7 +440,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
     """{file name: text or JSON-able} for a Gravity model (`precision` overrides the .g's)."""
     plan = ir.plan(model, precision)
     num, name, prefix = plan.number, model.name, model.prefix
-    ar = Arithmetic(num)
+    ar = Arithmetic(num, neuron_block(storage))
     api = {what: api_name(prefix, what) for what in ("version", "memory_size", "memory_hard", "initialize",
                                                      "activate", "train", "forward", "backprop")}
     functions = {"initialize": api["initialize"], "activate": api["forward"], "backprop": api["backprop"],
