@@ -18,6 +18,7 @@ from nnbuild.codegen import common, templating
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import gravity as ir
 from nnbuild.names import c_identifier, c_text
+from nnbuild.numerics import float_facts
 
 KIND = ir.KIND
 PRECISIONS = ("float32", "float64", "fixedW.F")
@@ -113,6 +114,8 @@ class Arithmetic:
         self.num = num
         self.fixed = num.fixed
         self.block = block
+        #: AVR float32: the MACs take the value-fact shape (emit_fact_neuron)
+        self.value_facts = block == 1 and num.ctype == "float" and not num.fixed
 
     def one(self):
         return str(1 << self.num.frac) if self.fixed else literal(self.num, 1.0)
@@ -175,7 +178,7 @@ def emit_affine(e, ar, model, instr):
         e.line("z[j] = gv_narrow(acc);")
         e.end()
     else:
-        emit_blocked_neurons(e, n_in, n_out, ar.block)
+        emit_blocked_neurons(e, n_in, n_out, ar.block, ar.value_facts)
     e.close()
 
 
@@ -186,7 +189,7 @@ def blocks_of(n_out, block):
     return per, n_out // per, n_out - n_out // per * per
 
 
-def emit_blocked_neurons(e, n_in, n_out, block):
+def emit_blocked_neurons(e, n_in, n_out, block, facts=False):
     """z = bias + in . w, `block` neurons per pass over the inputs: each input is loaded once for
     the block's accumulators, which sum their products in input order from the bias (bit for bit
     the one-neuron-at-a-time sums). The accumulators and pointers are `register` locals (kept in
@@ -195,23 +198,77 @@ def emit_blocked_neurons(e, n_in, n_out, block):
     e.line(f"register const gv_t *restrict wj = w; /* row 0 of the pass's first neuron */")
     if passes > 1:
         e.loop("j", passes)
-        e.line(f"/* neurons {per}j..{per}j+{per - 1} */")
-        emit_neuron_pass(e, n_in, n_out, per, f"{per}u * j + ")
+        if per > 1:
+            e.line(f"/* neurons {per}j..{per}j+{per - 1} */")
+        emit_neuron_pass(e, n_in, n_out, per, f"{per}u * j + " if per > 1 else "j + ", facts)
         e.line(f"wj += {per};")
         e.end()
     elif passes:
-        emit_neuron_pass(e, n_in, n_out, per, "")
+        emit_neuron_pass(e, n_in, n_out, per, "", facts)
         if rest:
             e.line(f"wj += {per};")
     if rest:
         e.open("{")
         e.line(f"/* neurons {passes * per}..{n_out - 1} */")
-        emit_neuron_pass(e, n_in, n_out, rest, f"{passes * per}u + ")
+        emit_neuron_pass(e, n_in, n_out, rest, f"{passes * per}u + ", facts)
         e.close()
 
 
-def emit_neuron_pass(e, n_in, n_out, count, first):
+#: |v| below 2^-63 (biased exponent < 64: bits 6 and 5 of the top byte clear) is flushed to a zero of its sign
+#: before a multiply on AVR: non-zero factors are then normal with eW + eX >= 128
+FLUSH_MASK = "0x60u"
+FLUSH_EXP = 64
+
+
+def emit_flush(e, name):
+    e.line(f"if (((uint8_t)({name}.u >> 24) & {FLUSH_MASK}) == 0u) {{ /* |{name}| < 2^-63 */")
+    e.line(f"    {name}.u &= 0x80000000UL; /* a zero of its sign */")
+    e.line("}")
+
+
+def emit_fact_neuron(e, n_in, n_out, first):
+    """One neuron with the value-fact shape (AVR float32, nnbuild.numerics.float_facts): both
+    factors flushed below 2^-63, so __mulsf3 neither normalises a subnormal factor nor
+    denormalises its product; the bias and the products with a clear sign bit summed in pos, the
+    others' magnitudes in neg, so every addition adds two values of clear sign; z = pos - neg."""
+    e.open("{")
+    e.line("register const gv_t *restrict wi = wj;")
+    e.line("gv_bits b;")
+    e.line(f"gv_t pos = bias[{first}0u]; /* the bias and the products with a clear sign bit */")
+    e.line("gv_t neg = 0.0f; /* minus the bias and the products with a set sign bit */")
+    e.line("b.f = pos;")
+    e.line("if ((b.u & 0x80000000UL) != 0u) {")
+    e.line("    neg = -pos;")
+    e.line("    pos = 0.0f;")
+    e.line("}")
+    e.loop("i", n_in)
+    e.line("gv_bits xv, wv, p;")
+    e.line("xv.f = in[i];")
+    e.line("wv.f = *wi;")
+    emit_flush(e, "xv")
+    emit_flush(e, "wv")
+    e.line("p.f = wv.f * xv.f;" + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
+    e.line("if ((p.u & 0x80000000UL) != 0u) {")
+    e.line("    neg -= p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "neg starts at +0.0 or minus a bias with a "
+                                         "set sign bit and only gets -p for p with a set sign bit: both signs clear"))
+    e.line("} else {")
+    e.line("    pos += p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "pos starts at +0.0 or a bias with a clear "
+                                         "sign bit and only gets p with a clear sign bit: both signs clear"))
+    e.line("}")
+    e.line(f"wi += {n_out};")
+    e.end()
+    e.line(f"z[{first}0u] = pos - neg;")
+    e.close()
+
+
+MUL_WHY = ("both factors flushed to a zero of their sign below 2^-63 (biased exponent < 64) just before: "
+           "non-zero factors are normal with eW + eX >= 128")
+
+
+def emit_neuron_pass(e, n_in, n_out, count, first, facts=False):
     """`count` neurons from z[first] on, their weights from wj (the open block's pointers)."""
+    if facts:
+        return emit_fact_neuron(e, n_in, n_out, first)
     e.open("{")
     for r in range(count):
         e.line(f"register gv_t acc{r} = bias[{first}{r}u];")
@@ -257,9 +314,47 @@ def emit_activation(e, ar, model, instr):
                f"z[j] = {ar.one()} / ({ar.one()} + {ar.func('exp', '-z[j]')});")
     elif act == "tanh":
         e.each("j", n, f"z[j] = {ar.func('tanh', 'z[j]')};")
+    elif ar.value_facts:
+        emit_fact_softmax(e, n)
     else:
         emit_softmax(e, ar, n)
     e.close()
+
+
+#: AVR float32 softmax: z - max below this gives 0 instead of expf (< 2.6e-8, under half an ulp of
+#: 1.0); expf then only sees |x| < 18, the bound avr_libloops.json's `exp:|x|<18` entries take
+SOFTMAX_CUT = -17.5
+
+
+def emit_fact_softmax(e, n):
+    """z = exp(z - max z) / sum with the value-fact shape (AVR float32): every expf argument is in
+    [-17.5, 0] (or NaN), so each e = expf(z - max) is 0 or in [2.5e-8, 1]: the sum adds values of
+    clear sign, lies in [1, n] (the max's term is 1) and each division has a normal divisor and
+    eA - eB >= -125."""
+    e.line("gv_t top = z[0];")
+    e.line("gv_t sum = 0.0f;")
+    e.each("j", n, "if (z[j] > top) top = z[j];")
+    e.loop("j", n)
+    e.line("const gv_t d = z[j] - top;")
+    e.line(f"if (d < {literal_float(SOFTMAX_CUT)}) {{ /* expf(d) < 2.6e-8 */")
+    e.line("    z[j] = 0.0f;")
+    e.line("} else {")
+    e.line("    z[j] = expf(d);" + e.ff.value("exp", float_facts.EXP_TAGS, f"the argument is z - max z in "
+                                           f"[{SOFTMAX_CUT}, 0] (the test above; NaN goes to exp's NaN path)"))
+    e.line("}")
+    e.line("sum += z[j];" + e.ff.value("add", float_facts.ADD_TAGS, "sum starts at +0.0 and gets expf values "
+                                        "(>= +0.0, or NaN) or +0.0: both signs clear"))
+    e.end()
+    e.loop("j", n)
+    e.line("z[j] /= sum;" + e.ff.value("div", float_facts.DIV_TAGS, f"z[j] is 0 or expf of [{SOFTMAX_CUT}, 0], "
+                                        f"in [2.5e-8, 1] (biased exponent >= 102); sum in [1, {n}] (the max's "
+                                        "term is 1, biased exponent <= 131): A zero or normal, B normal, "
+                                        "eA - eB >= -29"))
+    e.end()
+
+
+def literal_float(value):
+    return "%.9gf" % value
 
 
 def emit_softmax(e, ar, n):
@@ -470,6 +565,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
         "frac_unit": float(1 << num.frac),
         "narrow_convert": num.fixed and num.bits <= 24,
         "product": ar.product() if num.fixed else None,
+        "value_facts": ar.value_facts,
     }
     text = templating.render("gravity.c.j2", context)
     code, facts, _ = ff.resolve(text)
