@@ -248,13 +248,7 @@ def emit_fact_neuron(e, n_in, n_out, first):
     emit_flush(e, "xv")
     emit_flush(e, "wv")
     e.line("p.f = wv.f * xv.f;" + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
-    e.line("if ((p.u & 0x80000000UL) != 0u) {")
-    e.line("    neg -= p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "neg starts at +0.0 or minus a bias with a "
-                                         "set sign bit and only gets -p for p with a set sign bit: both signs clear"))
-    e.line("} else {")
-    e.line("    pos += p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "pos starts at +0.0 or a bias with a clear "
-                                         "sign bit and only gets p with a clear sign bit: both signs clear"))
-    e.line("}")
+    emit_signed_sum(e)
     e.line(f"wi += {n_out};")
     e.end()
     e.line(f"z[{first}0u] = pos - neg;")
@@ -285,13 +279,14 @@ def emit_neuron_pass(e, n_in, n_out, count, first, facts=False):
     e.close()
 
 
-def axpy_helpers(ff, plan):
-    """z += s * row over n: a function per width, its restrict parameters let compilers vectorise
-    (restrict pointers declared in a block do not, with gcc 12)."""
-    widths = sorted({i.args[5] for i in plan.programs["activate"] if i.op == "affine"})
+def axpy_helpers(ff, plan, ar):
+    """z += s * row over n for the gradient sums (float, not AVR's value-fact code): a function per
+    width, its restrict parameters let compilers vectorise (restrict pointers declared in a block
+    do not, with gcc 12)."""
+    widths = sorted({i.args[5] for i in plan.programs["backprop"] if i.op == "accumulate"})
     e = Emitter(ff)
     e.depth = 0
-    for n in widths if not plan.number.fixed else ():
+    for n in widths if not (ar.fixed or ar.value_facts) else ():
         e.line(f"/* z[0..{n}) += s * row[0..{n}) */")
         e.line(f"static void {ff.function(f'gv_axpy{n}')}(gv_t *restrict z, const gv_t *restrict row, gv_t s)")
         e.open("{")
@@ -423,7 +418,43 @@ def half(ar):
     return (1 << (ar.num.frac - 1)) if ar.num.frac else 0
 
 
+def emit_flush_deltas(e, n):
+    """Flush the deltas in place below 2^-63 (value-fact code: they are factors of the gradient and
+    back-propagation products); idempotent, so each instruction that multiplies them does it."""
+    e.loop("j", n)
+    e.line("gv_bits dv;")
+    e.line("dv.f = dz[j];")
+    emit_flush(e, "dv")
+    e.line("dz[j] = dv.f;")
+    e.end()
+
+
+def emit_fact_accumulate(e, model, instr):
+    """gw += in dz^T, gb += dz with the value-fact shape (AVR float32): both factors flushed below
+    2^-63. With batch 1 the sums are the sample's own products: the update left them +0.0 (and
+    initialize did), so they are stored, not added (0 + p is p; only a -0.0 product is stored as
+    itself instead of +0.0, the same number): no addition of unknown signs remains."""
+    gw, gb, d, src, n_in, n_out = instr.args
+    first = model.batch == 1
+    e.block(("gw", gw), ("gb", gb), ("dz", d), ("const in", src))
+    emit_flush_deltas(e, n_out)
+    e.each("j", n_out, "gb[j] = dz[j]; /* batch 1: the sum was +0.0 */" if first else "gb[j] += dz[j];")
+    e.loop("i", n_in)
+    e.line("gv_bits xv;")
+    e.line(f"gv_t *restrict row = gw + ({index_type(n_in * n_out)})i * {n_out};")
+    e.line("xv.f = in[i];")
+    emit_flush(e, "xv")
+    e.loop("j", n_out)
+    e.line(("row[j] = xv.f * dz[j]; /* batch 1: the sum was +0.0 */" if first else "row[j] += xv.f * dz[j];")
+           + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
+    e.end()
+    e.end()
+    e.close()
+
+
 def emit_accumulate(e, ar, model, instr):
+    if ar.value_facts:
+        return emit_fact_accumulate(e, model, instr)
     gw, gb, d, src, n_in, n_out = instr.args
     e.block(("gw", gw), ("gb", gb), ("const dz", d), ("const in", src))
     e.each("j", n_out, f"gb[j] = {ar.add('gb[j]', 'dz[j]')};")
@@ -438,8 +469,44 @@ def emit_accumulate(e, ar, model, instr):
     e.close()
 
 
+def emit_fact_hidden_delta(e, instr):
+    """back = w dz with the value-fact shape (AVR float32): the factors flushed below 2^-63, each
+    sum split by the products' signs (emit_fact_neuron)."""
+    d_prev, w, d, a_prev, n_prev, n, act = instr.args
+    e.block(("back", d_prev), ("const w", w), ("dz", d))
+    emit_flush_deltas(e, n)
+    e.loop("i", n_prev)
+    e.line(f"const gv_t *restrict row = w + ({index_type(n_prev * n)})i * {n};")
+    e.line("gv_t pos = 0.0f; /* the products with a clear sign bit */")
+    e.line("gv_t neg = 0.0f; /* minus the products with a set sign bit */")
+    e.loop("j", n)
+    e.line("gv_bits wv, p;")
+    e.line("wv.f = row[j];")
+    emit_flush(e, "wv")
+    e.line("p.f = wv.f * dz[j];" + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
+    emit_signed_sum(e)
+    e.end()
+    e.line("back[i] = pos - neg;")
+    e.end()
+    e.close()
+
+
+def emit_signed_sum(e):
+    """pos += p or neg -= p by p's sign bit (the value facts of emit_fact_neuron)."""
+    e.line("if ((p.u & 0x80000000UL) != 0u) {")
+    e.line("    neg -= p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "neg starts at +0.0 or minus a value with "
+                                         "a set sign bit and only gets -p for p with a set sign bit: both signs clear"))
+    e.line("} else {")
+    e.line("    pos += p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "pos starts at +0.0 or a value with a clear "
+                                         "sign bit and only gets p with a clear sign bit: both signs clear"))
+    e.line("}")
+
+
 def emit_hidden_delta(e, ar, model, instr):
     d_prev, w, d, a_prev, n_prev, n, act = instr.args
+    if ar.value_facts:
+        emit_fact_hidden_delta(e, instr)
+        return emit_derivative(e, ar, act, d_prev, a_prev, n_prev)
     e.block(("back", d_prev), ("const w", w), ("const dz", d))
     acc = ar.acc_type(n)
     e.loop("i", n_prev)
@@ -463,6 +530,16 @@ def emit_update(e, ar, plan, instr, api):
         e.loop("k", count)
         e.line(f"w[k] = gv_sat((int64_t)w[k] - gv_floor_shift((int64_t)g[k] * rate + {1 << (ir.SCALE_FRAC - 1)}, "
                f"{ir.SCALE_FRAC}));")
+    elif ar.value_facts and rate_exponent(scale) >= FLUSH_EXP - 1:
+        e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
+        e.loop("k", count)
+        e.line("gv_bits gv;")
+        e.line("gv.f = g[k];")
+        emit_flush(e, "gv")
+        e.line("w[k] -= rate * gv.f;" + e.ff.value(
+            "mul", float_facts.MUL_TAGS, f"rate / batch is a normal constant of biased exponent "
+            f"{rate_exponent(scale)} >= 63 and g is flushed to a zero of its sign below 2^-63 just before: "
+            "non-zero factors are normal with exponents summing to >= 127"))
     else:
         e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
         e.loop("k", count)
@@ -470,6 +547,11 @@ def emit_update(e, ar, plan, instr, api):
     e.line("g[k] = 0;")
     e.end()
     e.close()
+
+
+def rate_exponent(scale):
+    """The biased exponent of the float32 rate / batch."""
+    return int(float_facts.biased_exponents([scale])[0])
 
 
 def emit_uniform(e, ar, instr):
@@ -542,7 +624,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
                  "train": api["train"]}
     ff = common.FlowFacts(name, functions=True)
     ff.entry = api["activate"]
-    bodies = {"helpers": axpy_helpers(ff, plan)}
+    bodies = {"helpers": axpy_helpers(ff, plan, ar)}
     for program in ("initialize", "activate", "backprop", "train"):
         e = Emitter(ff)
         e.lines.append(ff.function(functions[program]))
