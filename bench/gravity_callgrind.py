@@ -218,7 +218,9 @@ def main(argv=None):
                 row.update(gravity_activate_ir=peer, gravity="recorded -O2")
             row["ratio"] = activate / peer
             results[flags] = row
-            verdict = (" meets" if row["ratio"] <= TARGET else " MISSES") + f" <= {TARGET}x" if flags == GOAL_FLAGS else ""
+            verdict = ""
+            if flags == GOAL_FLAGS:
+                verdict = (" meets" if row["ratio"] <= TARGET else " MISSES") + f" <= {TARGET}x"
             peer_text = (f"Gravity {peer:>9,} ({peer / MACS:4.2f}/MAC, error {peer_err:.2g}; train "
                          f"{peer_train:,.0f}/sample, ratio {train / peer_train:.3f})" if args.peer else
                          f"Gravity {peer:>9,} (recorded, -O2)")

@@ -1,9 +1,11 @@
 """Adversarial search against the builtin-avr bounds of a Gravity program (float32, ATmega1284):
 activate and train of firmware_examples/gravity_digits, activate over 500 cases (an input batch
-and its targets), train over 100 (500 in the slow tier, NNBUILD_SLOW_TESTS=1): range corners, zeros of both signs, subnormals, NaN and infinities, huge
-values, then a hill-climb on simavr cycles (tests/adversarial_search.py). The check firmware starts
-every case from the initial blob (NN_FRESH_BLOB), so a NaN case leaves the next ones their own
-weights. The bound must never be beaten; bound/worst is printed (run with -s)."""
+and its targets), train over 100 (500 in the slow tier, NNBUILD_SLOW_TESTS=1): range corners,
+zeros of both signs, subnormals, NaN and infinities, huge values, inputs built to make the
+additions align their operands longest, then a hill-climb on simavr cycles
+(tests/adversarial_search.py). The check firmware starts every case from the initial blob
+(NN_FRESH_BLOB), so a NaN case leaves the next ones their own weights. The bound must never be
+beaten; bound/worst is printed (run with -s)."""
 
 import json
 
