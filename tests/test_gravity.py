@@ -334,11 +334,13 @@ def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
 
 @pytest.mark.e2e  # cppcheck
 @pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (bash scripts/setup.sh)")
-@pytest.mark.parametrize("precision", ["float32", "fixed6.10"])
-def test_cppcheck_finds_nothing(tmp_path, precision):
-    """The house's cppcheck families (tests/test_c_warnings.py) on both arithmetics."""
+@pytest.mark.parametrize("precision, storage", [("float32", "const"), ("fixed6.10", "const"),
+                                               ("float32", "avr-progmem-far")])
+def test_cppcheck_finds_nothing(tmp_path, precision, storage):
+    """The house's cppcheck families (tests/test_c_warnings.py) on both arithmetics and on AVR's
+    value-fact shape."""
     from test_c_cppcheck import CPPCHECK
-    files = generator.render(gravity_g.load(program(tmp_path, MNIST)), precision=precision)
+    files = generator.render(gravity_g.load(program(tmp_path, MNIST)), precision=precision, storage=storage)
     for name in ("mnist.c", "mnist.h"):
         (tmp_path / name).write_text(files[name])
     subprocess.run(CPPCHECK + [str(tmp_path / "mnist.c")], check=True)
