@@ -26,6 +26,7 @@ from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier, c_text
 from nnbuild.numerics import tflm_int8 as tflm
+from nnbuild.numerics import tflm_lstm
 
 KIND = "int8"
 PRECISIONS = ("int8",)
@@ -33,6 +34,8 @@ PRECISIONS = ("int8",)
 NEAR_LIMIT = 60 * 1024
 #: SOFTMAX rows up to this length keep its output exponent within a 32-bit shift
 MAX_SOFTMAX_ROW = 255
+#: bytes of each constant array element type
+CTYPE_BYTES = {"int8_t": 1, "uint16_t": 2, "int32_t": 4}
 
 
 def render(model, *, precision, storage, passes_log, input_range=None):
@@ -95,7 +98,7 @@ class _Generator:
         values = np.asarray(values).reshape(-1)
         self.arrays.append({"symbol": symbol, "ctype": ctype, "size": int(values.size), "values": _rows(values),
                             "about": about})
-        self.flash_bytes += int(values.size) * (1 if ctype == "int8_t" else 4)
+        self.flash_bytes += int(values.size) * CTYPE_BYTES[ctype]
         return symbol
 
     # ------------------------------------------------------------------ the arena
@@ -153,10 +156,15 @@ class _Generator:
         self.plan()
         self.ff = common.FlowFacts(name, functions=True)
         softmax = any(op["op"] == "SOFTMAX" for op in self.model.ops)
-        helpers = templating.render("int8_helpers.c.j2", {"ff": self.ff, "softmax": softmax})   # before any layer
+        self.lstm = any(op["op"] == "UNIDIRECTIONAL_SEQUENCE_LSTM" for op in self.model.ops)
+        table = self.array("sigmoid16", "uint16_t", tflm_lstm.SIGMOID_TABLE,
+                           "sigmoid_table_uint16 of TFLite: sigmoid(i / 24) in 0.16 fixed point, i = 0..255 (the "
+                           "LSTM gates' int16 sigmoid and tanh)") if self.lstm else None
+        helpers = templating.render("int8_helpers.c.j2", {"ff": self.ff, "softmax": softmax, "lstm": self.lstm,
+                                                          "sigmoid_table": table})   # before any layer
         body = self.body()
         self.near = self.context_flags["near"] or (self.context_flags["flash"] and self.flash_bytes <= NEAR_LIMIT)
-        context = {"name": name, "guard": name.upper(), "version": __version__,
+        context = {"name": name, "guard": name.upper(), "version": __version__, "reads": [8, 16, 32] if self.lstm else [8, 32],
                    "sources": [s.rsplit("/", 1)[-1] for s in self.model.source_files],
                    **self.context_flags, "near": self.near, "flash_bytes": self.flash_bytes}
         code, facts, _ = common.render("int8.c.j2", dict(context, helpers=helpers, body=body), self.ff)
@@ -208,7 +216,7 @@ extern "C" {{
 #define {guard}_OUTPUT_ZERO_POINT ({out_zp})
 
 /* One inference, bit for bit TFLite Micro's: reads in[], writes out[]. Reentrant: no static state,
- * no dynamic memory; {self.arena} bytes of stack for the intermediate tensors. */
+ * no dynamic memory; {self.arena} bytes of stack for the intermediate tensors.{self.state_note()} */
 void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
 #ifdef __cplusplus
@@ -217,6 +225,13 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
 #endif /* {guard}_H */
 """
+
+    def state_note(self):
+        """The header's word on recurrent state, for a model with an LSTM."""
+        if not getattr(self, "lstm", False):
+            return ""
+        return ("\n * The LSTM state is local to the call: each call computes one whole sequence from the state\n"
+                " * TFLite Micro's ResetVariableTensors sets (hidden state at its zero point, cell state 0).")
 
     def weights_header(self):
         guard = self.name.upper()
@@ -727,6 +742,95 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         body.append(f"y[c] = nn_clamp(nn_mbqm(sum - INT32_C({in_zp * count}), INT32_C({multiplier}), {shift}) + ({out_zp}), "
                     "-128, 127);")
         return self.pointers(op) + self.loop("c", channels, body)
+
+    # ------------------------------------------------------------------ recurrent
+
+    def op_STRIDED_SLICE(self, op, c_name):
+        """reference_ops::StridedSlice of a computed tensor: the int8 values copied unchanged, one
+        loop per sliced axis of more than one index."""
+        graph_op = self.graph.operators[op["index"]]
+        x_shape = self.shape(op["sources"][0])
+        starts, steps, counts, _ = tflm.slice_plan((1,) + x_shape, *(self.const(i) for i in graph_op.inputs[1:4]),
+                                                   graph_op.options or {})
+        strides = [int(np.prod(x_shape[a + 1:])) for a in range(len(x_shape))]
+        idx = "uint32_t" if max(self.size(op["sources"][0]), self.size(op["output"])) > 65535 else "uint16_t"
+        src, dst, loops = [], "0", []
+        for a, (start, step, count) in enumerate(zip(starts, steps, counts)):
+            if count == 1:
+                src.append(f"{start * strides[a]}u")
+                continue
+            d = f"d{a}"
+            loops.append((d, count))
+            position = f"({start}u + ({idx}){d} * {step}u)" if step > 0 else f"({start}u - ({idx}){d} * {-step}u)"
+            src.append(f"{position} * {strides[a]}u")
+            dst = f"({dst}) * {count}u + {d}" if dst != "0" else d
+        body = [f"y[{dst}] = x[{' + '.join(src)}];"]
+        for d, count in reversed(loops):
+            body = self.loop(d, count, body)
+        return self.pointers(op) + body
+
+    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op, c_name):
+        """TFLite Micro's 8x8->16 LSTM (nnbuild.numerics.tflm_lstm): per step the four gates (two
+        int16 fully connected products each, summed with saturation, the int16 sigmoid or tanh of
+        the shared table), then per unit the cell update, its clip and the hidden state; the state
+        lives in local arrays from the reset values."""
+        graph_op = self.graph.operators[op["index"]]
+        p = tflm_lstm.params_of(self.graph, graph_op)
+        steps, features = self.shape(op["sources"][0])
+        units = p.hidden
+        requants = list(p.input_requant) + list(p.recurrent_requant) + [p.forget_cell_mul, p.input_cell_mul,
+                                                                        p.hidden_mul]
+        for m, s in requants:
+            if not -31 <= s <= 30:
+                raise NNBuildError(f"operator {op['index']} (UNIDIRECTIONAL_SEQUENCE_LSTM): requantisation shift {s} "
+                                   "out of range")
+        what = f"UNIDIRECTIONAL_SEQUENCE_LSTM {op['index']}"
+        w = self.array(f"{c_name}_w", "int8_t", p.input_weights,
+                       f"{what}: input weights [gate i, f, c, o][{units}][{features}]")
+        r = self.array(f"{c_name}_r", "int8_t", p.recurrent_weights,
+                       f"{what}: recurrent weights [gate i, f, c, o][{units}][{units}]")
+        b = self.array(f"{c_name}_b", "int32_t", p.biases, f"{what}: gate biases [gate i, f, c, o][{units}]")
+        m = self.array(f"{c_name}_m", "int32_t", [q[0] for q in requants[:8]],
+                       f"{what}: multipliers of the input (i, f, c, o) then recurrent products to Q3.12")
+        sh = self.array(f"{c_name}_s", "int8_t", [q[1] for q in requants[:8]], f"{what}: their shifts")
+        op["symbols"] = [w, r, b, m, sh]
+        x_zp, h_zp = p.input_zero_point, p.hidden_zero_point
+        tanh_m, tanh_s = p.cell_tanh
+        scaled = f"(int32_t)cell * {tanh_m}" + (f" + {1 << (tanh_s - 1)}" if tanh_s else "")
+        tanh_in = f"({scaled}) >> {tanh_s}" if tanh_s else scaled
+        (m_fc, s_fc), (m_ic, s_ic), (m_h, s_h) = requants[8:]
+        idx = "uint32_t" if steps * max(features, units) > 65535 else "uint16_t"
+        gate = "k == 2u ? nn_tanh16(v) : nn_sigmoid16(v)" if p.cell_activation == "tanh" else "nn_sigmoid16(v)"
+        x_term = _minus("x[t_in + i]", x_zp)
+        h_term = _minus("h[i]", h_zp)
+        per_unit = ["int32_t acc = NN_READ32(b);", "int32_t v;", "b += NN_STEP(int32_t);"]
+        per_unit += self.loop("i", features, [f"acc += (int32_t)(int16_t)NN_READ8(w) * {x_term};",
+                                              "w += NN_STEP(int8_t);"])
+        per_unit += ["v = nn_clamp16(nn_mbqm(acc, m_in, s_in));", "acc = 0;"]
+        per_unit += self.loop("i", units, [f"acc += (int32_t)(int16_t)NN_READ8(r) * {h_term};",
+                                           "r += NN_STEP(int8_t);"])
+        per_unit += ["v = 3 * (int32_t)nn_clamp16(v + nn_clamp16(nn_mbqm(acc, m_rec, s_rec)));",
+                     f"g[k * {units}u + j] = {gate};"]
+        per_gate = ["int32_t m_in = NN_READ32(NN_ADDR(" + m + ") + k * NN_STEP(int32_t));",
+                    "int32_t m_rec = NN_READ32(NN_ADDR(" + m + ") + (k + 4u) * NN_STEP(int32_t));",
+                    "int8_t s_in = (int8_t)NN_READ8(NN_ADDR(" + sh + ") + k * NN_STEP(int8_t));",
+                    "int8_t s_rec = (int8_t)NN_READ8(NN_ADDR(" + sh + ") + (k + 4u) * NN_STEP(int8_t));"]
+        per_gate += self.loop("j", units, per_unit)
+        clip = [f"cell = cell > {p.cell_clip} ? {p.cell_clip} : (cell < -{p.cell_clip} ? -{p.cell_clip} : cell);"] \
+            if p.cell_clip > 0 else []
+        update = [f"int32_t cell = nn_clamp16(nn_mbqm((int32_t)g[{units}u + j] * c[j], INT32_C({m_fc}), {s_fc}));",
+                  f"cell = nn_clamp16(cell + nn_clamp16(nn_mbqm((int32_t)g[j] * g[{2 * units}u + j], INT32_C({m_ic}), "
+                  f"{s_ic})));", *clip, "c[j] = (int16_t)cell;",
+                  f"h[j] = nn_clamp(nn_mbqm((int32_t)nn_tanh16({tanh_in}) * g[{3 * units}u + j], INT32_C({m_h}), "
+                  f"{s_h}) + ({h_zp}), -128, 127);",
+                  f"y[({idx})t * {units}u + j] = h[j];"]
+        per_step = [f"{idx} t_in = ({idx})t * {features}u;", f"NN_PTR(int8_t) w = NN_ADDR({w});",
+                    f"NN_PTR(int8_t) r = NN_ADDR({r});", f"NN_PTR(int32_t) b = NN_ADDR({b});"]
+        per_step += self.loop("k", 4, per_gate) + self.loop("j", units, update)
+        lines = self.pointers(op) + [f"int8_t h[{units}];", f"int16_t c[{units}];",
+                                     f"int16_t g[{4 * units}]; /* gate outputs i, f, c, o in Q0.15 */"]
+        lines += self.loop("j", units, [f"h[j] = {h_zp};", "c[j] = 0;"])
+        return lines + self.loop("t", steps, per_step)
 
 
 def tflm_fused(code):

@@ -526,6 +526,54 @@ def _raw(graph, op, values, consts, x, q, out):
     return x.max(axis=tuple(axes))
 
 
+def slice_plan(shape, begin, end, strides, options):
+    """(starts, steps, counts, kept) of TFLite's STRIDED_SLICE on a tensor of `shape` (the batch
+    axis first, which must stay whole): per sample axis the first index, the step and the count,
+    and the shape that remains after the shrunk axes. Python's slice clamping is TFLite's
+    (StartForAxis, StopForAxis); ellipsis, new-axis and offset slicing raise ValueError."""
+    begin, end, strides = (np.asarray(v).astype(np.int64).reshape(-1) for v in (begin, end, strides))
+    if options.get("EllipsisMask", 0) or options.get("NewAxisMask", 0) or options.get("Offset", False):
+        raise ValueError("ellipsis, new-axis or offset slicing")
+    if not len(begin) == len(end) == len(strides) <= len(shape):
+        raise ValueError(f"begin/end/strides of lengths {len(begin)}, {len(end)}, {len(strides)} for rank {len(shape)}")
+    starts, steps, counts, kept = [], [], [], []
+    for k, n in enumerate(shape):
+        shrink = False
+        if k >= len(begin):
+            idx = range(n)
+        elif strides[k] == 0:
+            raise ValueError("a stride of 0")
+        elif options.get("ShrinkAxisMask", 0) >> k & 1:
+            i = int(begin[k])
+            if not -n <= i < n:
+                raise ValueError(f"index {i} out of range for an axis of size {n}")
+            idx, shrink = range(i % n, i % n + 1), True
+        else:
+            b = None if options.get("BeginMask", 0) >> k & 1 else int(begin[k])
+            e = None if options.get("EndMask", 0) >> k & 1 else int(end[k])
+            idx = range(n)[slice(b, e, int(strides[k]))]
+        if len(idx) == 0:
+            raise ValueError("an empty slice")
+        if k == 0:
+            if len(idx) != 1:
+                raise ValueError("slicing the batch axis")
+            continue
+        starts.append(idx.start)
+        steps.append(idx.step)
+        counts.append(len(idx))
+        if not shrink:
+            kept.append(len(idx))
+    return tuple(starts), tuple(steps), tuple(counts), tuple(kept)
+
+
+def strided_slice(x, begin, end, strides, options):
+    """reference_ops::StridedSlice of one sample x (no batch axis): the int8 values moved unchanged."""
+    starts, steps, counts, kept = slice_plan((1,) + tuple(np.shape(x)), begin, end, strides, options)
+    index = tuple(slice(s, s + st * (n - 1) + 1 if st > 0 else (s + st * (n - 1) - 1 if s + st * (n - 1) > 0 else None), st)
+                  for s, st, n in zip(starts, steps, counts))
+    return np.asarray(x)[index].reshape(kept)
+
+
 def run(graph, x_q):
     """The int8 output of a full-integer TFLite graph (nnbuild.frontends.tflite.Graph) for one
     sample x_q (int8, the input tensor's shape without the batch axis)."""
@@ -538,10 +586,17 @@ def run(graph, x_q):
 
     for op in graph.operators:
         name, opt = op.op, op.options
-        if name in ("SHAPE", "STRIDED_SLICE", "PACK"):
+        if name in ("SHAPE", "PACK") or (name == "STRIDED_SLICE" and op.inputs[0] not in values):
             continue  # shape arithmetic: the declared output shapes are used instead
         out = op.outputs[0]
         out_shape = graph.tensors[out].shape[1:]
+        if name == "STRIDED_SLICE":
+            values[out] = strided_slice(values[op.inputs[0]], *(consts[i] for i in op.inputs[1:4]), opt)
+            continue
+        if name == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+            from nnbuild.numerics import tflm_lstm
+            values[out] = tflm_lstm.lstm(tflm_lstm.params_of(graph, op), values[op.inputs[0]]).reshape(out_shape)
+            continue
         if name in ("RESHAPE", "EXPAND_DIMS"):
             values[out] = values[op.inputs[0]].reshape(out_shape)
             continue
