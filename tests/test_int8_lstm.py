@@ -147,6 +147,9 @@ def test_lstm_variants_the_kernel_does_not_compute_are_refused_in_one_line():
     per_channel = tfl.Quantization(np.full(12, w.quantization.scales[0]), np.zeros(12, np.int64), 0)
     assert "per tensor" in refusal(graph, lambda g, o: with_tensor(g, o.inputs[2], quantization=per_channel))
     assert "int16x8" in refusal(graph, lambda g, o: with_tensor(g, o.inputs[2], type_name="int16"))
+    # TFLite Micro's 16x8 kernel: int16 activations (the converter of TensorFlow 2.21 does not write it)
+    with pytest.raises(tflite_int8.Problem, match=r"^the model's input 'serving_default_x:0' is int16, not int8"):
+        tflite_int8._checked_ops(with_tensor(graph, op.inputs[0], type_name="int16"))
     assert "int16 cell state" in refusal(graph, lambda g, o: with_tensor(g, o.inputs[19], type_name="int8"))
     assert "constant values" in refusal(graph, lambda g, o: with_tensor(g, o.inputs[18],
                                                                          data=np.zeros((1, 12), np.int8)))
@@ -173,17 +176,6 @@ def test_a_bidirectional_lstm_is_refused_naming_the_operator(tmp_path):
         pipeline.generate(path, tmp_path / "gen", precision="int8")
     assert str(error.value) == (f"{path}: operator 0 (BIDIRECTIONAL_SEQUENCE_LSTM): TFLite Micro has no "
                                 "BIDIRECTIONAL_SEQUENCE_LSTM kernel, so int8 has no reference to be bit-exact with")
-    assert not (tmp_path / "gen").exists()
-
-
-def test_an_int16x8_lstm_is_refused_in_one_line(tmp_path):
-    """The converter's 16x8 quantization (int16 activations, int8 weights) of kws_lstm."""
-    path = DATA / "kws_lstm_int16x8.tflite"
-    result = subprocess.run([sys.executable, "-m", "nnbuild", "generate", str(path), "-o", str(tmp_path / "gen")],
-                            capture_output=True, text=True, cwd=REPO)
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(path) in lines[0] and "int16" in lines[0], result.stderr
     assert not (tmp_path / "gen").exists()
 
 

@@ -20,8 +20,9 @@ It writes, beside itself, for each model M in MODELS:
   dequantized with the output tensor's scale and zero point);
 * for each model M in RECURRENT_INT8 (Keras LSTMs through tf_keras, as RECURRENT): M_float32 and
   M_int8 as above, and M_int8_stress.npz: x_q (random int8 inputs over the whole range) and y_q
-  (TFLite Micro's outputs); `make_fixtures.py lstm_int8` writes them alone; kws_lstm_int16x8.tflite
-  is the same model with int16 activations and int8 weights (a variant nnbuild refuses);
+  (TFLite Micro's outputs); `make_fixtures.py lstm_int8` writes them alone (TensorFlow 2.21's
+  converter refuses the 16x8 quantization of this LSTM: "Quantization to 16x8-bit not yet supported
+  for op: 'UNIDIRECTIONAL_SEQUENCE_LSTM'", so that variant has no fixture);
 * fixtures.json: the versions of TensorFlow, LiteRT and TFLite Micro that made them;
 * for each model M in RECURRENT, M_float32.tflite and M_float32.npz only (float32): a Keras LSTM
   becomes one fused UNIDIRECTIONAL_SEQUENCE_LSTM only from tf_keras (Keras 2: `pip install
@@ -222,14 +223,14 @@ MODELS = {"mlp": mlp, "cnn": cnn, "merge": merge, "conv1d": conv1d, "extra": ext
           "pooled": pooled, "mixed": mixed}
 
 
-def convert(tf, model, shape, int8, float16=False, int16x8=False):
+def convert(tf, model, shape, int8, float16=False):
     """The TFLite flatbuffer of a Keras model, as users make it: `TFLiteConverter.from_keras_model`
     (the batch axis stays free, so a Reshape becomes the SHAPE -> STRIDED_SLICE -> PACK arithmetic)."""
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     if float16:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
-    if int8 or int16x8:
+    if int8:
         rng = np.random.default_rng(7)
 
         def representative():
@@ -238,13 +239,9 @@ def convert(tf, model, shape, int8, float16=False, int16x8=False):
 
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = representative
-        if int16x8:   # int16 activations, int8 weights: a variant the int8 precision refuses
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
-            converter.inference_input_type = converter.inference_output_type = tf.int16
-        else:
-            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            converter.inference_input_type = tf.int8
-            converter.inference_output_type = tf.int8
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
     return converter.convert()
 
 
@@ -318,8 +315,6 @@ def recurrent_int8_fixtures():
         int8_fixture(name, blob, x)
         x_q = np.random.default_rng(23).integers(-128, 128, (STRESS_CASES,) + shape).astype(np.int8)
         np.savez(HERE / f"{name}_int8_stress.npz", x_q=x_q, y_q=tflm_outputs(blob, x_q))
-        if name == "kws_lstm":   # the 16x8 variant, for its refusal (no outputs)
-            (HERE / f"{name}_int16x8.tflite").write_bytes(convert(tf, model, shape, int8=False, int16x8=True))
         print(name, "written")
 
 
