@@ -179,14 +179,19 @@ def test_a_bidirectional_lstm_is_refused_naming_the_operator(tmp_path):
     assert not (tmp_path / "gen").exists()
 
 
-def test_the_c_keeps_the_state_local_and_states_it(tmp_path):
-    """No static state: the header says each call computes a whole sequence from the reset state;
-    the hidden and cell states are the function's locals."""
+def test_the_c_api_makes_the_state_explicit(tmp_path):
+    """No static state: `_infer` computes a whole sequence from the reset state in its own locals;
+    the state type, `_reset` and `_infer_state` (Invoke() without a reset) are declared."""
     pipeline.generate(DATA / "kws_lstm_int8.tflite", tmp_path, storage="avr-progmem-far")
     header = (tmp_path / "kws_lstm_int8.h").read_text()
     code = (tmp_path / "kws_lstm_int8.c").read_text()
     assert "each call computes one whole sequence" in header
-    assert "int8_t h[12];" in code and "int16_t c[12];" in code
+    assert "    int8_t h_unidirectional_sequence_lstm_0[12];" in header
+    assert "    int16_t c_unidirectional_sequence_lstm_0[12];" in header
+    assert "void kws_lstm_int8_reset(kws_lstm_int8_state *state);" in header
+    assert ("void kws_lstm_int8_infer_state(const int8_t in[80], int8_t out[4], kws_lstm_int8_state *state);"
+            in header)
+    assert "    kws_lstm_int8_state state;" in code and "    kws_lstm_int8_reset(&state);" in code
     file_scope = [line for line in code.splitlines() if line.endswith(";") and not line.startswith((" ", "#", "typedef"))]
     assert file_scope == [], file_scope
     weights = (tmp_path / "kws_lstm_int8_weights.c").read_text()

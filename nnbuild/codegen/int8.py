@@ -218,7 +218,7 @@ extern "C" {{
 /* One inference, bit for bit TFLite Micro's: reads in[], writes out[]. Reentrant: no static state,
  * no dynamic memory; {self.arena} bytes of stack for the intermediate tensors.{self.state_note()} */
 void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
-
+{self.state_api(n_in, n_out)}
 #ifdef __cplusplus
 }}
 #endif
@@ -228,10 +228,34 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
 
     def state_note(self):
         """The header's word on recurrent state, for a model with an LSTM."""
-        if not getattr(self, "lstm", False):
+        if not self.states:
             return ""
         return ("\n * The LSTM state is local to the call: each call computes one whole sequence from the state\n"
-                " * TFLite Micro's ResetVariableTensors sets (hidden state at its zero point, cell state 0).")
+                f" * TFLite Micro's ResetVariableTensors sets (as {self.name}_reset does).")
+
+    def state_api(self, n_in, n_out):
+        """The state type, <name>_reset and <name>_infer_state of a model with LSTMs."""
+        if not self.states:
+            return ""
+        name = self.name
+        members = []
+        for c_name, (units, (h_scale, h_zp), c_scale) in self.states.items():
+            members += [f"    int8_t h_{c_name}[{units}];   /* hidden state: int8 at scale {float_literal(h_scale)}, "
+                        f"zero point {h_zp} */",
+                        f"    int16_t c_{c_name}[{units}];  /* cell state: int16 at scale {float_literal(c_scale)} */"]
+        return f"""
+/* The LSTM state TFLite Micro keeps in variable tensors between Invoke() calls. */
+typedef struct {{
+{chr(10).join(members)}
+}} {name}_state;
+
+/* The state ResetVariableTensors sets: hidden states at their zero point, cell states 0. */
+void {name}_reset({name}_state *state);
+
+/* One inference continuing from *state and leaving the new state there: TFLite Micro's Invoke()
+ * without a reset, bit for bit (a stream cut into sequences). Reentrant for distinct states. */
+void {name}_infer_state(const int8_t in[{n_in}], int8_t out[{n_out}], {name}_state *state);
+"""
 
     def weights_header(self):
         guard = self.name.upper()
@@ -269,7 +293,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         keep each operator's code apart: avr-gcc, optimising one big function, gave the code of a
         pooling loop the line of an earlier layer's `for`, so the loop's own fact no longer matched."""
         n_in, n_out = self.model.input_size, self.model.output_size
-        functions, calls = [], []
+        functions, calls = self.reset_function(), []
         arena = "arena" if self.arena else "(int8_t *)0"
         for op in self.model.ops:
             if op["op"] in ("RESHAPE", "EXPAND_DIMS"):
@@ -280,8 +304,10 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             lines = getattr(self, "op_" + op["op"])(op, c_name)
             text = "\n".join(lines)
             unused = [f"(void){p};" for p in ("in", "out", "arena") if not re.search(rf"\b{p}\b", text)]
+            state = ", int8_t *h, int16_t *c" if c_name in self.states else ""
             functions += ["", f"/* operator {op['index']}: {op['op']} -> {self.describe(op['output'])} */",
-                          f"static NN_NOINLINE void {function}(const int8_t *in, int8_t *out, int8_t *arena)", "{"]
+                          f"static NN_NOINLINE void {function}(const int8_t *in, int8_t *out, int8_t *arena{state})",
+                          "{"]
             functions += [f"    {' '.join(unused)}"] if unused else []
             functions += ["    " + line if line else "" for line in lines] + ["}"]
             calls.append(c_name)
@@ -294,10 +320,40 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                                f"int8_t out[{n_out}])", "{"]
         if self.arena:
             out.append(f"    int8_t arena[{self.arena}];")
+        if self.states:
+            out += [f"    {self.name}_state state;", "", f"    {self.name}_reset(&state);"]
+
+        def state_of(c_name, access):
+            return f", {access}h_{c_name}, {access}c_{c_name}" if c_name in self.states else ""
         for c_name in calls:    # the layer marks after the entry's name: the layers are the entry's calls
-            out += [f"    {self.ff.layer(c_name)}", f"    nn_{c_name}(in, out, {arena});"]
+            out += [f"    {self.ff.layer(c_name)}", f"    nn_{c_name}(in, out, {arena}{state_of(c_name, 'state.')});"]
         out += [f"    {self.ff.layers_end()}", "}", ""]
+        if self.states:   # the same calls on the caller's state (no layer marks: the entry is _infer)
+            out += [f"void {self.ff.function(self.name + '_infer_state')}(const int8_t in[{n_in}], int8_t out[{n_out}], "
+                    f"{self.name}_state *state)", "{"]
+            out += [f"    int8_t arena[{self.arena}];"] if self.arena else []
+            out += [f"    nn_{c_name}(in, out, {arena}{state_of(c_name, 'state->')});" for c_name in calls]
+            out += ["}", ""]
         return "\n".join(out)
+
+    def reset_function(self):
+        """`<name>_reset`, which sets every LSTM's state where TFLite Micro's ResetVariableTensors
+        puts it (emitted before the operators: its loops belong to no layer)."""
+        self.states = {}
+        for op in self.model.ops:
+            if op["op"] == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+                graph_op = self.graph.operators[op["index"]]
+                c_name = c_identifier(f"{op['op'].lower()}_{op['index']}")
+                self.states[c_name] = (self.size(graph_op.inputs[tflm_lstm.HIDDEN_STATE]),
+                                       self.quant(graph_op.inputs[tflm_lstm.HIDDEN_STATE]),
+                                       self.quant(graph_op.inputs[tflm_lstm.CELL_STATE])[0])
+        if not self.states:
+            return []
+        lines = ["", f"void {self.ff.function(self.name + '_reset')}({self.name}_state *state)", "{"]
+        for c_name, (units, (_, zp), _) in self.states.items():
+            lines += ["    " + line for line in self.loop("j", units, [f"state->h_{c_name}[j] = {zp};",
+                                                                     f"state->c_{c_name}[j] = 0;"])]
+        return lines + ["}"]
 
     def describe(self, index):
         scale, zp = self.quant(index)
@@ -772,8 +828,8 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
     def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op, c_name):
         """TFLite Micro's 8x8->16 LSTM (nnbuild.numerics.tflm_lstm): per step the four gates (two
         int16 fully connected products each, summed with saturation, the int16 sigmoid or tanh of
-        the shared table), then per unit the cell update, its clip and the hidden state; the state
-        lives in local arrays from the reset values."""
+        the shared table), then per unit the cell update, its clip and the hidden state, in the
+        state arrays h and c the caller passes (<name>_infer: its own, reset)."""
         graph_op = self.graph.operators[op["index"]]
         p = tflm_lstm.params_of(self.graph, graph_op)
         steps, features = self.shape(op["sources"][0])
@@ -827,9 +883,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         per_step = [f"{idx} t_in = ({idx})t * {features}u;", f"NN_PTR(int8_t) w = NN_ADDR({w});",
                     f"NN_PTR(int8_t) r = NN_ADDR({r});", f"NN_PTR(int32_t) b = NN_ADDR({b});"]
         per_step += self.loop("k", 4, per_gate) + self.loop("j", units, update)
-        lines = self.pointers(op) + [f"int8_t h[{units}];", f"int16_t c[{units}];",
-                                     f"int16_t g[{4 * units}]; /* gate outputs i, f, c, o in Q0.15 */"]
-        lines += self.loop("j", units, [f"h[j] = {h_zp};", "c[j] = 0;"])
+        lines = self.pointers(op) + [f"int16_t g[{4 * units}]; /* gate outputs i, f, c, o in Q0.15 */"]
         return lines + self.loop("t", steps, per_step)
 
 

@@ -574,9 +574,11 @@ def strided_slice(x, begin, end, strides, options):
     return np.asarray(x)[index].reshape(kept)
 
 
-def run(graph, x_q):
+def run(graph, x_q, states=None):
     """The int8 output of a full-integer TFLite graph (nnbuild.frontends.tflite.Graph) for one
-    sample x_q (int8, the input tensor's shape without the batch axis)."""
+    sample x_q (int8, the input tensor's shape without the batch axis). `states`: a dict that
+    keeps each LSTM's (hidden, cell) state by operator index from call to call (TFLite Micro's
+    Invoke() without a reset); without it every LSTM starts from the reset state."""
     values = {graph.inputs[0]: np.asarray(x_q, np.int64).reshape(graph.tensors[graph.inputs[0]].shape[1:])}
     consts = {t.index: t.data for t in graph.tensors if t.data is not None}
 
@@ -595,7 +597,9 @@ def run(graph, x_q):
             continue
         if name == "UNIDIRECTIONAL_SEQUENCE_LSTM":
             from nnbuild.numerics import tflm_lstm
-            values[out] = tflm_lstm.lstm(tflm_lstm.params_of(graph, op), values[op.inputs[0]]).reshape(out_shape)
+            p = tflm_lstm.params_of(graph, op)
+            state = None if states is None else states.setdefault(op.index, tflm_lstm.reset_state(p))
+            values[out] = tflm_lstm.lstm(p, values[op.inputs[0]], state).reshape(out_shape)
             continue
         if name in ("RESHAPE", "EXPAND_DIMS"):
             values[out] = values[op.inputs[0]].reshape(out_shape)

@@ -54,6 +54,8 @@ SIGMOID_TABLE = (
     65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534,
     65534, 65534, 65535)
 
+#: UNIDIRECTIONAL_SEQUENCE_LSTM's hidden (output) state and cell state inputs (lstm_shared.h)
+HIDDEN_STATE, CELL_STATE = 18, 19
 #: the gates in TFLite's tensor order (inputs 1..4 input-to, 5..8 recurrent-to, 12..15 biases)
 GATES = ("input", "forget", "cell", "output")
 #: the scale of a gate's fully connected outputs (Q3.12) and of its activation's outputs (Q0.15)
@@ -228,14 +230,21 @@ def step(p: LstmParams, x_t, h, c):
     return h, c
 
 
-def lstm(p: LstmParams, x):
-    """EvalLstm over one sequence x [T, F] (int8 values) from the reset state: [T, H] int8."""
-    h = np.full(p.hidden, p.hidden_zero_point, np.int64)
-    c = np.zeros(p.hidden, np.int64)
+def reset_state(p: LstmParams):
+    """(hidden, cell) as ResetVariableTensors sets them: the hidden state's zero point, 0."""
+    return np.full(p.hidden, p.hidden_zero_point, np.int64), np.zeros(p.hidden, np.int64)
+
+
+def lstm(p: LstmParams, x, state=None):
+    """EvalLstm over one sequence x [T, F] (int8 values) from `state` (hidden, cell), by default
+    the reset state: [T, H] int8. A given state is left updated (Invoke() without a reset)."""
+    h, c = reset_state(p) if state is None else state
     out = []
     for x_t in np.asarray(x, np.int64).reshape(-1, p.features):
         h, c = step(p, x_t, h, c)
         out.append(h)
+    if state is not None:
+        state[0][...], state[1][...] = h, c
     return np.stack(out).astype(np.int8)
 
 
@@ -250,5 +259,5 @@ def params_of(graph, op) -> LstmParams:
     weights = [(tensors[op.inputs[k]].data, q(op.inputs[k])[0]) for k in range(1, 9)]
     biases = [tensors[op.inputs[k]].data for k in range(12, 16)]
     options = op.options or {}
-    return params(q(op.inputs[0]), weights, biases, q(op.inputs[18]), q(op.inputs[19])[0],
+    return params(q(op.inputs[0]), weights, biases, q(op.inputs[HIDDEN_STATE]), q(op.inputs[CELL_STATE])[0],
                   float(options.get("CellClip", 0.0) or 0.0), int(options.get("FusedActivationFunction", 4)))

@@ -20,7 +20,9 @@ It writes, beside itself, for each model M in MODELS:
   dequantized with the output tensor's scale and zero point);
 * for each model M in RECURRENT_INT8 (Keras LSTMs through tf_keras, as RECURRENT): M_float32 and
   M_int8 as above, and M_int8_stress.npz: x_q (random int8 inputs over the whole range) and y_q
-  (TFLite Micro's outputs); `make_fixtures.py lstm_int8` writes them alone (TensorFlow 2.21's
+  (TFLite Micro's outputs), M_int8_stream.npz: the fixture's x_q and y_q from one interpreter
+  invoked on the cases in turn without a reset (the LSTM state carried from case to case);
+  `make_fixtures.py lstm_int8` writes them alone (TensorFlow 2.21's
   converter refuses the 16x8 quantization of this LSTM: "Quantization to 16x8-bit not yet supported
   for op: 'UNIDIRECTIONAL_SEQUENCE_LSTM'", so that variant has no fixture);
 * fixtures.json: the versions of TensorFlow, LiteRT and TFLite Micro that made them;
@@ -260,11 +262,16 @@ def litert_outputs(blob, x):
     return np.stack(rows)
 
 
-def tflm_outputs(blob, x_q):
+def tflm_outputs(blob, x_q, reset=True):
+    """TFLite Micro's outputs, each case from a fresh interpreter (`reset`: a recurrent model's
+    state from its reset value), else every case from one interpreter in turn (the state carried
+    over from the case before, as Invoke() keeps variable tensors)."""
     from tflite_micro.python.tflite_micro import runtime
     rows = []
+    interpreter = None
     for case in x_q:
-        interpreter = runtime.Interpreter.from_bytes(blob)
+        if reset or interpreter is None:
+            interpreter = runtime.Interpreter.from_bytes(blob)
         interpreter.set_input(case[None], 0)
         interpreter.invoke()
         rows.append(np.array(interpreter.get_output(0))[0].copy())
@@ -315,6 +322,9 @@ def recurrent_int8_fixtures():
         int8_fixture(name, blob, x)
         x_q = np.random.default_rng(23).integers(-128, 128, (STRESS_CASES,) + shape).astype(np.int8)
         np.savez(HERE / f"{name}_int8_stress.npz", x_q=x_q, y_q=tflm_outputs(blob, x_q))
+        with np.load(HERE / f"{name}_int8.npz") as fixture:
+            x_q = fixture["x_q"]
+        np.savez(HERE / f"{name}_int8_stream.npz", x_q=x_q, y_q=tflm_outputs(blob, x_q, reset=False))
         print(name, "written")
 
 
