@@ -42,6 +42,19 @@ def test_the_numpy_model_is_bit_exact_with_tflite_micro(name, stress):
     assert np.array_equal(got.reshape(len(x_q), -1), y_q.reshape(len(x_q), -1))
 
 
+@pytest.mark.parametrize("name", FIXTURES)
+def test_the_numpy_model_carries_the_state_as_tflite_micro(name):
+    """The fixture cases through one TFLite Micro interpreter without a reset (the _stream
+    goldens): tflm_int8.run with a states dict carries each LSTM's state from case to case."""
+    graph = tfl.read(DATA / f"{name}_int8.tflite")
+    with np.load(DATA / f"{name}_int8_stream.npz") as gold:
+        x_q, y_q = gold["x_q"], gold["y_q"]
+    states = {}
+    got = np.stack([tflm_int8.run(graph, x, states) for x in x_q])
+    assert np.array_equal(got.reshape(len(x_q), -1), y_q.reshape(len(x_q), -1))
+    assert not np.array_equal(y_q, golden(name)[1])    # the carried state changes the outputs
+
+
 def test_the_stress_cases_reach_the_saturations():
     """The stress inputs drive seq_lstm's cell state to its int16 limit (the saturating add and
     the clip at +-32767) and hidden states to both int8 limits: those clamps are checked against
@@ -221,6 +234,49 @@ def test_the_host_c_is_bit_exact_with_tflite_micro(name, tmp_path):
                                     kind="int8")
     graph = tfl.read(model)
     assert np.array_equal(np.asarray(outputs), np.stack([tflm_int8.run(graph, row).reshape(-1) for row in x]))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", FIXTURES)
+def test_infer_state_carries_the_state_as_tflite_micro(name, tmp_path):
+    """A host program: `_reset` once, `_infer_state` on the fixture cases in turn gives the _stream
+    goldens (one TFLite Micro interpreter, no reset); `_infer` then still gives the reset goldens."""
+    model = f"{name}_int8"
+    files = pipeline.generate(DATA / f"{model}.tflite", tmp_path / "gen")
+    with np.load(DATA / f"{model}_stream.npz") as gold:
+        x_q, y_stream = gold["x_q"], gold["y_q"]
+    _, y_reset = golden(name)
+    rows = ",\n".join("{" + ", ".join(str(int(v)) for v in x.reshape(-1)) + "}" for x in x_q)
+    n_out = y_stream[0].size
+    (tmp_path / "main.c").write_text(f"""#include <stdio.h>
+#include "{model}.h"
+static const int8_t x[{len(x_q)}][{x_q[0].size}] = {{{rows}}};
+int main(void)
+{{
+    {model}_state state;
+    int8_t y[{n_out}];
+    int k, i;
+    {model}_reset(&state);
+    for (k = 0; k < {len(x_q)}; ++k) {{
+        {model}_infer_state(x[k], y, &state);
+        for (i = 0; i < {n_out}; ++i) printf("%d ", y[i]);
+        printf("\\n");
+    }}
+    for (k = 0; k < {len(x_q)}; ++k) {{
+        {model}_infer(x[k], y);
+        for (i = 0; i < {n_out}; ++i) printf("%d ", y[i]);
+        printf("\\n");
+    }}
+    return 0;
+}}
+""")
+    board = pipeline.load_board("host")
+    program = board.compiler.build_executable(board, [f for f in files if f.suffix == ".c"] + [tmp_path / "main.c"],
+                                              tmp_path / "stream", include_dirs=[tmp_path / "gen"])
+    out = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout.splitlines()
+    got = np.array([[int(v) for v in line.split()] for line in out])
+    assert np.array_equal(got[:len(x_q)], y_stream.reshape(len(x_q), -1))
+    assert np.array_equal(got[len(x_q):], y_reset.reshape(len(x_q), -1))
 
 
 @pytest.mark.e2e
