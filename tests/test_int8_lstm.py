@@ -1,4 +1,4 @@
-"""The int8 UNIDIRECTIONAL_SEQUENCE_LSTM (TFLite Micro's 8x8->16 kernel): nnbuild.numerics.tflm_lstm
+"""The int8 UNIDIRECTIONAL_SEQUENCE_LSTM (TFLite Micro's 8x8->16 kernel): nnbuild.numerics.tflm_int8
 and the generated C (shape tflm) agree bit for bit with TFLite Micro's interpreter (PyPI
 tflite-micro, the goldens of tests/data/tflite/make_fixtures.py) on the host, AVR, ARM and the
 Cortex-M4, with a WCET bound; its variants are refused in one line."""
@@ -17,7 +17,7 @@ from nnbuild import kinds, pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import tflite as tfl
 from nnbuild.frontends import tflite_int8
-from nnbuild.numerics import tflm_int8, tflm_lstm
+from nnbuild.numerics import tflm_int8
 
 DATA = REPO / "tests" / "data" / "tflite"
 #: kws_lstm: LSTM(12) over 10 x 8, its last step, Dense(4); seq_lstm: LSTM(16) over 12 x 9, the
@@ -60,13 +60,13 @@ def test_the_stress_cases_reach_the_saturations():
     the clip at +-32767) and hidden states to both int8 limits: those clamps are checked against
     TFLite Micro, not only the middle of the range."""
     graph = tfl.read(DATA / "seq_lstm_int8.tflite")
-    p = tflm_lstm.params_of(graph, graph.operators[0])
+    p = tflm_int8.lstm_params_of(graph, graph.operators[0])
     x_q, y_q = golden("seq_lstm", stress=True)
     largest = 0
     for x in x_q:
         h, c = np.full(p.hidden, p.hidden_zero_point), np.zeros(p.hidden, np.int64)
         for x_t in x.reshape(-1, p.features):
-            h, c = tflm_lstm.step(p, x_t, h, c)
+            h, c = tflm_int8.lstm_step(p, x_t, h, c)
             largest = max(largest, int(np.abs(c).max()))
     assert largest == p.cell_clip == 32767
     assert (y_q == 127).any() and (y_q == -128).any()
@@ -74,31 +74,31 @@ def test_the_stress_cases_reach_the_saturations():
 
 def test_the_int16_activations_follow_the_reference_formulas():
     """reference_integer_ops::Logistic and Tanh on int16: the middle, the ends of the table."""
-    assert tflm_lstm.sigmoid16(0) == 16384
+    assert tflm_int8.sigmoid16(0) == 16384
     # an int16 input times 3 stays inside the table (its saturation needs |3x| >= 255 * 2^9)
-    assert 32750 <= tflm_lstm.sigmoid16(32767) < 32767 and 0 < tflm_lstm.sigmoid16(-32768) <= 16
-    assert tflm_lstm._sigmoid_scaled(255 << 9) == 32767 and tflm_lstm._sigmoid_scaled(-(255 << 9)) == 1
-    assert tflm_lstm.tanh16(0) == 0
-    assert tflm_lstm.tanh16(32767) == 32767 and tflm_lstm.tanh16(-32768) == -32767
+    assert 32750 <= tflm_int8.sigmoid16(32767) < 32767 and 0 < tflm_int8.sigmoid16(-32768) <= 16
+    assert tflm_int8._sigmoid_scaled(255 << 9) == 32767 and tflm_int8._sigmoid_scaled(-(255 << 9)) == 1
+    assert tflm_int8.tanh16(0) == 0
+    assert tflm_int8.tanh16(32767) == 32767 and tflm_int8.tanh16(-32768) == -32767
     x = np.arange(-32768, 32768, 97)
-    assert np.all(np.diff(tflm_lstm.sigmoid16(x)) >= 0) and np.all(np.diff(tflm_lstm.tanh16(x)) >= 0)
+    assert np.all(np.diff(tflm_int8.sigmoid16(x)) >= 0) and np.all(np.diff(tflm_int8.tanh16(x)) >= 0)
     # sigmoid(1) and tanh(1) in Q0.15 from Q3.12 inputs, within the table's interpolation
-    assert abs(tflm_lstm.sigmoid16(4096) / 32768 - 1 / (1 + np.exp(-1))) < 2e-3
-    assert abs(tflm_lstm.tanh16(4096) / 32768 - np.tanh(1)) < 2e-3
+    assert abs(tflm_int8.sigmoid16(4096) / 32768 - 1 / (1 + np.exp(-1))) < 2e-3
+    assert abs(tflm_int8.tanh16(4096) / 32768 - np.tanh(1)) < 2e-3
 
 
 def test_the_prepare_parameters_are_tflite_micros():
     """The cell tanh's input scaling (lstm_internal::Tanh then the zero-multiplier fix-up), the
     quantized cell clip (truncated, at most 32767) and the inter-gate multipliers."""
-    assert tflm_lstm.cell_tanh_scaling(-12) == (3, 0)
-    assert tflm_lstm.cell_tanh_scaling(-11) == (6, 0)
-    assert tflm_lstm.cell_tanh_scaling(-14) == (3, 2)
-    assert tflm_lstm.checked_log2(2.0 ** -14) == -14 and tflm_lstm.checked_log2(6.1035156e-05) == -14
-    assert tflm_lstm.quantized_cell_clip(10.0, 2.0 ** -14) == 32767
-    assert tflm_lstm.quantized_cell_clip(0.5, 2.0 ** -14) == 8192
-    assert tflm_lstm.quantized_cell_clip(0.0, 2.0 ** -14) == 0
+    assert tflm_int8.cell_tanh_scaling(-12) == (3, 0)
+    assert tflm_int8.cell_tanh_scaling(-11) == (6, 0)
+    assert tflm_int8.cell_tanh_scaling(-14) == (3, 2)
+    assert tflm_int8.checked_log2(2.0 ** -14) == -14 and tflm_int8.checked_log2(6.1035156e-05) == -14
+    assert tflm_int8.quantized_cell_clip(10.0, 2.0 ** -14) == 32767
+    assert tflm_int8.quantized_cell_clip(0.5, 2.0 ** -14) == 8192
+    assert tflm_int8.quantized_cell_clip(0.0, 2.0 ** -14) == 0
     graph = tfl.read(DATA / "kws_lstm_int8.tflite")
-    p = tflm_lstm.params_of(graph, graph.operators[0])
+    p = tflm_int8.lstm_params_of(graph, graph.operators[0])
     assert p.forget_cell_mul == (1 << 30, -14) and p.input_cell_mul == (1 << 30, -15)
     assert p.cell_clip == 32767 and p.cell_tanh == (3, 2) and p.cell_activation == "tanh"
 

@@ -9,6 +9,10 @@ filters, biases, per-channel multipliers and tables are static const arrays in `
 (AVR flash through the storage macros, as the other shapes). Unary activations (LOGISTIC, TANH,
 HARD_SWISH, LEAKY_RELU, RELU and the int8-to-int8 QUANTIZE) map 256 inputs to 256 outputs: they are
 tables of the bit-exact model's outputs; RELU6 clamps in the input's scale, as TFLite Micro does.
+A model with UNIDIRECTIONAL_SEQUENCE_LSTM (nnbuild.numerics.tflm_int8) adds its state to the
+API: `<name>_state` (each LSTM's int8 hidden and int16 cell state), `<name>_reset` and
+`<name>_infer_state(in, out, state)`, TFLite Micro's Invoke() without a reset; `<name>_infer` runs
+the same operator functions on a state of its own, reset first.
 The runtime helpers (gemmlowp's doubling high multiply, rounding divide by a power of two,
 SOFTMAX's reciprocal) use 32-bit arithmetic only, without variable-count shift loops, so the AVR
 WCET analysis reaches no unbounded library routine.
@@ -26,7 +30,6 @@ from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier, c_text
 from nnbuild.numerics import tflm_int8 as tflm
-from nnbuild.numerics import tflm_lstm
 
 KIND = "int8"
 PRECISIONS = ("int8",)
@@ -157,7 +160,7 @@ class _Generator:
         self.ff = common.FlowFacts(name, functions=True)
         softmax = any(op["op"] == "SOFTMAX" for op in self.model.ops)
         self.lstm = any(op["op"] == "UNIDIRECTIONAL_SEQUENCE_LSTM" for op in self.model.ops)
-        table = self.array("sigmoid16", "uint16_t", tflm_lstm.SIGMOID_TABLE,
+        table = self.array("sigmoid16", "uint16_t", tflm.SIGMOID_TABLE,
                            "sigmoid_table_uint16 of TFLite: sigmoid(i / 24) in 0.16 fixed point, i = 0..255 (the "
                            "LSTM gates' int16 sigmoid and tanh)") if self.lstm else None
         helpers = templating.render("int8_helpers.c.j2", {"ff": self.ff, "softmax": softmax, "lstm": self.lstm,
@@ -344,9 +347,9 @@ void {name}_infer_state(const int8_t in[{n_in}], int8_t out[{n_out}], {name}_sta
             if op["op"] == "UNIDIRECTIONAL_SEQUENCE_LSTM":
                 graph_op = self.graph.operators[op["index"]]
                 c_name = c_identifier(f"{op['op'].lower()}_{op['index']}")
-                self.states[c_name] = (self.size(graph_op.inputs[tflm_lstm.HIDDEN_STATE]),
-                                       self.quant(graph_op.inputs[tflm_lstm.HIDDEN_STATE]),
-                                       self.quant(graph_op.inputs[tflm_lstm.CELL_STATE])[0])
+                self.states[c_name] = (self.size(graph_op.inputs[tflm.LSTM_HIDDEN_STATE]),
+                                       self.quant(graph_op.inputs[tflm.LSTM_HIDDEN_STATE]),
+                                       self.quant(graph_op.inputs[tflm.LSTM_CELL_STATE])[0])
         if not self.states:
             return []
         lines = ["", f"void {self.ff.function(self.name + '_reset')}({self.name}_state *state)", "{"]
@@ -826,12 +829,12 @@ void {name}_infer_state(const int8_t in[{n_in}], int8_t out[{n_out}], {name}_sta
         return self.pointers(op) + body
 
     def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op, c_name):
-        """TFLite Micro's 8x8->16 LSTM (nnbuild.numerics.tflm_lstm): per step the four gates (two
+        """TFLite Micro's 8x8->16 LSTM (nnbuild.numerics.tflm_int8): per step the four gates (two
         int16 fully connected products each, summed with saturation, the int16 sigmoid or tanh of
         the shared table), then per unit the cell update, its clip and the hidden state, in the
         state arrays h and c the caller passes (<name>_infer: its own, reset)."""
         graph_op = self.graph.operators[op["index"]]
-        p = tflm_lstm.params_of(self.graph, graph_op)
+        p = tflm.lstm_params_of(self.graph, graph_op)
         steps, features = self.shape(op["sources"][0])
         units = p.hidden
         requants = list(p.input_requant) + list(p.recurrent_requant) + [p.forget_cell_mul, p.input_cell_mul,
