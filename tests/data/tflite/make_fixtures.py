@@ -212,8 +212,18 @@ def seq_lstm(keras):
     return keras.Model(x, y, name="seq_lstm")
 
 
-#: int8 recurrent models through tf_keras (see the module doc), from seed 17
-RECURRENT_INT8 = {"kws_lstm": kws_lstm, "seq_lstm": seq_lstm}
+def stacked_lstm(keras):
+    """Two stacked LSTMs (8 units returning the sequence, then 6 returning the last step) over 8
+    steps of 5 features, then Dense: the second LSTM reads the first's int8 sequence."""
+    x = keras.Input((8, 5), batch_size=1, name="x")
+    y = keras.layers.LSTM(8, return_sequences=True)(x)
+    y = keras.layers.LSTM(6)(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="stacked_lstm")
+
+
+#: int8 recurrent models through tf_keras (see the module doc), from seed 17 (in this order)
+RECURRENT_INT8 = {"kws_lstm": kws_lstm, "seq_lstm": seq_lstm, "stacked_lstm": stacked_lstm}
 #: random int8 inputs over the whole range per int8 recurrent model (M_int8_stress.npz): they
 #: drive the gates into the sigmoid table's saturation and the cell state to its int16 limits
 STRESS_CASES = 24
