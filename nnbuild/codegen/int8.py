@@ -886,7 +886,7 @@ void {name}_infer_state(const int8_t in[{n_in}], int8_t out[{n_out}], {name}_sta
         per_step = [f"{idx} t_in = ({idx})t * {features}u;", f"NN_PTR(int8_t) w = NN_ADDR({w});",
                     f"NN_PTR(int8_t) r = NN_ADDR({r});", f"NN_PTR(int32_t) b = NN_ADDR({b});"]
         per_step += self.loop("k", 4, per_gate) + self.loop("j", units, update)
-        lines = self.pointers(op) + [f"int16_t g[{4 * units}]; /* gate outputs i, f, c, o in Q0.15 */"]
+        lines = self.pointers(op) + [f"int16_t g[{4 * units}]; /* gate outputs i, f, c, o: Q0.15 */"]
         return lines + self.loop("t", steps, per_step)
 
 
