@@ -176,8 +176,8 @@ def patched_opcode(tmp_path, builtin, code):
     import tflite
     data = bytearray((DATA / "kws_lstm_int8.tflite").read_bytes())
     model = tflite.Model.GetRootAsModel(data, 0)
-    entry = next(model.OperatorCodes(k) for k in range(model.OperatorCodesLength())
-                 if max(model.OperatorCodes(k).BuiltinCode(), model.OperatorCodes(k).DeprecatedBuiltinCode()) == builtin)
+    codes = [model.OperatorCodes(k) for k in range(model.OperatorCodesLength())]
+    entry = next(c for c in codes if max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == builtin)
     struct.pack_into("<i", data, entry._tab.Pos + entry._tab.Offset(10), code)
     struct.pack_into("<b", data, entry._tab.Pos + entry._tab.Offset(4), code)
     path = tmp_path / "m.tflite"
@@ -208,7 +208,8 @@ def test_the_c_api_makes_the_state_explicit(tmp_path):
     assert ("void kws_lstm_int8_infer_state(const int8_t in[80], int8_t out[4], kws_lstm_int8_state *state);"
             in header)
     assert "    kws_lstm_int8_state state;" in code and "    kws_lstm_int8_reset(&state);" in code
-    file_scope = [line for line in code.splitlines() if line.endswith(";") and not line.startswith((" ", "#", "typedef"))]
+    file_scope = [line for line in code.splitlines()
+                  if line.endswith(";") and not line.startswith((" ", "#", "typedef"))]
     assert file_scope == [], file_scope
     weights = (tmp_path / "kws_lstm_int8_weights.c").read_text()
     assert "const uint16_t kws_lstm_int8_sigmoid16[256] KWS_LSTM_INT8_FLASH" in weights

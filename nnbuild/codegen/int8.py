@@ -167,7 +167,8 @@ class _Generator:
                                                           "sigmoid_table": table})   # before any layer
         body = self.body()
         self.near = self.context_flags["near"] or (self.context_flags["flash"] and self.flash_bytes <= NEAR_LIMIT)
-        context = {"name": name, "guard": name.upper(), "version": __version__, "reads": [8, 16, 32] if self.lstm else [8, 32],
+        context = {"name": name, "guard": name.upper(), "version": __version__,
+                   "reads": [8, 16, 32] if self.lstm else [8, 32],
                    "sources": [s.rsplit("/", 1)[-1] for s in self.model.source_files],
                    **self.context_flags, "near": self.near, "flash_bytes": self.flash_bytes}
         code, facts, _ = common.render("int8.c.j2", dict(context, helpers=helpers, body=body), self.ff)

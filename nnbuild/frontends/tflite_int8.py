@@ -252,7 +252,6 @@ def _weights(graph, op):
                           "expected)")
 
 
-
 def _lstm(graph, op):
     """What TFLite Micro's 8x8->16 LSTM kernel requires (unidirectional_sequence_lstm.cc's
     Prepare, LstmTensors::ValidateTensorStatus), checked: 24 inputs, the batch-major sequence

@@ -779,7 +779,8 @@ def lstm_params_of(graph, op) -> LstmParams:
     weights = [(tensors[op.inputs[k]].data, q(op.inputs[k])[0]) for k in range(1, 9)]
     biases = [tensors[op.inputs[k]].data for k in range(12, 16)]
     options = op.options or {}
-    return lstm_params(q(op.inputs[0]), weights, biases, q(op.inputs[LSTM_HIDDEN_STATE]), q(op.inputs[LSTM_CELL_STATE])[0],
+    return lstm_params(q(op.inputs[0]), weights, biases, q(op.inputs[LSTM_HIDDEN_STATE]),
+                       q(op.inputs[LSTM_CELL_STATE])[0],
                   float(options.get("CellClip", 0.0) or 0.0), int(options.get("FusedActivationFunction", 4)))
 
 
@@ -826,8 +827,7 @@ def slice_plan(shape, begin, end, strides, options):
 def strided_slice(x, begin, end, strides, options):
     """reference_ops::StridedSlice of one sample x (no batch axis): the int8 values moved unchanged."""
     starts, steps, counts, kept = slice_plan((1,) + tuple(np.shape(x)), begin, end, strides, options)
-    index = tuple(slice(s, s + st * (n - 1) + 1 if st > 0 else (s + st * (n - 1) - 1 if s + st * (n - 1) > 0 else None), st)
-                  for s, st, n in zip(starts, steps, counts))
+    index = np.ix_(*[start + step * np.arange(count) for start, step, count in zip(starts, steps, counts)])
     return np.asarray(x)[index].reshape(kept)
 
 
