@@ -47,8 +47,10 @@ NO_SUBNORMAL_TAGS = ("fmul:no.subnormal",)
 NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
 #: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
+#: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
+SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
-VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS)
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,24 @@ def normal_products(kernel) -> bool:
     w = np.abs(np.asarray(kernel, dtype=np.float32).astype(np.float64))
     nonzero = w[w != 0]
     return zero_or_normal(kernel) and bool(nonzero.size == 0 or nonzero.min() * SMALLEST_ACTIVATION >= 2.0 ** -126)
+#: __mulsf3 context tags about one factor (avr_paths.operand_tags gives them to constants)
+WEIGHT_EXP_TAGS = {"__mulsf3:C.e>=126": 126, "__mulsf3:C.e>=122": 122, "__mulsf3:C.e>=118": 118}
+
+
+def weight_tags(weights):
+    """(__mulsf3 tags, why) that every product with one of `weights` as a factor may carry, the code
+    unchanged: each weight zero (__mulsf3 leaves before its loops) or normal, and the biased
+    exponents of the non-zero ones all <= 128 ("C.e<=128": a subnormal other factor normalises in
+    <= 2 passes) or all >= 118/122/126 (the exponent sum is >= -8/-4/0: a short or no
+    denormalisation). Nothing for a subnormal or non-finite weight, or no non-zero weight."""
+    w = np.asarray(weights, dtype=np.float32).ravel()
+    if w.size == 0 or not np.all(np.isfinite(w)):
+        return (), None
+    exps = biased_exponents(w[w != 0])
+    if exps.size == 0 or np.any(exps == 0):
+        return (), None
+    lo, hi = int(exps.min()), int(exps.max())
+    tags = (["__mulsf3:C.e<=128"] if hi <= 128 else []) + [t for t, n in WEIGHT_EXP_TAGS.items() if lo >= n]
+    why = (f"the weight factor is zero or normal with biased exponent in [{lo}, {hi}] (every weight of the layer, "
+           "checked bit by bit)")
+    return tuple(tags), (why if tags else None)
