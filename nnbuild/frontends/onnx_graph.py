@@ -1,4 +1,4 @@
-"""ONNX front-end: a model.onnx (opsets 7 to 21, and opset 6 with its legacy broadcast attributes) read with the `onnx` package into the IR.
+"""ONNX front-end: a model.onnx (opsets 7 to 22, and opset 6 with its legacy broadcast attributes) read with the `onnx` package into the IR.
 
 Semantics are ONNX's, mapped exactly:
 * the model is checked by onnx.checker and run through onnx's shape inference; every shape the
@@ -340,8 +340,8 @@ class _Converter:
 
     def run(self, name):
         graph = self.proto.graph
-        if self.opset < 6 or self.opset > 21:
-            raise Problem(f"opset {self.opset} is outside the supported 6..21")
+        if self.opset < 6 or self.opset > 22:
+            raise Problem(f"opset {self.opset} is outside the supported 6..22")
         if len(graph.node) > limits.MAX_NODES:
             raise Problem(f"{len(graph.node)} nodes (limit MAX_NODES = {limits.MAX_NODES})")
         if len(graph.sparse_initializer):
