@@ -454,3 +454,90 @@ def test_fixed_point_on_qemu_arm(tmp_path):
     runs = json.loads(run.stdout)["semantic"]["runs"]
     assert all([o["output"] for o in r["max_abs_error_by_output"]] == ["out_ra", "out_y", "out_tb"]
                for r in runs.values()), runs
+
+
+# ----------------------------------------------------------------------------- int8 (shape tflm)
+
+
+TFLITE_INT8 = REPO / "tests" / "data" / "tflite" / "multiio_int8.tflite"
+
+
+def int8_cases(count=8):
+    x = np.random.default_rng(1).integers(-128, 128, (count, 8))
+    x[0], x[1] = -128, 127
+    return x
+
+
+def test_int8_fixture_is_what_the_script_writes():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_multiio", TFLITE.with_name("make_multiio.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.build(int8=True) == TFLITE_INT8.read_bytes()
+
+
+def test_int8_arguments_keep_their_own_quantization(tmp_path):
+    """Each input and output of a full-integer model is an int8 argument with its own scale and zero
+    point (header macros); the bit-exact model takes and gives each."""
+    from nnbuild.numerics import tflm_int8
+    model = frontends.load(TFLITE_INT8)
+    assert model.several_io and (model.input_size, model.output_size) == (8, 7)
+    assert [(a["name"], a["zero_point"]) for a in model.arguments()] == [
+        ("in_a", 0), ("in_b", 3), ("out_dense", -128), ("out_product", 2)]
+    codegen.generate(model, tmp_path / "gen", shape="tflm", precision="int8")
+    header = (tmp_path / "gen" / "multiio_int8.h").read_text()
+    assert "void multiio_int8_infer(const int8_t in_a[4], const int8_t in_b[4], int8_t out_dense[3], " \
+           "int8_t out_product[4]);" in header
+    for macro in ("MULTIIO_INT8_IN_B_ZERO_POINT (3)", "MULTIIO_INT8_OUT_PRODUCT_SCALE 0.125f",
+                  "MULTIIO_INT8_INFER_ARGS(in, out) (in) + 0, (in) + 4, (out) + 0, (out) + 3"):
+        assert f"#define {macro}" in header, macro
+    dense, product = tflm_int8.run(model.graph, [np.full(4, 16), np.full(4, 23)])   # a = 1.0, b = 1.0
+    assert product.tolist() == [10] * 4   # 1.0 * 1.0 at scale 1/8, zero point 2
+
+
+@pytest.mark.e2e  # gcc
+def test_int8_c_is_tflm_bit_for_bit_on_the_host(tmp_path):
+    from nnbuild.kinds import int8 as int8_kind
+    model = frontends.load(TFLITE_INT8)
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="tflm", precision="int8")
+    exe = tmp_path / "check"
+    subprocess.run(["gcc", "-O1", *WARNINGS, f"-I{out}",
+                    *[f"-D{k}={v}" for k, v in int8_kind.check_defines(model.name)],
+                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(int8_kind.check_main()),
+                    "-o", str(exe)], check=True, capture_output=True, text=True)
+    x = int8_cases()
+    want = int8_kind.reference_arrays(model, 0, 0, None, None)   # no cases: the arrays' layout
+    assert want["output_names"].tolist() == ["out_dense", "out_product"]
+    expected = np.stack([int8_kind._run_flat(model, row) for row in x])
+    assert np.array_equal(native.run_cases(exe, x.astype(np.float32), model.output_size), expected)
+
+
+@pytest.mark.e2e
+@needs_avr
+def test_int8_on_avr_with_one_array_per_argument_bit_exact_and_bounded(tmp_path):
+    x = int8_cases()
+    np.savez(tmp_path / "data.npz", in_a=x[:, :4].astype(np.int8), in_b=x[:, 4:].astype(np.int8))
+    build_dir = tmp_path / "build"
+    run = _cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--build-dir",
+               str(build_dir), "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    avr = next(v for k, v in json.loads(run.stdout)["semantic"]["runs"].items() if k != "host")
+    assert avr["max_abs_error"] == 0 and [o["output"] for o in avr["max_abs_error_by_output"]] == [
+        "out_dense", "out_product"], avr
+    bound = _cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "multiio_int8_infer",
+                 "--flowfacts", str(build_dir / "gen" / "multiio_int8.flowfacts.json"), "-o", str(tmp_path / "w.json"))
+    assert bound.returncode == 0, bound.stderr
+    cycles = np.load(build_dir / "run_simavr.npz")["cycles"]
+    assert cycles.max() <= json.loads((tmp_path / "w.json").read_text())["cycles"] < 2 * cycles.max()
+
+
+@pytest.mark.e2e
+def test_int8_on_qemu_arm(tmp_path):
+    if not have("arm-none-eabi-gcc", "qemu-arm"):
+        pytest.skip("needs arm-none-eabi-gcc, qemu-arm")
+    x = int8_cases(4)
+    np.savez(tmp_path / "data.npz", x=x.astype(np.float32))
+    run = _cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert all(r["max_abs_error"] == 0 for r in json.loads(run.stdout)["semantic"]["runs"].values())

@@ -153,7 +153,9 @@ def several_io_refusal(shape, module, precision, model):
     """Why `shape` cannot generate a model of several inputs or outputs in `precision`, or None:
     the v1, v2 and v3 shapes take one argument per input and output (SEVERAL_IO), in the precisions
     of SEVERAL_IO_PRECISIONS (float only, when a shape does not list them)."""
-    counts = f"{len(model.inputs)} inputs and {len(model.outputs)} outputs"
+    n_in, n_out = (len(model.graph.inputs), len(model.graph.outputs)) if hasattr(model, "graph") else \
+        (len(model.inputs), len(model.outputs))
+    counts = f"{n_in} inputs and {n_out} outputs"
     if not getattr(module, "SEVERAL_IO", False):
         return f"shape {shape} generates one input to one output; model '{model.name}' has {counts} (use v1, v2 or v3)"
     several = getattr(module, "SEVERAL_IO_PRECISIONS", FLOAT_PRECISIONS)

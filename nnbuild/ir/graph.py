@@ -787,6 +787,19 @@ class Recurrent:
         return (int(input_shape[0]), d, self.hidden) if self.output == "sequence" else (d, self.hidden)
 
 
+def argument_name(role, label, taken):
+    """The C argument of an input or output (role "in" / "out") of the model file's name `label`:
+    <role>_<label> made a checked identifier, unique even upper-cased among `taken` (updated; the
+    header's size macros upper-case it)."""
+    base = f"{role}_{names.c_identifier(label)}"[:names.MAX_NAME_LENGTH - 8]
+    name, k = base, 1
+    while name.upper() in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name.upper())
+    return name
+
+
 #: Layers whose output is their input seen with another shape (no code, no memory).
 ALIASES = ("flatten", "reshape")
 
@@ -892,12 +905,7 @@ class Model:
             offset = 0
             for tensor in tensors:
                 label = self.io_labels.get(tensor, tensor)
-                base = f"{role}_{names.c_identifier(label)}"[:names.MAX_NAME_LENGTH - 8]
-                name, k = base, 1
-                while name.upper() in taken:
-                    k += 1
-                    name = f"{base}_{k}"
-                taken.add(name.upper())
+                name = argument_name(role, label, taken)
                 size = int(np.prod(shapes[tensor]))
                 out.append({"role": role, "tensor": tensor, "label": label, "name": name,
                             "shape": tuple(shapes[tensor]), "size": size, "offset": offset})
