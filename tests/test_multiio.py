@@ -2,8 +2,8 @@
 the generated C API takes one argument per input and per output (named from the model's checked
 identifiers, in the model's order), the check program splits its flat vectors into them, check
 data may hold one array per argument. Checked against onnxruntime at the float32 floor; the e2e
-tier compiles every float shape and runs `nnbuild check` on AVR. The fixed-point precisions (shape
-v2) take and return each argument too, bit for bit their numpy model (graph_bitexact.run_graph),
+tier compiles every float shape and runs `nnbuild check` on AVR. The fixed-point precisions (shapes
+v2 and v3) take and return each argument too, bit for bit their numpy model (graph_bitexact.run_graph),
 on the host, on AVR (with a WCET bound) and on qemu-arm."""
 
 import json
@@ -241,7 +241,7 @@ def test_single_io_header_and_check_defines_are_unchanged(tmp_path):
 
 @pytest.mark.parametrize("shape,precision,match", [
     ("v1", "q16", "precision 'q16' generates one input to one output in shape v1; model 'mio' has 2 inputs and 2 "
-                  "outputs (use float32 or float64, or shape v2)"),
+                  "outputs (use float32 or float64, or shape v2 or v3)"),
     ("mlp", "float32", "shape mlp generates one input to one output; model 'mio' has 2 inputs and 2 outputs"),
 ])
 def test_what_cannot_take_several_arguments_is_refused_in_one_line(tmp_path, shape, precision, match):
@@ -403,14 +403,16 @@ def test_fixed_point_plan_keeps_every_input_and_output(tmp_path):
            "float out_tb[3]);" in header
 
 
-@pytest.mark.parametrize("precision", ["q16", pytest.param("q16-acc32", marks=pytest.mark.e2e),
-                                       pytest.param("q8", marks=pytest.mark.e2e)])
-def test_fixed_point_c_is_its_numpy_model_bit_for_bit(tmp_path, precision):
+@pytest.mark.parametrize("shape,precision", [("v2", "q16"), pytest.param("v2", "q16-acc32", marks=pytest.mark.e2e),
+                                             pytest.param("v2", "q8", marks=pytest.mark.e2e),
+                                             pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e),
+                                             pytest.param("v3", "q8", marks=pytest.mark.e2e)])
+def test_fixed_point_c_is_its_numpy_model_bit_for_bit(tmp_path, shape, precision):
     from nnbuild.numerics import graph_bitexact, graph_plan
     path = fixed_friendly(tmp_path)
     model = frontends.load(path)
     x = fixed_cases(path)
-    _, exe = build(tmp_path, model, "v2", precision, input_range=FIXED_RANGE)
+    _, exe = build(tmp_path, model, shape, precision, input_range=FIXED_RANGE)
     got = native.run_cases(exe, x, model.output_size).astype(np.float32)
     want = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, FIXED_RANGE), x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
