@@ -3,7 +3,7 @@ the generated C API takes one argument per input and per output (named from the 
 identifiers, in the model's order), the check program splits its flat vectors into them, check
 data may hold one array per argument. Checked against onnxruntime at the float32 floor; the e2e
 tier compiles every float shape and runs `nnbuild check` on AVR. The fixed-point precisions (shapes
-v2 and v3) take and return each argument too, bit for bit their numpy model (graph_bitexact.run_graph),
+v1, v2 and v3) take and return each argument too, bit for bit their numpy model (graph_bitexact.run_graph),
 on the host, on AVR (with a WCET bound) and on qemu-arm."""
 
 import json
@@ -240,8 +240,7 @@ def test_single_io_header_and_check_defines_are_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("shape,precision,match", [
-    ("v1", "q16", "precision 'q16' generates one input to one output in shape v1; model 'mio' has 2 inputs and 2 "
-                  "outputs (use float32 or float64, or shape v2 or v3)"),
+    ("v2", "fix16", "shape v2 does not generate precision 'fix16'"),
     ("mlp", "float32", "shape mlp generates one input to one output; model 'mio' has 2 inputs and 2 outputs"),
 ])
 def test_what_cannot_take_several_arguments_is_refused_in_one_line(tmp_path, shape, precision, match):
@@ -403,7 +402,9 @@ def test_fixed_point_plan_keeps_every_input_and_output(tmp_path):
            "float out_tb[3]);" in header
 
 
-@pytest.mark.parametrize("shape,precision", [("v2", "q16"), pytest.param("v2", "q16-acc32", marks=pytest.mark.e2e),
+@pytest.mark.parametrize("shape,precision", [("v2", "q16"), pytest.param("v1", "q16", marks=pytest.mark.e2e),
+                                             pytest.param("v1", "q8", marks=pytest.mark.e2e),
+                                             pytest.param("v2", "q16-acc32", marks=pytest.mark.e2e),
                                              pytest.param("v2", "q8", marks=pytest.mark.e2e),
                                              pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e),
                                              pytest.param("v3", "q8", marks=pytest.mark.e2e)])
@@ -420,7 +421,7 @@ def test_fixed_point_c_is_its_numpy_model_bit_for_bit(tmp_path, shape, precision
 
 @pytest.mark.e2e
 @needs_avr
-@pytest.mark.parametrize("shape", ["v2", "v3"])
+@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
 def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape):
     """`nnbuild check` in q16-acc32 on AVR: the simavr outputs are the numpy model's bit for bit and
     builtin-avr bounds the inference."""
@@ -442,7 +443,8 @@ def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape):
     assert bound.returncode == 0, bound.stderr
     cycles = json.loads((tmp_path / "wcet.json").read_text())["cycles"]
     print(f"\n{shape} q16-acc32 on AVR: measured max {int(record['cycles'].max())} cycles, bound {cycles}")
-    assert record["cycles"].max() <= cycles <= 1.1 * record["cycles"].max()
+    # v1's generic kernels are bounded by their largest entry's loops (every entry charged the same)
+    assert record["cycles"].max() <= cycles <= (1.5 if shape == "v1" else 1.1) * record["cycles"].max()
 
 
 @pytest.mark.e2e
