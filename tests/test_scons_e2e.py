@@ -222,9 +222,9 @@ def test_arm_v1_function_pointers_reach_otawa_and_the_bound_holds(tmp_path):
 
 
 @needs_avr
-def test_main_example_meets_the_f1tenth_deadline_in_fixed_point(tmp_path, build_cache):
+def test_main_example_meets_the_f1tenth_deadline_in_fixed_point(tmp_path):
     project = copy_project(tmp_path)
-    result = scons(project, "target=avr", "model=f1tenth", f"cache={build_cache}")
+    result = scons(project, "target=avr", "model=f1tenth")
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(project, "avr", "f1tenth")
     assert report["precision"] == "q16-acc32" and report["deadline_ms"] == 100
@@ -234,11 +234,11 @@ def test_main_example_meets_the_f1tenth_deadline_in_fixed_point(tmp_path, build_
 
 
 @needs_avr
-def test_q8_f1tenth_on_avr_is_bit_exact_with_a_tight_sound_bound(tmp_path, build_cache):
+def test_q8_f1tenth_on_avr_is_bit_exact_with_a_tight_sound_bound(tmp_path):
     """q8 through the whole build: simavr output == the bit-exact model (max error = the plan's), the
     NN_DOT8 loop bounded within 3% of the worst measured run, half the weight flash of q16-acc32."""
     project = copy_project(tmp_path)
-    result = scons(project, "target=avr", "model=f1tenth", "precision=q8", "tolerance=2e-2", f"cache={build_cache}")
+    result = scons(project, "target=avr", "model=f1tenth", "precision=q8", "tolerance=2e-2")
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(project, "avr", "f1tenth")
     assert report["precision"] == "q8"
@@ -250,12 +250,9 @@ def test_q8_f1tenth_on_avr_is_bit_exact_with_a_tight_sound_bound(tmp_path, build
 
 
 @needs_avr
-def test_precision_auto_picks_the_fastest_qualifying_candidate(tmp_path, build_cache):
-    """The candidates' builds may come from the run's cache (the main example's q16-acc32 build, the
-    q8 build); the select step, which the strict run fails, is never cached."""
+def test_precision_auto_picks_the_fastest_qualifying_candidate(tmp_path):
     project = copy_project(tmp_path)
-    result = scons(project, "target=avr", "model=f1tenth", "precision=auto", "deadline=100ms", "tolerance=1e-3",
-                   f"cache={build_cache}")
+    result = scons(project, "target=avr", "model=f1tenth", "precision=auto", "deadline=100ms", "tolerance=1e-3")
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(project, "avr", "f1tenth")
     table = {row["precision"]: row for row in report["precision_auto"]["candidates"]}
@@ -267,8 +264,7 @@ def test_precision_auto_picks_the_fastest_qualifying_candidate(tmp_path, build_c
     assert all(r["wcet_cycles"] is None or r["violations"] or r["wcet_cycles"] >= winner["wcet_cycles"]
                for r in table.values())
     assert (project / "build/avr/f1tenth/firmware.elf").exists()
-    strict = scons(project, "target=avr", "model=f1tenth", "precision=auto", "deadline=100ms", "tolerance=1e-9",
-                   f"cache={build_cache}")
+    strict = scons(project, "target=avr", "model=f1tenth", "precision=auto", "deadline=100ms", "tolerance=1e-9")
     assert strict.returncode != 0
     line = next(l for l in strict.stderr.splitlines() if "no candidate qualifies" in l)
     for precision in ("float32", "q16", "q16-acc32", "fix16"):
