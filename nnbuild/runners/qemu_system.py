@@ -13,6 +13,7 @@ executed block does not start right after it. An executed instruction without a 
 count in one line naming its address."""
 
 import fcntl
+import hashlib
 import os
 import re
 import select
@@ -92,19 +93,34 @@ def run_with_stack(board, program, x, n_out, *, io, entry=None, harness=None):
     if not (entry and measures_cycles(board)):
         outputs, err = run_counted(board, program, cases, n_out, io.output, None)
         return outputs, None, stack_marks(err, len(x), program)
-    text = disassembly(board, program)
-    start, returns = call_sites(text, program, entry)
     name = board["instruction_timing"]
     if name not in cortexm_timing.MODELS:
         raise NNBuildError(f"unknown instruction_timing {name!r} for {EMULATOR} "
                            f"(known: {', '.join(sorted(cortexm_timing.MODELS))})", item=board.get("name"))
-    table, _unknown = cortexm_timing.cost_table(text, name)
+    start, returns, table = costed(board, program, entry, name)
     (outputs, err), counts = run_counted(board, program, cases, n_out, io.output,
                                          lambda chunks: cycles_per_call_in_log(chunks, start, returns, table, name, program))
     if len(counts) != len(x):
         raise NNBuildError(f"{EMULATOR}: {len(counts)} complete calls of {entry} in the exec log for {len(x)} "
                            "inputs", path=program)
     return outputs, native.np.asarray(counts, dtype=native.np.int64), stack_marks(err, len(x), program)
+
+
+#: (program's digest, objdump, entry, timing model) -> (start, returns, cost table), for the process
+#: (an adversarial search runs one check program in many batches)
+_COSTED = {}
+
+
+def costed(board, program, entry, name):
+    """(entry address, return sites, address -> costs) of `entry` in `program` under the timing model
+    `name`: objdump and the TRM table read once per program content in a process."""
+    key = (hashlib.sha256(Path(program).read_bytes()).hexdigest(), board["objdump"], entry, name)
+    if key not in _COSTED:
+        text = disassembly(board, program)
+        start, returns = call_sites(text, program, entry)
+        table, _unknown = cortexm_timing.cost_table(text, name)
+        _COSTED[key] = (start, returns, table)
+    return _COSTED[key]
 
 
 def stack_marks(err, cases, program):
@@ -138,9 +154,9 @@ def run_counted(board, program, cases, n_out, out_dtype, count):
         # read end opened read-write: the open never blocks, and QEMU exiting is seen through poll()
         fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
         try:   # a larger pipe: fewer switches between QEMU writing and this process reading
-            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+            pause = fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20) >= 1 << 20
         except (OSError, AttributeError):
-            pass
+            pause = False
         try:
             proc = subprocess.Popen([*command(board, fifo), str(program)], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -151,7 +167,7 @@ def run_counted(board, program, cases, n_out, out_dtype, count):
         talk = threading.Thread(target=lambda: done.update(zip(("out", "err"), proc.communicate(cases.tobytes()))))
         talk.start()
         try:
-            counts = count(_chunks(fd, proc, program))
+            counts = count(_chunks(fd, proc, program, pause))
         except BaseException:
             proc.kill()
             raise
@@ -174,9 +190,10 @@ def _outputs(returncode, out_bytes, err, program, cases, n_out, out_dtype):
     return outputs.reshape(len(cases), int(n_out)), err
 
 
-def _chunks(fd, proc, program):
+def _chunks(fd, proc, program, pause=False):
     """The bytes QEMU writes into the FIFO `fd` until it exits and the FIFO is drained; past
-    TIMEOUT_S, QEMU is killed and the run fails."""
+    TIMEOUT_S, QEMU is killed and the run fails. `pause` (a FIFO of 1 MiB): after a short read,
+    a short wait lets the FIFO fill (QEMU writes a few KiB at a time: fewer, larger reads)."""
     started, exited = time.monotonic(), False
     while True:
         exited = exited or proc.poll() is not None   # asked before reading: what it wrote is in the FIFO
@@ -189,6 +206,8 @@ def _chunks(fd, proc, program):
                 chunk = b""
         if chunk:
             yield chunk
+            if pause and len(chunk) < _SHORT_READ and not exited:
+                time.sleep(0.002)
         elif exited:
             break
         if time.monotonic() - started > TIMEOUT_S:
@@ -215,6 +234,8 @@ _HEX[native.np.frombuffer(b"0123456789", native.np.uint8)] = native.np.arange(10
 _HEX[native.np.frombuffer(b"abcdef", native.np.uint8)] = native.np.arange(10, 16)
 #: how an `exec` line starts
 _TRACE = native.np.frombuffer(b"Trace ", dtype=native.np.uint8)
+#: a FIFO read shorter than this waits a little before the next (the pipe holds 1 MiB)
+_SHORT_READ = 1 << 16
 #: the exec log is read in pieces of about this size (a FIFO read gives 64 KiB at most)
 _PIECE = 1 << 22
 
