@@ -236,7 +236,7 @@ _HEX[native.np.frombuffer(b"abcdef", native.np.uint8)] = native.np.arange(10, 16
 _TRACE = native.np.frombuffer(b"Trace ", dtype=native.np.uint8)
 #: a FIFO read shorter than this waits a little before the next (the pipe holds 1 MiB)
 _SHORT_READ = 1 << 16
-#: the exec log is read in pieces of about this size (a FIFO read gives 64 KiB at most)
+#: the exec log is handled in pieces of about this size (a FIFO read gives 1 MiB at most)
 _PIECE = 1 << 22
 
 
