@@ -26,11 +26,21 @@ from nnbuild.ir.int8 import KIND, QuantizedModel  # noqa: F401 - KIND: the kind 
 #: operators the int8 precision generates (nnbuild.codegen.int8), each bit-exact with TFLite Micro
 OPERATORS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SOFTMAX",
              "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "RELU", "RELU6", "QUANTIZE", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
-             "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS")
+             "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS",
+             "STRIDED_SLICE", "UNIDIRECTIONAL_SEQUENCE_LSTM")
 #: operators TFLite Micro has no kernel for: no reference to be bit-exact with
-NO_TFLM_KERNEL = ("RELU_N1_TO_1",)
-#: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape)
+NO_TFLM_KERNEL = ("RELU_N1_TO_1", "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN",
+                  "UNIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "RNN")
+#: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape); a
+#: STRIDED_SLICE of a computed tensor (an LSTM's last step) is an operator
 SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "PACK")
+#: UNIDIRECTIONAL_SEQUENCE_LSTM's inputs TFLite Micro's kernel reads (lstm_shared.h): the input,
+#: 8 weights, 4 biases, the hidden and cell state; the peephole (9-11), projection (16, 17) and
+#: layer-norm (20-23) inputs must be absent
+LSTM_WEIGHTS, LSTM_BIASES, LSTM_HIDDEN, LSTM_CELL = tuple(range(1, 9)), tuple(range(12, 16)), 18, 19
+LSTM_ABSENT = (9, 10, 11, 16, 17, 20, 21, 22, 23)
+#: the cell gate's activations TFLite Micro computes (CalculateLstmGate): TANH and SIGMOID
+LSTM_CELL_ACTIVATIONS = {4: "TANH", 6: "SIGMOID"}
 #: fused activations TFLite Micro's int8 kernels clamp to (activation_range)
 FUSED = (0, 1, 2, 3)
 
@@ -149,7 +159,7 @@ def _checked_ops(graph):
     computed = {graph.inputs[0]}
     ops = []
     for op in graph.operators:
-        if op.op in SHAPE_ARITHMETIC:
+        if op.op in SHAPE_ARITHMETIC and not (op.op == "STRIDED_SLICE" and op.inputs and op.inputs[0] in computed):
             continue
         if op.op in NO_TFLM_KERNEL:
             raise Problem(f"operator {op.index} ({op.op}): TFLite Micro has no {op.op} kernel, so int8 has no "
@@ -188,6 +198,8 @@ def _checked(graph, op, computed):
     if not out.shape or out.shape[0] != 1:
         raise Problem(f"output '{out.name}' has shape {out.shape} (batch axis of 1 expected)")
     fused = int(op.options.get("FusedActivationFunction", 0)) if op.options else 0
+    if op.op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        fused = 0   # its cell gate's activation, not a clamp of the output (checked by _lstm)
     if fused not in FUSED:
         raise Problem(f"fused activation {tflite.FUSED.get(fused, fused)} (int8: none, RELU, RELU6, RELU_N1_TO_1)")
     data_inputs = {"FULLY_CONNECTED": 1, "CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "ADD": 2, "SUB": 2, "MUL": 2,
@@ -203,6 +215,10 @@ def _checked(graph, op, computed):
         sources.append(index)
     if op.op in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
         _weights(graph, op)
+    if op.op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        _lstm(graph, op)
+    if op.op == "STRIDED_SLICE":
+        _strided_slice(graph, op)
     if op.op in ("RESHAPE", "EXPAND_DIMS") and int(np.prod(out.shape)) != int(np.prod(tensors[op.inputs[0]].shape)):
         raise Problem(f"output of shape {out.shape} for an input of shape {tensors[op.inputs[0]].shape}")
     return {"index": op.index, "op": op.op, "sources": tuple(sources), "output": op.outputs[0], "fused": fused}
@@ -235,3 +251,84 @@ def _weights(graph, op):
             raise Problem(f"bias '{b.name}' is {b.type_name} of shape {b.shape} (int32, one per output channel, "
                           "expected)")
 
+
+def _lstm(graph, op):
+    """What TFLite Micro's 8x8->16 LSTM kernel requires (unidirectional_sequence_lstm.cc's
+    Prepare, LstmTensors::ValidateTensorStatus), checked: 24 inputs, the batch-major sequence
+    [1, steps, features], int8 weights quantized per tensor with zero point 0, int32 biases, an
+    int8 hidden state and an int16 cell state (variables: no constant values), no peephole,
+    projection or layer normalisation, a TANH or SIGMOID cell gate."""
+    tensors = graph.tensors
+    if len(op.inputs) != 24:
+        raise Problem(f"{len(op.inputs)} inputs (TFLite Micro's kernel takes 24)")
+    options = op.options or {}
+    if options.get("TimeMajor", False):
+        raise Problem("time-major sequence (nnbuild reads the batch-major [1, steps, features])")
+    if options.get("DiagonalRecurrentTensors", False):
+        raise Problem("diagonal recurrent weights (TFLite Micro's kernel computes full matrices)")
+    act = int(options.get("FusedActivationFunction", 4))
+    if act not in LSTM_CELL_ACTIVATIONS:
+        raise Problem(f"cell activation {tflite.FUSED.get(act, act)} (TFLite Micro computes TANH or SIGMOID)")
+    missing = [k for k in LSTM_WEIGHTS + LSTM_BIASES + (LSTM_HIDDEN, LSTM_CELL) if op.inputs[k] < 0]
+    if missing:
+        raise Problem(f"inputs {missing} are absent (TFLite Micro's kernel needs all four gates' weights and "
+                      "biases: no CIFG)")
+    present = [k for k in LSTM_ABSENT if op.inputs[k] >= 0]
+    if present:
+        raise Problem(f"inputs {present} are given: peephole, projection or layer-normalisation weights (TFLite "
+                      "Micro's kernel computes the plain LSTM cell)")
+    x = tensors[op.inputs[0]]
+    if len(x.shape) != 3 or x.shape[0] != 1:
+        raise Problem(f"input '{x.name}' of shape {x.shape} (expected [1, steps, features])")
+    steps, features = x.shape[1:]
+    h = tensors[op.inputs[LSTM_HIDDEN]]
+    units = int(np.prod(h.shape)) if h.shape else 0
+    want = {**{k: (units, features) for k in LSTM_WEIGHTS[:4]}, **{k: (units, units) for k in LSTM_WEIGHTS[4:]}}
+    for k in LSTM_WEIGHTS:
+        w = tensors[op.inputs[k]]
+        if w.data is None or w.type_name != "int8":
+            raise Problem(f"weights '{w.name}' are {w.type_name}{'' if w.data is not None else ' (not a constant)'}"
+                          " (the int8 kernel: int8 weights; int16x8 LSTMs are not generated)")
+        q = w.quantization
+        if q is None or q.scales.size != 1 or int(q.zero_points[0]) != 0 or not (np.isfinite(q.scales[0])
+                                                                              and q.scales[0] > 0):
+            raise Problem(f"weights '{w.name}' are not quantized per tensor with zero point 0 (TFLite Micro's "
+                          "LSTM requantises each gate with one multiplier)")
+        if tuple(w.shape) != want[k]:
+            raise Problem(f"weights '{w.name}' of shape {w.shape}, expected {list(want[k])} ({units} units, "
+                          f"{features} features)")
+    for k in LSTM_BIASES:
+        b = tensors[op.inputs[k]]
+        if b.data is None or b.type_name != "int32" or b.data.size != units:
+            raise Problem(f"bias '{b.name}' is {b.type_name} of shape {b.shape} (int32, one per unit, expected)")
+    _int8_tensor(h, "hidden state")
+    c = tensors[op.inputs[LSTM_CELL]]
+    if c.type_name != "int16" or c.quantization is None or c.quantization.scales.size != 1 or \
+            not (np.isfinite(c.quantization.scales[0]) and c.quantization.scales[0] > 0):
+        raise Problem(f"cell state '{c.name}' is {c.type_name} (the int8 kernel keeps an int16 cell state, quantized "
+                      "per tensor)")
+    if int(np.prod(c.shape) if c.shape else 0) != units:
+        raise Problem(f"cell state '{c.name}' of shape {c.shape} for {units} units")
+    for state in (h, c):
+        if state.data is not None:
+            raise Problem(f"state '{state.name}' holds constant values (TFLite Micro resets its variable tensors: "
+                          "the hidden state to its zero point, the cell state to 0)")
+    out = tensors[op.outputs[0]]
+    if tuple(out.shape) != (1, steps, units):
+        raise Problem(f"output '{out.name}' of shape {out.shape}, the kernel computes [1, {steps}, {units}]")
+
+
+def _strided_slice(graph, op):
+    """A STRIDED_SLICE of a computed tensor: constant begin, end and strides, the batch axis kept,
+    the slice of the declared output shape (TFLite Micro copies the int8 values unchanged)."""
+    from nnbuild.numerics.tflm_int8 import slice_plan
+    tensors = graph.tensors
+    if len(op.inputs) != 4 or any(i < 0 or tensors[i].data is None for i in op.inputs[1:]):
+        raise Problem("begin, end and strides are not constants")
+    try:
+        *_, kept = slice_plan(tensors[op.inputs[0]].shape, *(tensors[i].data for i in op.inputs[1:]), op.options or {})
+    except ValueError as problem:
+        raise Problem(str(problem)) from None
+    out = tensors[op.outputs[0]]
+    if int(np.prod(kept)) != int(np.prod(out.shape[1:])):
+        raise Problem(f"output '{out.name}' of shape {out.shape} for a slice of shape {list(kept)}")
