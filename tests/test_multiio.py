@@ -501,6 +501,21 @@ def test_int8_arguments_keep_their_own_quantization(tmp_path):
     assert product.tolist() == [10] * 4   # 1.0 * 1.0 at scale 1/8, zero point 2
 
 
+TFLM_GOLDENS = TFLITE_INT8.with_name("multiio_int8_tflm.npz")
+
+
+def test_int8_model_is_tflite_micro_bit_for_bit():
+    """The bit-exact model against TFLite Micro's own interpreter (goldens made by
+    `make_fixtures.py multiio` in TensorFlow's environment), each argument in and out."""
+    from nnbuild.numerics import tflm_int8
+    model = frontends.load(TFLITE_INT8)
+    golden = np.load(TFLM_GOLDENS)
+    for case in range(len(golden["in_a"])):
+        dense, product = tflm_int8.run(model.graph, [golden["in_a"][case], golden["in_b"][case]])
+        assert np.array_equal(np.asarray(dense).ravel(), golden["out_dense"][case]), case
+        assert np.array_equal(np.asarray(product).ravel(), golden["out_product"][case]), case
+
+
 @pytest.mark.e2e  # gcc
 def test_int8_c_is_tflm_bit_for_bit_on_the_host(tmp_path):
     from nnbuild.kinds import int8 as int8_kind
@@ -517,6 +532,10 @@ def test_int8_c_is_tflm_bit_for_bit_on_the_host(tmp_path):
     assert want["output_names"].tolist() == ["out_dense", "out_product"]
     expected = np.stack([int8_kind._run_flat(model, row) for row in x])
     assert np.array_equal(native.run_cases(exe, x.astype(np.float32), model.output_size), expected)
+    golden = np.load(TFLM_GOLDENS)
+    tflm_in = np.hstack([golden["in_a"], golden["in_b"]]).astype(np.float32)
+    tflm_out = np.hstack([golden["out_dense"], golden["out_product"]])
+    assert np.array_equal(native.run_cases(exe, tflm_in, model.output_size), tflm_out)
 
 
 @pytest.mark.e2e
