@@ -69,11 +69,13 @@ def is_full_integer(path) -> bool:
             return False
         import tflite as schema
         sub = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
-        if sub is None or sub.InputsLength() != 1 or sub.OutputsLength() != 1:
+        if sub is None or not 1 <= sub.InputsLength() <= limits.MAX_MODEL_IO or \
+                not 1 <= sub.OutputsLength() <= limits.MAX_MODEL_IO:
             return False
         model = schema.Model.GetRootAsModel(data, 0)
         n = sub.TensorsLength()
-        return _int8_end(model, sub, int(sub.Inputs(0)), n, 0) and _int8_end(model, sub, int(sub.Outputs(0)), n, 1)
+        return all(_int8_end(model, sub, int(sub.Inputs(k)), n, 0) for k in range(sub.InputsLength())) and \
+            all(_int8_end(model, sub, int(sub.Outputs(k)), n, 1) for k in range(sub.OutputsLength()))
     except Exception:  # noqa: BLE001 - a file that does not read is not told apart here: load says why
         return False
 
@@ -104,27 +106,39 @@ def _int8_end(model, sub, k, n, side):
 
 
 def _int8_ends(graph):
-    """The graph with float32 ends cut off: a QUANTIZE of the float32 input and a DEQUANTIZE to the
+    """The graph with float32 ends cut off: a QUANTIZE of a float32 input and a DEQUANTIZE to a
     float32 output are removed, their int8 tensors become the input and the output (the C API is
-    int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). (graph, the ends cut)."""
-    t_in, t_out = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
-    removed, inputs, outputs = set(), graph.inputs, graph.outputs
-    if t_in.type_name == "float32":
-        users = [op for op in graph.operators if graph.inputs[0] in op.inputs]
+    int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). Every input and output of a
+    model of several is cut alike (all float32 or all int8 at each end). (graph, the ends cut)."""
+    removed, inputs, outputs, floats = set(), list(graph.inputs), list(graph.outputs), {"input": [], "output": []}
+    for k, index in enumerate(graph.inputs):
+        t_in = graph.tensors[index]
+        if t_in.type_name != "float32":
+            continue
+        users = [op for op in graph.operators if index in op.inputs]
         if len(users) != 1 or users[0].op != "QUANTIZE":
             raise Problem(f"the float32 input '{t_in.name}' is read by {', '.join(op.op for op in users) or 'nothing'} "
                           "(one QUANTIZE to int8 expected)")
         removed.add(users[0].index)
-        inputs = (users[0].outputs[0],)
-    if t_out.type_name == "float32":
-        makers = [op for op in graph.operators if graph.outputs[0] in op.outputs]
+        inputs[k] = users[0].outputs[0]
+        floats["input"].append(t_in.name)
+    for k, index in enumerate(graph.outputs):
+        t_out = graph.tensors[index]
+        if t_out.type_name != "float32":
+            continue
+        makers = [op for op in graph.operators if index in op.outputs]
         if len(makers) != 1 or makers[0].op != "DEQUANTIZE":
             raise Problem(f"the float32 output '{t_out.name}' is made by "
                           f"{', '.join(op.op for op in makers) or 'nothing'} (one DEQUANTIZE of int8 expected)")
         removed.add(makers[0].index)
-        outputs = (makers[0].inputs[0],)
+        outputs[k] = makers[0].inputs[0]
+        floats["output"].append(t_out.name)
+    for role, count in (("input", len(graph.inputs)), ("output", len(graph.outputs))):
+        if 0 < len(floats[role]) < count:
+            raise Problem(f"{role}s {', '.join(floats[role])} are float32 and the other {role}s int8 (nnbuild "
+                          f"converts every {role} of a model alike)")
     operators = tuple(op for op in graph.operators if op.index not in removed)
-    ends = [role for role, t in (("input", t_in), ("output", t_out)) if t.type_name == "float32"]
+    ends = [role for role in ("input", "output") if floats[role]]
     return dataclasses.replace(graph, inputs=tuple(inputs), outputs=tuple(outputs), operators=operators), ends
 
 
@@ -132,9 +146,6 @@ def load(path):
     path = Path(path)
     graph = tflite.read(path)
     try:
-        if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one "
-                          "input to one output")
         graph, float_ends = _int8_ends(graph)
         ops = _checked_ops(graph)
     except Problem as problem:
@@ -147,16 +158,16 @@ def load(path):
 
 
 def _checked_ops(graph):
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one input "
-                      "to one output")
-    for role, index in (("input", graph.inputs[0]), ("output", graph.outputs[0])):
+    if len(set(graph.inputs)) != len(graph.inputs) or len(set(graph.outputs)) != len(graph.outputs) or \
+            set(graph.inputs) & set(graph.outputs):
+        raise Problem("a tensor is listed twice among the inputs and outputs")
+    for role, index in [("input", i) for i in graph.inputs] + [("output", o) for o in graph.outputs]:
         t = graph.tensors[index]
         _int8_tensor(t, f"the model's {role}")
         if len(t.shape) < 2 or t.shape[0] != 1 or min(t.shape[1:]) < 1:
             raise Problem(f"the model's {role} '{t.name}' has shape {t.shape}: expected a batch axis of 1 and a "
                           "sample")
-    computed = {graph.inputs[0]}
+    computed = set(graph.inputs)
     ops = []
     for op in graph.operators:
         if op.op in SHAPE_ARITHMETIC and not (op.op == "STRIDED_SLICE" and op.inputs and op.inputs[0] in computed):
@@ -172,8 +183,8 @@ def _checked_ops(graph):
         except Problem as problem:
             raise Problem(f"operator {op.index} ({op.op}): {problem}") from None
         computed.add(op.outputs[0])
-    if graph.outputs[0] not in computed or not ops:
-        raise Problem("the output is not computed from the input")
+    if not set(graph.outputs) <= computed or not ops:
+        raise Problem("an output is not computed from the inputs")
     return tuple(ops)
 
 

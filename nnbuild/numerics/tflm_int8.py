@@ -833,10 +833,14 @@ def strided_slice(x, begin, end, strides, options):
 
 def run(graph, x_q, states=None):
     """The int8 output of a full-integer TFLite graph (nnbuild.frontends.tflite.Graph) for one
-    sample x_q (int8, the input tensor's shape without the batch axis). `states`: a dict that
-    keeps each LSTM's (hidden, cell) state by operator index from call to call (TFLite Micro's
+    sample x_q (int8, the input tensor's shape without the batch axis; a graph of several inputs: a
+    list, one per input); a graph of several outputs gives a list, one per output. `states`: a dict
+    that keeps each LSTM's (hidden, cell) state by operator index from call to call (TFLite Micro's
     Invoke() without a reset); without it every LSTM starts from the reset state."""
-    values = {graph.inputs[0]: np.asarray(x_q, np.int64).reshape(graph.tensors[graph.inputs[0]].shape[1:])}
+    xs = list(x_q) if isinstance(x_q, (list, tuple)) else [x_q]
+    if len(xs) != len(graph.inputs):
+        raise ValueError(f"{len(xs)} input arrays for the graph's {len(graph.inputs)} inputs")
+    values = {i: np.asarray(x, np.int64).reshape(graph.tensors[i].shape[1:]) for i, x in zip(graph.inputs, xs)}
     consts = {t.index: t.data for t in graph.tensors if t.data is not None}
 
     def q(index):
@@ -932,4 +936,5 @@ def run(graph, x_q, states=None):
             values[out] = kernel(x, x2, q1, (s2, int(z2)), (out_scale, int(out_zp)), low, high).reshape(out_shape)
         else:
             raise NotImplementedError(f"operator {op.index} ({name}) has no int8 model yet")
-    return values[graph.outputs[0]].astype(np.int8)
+    outs = [values[o].astype(np.int8) for o in graph.outputs]
+    return outs if len(outs) > 1 else outs[0]

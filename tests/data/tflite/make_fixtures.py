@@ -18,6 +18,8 @@ It writes, beside itself, for each model M in MODELS:
   scale and zero point, int8), y_q (TFLite Micro's int8 outputs, PyPI `tflite-micro`, its Python
   interpreter over the reference kernels: the int8 reference of nnbuild, never LiteRT) and y (y_q
   dequantized with the output tensor's scale and zero point);
+* with the argument `multiio`: multiio_int8_tflm.npz, TFLite Micro's outputs for the hand-built
+  two-input, two-output multiio_int8.tflite (make_multiio.py) on seeded int8 cases;
 * for each model M in RECURRENT_INT8 (Keras LSTMs through tf_keras, as RECURRENT): M_float32 and
   M_int8 as above, and M_int8_stress.npz: x_q (random int8 inputs over the whole range) and y_q
   (TFLite Micro's outputs), M_int8_stream.npz: the fixture's x_q and y_q from one interpreter
@@ -348,7 +350,30 @@ def int8_fixture(name, blob, x):
     np.savez(HERE / f"{name}_int8.npz", x=x, x_q=x_q, y_q=y_q, y=y)
 
 
+def multiio_goldens():
+    """multiio_int8_tflm.npz: TFLite Micro's outputs for the hand-built two-input, two-output
+    multiio_int8.tflite (written by make_multiio.py) on seeded int8 cases, one interpreter per case."""
+    from tflite_micro.python.tflite_micro import runtime
+    blob = (HERE / "multiio_int8.tflite").read_bytes()
+    rng = np.random.default_rng(3)
+    in_a, in_b = (rng.integers(-128, 128, (CASES, 4)).astype(np.int8) for _ in range(2))
+    in_a[0], in_b[0], in_a[1], in_b[1] = -128, -128, 127, 127
+    dense, product = [], []
+    for a, b in zip(in_a, in_b):
+        interpreter = runtime.Interpreter.from_bytes(blob)
+        interpreter.set_input(a[None], 0)
+        interpreter.set_input(b[None], 1)
+        interpreter.invoke()
+        dense.append(np.array(interpreter.get_output(0))[0].copy())
+        product.append(np.array(interpreter.get_output(1))[0].copy())
+    np.savez(HERE / "multiio_int8_tflm.npz", in_a=in_a, in_b=in_b, out_dense=np.stack(dense),
+             out_product=np.stack(product))
+
+
 def main():
+    if sys.argv[1:] == ["multiio"]:
+        multiio_goldens()
+        return
     if sys.argv[1:] == ["lstm"]:
         recurrent_fixtures()
         return
