@@ -87,6 +87,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         "xin": any(l.get("facts") and l["src"] == "in" for l in layers),
         "mul_tags": float_facts.MUL_TAGS,
         "add_tags": float_facts.ADD_TAGS,
+        "one_normal_tags": float_facts.ONE_NORMAL_TAGS,
+        "no_subnormal_tags": float_facts.NO_SUBNORMAL_TAGS,
+        "normal_product_tags": float_facts.NO_SUBNORMAL_TAGS + float_facts.NORMAL_PRODUCT_TAGS,
         "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
@@ -176,7 +179,7 @@ def plan_layers(model, storage, real="float"):
     if any(len(s) != 1 for s in shapes):
         raise NNBuildError("the MLP shape handles rank-1 tensors only "
                            f"(shapes {shapes})", path=model.source_files[0] if model.source_files else None)
-    planned, src = [], "in"
+    planned, src, previous = [], "in", None
     for index, layer in enumerate(model.layers):
         last = index == len(model.layers) - 1
         dst = "out" if last else ("buf0" if src != "buf0" else "buf1")
@@ -187,7 +190,10 @@ def plan_layers(model, storage, real="float"):
             entry.update(kind="dense", activation=layer.activation,
                          chunks=layer_chunks(model.name, layer, storage, real),
                          bias=bias_array(model.name, layer, real),
-                         split=split_accumulation(storage, real))
+                         split=split_accumulation(storage, real),
+                         weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel),
+                         input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
+                         normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             if entry["split"]:
                 entry["facts"] = float_facts.mac_facts(layer.kernel)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
@@ -196,5 +202,6 @@ def plan_layers(model, storage, real="float"):
         else:
             raise NNBuildError(f"{layer.source_type} layer '{layer.name}' has no MLP code shape")
         planned.append(entry)
+        previous = entry.get("activation") if entry["kind"] in ("dense", "activation") else None
         src = dst
     return planned

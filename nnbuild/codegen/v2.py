@@ -10,12 +10,15 @@ prelude's NN_READ macros (AVR flash or plain const)."""
 
 from nnbuild.codegen import cnn, recurrent
 from nnbuild.codegen.common import FLASH_STORAGES, float_literal
+from nnbuild.numerics import float_facts
 from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 #: takes one C argument per input and output of a model of several (float precisions)
 SEVERAL_IO = True
+#: the precisions that take them (the fixed-point ones convert each argument: v2_fixed)
+SEVERAL_IO_PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 
 
 class TensorCode:
@@ -307,6 +310,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
     ctx["ptr"] = lambda ref: "float" if ref in lowered["api_buffers"] else ctx["real"]
     ctx["read_inputs"] = {r for op in lowered["ops"] for r in op["src"]} | {
         o["src"] for op in lowered["ops"] for o in (op.get("plan") or {}).get("operands", ()) if "src" in o}
+    # a float32 multiply whose weight factor is checked zero or normal (value fact for the soft-float WCET)
+    ctx["weights_normal"] = lambda op: ctx["real"] == "float" and float_facts.zero_or_normal(op["weights"])
+    ctx["one_normal_tags"] = float_facts.ONE_NORMAL_TAGS
     name = model.name
     code, facts, _ = cnn.render_code("v2.c.j2", ctx)
     record = cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])], storage=storage)

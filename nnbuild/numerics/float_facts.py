@@ -35,8 +35,22 @@ EQUAL_TAGS = ("__addsf3x:equal",)
 #: nn_tanh's (e - 1) / (e + 1) and expf(2x) (prelude.c.j2 emits these)
 DIV_TAGS = ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125")
 EXP_TAGS = ("exp:|x|<18",)
+#: a multiply one of whose factors is a zero-or-normal weight (the other may be anything): the
+#: soft-float multiply normalises at most one subnormal factor (ARM and Thumb-1 libgcc's
+#: __aeabi_fmul; arm_libloops.json and thumb2_libloops.json "paths")
+ONE_NORMAL_TAGS = ("fmul:one.normal",)
+#: a multiply of a zero-or-normal weight by an output of nn_tanh or nn_sigmoid: no factor is subnormal
+#: (`not_subnormal_output`), so the multiply normalises none
+NO_SUBNORMAL_TAGS = ("fmul:no.subnormal",)
+#: ... and the product of the two is zero, NaN or normal (no underflow, no overflow): the weights'
+#: smallest non-zero magnitude is at least 2^-68 (`normal_products`)
+NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
+#: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
+FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
+#: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
+SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
-VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS)
 
 
 @dataclass(frozen=True)
@@ -90,3 +104,59 @@ def flushed(x, keep_exp):
     small = biased_exponents(x) < keep_exp
     bits[small] &= np.uint32(0x80000000)
     return bits.view(np.float32)
+
+
+def zero_or_normal(kernel) -> bool:
+    """Every value is finite and zero or normal as float32 (no subnormal, inf or NaN)."""
+    w = np.asarray(kernel, dtype=np.float32)
+    return bool(np.all(np.isfinite(w)) and not np.any((biased_exponents(w) == 0) & (w != 0)))
+
+
+#: float32 activations (prelude.c.j2) whose every output is zero, normal or NaN, never subnormal
+NOT_SUBNORMAL_ACTIVATIONS = ("tanh", "sigmoid")
+
+
+def not_subnormal_output(activation):
+    """The activation's name if none of its float32 outputs is subnormal, else None.
+
+    nn_tanh: +-1 for |x| >= 9; else e = expf(2x) is a float in [0, 2^26], e - 1 is 0 or at least
+    2^-24 in magnitude (exact for e in [0.5, 2], where e is a multiple of 2^-24; |e - 1| >= 0.5
+    elsewhere), 1 <= e + 1 < 2^27, so (e - 1) / (e + 1) is 0 or at least 2^-51 in magnitude (the
+    quotient of two floats rounds to a float at least as large as the smallest normal above it).
+    nn_sigmoid: 1 or 0 for |x| >= 40; else 1 / (1 + expf(-x)) with 1 <= 1 + e < 2^58: at least
+    2^-58. A NaN input gives NaN. Both are at most 1 in magnitude."""
+    return activation if activation in NOT_SUBNORMAL_ACTIVATIONS else None
+
+
+#: |nn_tanh(x)| and |nn_sigmoid(x)| are 0 or at least this (not_subnormal_output)
+SMALLEST_ACTIVATION = 2.0 ** -58
+
+
+def normal_products(kernel) -> bool:
+    """Every product of a weight (zero or normal) and a zero, NaN or nn_tanh / nn_sigmoid output
+    (|x| in [2^-58, 1]) is zero, NaN or normal: the smallest non-zero |w| is at least 2^-68, so
+    |w x| >= 2^-126 before rounding, and |w x| <= |w| stays finite."""
+    w = np.abs(np.asarray(kernel, dtype=np.float32).astype(np.float64))
+    nonzero = w[w != 0]
+    return zero_or_normal(kernel) and bool(nonzero.size == 0 or nonzero.min() * SMALLEST_ACTIVATION >= 2.0 ** -126)
+#: __mulsf3 context tags about one factor (avr_paths.operand_tags gives them to constants)
+WEIGHT_EXP_TAGS = {"__mulsf3:C.e>=126": 126, "__mulsf3:C.e>=122": 122, "__mulsf3:C.e>=118": 118}
+
+
+def weight_tags(weights):
+    """(__mulsf3 tags, why) that every product with one of `weights` as a factor may carry, the code
+    unchanged: each weight zero (__mulsf3 leaves before its loops) or normal, and the biased
+    exponents of the non-zero ones all <= 128 ("C.e<=128": a subnormal other factor normalises in
+    <= 2 passes) or all >= 118/122/126 (the exponent sum is >= -8/-4/0: a short or no
+    denormalisation). Nothing for a subnormal or non-finite weight, or no non-zero weight."""
+    w = np.asarray(weights, dtype=np.float32).ravel()
+    if w.size == 0 or not np.all(np.isfinite(w)):
+        return (), None
+    exps = biased_exponents(w[w != 0])
+    if exps.size == 0 or np.any(exps == 0):
+        return (), None
+    lo, hi = int(exps.min()), int(exps.max())
+    tags = (["__mulsf3:C.e<=128"] if hi <= 128 else []) + [t for t, n in WEIGHT_EXP_TAGS.items() if lo >= n]
+    why = (f"the weight factor is zero or normal with biased exponent in [{lo}, {hi}] (every weight of the layer, "
+           "checked bit by bit)")
+    return tuple(tags), (why if tags else None)

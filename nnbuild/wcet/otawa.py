@@ -6,6 +6,10 @@ of the function (dominators, natural loops), then run owcet under a timeout and 
 clean `WCET[entry] = N cycles` line: a negative value, a non-zero exit, an `ERROR:` line or a
 timeout is an NNBuildError, never a number.
 
+With nnbuild's own script and `otawa_ilp_solver: highs`, the IPET system OTAWA writes gets the
+`paths` rows of arm_libloops.json before HiGHS solves it (otawa_paths: soft-float paths that the
+generator's value facts rule out; `details.ilp.path_constraints` lists them).
+
 Timing (board key `otawa_script`): `arm7tdmi` is nnbuild's ARM7TDMI model (otawa_timing.py: the
 TRM's clocks per instruction, zero-wait memory, summed per block by an OTAWA plugin); OTAWA's own
 `trivial` (5 cycles/instruction) and `generic` scripts model no ARM core.
@@ -22,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
-from nnbuild.wcet import WcetResult, otawa_ilp, otawa_timing, tools
+from nnbuild.wcet import WcetResult, otawa_ilp, otawa_paths, otawa_timing, tools
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -594,6 +598,33 @@ def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
     return found
 
 
+def library_paths(functions, block_map, facts, table_path=LIBLOOPS_PATH) -> List[otawa_paths.PathRow]:
+    """The table's `paths` rows for the routines in the ILP (otawa_paths), each call site's line
+    read from the DWARF line table to match the generator's value facts."""
+    with open(table_path) as f:
+        table = json.load(f)
+    entries = table.get("paths", [])
+    if not entries:
+        return []
+    lines = {i.addr: (i.file, i.line) for parts in functions.values() for func in parts for i in func.insns}
+    callers = otawa_paths.caller_tags(functions, table.get("caller_tags", []), routine_data_digest)
+    return otawa_paths.path_rows(functions, otawa_paths.read_block_map(block_map), facts, entries,
+                                 routine_digest, same_file, lambda addr: lines.get(addr), callers)
+
+
+#: literal pool words below this are addresses (of data the linker places per program), not constants
+ADDRESS_WORD_LIMIT = 1 << 24
+
+
+def routine_data_digest(func: Function) -> str:
+    """sha256 of a routine's instructions and of its literal pool words (the float constants it
+    loads; a word below ADDRESS_WORD_LIMIT is an address and is written as `.word address`)."""
+    words = [f".word 0x{func.words[a]:08x}" if func.words[a] >= ADDRESS_WORD_LIMIT else ".word address"
+             for a in sorted(func.words)]
+    text = "\n".join(loop_text(i) for i in func.insns) + "\n" + "\n".join(words)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def routine_digest(func: Function) -> str:
     """sha256 of a routine's instructions as loop_text writes them (addresses left out, so the
     digest pins the code, not where the linker put it)."""
@@ -900,8 +931,9 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     (workdir / f"{stem}.ffx").write_text(render_ffx(bounds))
     script, params = timing_script(board, text, workdir, entry)
     ilp = ilp_file(board, workdir, entry)
+    block_map = workdir / f"{entry}.blocks"
     if ilp:
-        params = [*params, f"ilp={ilp}"]
+        params = [*params, f"ilp={ilp}", f"blocks={block_map}"]
     cmd = build_command(owcet, analysis_elf(elf, board, workdir), entry, ff, board, script, params)
     done = tools.run(cmd, timeout=tools.timeout_of(board), cwd=workdir, what=TOOL)
     (workdir / "owcet.stdout").write_text(done.stdout)
@@ -909,7 +941,10 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     solved = None
     if ilp:
         require_clean_run(done.stdout, done.stderr, done.returncode, entry)
-        solved = otawa_ilp.solve_file(ilp, tools.timeout_of(board))
+        rows = library_paths(functions, block_map, facts)
+        lp = otawa_paths.add_rows(otawa_ilp.parse_lp(ilp.read_text()), rows)
+        solved = otawa_ilp.maximise(lp, tools.timeout_of(board))
+        solved["path_constraints"] = [r.record() for r in rows]
         cycles = solved["bound"]
     else:
         cycles = parse_output(done.stdout, done.stderr, done.returncode, entry)

@@ -17,7 +17,10 @@ import numpy as np
 
 from nnbuild.errors import NNBuildError
 
-_TERM_RE = re.compile(r"([+-])?\s*(\d+(?:\.\d+)?(?:e[+-]?\d+)?)?\s*(x\d+)?")
+#: a term: sign, coefficient, variable (x12, or with otawa::ipet::EXPLICIT x12_fn / e3_4_fn, the
+#: label empty for a routine OTAWA has no symbol for);
+#: a coefficient's exponent needs no space before it, a variable follows one
+_TERM_RE = re.compile(r"([+-])?\s*(\d+(?:\.\d+)?(?:e[+-]?\d+(?![\w.]))?)?\s*(x\d+(?:_[\w.$@]*)?|e\d+_\d+_[\w.$@]*)?")
 _COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
 
 
@@ -77,8 +80,7 @@ def maximise(lp: LinearProgram, time_limit) -> dict:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import lil_matrix
 
-    names = sorted({v for v in lp.objective} | {v for coefs, _, _ in lp.rows for v in coefs},
-                   key=lambda v: int(v[1:]))
+    names = sorted({v for v in lp.objective} | {v for coefs, _, _ in lp.rows for v in coefs})
     index = {v: k for k, v in enumerate(names)}
     if any(c != int(c) for c in lp.objective.values()):
         raise NNBuildError("OTAWA ILP: a block time is not an integer number of clocks")

@@ -50,6 +50,80 @@ class RegionResult:
     #: layer name (None: in no layer, the caller's layer takes it) -> cycles
     breakdown: Counter
     info: dict = field(default_factory=dict)
+    #: value tags of the calls this context stands for (ValueFacts)
+    tags: tuple = ()
+
+
+class ValueFacts:
+    """Value tags of soft-float calls and the path rows they allow (thumb2_libloops.json `paths`
+    and `caller_tags`, the Thumb-1 counterpart of arm_libloops.json's): a call to a routine some
+    `paths` entry names gets, as part of its context, the tags of that entry's op that its source
+    line carries (the generator's flow facts "values") or that its pinned caller gives every call
+    (`caller_tags`); the callee's region is then solved with the entry's rows over its block counts
+    (one invocation per region: each row is argued per call)."""
+
+    def __init__(self, prog, facts, paths, callers):
+        self.prog, self.paths = prog, paths
+        self.lines = {}
+        for v in (facts or {}).get("values", []):
+            key = (os.path.basename(v["file"]), int(v["line"]), v["op"])
+            self.lines.setdefault(key, set()).update(v.get("tags", []))
+        #: symbol -> (op, tags some entry needs)
+        self.named = {}
+        for ent in paths:
+            op, tags = self.named.get(ent["symbol"], (ent["op"], set()))
+            self.named[ent["symbol"]] = (op, tags | set(ent["when"].split("+")))
+        self.callers = []
+        for ent in callers:
+            try:
+                start = prog.address_of(ent["symbol"])
+            except NNBuildError:
+                continue
+            if L.data_hash(prog, start) == ent["sha256"]:
+                lo, hi = prog.interval(start)
+                self.callers.append((lo, hi, ent["tags"]))
+
+    def call_tags(self, insn, target):
+        """Sorted tags of the call `insn` to `target` that some `paths` entry of the target needs."""
+        found = set()
+        for name in self.prog.names.get(target, []):
+            if name not in self.named:
+                continue
+            op, wanted = self.named[name]
+            tags = set(self.lines.get((os.path.basename(insn.file), insn.line, op), ())) if insn.file else set()
+            for lo, hi, by_op in self.callers:
+                if lo <= insn.addr < hi:
+                    tags |= set(by_op.get(op, ()))
+            found |= tags & wanted
+        return tuple(sorted(found))
+
+    def rows(self, region, addr, tags):
+        """(avr_ilp.PathRows or None, descriptions) of the entries for the region at `addr` whose tag
+        the context carries and whose routine has the pinned code; an entry naming a block the
+        region does not have is not applied (the bound stays without it)."""
+        if not tags:
+            return None, []
+        from nnbuild.wcet.avr_paths import PathRows
+        out, applied = PathRows(), []
+        for ent in self.paths:
+            if not set(ent["when"].split("+")) <= set(tags) or ent["symbol"] not in self.prog.names.get(addr, []):
+                continue
+            if L.code_hash(self.prog, addr) != ent["sha256"]:
+                continue
+            rows = []
+            for row in ent["rows"]:
+                blocks = {addr + int(off, 0): coef for off, coef in row["blocks"].items()}
+                if not all(b in region.blocks for b in blocks):
+                    rows = None
+                    break
+                rows.append(({("node", b): c for b, c in blocks.items()}, row["at_most"]))
+            if rows is None:
+                continue
+            out.rows += rows
+            applied.append(f"thumb2_libloops.json paths {ent['symbol']} ({ent['when']}): "
+                           + "; ".join(" + ".join(f"{c} x(+{o})" for o, c in r["blocks"].items()) + f" <= {r['at_most']}"
+                                       for r in ent["rows"]))
+        return (out if out.rows else None), applied
 
 
 def _imm(text):
@@ -125,6 +199,7 @@ class Analyzer:
         self.entry_regs = {}
         for ent in table:
             self.entry_regs.setdefault(ent["symbol"], set()).update(ent.get("entry_regs", {}).values())
+        self.values = ValueFacts(prog, facts, *L.load_value_entries())
 
     def layer(self, insn):
         return self.layers.get((os.path.basename(insn.file), insn.line)) if insn.file else None
@@ -135,8 +210,8 @@ class Analyzer:
             wanted |= self.entry_regs.get(name, set())
         return tuple(sorted((r, known[r]) for r in wanted if r in known))
 
-    def region(self, addr, regs=()):
-        key = (addr, regs)
+    def region(self, addr, regs=(), tags=()):
+        key = (addr, regs, tags)
         if key in self.done:
             return self.done[key]
         if addr in self.stack:
@@ -145,13 +220,13 @@ class Analyzer:
                                f"{self.prog.describe(addr)} ({chain}): no bound")
         self.stack.append(addr)
         try:
-            result = self._analyse(addr, regs)
+            result = self._analyse(addr, regs, tags)
         finally:
             self.stack.pop()
         self.done[key] = result
         return result
 
-    def _analyse(self, addr, regs):
+    def _analyse(self, addr, regs, tags=()):
         prog = self.prog
         if addr not in self.regions:
             self.regions[addr] = C.build_region(prog, addr, self.indirect)
@@ -163,7 +238,8 @@ class Analyzer:
             for insn, target in block.calls:
                 targets = target if isinstance(target, tuple) else (target,)
                 known = call_constants(prog, block, insn) if not isinstance(target, tuple) else {}
-                sub = max((self.region(t, self._context(t, known)) for t in targets), key=lambda r: r.cycles)
+                sub = max((self.region(t, self._context(t, known), self.values.call_tags(insn, t)) for t in targets),
+                          key=lambda r: r.cycles)
                 callees[n].append((insn, sub))
                 cost[n] += sub.cycles
         for k, tail in region.tails.items():   # a tail jump (b.w memset) passes its registers on as a call does
@@ -177,9 +253,12 @@ class Analyzer:
         self.used |= L.apply_flowfact_ranges(region, loops, facts)
         L.require_bounds(loops, prog)
         label = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{prog.function_of(addr)}_{addr:x}"
-                       + "".join(f"_{r}={v}" for r, v in regs))
-        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, analyzer=ANALYZER)
+                       + "".join(f"_{r}={v}" for r, v in regs) + "".join(f"_{t}" for t in tags))
+        paths, applied = self.values.rows(region, addr, tags)
+        cycles, counts, info = I.solve(region, loops, cost, self.workdir, label, paths=paths, analyzer=ANALYZER)
         info.pop("choice_cycles", None)
+        if applied:
+            info["value_facts"] = applied
         info["blocks"] = len(region.blocks)
         info["loops"] = [{"header": prog.describe(l.header), "sources": l.sources, "bounds": l.bounds}
                          for l in loops]
@@ -187,7 +266,7 @@ class Analyzer:
         if sum(breakdown.values()) != cycles:
             raise NNBuildError(f"{ANALYZER}: internal error: per-layer split of {region.name} "
                                f"({sum(breakdown.values())}) != WCET ({cycles})")
-        return RegionResult(addr, region.name, regs, int(cycles), breakdown, info)
+        return RegionResult(addr, region.name, regs, int(cycles), breakdown, info, tags)
 
     def _breakdown(self, region, counts, callees, tails):
         """Cycles of the worst-case solution by layer: own instructions by their source line,
@@ -233,7 +312,8 @@ def analyze(elf, entry, flowfacts, board, workdir):
     per_layer = {k: v for k, v in top.breakdown.items() if k is not None}
     for lay in facts.get("layers", []):
         per_layer.setdefault(lay["name"], 0)
-    label = {key: r.name + "".join(f" {reg}={val}" for reg, val in r.regs) for key, r in an.done.items()}
+    label = {key: r.name + "".join(f" {reg}={val}" for reg, val in r.regs) + "".join(f" [{t}]" for t in r.tags)
+             for key, r in an.done.items()}
     import scipy
     details = {
         "timing_model": board.get("timing_model"),
@@ -242,7 +322,9 @@ def analyze(elf, entry, flowfacts, board, workdir):
         "solver": f"scipy.optimize.milp (HiGHS), scipy {scipy.__version__}",
         "ilp": {k: top.info[k] for k in ("variables", "constraints", "status", "blocks")},
         "regions": len(an.done),
-        "callee_wcet": {label[key]: r.cycles for key, r in sorted(an.done.items()) if key != (start, ())},
+        "callee_wcet": {label[key]: r.cycles for key, r in sorted(an.done.items()) if key != (start, (), ())},
+        "value_facts": {label[key]: r.info["value_facts"] for key, r in sorted(an.done.items())
+                        if r.info.get("value_facts")},
         "loops": {label[key]: r.info["loops"] for key, r in sorted(an.done.items()) if r.info["loops"]},
         "unattributed_cycles": top.breakdown.get(None, 0),
         "unmatched_flowfact_loops": [f for k, f in enumerate(facts.get("loops", [])) if k not in an.used],

@@ -31,6 +31,33 @@ def load_table(path=TABLE_PATH):
         return json.load(f)["loops"]
 
 
+def load_value_entries(path=TABLE_PATH):
+    """The table's value-fact entries: ("paths": rows over a pinned routine's block counts per call
+    whose context carries a tag; "caller_tags": tags of every call from a pinned library routine)."""
+    with open(path) as f:
+        table = json.load(f)
+    return table.get("paths", []), table.get("caller_tags", [])
+
+
+#: literal words below this are addresses (placed per program by the linker), not constants
+ADDRESS_WORD_LIMIT = 1 << 24
+
+
+def data_hash(prog, start):
+    """code_hash of the function at `start` extended by the words its pc-relative loads read (the
+    constants a proof about its values leans on; addresses below ADDRESS_WORD_LIMIT left out)."""
+    lo, hi = prog.interval(start)
+    words = []
+    for a in sorted(a for a in prog.insns if lo <= a < hi):
+        insn = prog.insns[a]
+        if insn.base == "ldr" and len(insn.ops) == 2 and insn.ops[1].startswith("[pc"):
+            offset = int(insn.ops[1].strip("[]").split("#")[1], 0) if "#" in insn.ops[1] else 0
+            word = prog.word(((insn.addr + 4) & ~3) + offset)
+            words.append("address" if word is None or word < ADDRESS_WORD_LIMIT else f"{word:08x}")
+    text = code_hash(prog, start) + "\n" + "\n".join(words)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def code_hash(prog, start):
     """sha256 of the function at `start`: each instruction's encoding, or for a direct branch or
     call its mnemonic and target as symbol+offset (a BL's encoding moves with the callee)."""

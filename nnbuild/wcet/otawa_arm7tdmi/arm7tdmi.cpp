@@ -13,6 +13,11 @@
  * objective to an integer: lp_solve returns 361.99999999999994 for an optimum of 362 and OTAWA
  * reported 361, one cycle under a measured run. Here the objective is rounded to the nearest integer
  * and refused if it is not within 1e-6 of one (every cost and count is an integer).
+ *
+ * With nnbuild::arm7tdmi::BLOCKS_PATH set, BlockTime also writes where each block of OTAWA's CFGs
+ * is ("B cfg index address" for a basic block, "S cfg index call-address callee" for a call
+ * block); the script sets otawa::ipet::EXPLICIT, so the ILP names a block's count x<index>_<cfg>
+ * and nnbuild can add its own constraints over those counts (nnbuild/wcet/otawa_paths.py).
  */
 
 #include <elm/io/InStream.h>
@@ -38,6 +43,7 @@ using namespace otawa;
 
 extern p::id<elm::string> COSTS_PATH;
 extern p::id<elm::string> ILP_PATH;
+extern p::id<elm::string> BLOCKS_PATH;
 
 class BlockTime: public BBProcessor {
 public:
@@ -47,6 +53,7 @@ public:
 	void configure(const PropList& props) override {
 		BBProcessor::configure(props);
 		path = COSTS_PATH(props);
+		blocks_path = BLOCKS_PATH(props);
 	}
 
 protected:
@@ -62,9 +69,40 @@ protected:
 		std::fclose(f);
 		if(costs.empty())
 			throw ProcessorException(*this, _ << "empty cost table " << path);
+		if(blocks_path) {
+			blocks = std::fopen(blocks_path.toCString().chars(), "w");
+			if(!blocks)
+				throw ProcessorException(*this, _ << "cannot write the block map " << blocks_path);
+		}
+	}
+
+	void cleanup(WorkSpace *) override {
+		if(blocks && std::fclose(blocks) != 0)
+			throw ProcessorException(*this, _ << "cannot write the block map " << blocks_path);
+		blocks = nullptr;
+	}
+
+	// a CFG OTAWA found no symbol for has an empty label (its counts are then x<index>_): "-"
+	static elm::string label(CFG *cfg) {
+		return cfg && cfg->label() ? cfg->label() : elm::string("-");
+	}
+
+	void mapBlock(CFG *cfg, Block *b) {
+		if(!blocks)
+			return;
+		if(b->isBasic())
+			std::fprintf(blocks, "B %s %d %lx\n", label(cfg).toCString().chars(), b->index(),
+				(unsigned long)b->toBasic()->address().offset());
+		else if(b->isCall()) {
+			SynthBlock *s = b->toSynth();
+			Inst *call = s->callInst();
+			std::fprintf(blocks, "S %s %d %lx %s\n", label(cfg).toCString().chars(), b->index(),
+				call ? (unsigned long)call->address().offset() : 0UL, label(s->callee()).toCString().chars());
+		}
 	}
 
 	void processBB(WorkSpace *, CFG *cfg, Block *b) override {
+		mapBlock(cfg, b);
 		if(!b->isBasic()) {
 			ipet::TIME(b) = 0;
 			return;
@@ -82,6 +120,8 @@ protected:
 
 private:
 	elm::string path;
+	elm::string blocks_path;
+	FILE *blocks = nullptr;
 	std::map<unsigned long, unsigned long> costs;
 };
 
@@ -137,6 +177,7 @@ p::declare WCETComputation::reg = p::init("nnbuild::arm7tdmi::WCETComputation", 
 
 p::id<elm::string> COSTS_PATH("nnbuild::arm7tdmi::COSTS_PATH", "");
 p::id<elm::string> ILP_PATH("nnbuild::arm7tdmi::ILP_PATH", "");
+p::id<elm::string> BLOCKS_PATH("nnbuild::arm7tdmi::BLOCKS_PATH", "");
 
 ProcessorPlugin plugin = elm::sys::Plugin::make("nnbuild::arm7tdmi", OTAWA_PROC_VERSION)
 	.version(Version(1, 0, 0))

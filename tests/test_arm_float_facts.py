@@ -1,0 +1,382 @@
+"""The float value facts of the ARM analyzers driven to their limits: the `paths` and `caller_tags`
+entries of nnbuild/wcet/arm_libloops.json (OTAWA, ARM7TDMI) and thumb2_libloops.json (builtin-thumb2,
+Cortex-M0+) run under qemu with every instruction traced.
+
+* libgcc's __aeabi_fmul (ARM state) per call: the subnormal block runs only when a factor is
+  subnormal, and the two normalisation headers reach 24 executions with one factor normal (the
+  tagged row's limit) and 46 = 24 + 22 with both subnormal (the untagged limit), never more;
+* newlib's __ieee754_expf, over a sweep of arguments (subnormals, the 2^-28 and 0.5 ln2 edges,
+  the floats nearest k ln2, the overflow and underflow edges, NaN, infinities, random values):
+  no multiply or division it makes reaches the subnormal blocks (the caller tags' claim);
+* the Thumb-1 __aeabi_fmul/__aeabi_fdiv subnormal blocks run once, and only for a subnormal operand.
+
+The unit tests check the row building of nnbuild/wcet/otawa_paths.py on a small block map."""
+
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from arm_helpers import arm7tdmi_elf, executed_pcs
+from conftest import have
+from nnbuild.errors import NNBuildError
+from nnbuild.numerics import float_facts
+from nnbuild.wcet import otawa, otawa_ilp, otawa_paths
+
+ARM_TABLE = otawa.LIBLOOPS_PATH
+needs_qemu_arm = pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"),
+                                    reason="arm-none-eabi-gcc or qemu-arm not installed")
+
+
+def arm_table():
+    import json
+    return json.loads(ARM_TABLE.read_text())
+
+
+# ------------------------------------------------------------------ unit: row building
+
+
+def test_zero_or_normal_and_the_activations_without_subnormal_outputs():
+    assert float_facts.zero_or_normal([[0.5, -0.0], [1e-30, 3.0]])
+    assert not float_facts.zero_or_normal([1e-40])
+    assert not float_facts.zero_or_normal([np.inf])
+    assert float_facts.not_subnormal_output("tanh") == "tanh"
+    assert float_facts.not_subnormal_output("sigmoid") == "sigmoid"
+    assert float_facts.not_subnormal_output("relu") is None
+    assert float_facts.not_subnormal_output(None) is None
+
+
+def _function(name, start, n):
+    func = otawa.Function(name, start)
+    func.insns = [otawa.Insn(start + 4 * k, "mov", f"r0, #{k}", "m.c", 10 + k) for k in range(n)]
+    return func
+
+
+ENTRY = {"about": "test", "symbols": ["f"], "sha256": None, "op": "mul",
+         "blocks": {"d": 8, "a": 12}, "row": {"a": 1, "d": -24},
+         "calls": {"t1": 0, "t2+t3": -1, "other": -22}, "at_most": 0, "why": "test"}
+
+
+def test_a_row_charges_each_call_site_by_its_tags(tmp_path):
+    callee = _function("f", 0x100, 8)
+    caller = _function("main", 0x200, 6)
+    functions = {"f": [callee], "main": [caller]}
+    entry = dict(ENTRY, sha256=otawa.routine_digest(callee))
+    blocks = tmp_path / "m.blocks"
+    blocks.write_text("B f 1 100\nB f 2 108\nB f 3 10c\nB main 1 200\n"
+                      "S main 4 200 f\nS main 5 204 f\nS main 6 208 f\nS main 7 20c g\n")
+    facts = {"values": [{"file": "m.c", "line": 10, "op": "mul", "tags": ["t1"]},
+                        {"file": "m.c", "line": 11, "op": "mul", "tags": ["t2", "t3"]},
+                        {"file": "m.c", "line": 12, "op": "add", "tags": ["t1"]}]}
+    lines = {i.addr: (i.file, i.line) for i in caller.insns}
+    rows = otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), facts, [entry],
+                                 otawa.routine_digest, otawa.same_file, lines.get)
+    assert len(rows) == 1
+    row = rows[0]
+    # line 10: t1 (0); line 11: t2+t3 (-1); line 12 carries an "add" tag only: other (-22); g is not f
+    assert row.coefs == {"x3_f": 1.0, "x2_f": -24.0, "x5_main": -1.0, "x6_main": -22.0}
+    assert row.calls == {"t1": 1, "t2+t3": 1, "other": 1}
+    lp = otawa_ilp.LinearProgram({"x3_f": 5.0}, [({"x2_f": 1.0, "x4_main": 1.0, "x5_main": 1.0, "x6_main": 1.0},
+                                                  "<=", 3.0)])
+    assert otawa_paths.add_rows(lp, rows).rows[-1] == (row.coefs, "<=", 0.0)
+    with pytest.raises(NNBuildError, match="no variable x9_f"):
+        otawa_paths.add_rows(otawa_ilp.LinearProgram({"x3_f": 1.0}, []), [otawa_paths.PathRow(
+            {"x9_f": 1.0}, 0.0, "f", {}, "why")])
+
+
+def test_a_row_needs_the_pinned_code_and_every_block_once(tmp_path):
+    callee = _function("f", 0x100, 8)
+    functions = {"f": [callee]}
+    blocks = tmp_path / "m.blocks"
+    blocks.write_text("B f 1 100\nB f 2 108\nB f 3 10c\nB g 1 10c\n")
+    block_map = otawa_paths.read_block_map(blocks)
+    pinned = dict(ENTRY, sha256=otawa.routine_digest(callee))
+    assert otawa_paths.path_rows(functions, block_map, {}, [dict(ENTRY, sha256="0" * 64)], otawa.routine_digest,
+                                 otawa.same_file, lambda a: None) == []
+    # the header at +12 is also in g's CFG (g branches into f's code): f's own count is the one
+    rows = otawa_paths.path_rows(functions, block_map, {}, [pinned], otawa.routine_digest,
+                                 otawa.same_file, lambda a: None)
+    assert [r.coefs for r in rows] == [{"x3_f": 1.0, "x2_f": -24.0}]
+    # no CFG starts at f, or f's CFG lacks a named block: no row (the loop bounds alone stay)
+    for text in ("B g 1 100\nB f 2 108\nB f 3 10c\n", "B f 1 100\nB f 2 108\nB g 3 10c\n"):
+        blocks.write_text(text)
+        assert otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), {}, [pinned],
+                                     otawa.routine_digest, otawa.same_file, lambda a: None) == []
+
+
+def test_named_variables_read_back():
+    lp = otawa_ilp.parse_lp("/* IPET system */\nmax: 12 e3_5___aeabi_i2f + 4 x2_f.part.0;\n"
+                            "x0_main = 1;\ne3_5___aeabi_i2f - 2 x2_f.part.0 <= 0;\nint x0_main;\n")
+    assert lp.objective == {"e3_5___aeabi_i2f": 12.0, "x2_f.part.0": 4.0}
+    assert lp.rows[1] == ({"e3_5___aeabi_i2f": 1.0, "x2_f.part.0": -2.0}, "<=", 0.0)
+    # a routine OTAWA has no label for: x<index>_ in the system, "-" in the block map
+    assert otawa_ilp.linear_form("3 x3_ + e1_2_")[0] == {"x3_": 3.0, "e1_2_": 1.0}
+    assert otawa_paths.count_variable("-", 3) == "x3_"
+
+
+# ------------------------------------------------------------------ qemu-arm: libgcc's __aeabi_fmul
+
+
+FMUL_C = r"""
+volatile float a[] = {@A@};
+volatile float b[] = {@B@};
+volatile float sink;
+__attribute__((noinline)) float multiply(float x, float y) { return x * y; }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof a / sizeof a[0]; ++k)
+        sink = multiply(a[k], b[k]);
+    return 0;
+}
+"""
+#: (first factor, second factor, one of them zero or normal)
+FMUL_CASES = [("0.75f", "1.4e-45f", True), ("1.4e-45f", "0.75f", True), ("1.4e-45f", "1.4e-45f", False),
+              ("1.5f", "2.5f", True), ("0.0f", "1.4e-45f", True), ("1e-40f", "3e-39f", False),
+              ("-3.0f", "-1.1754942e-38f", True), ("1.0f/0.0f", "1e-40f", True), ("1e38f", "1e38f", True),
+              ("1e-30f", "1e-30f", True)]
+
+
+def per_call(pcs, start, watched):
+    """{address: executions} of `watched` for each call that enters `start`."""
+    calls = []
+    for pc in pcs:
+        if pc == start:
+            calls.append(dict.fromkeys(watched, 0))
+        elif pc in watched and calls:
+            calls[-1][pc] += 1
+    return calls
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fmul_normalises_at_most_one_subnormal_factor_per_tagged_call(tmp_path):
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES)).replace(
+        "@B@", ", ".join(b for _, b, _ in FMUL_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fmul", source)
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    fmul = functions["__aeabi_fmul"][0]
+    rows = [e for e in arm_table()["paths"] if "__aeabi_fmul" in e["symbols"]]
+    assert rows and all(otawa.routine_digest(fmul) == e["sha256"] for e in rows)   # the table's code is this build's
+    one = next(e for e in rows if "loop_a" in e["blocks"])
+    d, a, b = (fmul.start + one["blocks"][k] for k in ("subnormal", "loop_a", "loop_b"))
+    calls = per_call(executed_pcs(elf, tmp_path / "step.log"), fmul.start, {d, a, b})
+    assert len(calls) == len(FMUL_CASES)
+    for (x, y, tagged), c in zip(FMUL_CASES, calls):
+        headers = c[a] + c[b]
+        assert c[d] <= 1
+        assert headers <= 24 * c[d] + (0 if tagged else 22), (x, y, c)
+    assert calls[0][a] + calls[0][b] == 24 and calls[1][a] + calls[1][b] == 24   # the tagged row's limit
+    assert calls[2][a] + calls[2][b] == 46                                       # the untagged limit
+    assert [c[d] for c in calls] == [1, 1, 1, 0, 0, 1, 1, 0, 0, 0]                # subnormal and both non-zero finite
+
+
+def otawa_arm_board():
+    from arm_helpers import ARM
+    return ARM
+
+
+# ------------------------------------------------------------------ newlib's expf: every call untouched
+
+
+EXPF_C = r"""
+#include <math.h>
+volatile unsigned bits[] = {@ARGS@};
+volatile float sink;
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof bits / sizeof bits[0]; ++k) {
+        union { unsigned u; float f; } v;
+        v.u = bits[k];
+        sink = expf(v.f);
+    }
+    return 0;
+}
+"""
+
+
+def f32_bits(value):
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def expf_arguments():
+    """float32 bit patterns: subnormals, zeros, the 2^-28 and 0.5 ln 2 / 1.5 ln 2 edges and their
+    neighbours, the floats nearest k ln 2 for every k of the range (the hardest reductions), the
+    overflow and underflow thresholds, NaN, infinities and random values over the whole range."""
+    out = {0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007fffff, 0x807fffff, 0x00400000,
+           0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000, 0x7f7fffff, 0xff7fffff}
+    for edge in (0x31800000, 0x3eb17218, 0x3f851592, 0x42b17217, 0x42cff1b5):
+        for sign in (0, 0x80000000):
+            out.update(sign | (edge + d) for d in range(-2, 3))
+    for k in range(-150, 129):
+        centre = f32_bits(k * math.log(2))
+        out.update(centre + d for d in range(-3, 4) if 0 <= centre + d < 0x100000000)
+    rng = np.random.default_rng(27)
+    out.update(int(v) for v in rng.integers(0, 1 << 32, 400, dtype=np.uint64))
+    out.update(f32_bits(v) for v in rng.uniform(-104, 89, 300))
+    out.update(f32_bits(v) for v in rng.uniform(-1, 1, 100) * 2.0 ** rng.integers(-40, 0, 100))
+    return sorted(out)
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_expf_never_hands_a_subnormal_to_fmul_or_fdiv(tmp_path):
+    args = expf_arguments()
+    source = EXPF_C.replace("@ARGS@", ", ".join(f"0x{a:08x}u" for a in args))
+    elf = arm7tdmi_elf(tmp_path, "expf", source, libs=("m",))
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    table = arm_table()
+    expf = functions["__ieee754_expf"][0]
+    assert otawa.routine_data_digest(expf) == table["caller_tags"][0]["sha256"]
+    fmul, fdiv = functions["__aeabi_fmul"][0], functions["__aeabi_fdiv"][0]
+    entries = {e["symbols"][0]: e for e in table["paths"] if e["row"] == {"subnormal": 1}}
+    blocks = {fmul.start + entries["__aeabi_fmul"]["blocks"]["subnormal"],
+              fdiv.start + entries["__aeabi_fdiv"]["blocks"]["subnormal"]}
+    pcs = executed_pcs(elf, tmp_path / "step.log", timeout=600)
+    assert pcs.count(expf.start) == len(args)
+    assert pcs.count(fmul.start) > len(args)   # the multiplies did run
+    assert not blocks & set(pcs)
+
+
+# ------------------------------------------------------------------ qemu-system-arm: the M0+'s soft float
+
+needs_qemu_system = pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-system-arm"),
+                                       reason="arm-none-eabi-gcc or qemu-system-arm not installed")
+
+
+def m0plus_trace(tmp_path, name, source):
+    """(decoded program, every executed address in order) of `source` built for the rp2040 and run
+    on qemu-system-arm with each instruction traced."""
+    from nnbuild import boards
+    from nnbuild.runners import qemu_system
+    from nnbuild.wcet import thumb2_decode
+    from test_thumb2_libloops import build, traced
+    board = boards.load_board("rp2040")
+    elf = build(tmp_path, board, name, source)
+    pcs = [qemu_system._traced_pc(line) for line in traced(board, elf, tmp_path / f"{name}.log", "-singlestep")
+           if line.startswith("Trace ")]
+    return thumb2_decode.load(str(elf), board), pcs
+
+
+def m0plus_traced_calls(tmp_path, name, source, entry_symbol, watched_offsets):
+    """(program, entry address, {address: executions} of the watched offsets per call of the entry)."""
+    prog, pcs = m0plus_trace(tmp_path, name, source)
+    start = prog.address_of(entry_symbol)
+    return prog, start, per_call(pcs, start, {start + off for off in watched_offsets})
+
+
+def thumb_entries(symbol):
+    from nnbuild.wcet import thumb2_loops
+    paths, _ = thumb2_loops.load_value_entries()
+    return [e for e in paths if e["symbol"] == symbol]
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_m0plus_fmul_and_fdiv_subnormal_blocks_run_once_and_only_for_a_subnormal_operand(tmp_path):
+    from nnbuild.wcet import thumb2_loops
+    for symbol, op in (("__aeabi_fmul", "*"), ("__aeabi_fdiv", "/")):
+        entries = thumb_entries(symbol)
+        offsets = sorted({int(o, 0) for e in entries if "normal.product" not in e["when"]
+                          for r in e["rows"] for o in r["blocks"]})
+        assert len(offsets) == 2
+        cases = [(a, b) for a, b, _ in FMUL_CASES]
+        source = FMUL_C.replace("x * y", f"x {op} y").replace("@A@", ", ".join(a for a, _ in cases)).replace(
+            "@B@", ", ".join(b for _, b in cases))
+        prog, start, calls = m0plus_traced_calls(tmp_path, symbol, source, symbol, offsets)
+        assert all(thumb2_loops.code_hash(prog, start) == e["sha256"] for e in entries)
+        assert len(calls) == len(cases)
+        for (a, b), c in zip(cases, calls):
+            first, second = (c[start + off] for off in offsets)
+            subnormal = [0.0 < abs(np.float32(eval_float(v))) < 1.1754944e-38 for v in (a, b)]
+            assert (first, second) == (int(subnormal[0]), int(subnormal[1])), (symbol, a, b, c)
+
+
+def eval_float(text):
+    """A C float literal of FMUL_CASES as a Python float ("1.0f/0.0f" is infinity)."""
+    if text == "1.0f/0.0f":
+        return math.inf
+    return float(np.float32(float(text.rstrip("f"))))
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_m0plus_expf_never_hands_a_subnormal_to_fmul_or_fdiv(tmp_path):
+    from nnbuild.wcet import thumb2_loops
+    _, callers = thumb2_loops.load_value_entries()
+    args = expf_arguments()[::3]   # every third: the M0+ trace is slower
+    source = "#include <math.h>\n" + EXPF_C.replace("@ARGS@", ", ".join(f"0x{a:08x}u" for a in args))
+    watched = []
+    for symbol in ("__aeabi_fmul", "__aeabi_fdiv"):
+        watched += [(symbol, int(o, 0)) for e in thumb_entries(symbol) if e["when"].endswith("no.subnormal")
+                    for r in e["rows"] for o in r["blocks"]]
+    prog, pcs = m0plus_trace(tmp_path, "expf", source)
+    expf = prog.address_of("__ieee754_expf")
+    assert thumb2_loops.data_hash(prog, expf) == callers[0]["sha256"]
+    assert pcs.count(expf) == len(args)
+    assert pcs.count(prog.address_of("__aeabi_fmul")) > len(args)   # the multiplies did run
+    blocks = {prog.address_of(symbol) + off for symbol, off in watched}
+    assert len(blocks) == 4
+    assert not blocks & set(pcs)
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_builtin_thumb2_solves_tagged_soft_float_calls_in_their_own_context(tmp_path):
+    import json
+    from conftest import REPO
+    from nnbuild import pipeline, wcet
+    meta = json.loads((REPO / "firmware_examples" / "xor" / "example.json").read_text())
+    model = pipeline.load_model(REPO / "firmware_examples" / "xor" / meta["model"], "xor")[0]
+    board = pipeline.load_board("rp2040")
+    elf, _ = pipeline.build_check_program(model, board, tmp_path, name="xor", precision="float32",
+                                          input_range=tuple(meta["input_range"]))
+    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    tagged = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "wcet")
+    plain = wcet.analyze(board, elf, "xor_infer", dict(facts, values=[]), tmp_path / "plain")
+    callees = tagged.details["callee_wcet"]
+    one = next(v for k, v in callees.items() if k.startswith("__aeabi_fmul") and "[fmul:one.normal]" in k)
+    none = next(v for k, v in callees.items() if k.startswith("__aeabi_fmul") and "[fmul:no.subnormal]" in k)
+    untagged = next(v for k, v in plain.details["callee_wcet"].items() if k.startswith("__aeabi_fmul"))
+    assert none < one < untagged
+    assert any("fdiv:no.subnormal" in k for k in tagged.details["value_facts"])
+    # newlib's expf is tagged by its caller entry even without the generator's facts
+    assert any("[fmul:no.subnormal]" in k for k in plain.details["callee_wcet"])
+    assert tagged.cycles < plain.cycles
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_m0plus_fmul_underflow_block_runs_only_for_a_product_below_the_smallest_normal(tmp_path):
+    entry = next(e for e in thumb_entries("__aeabi_fmul") if e["when"] == "fmul:normal.product")
+    (offset,) = [int(o, 0) for r in entry["rows"] for o in r["blocks"]]
+    cases = [(a, b) for a, b, _ in FMUL_CASES]
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _ in cases)).replace("@B@", ", ".join(b for _, b in cases))
+    _, start, calls = m0plus_traced_calls(tmp_path, "fmul", source, "__aeabi_fmul", [offset])
+    assert len(calls) == len(cases)
+    for (a, b), c in zip(cases, calls):
+        x, y = eval_float(a), eval_float(b)
+        exact = abs(x * y) if math.isfinite(x) and math.isfinite(y) else math.inf
+        assert c[start + offset] == int(0.0 < exact < 2.0 ** -126), (a, b, c)
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fmul_out_of_range_block_runs_only_for_an_underflowing_or_overflowing_product(tmp_path):
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES)).replace(
+        "@B@", ", ".join(b for _, b, _ in FMUL_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fmul", source)
+    fmul = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))["__aeabi_fmul"][0]
+    entry = next(e for e in arm_table()["paths"] if "out_of_range" in e["blocks"])
+    assert otawa.routine_digest(fmul) == entry["sha256"]
+    block = fmul.start + entry["blocks"]["out_of_range"]
+    calls = per_call(executed_pcs(elf, tmp_path / "step.log"), fmul.start, {block})
+    assert len(calls) == len(FMUL_CASES)
+    for (a, b, _), c in zip(FMUL_CASES, calls):
+        x, y = eval_float(a), eval_float(b)
+        if not (math.isfinite(x) and math.isfinite(y)) or x == 0 or y == 0:
+            assert c[block] == 0, (a, b, c)
+        else:
+            assert c[block] == int(abs(x * y) < 2.0 ** -126 or abs(x * y) >= 2.0 ** 128), (a, b, c)
