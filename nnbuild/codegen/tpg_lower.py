@@ -60,6 +60,7 @@ class Table:
     hi: int
     values: List[str]  # C literals, lo first
     values32: List[str]  # the same rounded to binary32, for targets whose double is 32-bit (AVR)
+    nonfinite: Optional[str] = None  # C expression of the call for a NaN or infinite x (no libm call)
 
     @property
     def size(self) -> int:
@@ -127,6 +128,37 @@ def _c_double(value) -> str:
     return text
 
 
+#: The value C99 Annex F (and glibc, bit for bit: the NaN an operation on x gives, not a fixed NaN)
+#: prescribes for a NaN or infinite argument, as a C expression over x, per <math.h> function: the
+#: helper returns it without calling libm (NaN and infinities reach cos/exp/log often, e.g. log of
+#: a negative difference, then cos of that NaN; glibc's cos(+-inf) also sets errno, slowly).
+NONFINITE = {
+    "cos": "x - x",  # NaN -> that NaN; +-inf -> the default NaN (glibc: x / x, same bits)
+    "sin": "x - x",
+    "exp": "(x < 0.0) ? 0.0 : 1.0 + x",  # -inf -> +0; +inf -> +inf; NaN -> that NaN (glibc: 1.0 + x)
+    "log": "(x > 0.0) ? x : x - x",  # +inf -> +inf; -inf -> the default NaN; NaN -> that NaN
+}
+
+
+def nonfinite_expression(instruction, semantics):
+    """NONFINITE's expression for a one-operand call of `instruction`, if the reference semantics
+    give the same values (NaN-ness, value, sign) at NaN, +inf and -inf; else None (libm is called)."""
+    import numpy as np
+
+    from nnbuild.ir import tpg_template
+    tree = instruction.tree
+    if not (isinstance(tree, tpg_template.Call) and tree.function in NONFINITE and len(tree.args) == 1
+            and isinstance(tree.args[0], tpg_template.Operand)):
+        return None
+    x = np.array([float("nan"), float("inf"), float("-inf")])
+    got = semantics(x)
+    expected = {"cos": [np.nan, np.nan, np.nan], "sin": [np.nan, np.nan, np.nan],
+                "exp": [np.nan, np.inf, 0.0], "log": [np.nan, np.inf, np.nan]}[tree.function]
+    same = all((np.isnan(g) and np.isnan(e)) or (g == e and np.signbit(g) == np.signbit(e))
+               for g, e in zip(got, expected))
+    return NONFINITE[tree.function] if same else None
+
+
 def integer_tables(tpg, prefix):
     """Table of every one-operand <math.h> instruction of the environment, when it asks for them."""
     import numpy as np
@@ -151,7 +183,8 @@ def integer_tables(tpg, prefix):
             values32 = values.astype(np.float32)
         out[k] = Table(k, f"{prefix}_{cname}_int", f"{prefix}_{cname}_table",
                        _PLACEHOLDER.sub("x", ins.c_expression), lo, hi,
-                       [_c_double(float(v)) for v in values], [_c_double(float(v)) for v in values32])
+                       [_c_double(float(v)) for v in values], [_c_double(float(v)) for v in values32],
+                       nonfinite_expression(ins, f))
     return out
 
 
