@@ -60,7 +60,8 @@ class Table:
     hi: int
     values: List[str]  # C literals, lo first
     values32: List[str]  # the same rounded to binary32, for targets whose double is 32-bit (AVR)
-    nonfinite: Optional[str] = None  # C expression of the call for a NaN or infinite x (no libm call)
+    #: (C condition on x under which libm is called, C expression of the result otherwise) or None
+    domain: Optional[Tuple[str, str]] = None
 
     @property
     def size(self) -> int:
@@ -90,6 +91,11 @@ class TeamPlan:
     compute: List[int] = field(default_factory=list)  # nodes this team computes, in order
     reused: List[int] = field(default_factory=list)  # nodes it reads from dominating teams
     keep: List[int] = field(default_factory=list)  # computed nodes dominated teams read later
+    #: memoised <math.h> values this team computes: node -> ("check" and/or "set" the node's
+    #: computed-flag), and the team's nodes only they read (computed inside their `if`)
+    memo: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
+    blocks: Dict[int, List[int]] = field(default_factory=dict)
+    members: set = field(default_factory=set)
 
 
 @dataclass
@@ -102,6 +108,7 @@ class Plan:
     inputs: list  # DataSource of each argument
     stats: dict
     tables: List[Table] = field(default_factory=list)
+    flags: List[int] = field(default_factory=list)  # memoised nodes with a computed-flag
 
 
 def _literal(value) -> str:
@@ -128,35 +135,50 @@ def _c_double(value) -> str:
     return text
 
 
-#: The value C99 Annex F (and glibc, bit for bit: the NaN an operation on x gives, not a fixed NaN)
-#: prescribes for a NaN or infinite argument, as a C expression over x, per <math.h> function: the
-#: helper returns it without calling libm (NaN and infinities reach cos/exp/log often, e.g. log of
-#: a negative difference, then cos of that NaN; glibc's cos(+-inf) also sets errno, slowly).
-NONFINITE = {
-    "cos": "x - x",  # NaN -> that NaN; +-inf -> the default NaN (glibc: x / x, same bits)
-    "sin": "x - x",
-    "exp": "(x < 0.0) ? 0.0 : 1.0 + x",  # -inf -> +0; +inf -> +inf; NaN -> that NaN (glibc: 1.0 + x)
-    "log": "(x > 0.0) ? x : x - x",  # +inf -> +inf; -inf -> the default NaN; NaN -> that NaN
+#: Per <math.h> function: the arguments libm is called for (a C condition on x), and the exact
+#: result for every other x (a C expression), as C99 Annex F prescribes and glibc returns bit for bit
+#: (the NaN an operation on x gives, not a fixed NaN), with the reference's values at the sample
+#: arguments checked at generation. The helpers answer those without the call: NaN and infinities
+#: reach cos/exp/log often (log of a negative difference, then cos of that NaN), and glibc's
+#: overflow, underflow and domain errors also set errno, slowly. exp's bounds are the largest double
+#: with a finite exp and the smallest with a non-zero one (any faithful libm: the next doubles are
+#: 1e-13 away in relative terms).
+DOMAINS = {
+    "cos": ("fabs(x) <= DBL_MAX", "x - x"),  # NaN -> that NaN; +-inf -> the default NaN (glibc: x / x)
+    "sin": ("fabs(x) <= DBL_MAX", "x - x"),
+    "exp": ("x >= -745.1332191019411 && x <= 709.782712893384",
+            "(x < 0.0) ? 0.0 : x * (double)INFINITY"),  # glibc: 0, inf (errno), 1.0 + x for NaN
+    "log": ("x > 0.0 && x <= DBL_MAX",
+            "(x > 0.0) ? x : (x == 0.0) ? -(double)INFINITY : (x - x) / (x - x)"),  # glibc's very formulas
+}
+#: arguments outside each domain and the results DOMAINS gives them, for the generation-time check
+_NAN, _INF = float("nan"), float("inf")
+_OUTSIDE = {
+    "cos": [(_NAN, _NAN), (_INF, _NAN), (-_INF, _NAN)],
+    "sin": [(_NAN, _NAN), (_INF, _NAN), (-_INF, _NAN)],
+    "exp": [(_NAN, _NAN), (_INF, _INF), (-_INF, 0.0), (709.7827128933841, _INF), (1e300, _INF),
+            (-745.1332191019412, 0.0), (-1e300, 0.0)],
+    "log": [(_NAN, _NAN), (_INF, _INF), (-_INF, _NAN), (0.0, -_INF), (-0.0, -_INF), (-1.5, _NAN),
+            (-1e300, _NAN)],
 }
 
 
-def nonfinite_expression(instruction, semantics):
-    """NONFINITE's expression for a one-operand call of `instruction`, if the reference semantics
-    give the same values (NaN-ness, value, sign) at NaN, +inf and -inf; else None (libm is called)."""
+def domain_of(instruction, semantics):
+    """(condition, expression) of DOMAINS for a one-operand call of `instruction` when the reference
+    semantics give the same values (NaN-ness, value, sign) at the sample arguments; else None (the
+    helper calls libm for every argument off its table)."""
     import numpy as np
 
     from nnbuild.ir import tpg_template
     tree = instruction.tree
-    if not (isinstance(tree, tpg_template.Call) and tree.function in NONFINITE and len(tree.args) == 1
+    if not (isinstance(tree, tpg_template.Call) and tree.function in DOMAINS and len(tree.args) == 1
             and isinstance(tree.args[0], tpg_template.Operand)):
         return None
-    x = np.array([float("nan"), float("inf"), float("-inf")])
-    got = semantics(x)
-    expected = {"cos": [np.nan, np.nan, np.nan], "sin": [np.nan, np.nan, np.nan],
-                "exp": [np.nan, np.inf, 0.0], "log": [np.nan, np.inf, np.nan]}[tree.function]
+    x, expected = zip(*_OUTSIDE[tree.function])
+    got = semantics(np.array(x))
     same = all((np.isnan(g) and np.isnan(e)) or (g == e and np.signbit(g) == np.signbit(e))
                for g, e in zip(got, expected))
-    return NONFINITE[tree.function] if same else None
+    return DOMAINS[tree.function] if same else None
 
 
 def integer_tables(tpg, prefix):
@@ -184,7 +206,7 @@ def integer_tables(tpg, prefix):
         out[k] = Table(k, f"{prefix}_{cname}_int", f"{prefix}_{cname}_table",
                        _PLACEHOLDER.sub("x", ins.c_expression), lo, hi,
                        [_c_double(float(v)) for v in values], [_c_double(float(v)) for v in values32],
-                       nonfinite_expression(ins, f))
+                       domain_of(ins, f))
     return out
 
 
@@ -320,14 +342,73 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
         plan.reused = sorted(direct)
         for n in direct:
             readers.setdefault(n, set()).add(t)
-    shared = sorted(readers)
+    memo = _memoised(tpg, teams, b) if share else {}
+    shared = sorted(set(readers) | set(memo))
     shared_set = set(shared)
     for plan in teams:
         plan.keep = [n for n in plan.compute if n in shared_set]
+        _memo_blocks(plan, memo, b, set(readers))
     visits = _static_stats(tpg, teams, b)
     used = {b.nodes[n].instruction for p in teams for n in p.compute}
+    flags = sorted(n for n in memo if any(n in p.memo and p.memo[n] for p in teams))
     return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
-                [t for k, t in sorted(all_tables.items()) if k in used])
+                [t for k, t in sorted(all_tables.items()) if k in used], flags)
+
+
+def _memoised(tpg, teams, b):
+    """<math.h> values computed by two teams one inference can both visit, neither dominating the
+    other (dominated teams already reuse the dominator's value): {node: teams computing it}. Each
+    is computed once per inference, behind a computed-flag; a libm call costs far more than the
+    flag's test."""
+    below = {}  # team -> teams reachable from it (itself excluded)
+    for p in reversed(teams):
+        out = set()
+        for e in p.edges:
+            if e.dest_team is not None:
+                child = teams[e.dest_team].team
+                out.add(child)
+                out |= below[child]
+        below[p.team] = out
+    computing = {}
+    for p in teams:
+        for n in p.compute:
+            if b.nodes[n].libm:
+                computing.setdefault(n, []).append(p.team)
+    memo = {}
+    for n, where in computing.items():
+        if any(u in below[t] for t in where for u in where if u != t):
+            memo[n] = where
+    for p in teams:
+        for n in p.compute:
+            if n in memo:
+                others = [u for u in memo[n] if u != p.team]
+                mode = (("check",) if any(p.team in below[u] for u in others) else ()) + \
+                       (("set",) if any(u in below[p.team] for u in others) else ())
+                p.memo[n] = mode
+    return memo
+
+
+def _memo_blocks(plan, memo, b, read_later):
+    """The nodes of a team computed only for one memoised value of it (not bids, not read by other
+    teams): they move inside that value's `if (!computed)` block."""
+    bids = {e.bid for e in plan.edges}
+    users = {}
+    for n in plan.compute:
+        for a in b.nodes[n].args:
+            users.setdefault(a, set()).add(n)
+    block = {}
+    for n in reversed(plan.compute):
+        if n in plan.memo:
+            block[n] = n if plan.memo[n] and "check" in plan.memo[n] else None
+            continue
+        owners = {block.get(u) for u in users.get(n, ())}
+        if n not in bids and n not in read_later and len(owners) == 1 and None not in owners:
+            block[n] = owners.pop()
+        else:
+            block[n] = None
+    plan.blocks = {m: [n for n in plan.compute if block.get(n) == m and n != m]
+                   for m in plan.memo if block.get(m) == m}
+    plan.members = {n for ns in plan.blocks.values() for n in ns}
 
 
 def _static_stats(tpg, teams, b):
@@ -339,7 +420,8 @@ def _static_stats(tpg, teams, b):
             "program_lines": gegelati_lines, "operations": ops,
             "libm_operations": sum(1 for p in teams for n in p.compute if b.nodes[n].libm),
             "single_edge_teams": sum(1 for p in teams if len(p.edges) == 1),
-            "shared_values": len({n for p in teams for n in p.keep})}
+            "shared_values": len({n for p in teams for n in p.keep}),
+            "memoised_values": len({n for p in teams for n in p.memo})}
 
 
 def file_digest(path) -> Optional[str]:
@@ -483,6 +565,7 @@ class Context:
         self.params = ", ".join(s.name for s in plan.inputs)
         self.flat_call = flat_call(plan.name, plan.inputs)
         self.tables = plan.tables
+        self.flags = plan.flags
         #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
         self.flash = storage in FLASH_STORAGES
         self.near = storage == NEAR_STORAGE
@@ -498,6 +581,11 @@ class Context:
         if node.kind != "op":
             return node.text
         return f"sh->{node.var}" if self.team_functions and node_id in self.shared_set else node.var
+
+    def flag(self, node_id):
+        """The computed-flag of a memoised node (a team visited later skips its computation)."""
+        var = f"have_{self.nodes[node_id].var}"
+        return f"sh->{var}" if self.team_functions else var
 
     def expr(self, node_id):
         """The C expression computing an op node from its operands."""
