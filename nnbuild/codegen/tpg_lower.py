@@ -39,6 +39,7 @@ class Node:
     args: Tuple[int, ...] = ()
     libm: bool = False
     origin: str = ""  # "P5 line 2" of the first line that produced it
+    chain: Tuple[int, ...] = ()  # tabled instructions applied in turn to `base`, outermost first
 
     @property
     def var(self) -> str:
@@ -66,6 +67,33 @@ class Table:
     @property
     def size(self) -> int:
         return self.hi - self.lo + 1
+
+
+@dataclass
+class Chain:
+    """Tabled one-operand instructions applied in turn to one value y (`cos(exp(y))`), tabled
+    whole on the integers lo..hi: the helper returns the entry for an integer y in range, and
+    otherwise the outer instruction's helper of the inner value, which the code computes anyway.
+    The entries compose the reference's doubles, so they are what the code computes step by step.
+    Hosts only: where double is binary32 (AVR) each step rounds to float, and libm's float results
+    are not the reference's, so there the code goes step by step."""
+
+    instructions: Tuple[int, ...]  # outermost first
+    helper: str
+    symbol: str
+    outer: str  # helper of the outermost instruction's table
+    call: str  # the composition with the operand named y, e.g. cos(exp(y))
+    lo: int
+    hi: int
+    values: List[str]
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+
+#: longest composition tabled (each one a table of its own)
+CHAIN_DEPTH = 3
 
 
 @dataclass
@@ -109,6 +137,7 @@ class Plan:
     stats: dict
     tables: List[Table] = field(default_factory=list)
     flags: List[int] = field(default_factory=list)  # memoised nodes with a computed-flag
+    chains: List["Chain"] = field(default_factory=list)  # tables of compositions (hosts only)
 
 
 def _literal(value) -> str:
@@ -211,10 +240,12 @@ def integer_tables(tpg, prefix):
 
 
 class _Builder:
-    def __init__(self, tpg, tables=None):
+    def __init__(self, tpg, tables=None, prefix="tpg"):
         self.tpg = tpg
+        self.prefix = prefix
         self.env = tpg.environment
         self.tables = tables or {}
+        self.chains: Dict[tuple, Chain] = {}
         self.nodes: List[Node] = []
         self.table: Dict[tuple, int] = {}
         self.zero = self._node(("literal", "0.0"), "literal", "0.0")
@@ -247,14 +278,48 @@ class _Builder:
                     args.append(self._node(("input", name, loc), "input", f"{name}[{loc}]"))
             key = ("op", line.instruction) + tuple(args)
             if key not in self.table:
-                if line.instruction in self.tables:
+                chain, base = self._chain(line.instruction, args)
+                if chain:
+                    expr, args = f"{self.chain_table(chain).helper}($2, $1)", args[:1] + [base]
+                elif line.instruction in self.tables:
                     expr = f"{self.tables[line.instruction].helper}($1)"
                 else:
                     expr = ins.c_expression
                 self._node(key, "op", expr, instruction=line.instruction, args=tuple(args),
-                           libm=ins.libm, origin=f"{prog.label} line {n}")
+                           libm=ins.libm, origin=f"{prog.label} line {n}", chain=chain)
             regs[line.destination] = self.table[key]
         return regs[0]
+
+    def _chain(self, instruction, args):
+        """(instructions, base node) when tabled `instruction` applies to the result of another
+        tabled one-operand instruction (a composition worth a table of its own), else ((), None)."""
+        if instruction not in self.tables or len(args) != 1:
+            return (), None
+        inner = self.nodes[args[0]]
+        if inner.kind != "op" or inner.instruction not in self.tables:
+            return (), None
+        below = inner.chain or (inner.instruction,)
+        base = inner.args[-1] if inner.chain else inner.args[0]
+        if len(below) >= CHAIN_DEPTH:
+            return (), None
+        return (instruction,) + below, base
+
+    def chain_table(self, chain) -> "Chain":
+        if chain not in self.chains:
+            import numpy as np
+
+            from nnbuild.ir import tpg_reference
+            outer = self.tables[chain[0]]
+            lo, hi = outer.lo, outer.hi
+            values = np.arange(lo, hi + 1, dtype=np.float64)
+            call = "y"
+            for k in reversed(chain):
+                values = tpg_reference.compile_semantics(self.env.instructions[k])(values)
+                call = _PLACEHOLDER.sub(call, self.env.instructions[k].c_expression)
+            names = "_".join(self.tables[k].helper[len(self.prefix) + 1:-len("_int")] for k in chain)
+            self.chains[chain] = Chain(chain, f"{self.prefix}_{names}_int", f"{self.prefix}_{names}_table",
+                                       outer.helper, call, lo, hi, [_c_double(float(v)) for v in values])
+        return self.chains[chain]
 
     def closure(self, roots, available=frozenset()):
         """Op nodes needed for `roots`, not in `available`, in creation (= dependency) order."""
@@ -301,7 +366,7 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
     """The plan of the generated code: per team (topological order) the nodes to compute and the
     edges with their bid node and destination."""
     all_tables = integer_tables(tpg, name) if tables else {}
-    b = _Builder(tpg, all_tables)
+    b = _Builder(tpg, all_tables, name)
     order = tpg.reachable()
     state = {t: k for k, t in enumerate(order)}
     bids = {}
@@ -351,8 +416,10 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
     visits = _static_stats(tpg, teams, b)
     used = {b.nodes[n].instruction for p in teams for n in p.compute}
     flags = sorted(n for n in memo if any(n in p.memo and p.memo[n] for p in teams))
+    chains = sorted({b.nodes[n].chain for p in teams for n in p.compute if b.nodes[n].chain})
     return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
-                [t for k, t in sorted(all_tables.items()) if k in used], flags)
+                [t for k, t in sorted(all_tables.items()) if k in used], flags,
+                [b.chains[ch] for ch in chains])
 
 
 def _memoised(tpg, teams, b):
@@ -566,6 +633,7 @@ class Context:
         self.flat_call = flat_call(plan.name, plan.inputs)
         self.tables = plan.tables
         self.flags = plan.flags
+        self.chains = plan.chains
         #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
         self.flash = storage in FLASH_STORAGES
         self.near = storage == NEAR_STORAGE
