@@ -138,6 +138,9 @@ class Plan:
     tables: List[Table] = field(default_factory=list)
     flags: List[int] = field(default_factory=list)  # memoised nodes with a computed-flag
     chains: List["Chain"] = field(default_factory=list)  # tables of compositions (hosts only)
+    #: inner values of compositions nothing else reads: written into the composition's expression
+    #: (evaluated only when its argument is off the table), not computed beforehand
+    inlined: set = field(default_factory=set)
 
 
 def _literal(value) -> str:
@@ -417,9 +420,34 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
     used = {b.nodes[n].instruction for p in teams for n in p.compute}
     flags = sorted(n for n in memo if any(n in p.memo and p.memo[n] for p in teams))
     chains = sorted({b.nodes[n].chain for p in teams for n in p.compute if b.nodes[n].chain})
+    inlined = _chain_inner_only(teams, b, shared_set)
+    for plan in teams:
+        plan.compute = [n for n in plan.compute if n not in inlined]
+        plan.blocks = {m: [n for n in ns if n not in inlined] for m, ns in plan.blocks.items()}
+        plan.members -= inlined
     return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
                 [t for k, t in sorted(all_tables.items()) if k in used], flags,
-                [b.chains[ch] for ch in chains])
+                [b.chains[ch] for ch in chains], inlined)
+
+
+def _chain_inner_only(teams, b, shared_set):
+    """Inner values of compositions that, in every team computing them, only that composition
+    reads (no bid, no other operation, not shared across teams, not memoised)."""
+    ok, seen = {}, set()
+    for p in teams:
+        bids = {e.bid for e in p.edges}
+        users = {}
+        for n in p.compute:
+            for a in b.nodes[n].args:
+                users.setdefault(a, []).append(n)
+        for n in p.compute:
+            seen.add(n)
+            readers = users.get(n, [])
+            only = (n not in bids and n not in shared_set and n not in p.memo and len(readers) == 1
+                    and b.nodes[readers[0]].chain and b.nodes[readers[0]].args[0] == n
+                    and b.nodes[readers[0]].args.count(n) == 1)
+            ok[n] = ok.get(n, True) and bool(only)
+    return {n for n in seen if ok.get(n)}
 
 
 def _memoised(tpg, teams, b):
@@ -634,6 +662,7 @@ class Context:
         self.tables = plan.tables
         self.flags = plan.flags
         self.chains = plan.chains
+        self.inlined = plan.inlined
         #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
         self.flash = storage in FLASH_STORAGES
         self.near = storage == NEAR_STORAGE
@@ -644,10 +673,13 @@ class Context:
         self.team_args = self.args + (f", struct {self.name}_shared *sh" if self.shared else "")
 
     def ref(self, node_id):
-        """How C code reads a node: a literal, an input element, a local, or a shared value."""
+        """How C code reads a node: a literal, an input element, a local, a shared value, or the
+        expression itself (a composition's inner value that nothing else reads)."""
         node = self.nodes[node_id]
         if node.kind != "op":
             return node.text
+        if node_id in self.inlined:
+            return self.expr(node_id)
         return f"sh->{node.var}" if self.team_functions and node_id in self.shared_set else node.var
 
     def flag(self, node_id):
