@@ -115,8 +115,8 @@ def layers_of(model, precision, input_range):
 
 def executed_log(board, program, n_out, out_dtype, cases):
     """The qemu exec log lines of one run of `program` (the runner's own launch and FIFO)."""
-    _, lines = qemu_system.run_counted(board, program, cases, n_out, out_dtype, lambda stream: list(stream))
-    return lines
+    _, log = qemu_system.run_counted(board, program, cases, n_out, out_dtype, lambda chunks: b"".join(chunks))
+    return log.decode("utf-8", "replace").splitlines()
 
 
 def masked(table, keep):

@@ -38,11 +38,15 @@ def mutate(best, lo, hi, rng, count):
     return out
 
 
-def search(run, n_in, lo, hi, rng, total, batch=BATCH):
-    """(inputs, cycles, outputs) of `total` inputs: the corners, then hill-climb rounds from the
-    slowest input so far (a mutant that ties it is taken too, to walk plateaus). `run(x)` runs a
-    batch of inputs in one simulator process: (outputs, cycles)."""
-    xs = corner_inputs(n_in, lo, hi, rng)[:total]
+def search(run, n_in, lo, hi, rng, total, batch=BATCH, extra=None):
+    """(inputs, cycles, outputs) of `total` inputs: the corners (and `extra`, inputs a caller
+    constructs for its code), then hill-climb rounds from the slowest input so far (a mutant that
+    ties it is taken too, to walk plateaus). `run(x)` runs a batch of inputs in one simulator
+    process: (outputs, cycles)."""
+    xs = corner_inputs(n_in, lo, hi, rng)
+    if extra is not None:
+        xs = np.vstack([xs, np.asarray(extra, dtype=np.float32)])
+    xs = xs[:total]
     ys, cycles = run(xs)
     best = int(np.argmax(cycles))
     while len(xs) < total:
@@ -54,10 +58,10 @@ def search(run, n_in, lo, hi, rng, total, batch=BATCH):
     return xs, np.asarray(cycles, dtype=np.int64), ys
 
 
-def check_bound(label, bound, run, n_in, lo, hi, seed, total, batch=BATCH):
+def check_bound(label, bound, run, n_in, lo, hi, seed, total, batch=BATCH, extra=None):
     """The search against `bound`: (bound / worst cycles, inputs, cycles, outputs); fails on any input
     over the bound. The figures are printed (pytest -s)."""
-    xs, cycles, ys = search(run, n_in, lo, hi, np.random.default_rng(seed), total, batch)
+    xs, cycles, ys = search(run, n_in, lo, hi, np.random.default_rng(seed), total, batch, extra)
     assert len(xs) >= total
     worst = int(cycles.max())
     print(f"\n{label}: WCET bound {bound:,} cycles, worst of {len(xs)} adversarial inputs {worst:,} "

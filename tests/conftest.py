@@ -84,6 +84,55 @@ def scons(project, *args, env=None):
                           cwd=project, capture_output=True, text=True, env=env or os.environ.copy())
 
 
+@pytest.fixture(scope="session")
+def build_cache(tmp_path_factory):
+    """The run's shared SCons CacheDir, for `scons(project, ..., f"cache={build_cache}")`: a build
+    that another test (of any worker) already made takes its cacheable steps (objects, programs,
+    simulator runs, WCET bounds) from it instead of running them again; gates, size checks and the
+    semantic check always run (NoCache). Under pytest's temporary base of this run only: every run
+    starts empty, so nothing of an older nnbuild is ever served. SCons creates it (atomically) at its
+    first use. A test that asserts what rebuilds, or what a failing step leaves, builds without it."""
+    return _run_base(tmp_path_factory) / "scons-cache"
+
+
+#: what a wheel of nnbuild is built from (a clean tree: no stale setuptools build/ of the checkout)
+WHEEL_PARTS = ("nnbuild", "toolchains", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE")
+
+
+def _run_base(tmp_path_factory):
+    """This run's temporary base, the same for every xdist worker (each has base/popen-gwN)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def nnbuild_wheel(tmp_path_factory):
+    """The nnbuild wheel of this checkout (`pip wheel --no-deps` of a clean copy), built once per run
+    and shared by the workers (a file lock: the first builds it, the others wait and read it)."""
+    import fcntl
+    root = _run_base(tmp_path_factory) / "nnbuild-wheel"
+    root.mkdir(exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wheels = list((root / "dist").glob("nnbuild-*.whl"))
+        if not wheels:
+            src = root / "src"
+            shutil.rmtree(src, ignore_errors=True)
+            for part in WHEEL_PARTS:
+                path = REPO / part
+                if path.is_dir():
+                    shutil.copytree(path, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+                elif path.exists():
+                    shutil.copy2(path, src / part)
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
+            built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"),
+                                    str(src)], cwd=root, env=env, capture_output=True, text=True)
+            assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+            wheels = list((root / "dist").glob("nnbuild-*.whl"))
+    wheel, = wheels
+    return wheel
+
+
 #: the warnings a plain `python` prints (its default filters), so in-process runs see what a shell would
 _SILENT_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 

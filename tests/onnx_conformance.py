@@ -9,6 +9,18 @@ flags, runs every recorded input (a static batch of N runs as N calls; a model o
 and outputs through its flat check vectors) and must match the recorded outputs at the float32
 floor: max |C - recorded| <= 1e-5 x max(1, max |recorded|).
 
+The wheel ships no files of the ONNX node tests, so the survey adds the node tests of the recurrent
+operators (LSTM, GRU, RNN) as the suite "node-recurrent", built by the wheel's own generators
+(onnx/backend/test/case/node/lstm.py, gru.py, rnn.py; numpy's global seed set to 0 first, since two
+of them draw random weights). Those tests declare every operand a graph input, the weights too; a
+deployed model holds its weights as initializers, and nnbuild refuses weights given at run time
+("W and R must be constants"). So, for nnbuild only, a graph input that feeds a weight slot of the
+recurrent node (W, R, B, and LSTM's peepholes P: WEIGHT_SLOTS) is folded into an initializer holding
+the value the test data records for it (the same in every data set, else nothing is folded);
+onnxruntime runs the case as recorded. Nothing else is folded: an initial state or sequence_lens
+given as an input stays an input (a state input is an argument of the C function; sequence_lens
+read at run time is refused).
+
 `python3 tests/onnx_conformance.py` prints the README's pass table (markdown).
 """
 
@@ -23,7 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-SUITES = ("pytorch-converted", "pytorch-operator", "simple")
+FILE_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
+#: the suite of the recurrent operators' node tests, made by the wheel's generators
+NODE_SUITE = "node-recurrent"
+SUITES = FILE_SUITES + (NODE_SUITE,)
+#: the recurrent operators and their input slots that hold weights (W, R, B; P for LSTM)
+WEIGHT_SLOTS = {"LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off"]
 FLOOR = 1e-5
 
@@ -33,8 +50,64 @@ def data_dir():
     return Path(onnx.__file__).resolve().parent / "backend" / "test" / "data"
 
 
+class Case:
+    """One backend case: the model and data sets onnxruntime runs (as recorded) and the ones nnbuild
+    runs (the same, but for the node tests' weights folded into initializers)."""
+
+    def __init__(self, name, ort_model, ort_sets, model=None, sets=None):
+        self.name, self.ort_model, self.ort_sets = name, ort_model, ort_sets
+        self.model = ort_model if model is None else model
+        self.sets = ort_sets if sets is None else sets
+
+
 def cases(suite):
-    return sorted(p for p in (data_dir() / suite).iterdir() if (p / "model.onnx").exists())
+    if suite == NODE_SUITE:
+        return node_cases()
+    return [Case(p.name, p / "model.onnx", data_sets(p))
+            for p in sorted(p for p in (data_dir() / suite).iterdir() if (p / "model.onnx").exists())]
+
+
+def node_cases():
+    """The node tests of LSTM, GRU and RNN from the wheel's generators, weights folded for nnbuild."""
+    import importlib
+    import onnx.backend.test.case.node as node_tests
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        made = []
+        for module in ("lstm", "gru", "rnn"):
+            before = len(node_tests._NodeTestCases)
+            importlib.import_module(f"onnx.backend.test.case.node.{module}")
+            made += node_tests._NodeTestCases[before:]
+    finally:
+        np.random.set_state(state)
+    out = []
+    for case in made:
+        sets = [(list(i), list(o)) for i, o in case.data_sets]
+        model, kept = fold_weights(case.model, sets)
+        out.append(Case(case.name, case.model, sets, model, kept))
+    return sorted(out, key=lambda c: c.name)
+
+
+def fold_weights(model, sets):
+    """(the model with the graph inputs that feed a recurrent node's weight slot made initializers of
+    their recorded values, the data sets without those inputs); unchanged where the values differ
+    between the data sets."""
+    import onnx
+    from onnx import numpy_helper
+    names = [i.name for i in model.graph.input]
+    weights = {node.input[k] for node in model.graph.node if node.op_type in WEIGHT_SLOTS
+               for k in WEIGHT_SLOTS[node.op_type] if k < len(node.input) and node.input[k] in names}
+    fold = [k for k, n in enumerate(names) if n in weights
+            and all(np.array_equal(inputs[k], sets[0][0][k]) for inputs, _ in sets)]
+    if not fold:
+        return model, sets
+    folded = onnx.ModelProto()
+    folded.CopyFrom(model)
+    del folded.graph.input[:]
+    folded.graph.input.extend(i for k, i in enumerate(model.graph.input) if k not in fold)
+    folded.graph.initializer.extend(numpy_helper.from_array(sets[0][0][k], names[k]) for k in fold)
+    return folded, [([a for k, a in enumerate(inputs) if k not in fold], outputs) for inputs, outputs in sets]
 
 
 def data_sets(case):
@@ -59,9 +132,11 @@ def onnxruntime_passes(case):
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 4
-        session = ort.InferenceSession(str(case / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        model = case.ort_model
+        session = ort.InferenceSession(str(model) if isinstance(model, Path) else model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
         names = [i.name for i in session.get_inputs()]
-        for inputs, outputs in data_sets(case):
+        for inputs, outputs in case.ort_sets:
             got = session.run(None, dict(zip(names, inputs)))
             if len(got) != len(outputs):
                 return False
@@ -88,14 +163,20 @@ def run_nnbuild(case, workdir):
     from nnbuild import codegen, frontends
     from nnbuild.errors import NNBuildError
     from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+    path = case.model
+    if not isinstance(path, Path):   # a node test: the model file nnbuild reads, weights folded
+        import onnx
+        path = Path(workdir) / case.name / "model.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(case.model, str(path))
     try:
-        model = frontends.load(case / "model.onnx")
+        model = frontends.load(path)
     except NNBuildError as error:
         message = str(error)
         if "\n" in message.strip():
             return "fail", f"refusal of more than one line: {message!r}"
         return "refused", message
-    out = Path(workdir) / case.name
+    out = Path(workdir) / case.name / "gen"
     try:
         codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
     except NNBuildError as error:
@@ -111,7 +192,7 @@ def run_nnbuild(case, workdir):
     worst = 0.0
     in_sizes = [int(np.prod(shape)) for _, shape in model.inputs]
     out_sizes = [int(np.prod(shape)) for shape in model.output_shapes()]
-    for inputs, outputs in data_sets(case):
+    for inputs, outputs in case.sets:
         if len(inputs) != len(in_sizes) or len(outputs) != len(out_sizes):
             return "fail", f"{len(inputs)} inputs / {len(outputs)} outputs recorded, the model has {len(in_sizes)} / {len(out_sizes)}"
         rows = inputs[0].size // in_sizes[0]

@@ -33,7 +33,7 @@ LARGE_STORAGES = {"f1tenth-q16-acc32": ("avr-progmem-far",), "f1tenth-q8": ("avr
 SMALL_STORAGES = {"tinycnn-v3-q16": ("const",), "tinycnn-v3-q16-acc32": ("avr-progmem-far",),
                   "tinycnn-v3-q8": ("avr-progmem-near",),
                   **{f"{name}-int8": ("avr-progmem-far",) for name in
-                     ("mlp", "core", "arith", "pooled", "conv1d", "merge", "mixed", "extra", "acts")}}
+                     ("mlp", "core", "arith", "pooled", "conv1d", "merge", "mixed", "extra", "acts", "kws_lstm")}}
 
 
 def storages_of(label, storages):

@@ -140,7 +140,7 @@ CASES = [
     # the int8 precision (shape tflm): every operator it generates is in one of these fixtures
     case("cnn-int8", example(TFLITE / "cnn_int8.tflite"), "tflm", "int8"),
     *(case(f"{m}-int8", example(TFLITE / f"{m}_int8.tflite"), "tflm", "int8", marks=E2E)
-      for m in ("arith", "merge", "extra", "mixed", "core")),
+      for m in ("arith", "merge", "extra", "mixed", "core", "kws_lstm")),
     case("lenet5-v2-q16-acc32", example(EX / "lenet5" / "lenet5.h5"), "v2", "q16-acc32", storages=("avr-progmem-far",),
          marks=E2E),
 ]

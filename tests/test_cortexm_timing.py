@@ -120,6 +120,24 @@ def test_an_executed_instruction_without_a_cost_stops_the_count_in_one_line():
     assert qemu_system.cycles_per_call(outside, 0x100, {0x204}, table) == [3 + 1 + 4 + 6]
 
 
+def test_the_log_read_in_any_pieces_and_in_either_form_gives_the_same_cycles(monkeypatch):
+    """The runner reads the exec log in FIFO chunks, exec lines by their slashes: a chunk boundary
+    anywhere (inside a listing, inside a line) and a log that is not of QEMU's usual form (read by
+    the regex instead) give the cycles of the line-by-line reading."""
+    table, _ = timing.cost_table(OBJDUMP, "cortex-m4")
+    events = [("IN", [0x100, 0x102, 0x104]), ("IN", [0x106]), ("IN", [0x10a]), ("IN", [0x204]),
+              0x204, 0x100, 0x106, 0x10a, 0x204, 0x100, 0x10a, 0x204, 0x100, 0x106, ("IN", [0x10a]), 0x10a, 0x204]
+    usual = "".join(log_of(*events)).encode()
+    expected = [3 + 1 + 1 + 1 + 6, 3 + 1 + 4 + 6, 3 + 1 + 1 + 1 + 6]
+    assert qemu_system.cycles_per_call(log_of(*events), 0x100, {0x204}, table) == expected
+    odd = usual.replace(b"IN: f\n", b"IN: f/odd\n", 1)   # a slash outside the exec lines: the regex reads it
+    monkeypatch.setattr(qemu_system, "_PIECE", 1)   # each chunk read on its own
+    for log in (usual, odd):
+        for cut in range(1, len(log), 23):
+            pieces = iter([log[:cut], log[cut:]])
+            assert qemu_system.cycles_per_call_in_log(pieces, 0x100, {0x204}, table) == expected, (log, cut)
+
+
 def test_boards_name_machines_and_cost_models_the_runner_has():
     schema = boards.schema()["properties"]
     assert set(schema["qemu_machine"]["enum"]) == set(qemu_system.MACHINES)

@@ -6,7 +6,6 @@ nnbuild wheel, as a new user would copy and paste them."""
 import os
 import re
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -62,14 +61,12 @@ def test_no_page_of_the_manual_carries_a_commit_hash():
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory):
+def wheel_venv(tmp_path_factory, nnbuild_wheel):
     """A fresh venv holding the nnbuild wheel built from this checkout (dependencies from this
     interpreter's site-packages), with the console scripts its dependencies would install."""
     root = tmp_path_factory.mktemp("readme")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(REPO)],
-                   check=True, capture_output=True, env=env)
-    wheel, = (root / "dist").glob("nnbuild-*.whl")
+    wheel = nnbuild_wheel
     venv.create(root / "venv", system_site_packages=True, with_pip=True)
     bin_dir = root / "venv" / "bin"
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],

@@ -334,11 +334,13 @@ def test_an_empty_prefix_gives_bare_api_names(tmp_path, cache):
 
 @pytest.mark.e2e  # cppcheck
 @pytest.mark.skipif(not shutil.which("cppcheck"), reason="cppcheck not installed (bash scripts/setup.sh)")
-@pytest.mark.parametrize("precision", ["float32", "fixed6.10"])
-def test_cppcheck_finds_nothing(tmp_path, precision):
-    """The house's cppcheck families (tests/test_c_warnings.py) on both arithmetics."""
+@pytest.mark.parametrize("precision, storage", [("float32", "const"), ("fixed6.10", "const"),
+                                               ("float32", "avr-progmem-far")])
+def test_cppcheck_finds_nothing(tmp_path, precision, storage):
+    """The house's cppcheck families (tests/test_c_warnings.py) on both arithmetics and on AVR's
+    value-fact shape."""
     from test_c_cppcheck import CPPCHECK
-    files = generator.render(gravity_g.load(program(tmp_path, MNIST)), precision=precision)
+    files = generator.render(gravity_g.load(program(tmp_path, MNIST)), precision=precision, storage=storage)
     for name in ("mnist.c", "mnist.h"):
         (tmp_path / name).write_text(files[name])
     subprocess.run(CPPCHECK + [str(tmp_path / "mnist.c")], check=True)
@@ -470,3 +472,91 @@ def test_every_program_generate_accepts_compiles_for_its_board(tmp_path):
                                cwd=out, check=True)
                 compiled += 1
     assert compiled >= 30
+
+
+# --------------------------------------------------------------------------- AVR's value-fact shape
+
+BLOB_DRIVER = r"""
+#include <stdio.h>
+#include "net.h"
+
+static float blob[NET_MEMORY_SIZE / sizeof(float)];
+static float x[NET_BATCH * NET_INPUTS], y[NET_BATCH * NET_OUTPUTS];
+
+/* stdin: the blob, a batch of inputs, its targets; stdout: activate on the first input, then the
+ * blob after one train step */
+int main(void)
+{
+    const float *out;
+    if (fread(blob, sizeof blob, 1, stdin) != 1 || fread(x, sizeof x, 1, stdin) != 1
+        || fread(y, sizeof y, 1, stdin) != 1) return 2;
+    out = (const float *)nt_activate(blob, x);
+    fwrite(out, sizeof(float), NET_OUTPUTS, stdout);
+    nt_train(blob, x, y);
+    fwrite(blob, sizeof blob, 1, stdout);
+    return 0;
+}
+"""
+
+
+def avr_shape_on_the_host(tmp_path, text):
+    """The C an AVR board gets (value-fact shape), compiled by gcc: (model, plan, run(blob, x, y))."""
+    model = gravity_g.parse("net.g", text)
+    files = generator.render(model, storage="avr-progmem-far")
+    for name in ("net.c", "net.h"):
+        (tmp_path / name).write_text(files[name])
+    (tmp_path / "driver.c").write_text(BLOB_DRIVER)
+    exe = tmp_path / "net"
+    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{tmp_path}",
+                    str(tmp_path / "driver.c"), str(tmp_path / "net.c"), "-o", str(exe), "-lm"], check=True)
+    plan = ir.plan(model)
+
+    def run(blob, x, y):
+        stdin = np.asarray(blob, np.float32).tobytes() + np.asarray(x, np.float32).tobytes() + \
+            np.asarray(y, np.float32).tobytes()
+        out = np.frombuffer(subprocess.run([str(exe)], input=stdin, capture_output=True, check=True).stdout,
+                            np.float32)
+        return out[:model.output_size], ir.unpack(plan, out[model.output_size:])
+    return model, plan, files, run
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_the_avr_value_fact_shape_stays_at_the_float_floor(tmp_path, batch):
+    """Flushes below 2^-63, sign-split sums, softmax's expf cut at -17.5, batch 1's stored gradient
+    sums: activate and one train step against float64, with tiny inputs (flushed) and weights
+    scaled so some softmax terms fall below the cut."""
+    model, plan, files, run = avr_shape_on_the_host(tmp_path, small("relu", "softmax", "cross_entropy", "float",
+                                                                    batch=batch))
+    rng = np.random.default_rng(9)
+    for scale in (1.0, 40.0):
+        weights = [(w * scale, b + 0.1 * scale) for w, b in ir.unpack(plan, ir.initial_blob(plan, 3))]
+        x = rng.uniform(-1, 1, (batch, 5)).astype(np.float32)
+        x[0, :2] = [1e-40, -3e-20]   # a subnormal and a value below 2^-63: flushed
+        y = np.eye(4)[rng.integers(0, 4, batch)]
+        weights = [(w.astype(np.float32), b.astype(np.float32)) for w, b in weights]
+        outputs, after = run(ir.pack(plan, weights), x, y)
+        expected = ir.activate(model, weights, x[:1])[0]
+        assert np.abs(outputs - expected).max() < 2e-6
+        if scale > 1:
+            assert expected.min() < np.exp(generator.SOFTMAX_CUT)   # the cut runs
+        for (w, b), (ew, eb) in zip(after, ir.train_step(model, weights, x, y)):
+            floor = 1e-6 * max(1.0, np.abs(ew).max(), np.abs(eb).max())   # float32 relative to the largest
+            assert np.abs(w - ew).max() < floor and np.abs(b - eb).max() < floor
+
+
+def test_value_facts_mark_every_soft_float_operation_they_cover(tmp_path):
+    """AVR float32: a mul fact per multiply line, an add fact per sign-split addition, softmax's
+    exp, sum and division; host code and fixed point carry none."""
+    model = gravity_g.parse("net.g", small("relu", "softmax", "cross_entropy", "float", batch=1))
+    files = generator.render(model, storage="avr-progmem-far")
+    code, facts = files["net.c"].splitlines(), files["net.flowfacts.json"]["values"]
+    ops = {}
+    for fact in facts:
+        ops.setdefault(fact["op"], []).append(code[fact["line"] - 1])
+    assert all("*" in line for line in ops["mul"]) and len(ops["mul"]) == 3 * 2 + 2 + 1   # affine, gw, back, update
+    assert all("+=" in line or "-=" in line for line in ops["add"])
+    assert ["expf(d)" in line for line in ops["exp"]] == [True] and ["/= sum" in line for line in ops["div"]] == [True]
+    assert "gv_axpy" not in files["net.c"] and "2^-63" in files["net.c"]
+    for storage, precision in (("const", None), ("avr-progmem-far", "fixed8.8")):
+        other = generator.render(model, storage=storage, precision=precision)
+        assert not other["net.flowfacts.json"].get("values")

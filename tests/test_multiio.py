@@ -2,7 +2,9 @@
 the generated C API takes one argument per input and per output (named from the model's checked
 identifiers, in the model's order), the check program splits its flat vectors into them, check
 data may hold one array per argument. Checked against onnxruntime at the float32 floor; the e2e
-tier compiles every float shape and runs `nnbuild check` on AVR."""
+tier compiles every float shape and runs `nnbuild check` on AVR. The fixed-point precisions (shapes
+v1, v2 and v3) take and return each argument too, bit for bit their numpy model (graph_bitexact.run_graph),
+on the host, on AVR (with a WCET bound) and on qemu-arm."""
 
 import json
 import re
@@ -64,6 +66,24 @@ def conv_and_side(tmp_path, name="cside"):
     return _save(tmp_path, name, nodes, [("x", [1, 2, 5, 5]), ("v", [1, 3])], ["c", "mix", "t"], [k])
 
 
+def fixed_friendly(tmp_path, name="fio"):
+    """Inputs a [1, 4], b [1, 3] -> outputs relu(a @ Wa) [1, 3] (also read by a later layer),
+    concat(it, tanh(b @ Wb)) @ Wc [1, 2] and tanh(b @ Wb) [1, 3]: layers every fixed-point plan has,
+    outputs of three formats."""
+    rng = np.random.default_rng(4)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.6).astype(np.float32), name)
+    nodes = [helper.make_node("MatMul", ["a", "Wa"], ["ma"], name="da"),
+             helper.make_node("Relu", ["ma"], ["ra"], name="ra"),
+             helper.make_node("MatMul", ["b", "Wb"], ["mb"], name="db"),
+             helper.make_node("Tanh", ["mb"], ["tb"], name="tb"),
+             helper.make_node("Concat", ["ra", "tb"], ["cat"], name="cat", axis=1),
+             helper.make_node("MatMul", ["cat", "Wc"], ["y"], name="dc")]
+    return _save(tmp_path, name, nodes, [("a", [1, 4]), ("b", [1, 3])], ["ra", "y", "tb"],
+                 [weight("Wa", 4, 3), weight("Wb", 3, 3), weight("Wc", 6, 2)])
+
+
 def feeds_for(path, seed=3, cases=4):
     """(onnxruntime's {name: [cases, ...]} inputs, its outputs per case concatenated: [cases, n])."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -80,9 +100,9 @@ def within_floor(got, want):
     return float(np.max(np.abs(np.asarray(got, np.float64) - want))) <= FLOOR * max(1.0, float(np.max(np.abs(want))))
 
 
-def build(tmp_path, model, shape="v2", precision="float32"):
+def build(tmp_path, model, shape="v2", precision="float32", input_range=None):
     out = tmp_path / f"gen_{shape}_{precision}"
-    codegen.generate(model, out, shape=shape, precision=precision, passes_log=[])
+    codegen.generate(model, out, shape=shape, precision=precision, passes_log=[], input_range=input_range)
     exe = out / "check"
     subprocess.run(["gcc", "-O1", *WARNINGS, f"-I{out}",
                     *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size,
@@ -220,7 +240,7 @@ def test_single_io_header_and_check_defines_are_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("shape,precision,match", [
-    ("v2", "q16", "precision 'q16' generates one input to one output; model 'mio' has 2 inputs and 2 outputs"),
+    ("v2", "fix16", "shape v2 does not generate precision 'fix16'"),
     ("mlp", "float32", "shape mlp generates one input to one output; model 'mio' has 2 inputs and 2 outputs"),
 ])
 def test_what_cannot_take_several_arguments_is_refused_in_one_line(tmp_path, shape, precision, match):
@@ -356,3 +376,193 @@ def test_nnbuild_check_on_the_qemu_runners_with_the_flat_x(tmp_path, target, sha
     runs = json.loads(run.stdout)["semantic"]["runs"]
     assert all(r["vs_framework"] <= 1e-5 * max(1.0, float(np.max(np.abs(want)))) for r in runs.values()), runs
     assert all([o["output"] for o in r["max_abs_error_by_output"]] == ["out_r", "out_p"] for r in runs.values()), runs
+
+
+# ----------------------------------------------------------------------------- fixed point
+
+
+FIXED_RANGE = (-2.0, 2.0)
+
+
+def fixed_cases(path, cases=6):
+    """Inputs beyond the declared range too (the code clamps them, as the numpy model does)."""
+    x, _ = feeds_for(path, cases=cases)
+    return np.concatenate([x, np.random.default_rng(8).uniform(-3, 3, (cases, x.shape[1])).astype(np.float32)])
+
+
+def test_fixed_point_plan_keeps_every_input_and_output(tmp_path):
+    from nnbuild.numerics import graph_plan
+    model = frontends.load(fixed_friendly(tmp_path))
+    plan = graph_plan.quantize_graph(model, "q16", FIXED_RANGE)
+    assert [n for n, _ in plan.inputs] == ["a", "b"] and list(plan.output_names) == list(model.outputs)
+    assert len({f.frac for f in plan.output_formats}) == 3   # three output conversions
+    codegen.generate(model, tmp_path / "gen", shape="v2", precision="q16", input_range=FIXED_RANGE)
+    header = (tmp_path / "gen" / "fio.h").read_text()
+    assert "void fio_infer(const float in_a[4], const float in_b[3], float out_ra[3], float out_y[2], " \
+           "float out_tb[3]);" in header
+
+
+@pytest.mark.parametrize("shape,precision", [("v2", "q16"), pytest.param("v1", "q16", marks=pytest.mark.e2e),
+                                             pytest.param("v1", "q8", marks=pytest.mark.e2e),
+                                             pytest.param("v2", "q16-acc32", marks=pytest.mark.e2e),
+                                             pytest.param("v2", "q8", marks=pytest.mark.e2e),
+                                             pytest.param("v3", "q16-acc32", marks=pytest.mark.e2e),
+                                             pytest.param("v3", "q8", marks=pytest.mark.e2e)])
+def test_fixed_point_c_is_its_numpy_model_bit_for_bit(tmp_path, shape, precision):
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    path = fixed_friendly(tmp_path)
+    model = frontends.load(path)
+    x = fixed_cases(path)
+    _, exe = build(tmp_path, model, shape, precision, input_range=FIXED_RANGE)
+    got = native.run_cases(exe, x, model.output_size).astype(np.float32)
+    want = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, FIXED_RANGE), x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.e2e
+@needs_avr
+@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
+def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape):
+    """`nnbuild check` in q16-acc32 on AVR: the simavr outputs are the numpy model's bit for bit and
+    builtin-avr bounds the inference."""
+    from nnbuild.numerics import graph_bitexact, graph_plan
+    path = fixed_friendly(tmp_path)
+    model, _ = passes.run(frontends.load(path))   # what `nnbuild check` generates from (activations fused)
+    x, _ = feeds_for(path, cases=6)   # within the declared range: the gate compares with the float64 reference
+    want = graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q16-acc32", FIXED_RANGE), x)
+    np.savez(tmp_path / "data.npz", x=x)
+    build_dir = tmp_path / "build"
+    run = _cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--precision",
+               "q16-acc32", "--range=-2,2", "--shape", shape, "--build-dir", str(build_dir))
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = np.load(build_dir / "run_simavr.npz")
+    got = np.asarray(record["outputs"], np.float32).reshape(want.shape)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    bound = _cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "fio_infer", "--flowfacts",
+                 str(build_dir / "gen" / "fio.flowfacts.json"), "-o", str(tmp_path / "wcet.json"))
+    assert bound.returncode == 0, bound.stderr
+    cycles = json.loads((tmp_path / "wcet.json").read_text())["cycles"]
+    print(f"\n{shape} q16-acc32 on AVR: measured max {int(record['cycles'].max())} cycles, bound {cycles}")
+    # v1's generic kernels are bounded by their largest entry's loops (every entry charged the same)
+    assert record["cycles"].max() <= cycles <= (1.5 if shape == "v1" else 1.1) * record["cycles"].max()
+
+
+@pytest.mark.e2e
+def test_fixed_point_on_qemu_arm(tmp_path):
+    if not have("arm-none-eabi-gcc", "qemu-arm"):
+        pytest.skip("needs arm-none-eabi-gcc, qemu-arm")
+    path = fixed_friendly(tmp_path)
+    x, want = feeds_for(path, cases=4)
+    np.savez(tmp_path / "data.npz", x=x, y=want)
+    run = _cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--precision", "q8",
+               "--range=-2,2", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    runs = json.loads(run.stdout)["semantic"]["runs"]
+    assert all([o["output"] for o in r["max_abs_error_by_output"]] == ["out_ra", "out_y", "out_tb"]
+               for r in runs.values()), runs
+
+
+# ----------------------------------------------------------------------------- int8 (shape tflm)
+
+
+TFLITE_INT8 = REPO / "tests" / "data" / "tflite" / "multiio_int8.tflite"
+
+
+def int8_cases(count=8):
+    x = np.random.default_rng(1).integers(-128, 128, (count, 8))
+    x[0], x[1] = -128, 127
+    return x
+
+
+def test_int8_fixture_is_what_the_script_writes():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_multiio", TFLITE.with_name("make_multiio.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.build(int8=True) == TFLITE_INT8.read_bytes()
+
+
+def test_int8_arguments_keep_their_own_quantization(tmp_path):
+    """Each input and output of a full-integer model is an int8 argument with its own scale and zero
+    point (header macros); the bit-exact model takes and gives each."""
+    from nnbuild.numerics import tflm_int8
+    model = frontends.load(TFLITE_INT8)
+    assert model.several_io and (model.input_size, model.output_size) == (8, 7)
+    assert [(a["name"], a["zero_point"]) for a in model.arguments()] == [
+        ("in_a", 0), ("in_b", 3), ("out_dense", -128), ("out_product", 2)]
+    codegen.generate(model, tmp_path / "gen", shape="tflm", precision="int8")
+    header = (tmp_path / "gen" / "multiio_int8.h").read_text()
+    assert "void multiio_int8_infer(const int8_t in_a[4], const int8_t in_b[4], int8_t out_dense[3], " \
+           "int8_t out_product[4]);" in header
+    for macro in ("MULTIIO_INT8_IN_B_ZERO_POINT (3)", "MULTIIO_INT8_OUT_PRODUCT_SCALE 0.125f",
+                  "MULTIIO_INT8_INFER_ARGS(in, out) (in) + 0, (in) + 4, (out) + 0, (out) + 3"):
+        assert f"#define {macro}" in header, macro
+    dense, product = tflm_int8.run(model.graph, [np.full(4, 16), np.full(4, 23)])   # a = 1.0, b = 1.0
+    assert product.tolist() == [10] * 4   # 1.0 * 1.0 at scale 1/8, zero point 2
+
+
+TFLM_GOLDENS = TFLITE_INT8.with_name("multiio_int8_tflm.npz")
+
+
+def test_int8_model_is_tflite_micro_bit_for_bit():
+    """The bit-exact model against TFLite Micro's own interpreter (goldens made by
+    `make_fixtures.py multiio` in TensorFlow's environment), each argument in and out."""
+    from nnbuild.numerics import tflm_int8
+    model = frontends.load(TFLITE_INT8)
+    golden = np.load(TFLM_GOLDENS)
+    for case in range(len(golden["in_a"])):
+        dense, product = tflm_int8.run(model.graph, [golden["in_a"][case], golden["in_b"][case]])
+        assert np.array_equal(np.asarray(dense).ravel(), golden["out_dense"][case]), case
+        assert np.array_equal(np.asarray(product).ravel(), golden["out_product"][case]), case
+
+
+@pytest.mark.e2e  # gcc
+def test_int8_c_is_tflm_bit_for_bit_on_the_host(tmp_path):
+    from nnbuild.kinds import int8 as int8_kind
+    model = frontends.load(TFLITE_INT8)
+    out = tmp_path / "gen"
+    codegen.generate(model, out, shape="tflm", precision="int8")
+    exe = tmp_path / "check"
+    subprocess.run(["gcc", "-O1", *WARNINGS, f"-I{out}",
+                    *[f"-D{k}={v}" for k, v in int8_kind.check_defines(model.name)],
+                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(int8_kind.check_main()),
+                    "-o", str(exe)], check=True, capture_output=True, text=True)
+    x = int8_cases()
+    want = int8_kind.reference_arrays(model, 0, 0, None, None)   # no cases: the arrays' layout
+    assert want["output_names"].tolist() == ["out_dense", "out_product"]
+    expected = np.stack([int8_kind._run_flat(model, row) for row in x])
+    assert np.array_equal(native.run_cases(exe, x.astype(np.float32), model.output_size), expected)
+    golden = np.load(TFLM_GOLDENS)
+    tflm_in = np.hstack([golden["in_a"], golden["in_b"]]).astype(np.float32)
+    tflm_out = np.hstack([golden["out_dense"], golden["out_product"]])
+    assert np.array_equal(native.run_cases(exe, tflm_in, model.output_size), tflm_out)
+
+
+@pytest.mark.e2e
+@needs_avr
+def test_int8_on_avr_with_one_array_per_argument_bit_exact_and_bounded(tmp_path):
+    x = int8_cases()
+    np.savez(tmp_path / "data.npz", in_a=x[:, :4].astype(np.int8), in_b=x[:, 4:].astype(np.int8))
+    build_dir = tmp_path / "build"
+    run = _cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--build-dir",
+               str(build_dir), "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    avr = next(v for k, v in json.loads(run.stdout)["semantic"]["runs"].items() if k != "host")
+    assert avr["max_abs_error"] == 0 and [o["output"] for o in avr["max_abs_error_by_output"]] == [
+        "out_dense", "out_product"], avr
+    bound = _cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "multiio_int8_infer",
+                 "--flowfacts", str(build_dir / "gen" / "multiio_int8.flowfacts.json"), "-o", str(tmp_path / "w.json"))
+    assert bound.returncode == 0, bound.stderr
+    cycles = np.load(build_dir / "run_simavr.npz")["cycles"]
+    assert cycles.max() <= json.loads((tmp_path / "w.json").read_text())["cycles"] < 2 * cycles.max()
+
+
+@pytest.mark.e2e
+def test_int8_on_qemu_arm(tmp_path):
+    if not have("arm-none-eabi-gcc", "qemu-arm"):
+        pytest.skip("needs arm-none-eabi-gcc, qemu-arm")
+    x = int8_cases(4)
+    np.savez(tmp_path / "data.npz", x=x.astype(np.float32))
+    run = _cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert all(r["max_abs_error"] == 0 for r in json.loads(run.stdout)["semantic"]["runs"].values())

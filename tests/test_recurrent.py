@@ -1,4 +1,4 @@
-"""Recurrent models (issue 28): ONNX LSTM and GRU, PyTorch's exports of them and TFLite's
+"""Recurrent models (issue 28): ONNX LSTM, GRU and RNN, PyTorch's exports of them and TFLite's
 UNIDIRECTIONAL_SEQUENCE_LSTM, all through the IR's one Recurrent layer.
 
 The IR reference (float32 and float64) is compared at the float32 floor with onnxruntime (the
@@ -28,14 +28,16 @@ ort = pytest.importorskip("onnxruntime")
 DATA = Path(__file__).resolve().parent / "data"
 TORCH = sorted(p.stem for p in (DATA / "onnx_recurrent").glob("*.onnx"))
 STEPS, FEATURES, HIDDEN = 5, 3, 4
+#: gates of each ONNX recurrent op (W and R hold gates * hidden rows per direction)
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def recurrent_model(tmp_path, name, op="LSTM", direction="forward", layout=0, output="Y", attrs=None,
                     peepholes=False, initial=False, steps=STEPS, seed=0, extra_inputs=None, x_shape=None,
                     hidden=HIDDEN, features=FEATURES):
-    """A one-node LSTM/GRU graph with random weights, input [steps, 1, F] (layout 0) or [1, steps, F]."""
+    """A one-node LSTM/GRU/RNN graph with random weights, input [steps, 1, F] (layout 0) or [1, steps, F]."""
     rng = np.random.default_rng(seed)
-    dirs, gates = (2 if direction == "bidirectional" else 1), (4 if op == "LSTM" else 3)
+    dirs, gates = (2 if direction == "bidirectional" else 1), GATES[op]
 
     def weights(*shape, scale=0.5):
         return (rng.normal(size=shape) * scale).astype(np.float32)
@@ -113,6 +115,11 @@ CASES = {
     "gru_bidirectional_last": {"op": "GRU", "direction": "bidirectional", "output": "Y_h"},
     "gru_clip_initial": {"op": "GRU", "initial": True, "attrs": {"clip": 0.5}},
     "gru_layout1": {"op": "GRU", "layout": 1},
+    "rnn": {"op": "RNN"},
+    "rnn_relu_reverse": {"op": "RNN", "direction": "reverse", "attrs": {"activations": ["Relu"]}},
+    "rnn_bidirectional_last": {"op": "RNN", "direction": "bidirectional", "output": "Y_h", "initial": True},
+    "rnn_sigmoid_clip": {"op": "RNN", "attrs": {"activations": ["Sigmoid"], "clip": 0.6}},
+    "rnn_layout1": {"op": "RNN", "layout": 1, "direction": "bidirectional"},
 }
 
 
@@ -198,6 +205,10 @@ def refusal(tmp_path, **keywords):
     ({"extra_inputs": lambda i, w: (i + ["lens"], {**w, "lens": np.array([3], np.int32)})},
      "sequence_lens other than the constant sequence length 5"),
     ({"direction": "sideways"}, "attribute direction 'sideways' is not one of forward, reverse"),
+    ({"op": "RNN", "attrs": {"activations": ["Tanh", "Tanh"]}}, "2 activations for 1 direction(s) (expected 1)"),
+    ({"op": "RNN", "attrs": {"activations": ["LeakyRelu"], "activation_alpha": [0.1]}},
+     "attribute activation_alpha is not supported"),
+    ({"op": "RNN", "attrs": {"activations": ["Softsign"]}}, "activation 'Softsign' is not supported"),
 ])
 def test_refusals_name_file_and_node(tmp_path, keywords, words):
     message = refusal(tmp_path, **keywords)
@@ -208,7 +219,7 @@ def state_model(tmp_path, op, direction):
     """x, h0 (and c0 for LSTM) as model inputs [.., 1, ..] (layout 0), Y_h (and Y_c) as outputs:
     a streaming caller feeds back the state it got."""
     rng = np.random.default_rng(17)
-    dirs, gates = (2 if direction == "bidirectional" else 1), (4 if op == "LSTM" else 3)
+    dirs, gates = (2 if direction == "bidirectional" else 1), GATES[op]
 
     def weights(*shape):
         return numpy_helper.from_array((rng.normal(size=shape) * 0.5).astype(np.float32))
@@ -232,7 +243,7 @@ def state_model(tmp_path, op, direction):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op, direction", [("LSTM", "forward"), ("GRU", "bidirectional")])
+@pytest.mark.parametrize("op, direction", [("LSTM", "forward"), ("GRU", "bidirectional"), ("RNN", "bidirectional")])
 def test_initial_state_inputs_are_arguments(tmp_path, op, direction, backend):
     """An initial state computed from the model's inputs is read from its tensor: the C function
     takes it as an argument (and returns Y_h/Y_c), so the state is the caller's, never hidden."""
@@ -305,9 +316,9 @@ def test_repeated_calls_give_one_answer(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 def test_avr_run_and_wcet_bound(tmp_path, op):
-    """One LSTM and one GRU (8 steps, 4 features, 8 units, last hidden state) checked on simavr and
+    """One LSTM, one GRU and one RNN (8 steps, 4 features, 8 units, last hidden state) checked on simavr and
     bounded by builtin-avr: the bound covers every measured run."""
     import shutil
     if not shutil.which("avr-gcc"):

@@ -6,7 +6,6 @@ null build that does nothing, and a weight change that reruns only its model's c
 import os
 import shutil
 import subprocess
-import sys
 import venv
 
 import h5py
@@ -17,7 +16,6 @@ from conftest import REPO, have
 
 pytestmark = pytest.mark.e2e
 
-PACKAGE_PARTS = ("nnbuild", "toolchains", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE")
 MODELS = ("xor", "f1tenth")
 
 
@@ -29,19 +27,11 @@ def run(cmd, cwd, env, check=True):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(tmp_path_factory, nnbuild_wheel):
     """(python of a fresh venv with the nnbuild wheel, environment, work dir holding the examples)."""
     root = tmp_path_factory.mktemp("user")
-    src = root / "src"
-    for part in PACKAGE_PARTS:  # a clean tree: no stale setuptools build/ of the checkout
-        path = REPO / part
-        if path.is_dir():
-            shutil.copytree(path, src / part, ignore=shutil.ignore_patterns("__pycache__"))
-        elif path.exists():
-            shutil.copy2(path, src / part)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(src)], root, env)
-    wheel, = (root / "dist").glob("nnbuild-*.whl")
+    wheel = nnbuild_wheel
     # the dependencies (numpy, scipy, h5py, jinja2, scons) come from this interpreter's site-packages
     venv.create(root / "venv", system_site_packages=True, with_pip=True)
     python = str(root / "venv" / "bin" / "python")

@@ -6,6 +6,11 @@ coordinate-wise hill-climb on simavr cycles from the slowest of them; at least 5
 batches by one simavr process each. The bound must never be beaten; the worst ratio is printed
 (run with -s). The MLP shape's value facts and the library path entries conditioned on them are
 checked routine by routine in test_wcet_avr_value_facts.py; this is the whole-program check.
+
+Besides the input-space search, `exp_slow_inputs` aims at the output activation: avr-libc's expf
+runs longest when frac(|z| * log2(e)) is tiny (its polynomial's products denormalise), so inputs
+are solved (bisection along a line of the input space, on a float64 model of the Dense layers)
+to put the output neuron's pre-activation z at +-k ln 2, then nudged by a few ulps.
 """
 
 import json
@@ -13,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import REPO, needs_avr
+from conftest import REPO, needs_avr, slow
 from nnbuild import pipeline, wcet
 from nnbuild.runners import simavr
 
@@ -24,6 +29,47 @@ pytestmark = [pytest.mark.e2e, needs_avr]
 XOR = REPO / "firmware_examples/xor/xor.h5"
 #: inputs per build: the fixed set plus this many hill-climb runs (>= 500 in all)
 CLIMB_RUNS = 240
+
+
+def dense_preactivation(model, x):
+    """The last Dense layer's pre-activation (float64) of a model of Dense layers, per input row."""
+    acts = {"relu": lambda v: np.maximum(v, 0.0), "linear": lambda v: v, "tanh": np.tanh,
+            "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v))}
+    v = np.asarray(x, np.float64)
+    for k, layer in enumerate(model.layers):
+        v = v @ layer.kernel.astype(np.float64) + layer.bias.astype(np.float64)
+        if k < len(model.layers) - 1:
+            v = acts[layer.activation](v)
+    return v[:, 0]
+
+
+def exp_slow_inputs(model, lo, hi, rng, nudges=(-2, -1, 0, 1, 2)):
+    """Inputs whose output pre-activation z is k ln 2 (|z| < 40: the sigmoid's expf range), found by
+    bisection on segments between random points of [lo, hi]^n, each nudged by `nudges` ulps in its
+    first coordinate (the float32 sums land within a few ulps of the float64 target)."""
+    n_in = model.layers[0].kernel.shape[0]
+    ends = rng.uniform(lo, hi, (64, 2, n_in))
+    ends = np.concatenate([ends, np.array([[np.full(n_in, lo), np.full(n_in, hi)]])])
+    z_ends = [dense_preactivation(model, e) for e in ends]
+    rows = []
+    for k in range(1, 58):
+        for target in (k * np.log(2.0), -k * np.log(2.0)):
+            seg = next((e for e, z in zip(ends, z_ends) if (z[0] - target) * (z[1] - target) < 0), None)
+            if seg is None:
+                continue
+            a, b = 0.0, 1.0
+            za = dense_preactivation(model, seg[:1])[0] - target
+            for _ in range(60):
+                m = (a + b) / 2
+                zm = dense_preactivation(model, (seg[0] + m * (seg[1] - seg[0]))[None])[0] - target
+                a, b, za = (m, b, zm) if zm * za > 0 else (a, m, za)
+            x = (seg[0] + a * (seg[1] - seg[0])).astype(np.float32)
+            for d in nudges:
+                row = x.copy()
+                bits = row[:1].view(np.int32)
+                bits += d
+                rows.append(row)
+    return np.asarray(rows, dtype=np.float32).reshape(-1, n_in)
 
 
 def special_rows(n_in, lo, hi):
@@ -50,8 +96,9 @@ def test_adversarial_search_never_beats_the_bound(tmp_path, shape):
         return cycles
 
     rng = np.random.default_rng(27)
+    model, _ = pipeline.load_model(XOR, "xor")
     x = np.vstack([special_rows(2, 0.0, 1.0), float_cases(2, rng, n_random=120),
-                   rng.uniform(0.0, 1.0, (40, 2)).astype(np.float32)])
+                   rng.uniform(0.0, 1.0, (40, 2)).astype(np.float32), exp_slow_inputs(model, -2.0, 2.0, rng)])
     cycles = run(x)
     i = int(np.argmax(cycles))
     _, climbed, evals = worst_case_search(run, (x[i], cycles[i]), rng, "float", budget=CLIMB_RUNS)
@@ -60,3 +107,114 @@ def test_adversarial_search_never_beats_the_bound(tmp_path, shape):
     print(f"\nxor {shape} float32: bound {bound.cycles:,}, simavr worst {worst:,} over {len(x) + evals} inputs "
           f"({len(x)} fixed, {evals} hill-climb), bound/measured {bound.cycles / worst:.3f}")
     assert worst <= bound.cycles, f"UNSOUND: {shape}: measured {worst} > bound {bound.cycles}"
+
+
+SIGMOID_DRIVER = """#include "{name}.c"
+void sg_run(const float in[1], float out[1]);
+void sg_run(const float in[1], float out[1]) {{ out[0] = nn_sigmoid(in[0]); }}
+"""
+
+
+def test_sigmoid_value_facts_hold_and_reach_their_bound(tmp_path):
+    """nn_sigmoid's value facts (exp:|x|<40 for expf(-x), 1 + e of one sign, 1/(1 + e) with a
+    normal divisor) on the generated code itself (xor, shape mlp: the driver includes xor.c and
+    calls its nn_sigmoid; the flow facts are the generator's): the analyser's bound covers simavr
+    on arguments that drive exp's slowest paths (|z| = k ln 2 and its ulp neighbours: a tiny
+    polynomial argument; -39.99 and 39.99: n = 57, the largest integer part the |x| < 40 entries
+    allow) and stays within 1.2x of the slowest; without the facts the bound is larger."""
+    from nnbuild.runners import CHECK_MAIN, check_main_defines
+    board = pipeline.load_board("avr")
+    gen = tmp_path / "gen"
+    pipeline.build_check_program(XOR, board, tmp_path, name="xor", shape="mlp")
+    facts = json.loads((gen / "xor.flowfacts.json").read_text())
+    (gen / "sg.h").write_text("void sg_run(const float in[1], float out[1]);\n")
+    (gen / "sg.c").write_text(SIGMOID_DRIVER.format(name="xor"))
+    elf = board.compiler.build_executable(board, [gen / "sg.c", gen / "xor_weights.c", CHECK_MAIN],
+                                          tmp_path / "sg.elf", include_dirs=[gen],
+                                          defines=[d[2:] for d in check_main_defines("sg.h", "sg_run", 1, 1)])
+    tagged = [v for v in facts["values"] if "exp:|x|<40" in v["tags"]]
+    assert tagged, "nn_sigmoid's expf call carries no exp:|x|<40 fact"
+    bound = wcet.analyze(board, elf, "sg_run", {"loops": [], "layers": [], "values": facts["values"]},
+                         tmp_path / "w").cycles
+    plain = wcet.analyze(board, elf, "sg_run", {"loops": [], "layers": []}, tmp_path / "w0").cycles
+    ks = np.arange(1, 58)
+    base = np.concatenate([ks * np.log(2.0), -ks * np.log(2.0)]).astype(np.float32).view(np.int32)
+    near = (base[:, None] + np.arange(-6, 7)[None, :]).ravel().view(np.float32)
+    x = np.concatenate([near, np.linspace(-40, 40, 801, dtype=np.float32),
+                        [39.99, -39.99, 40.0, -40.0, 0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan]])
+    _, cycles = simavr.run_cases(elf, x.astype(np.float32)[:, None], 1, entry_symbol="sg_run", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=simavr.build_harness(tmp_path / "simavr_run"))
+    worst = int(cycles.max())
+    print(f"\n  nn_sigmoid: bound {bound} with its value facts ({plain} without), simavr max {worst} over {len(x)} "
+          f"arguments, bound/measured {bound / worst:.3f}")
+    assert worst <= bound <= 1.2 * worst
+    assert bound < plain
+
+
+def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
+    """xor as v1: avr-gcc resolves the const table's two kernel pointers into two direct calls of
+    nn_dense on the network line; the `calls` fact still applies there (one per entry), each
+    entry's `indirect` list sends nn_apply's pointer call to that entry's activation only (ReLU for
+    dense_1, sigmoid for dense_2) and its `values` give the MAC line the tags of that entry's own
+    weights. Without the lists every call is charged the sigmoid; without the values, the tags
+    all entries' weights share; a list naming a target outside the site's own entry is refused
+    in one line."""
+    from nnbuild.errors import NNBuildError
+    board = pipeline.load_board("avr")
+    elf, _ = pipeline.build_check_program(XOR, board, tmp_path, name="xor", shape="v1")
+    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    calls = facts["indirect"][0]["calls"]
+    assert [c["indirect"][0]["targets"] for c in calls] == [["nn_relu"], ["nn_sigmoid"]]
+    per_entry = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "w1").cycles
+    generic = json.loads(json.dumps(facts))
+    for c in generic["indirect"][0]["calls"]:
+        del c["indirect"]
+    worst_act = wcet.analyze(board, elf, "xor_infer", generic, tmp_path / "w2").cycles
+    assert "__mulsf3:C.e<=128" in calls[0]["values"][0]["tags"]  # dense_1's weights are all 1.0
+    no_values = json.loads(json.dumps(facts))
+    for c in no_values["indirect"][0]["calls"]:
+        del c["values"]
+    shared = wcet.analyze(board, elf, "xor_infer", no_values, tmp_path / "w4").cycles
+    print(f"\n  xor v1: bound {per_entry} with each entry's activation and weight facts, {shared} with the kernel's "
+          f"weight facts only, {worst_act} with the slowest activation for every call")
+    assert per_entry < shared < worst_act
+    bad = json.loads(json.dumps(facts))
+    bad["indirect"][0]["calls"][0]["indirect"][0]["targets"] = ["nn_dense"]
+    with pytest.raises(NNBuildError, match=r"indirect flow fact: a call's target 0x[0-9a-f]+ at 0x[0-9a-f]+ is not "
+                                           r"among the site's targets"):
+        wcet.analyze(board, elf, "xor_infer", bad, tmp_path / "w3")
+
+
+#: inputs of the small CNN's search: e2e and slow tier (NNBUILD_SLOW_TESTS=1)
+CNN_INPUTS = {"e2e": 150, "slow": 500}
+
+
+@pytest.mark.parametrize("tier", ["e2e", pytest.param("slow", marks=slow("the e2e tier's 150-input search of the "
+                                                                        "same build"))])
+def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
+    """The v1 tests' 6x6x2 CNN (zero padding, padded conv ReLU, max and average pooling, add,
+    batchnorm tanh, concat, dense sigmoid, softmax) as float32 v2 on AVR: the padded conv's tap
+    loops carry total_iterations (taps inside the input), which builtin-avr applies per
+    invocation; corners, specials and a hill-climb never beat the bound."""
+    from adversarial_search import check_bound
+    from nnbuild import codegen, passes
+    from nnbuild.runners import CHECK_MAIN, check_main_defines
+    from test_wcet_avr_v1 import small_cnn
+    board = pipeline.load_board("avr")
+    model, log = passes.run(small_cnn(), None)
+    files = codegen.generate(model, tmp_path / "gen", shape="v2", storage=board.get("weights_storage", "const"),
+                             passes_log=log)
+    defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)
+    elf = board.compiler.build_executable(board, [f for f in files if str(f).endswith(".c")] + [CHECK_MAIN],
+                                          tmp_path / "check.elf", include_dirs=[tmp_path / "gen"],
+                                          defines=[d[2:] for d in defines])
+    facts = json.loads((tmp_path / "gen" / f"{model.name}.flowfacts.json").read_text())
+    assert any("total_iterations" in f for f in facts["loops"])
+    bound = wcet.analyze(board, elf, f"{model.name}_infer", facts, tmp_path / "wcet").cycles
+    harness = simavr.build_harness(tmp_path / "simavr_run")
+
+    def run(x):
+        return simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{model.name}_infer", mcu=board["mcu"],
+                                freq=board["clock_hz"], harness=harness)
+
+    check_bound(f"small CNN v2 float32 ({tier})", bound, run, model.input_size, -1.0, 1.0, 27, CNN_INPUTS[tier])

@@ -151,13 +151,19 @@ def shape_refusal(shape, precision, model=None):
 
 def several_io_refusal(shape, module, precision, model):
     """Why `shape` cannot generate a model of several inputs or outputs in `precision`, or None:
-    the float v1, v2 and v3 shapes take one argument per input and output (SEVERAL_IO)."""
-    counts = f"{len(model.inputs)} inputs and {len(model.outputs)} outputs"
+    the v1, v2 and v3 shapes take one argument per input and output (SEVERAL_IO), in the precisions
+    of SEVERAL_IO_PRECISIONS (float only, when a shape does not list them)."""
+    n_in, n_out = (len(model.graph.inputs), len(model.graph.outputs)) if hasattr(model, "graph") else \
+        (len(model.inputs), len(model.outputs))
+    counts = f"{n_in} inputs and {n_out} outputs"
     if not getattr(module, "SEVERAL_IO", False):
         return f"shape {shape} generates one input to one output; model '{model.name}' has {counts} (use v1, v2 or v3)"
-    if precision not in FLOAT_PRECISIONS:
-        return (f"precision '{precision}' generates one input to one output; model '{model.name}' has {counts} "
-                f"(use {' or '.join(FLOAT_PRECISIONS)})")
+    several = getattr(module, "SEVERAL_IO_PRECISIONS", FLOAT_PRECISIONS)
+    if precision not in several:
+        others = [s for s in SHAPES if s != shape and precision in getattr(shape_module(s), "SEVERAL_IO_PRECISIONS", ())]
+        return (f"precision '{precision}' generates one input to one output in shape {shape}; model "
+                f"'{model.name}' has {counts} (use {' or '.join(several)}"
+                + (f", or shape {' or '.join(others)}" if others else "") + ")")
     return None
 
 

@@ -17,6 +17,7 @@ from nnbuild.codegen import common, recurrent, templating, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier  # noqa: F401 (v1 uses cnn.c_identifier)
 from nnbuild.ir.graph import ALIASES
+from nnbuild.numerics import float_facts
 from nnbuild.passes.plan_buffers import api_bases, plan_memory  # noqa: F401 (the shapes plan through cnn)
 
 FLOAT_BYTES = common.FLOAT_BYTES
@@ -230,6 +231,12 @@ def padded_cells(op):
                 yield (oy * op["OW"] + ox) * C + c, (iy * W + ix) * C + c if inside else None
 
 
+def valid_taps(out, k, stride, dilation, pad, size):
+    """Kernel taps inside the input along one axis, summed over the output positions: a padded
+    conv's tap loops run this many times, not out * k (flow facts' total_iterations)."""
+    return sum(1 for o in range(out) for j in range(k) if 0 <= o * stride + j * dilation - pad < size)
+
+
 def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
     """Fill the kind-specific fields of `op` (sizes, strides, pads, weights)."""
     kind = layer.kind
@@ -245,11 +252,15 @@ def lower_layer(op, layer, in_shapes, out_shape, prefix, storage):
                   k=kh * kw * (c // g), run=kw * c if layer.dilation[1] == 1 else c,
                   contiguous=layer.dilation[1] == 1, weights=rows,
                   chunks=kernel_chunks(prefix, layer, rows, storage),
-                  bias=common.bias_array(prefix, layer))
+                  bias=common.bias_array(prefix, layer),
+                  taps_y=valid_taps(oh, kh, layer.strides[0], layer.dilation[0], t, h),
+                  taps_x=valid_taps(ow, kw, layer.strides[1], layer.dilation[1], l, w))
+        op["mul_tags"], op["mul_why"] = float_facts.weight_tags(rows)
     elif kind == "dense":
         op.update(k=int(layer.kernel.shape[0]), OC=int(layer.kernel.shape[1]),
                   outer=int(np.prod(in_shapes[0][:-1])), weights=np.asarray(layer.kernel, np.float32).T,
                   chunks=common.weight_chunks(prefix, layer, storage), bias=common.bias_array(prefix, layer))
+        op["mul_tags"], op["mul_why"] = float_facts.weight_tags(layer.kernel)
     elif kind == "pool2d":
         (h, w, c), (oh, ow, _) = in_shapes[0], out_shape
         t, b, l, r = layer.padding

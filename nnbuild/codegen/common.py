@@ -192,15 +192,17 @@ class FlowFacts:
         self._items.append((kind, payload))
         return f"\x02{kind}{len(self._items) - 1}\x03"
 
-    def loop(self, bound, why=None, body_first=False):
+    def loop(self, bound, why=None, body_first=False, total=None):
         """`body_first`: the loop's first block runs its body before the exit test (an assembly
-        loop), so `bound` counts executions of that block whatever its shape looks like."""
+        loop), so `bound` counts executions of that block whatever its shape looks like.
+        `total`: the body's executions summed over one call of the entry (`total_iterations`),
+        when the code's own tests run it fewer times than its enclosing loops times `bound`."""
         bound = int(bound)
         if bound < 0:
             raise NNBuildError(f"internal error: negative loop bound {bound} in {self.file}")
         self._open.append(len(self._items))
         return f"NN_LOOPBOUND({bound})" + self._put("L", {"bound": bound, "layer": self._layer, "why": why,
-                                                          "body_first": body_first})
+                                                          "body_first": body_first, "total": total})
 
     def end(self):
         if not self._open:
@@ -264,6 +266,8 @@ class FlowFacts:
                 fact.update(self.loop_extra if payload["why"] is None else {"why": payload["why"]})
                 if payload["body_first"]:
                     fact["counts"] = "header"
+                if payload.get("total") is not None:
+                    fact["total_iterations"] = int(payload["total"])
                 loops.append(fact)
                 by_index[index] = fact
             elif kind == "E" and payload in by_index:   # else its loop was dropped with its text

@@ -18,6 +18,7 @@ from nnbuild.codegen import common, templating
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import gravity as ir
 from nnbuild.names import c_identifier, c_text
+from nnbuild.numerics import float_facts
 
 KIND = ir.KIND
 PRECISIONS = ("float32", "float64", "fixedW.F")
@@ -96,12 +97,25 @@ class Emitter:
         self.line("}")
 
 
+#: neurons an affine layer computes per pass over its inputs (float): 12 accumulators, the input
+#: and a product fit x86-64's 16 SSE registers. One on AVR (flash storages name it): soft-float
+#: dominates there and one float accumulator already takes 4 of its call-saved registers.
+BLOCK = 12
+
+
+def neuron_block(storage):
+    return 1 if storage in common.FLASH_STORAGES else BLOCK
+
+
 class Arithmetic:
     """C expressions of the precision's operations (float: the operators; fixed: the helpers)."""
 
-    def __init__(self, num):
+    def __init__(self, num, block=1):
         self.num = num
         self.fixed = num.fixed
+        self.block = block
+        #: AVR float32: the MACs take the value-fact shape (emit_fact_neuron)
+        self.value_facts = block == 1 and num.ctype == "float" and not num.fixed
 
     def one(self):
         return str(1 << self.num.frac) if self.fixed else literal(self.num, 1.0)
@@ -164,18 +178,115 @@ def emit_affine(e, ar, model, instr):
         e.line("z[j] = gv_narrow(acc);")
         e.end()
     else:
-        e.each("j", n_out, "z[j] = bias[j];")
-        e.each("i", n_in, f"gv_axpy{n_out}(z, w + ({index_type(n_in * n_out)})i * {n_out}, in[i]);")
+        emit_blocked_neurons(e, n_in, n_out, ar.block, ar.value_facts)
     e.close()
 
 
-def axpy_helpers(ff, plan):
-    """z += s * row over n: a function per width, its restrict parameters let compilers vectorise
-    (restrict pointers declared in a block do not, with gcc 12)."""
-    widths = sorted({i.args[5] for i in plan.programs["activate"] if i.op == "affine"})
+def blocks_of(n_out, block):
+    """(neurons per pass, passes, neurons left): passes balanced, 100 as 8 x 12 + 4, 10 as 1 x 10."""
+    passes = -(-n_out // block)
+    per = -(-n_out // passes)
+    return per, n_out // per, n_out - n_out // per * per
+
+
+def emit_blocked_neurons(e, n_in, n_out, block, facts=False):
+    """z = bias + in . w, `block` neurons per pass over the inputs: each input is loaded once for
+    the block's accumulators, which sum their products in input order from the bias (bit for bit
+    the one-neuron-at-a-time sums). The accumulators and pointers are `register` locals (kept in
+    registers even at -O0) and the block's weights of input i are row i's consecutive elements."""
+    per, passes, rest = blocks_of(n_out, block)
+    e.line(f"register const gv_t *restrict wj = w; /* row 0 of the pass's first neuron */")
+    if passes > 1:
+        e.loop("j", passes)
+        if per > 1:
+            e.line(f"/* neurons {per}j..{per}j+{per - 1} */")
+        emit_neuron_pass(e, n_in, n_out, per, f"{per}u * j + " if per > 1 else "j + ", facts)
+        e.line(f"wj += {per};")
+        e.end()
+    elif passes:
+        emit_neuron_pass(e, n_in, n_out, per, "", facts)
+        if rest:
+            e.line(f"wj += {per};")
+    if rest:
+        e.open("{")
+        e.line(f"/* neurons {passes * per}..{n_out - 1} */")
+        emit_neuron_pass(e, n_in, n_out, rest, f"{passes * per}u + ", facts)
+        e.close()
+
+
+#: |v| below 2^-63 (biased exponent < 64: bits 6 and 5 of the top byte clear) is flushed to a zero of its sign
+#: before a multiply on AVR: non-zero factors are then normal with eW + eX >= 128
+FLUSH_MASK = "0x60u"
+FLUSH_EXP = 64
+
+
+def emit_flush(e, name):
+    e.line(f"if (((uint8_t)({name}.u >> 24) & {FLUSH_MASK}) == 0u) {{ /* |{name}| < 2^-63 */")
+    e.line(f"    {name}.u &= 0x80000000UL; /* a zero of its sign */")
+    e.line("}")
+
+
+def emit_fact_neuron(e, n_in, n_out, first):
+    """One neuron with the value-fact shape (AVR float32, nnbuild.numerics.float_facts): both
+    factors flushed below 2^-63, so __mulsf3 neither normalises a subnormal factor nor
+    denormalises its product; the bias and the products with a clear sign bit summed in pos, the
+    others' magnitudes in neg, so every addition adds two values of clear sign; z = pos - neg."""
+    e.open("{")
+    e.line("register const gv_t *restrict wi = wj;")
+    e.line("gv_bits b;")
+    e.line(f"gv_t pos = bias[{first}0u]; /* the bias and the products with a clear sign bit */")
+    e.line("gv_t neg = 0.0f; /* minus the bias and the products with a set sign bit */")
+    e.line("b.f = pos;")
+    e.line("if ((b.u & 0x80000000UL) != 0u) {")
+    e.line("    neg = -pos;")
+    e.line("    pos = 0.0f;")
+    e.line("}")
+    e.loop("i", n_in)
+    e.line("gv_bits xv, wv, p;")
+    e.line("xv.f = in[i];")
+    e.line("wv.f = *wi;")
+    emit_flush(e, "xv")
+    emit_flush(e, "wv")
+    e.line("p.f = wv.f * xv.f;" + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
+    emit_signed_sum(e)
+    e.line(f"wi += {n_out};")
+    e.end()
+    e.line(f"z[{first}0u] = pos - neg;")
+    e.close()
+
+
+MUL_WHY = ("both factors flushed to a zero of their sign below 2^-63 (biased exponent < 64) just before: "
+           "non-zero factors are normal with eW + eX >= 128")
+
+
+def emit_neuron_pass(e, n_in, n_out, count, first, facts=False):
+    """`count` neurons from z[first] on, their weights from wj (the open block's pointers)."""
+    if facts:
+        return emit_fact_neuron(e, n_in, n_out, first)
+    e.open("{")
+    for r in range(count):
+        e.line(f"register gv_t acc{r} = bias[{first}{r}u];")
+    e.line("register const gv_t *restrict wi = wj;")
+    e.line("register const gv_t *restrict xi = in;")
+    e.loop("i", n_in)
+    e.line("register const gv_t s = *xi++;")
+    for r in range(count):
+        e.line(f"acc{r} += s * wi[{r}];")
+    e.line(f"wi += {n_out};")
+    e.end()
+    for r in range(count):
+        e.line(f"z[{first}{r}u] = acc{r};")
+    e.close()
+
+
+def axpy_helpers(ff, plan, ar):
+    """z += s * row over n for the gradient sums (float, not AVR's value-fact code): a function per
+    width, its restrict parameters let compilers vectorise (restrict pointers declared in a block
+    do not, with gcc 12)."""
+    widths = sorted({i.args[5] for i in plan.programs["backprop"] if i.op == "accumulate"})
     e = Emitter(ff)
     e.depth = 0
-    for n in widths if not plan.number.fixed else ():
+    for n in widths if not (ar.fixed or ar.value_facts) else ():
         e.line(f"/* z[0..{n}) += s * row[0..{n}) */")
         e.line(f"static void {ff.function(f'gv_axpy{n}')}(gv_t *restrict z, const gv_t *restrict row, gv_t s)")
         e.open("{")
@@ -198,9 +309,47 @@ def emit_activation(e, ar, model, instr):
                f"z[j] = {ar.one()} / ({ar.one()} + {ar.func('exp', '-z[j]')});")
     elif act == "tanh":
         e.each("j", n, f"z[j] = {ar.func('tanh', 'z[j]')};")
+    elif ar.value_facts:
+        emit_fact_softmax(e, n)
     else:
         emit_softmax(e, ar, n)
     e.close()
+
+
+#: AVR float32 softmax: z - max below this gives 0 instead of expf (< 2.6e-8, under half an ulp of
+#: 1.0); expf then only sees |x| < 18, the bound avr_libloops.json's `exp:|x|<18` entries take
+SOFTMAX_CUT = -17.5
+
+
+def emit_fact_softmax(e, n):
+    """z = exp(z - max z) / sum with the value-fact shape (AVR float32): every expf argument is in
+    [-17.5, 0] (or NaN), so each e = expf(z - max) is 0 or in [2.5e-8, 1]: the sum adds values of
+    clear sign, lies in [1, n] (the max's term is 1) and each division has a normal divisor and
+    eA - eB >= -125."""
+    e.line("gv_t top = z[0];")
+    e.line("gv_t sum = 0.0f;")
+    e.each("j", n, "if (z[j] > top) top = z[j];")
+    e.loop("j", n)
+    e.line("const gv_t d = z[j] - top;")
+    e.line(f"if (d < {literal_float(SOFTMAX_CUT)}) {{ /* expf(d) < 2.6e-8 */")
+    e.line("    z[j] = 0.0f;")
+    e.line("} else {")
+    e.line("    z[j] = expf(d);" + e.ff.value("exp", float_facts.EXP_TAGS, f"the argument is z - max z in "
+                                           f"[{SOFTMAX_CUT}, 0] (the test above; NaN goes to exp's NaN path)"))
+    e.line("}")
+    e.line("sum += z[j];" + e.ff.value("add", float_facts.ADD_TAGS, "sum starts at +0.0 and gets expf values "
+                                        "(>= +0.0, or NaN) or +0.0: both signs clear"))
+    e.end()
+    e.loop("j", n)
+    e.line("z[j] /= sum;" + e.ff.value("div", float_facts.DIV_TAGS, f"z[j] is 0 or expf of [{SOFTMAX_CUT}, 0], "
+                                        f"in [2.5e-8, 1] (biased exponent >= 102); sum in [1, {n}] (the max's "
+                                        "term is 1, biased exponent <= 131): A zero or normal, B normal, "
+                                        "eA - eB >= -29"))
+    e.end()
+
+
+def literal_float(value):
+    return "%.9gf" % value
 
 
 def emit_softmax(e, ar, n):
@@ -269,7 +418,43 @@ def half(ar):
     return (1 << (ar.num.frac - 1)) if ar.num.frac else 0
 
 
+def emit_flush_deltas(e, n):
+    """Flush the deltas in place below 2^-63 (value-fact code: they are factors of the gradient and
+    back-propagation products); idempotent, so each instruction that multiplies them does it."""
+    e.loop("j", n)
+    e.line("gv_bits dv;")
+    e.line("dv.f = dz[j];")
+    emit_flush(e, "dv")
+    e.line("dz[j] = dv.f;")
+    e.end()
+
+
+def emit_fact_accumulate(e, model, instr):
+    """gw += in dz^T, gb += dz with the value-fact shape (AVR float32): both factors flushed below
+    2^-63. With batch 1 the sums are the sample's own products: the update left them +0.0 (and
+    initialize did), so they are stored, not added (0 + p is p; only a -0.0 product is stored as
+    itself instead of +0.0, the same number): no addition of unknown signs remains."""
+    gw, gb, d, src, n_in, n_out = instr.args
+    first = model.batch == 1
+    e.block(("gw", gw), ("gb", gb), ("dz", d), ("const in", src))
+    emit_flush_deltas(e, n_out)
+    e.each("j", n_out, "gb[j] = dz[j]; /* batch 1: the sum was +0.0 */" if first else "gb[j] += dz[j];")
+    e.loop("i", n_in)
+    e.line("gv_bits xv;")
+    e.line(f"gv_t *restrict row = gw + ({index_type(n_in * n_out)})i * {n_out};")
+    e.line("xv.f = in[i];")
+    emit_flush(e, "xv")
+    e.loop("j", n_out)
+    e.line(("row[j] = xv.f * dz[j]; /* batch 1: the sum was +0.0 */" if first else "row[j] += xv.f * dz[j];")
+           + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
+    e.end()
+    e.end()
+    e.close()
+
+
 def emit_accumulate(e, ar, model, instr):
+    if ar.value_facts:
+        return emit_fact_accumulate(e, model, instr)
     gw, gb, d, src, n_in, n_out = instr.args
     e.block(("gw", gw), ("gb", gb), ("const dz", d), ("const in", src))
     e.each("j", n_out, f"gb[j] = {ar.add('gb[j]', 'dz[j]')};")
@@ -284,8 +469,44 @@ def emit_accumulate(e, ar, model, instr):
     e.close()
 
 
+def emit_fact_hidden_delta(e, instr):
+    """back = w dz with the value-fact shape (AVR float32): the factors flushed below 2^-63, each
+    sum split by the products' signs (emit_fact_neuron)."""
+    d_prev, w, d, a_prev, n_prev, n, act = instr.args
+    e.block(("back", d_prev), ("const w", w), ("dz", d))
+    emit_flush_deltas(e, n)
+    e.loop("i", n_prev)
+    e.line(f"const gv_t *restrict row = w + ({index_type(n_prev * n)})i * {n};")
+    e.line("gv_t pos = 0.0f; /* the products with a clear sign bit */")
+    e.line("gv_t neg = 0.0f; /* minus the products with a set sign bit */")
+    e.loop("j", n)
+    e.line("gv_bits wv, p;")
+    e.line("wv.f = row[j];")
+    emit_flush(e, "wv")
+    e.line("p.f = wv.f * dz[j];" + e.ff.value("mul", float_facts.MUL_TAGS, MUL_WHY))
+    emit_signed_sum(e)
+    e.end()
+    e.line("back[i] = pos - neg;")
+    e.end()
+    e.close()
+
+
+def emit_signed_sum(e):
+    """pos += p or neg -= p by p's sign bit (the value facts of emit_fact_neuron)."""
+    e.line("if ((p.u & 0x80000000UL) != 0u) {")
+    e.line("    neg -= p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "neg starts at +0.0 or minus a value with "
+                                         "a set sign bit and only gets -p for p with a set sign bit: both signs clear"))
+    e.line("} else {")
+    e.line("    pos += p.f;" + e.ff.value("add", float_facts.ADD_TAGS, "pos starts at +0.0 or a value with a clear "
+                                         "sign bit and only gets p with a clear sign bit: both signs clear"))
+    e.line("}")
+
+
 def emit_hidden_delta(e, ar, model, instr):
     d_prev, w, d, a_prev, n_prev, n, act = instr.args
+    if ar.value_facts:
+        emit_fact_hidden_delta(e, instr)
+        return emit_derivative(e, ar, act, d_prev, a_prev, n_prev)
     e.block(("back", d_prev), ("const w", w), ("const dz", d))
     acc = ar.acc_type(n)
     e.loop("i", n_prev)
@@ -309,6 +530,16 @@ def emit_update(e, ar, plan, instr, api):
         e.loop("k", count)
         e.line(f"w[k] = gv_sat((int64_t)w[k] - gv_floor_shift((int64_t)g[k] * rate + {1 << (ir.SCALE_FRAC - 1)}, "
                f"{ir.SCALE_FRAC}));")
+    elif ar.value_facts and rate_exponent(scale) >= FLUSH_EXP - 1:
+        e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
+        e.loop("k", count)
+        e.line("gv_bits gv;")
+        e.line("gv.f = g[k];")
+        emit_flush(e, "gv")
+        e.line("w[k] -= rate * gv.f;" + e.ff.value(
+            "mul", float_facts.MUL_TAGS, f"rate / batch is a normal constant of biased exponent "
+            f"{rate_exponent(scale)} >= 63 and g is flushed to a zero of its sign below 2^-63 just before: "
+            "non-zero factors are normal with exponents summing to >= 127"))
     else:
         e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
         e.loop("k", count)
@@ -316,6 +547,11 @@ def emit_update(e, ar, plan, instr, api):
     e.line("g[k] = 0;")
     e.end()
     e.close()
+
+
+def rate_exponent(scale):
+    """The biased exponent of the float32 rate / batch."""
+    return int(float_facts.biased_exponents([scale])[0])
 
 
 def emit_uniform(e, ar, instr):
@@ -381,14 +617,14 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
     """{file name: text or JSON-able} for a Gravity model (`precision` overrides the .g's)."""
     plan = ir.plan(model, precision)
     num, name, prefix = plan.number, model.name, model.prefix
-    ar = Arithmetic(num)
+    ar = Arithmetic(num, neuron_block(storage))
     api = {what: api_name(prefix, what) for what in ("version", "memory_size", "memory_hard", "initialize",
                                                      "activate", "train", "forward", "backprop")}
     functions = {"initialize": api["initialize"], "activate": api["forward"], "backprop": api["backprop"],
                  "train": api["train"]}
     ff = common.FlowFacts(name, functions=True)
     ff.entry = api["activate"]
-    bodies = {"helpers": axpy_helpers(ff, plan)}
+    bodies = {"helpers": axpy_helpers(ff, plan, ar)}
     for program in ("initialize", "activate", "backprop", "train"):
         e = Emitter(ff)
         e.lines.append(ff.function(functions[program]))
@@ -411,6 +647,7 @@ def render(model, *, precision=None, storage="const", passes_log=(), input_range
         "frac_unit": float(1 << num.frac),
         "narrow_convert": num.fixed and num.bits <= 24,
         "product": ar.product() if num.fixed else None,
+        "value_facts": ar.value_facts,
     }
     text = templating.render("gravity.c.j2", context)
     code, facts, _ = ff.resolve(text)

@@ -9,6 +9,10 @@ filters, biases, per-channel multipliers and tables are static const arrays in `
 (AVR flash through the storage macros, as the other shapes). Unary activations (LOGISTIC, TANH,
 HARD_SWISH, LEAKY_RELU, RELU and the int8-to-int8 QUANTIZE) map 256 inputs to 256 outputs: they are
 tables of the bit-exact model's outputs; RELU6 clamps in the input's scale, as TFLite Micro does.
+A model with UNIDIRECTIONAL_SEQUENCE_LSTM (nnbuild.numerics.tflm_int8) adds its state to the
+API: `<name>_state` (each LSTM's int8 hidden and int16 cell state), `<name>_reset` and
+`<name>_infer_state(in, out, state)`, TFLite Micro's Invoke() without a reset; `<name>_infer` runs
+the same operator functions on a state of its own, reset first.
 The runtime helpers (gemmlowp's doubling high multiply, rounding divide by a power of two,
 SOFTMAX's reciprocal) use 32-bit arithmetic only, without variable-count shift loops, so the AVR
 WCET analysis reaches no unbounded library routine.
@@ -29,10 +33,15 @@ from nnbuild.numerics import tflm_int8 as tflm
 
 KIND = "int8"
 PRECISIONS = ("int8",)
+#: takes one C argument per input and output of a model of several (int8 each, its own scale)
+SEVERAL_IO = True
+SEVERAL_IO_PRECISIONS = ("int8",)
 #: constants up to this many bytes are read with 16-bit LPM pointers on AVR (as mlp_fixed)
 NEAR_LIMIT = 60 * 1024
 #: SOFTMAX rows up to this length keep its output exponent within a 32-bit shift
 MAX_SOFTMAX_ROW = 255
+#: bytes of each constant array element type
+CTYPE_BYTES = {"int8_t": 1, "uint16_t": 2, "int32_t": 4}
 
 
 def render(model, *, precision, storage, passes_log, input_range=None):
@@ -95,7 +104,7 @@ class _Generator:
         values = np.asarray(values).reshape(-1)
         self.arrays.append({"symbol": symbol, "ctype": ctype, "size": int(values.size), "values": _rows(values),
                             "about": about})
-        self.flash_bytes += int(values.size) * (1 if ctype == "int8_t" else 4)
+        self.flash_bytes += int(values.size) * CTYPE_BYTES[ctype]
         return symbol
 
     # ------------------------------------------------------------------ the arena
@@ -111,11 +120,12 @@ class _Generator:
         graph_in, graph_out = self.graph.inputs[0], self.resolve(self.graph.outputs[0])
         if graph_out == graph_in:
             raise NNBuildError("the model computes nothing (its output is a view of its input)")
+        api = self.api_tensors()
         last_use = {}
         for k, op in enumerate(ops):
             for s in op["sources"]:
                 last_use[self.resolve(s)] = k
-        self.where, live, self.arena = {graph_in: "in", graph_out: "out"}, [], 0
+        self.where, live, self.arena = api, [], 0
         for k, op in enumerate(ops):
             out = op["output"]
             if out in self.root or out in self.where:
@@ -133,6 +143,26 @@ class _Generator:
             # a frame of a multiple of 256 bytes: avr-gcc's prologue moves SP by its high byte alone,
             # which the AVR stack analysis (nnbuild.wcet.avr_stack) does not follow; one spare byte
             self.arena += 1
+
+    def api_tensors(self):
+        """Tensor index -> the C argument that holds it: `in` and `out`, or for a model of several
+        inputs or outputs each one's argument name (an output resolved through its views)."""
+        if not self.model.several_io:
+            return {self.graph.inputs[0]: "in", self.resolve(self.graph.outputs[0]): "out"}
+        where = {}
+        for a in self.model.arguments():
+            index = a["tensor"] if a["role"] == "in" else self.resolve(a["tensor"])
+            if index in where:
+                raise NNBuildError(f"{a['name']} holds the values of {where[index]} (a view of it): nothing to "
+                                   "compute for it")
+            where[index] = a["name"]
+        return where
+
+    def arguments(self):
+        """The names of the entry's arguments, in order (each operator function takes them all)."""
+        if not self.model.several_io:
+            return ["in", "out"]
+        return [a["name"] for a in self.model.arguments()]
 
     def resolve(self, index):
         while index in self.root:
@@ -153,10 +183,16 @@ class _Generator:
         self.plan()
         self.ff = common.FlowFacts(name, functions=True)
         softmax = any(op["op"] == "SOFTMAX" for op in self.model.ops)
-        helpers = templating.render("int8_helpers.c.j2", {"ff": self.ff, "softmax": softmax})   # before any layer
+        self.lstm = any(op["op"] == "UNIDIRECTIONAL_SEQUENCE_LSTM" for op in self.model.ops)
+        table = self.array("sigmoid16", "uint16_t", tflm.SIGMOID_TABLE,
+                           "sigmoid_table_uint16 of TFLite: sigmoid(i / 24) in 0.16 fixed point, i = 0..255 (the "
+                           "LSTM gates' int16 sigmoid and tanh)") if self.lstm else None
+        helpers = templating.render("int8_helpers.c.j2", {"ff": self.ff, "softmax": softmax, "lstm": self.lstm,
+                                                          "sigmoid_table": table})   # before any layer
         body = self.body()
         self.near = self.context_flags["near"] or (self.context_flags["flash"] and self.flash_bytes <= NEAR_LIMIT)
         context = {"name": name, "guard": name.upper(), "version": __version__,
+                   "reads": [8, 16, 32] if self.lstm else [8, 32],
                    "sources": [s.rsplit("/", 1)[-1] for s in self.model.source_files],
                    **self.context_flags, "near": self.near, "flash_bytes": self.flash_bytes}
         code, facts, _ = common.render("int8.c.j2", dict(context, helpers=helpers, body=body), self.ff)
@@ -180,6 +216,8 @@ class _Generator:
         return files
 
     def header(self):
+        if self.model.several_io:
+            return self.several_header()
         name, guard = self.name, self.name.upper()
         in_scale, in_zp = self.model.io_quantization("input")
         out_scale, out_zp = self.model.io_quantization("output")
@@ -208,14 +246,91 @@ extern "C" {{
 #define {guard}_OUTPUT_ZERO_POINT ({out_zp})
 
 /* One inference, bit for bit TFLite Micro's: reads in[], writes out[]. Reentrant: no static state,
- * no dynamic memory; {self.arena} bytes of stack for the intermediate tensors. */
+ * no dynamic memory; {self.arena} bytes of stack for the intermediate tensors.{self.state_note()} */
 void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
-
+{self.state_api(n_in, n_out)}
 #ifdef __cplusplus
 }}
 #endif
 
 #endif /* {guard}_H */
+"""
+
+    def several_header(self):
+        """The header of a model of several inputs or outputs: one int8 argument each, its size,
+        scale and zero point as macros, and the split of flat vectors into them (check programs)."""
+        name, guard = self.name, self.name.upper()
+        args = self.model.arguments()
+        sources = " + ".join(s.rsplit("/", 1)[-1] for s in self.model.source_files)
+        lines = [f"/* {name}.h: inference API of model '{name}'.",
+                 f" * Generated by nnbuild {__version__} from {c_text(sources)} (int8, TFLite Micro's int8 kernels). "
+                 "Do not edit.", " */", f"#ifndef {guard}_H", f"#define {guard}_H", "", "#include <stdint.h>", "",
+                 "#ifdef __cplusplus", 'extern "C" {', "#endif", "",
+                 "/* Values of all the inputs together, of all the outputs together. */",
+                 f"#define {guard}_INPUTS {self.model.input_size}", f"#define {guard}_OUTPUTS {self.model.output_size}",
+                 f"#define {guard}_INPUT_COUNT {sum(a['role'] == 'in' for a in args)}",
+                 f"#define {guard}_OUTPUT_COUNT {sum(a['role'] == 'out' for a in args)}",
+                 "/* Each argument: its values, and its quantization (real = scale * (q - zero point)). */"]
+        for a in args:
+            macro = f"{guard}_{a['name'].upper()}"
+            lines += [f"#define {macro} {a['size']}", f"#define {macro}_SCALE {float_literal(a['scale'])}",
+                      f"#define {macro}_ZERO_POINT ({a['zero_point']})"]
+        lines += ["", "/* One inference, bit for bit TFLite Micro's: reads the inputs, writes the outputs, one argument",
+                  " * each, in the model's order:"]
+        lines += [f" *   {a['name']}: {'input' if a['role'] == 'in' else 'output'} '{c_text(a['label'])}', shape "
+                  f"{'x'.join(str(d) for d in a['shape'])}" for a in args]
+        lines += [f" * Reentrant: no static state, no dynamic memory; {self.arena} bytes of stack for the intermediate"
+                  " tensors. */", f"void {name}_infer({self.entry_params()});", "",
+                  "/* The arguments of one call from one array `in` holding every input's values one after the other",
+                  " * and one array `out` for every output's, in the order above (check data, test harnesses):",
+                  f" * {name}_infer({guard}_INFER_ARGS(in, out)). */",
+                  f"#define {guard}_INFER_ARGS(in, out) " + ", ".join(f"({a['role']}) + {a['offset']}" for a in args),
+                  "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard}_H */", ""]
+        if self.states:
+            raise NNBuildError("a model of several inputs or outputs with an LSTM has no state API yet (one input and "
+                               "one output only)", item=f"model '{name}'")
+        clash = next((a["name"] for a in args if a["name"].startswith(f"{name}_") or a["name"] == "arena"), None)
+        if clash:
+            raise NNBuildError(f"argument {clash} would clash with the model's own C symbols: rename the model",
+                               item=f"model '{name}'")
+        return "\n".join(lines)
+
+    def entry_params(self):
+        """The parameter list of <name>_infer: `in` and `out`, or one sized int8 array per argument."""
+        if not self.model.several_io:
+            return f"const int8_t in[{self.model.input_size}], int8_t out[{self.model.output_size}]"
+        return ", ".join(f"{'const ' if a['role'] == 'in' else ''}int8_t {a['name']}[{a['size']}]"
+                         for a in self.model.arguments())
+
+    def state_note(self):
+        """The header's word on recurrent state, for a model with an LSTM."""
+        if not self.states:
+            return ""
+        return ("\n * The LSTM state is local to the call: each call computes one whole sequence from the state\n"
+                f" * TFLite Micro's ResetVariableTensors sets (as {self.name}_reset does).")
+
+    def state_api(self, n_in, n_out):
+        """The state type, <name>_reset and <name>_infer_state of a model with LSTMs."""
+        if not self.states:
+            return ""
+        name = self.name
+        members = []
+        for c_name, (units, (h_scale, h_zp), c_scale) in self.states.items():
+            members += [f"    int8_t h_{c_name}[{units}];   /* hidden state: int8 at scale {float_literal(h_scale)}, "
+                        f"zero point {h_zp} */",
+                        f"    int16_t c_{c_name}[{units}];  /* cell state: int16 at scale {float_literal(c_scale)} */"]
+        return f"""
+/* The LSTM state TFLite Micro keeps in variable tensors between Invoke() calls. */
+typedef struct {{
+{chr(10).join(members)}
+}} {name}_state;
+
+/* The state ResetVariableTensors sets: hidden states at their zero point, cell states 0. */
+void {name}_reset({name}_state *state);
+
+/* One inference continuing from *state and leaving the new state there: TFLite Micro's Invoke()
+ * without a reset, bit for bit (a stream cut into sequences). Reentrant for distinct states. */
+void {name}_infer_state(const int8_t in[{n_in}], int8_t out[{n_out}], {name}_state *state);
 """
 
     def weights_header(self):
@@ -254,7 +369,7 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         keep each operator's code apart: avr-gcc, optimising one big function, gave the code of a
         pooling loop the line of an earlier layer's `for`, so the loop's own fact no longer matched."""
         n_in, n_out = self.model.input_size, self.model.output_size
-        functions, calls = [], []
+        functions, calls = self.reset_function(), []
         arena = "arena" if self.arena else "(int8_t *)0"
         for op in self.model.ops:
             if op["op"] in ("RESHAPE", "EXPAND_DIMS"):
@@ -264,9 +379,10 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
             function = self.ff.function(f"nn_{c_name}")
             lines = getattr(self, "op_" + op["op"])(op, c_name)
             text = "\n".join(lines)
-            unused = [f"(void){p};" for p in ("in", "out", "arena") if not re.search(rf"\b{p}\b", text)]
+            unused = [f"(void){p};" for p in self.arguments() + ["arena"] if not re.search(rf"\b{p}\b", text)]
+            state = ", int8_t *h, int16_t *c" if c_name in self.states else ""
             functions += ["", f"/* operator {op['index']}: {op['op']} -> {self.describe(op['output'])} */",
-                          f"static NN_NOINLINE void {function}(const int8_t *in, int8_t *out, int8_t *arena)", "{"]
+                          f"static NN_NOINLINE void {function}({self.operator_params()}{state})", "{"]
             functions += [f"    {' '.join(unused)}"] if unused else []
             functions += ["    " + line if line else "" for line in lines] + ["}"]
             calls.append(c_name)
@@ -275,14 +391,51 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
                                       "inputs": sum(self.size(s) for s in op["sources"]),
                                       "units": self.size(op["output"]), "c_name": c_name,
                                       "weights": op.get("symbols", [])})
-        out = functions + ["", f"void {self.ff.function(self.name + '_infer')}(const int8_t in[{n_in}], "
-                               f"int8_t out[{n_out}])", "{"]
+        out = functions + ["", f"void {self.ff.function(self.name + '_infer')}({self.entry_params()})", "{"]
         if self.arena:
             out.append(f"    int8_t arena[{self.arena}];")
+        if self.states:
+            out += [f"    {self.name}_state state;", "", f"    {self.name}_reset(&state);"]
+
+        def state_of(c_name, access):
+            return f", {access}h_{c_name}, {access}c_{c_name}" if c_name in self.states else ""
         for c_name in calls:    # the layer marks after the entry's name: the layers are the entry's calls
-            out += [f"    {self.ff.layer(c_name)}", f"    nn_{c_name}(in, out, {arena});"]
+            out += [f"    {self.ff.layer(c_name)}",
+                    f"    nn_{c_name}({', '.join(self.arguments())}, {arena}{state_of(c_name, 'state.')});"]
         out += [f"    {self.ff.layers_end()}", "}", ""]
+        if self.states:   # the same calls on the caller's state (no layer marks: the entry is _infer)
+            out += [f"void {self.ff.function(self.name + '_infer_state')}(const int8_t in[{n_in}], int8_t out[{n_out}], "
+                    f"{self.name}_state *state)", "{"]
+            out += [f"    int8_t arena[{self.arena}];"] if self.arena else []
+            out += [f"    nn_{c_name}(in, out, {arena}{state_of(c_name, 'state->')});" for c_name in calls]
+            out += ["}", ""]
         return "\n".join(out)
+
+    def operator_params(self):
+        """The parameters of an operator's function: the arguments as pointers, then the arena."""
+        if not self.model.several_io:
+            return "const int8_t *in, int8_t *out, int8_t *arena"
+        return ", ".join(f"{'const ' if a['role'] == 'in' else ''}int8_t *{a['name']}"
+                         for a in self.model.arguments()) + ", int8_t *arena"
+
+    def reset_function(self):
+        """`<name>_reset`, which sets every LSTM's state where TFLite Micro's ResetVariableTensors
+        puts it (emitted before the operators: its loops belong to no layer)."""
+        self.states = {}
+        for op in self.model.ops:
+            if op["op"] == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+                graph_op = self.graph.operators[op["index"]]
+                c_name = c_identifier(f"{op['op'].lower()}_{op['index']}")
+                self.states[c_name] = (self.size(graph_op.inputs[tflm.LSTM_HIDDEN_STATE]),
+                                       self.quant(graph_op.inputs[tflm.LSTM_HIDDEN_STATE]),
+                                       self.quant(graph_op.inputs[tflm.LSTM_CELL_STATE])[0])
+        if not self.states:
+            return []
+        lines = ["", f"void {self.ff.function(self.name + '_reset')}({self.name}_state *state)", "{"]
+        for c_name, (units, (_, zp), _) in self.states.items():
+            lines += ["    " + line for line in self.loop("j", units, [f"state->h_{c_name}[j] = {zp};",
+                                                                     f"state->c_{c_name}[j] = 0;"])]
+        return lines + ["}"]
 
     def describe(self, index):
         scale, zp = self.quant(index)
@@ -727,6 +880,93 @@ void {name}_infer(const int8_t in[{n_in}], int8_t out[{n_out}]);
         body.append(f"y[c] = nn_clamp(nn_mbqm(sum - INT32_C({in_zp * count}), INT32_C({multiplier}), {shift}) + ({out_zp}), "
                     "-128, 127);")
         return self.pointers(op) + self.loop("c", channels, body)
+
+    # ------------------------------------------------------------------ recurrent
+
+    def op_STRIDED_SLICE(self, op, c_name):
+        """reference_ops::StridedSlice of a computed tensor: the int8 values copied unchanged, one
+        loop per sliced axis of more than one index."""
+        graph_op = self.graph.operators[op["index"]]
+        x_shape = self.shape(op["sources"][0])
+        starts, steps, counts, _ = tflm.slice_plan((1,) + x_shape, *(self.const(i) for i in graph_op.inputs[1:4]),
+                                                   graph_op.options or {})
+        strides = [int(np.prod(x_shape[a + 1:])) for a in range(len(x_shape))]
+        idx = "uint32_t" if max(self.size(op["sources"][0]), self.size(op["output"])) > 65535 else "uint16_t"
+        src, dst, loops = [], "0", []
+        for a, (start, step, count) in enumerate(zip(starts, steps, counts)):
+            if count == 1:
+                src.append(f"{start * strides[a]}u")
+                continue
+            d = f"d{a}"
+            loops.append((d, count))
+            position = f"({start}u + ({idx}){d} * {step}u)" if step > 0 else f"({start}u - ({idx}){d} * {-step}u)"
+            src.append(f"{position} * {strides[a]}u")
+            dst = f"({dst}) * {count}u + {d}" if dst != "0" else d
+        body = [f"y[{dst}] = x[{' + '.join(src)}];"]
+        for d, count in reversed(loops):
+            body = self.loop(d, count, body)
+        return self.pointers(op) + body
+
+    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op, c_name):
+        """TFLite Micro's 8x8->16 LSTM (nnbuild.numerics.tflm_int8): per step the four gates (two
+        int16 fully connected products each, summed with saturation, the int16 sigmoid or tanh of
+        the shared table), then per unit the cell update, its clip and the hidden state, in the
+        state arrays h and c the caller passes (<name>_infer: its own, reset)."""
+        graph_op = self.graph.operators[op["index"]]
+        p = tflm.lstm_params_of(self.graph, graph_op)
+        steps, features = self.shape(op["sources"][0])
+        units = p.hidden
+        requants = list(p.input_requant) + list(p.recurrent_requant) + [p.forget_cell_mul, p.input_cell_mul,
+                                                                        p.hidden_mul]
+        for m, s in requants:
+            if not -31 <= s <= 30:
+                raise NNBuildError(f"operator {op['index']} (UNIDIRECTIONAL_SEQUENCE_LSTM): requantisation shift {s} "
+                                   "out of range")
+        what = f"UNIDIRECTIONAL_SEQUENCE_LSTM {op['index']}"
+        w = self.array(f"{c_name}_w", "int8_t", p.input_weights,
+                       f"{what}: input weights [gate i, f, c, o][{units}][{features}]")
+        r = self.array(f"{c_name}_r", "int8_t", p.recurrent_weights,
+                       f"{what}: recurrent weights [gate i, f, c, o][{units}][{units}]")
+        b = self.array(f"{c_name}_b", "int32_t", p.biases, f"{what}: gate biases [gate i, f, c, o][{units}]")
+        m = self.array(f"{c_name}_m", "int32_t", [q[0] for q in requants[:8]],
+                       f"{what}: multipliers of the input (i, f, c, o) then recurrent products to Q3.12")
+        sh = self.array(f"{c_name}_s", "int8_t", [q[1] for q in requants[:8]], f"{what}: their shifts")
+        op["symbols"] = [w, r, b, m, sh]
+        x_zp, h_zp = p.input_zero_point, p.hidden_zero_point
+        tanh_m, tanh_s = p.cell_tanh
+        scaled = f"(int32_t)cell * {tanh_m}" + (f" + {1 << (tanh_s - 1)}" if tanh_s else "")
+        tanh_in = f"({scaled}) >> {tanh_s}" if tanh_s else scaled
+        (m_fc, s_fc), (m_ic, s_ic), (m_h, s_h) = requants[8:]
+        idx = "uint32_t" if steps * max(features, units) > 65535 else "uint16_t"
+        gate = "k == 2u ? nn_tanh16(v) : nn_sigmoid16(v)" if p.cell_activation == "tanh" else "nn_sigmoid16(v)"
+        x_term = _minus("x[t_in + i]", x_zp)
+        h_term = _minus("h[i]", h_zp)
+        per_unit = ["int32_t acc = NN_READ32(b);", "int32_t v;", "b += NN_STEP(int32_t);"]
+        per_unit += self.loop("i", features, [f"acc += (int32_t)(int16_t)NN_READ8(w) * {x_term};",
+                                              "w += NN_STEP(int8_t);"])
+        per_unit += ["v = nn_clamp16(nn_mbqm(acc, m_in, s_in));", "acc = 0;"]
+        per_unit += self.loop("i", units, [f"acc += (int32_t)(int16_t)NN_READ8(r) * {h_term};",
+                                           "r += NN_STEP(int8_t);"])
+        per_unit += ["v = 3 * (int32_t)nn_clamp16(v + nn_clamp16(nn_mbqm(acc, m_rec, s_rec)));",
+                     f"g[k * {units}u + j] = {gate};"]
+        per_gate = ["int32_t m_in = NN_READ32(NN_ADDR(" + m + ") + k * NN_STEP(int32_t));",
+                    "int32_t m_rec = NN_READ32(NN_ADDR(" + m + ") + (k + 4u) * NN_STEP(int32_t));",
+                    "int8_t s_in = (int8_t)NN_READ8(NN_ADDR(" + sh + ") + k * NN_STEP(int8_t));",
+                    "int8_t s_rec = (int8_t)NN_READ8(NN_ADDR(" + sh + ") + (k + 4u) * NN_STEP(int8_t));"]
+        per_gate += self.loop("j", units, per_unit)
+        clip = [f"cell = cell > {p.cell_clip} ? {p.cell_clip} : (cell < -{p.cell_clip} ? -{p.cell_clip} : cell);"] \
+            if p.cell_clip > 0 else []
+        update = [f"int32_t cell = nn_clamp16(nn_mbqm((int32_t)g[{units}u + j] * c[j], INT32_C({m_fc}), {s_fc}));",
+                  f"cell = nn_clamp16(cell + nn_clamp16(nn_mbqm((int32_t)g[j] * g[{2 * units}u + j], INT32_C({m_ic}), "
+                  f"{s_ic})));", *clip, "c[j] = (int16_t)cell;",
+                  f"h[j] = nn_clamp(nn_mbqm((int32_t)nn_tanh16({tanh_in}) * g[{3 * units}u + j], INT32_C({m_h}), "
+                  f"{s_h}) + ({h_zp}), -128, 127);",
+                  f"y[({idx})t * {units}u + j] = h[j];"]
+        per_step = [f"{idx} t_in = ({idx})t * {features}u;", f"NN_PTR(int8_t) w = NN_ADDR({w});",
+                    f"NN_PTR(int8_t) r = NN_ADDR({r});", f"NN_PTR(int32_t) b = NN_ADDR({b});"]
+        per_step += self.loop("k", 4, per_gate) + self.loop("j", units, update)
+        lines = self.pointers(op) + [f"int16_t g[{4 * units}]; /* gate outputs i, f, c, o: Q0.15 */"]
+        return lines + self.loop("t", steps, per_step)
 
 
 def tflm_fused(code):

@@ -1,4 +1,4 @@
-"""C of a Recurrent layer (LSTM, GRU; nnbuild.ir.graph.Recurrent), shared by the CNN shapes.
+"""C of a Recurrent layer (LSTM, GRU, simple RNN; nnbuild.ir.graph.Recurrent), shared by the CNN shapes.
 
 One sequence per call: every direction starts from its initial state (zero, the model's constant,
 or the caller's: state inputs of the model are arguments of the C function) copied into local
@@ -148,6 +148,15 @@ def _gru_step(code, op, entry, d, t):
     code.end()
 
 
+def _rnn_step(code, op, entry, d, t):
+    code.loop("j", op["H"])
+    _gates(code, op, entry, [0], "xt")
+    _clip(code, "acc_0", op["clip"])
+    code.line(f"hn[j] = {_act(op['acts'][0], 'acc_0')};")
+    _store_step(code, op, d, t)
+    code.end()
+
+
 def _stored(code, op, value):
     """`value` as the output tensor's element type (the API's float when the precision is double)."""
     dst = code.ptr(op["dst"])
@@ -184,7 +193,7 @@ def render(code, op):
         code.line(f"{code.real} hs[{2 * H}];")
         if op["cell"] == "lstm":
             code.line(f"{code.real} c[{H}];")
-        else:
+        elif op["cell"] == "gru":
             code.line(f"{code.real} z[{H}];")
             code.line(f"{code.real} rg[{H}];")
         code.line(f"{code.real} *hp = hs;")
@@ -199,7 +208,7 @@ def render(code, op):
         if t == "t":
             code.line(f"{'uint_fast32_t' if T > 65535 else 'unsigned int'} t = {T - 1}u - s;")
         code.line(f"const {code.ptr(op['src'][0])} *xt = {x} + {t} * {F}u;")
-        (_lstm_step if op["cell"] == "lstm" else _gru_step)(code, op, entry, d, t)
+        {"lstm": _lstm_step, "gru": _gru_step, "rnn": _rnn_step}[op["cell"]](code, op, entry, d, t)
         code.line("{")
         code.line(f"    {code.real} *swap = hp;")
         code.line("    hp = hn;")

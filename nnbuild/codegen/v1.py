@@ -18,14 +18,19 @@ float64 computes in double (the API's float input and output are converted once)
 import math
 import re
 
+import numpy as np
+
 from nnbuild.codegen import cnn, common, v1_fixed
 from nnbuild.codegen.common import float_literal
 from nnbuild.errors import NNBuildError
+from nnbuild.numerics import float_facts
 
 #: number formats this shape generates (codegen.shape_refusal); the fixed ones by nnbuild.codegen.v1_fixed
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 #: takes one C argument per input and output of a model of several (float precisions)
 SEVERAL_IO = True
+#: the precisions that take them (the fixed-point ones convert each argument: v1_fixed)
+SEVERAL_IO_PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 FIXED = ("q16", "q16-acc32", "q8")
 
 
@@ -345,7 +350,8 @@ def render(model, *, precision, storage, passes_log, **options):
     bases = api_bases(api_args)
     for a in api_args:
         a["base"] = bases[a["name"]]
-    entries = [e for op in lowered["ops"] for e in entries_of(op, index_of, int_index_of, bases)]
+    per_op = [entries_of(op, index_of, int_index_of, bases) for op in lowered["ops"]]
+    entries = [e for es in per_op for e in es]
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
     kinds = {e["kernel"] for e in entries}
@@ -367,7 +373,7 @@ def render(model, *, precision, storage, passes_log, **options):
                t_count=max(bases.values()) + 1 if api_args else 3)
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
-    ctx.update(apply=apply, members=decls)
+    ctx.update(apply=apply, members=decls, mul_facts=kernel_weight_tags(lowered["ops"], per_op))
     ctx.update(kinds=kinds, nd=bool(kinds & {"move", "broadcast", "reduce", "resample"}),
                strided=bool(kinds & {"move", "reduce", "resample"}), tabled=bool(kinds & {"move", "resample"}))
     if kinds & {"move", "resample"}:
@@ -379,12 +385,50 @@ def render(model, *, precision, storage, passes_log, **options):
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
+        add_activation_targets(facts["indirect"][0]["calls"], entries, f"{name}.c", marks["apply"][0])
+    add_entry_weight_facts(facts["indirect"][0]["calls"], lowered["ops"], per_op, f"{name}.c", marks)
     trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
                       storage=storage)
     for layer in trace["layers"]:
         rows = marks.get(("layer", cnn.c_identifier(layer["name"])), [])
         layer["lines"] = [rows[0], rows[-1] + 1] if rows else [None, None]
     return cnn.output_files(name, ctx, code, facts, trace)
+
+
+def kernel_weight_tags(ops, per_op):
+    """{kernel: (__mulsf3 tags, why)} of nn_conv2d's and nn_dense's multiply-accumulate line: one
+    line serves every table entry of the kernel, so the facts hold for all their weights."""
+    out = {}
+    for kernel in ("conv2d", "dense"):
+        users = [op for op, es in zip(ops, per_op) if any(e["kernel"] == kernel for e in es)]
+        if users and all("weights" in op for op in users):
+            out[kernel] = float_facts.weight_tags(np.concatenate([np.ravel(op["weights"]) for op in users]))
+    return out
+
+
+def add_entry_weight_facts(calls, ops, per_op, file, marks):
+    """Each network call of nn_conv2d or nn_dense: the __mulsf3 tags its own layer's weights prove,
+    as `values` of that call on the kernel's multiply-accumulate line (the line's own facts hold
+    for every entry's weights at once, so they are at most these)."""
+    calls = iter(calls)
+    for op, es in zip(ops, per_op):
+        for e in es:
+            call = next(calls)
+            line = marks.get(f"mac_{e['kernel']}")
+            if not line or "weights" not in op:
+                continue
+            tags, why = float_facts.weight_tags(op["weights"])
+            if tags:
+                call["values"] = [{"file": file, "line": line[0], "op": "mul", "tags": list(tags),
+                                   "why": f"this table entry's layer: {why}"}]
+
+
+def add_activation_targets(calls, entries, file, line):
+    """Each network call's activation: inside call i, nn_apply's pointer call reaches only entry
+    i's `act` (none for a NULL one), so a WCET tool charges each entry its own activation, not the
+    slowest of the model's."""
+    for call, e in zip(calls, entries):
+        call["indirect"] = [{"file": file, "line": line, "targets": [e["act"]] if e["act"] != "0" else []}]
 
 
 def strip_unused(code, kinds):

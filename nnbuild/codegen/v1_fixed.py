@@ -30,12 +30,18 @@ SCALARS = ("h", "w", "c", "oh", "ow", "oc", "kh", "kw", "sh", "sw", "dh", "dw", 
 BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "ps", "frac", "n_src")
 
 
-def ref(buffer):
-    """(base, offset) of a fixed-point tensor: 0 = xq, 1 = yq, 2 = the arena."""
-    if buffer in ("xq", "yq"):
-        return (0 if buffer == "xq" else 1, 0)
+#: the tensor bases of a one-input one-output model (the arena is the next one)
+BASES = {"xq": 0, "yq": 1}
+
+
+def ref(buffer, bases=None):
+    """(base, offset) of a fixed-point tensor: 0 = xq, 1 = yq, 2 = the arena (a model of several
+    inputs or outputs: one base per argument's int16 tensor, in the arguments' order, then the arena)."""
+    bases = bases or BASES
+    if buffer in bases:
+        return (bases[buffer], 0)
     parts = buffer.split(" + ")
-    return (2, int(parts[1]) if len(parts) > 1 else 0)
+    return (len(bases), int(parts[1]) if len(parts) > 1 else 0)
 
 
 def activation_function(qop):
@@ -57,11 +63,11 @@ def requantisation(qop):
     return fields
 
 
-def entries_of(op, index):
+def entries_of(op, index, bases=None):
     """Table entries of one fixed-point op (fixed_ops' form): one per weight chunk / concat input,
     then the softmax's. `index[symbol]` is an array's place in its width's pointer table."""
     qop, k = op["q"], op["kind"]
-    srcs, dst = [ref(s) for s in op["src"]], ref(op["dst"])
+    srcs, dst = [ref(s, bases) for s in op["src"]], ref(op["dst"], bases)
     base = dict(requantisation(qop), src=srcs, dst=dst)
     wide = "64" if qop.acc_bits == 64 else ""
     out = []
@@ -103,7 +109,7 @@ def entries_of(op, index):
             if part["shift"] < 0:
                 raise NNBuildError("a Concatenate input finer than its output has no code in shape v1",
                                    item=f"{op['source_type']} '{op['name']}'")
-            out.append(dict(kernel="copy", act="0", src=[ref(part["src"])], dst=dst, outer=op["outer"],
+            out.append(dict(kernel="copy", act="0", src=[ref(part["src"], bases)], dst=dst, outer=op["outer"],
                             chunk=part["chunk"], total=op["total"], at=part["offset"], ps=s,
                             pr=(1 << (s - 1)) if s else 0))
     else:
@@ -196,11 +202,13 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
     plan = graph_plan.quantize_graph(model, precision, input_range)
     lowered = cnn.lower(model, storage)
-    ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, storage)
+    io = v2_fixed.several_io_context(model, plan, False, False)
+    ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, storage, buffers=io.get("buffers"))
+    bases = {a["buffer"]: k for k, a in enumerate(io["io_args"])} if io["several_io"] else BASES
     tables, arrays = weight_tables(ops)
     wbits = kernel_weight_bits(ops)
     index = {a["symbol"]: i for bits in tables for i, a in enumerate(tables[bits])}
-    entries = [e for op in ops for e in entries_of(op, index)]
+    entries = [e for op in ops for e in entries_of(op, index, bases)]
     max_src = max(len(e["src"]) for e in entries)
     for e in entries:
         e["init"] = initializer(e, max_src)
@@ -230,6 +238,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         "mac16": bool(kinds & {"conv2d", "dense"}) and wbits == 16, "mac8": bool(kinds & {"conv2d", "dense"}) and wbits == 8,
         "dot16": False, "dot16far": False,
         **v2_fixed.helper_context(plan, []),
+        **{k: v for k, v in io.items() if k != "buffers"}, "n_bases": len(bases) + 1,
     }
     ctx["softmax_ops"] = "softmax" in kinds
     name = model.name

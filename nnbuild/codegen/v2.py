@@ -16,6 +16,8 @@ from nnbuild.numerics.formats import is_fixed
 PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 #: takes one C argument per input and output of a model of several (float precisions)
 SEVERAL_IO = True
+#: the precisions that take them (the fixed-point ones convert each argument: v2_fixed)
+SEVERAL_IO_PRECISIONS = ("float32", "float64", "q16", "q16-acc32", "q8")
 
 
 class TensorCode:

@@ -35,7 +35,9 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
             raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
         plan = graph_plan.quantize_graph(model, precision, input_range)
     lowered = cnn.lower(model, storage)
-    ops = fixed_ops(model.name, lowered["ops"], plan, storage, moves=move_code is not None)
+    io = several_io_context(model, plan, int_input, int_output)
+    ops = fixed_ops(model.name, lowered["ops"], plan, storage, moves=move_code is not None,
+                    buffers=io.get("buffers"))
     for op in ops:
         op["dsp"] = dsp_op(model.name, op, storage, dsp)
     arrays = [a for op in ops for a in op["chunks"] + ([op["bias"]] if op["bias"] else []) + op["arrays"]]
@@ -70,6 +72,7 @@ def render(model, *, precision, storage, passes_log, input_range, shape="v2", te
         "weight_reads": sorted({8 if o.get("wbits") == 8 else 16 for o in ops} | {16, 32}),
         **helper_context(plan, ops),
         **integer_api(plan, int_input, int_output), "move_code": move_code,
+        **{k: v for k, v in io.items() if k != "buffers"},
     }
     name = model.name
     code, facts, _ = cnn.render_code(template, ctx)
@@ -115,6 +118,33 @@ def dsp_op(prefix, op, storage, dsp):
                                       f"weights as the DSP kernels read them (mlp_fixed.dsp_pack)")
     op.update(packed, direct=direct, segments=segments, seg_run=run)
     return True
+
+
+def several_io_context(model, plan, int_input, int_output):
+    """Template context of a model of several inputs or outputs: the C API's arguments (float, one
+    per input and output, cnn.api_context), each with the static int16 tensor the code reads or
+    writes in its place (xq_<argument>, yq_<argument>: arguments all begin with in_ or out_), and
+    one output conversion per output format (`dequantizers`, the first output's named nn_dequantize);
+    `buffers` maps the float lowering's argument names to those tensors. {"several_io": False} for
+    one input and one output."""
+    if not getattr(model, "several_io", False):
+        return {"several_io": False}
+    if int_input or int_output:
+        raise NNBuildError("internal error: a segment of several inputs or outputs")
+    api = cnn.api_context(model)
+    formats = dict(zip(plan.output_names, plan.output_formats))
+    functions, dequantizers = {}, []
+    for frac in [f.frac for f in plan.output_formats]:
+        if frac not in functions:
+            functions[frac] = "nn_dequantize" if not functions else f"nn_dequantize_q{frac}".replace("-", "m")
+            dequantizers.append({"fn": functions[frac], "frac": frac, "scale": float_literal(2.0 ** -frac),
+                                 "assembled": -112 <= frac <= 126})
+    args = []
+    for a in api["api_args"]:
+        fmt = plan.input if a["role"] == "in" else formats[a["tensor"]]
+        args.append(dict(a, buffer=("xq_" if a["role"] == "in" else "yq_") + a["name"], frac=fmt.frac,
+                         dequantize=functions.get(fmt.frac) if a["role"] == "out" else None))
+    return {**api, "io_args": args, "dequantizers": dequantizers, "buffers": {a["name"]: a["buffer"] for a in args}}
 
 
 def integer_api(plan, int_input, int_output):
@@ -164,9 +194,10 @@ def tanh_tables(plan):
     return {f: ("int16_t", 16, mlp_fixed.literal_rows(q.tanh_table(f))) for f in fracs}
 
 
-def buffer(ref):
-    """The int16 tensors: the float API's `in`/`out` become the quantised xq/yq."""
-    return {"in": "xq", "out": "yq"}.get(ref, ref)
+def buffer(ref, buffers=None):
+    """The int16 tensors: the float API's `in`/`out` become the quantised xq/yq (`buffers`: those of
+    a model of several inputs or outputs, several_io_context)."""
+    return (buffers or {"in": "xq", "out": "yq"}).get(ref, ref)
 
 
 def dot_macro(wbits, near):
@@ -188,14 +219,15 @@ def weight_chunks(prefix, op, rows, storage, bits):
             for c, (a, b) in enumerate(common.row_chunks(rows.shape[0], rows.shape[1] * bits // 8, storage, what))]
 
 
-def fixed_ops(prefix, float_ops, plan, storage, moves=False):
+def fixed_ops(prefix, float_ops, plan, storage, moves=False, buffers=None):
     """The float lowering's operations with integer weights, formats and requantisation facts;
-    data movements (Transpose, Slice) only with `moves` (a shape that writes them)."""
+    data movements (Transpose, Slice) only with `moves` (a shape that writes them); `buffers`: the
+    int16 tensors of the arguments of a model of several inputs or outputs."""
     by_name = {o.name: o for o in plan.ops}
     out = []
     for op in float_ops:
         qop = by_name[op["name"]]
-        op = dict(op, q=qop, src=[buffer(s) for s in op["src"]], dst=buffer(op["dst"]), arrays=[], chunks=[],
+        op = dict(op, q=qop, src=[buffer(s, buffers) for s in op["src"]], dst=buffer(op["dst"], buffers), arrays=[], chunks=[],
                   bias=None, recip=None, pad_copy=False, pad_in_xq=False, acc_type=f"int{qop.acc_bits}_t", mac16=False, activation=qop.activation)
         if qop.acc_bits == 64 and not 0 < qop.shift < 32:
             raise NNBuildError(f"a 64-bit accumulator shifted by {qop.shift} bits has no code in shape v2",
@@ -239,7 +271,7 @@ def fixed_ops(prefix, float_ops, plan, storage, moves=False):
             raise NNBuildError("this layer has no fixed-point form in shape v2", item=f"{op['source_type']} '{op['name']}'")
         if op["kind"] == "concat":
             for part, fmt in zip(op["parts"], qop.inputs):
-                part["src"], part["shift"] = buffer(part["src"]), fmt.frac - qop.output.frac
+                part["src"], part["shift"] = buffer(part["src"], buffers), fmt.frac - qop.output.frac
         if op["kind"] == "add":
             op["lefts"] = [qop.acc_frac - t.frac for t in qop.inputs]
         if qop.activation == "softmax":

@@ -122,10 +122,13 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
     if input_range is None:
         raise NNBuildError(f"precision {precision} needs the model's input range to prove its formats")
     plan = graph_plan.quantize_graph(model, precision, input_range)
-    ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, "const")
+    io = v2_fixed.several_io_context(model, plan, False, False)
+    ops = v2_fixed.fixed_ops(model.name, lowered["ops"], plan, "const", buffers=io.get("buffers"))
     parts, written, distinct = [], 0, 0
     for op in ops:
         w = Writer(op, lowered["arena_symbol"], part_terms)
+        if io["several_io"]:   # the int16 tensors of the arguments (xq_<argument>, yq_<argument>)
+            w.API_BUFFERS = tuple(sorted(io["buffers"].values()))
         layer_lines(op, w)
         written += w.count
         distinct += w.distinct
@@ -144,6 +147,7 @@ def render(model, *, precision, storage, passes_log, input_range, lowered, part_
         "index_type": cnn.index_type, "readers": mlp_fixed.READERS, "weights_sha256": common.weights_digest(model),
         "mac16": False, "dot16": False, "read64": False, "uses_max": "nn_max16(" in uses,
         **v2_fixed.helper_context(plan, ops),
+        **{k: v for k, v in io.items() if k != "buffers"},
     }
     name = model.name
     code, facts, _ = cnn.render_code("v3_fixed.c.j2", ctx)

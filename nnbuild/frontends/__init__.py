@@ -39,7 +39,7 @@ FORMATS: Tuple[Format, ...] = (
     Format("keras-json", (".json",), "nnbuild.frontends.keras_h5",
            "Keras2C pair: architecture.json (model.to_json()) + weights.h5 (save_weights)"),
     Format("onnx", (".onnx",), "nnbuild.frontends.onnx_graph",
-           "ONNX model (opsets 7 to 21), read with the onnx package"),
+           "ONNX model (opsets 7 to 22), read with the onnx package"),
     Format("gegelati-dot", (".dot",), "nnbuild.frontends.gegelati_dot",
            "GEGELATI Tangled Program Graph export (v0.5-v2.0), with an environment description"),
     Format("keras3", (".keras",), "nnbuild.frontends.keras3",

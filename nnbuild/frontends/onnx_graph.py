@@ -1,4 +1,4 @@
-"""ONNX front-end: a model.onnx (opsets 7 to 21, and opset 6 with its legacy broadcast attributes) read with the `onnx` package into the IR.
+"""ONNX front-end: a model.onnx (opsets 7 to 22, and opset 6 with its legacy broadcast attributes) read with the `onnx` package into the IR.
 
 Semantics are ONNX's, mapped exactly:
 * the model is checked by onnx.checker and run through onnx's shape inference; every shape the
@@ -69,7 +69,7 @@ STRING_VALUES = {
     "nearest_mode": {"Resize": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")},
     "keep_aspect_ratio_policy": {"Resize": ("stretch", "not_larger", "not_smaller")},
     "approximate": {"Gelu": ("none", "tanh")},
-    "direction": {"LSTM": ("forward", "reverse", "bidirectional"), "GRU": ("forward", "reverse", "bidirectional")},
+    "direction": {op: ("forward", "reverse", "bidirectional") for op in ("LSTM", "GRU", "RNN")},
 }
 #: integer attributes that are flags (0 or 1)
 FLAGS = ("keepdims", "noop_with_empty_axes", "count_include_pad", "ceil_mode", "exclude_outside", "antialias",
@@ -90,7 +90,7 @@ SUPPORTED = sorted(set(UNARY) | set(ACTIVATION) | set(ELEMENTWISE) | set(REDUCE)
     "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Gemm", "MatMul",
     "Softmax", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Gather", "GatherElements",
     "Tile", "Resize", "Upsample", "LRN", "Constant", "Shape", "Slice", "LogSoftmax", "Split", "Expand",
-    "ConvTranspose", "LSTM", "GRU"})
+    "ConvTranspose", "LSTM", "GRU", "RNN"})
 
 
 def channels_per_group(w, groups):
@@ -340,8 +340,8 @@ class _Converter:
 
     def run(self, name):
         graph = self.proto.graph
-        if self.opset < 6 or self.opset > 21:
-            raise Problem(f"opset {self.opset} is outside the supported 6..21")
+        if self.opset < 6 or self.opset > 22:
+            raise Problem(f"opset {self.opset} is outside the supported 6..22")
         if len(graph.node) > limits.MAX_NODES:
             raise Problem(f"{len(graph.node)} nodes (limit MAX_NODES = {limits.MAX_NODES})")
         if len(graph.sparse_initializer):
@@ -620,7 +620,7 @@ class _Converter:
             raise Problem(f"input '{name}' is not produced by any node")
         if entry[0] == "tm":
             raise Problem(f"input '{name}' is a sequence tensor with its batch axis at {entry[3]} (there nnbuild "
-                          "reads LSTM/GRU, Transpose, Squeeze, Reshape, Shape and Gather only)")
+                          "reads LSTM/GRU/RNN, Transpose, Squeeze, Reshape, Shape and Gather only)")
         if entry[0] != "ir":
             raise Problem(f"input '{name}' is a constant where a tensor computed from the input is expected")
         return entry[1], entry[2], entry[3]
@@ -1317,6 +1317,9 @@ class _Converter:
         onnx_recurrent.convert(self, node, a, inputs, consts)
 
     def op_GRU(self, node, a, inputs, consts):
+        onnx_recurrent.convert(self, node, a, inputs, consts)
+
+    def op_RNN(self, node, a, inputs, consts):
         onnx_recurrent.convert(self, node, a, inputs, consts)
 
     def op_Squeeze(self, node, a, inputs, consts):

@@ -1,4 +1,4 @@
-"""ONNX LSTM and GRU onto the IR's Recurrent layer, and the time-major tensors around them.
+"""ONNX LSTM, GRU and RNN onto the IR's Recurrent layer, and the time-major tensors around them.
 
 A recurrent node reads X as [seq, batch, features] (layout 0, the default and what PyTorch
 exports) or [batch, seq, features] (layout 1). The ONNX front-end drops a batch axis it expects
@@ -25,11 +25,17 @@ from nnbuild.ir import graph as g
 
 #: ONNX activation names nnbuild's recurrent cells compute -> the IR's
 ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu"}
-#: the ONNX defaults: f, g, h for LSTM; f, g for GRU
-DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
-#: attributes of LSTM/GRU nnbuild reads (the rest are refused by name)
+#: the ONNX defaults: f, g, h for LSTM; f, g for GRU; f for RNN
+DEFAULT_ACTIVATIONS = {op: g.RECURRENT_DEFAULT_ACTIVATIONS[op.lower()] for op in ("LSTM", "GRU", "RNN")}
+#: attributes of LSTM/GRU/RNN nnbuild reads (the rest, activation_alpha/beta among them, are refused
+#: by name: the activations nnbuild computes take no parameter)
 KNOWN = {"LSTM": {"activations", "clip", "direction", "hidden_size", "input_forget", "layout"},
-         "GRU": {"activations", "clip", "direction", "hidden_size", "linear_before_reset", "layout"}}
+         "GRU": {"activations", "clip", "direction", "hidden_size", "linear_before_reset", "layout"},
+         "RNN": {"activations", "clip", "direction", "hidden_size", "layout"}}
+#: gates of each op (rows of W and R per direction, in units of hidden_size)
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+#: the recurrent ops, and the input index of each one's initial states
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 DIRECTIONS = {"forward": ("forward",), "reverse": ("reverse",), "bidirectional": ("forward", "reverse")}
 
 
@@ -39,10 +45,10 @@ def is_time_major(converter, name):
 
 
 def feeds_time_major(graph, name):
-    """Whether tensor `name` is the X or an initial state of a layout-0 LSTM/GRU (its batch axis is
-    the second)."""
+    """Whether tensor `name` is the X or an initial state of a layout-0 LSTM/GRU/RNN (its batch axis
+    is the second)."""
     for node in graph.node:
-        if node.op_type in ("LSTM", "GRU") and any(k < len(node.input) and node.input[k] == name
+        if node.op_type in RECURRENT_OPS and any(k < len(node.input) and node.input[k] == name
                                                     for k in (0, 5, 6)):
             layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
             if layout == 0:
@@ -59,11 +65,11 @@ def time_major_input(converter, value):
         raise Problem(f"input '{value.name}' is not float32 (ONNX type {t.elem_type})")
     dims = list(t.shape.dim)
     if len(dims) != 3:
-        raise Problem(f"input '{value.name}' feeds a layout-0 LSTM/GRU: expected rank 3 with the batch axis "
+        raise Problem(f"input '{value.name}' feeds a layout-0 LSTM/GRU/RNN: expected rank 3 with the batch axis "
                       f"second, got rank {len(dims)}")
     batch = dims[1]
     if batch.HasField("dim_value") and batch.dim_value != 1:
-        raise Problem(f"input '{value.name}' of a layout-0 LSTM/GRU has batch {batch.dim_value} (nnbuild "
+        raise Problem(f"input '{value.name}' of a layout-0 LSTM/GRU/RNN has batch {batch.dim_value} (nnbuild "
                       "generates one sequence per call: batch 1)")
     sizes = []
     for what, d in (("first dimension (sequence length or directions)", dims[0]), ("last dimension", dims[2])):
@@ -125,7 +131,7 @@ def _activations(converter, node, a, dirs):
 
 
 def convert(converter, node, a, inputs, consts):
-    """An LSTM or GRU node: one Recurrent layer per output the graph reads."""
+    """An LSTM, GRU or RNN node: one Recurrent layer per output the graph reads."""
     Problem = converter.problem_type
     op = node.op_type
     unknown = sorted(set(a) - KNOWN[op])
@@ -140,7 +146,7 @@ def convert(converter, node, a, inputs, consts):
     if w is None or r is None:
         raise Problem("W and R must be constants (initializers)")
     w, r = np.asarray(w), np.asarray(r)
-    gates = 4 if op == "LSTM" else 3
+    gates = GATES[op]
     if w.ndim != 3 or r.ndim != 3 or w.shape[0] != len(dirs) or r.shape[0] != len(dirs):
         raise Problem(f"W {w.shape} and R {r.shape} must be [{len(dirs)}, {gates}*hidden, ...]")
     hidden = int(r.shape[2])
@@ -155,7 +161,7 @@ def convert(converter, node, a, inputs, consts):
     if b.shape != (len(dirs), 2 * gates * hidden):
         raise Problem(f"B has shape {b.shape}, expected {(len(dirs), 2 * gates * hidden)}")
     wb, rb = b[:, :gates * hidden].astype(np.float64), b[:, gates * hidden:].astype(np.float64)
-    if op == "LSTM":
+    if op != "GRU":
         bias, rbias = (wb + rb), None
     else:
         bias = np.concatenate([wb[:, :2 * hidden] + rb[:, :2 * hidden], wb[:, 2 * hidden:]], axis=1)
@@ -188,7 +194,7 @@ def convert(converter, node, a, inputs, consts):
                   coupling="forget_from_input" if op == "LSTM" and a.get("input_forget", 0) else None,
                   linear_before_reset=bool(a.get("linear_before_reset", 0)), source_type=op,
                   state_inputs=tuple(name for name, _ in state_sources))
-    outputs = ("sequence", "last", "cell") if op == "LSTM" else ("sequence", "last")
+    outputs = ("sequence", "last", "cell") if op == "LSTM" else ("sequence", "last")   # Y, Y_h(, Y_c)
     needed = converter.needed
     for k, output in enumerate(outputs):
         if len(node.output) <= k or not node.output[k] or (needed and node.output[k] not in needed):

@@ -26,11 +26,21 @@ from nnbuild.ir.int8 import KIND, QuantizedModel  # noqa: F401 - KIND: the kind 
 #: operators the int8 precision generates (nnbuild.codegen.int8), each bit-exact with TFLite Micro
 OPERATORS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "SOFTMAX",
              "LOGISTIC", "TANH", "HARD_SWISH", "LEAKY_RELU", "RELU", "RELU6", "QUANTIZE", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
-             "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS")
+             "CONCATENATION", "PAD", "PADV2", "MEAN", "REDUCE_MAX", "TRANSPOSE", "RESHAPE", "EXPAND_DIMS",
+             "STRIDED_SLICE", "UNIDIRECTIONAL_SEQUENCE_LSTM")
 #: operators TFLite Micro has no kernel for: no reference to be bit-exact with
-NO_TFLM_KERNEL = ("RELU_N1_TO_1",)
-#: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape)
+NO_TFLM_KERNEL = ("RELU_N1_TO_1", "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN",
+                  "UNIDIRECTIONAL_SEQUENCE_RNN", "LSTM", "RNN")
+#: shape arithmetic on constants, folded away (RESHAPE keeps its declared output shape); a
+#: STRIDED_SLICE of a computed tensor (an LSTM's last step) is an operator
 SHAPE_ARITHMETIC = ("SHAPE", "STRIDED_SLICE", "PACK")
+#: UNIDIRECTIONAL_SEQUENCE_LSTM's inputs TFLite Micro's kernel reads (lstm_shared.h): the input,
+#: 8 weights, 4 biases, the hidden and cell state; the peephole (9-11), projection (16, 17) and
+#: layer-norm (20-23) inputs must be absent
+LSTM_WEIGHTS, LSTM_BIASES, LSTM_HIDDEN, LSTM_CELL = tuple(range(1, 9)), tuple(range(12, 16)), 18, 19
+LSTM_ABSENT = (9, 10, 11, 16, 17, 20, 21, 22, 23)
+#: the cell gate's activations TFLite Micro computes (CalculateLstmGate): TANH and SIGMOID
+LSTM_CELL_ACTIVATIONS = {4: "TANH", 6: "SIGMOID"}
 #: fused activations TFLite Micro's int8 kernels clamp to (activation_range)
 FUSED = (0, 1, 2, 3)
 
@@ -59,11 +69,13 @@ def is_full_integer(path) -> bool:
             return False
         import tflite as schema
         sub = schema.Model.GetRootAsModel(data, 0).Subgraphs(0)
-        if sub is None or sub.InputsLength() != 1 or sub.OutputsLength() != 1:
+        if sub is None or not 1 <= sub.InputsLength() <= limits.MAX_MODEL_IO or \
+                not 1 <= sub.OutputsLength() <= limits.MAX_MODEL_IO:
             return False
         model = schema.Model.GetRootAsModel(data, 0)
         n = sub.TensorsLength()
-        return _int8_end(model, sub, int(sub.Inputs(0)), n, 0) and _int8_end(model, sub, int(sub.Outputs(0)), n, 1)
+        return all(_int8_end(model, sub, int(sub.Inputs(k)), n, 0) for k in range(sub.InputsLength())) and \
+            all(_int8_end(model, sub, int(sub.Outputs(k)), n, 1) for k in range(sub.OutputsLength()))
     except Exception:  # noqa: BLE001 - a file that does not read is not told apart here: load says why
         return False
 
@@ -94,27 +106,39 @@ def _int8_end(model, sub, k, n, side):
 
 
 def _int8_ends(graph):
-    """The graph with float32 ends cut off: a QUANTIZE of the float32 input and a DEQUANTIZE to the
+    """The graph with float32 ends cut off: a QUANTIZE of a float32 input and a DEQUANTIZE to a
     float32 output are removed, their int8 tensors become the input and the output (the C API is
-    int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). (graph, the ends cut)."""
-    t_in, t_out = graph.tensors[graph.inputs[0]], graph.tensors[graph.outputs[0]]
-    removed, inputs, outputs = set(), graph.inputs, graph.outputs
-    if t_in.type_name == "float32":
-        users = [op for op in graph.operators if graph.inputs[0] in op.inputs]
+    int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). Every input and output of a
+    model of several is cut alike (all float32 or all int8 at each end). (graph, the ends cut)."""
+    removed, inputs, outputs, floats = set(), list(graph.inputs), list(graph.outputs), {"input": [], "output": []}
+    for k, index in enumerate(graph.inputs):
+        t_in = graph.tensors[index]
+        if t_in.type_name != "float32":
+            continue
+        users = [op for op in graph.operators if index in op.inputs]
         if len(users) != 1 or users[0].op != "QUANTIZE":
             raise Problem(f"the float32 input '{t_in.name}' is read by {', '.join(op.op for op in users) or 'nothing'} "
                           "(one QUANTIZE to int8 expected)")
         removed.add(users[0].index)
-        inputs = (users[0].outputs[0],)
-    if t_out.type_name == "float32":
-        makers = [op for op in graph.operators if graph.outputs[0] in op.outputs]
+        inputs[k] = users[0].outputs[0]
+        floats["input"].append(t_in.name)
+    for k, index in enumerate(graph.outputs):
+        t_out = graph.tensors[index]
+        if t_out.type_name != "float32":
+            continue
+        makers = [op for op in graph.operators if index in op.outputs]
         if len(makers) != 1 or makers[0].op != "DEQUANTIZE":
             raise Problem(f"the float32 output '{t_out.name}' is made by "
                           f"{', '.join(op.op for op in makers) or 'nothing'} (one DEQUANTIZE of int8 expected)")
         removed.add(makers[0].index)
-        outputs = (makers[0].inputs[0],)
+        outputs[k] = makers[0].inputs[0]
+        floats["output"].append(t_out.name)
+    for role, count in (("input", len(graph.inputs)), ("output", len(graph.outputs))):
+        if 0 < len(floats[role]) < count:
+            raise Problem(f"{role}s {', '.join(floats[role])} are float32 and the other {role}s int8 (nnbuild "
+                          f"converts every {role} of a model alike)")
     operators = tuple(op for op in graph.operators if op.index not in removed)
-    ends = [role for role, t in (("input", t_in), ("output", t_out)) if t.type_name == "float32"]
+    ends = [role for role in ("input", "output") if floats[role]]
     return dataclasses.replace(graph, inputs=tuple(inputs), outputs=tuple(outputs), operators=operators), ends
 
 
@@ -122,9 +146,6 @@ def load(path):
     path = Path(path)
     graph = tflite.read(path)
     try:
-        if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-            raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one "
-                          "input to one output")
         graph, float_ends = _int8_ends(graph)
         ops = _checked_ops(graph)
     except Problem as problem:
@@ -137,19 +158,19 @@ def load(path):
 
 
 def _checked_ops(graph):
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-        raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs: nnbuild generates one input "
-                      "to one output")
-    for role, index in (("input", graph.inputs[0]), ("output", graph.outputs[0])):
+    if len(set(graph.inputs)) != len(graph.inputs) or len(set(graph.outputs)) != len(graph.outputs) or \
+            set(graph.inputs) & set(graph.outputs):
+        raise Problem("a tensor is listed twice among the inputs and outputs")
+    for role, index in [("input", i) for i in graph.inputs] + [("output", o) for o in graph.outputs]:
         t = graph.tensors[index]
         _int8_tensor(t, f"the model's {role}")
         if len(t.shape) < 2 or t.shape[0] != 1 or min(t.shape[1:]) < 1:
             raise Problem(f"the model's {role} '{t.name}' has shape {t.shape}: expected a batch axis of 1 and a "
                           "sample")
-    computed = {graph.inputs[0]}
+    computed = set(graph.inputs)
     ops = []
     for op in graph.operators:
-        if op.op in SHAPE_ARITHMETIC:
+        if op.op in SHAPE_ARITHMETIC and not (op.op == "STRIDED_SLICE" and op.inputs and op.inputs[0] in computed):
             continue
         if op.op in NO_TFLM_KERNEL:
             raise Problem(f"operator {op.index} ({op.op}): TFLite Micro has no {op.op} kernel, so int8 has no "
@@ -162,8 +183,8 @@ def _checked_ops(graph):
         except Problem as problem:
             raise Problem(f"operator {op.index} ({op.op}): {problem}") from None
         computed.add(op.outputs[0])
-    if graph.outputs[0] not in computed or not ops:
-        raise Problem("the output is not computed from the input")
+    if not set(graph.outputs) <= computed or not ops:
+        raise Problem("an output is not computed from the inputs")
     return tuple(ops)
 
 
@@ -188,6 +209,8 @@ def _checked(graph, op, computed):
     if not out.shape or out.shape[0] != 1:
         raise Problem(f"output '{out.name}' has shape {out.shape} (batch axis of 1 expected)")
     fused = int(op.options.get("FusedActivationFunction", 0)) if op.options else 0
+    if op.op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        fused = 0   # its cell gate's activation, not a clamp of the output (checked by _lstm)
     if fused not in FUSED:
         raise Problem(f"fused activation {tflite.FUSED.get(fused, fused)} (int8: none, RELU, RELU6, RELU_N1_TO_1)")
     data_inputs = {"FULLY_CONNECTED": 1, "CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "ADD": 2, "SUB": 2, "MUL": 2,
@@ -203,6 +226,10 @@ def _checked(graph, op, computed):
         sources.append(index)
     if op.op in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
         _weights(graph, op)
+    if op.op == "UNIDIRECTIONAL_SEQUENCE_LSTM":
+        _lstm(graph, op)
+    if op.op == "STRIDED_SLICE":
+        _strided_slice(graph, op)
     if op.op in ("RESHAPE", "EXPAND_DIMS") and int(np.prod(out.shape)) != int(np.prod(tensors[op.inputs[0]].shape)):
         raise Problem(f"output of shape {out.shape} for an input of shape {tensors[op.inputs[0]].shape}")
     return {"index": op.index, "op": op.op, "sources": tuple(sources), "output": op.outputs[0], "fused": fused}
@@ -235,3 +262,84 @@ def _weights(graph, op):
             raise Problem(f"bias '{b.name}' is {b.type_name} of shape {b.shape} (int32, one per output channel, "
                           "expected)")
 
+
+def _lstm(graph, op):
+    """What TFLite Micro's 8x8->16 LSTM kernel requires (unidirectional_sequence_lstm.cc's
+    Prepare, LstmTensors::ValidateTensorStatus), checked: 24 inputs, the batch-major sequence
+    [1, steps, features], int8 weights quantized per tensor with zero point 0, int32 biases, an
+    int8 hidden state and an int16 cell state (variables: no constant values), no peephole,
+    projection or layer normalisation, a TANH or SIGMOID cell gate."""
+    tensors = graph.tensors
+    if len(op.inputs) != 24:
+        raise Problem(f"{len(op.inputs)} inputs (TFLite Micro's kernel takes 24)")
+    options = op.options or {}
+    if options.get("TimeMajor", False):
+        raise Problem("time-major sequence (nnbuild reads the batch-major [1, steps, features])")
+    if options.get("DiagonalRecurrentTensors", False):
+        raise Problem("diagonal recurrent weights (TFLite Micro's kernel computes full matrices)")
+    act = int(options.get("FusedActivationFunction", 4))
+    if act not in LSTM_CELL_ACTIVATIONS:
+        raise Problem(f"cell activation {tflite.FUSED.get(act, act)} (TFLite Micro computes TANH or SIGMOID)")
+    missing = [k for k in LSTM_WEIGHTS + LSTM_BIASES + (LSTM_HIDDEN, LSTM_CELL) if op.inputs[k] < 0]
+    if missing:
+        raise Problem(f"inputs {missing} are absent (TFLite Micro's kernel needs all four gates' weights and "
+                      "biases: no CIFG)")
+    present = [k for k in LSTM_ABSENT if op.inputs[k] >= 0]
+    if present:
+        raise Problem(f"inputs {present} are given: peephole, projection or layer-normalisation weights (TFLite "
+                      "Micro's kernel computes the plain LSTM cell)")
+    x = tensors[op.inputs[0]]
+    if len(x.shape) != 3 or x.shape[0] != 1:
+        raise Problem(f"input '{x.name}' of shape {x.shape} (expected [1, steps, features])")
+    steps, features = x.shape[1:]
+    h = tensors[op.inputs[LSTM_HIDDEN]]
+    units = int(np.prod(h.shape)) if h.shape else 0
+    want = {**{k: (units, features) for k in LSTM_WEIGHTS[:4]}, **{k: (units, units) for k in LSTM_WEIGHTS[4:]}}
+    for k in LSTM_WEIGHTS:
+        w = tensors[op.inputs[k]]
+        if w.data is None or w.type_name != "int8":
+            raise Problem(f"weights '{w.name}' are {w.type_name}{'' if w.data is not None else ' (not a constant)'}"
+                          " (the int8 kernel: int8 weights; int16x8 LSTMs are not generated)")
+        q = w.quantization
+        if q is None or q.scales.size != 1 or int(q.zero_points[0]) != 0 or not (np.isfinite(q.scales[0])
+                                                                              and q.scales[0] > 0):
+            raise Problem(f"weights '{w.name}' are not quantized per tensor with zero point 0 (TFLite Micro's "
+                          "LSTM requantises each gate with one multiplier)")
+        if tuple(w.shape) != want[k]:
+            raise Problem(f"weights '{w.name}' of shape {w.shape}, expected {list(want[k])} ({units} units, "
+                          f"{features} features)")
+    for k in LSTM_BIASES:
+        b = tensors[op.inputs[k]]
+        if b.data is None or b.type_name != "int32" or b.data.size != units:
+            raise Problem(f"bias '{b.name}' is {b.type_name} of shape {b.shape} (int32, one per unit, expected)")
+    _int8_tensor(h, "hidden state")
+    c = tensors[op.inputs[LSTM_CELL]]
+    if c.type_name != "int16" or c.quantization is None or c.quantization.scales.size != 1 or \
+            not (np.isfinite(c.quantization.scales[0]) and c.quantization.scales[0] > 0):
+        raise Problem(f"cell state '{c.name}' is {c.type_name} (the int8 kernel keeps an int16 cell state, quantized "
+                      "per tensor)")
+    if int(np.prod(c.shape) if c.shape else 0) != units:
+        raise Problem(f"cell state '{c.name}' of shape {c.shape} for {units} units")
+    for state in (h, c):
+        if state.data is not None:
+            raise Problem(f"state '{state.name}' holds constant values (TFLite Micro resets its variable tensors: "
+                          "the hidden state to its zero point, the cell state to 0)")
+    out = tensors[op.outputs[0]]
+    if tuple(out.shape) != (1, steps, units):
+        raise Problem(f"output '{out.name}' of shape {out.shape}, the kernel computes [1, {steps}, {units}]")
+
+
+def _strided_slice(graph, op):
+    """A STRIDED_SLICE of a computed tensor: constant begin, end and strides, the batch axis kept,
+    the slice of the declared output shape (TFLite Micro copies the int8 values unchanged)."""
+    from nnbuild.numerics.tflm_int8 import slice_plan
+    tensors = graph.tensors
+    if len(op.inputs) != 4 or any(i < 0 or tensors[i].data is None for i in op.inputs[1:]):
+        raise Problem("begin, end and strides are not constants")
+    try:
+        *_, kept = slice_plan(tensors[op.inputs[0]].shape, *(tensors[i].data for i in op.inputs[1:]), op.options or {})
+    except ValueError as problem:
+        raise Problem(str(problem)) from None
+    out = tensors[op.outputs[0]]
+    if int(np.prod(kept)) != int(np.prod(out.shape[1:])):
+        raise Problem(f"output '{out.name}' of shape {out.shape} for a slice of shape {list(kept)}")

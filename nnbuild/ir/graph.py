@@ -670,7 +670,9 @@ class LRN:
 
 
 #: Recurrent cells: gate count and the gate order of the weight rows (ONNX's).
-RECURRENT_CELLS = {"lstm": ("i", "o", "f", "c"), "gru": ("z", "r", "h")}
+RECURRENT_CELLS = {"lstm": ("i", "o", "f", "c"), "gru": ("z", "r", "h"), "rnn": ("i",)}
+#: The default activations of each cell (ONNX's): f, g (and h for LSTM); f alone for a simple RNN.
+RECURRENT_DEFAULT_ACTIVATIONS = {"lstm": ("sigmoid", "tanh", "tanh"), "gru": ("sigmoid", "tanh"), "rnn": ("tanh",)}
 #: Activation functions a recurrent cell may use for f, g (and h for LSTM).
 RECURRENT_ACTIVATIONS = ("sigmoid", "tanh", "relu")
 #: What a recurrent layer outputs: every step's hidden state [T, D, H], the last hidden state
@@ -683,7 +685,7 @@ RECURRENT_COUPLINGS = (None, "forget_from_input", "input_from_forget")
 
 @dataclass(frozen=True)
 class Recurrent:
-    """An LSTM or GRU over a sequence x [T, F], ONNX's equations (one set per direction d):
+    """An LSTM, GRU or simple RNN over a sequence x [T, F], ONNX's equations (one set per direction d):
 
     LSTM (gates i, o, f, c):  i = f(Wi x_t + Ri h + Pi . c + bi); f = f(Wf x_t + Rf h + Pf . c + bf)
                               c~ = g(Wc x_t + Rc h + bc); c = f . c + i . c~ (cell_clip clips c)
@@ -691,6 +693,7 @@ class Recurrent:
     GRU (gates z, r, h):      z = f(Wz x_t + Rz h + bz); r = f(Wr x_t + Rr h + br)
                               h~ = g(Wh x_t + Rh (r . h) + bh + rbh), or with linear_before_reset
                               h~ = g(Wh x_t + bh + r . (Rh h + rbh)); h = (1 - z) . h~ + z . h
+    RNN (gate i):             h = f(Wi x_t + Ri h + bi)
     where b = wb + rb summed (both ONNX bias halves) except the GRU candidate's, kept apart (wb in
     `bias`, rb in `rbias`). `clip` clips every gate pre-activation to [-clip, clip] (ONNX). The
     state starts at `initial_h`/`initial_c` (zero if None) on every call: nothing is kept between
@@ -708,7 +711,7 @@ class Recurrent:
     peephole: Optional[np.ndarray] = None
     initial_h: Optional[np.ndarray] = None
     initial_c: Optional[np.ndarray] = None
-    #: f, g (and h for LSTM); None: the ONNX defaults (sigmoid, tanh(, tanh))
+    #: f, g (and h for LSTM), f alone (RNN); None: the ONNX defaults (RECURRENT_DEFAULT_ACTIVATIONS)
     activations: Optional[Tuple[str, ...]] = None
     clip: Optional[float] = None
     cell_clip: Optional[float] = None
@@ -732,9 +735,9 @@ class Recurrent:
         if self.output not in RECURRENT_OUTPUTS or (self.output == "cell" and self.cell != "lstm"):
             raise ValueError(f"recurrent output '{self.output}' is not one of {', '.join(RECURRENT_OUTPUTS)} "
                              "(cell: LSTM only)")
-        want = 3 if self.cell == "lstm" else 2
+        want = len(RECURRENT_DEFAULT_ACTIVATIONS[self.cell])
         if self.activations is None:
-            object.__setattr__(self, "activations", ("sigmoid", "tanh", "tanh")[:want])
+            object.__setattr__(self, "activations", RECURRENT_DEFAULT_ACTIVATIONS[self.cell])
         object.__setattr__(self, "activations", tuple(self.activations))
         if len(self.activations) != want or any(a not in RECURRENT_ACTIVATIONS for a in self.activations):
             raise ValueError(f"activations {self.activations} must be {want} of {', '.join(RECURRENT_ACTIVATIONS)}")
@@ -782,6 +785,19 @@ class Recurrent:
                              f"{tuple(input_shape)}")
         d = len(self.directions)
         return (int(input_shape[0]), d, self.hidden) if self.output == "sequence" else (d, self.hidden)
+
+
+def argument_name(role, label, taken):
+    """The C argument of an input or output (role "in" / "out") of the model file's name `label`:
+    <role>_<label> made a checked identifier, unique even upper-cased among `taken` (updated; the
+    header's size macros upper-case it)."""
+    base = f"{role}_{names.c_identifier(label)}"[:names.MAX_NAME_LENGTH - 8]
+    name, k = base, 1
+    while name.upper() in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name.upper())
+    return name
 
 
 #: Layers whose output is their input seen with another shape (no code, no memory).
@@ -889,12 +905,7 @@ class Model:
             offset = 0
             for tensor in tensors:
                 label = self.io_labels.get(tensor, tensor)
-                base = f"{role}_{names.c_identifier(label)}"[:names.MAX_NAME_LENGTH - 8]
-                name, k = base, 1
-                while name.upper() in taken:
-                    k += 1
-                    name = f"{base}_{k}"
-                taken.add(name.upper())
+                name = argument_name(role, label, taken)
                 size = int(np.prod(shapes[tensor]))
                 out.append({"role": role, "tensor": tensor, "label": label, "name": name,
                             "shape": tuple(shapes[tensor]), "size": size, "offset": offset})
@@ -959,8 +970,8 @@ def _recurrent_problem(layer) -> Optional[str]:
     """A problem of a recurrent layer's weight arrays: each real, finite, of its role's shape."""
     if layer.cell == "gru" and layer.rbias is None:
         return "GRU has no recurrence bias of its candidate gate (rbias)"
-    if layer.cell == "lstm" and layer.rbias is not None:
-        return "LSTM has a GRU candidate bias (rbias)"
+    if layer.cell != "gru" and layer.rbias is not None:
+        return f"{layer.cell.upper()} has a GRU candidate bias (rbias)"
     for role, (array, shape) in layer.arrays().items():
         problem = weight_problem(array)
         if problem:
@@ -968,7 +979,7 @@ def _recurrent_problem(layer) -> Optional[str]:
         if len(array.shape) != len(shape) or any(w is not None and a != w for a, w in zip(array.shape, shape)):
             return f"{role} has shape {tuple(array.shape)}, expected {tuple('F' if w is None else w for w in shape)}"
     if layer.initial_c is not None and layer.cell != "lstm":
-        return "a GRU has no cell state (initial_c)"
+        return f"a {layer.cell.upper()} has no cell state (initial_c)"
     return None
 
 

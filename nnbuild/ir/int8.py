@@ -11,6 +11,8 @@ from typing import Tuple
 
 import numpy as np
 
+from nnbuild.ir.graph import argument_name
+
 #: what nnbuild.kinds and nnbuild.codegen call this model kind
 KIND = "int8"
 
@@ -18,7 +20,7 @@ KIND = "int8"
 @dataclass
 class QuantizedModel:
     """`graph`: tensors (index, name, type_name, shape with the batch axis first, data, quantization)
-    and operators (index, op, inputs, outputs, options) in execution order, one input, one output;
+    and operators (index, op, inputs, outputs, options) in execution order, its inputs and outputs;
     `ops`: the operators that compute, each with its resolved sample shapes (see the front-end)."""
 
     name: str
@@ -43,11 +45,35 @@ class QuantizedModel:
 
     @property
     def input_size(self) -> int:
-        return int(np.prod(self.input_shape))
+        """Values of all the inputs together."""
+        return sum(int(np.prod(self._tensor(i).shape[1:])) for i in self.graph.inputs)
 
     @property
     def output_size(self) -> int:
-        return int(np.prod(self.output_shape))
+        """Values of all the outputs together."""
+        return sum(int(np.prod(self._tensor(o).shape[1:])) for o in self.graph.outputs)
+
+    @property
+    def several_io(self) -> bool:
+        """True for a model of several inputs or several outputs (its C API takes each)."""
+        return len(self.graph.inputs) > 1 or len(self.graph.outputs) > 1
+
+    def arguments(self):
+        """The C function's arguments of a model of several inputs or outputs, in order (every input,
+        then every output, in the model's order), as nnbuild.ir.graph.Model.arguments gives them,
+        with each one's "scale" and "zero_point"."""
+        out, taken = [], set()
+        for role, tensors in (("in", self.graph.inputs), ("out", self.graph.outputs)):
+            offset = 0
+            for index in tensors:
+                t = self._tensor(index)
+                shape = tuple(int(d) for d in t.shape[1:])
+                size = int(np.prod(shape))
+                out.append({"role": role, "tensor": index, "label": t.name, "name": argument_name(role, t.name, taken),
+                            "shape": shape, "size": size, "offset": offset,
+                            "scale": float(t.quantization.scales[0]), "zero_point": int(t.quantization.zero_points[0])})
+                offset += size
+        return out
 
     def io_quantization(self, which):
         """(scale, zero point) of the model's "input" or "output" tensor."""

@@ -529,7 +529,7 @@ def _gru_step(layer, d, x_t, h, xw, r_rows):
 
 
 def recurrent(layer, x: np.ndarray, *states: np.ndarray) -> np.ndarray:
-    """Recurrent (LSTM/GRU, nnbuild.ir.graph.Recurrent) over x [N, T, F]: each direction from its
+    """Recurrent (LSTM/GRU/RNN, nnbuild.ir.graph.Recurrent) over x [N, T, F]: each direction from its
     initial state (zero unless a constant or, for layer.state_inputs, the `states` [N, D, H] give
     it), forward t = 0..T-1 or reverse T-1..0; returns every step's hidden state [N, T, D, H], the
     last one [N, D, H] or the last cell state [N, D, H]."""
@@ -554,6 +554,8 @@ def recurrent(layer, x: np.ndarray, *states: np.ndarray) -> np.ndarray:
             x_t = x[:, t, :]
             if layer.cell == "lstm":
                 h, c = _lstm_step(layer, d, t, x_t, h, c, (x_t @ w.T + b) + h @ r.T)
+            elif layer.cell == "rnn":
+                h = _gate(layer, (x_t @ w.T + b) + h @ r.T, layer.activations[0])
             else:
                 h = _gru_step(layer, d, x_t, h, x_t @ w.T + b, (r[:n], r[n:2 * n], r[2 * n:]))
             seq[:, t, d, :] = h

@@ -55,7 +55,8 @@ def check_defines(name):
     """int8_check_main.c bound to model `name` through its generated header's macros."""
     api = codegen.api(name)
     return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
-            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"])]
+            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"]),
+            ("NN_INPUT_COUNT", api["input_count_macro"]), ("NN_ARGS", api["args_macro"])]
 
 
 def reference_arrays(model, count, seed, input_range, data=None):
@@ -65,12 +66,12 @@ def reference_arrays(model, count, seed, input_range, data=None):
     framework = None
     if data:
         quantized = _has_quantized_members(data)
-        x, framework = check_data.load(data, model.input_size, model.output_size,
+        x, framework = check_data.load(data, model.input_size, model.output_size, parts=check_data.parts_of(model),
                                        names=("x_q", "y_q") if quantized else ("x", "y"))
         if not quantized and "float32_input" in model.meta:
-            x = affine_quantize(x, *model.io_quantization("input"))
+            x = _quantized(model, "in", x)
         if not quantized and "float32_output" in model.meta and framework is not None:
-            framework = affine_quantize(framework, *model.io_quantization("output"))
+            framework = _quantized(model, "out", framework)
         for values, what in ((x, "x"), (framework, "y")):
             if values is not None and not (np.all(values == np.round(values)) and values.min() >= -128
                                            and values.max() <= 127):
@@ -80,12 +81,38 @@ def reference_arrays(model, count, seed, input_range, data=None):
         x = np.random.default_rng(seed).integers(-128, 128, size=(max(count, 0), model.input_size))
         x[:1], x[1:2] = -128, 127
     x = np.asarray(x, np.int64)
-    y = np.stack([tflm_int8.run(model.graph, row.reshape(model.input_shape)).reshape(-1) for row in x]) \
-        if len(x) else np.zeros((0, model.output_size))
+    y = np.stack([_run_flat(model, row) for row in x]) if len(x) else np.zeros((0, model.output_size))
     arrays = {"x": x.astype(np.float32), "y": y.astype(np.float64), "kind": np.array(NAME)}
+    if model.several_io:   # the outputs' C arguments, in the order y holds them: errors per output
+        outs = [a for a in model.arguments() if a["role"] == "out"]
+        arrays["output_names"] = np.array([a["name"] for a in outs])
+        arrays["output_sizes"] = np.array([a["size"] for a in outs])
     if framework is not None:
         arrays["y_framework"] = framework
     return arrays
+
+
+def _run_flat(model, row):
+    """TFLite Micro's int8 outputs for one flat row of every input's values (the model's order), as
+    one flat row of every output's."""
+    if not model.several_io:
+        return tflm_int8.run(model.graph, row.reshape(model.input_shape)).reshape(-1)
+    parts = [row[a["offset"]:a["offset"] + a["size"]].reshape(a["shape"]) for a in model.arguments() if a["role"] == "in"]
+    return np.concatenate([np.asarray(y).reshape(-1) for y in tflm_int8.run(model.graph, parts)] if
+                          len(model.graph.outputs) > 1 else [np.asarray(tflm_int8.run(model.graph, parts)).reshape(-1)])
+
+
+def _quantized(model, role, values):
+    """Float rows of every input (role "in") or output ("out") quantized argument by argument with
+    its own scale and zero point (one input or output: the model's)."""
+    if not model.several_io:
+        return affine_quantize(values, *model.io_quantization("input" if role == "in" else "output"))
+    out = np.array(values, np.float64)
+    for a in model.arguments():
+        if a["role"] == role:
+            span = slice(a["offset"], a["offset"] + a["size"])
+            out[:, span] = affine_quantize(out[:, span], a["scale"], a["zero_point"])
+    return out
 
 
 def affine_quantize(values, scale, zero_point):

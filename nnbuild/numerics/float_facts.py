@@ -35,8 +35,10 @@ EQUAL_TAGS = ("__addsf3x:equal",)
 #: nn_tanh's (e - 1) / (e + 1) and expf(2x) (prelude.c.j2 emits these)
 DIV_TAGS = ("__divsf3:A.normal", "__divsf3:B.normal", "__divsf3:eA-eB>=-125")
 EXP_TAGS = ("exp:|x|<18",)
+#: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
+SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
-VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS)
 
 
 @dataclass(frozen=True)
@@ -90,3 +92,26 @@ def flushed(x, keep_exp):
     small = biased_exponents(x) < keep_exp
     bits[small] &= np.uint32(0x80000000)
     return bits.view(np.float32)
+
+
+#: __mulsf3 context tags about one factor (avr_paths.operand_tags gives them to constants)
+WEIGHT_EXP_TAGS = {"__mulsf3:C.e>=126": 126, "__mulsf3:C.e>=122": 122, "__mulsf3:C.e>=118": 118}
+
+
+def weight_tags(weights):
+    """(__mulsf3 tags, why) that every product with one of `weights` as a factor may carry, the code
+    unchanged: each weight zero (__mulsf3 leaves before its loops) or normal, and the biased
+    exponents of the non-zero ones all <= 128 ("C.e<=128": a subnormal other factor normalises in
+    <= 2 passes) or all >= 118/122/126 (the exponent sum is >= -8/-4/0: a short or no
+    denormalisation). Nothing for a subnormal or non-finite weight, or no non-zero weight."""
+    w = np.asarray(weights, dtype=np.float32).ravel()
+    if w.size == 0 or not np.all(np.isfinite(w)):
+        return (), None
+    exps = biased_exponents(w[w != 0])
+    if exps.size == 0 or np.any(exps == 0):
+        return (), None
+    lo, hi = int(exps.min()), int(exps.max())
+    tags = (["__mulsf3:C.e<=128"] if hi <= 128 else []) + [t for t, n in WEIGHT_EXP_TAGS.items() if lo >= n]
+    why = (f"the weight factor is zero or normal with biased exponent in [{lo}, {hi}] (every weight of the layer, "
+           "checked bit by bit)")
+    return tuple(tags), (why if tags else None)

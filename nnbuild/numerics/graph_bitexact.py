@@ -159,13 +159,19 @@ def apply(op, xs):
 
 def run_graph(plan, x, integers=False):
     """Outputs of the fixed-point CNN code for float inputs [N, n_in] (float32 as the C converts
-    them, or the final integers)."""
-    x = np.asarray(x, dtype=np.float32)
-    q = quantize_input(x.reshape(len(x), -1), plan.input, plan.input_range)
-    values = {plan.input_name: q.reshape((len(x),) + tuple(plan.input_shape))}
+    them, or the final integers); several inputs and outputs one after the other in a row."""
+    x = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+    values, at = {}, 0
+    for name, shape in plan.inputs or ((plan.input_name, plan.input_shape),):
+        size = int(np.prod(shape))   # several inputs: one after the other in each row, the model's order
+        q = quantize_input(x[:, at:at + size], plan.input, plan.input_range)
+        values[name] = q.reshape((len(x),) + tuple(shape))
+        at += size
     for op in plan.ops:
         values[op.name] = apply(op, [values[s] for s in op.sources])
-    y = values[plan.ops[-1].name].reshape(len(x), -1)
+    names = plan.output_names or (plan.ops[-1].name,)
+    ys = [values[n].reshape(len(x), -1) for n in names]
     if integers:
-        return y
-    return y.astype(np.float32) * np.float32(2.0 ** -plan.output.frac)
+        return np.concatenate(ys, axis=1)
+    return np.concatenate([y.astype(np.float32) * np.float32(2.0 ** -f.frac) for y, f in
+                           zip(ys, plan.output_formats)], axis=1)

@@ -68,10 +68,20 @@ class GraphPlan:
     ops: List[QOp]
     formats: dict
     saturation: List[str] = field(default_factory=list)
+    #: a model of several inputs or outputs: every input (name, shape) and output name, in the
+    #: model's order (empty: the one input above, the last op's output)
+    inputs: tuple = ()
+    output_names: tuple = ()
 
     @property
     def output(self):
-        return self.ops[-1].output
+        """The format of the (first) output."""
+        return self.formats[self.output_names[0]] if self.output_names else self.ops[-1].output
+
+    @property
+    def output_formats(self):
+        """The format of every output, in the model's order."""
+        return [self.formats[n] for n in self.output_names] if self.output_names else [self.output]
 
     def summary(self):
         """JSON-able proof record for the trace and the report."""
@@ -94,11 +104,17 @@ def quantize_graph(model, precision, input_range):
     policy, lo, hi, in_t, saturation = proof.start(precision, input_range)
     shapes = model.tensor_shapes()
     in_shape = tuple(shapes[model.input_name])
-    real = {model.input_name: (np.full((1,) + in_shape, lo), np.full((1,) + in_shape, hi))}
-    ints = {model.input_name: tuple(quantize_input(np.full((1, int(np.prod(in_shape))), v, np.float32), in_t,
-                                                   (lo, hi)).reshape((1,) + in_shape) for v in (lo, hi))}
-    formats = {model.input_name: in_t}
-    plan = GraphPlan(precision, in_t, model.input_name, in_shape, (lo, hi), [], formats, saturation=saturation)
+    real, ints, formats = {}, {}, {}
+    for name, shape in model.inputs:   # several inputs: each over the declared range, in one format
+        shape = tuple(shape)
+        real[name] = (np.full((1,) + shape, lo), np.full((1,) + shape, hi))
+        ints[name] = tuple(quantize_input(np.full((1, int(np.prod(shape))), v, np.float32), in_t,
+                                          (lo, hi)).reshape((1,) + shape) for v in (lo, hi))
+        formats[name] = in_t
+    several = getattr(model, "several_io", False)
+    plan = GraphPlan(precision, in_t, model.input_name, in_shape, (lo, hi), [], formats, saturation=saturation,
+                     inputs=tuple((n, tuple(s)) for n, s in model.inputs) if several else (),
+                     output_names=tuple(model.outputs) if several else ())
     for index, layer in enumerate(model.layers):
         sources = list(model.sources(index))
         op = QOp(layer.name, layer.kind, layer.source_type, getattr(layer, "activation", None) or "linear",

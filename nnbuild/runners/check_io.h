@@ -1,6 +1,6 @@
 /*
  * check_io.h: the I/O half of nnbuild's check firmware, one copy for check_main.c,
- * tpg_check_main.c and tests/wcet_fixtures/avr_main.c (each included by exactly one file of a
+ * int8_check_main.c, tpg_check_main.c, gravity_check_main.c and tests/wcet_fixtures/avr_main.c (each included by exactly one file of a
  * program, so the definitions below live here).
  *
  * Host (not __AVR__): nnbuild_serve() runs the stdin/stdout record loop: fixed-size records in
@@ -107,6 +107,16 @@ static int nnbuild_serve(const char *who, const char *record, unsigned char *inb
     return 0;
 }
 
+/* main() of a model's check program (check_main.c, int8_check_main.c): records of NN_IN float32
+ * values in, NN_OUT out, each through `step` (the includer's conversion around one inference). */
+#define NNBUILD_SERVE_VECTORS(who, step)                                                          \
+    int main(void)                                                                                \
+    {                                                                                             \
+        static unsigned char inbuf[4 * NN_IN];                                                    \
+        static unsigned char outbuf[4 * NN_OUT];                                                  \
+        return nnbuild_serve(who, "input vector", inbuf, sizeof inbuf, outbuf, sizeof outbuf, step); \
+    }
+
 #else /* __AVR__ */
 
 void nnbuild_ready(void) __attribute__((noinline, noclone, used));
@@ -119,5 +129,18 @@ void nnbuild_ready(void)
 }
 
 #endif /* __AVR__ */
+
+/* A model's check program calls NN_CALL(in, out) on the flat vectors of every input's values one
+ * after the other (every output's, likewise): a model of several inputs or outputs (NN_INPUT_COUNT,
+ * its header's MODEL_INPUT_COUNT, is a number there) takes NN_ARGS(in, out), its header's
+ * MODEL_INFER_ARGS, one argument each; a one-input one-output model leaves MODEL_INPUT_COUNT
+ * undefined (0 in #if) and takes in and out. */
+#if defined(NN_INFER)
+#if NN_INPUT_COUNT + 0 > 0
+#define NN_CALL(in, out) NN_INFER(NN_ARGS(in, out))
+#else
+#define NN_CALL(in, out) NN_INFER(in, out)
+#endif
+#endif
 
 #endif /* NNBUILD_CHECK_IO_H */

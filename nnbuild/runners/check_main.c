@@ -26,13 +26,7 @@
 #error "define NN_HEADER, NN_INFER, NN_IN and NN_OUT"
 #endif
 
-#include "check_io.h"
-
-#if NN_INPUT_COUNT + 0 > 0
-#define NN_CALL(in, out) NN_INFER(NN_ARGS(in, out))
-#else
-#define NN_CALL(in, out) NN_INFER(in, out)
-#endif
+#include "check_io.h"   /* the record loop, NN_CALL and NNBUILD_SERVE_VECTORS */
 
 #ifndef __AVR__
 
@@ -52,14 +46,7 @@ static void nnbuild_step(const unsigned char *inbuf, unsigned char *outbuf)
         nnbuild_put_f32(outbuf + 4 * i, out[i]);
 }
 
-int main(void)
-{
-    static unsigned char inbuf[4 * NN_IN];
-    static unsigned char outbuf[4 * NN_OUT];
-
-    return nnbuild_serve("check_main", "input vector", inbuf, sizeof inbuf, outbuf, sizeof outbuf,
-                         nnbuild_step);
-}
+NNBUILD_SERVE_VECTORS("check_main", nnbuild_step)
 
 #else /* __AVR__ */
 

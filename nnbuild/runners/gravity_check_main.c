@@ -10,6 +10,9 @@
  * trains on the batch. So a case's outputs depend on every earlier case: they check activate and
  * train together against the float64 reference of the same learning sequence.
  *
+ * -DNN_FRESH_BLOB=1 starts every case from the initial blob instead (timing searches: a case
+ * with NaN or infinite values then decides nothing about the next ones).
+ *
  * Host: little-endian float32 records on stdin/stdout (check_io.h). AVR: nnbuild_in/nnbuild_out
  * with the nnbuild_ready hook, as check_main.c (simavr_run.c moves the floats).
  */
@@ -55,6 +58,9 @@ static void learn(const float *in, float *out)
 {
     const NN_REAL *a;
     int i;
+#if defined(NN_FRESH_BLOB) && NN_FRESH_BLOB
+    NN_INITIALIZE(blob, 1u);
+#endif
     for (i = 0; i < NN_BATCH * NN_IN; ++i)
         xs[i] = to_number(in[i]);
     for (i = 0; i < NN_BATCH * NN_OUT; ++i)

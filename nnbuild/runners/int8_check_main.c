@@ -4,6 +4,8 @@
  *
  * Build with:
  *   -DNN_HEADER=\"model.h\" -DNN_INFER=model_infer -DNN_IN=<inputs> -DNN_OUT=<outputs>
+ * and, for a model of several inputs or outputs, -DNN_INPUT_COUNT=MODEL_INPUT_COUNT
+ * -DNN_ARGS=MODEL_INFER_ARGS, as check_main.c (the vectors hold every argument's values in turn).
  *
  * The wire stays float32 (every int8 value is exact in it): host, qemu and simavr runners move
  * float32 vectors as for any model; this main converts them to int8 before the call and back after.
@@ -26,7 +28,7 @@
 #error "define NN_HEADER, NN_INFER, NN_IN and NN_OUT"
 #endif
 
-#include "check_io.h"
+#include "check_io.h"   /* the record loop, NN_CALL and NNBUILD_SERVE_VECTORS */
 
 static int8_t nnbuild_q_in[NN_IN];
 static int8_t nnbuild_q_out[NN_OUT];
@@ -45,19 +47,12 @@ static void nnbuild_step(const unsigned char *inbuf, unsigned char *outbuf)
 
     for (i = 0; i < NN_IN; ++i)
         nnbuild_q_in[i] = nnbuild_to_int8(nnbuild_get_f32(inbuf + 4 * i));
-    NN_INFER(nnbuild_q_in, nnbuild_q_out);
+    NN_CALL(nnbuild_q_in, nnbuild_q_out);
     for (i = 0; i < NN_OUT; ++i)
         nnbuild_put_f32(outbuf + 4 * i, (float)nnbuild_q_out[i]);
 }
 
-int main(void)
-{
-    static unsigned char inbuf[4 * NN_IN];
-    static unsigned char outbuf[4 * NN_OUT];
-
-    return nnbuild_serve("int8_check_main", "input vector", inbuf, sizeof inbuf, outbuf, sizeof outbuf,
-                         nnbuild_step);
-}
+NNBUILD_SERVE_VECTORS("int8_check_main", nnbuild_step)
 
 #else /* __AVR__ */
 
@@ -72,7 +67,7 @@ int main(void)
         nnbuild_ready();
         for (i = 0; i < NN_IN; ++i)
             nnbuild_q_in[i] = nnbuild_to_int8(nnbuild_in[i]);
-        NN_INFER(nnbuild_q_in, nnbuild_q_out);
+        NN_CALL(nnbuild_q_in, nnbuild_q_out);
         for (i = 0; i < NN_OUT; ++i)
             nnbuild_out[i] = (float)nnbuild_q_out[i];
     }

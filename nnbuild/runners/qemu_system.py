@@ -12,6 +12,8 @@ path, not a measurement of the silicon. A conditional branch is charged taken wh
 executed block does not start right after it. An executed instruction without a cost stops the
 count in one line naming its address."""
 
+import fcntl
+import hashlib
 import os
 import re
 import select
@@ -40,7 +42,6 @@ SOURCES = Path(__file__).with_name("cortexm")
 STARTUP = SOURCES / "startup.c"
 #: the QEMU machines a board may name, and the core each one emulates
 MACHINES = {"mps2-an386": "cortex-m4", "microbit": "cortex-m0"}
-_INSN_RE = re.compile(r"^0x([0-9a-f]+):")
 
 
 def label(board):
@@ -92,19 +93,34 @@ def run_with_stack(board, program, x, n_out, *, io, entry=None, harness=None):
     if not (entry and measures_cycles(board)):
         outputs, err = run_counted(board, program, cases, n_out, io.output, None)
         return outputs, None, stack_marks(err, len(x), program)
-    text = disassembly(board, program)
-    start, returns = call_sites(text, program, entry)
     name = board["instruction_timing"]
     if name not in cortexm_timing.MODELS:
         raise NNBuildError(f"unknown instruction_timing {name!r} for {EMULATOR} "
                            f"(known: {', '.join(sorted(cortexm_timing.MODELS))})", item=board.get("name"))
-    table, _unknown = cortexm_timing.cost_table(text, name)
+    start, returns, table = costed(board, program, entry, name)
     (outputs, err), counts = run_counted(board, program, cases, n_out, io.output,
-                                         lambda lines: cycles_per_call(lines, start, returns, table, name, program))
+                                         lambda chunks: cycles_per_call_in_log(chunks, start, returns, table, name, program))
     if len(counts) != len(x):
         raise NNBuildError(f"{EMULATOR}: {len(counts)} complete calls of {entry} in the exec log for {len(x)} "
                            "inputs", path=program)
     return outputs, native.np.asarray(counts, dtype=native.np.int64), stack_marks(err, len(x), program)
+
+
+#: (program's digest, objdump, entry, timing model) -> (start, returns, cost table), for the process
+#: (an adversarial search runs one check program in many batches)
+_COSTED = {}
+
+
+def costed(board, program, entry, name):
+    """(entry address, return sites, address -> costs) of `entry` in `program` under the timing model
+    `name`: objdump and the TRM table read once per program content in a process."""
+    key = (hashlib.sha256(Path(program).read_bytes()).hexdigest(), board["objdump"], entry, name)
+    if key not in _COSTED:
+        text = disassembly(board, program)
+        start, returns = call_sites(text, program, entry)
+        table, _unknown = cortexm_timing.cost_table(text, name)
+        _COSTED[key] = (start, returns, table)
+    return _COSTED[key]
 
 
 def stack_marks(err, cases, program):
@@ -119,7 +135,7 @@ def stack_marks(err, cases, program):
 
 
 def run_counted(board, program, cases, n_out, out_dtype, count):
-    """((outputs, stderr), count(exec log lines)): the program run on the cases with QEMU's exec log
+    """((outputs, stderr), count(exec log chunks)): the program run on the cases with QEMU's exec log
     streamed through a FIFO into `count` while it runs (a soft-float model logs gigabytes: none of it
     is written to disk). An error of `count` stops QEMU at once. `count` None: no exec log, and
     (outputs, stderr) alone."""
@@ -137,6 +153,10 @@ def run_counted(board, program, cases, n_out, out_dtype, count):
         os.mkfifo(fifo)
         # read end opened read-write: the open never blocks, and QEMU exiting is seen through poll()
         fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        try:   # a larger pipe: fewer switches between QEMU writing and this process reading
+            pause = fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20) >= 1 << 20
+        except (OSError, AttributeError):
+            pause = False
         try:
             proc = subprocess.Popen([*command(board, fifo), str(program)], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -147,7 +167,7 @@ def run_counted(board, program, cases, n_out, out_dtype, count):
         talk = threading.Thread(target=lambda: done.update(zip(("out", "err"), proc.communicate(cases.tobytes()))))
         talk.start()
         try:
-            counts = count(_lines(fd, proc, program))
+            counts = count(_chunks(fd, proc, program, pause))
         except BaseException:
             proc.kill()
             raise
@@ -170,10 +190,11 @@ def _outputs(returncode, out_bytes, err, program, cases, n_out, out_dtype):
     return outputs.reshape(len(cases), int(n_out)), err
 
 
-def _lines(fd, proc, program):
-    """The text lines QEMU writes into the FIFO `fd` until it exits and the FIFO is drained; past
-    TIMEOUT_S, QEMU is killed and the run fails."""
-    started, rest, exited = time.monotonic(), b"", False
+def _chunks(fd, proc, program, pause=False):
+    """The bytes QEMU writes into the FIFO `fd` until it exits and the FIFO is drained; past
+    TIMEOUT_S, QEMU is killed and the run fails. `pause` (a FIFO of 1 MiB): after a short read,
+    a short wait lets the FIFO fill (QEMU writes a few KiB at a time: fewer, larger reads)."""
+    started, exited = time.monotonic(), False
     while True:
         exited = exited or proc.poll() is not None   # asked before reading: what it wrote is in the FIFO
         ready, _, _ = select.select([fd], [], [], 0 if exited else 0.2)
@@ -184,17 +205,14 @@ def _lines(fd, proc, program):
             except BlockingIOError:
                 chunk = b""
         if chunk:
-            lines = (rest + chunk).split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                yield line.decode("utf-8", "replace")
+            yield chunk
+            if pause and len(chunk) < _SHORT_READ and not exited:
+                time.sleep(0.002)
         elif exited:
             break
         if time.monotonic() - started > TIMEOUT_S:
             proc.kill()
             raise NNBuildError(f"timed out after {TIMEOUT_S:g} s", path=program)
-    if rest:
-        yield rest.decode("utf-8", "replace")
 
 
 def _traced_pc(line):
@@ -207,58 +225,208 @@ def _traced_pc(line):
         return None
 
 
-def cycles_per_call(lines, start, returns, table, model="the cost model", program=None):
-    """Clocks of each call in a `-d in_asm,exec,nochain` log: every block executed from `start` until
-    one of `returns`, each of its instructions charged its table cost, the last one taken or not
-    taken as the next executed block says. `table`: address -> (not taken, taken, next address)."""
-    blocks, counts = {}, []
-    block, current, pending = None, None, None
+#: an instruction line of an `in_asm` listing, and the PC field of an `exec` line (see _traced_pc)
+_INSN_LINE_RE = re.compile(rb"^0x([0-9a-f]+):", re.M)
+_TRACE_PC_RE = re.compile(rb"^Trace [^\n\[]*\[[^/\n]*/([^/\n]*)/", re.M)
+#: byte -> its hex digit value, 16 for a byte that is not a lower-case hex digit
+_HEX = native.np.full(256, 16, dtype=native.np.int64)
+_HEX[native.np.frombuffer(b"0123456789", native.np.uint8)] = native.np.arange(10)
+_HEX[native.np.frombuffer(b"abcdef", native.np.uint8)] = native.np.arange(10, 16)
+#: how an `exec` line starts
+_TRACE = native.np.frombuffer(b"Trace ", dtype=native.np.uint8)
+#: a FIFO read shorter than this waits a little before the next (the pipe holds 1 MiB)
+_SHORT_READ = 1 << 16
+#: the exec log is handled in pieces of about this size (a FIFO read gives 1 MiB at most)
+_PIECE = 1 << 22
 
-    def cost(addr, next_pc):
+
+def _as_chunks(lines, batch=1 << 16):
+    """Text lines (as a test or a log file gives them) as the byte chunks the runner reads."""
+    lines = iter(lines)
+    while True:
+        part = [line if line.endswith("\n") else line + "\n" for _, line in zip(range(batch), lines)]
+        if not part:
+            return
+        yield "".join(part).encode("utf-8", "replace")
+
+
+def _pieces(chunks):
+    """The log as complete lines, in pieces of about _PIECE bytes; the last piece ends with a newline."""
+    held, size = [], 0
+    for chunk in chunks:
+        held.append(chunk)
+        size += len(chunk)
+        if size >= _PIECE:
+            buffer = b"".join(held)
+            cut = buffer.rfind(b"\n") + 1
+            held, size = [buffer[cut:]], len(buffer) - cut
+            if cut:
+                yield buffer[:cut]
+    buffer = b"".join(held)
+    if buffer:
+        yield buffer if buffer.endswith(b"\n") else buffer + b"\n"
+
+
+def _executed(text):
+    """The PCs of the `exec` lines of `text` (complete lines, no instruction line), in order, as
+    int64: read all at once where QEMU wrote its usual lines, else line by line by a regex."""
+    pcs = _usual_pcs(text)
+    if pcs is not None:
+        return pcs
+    pcs = []
+    for field in _TRACE_PC_RE.findall(text):
+        try:
+            pcs.append(int(field, 16))
+        except ValueError:
+            continue
+    return native.np.asarray(pcs, dtype=native.np.int64)
+
+
+def _usual_pcs(text):
+    """The PCs of `text` when each of its lines that starts with "Trace " holds three slashes
+    (`Trace N: HOST [CS_BASE/PC/FLAGS/CFLAGS] symbol`), no other line holds one, and the PC fields
+    are hex of one width; else None."""
+    np = native.np
+    data = np.frombuffer(text, dtype=np.uint8)
+    ends = np.flatnonzero(data == ord("\n"))
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    long_enough = starts[ends - starts >= len(_TRACE)]
+    traced = long_enough[(data[long_enough[:, None] + np.arange(len(_TRACE))] == _TRACE).all(axis=1)]
+    slashes = np.flatnonzero(data == ord("/"))
+    if len(slashes) != 3 * len(traced):
+        return None
+    if not len(traced):
+        return np.zeros(0, dtype=np.int64)
+    first, second, third = slashes[0::3], slashes[1::3], slashes[2::3]
+    width = int(second[0] - first[0] - 1)
+    line = np.searchsorted(ends, first)   # the line of each first slash
+    if not (0 < width <= 16 and (second - first == width + 1).all() and (starts[line] == traced).all()
+            and (third < ends[line]).all()):
+        return None
+    digits = _HEX[data[first[:, None] + 1 + np.arange(width)]]
+    if digits.max() >= 16:
+        return None
+    return (digits << (4 * np.arange(width - 1, -1, -1))).sum(axis=1)
+
+
+def cycles_per_call(lines, start, returns, table, model="the cost model", program=None):
+    """`cycles_per_call_in_log` over text lines."""
+    return cycles_per_call_in_log(_as_chunks(lines), start, returns, table, model, program)
+
+
+def cycles_per_call_in_log(chunks, start, returns, table, model="the cost model", program=None):
+    """Clocks of each call in a `-d in_asm,exec,nochain` log (bytes chunks): every block executed
+    from `start` until one of `returns`, each of its instructions charged its table cost, the last
+    one taken or not taken as the next executed block says. `table`: address -> (not taken, taken,
+    next address).
+
+    A soft-float model logs tens of millions of block executions: they are read and charged as
+    arrays (numpy), between two listings at a time. The figures are those of charging each execution
+    in turn: an execution is charged with its block's listing in force when the next block runs, and
+    of two uncosted blocks, the one executed first stops the count."""
+    blocks, counts, summed = {}, [], {}
+    returns = native.np.asarray(sorted(returns), dtype=native.np.int64)
+    state = {"block": None, "current": None, "pending": None, "starts": None}
+
+    def cost(addr):
         if addr not in table:
             raise NNBuildError(f"{EMULATOR} executed 0x{addr:x}, which has no {model} cost", path=program)
-        not_taken, taken, after = table[addr]
-        return not_taken if next_pc == after else taken
+        return table[addr]
 
-    #: block -> (its cost with the last instruction not taken, with it taken, the address after it),
-    #: summed once per translation
-    summed = {}
-
-    def charge(pc, next_pc):
+    def block_costs(pc):
+        """(cost with the last instruction not taken, with it taken, the address after it or -1),
+        summed once per translation."""
         known = summed.get(pc)
         if known is None:
             addrs = blocks[pc]
-            body = sum(cost(a, None) for a in addrs[:-1])
-            cost(addrs[-1], None)   # an uncosted last instruction stops here too
-            not_taken, taken, after = table[addrs[-1]]
-            known = summed[pc] = (body + not_taken, body + taken, after)
-        return known[0] if next_pc == known[2] else known[1]
+            body = sum(_unfollowed(cost(a)) for a in addrs[:-1])
+            not_taken, taken, after = cost(addrs[-1])
+            known = summed[pc] = (body + not_taken, body + taken, -1 if after is None else after)
+        return known
 
-    for line in lines:   # tens of millions of lines for a soft-float model: prefixes first, regexes after
-        if line.startswith("0x"):
-            m = _INSN_RE.match(line)
-            if m:
-                if block is None:
-                    block = []
-                block.append(int(m.group(1), 16))
+    def charge(sequence):
+        """The clocks of the consecutive executions in `sequence` (int64; each but the last charged)."""
+        ran, following = sequence[:-1], sequence[1:]
+        if state["starts"] is None:
+            state["starts"] = native.np.asarray(sorted(blocks), dtype=native.np.int64)
+        starts = state["starts"]
+        which = native.np.searchsorted(starts, ran).clip(max=max(len(starts) - 1, 0))
+        if not len(starts) or (starts[which] != ran).any():   # executed without a listing: as blocks[pc] says
+            blocks[int(ran[native.np.flatnonzero(starts[which] != ran)[0]] if len(starts) else ran[0])]
+        present = native.np.flatnonzero(native.np.bincount(which, minlength=len(starts)))
+        costs = native.np.zeros((len(starts), 3), dtype=native.np.int64)
+        failed = {}
+        for index in present:
+            try:
+                costs[index] = block_costs(int(starts[index]))
+            except NNBuildError as error:
+                failed[index] = error
+        if failed:   # the uncosted block executed first
+            raise failed[min(failed, key=lambda index: int(native.np.argmax(which == index)))]
+        mine = costs[which]
+        return int(native.np.where(mine[:, 2] == following, mine[:, 0], mine[:, 1]).sum())
+
+    def executions(executed):
+        """Advance the call state over a run of block executions (no listing between them)."""
+        entries = native.np.flatnonzero(executed == start)
+        exits = native.np.flatnonzero(native.np.isin(executed, returns))
+        at = 0
+        while at < len(executed):
+            if state["current"] is None:
+                found = entries[native.np.searchsorted(entries, at):]
+                if not len(found):
+                    return
+                state["current"], state["pending"], at = 0, start, int(found[0]) + 1
                 continue
-        if block is not None:   # a block's listing ends at the first line that is not an instruction
-            blocks[block[0]] = block
-            summed.pop(block[0], None)   # translated again (after a flush): summed again
-            block = None
-        if not line.startswith("Trace "):
-            continue
-        pc = _traced_pc(line)
-        if pc is None:
-            continue
-        if current is None:
-            if pc == start:
-                current, pending = 0, pc
-            continue
-        current += charge(pending, pc)
-        if pc in returns:
-            counts.append(current)
-            current = pending = None
-        else:
-            pending = pc
+            found = exits[native.np.searchsorted(exits, at):]
+            stop = len(executed) if not len(found) else int(found[0]) + 1
+            sequence = native.np.concatenate(([state["pending"]], executed[at:stop]))
+            state["current"] += charge(sequence)
+            if not len(found):
+                state["pending"] = int(executed[-1])
+                return
+            counts.append(state["current"])
+            state["current"] = state["pending"] = None
+            at = stop
+
+    def text(part):
+        """Lines that are not instructions: they close a listing, and their `exec` lines run."""
+        if not part:
+            return
+        if state["block"] is not None:   # a block's listing ends at the first line that is not an instruction
+            listed = state["block"]
+            blocks[listed[0]] = listed
+            summed.pop(listed[0], None)   # translated again (after a flush): summed again
+            state["block"], state["starts"] = None, None
+        executions(_executed(part))
+
+    for piece in _pieces(chunks):
+        at = 0
+        for insn in _instruction_lines(piece):
+            text(piece[at:insn.start()])
+            if state["block"] is None:
+                state["block"] = []
+            state["block"].append(int(insn.group(1), 16))
+            at = piece.find(b"\n", insn.end()) + 1
+        text(piece[at:])
     return counts
+
+
+def _instruction_lines(piece):
+    """The matches of _INSN_LINE_RE in `piece` (complete lines), in order: a few thousand lines
+    among millions, found by the "0x" that starts them (numpy), not by a regex tried at every line."""
+    np = native.np
+    data = np.frombuffer(piece, dtype=np.uint8)
+    ends = np.flatnonzero(data == ord("\n"))
+    starts = np.concatenate(([0], ends[:-1] + 1))[ends - np.concatenate(([0], ends[:-1] + 1)) >= 2]
+    for at in starts[(data[starts] == ord("0")) & (data[starts + 1] == ord("x"))]:
+        insn = _INSN_LINE_RE.match(piece, int(at))
+        if insn:
+            yield insn
+
+
+def _unfollowed(costs):
+    """An instruction's cost inside a block: no next executed block to follow it (a non-branch's
+    two costs are the same)."""
+    not_taken, taken, after = costs
+    return not_taken if after is None else taken

@@ -20,8 +20,10 @@ Optional "values": [{"file": "m.c", "line": 104, "op": "mul", "tags": ["__mulsf3
 line (nnbuild.numerics.float_facts); builtin-avr gives the call those tags as context (avr_paths).
 An "add" fact may carry "adds": "0x3f800000" (float32 bits): it then holds only for a call on that
 line that adds this constant (__addsf3 with B, or __subsf3 with -B, a known constant there).
-Optional "total_iterations" on a loop (v1's kernel loops) bounds its body executions summed over one
-call of the entry (OTAWA: `loop ... total N`; the AVR analyzer uses max_iterations only).
+Optional "total_iterations" on a loop (v1's kernel loops, v2's padded conv tap loops) bounds its body
+executions summed over one call of the entry (OTAWA: `loop ... total N`; builtin-avr: per invocation
+of the function holding the loop, when that `for` line is the only fact matching it; builtin-thumb2
+uses max_iterations only).
 `max_iterations` is the most times the loop BODY runs per entry into the loop (the source trip
 count); `line` is the line of the `for` keyword and `last_line` that of its closing brace (an
 optimiser may move the loop test off the `for` line: the range still contains the loop's code). Layer line ranges let analyzers split the bound

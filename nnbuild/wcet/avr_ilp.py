@@ -52,6 +52,10 @@ def _rows(region, loops, paths=None, choices=(), cap=None):
     for l in loops:
         for b in l.bounds:
             row = {}
+            if b[0] == "total":  # body executions per invocation: header passes (or back edges) <= N
+                counted = [i for h in l.headers for i in into.get(h, [])] if b[2] == "header" else list(l.back_edges)
+                rows.append(({i: 1 for i in counted}, -np.inf, b[1]))
+                continue
             if b[0] == "header":
                 counted = [i for h in l.headers for i in into.get(h, [])]
             elif b[0] == "back":

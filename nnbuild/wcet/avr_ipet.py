@@ -235,6 +235,8 @@ class Analyzer:
     def _callee(self, target, ctx):
         """Worst of the callee regions (several only for indirect calls)."""
         targets = target if isinstance(target, tuple) else (target,)
+        if not targets:  # an indirect site a `calls` fact says does not run in this call
+            return RegionResult(0, "no call", ctx, 0, Counter())
         return max((self.region(t, ctx) for t in targets), key=lambda r: r.cycles)
 
     def _model(self, addr, ctx, counters=()):
@@ -311,8 +313,8 @@ class Analyzer:
         runs once per call, so its count times this is at least that sum."""
         calls = self.sequences[site]
         total, bd = 0, Counter()
-        for target, bounds in calls:
-            sub = self._with_loop_bounds(bounds, lambda: self.region(target, ctx))
+        for target, bounds, targets, values in calls:
+            sub = self._with_loop_bounds(bounds, lambda: self.region(target, ctx), targets, values)
             total += sub.cycles
             bd.update(sub.breakdown)
         each = -(-total // len(calls))
@@ -321,22 +323,32 @@ class Analyzer:
         return RegionResult(site, f"calls@{site:x}", ctx, each, share,
                             {"calls": len(calls), "sum_cycles": total})
 
-    def _with_loop_bounds(self, bounds, analyse):
-        """analyse() with the flow facts' loops on the lines of `bounds` bounded by it, in a memo
-        of its own (the same regions get other bounds there)."""
-        key = tuple(sorted(bounds.items()))
-        saved = self.facts, self.done, self.params, self.memo_tag
+    def _with_loop_bounds(self, bounds, analyse, targets=None, values=()):
+        """analyse() with the flow facts' loops on the lines of `bounds` bounded by it, the
+        indirect sites of `targets` ({address: targets}) reaching only those and the value facts
+        `values` (JSON texts of "values" entries) added to their lines, in a memo of its own (the
+        same regions get other bounds, call targets and value facts there)."""
+        targets = targets or {}
+        key = (tuple(sorted(bounds.items())), tuple(sorted(targets.items())), tuple(sorted(values)))
+        saved = (self.facts, self.done, self.params, self.memo_tag, self.indirect, self.regions, self.reach,
+                 self.reach_sym, self.values)
         if key not in self.memos:
-            self.memos[key] = ({}, {})
+            regions = ({}, {}, {}) if targets else (self.regions, self.reach, self.reach_sym)
+            self.memos[key] = ({}, {}) + regions
         self.memo_tag = f"_calls{list(self.memos).index(key)}"
         loops = [dict(f, max_iterations=bounds[(os.path.basename(f["file"]), int(f["line"]))])
                  if (os.path.basename(f["file"]), int(f["line"])) in bounds else f for f in self.facts.get("loops", [])]
         self.facts = dict(self.facts, loops=loops)
-        self.done, self.params = self.memos[key]
+        self.indirect = {**self.indirect, **{a: list(t) for a, t in targets.items()}} if targets else self.indirect
+        if values:
+            extra = P.value_facts({"values": [json.loads(v) for v in values]})
+            self.values = {k: self.values.get(k, []) + extra.get(k, []) for k in set(self.values) | set(extra)}
+        self.done, self.params, self.regions, self.reach, self.reach_sym = self.memos[key]
         try:
             return analyse()
         finally:
-            self.facts, self.done, self.params, self.memo_tag = saved
+            (self.facts, self.done, self.params, self.memo_tag, self.indirect, self.regions, self.reach,
+             self.reach_sym, self.values) = saved
 
     def _reaches(self, addr, points):
         """True when one of the instructions at `points` (addresses) can run in a call of the region

@@ -208,11 +208,18 @@ def _fact_bound(region, loop, fact):
     return ("back", n) if counts_back else ("header", n)
 
 
-def _bound_by_fact(region, loop, facts, k, how, matched):
+def _bound_by_fact(region, loop, facts, k, how, matched, totals=False):
+    """`totals`: also the fact's total_iterations, body executions per invocation of the region
+    (sound: one invocation is part of one call of the entry, over which the fact sums; only for
+    the loop that is the fact's own `for`)."""
     kind, n = _fact_bound(region, loop, facts[k])
     key = (os.path.basename(facts[k]["file"]), int(facts[k]["line"]))
     loop.bounds.append((kind, n))
     loop.sources.append(f"flowfacts {key[0]}:{key[1]} max_iterations={n} ({how})")
+    total = facts[k].get("total_iterations")
+    if totals and total is not None:
+        loop.bounds.append(("total", int(total), kind))
+        loop.sources.append(f"flowfacts {key[0]}:{key[1]} total_iterations={total} (per invocation)")
     matched.append((k, loop.header))
 
 
@@ -254,7 +261,7 @@ def apply_flowfacts(region, loops, facts):
     for loop, ks in per_loop.values():
         bounds = {k: _fact_bound(region, loop, facts[k]) for k in ks}
         mine = max(ks, key=lambda k: _looser(bounds[k]))
-        _bound_by_fact(region, loop, facts, mine, "for line", matched)
+        _bound_by_fact(region, loop, facts, mine, "for line", matched, totals=len(ks) == 1)
         for k in ks:
             if k != mine:
                 f = facts[k]

@@ -18,6 +18,15 @@ It writes, beside itself, for each model M in MODELS:
   scale and zero point, int8), y_q (TFLite Micro's int8 outputs, PyPI `tflite-micro`, its Python
   interpreter over the reference kernels: the int8 reference of nnbuild, never LiteRT) and y (y_q
   dequantized with the output tensor's scale and zero point);
+* with the argument `multiio`: multiio_int8_tflm.npz, TFLite Micro's outputs for the hand-built
+  two-input, two-output multiio_int8.tflite (make_multiio.py) on seeded int8 cases;
+* for each model M in RECURRENT_INT8 (Keras LSTMs through tf_keras, as RECURRENT): M_float32 and
+  M_int8 as above, and M_int8_stress.npz: x_q (random int8 inputs over the whole range) and y_q
+  (TFLite Micro's outputs), M_int8_stream.npz: the fixture's x_q and y_q from one interpreter
+  invoked on the cases in turn without a reset (the LSTM state carried from case to case);
+  `make_fixtures.py lstm_int8` writes them alone (TensorFlow 2.21's
+  converter refuses the 16x8 quantization of this LSTM: "Quantization to 16x8-bit not yet supported
+  for op: 'UNIDIRECTIONAL_SEQUENCE_LSTM'", so that variant has no fixture);
 * fixtures.json: the versions of TensorFlow, LiteRT and TFLite Micro that made them;
 * for each model M in RECURRENT, M_float32.tflite and M_float32.npz only (float32): a Keras LSTM
   becomes one fused UNIDIRECTIONAL_SEQUENCE_LSTM only from tf_keras (Keras 2: `pip install
@@ -183,8 +192,43 @@ def acts(keras):
     return keras.Model(x, y, name="acts")
 
 
+def kws_lstm(keras):
+    """Keyword-spotting-like: 10 frames of 8 features through an LSTM of 12 units (its last step),
+    then Dense. Full-integer int8: one UNIDIRECTIONAL_SEQUENCE_LSTM with int8 input, output and
+    weights, int16 cell state, int32 biases, then STRIDED_SLICE (the last step) and
+    FULLY_CONNECTED."""
+    x = keras.Input((10, 8), batch_size=1, name="x")
+    y = keras.layers.LSTM(12)(x)
+    y = keras.layers.Dense(4)(y)
+    return keras.Model(x, y, name="kws_lstm")
+
+
 #: float32 only (see the module doc)
 RECURRENT = {"lstm": lstm}
+
+def seq_lstm(keras):
+    """An LSTM of 16 units over 12 steps of 9 features whose whole output sequence is the model's
+    output: every step's hidden state is compared."""
+    x = keras.Input((12, 9), batch_size=1, name="x")
+    y = keras.layers.LSTM(16, return_sequences=True)(x)
+    return keras.Model(x, y, name="seq_lstm")
+
+
+def stacked_lstm(keras):
+    """Two stacked LSTMs (8 units returning the sequence, then 6 returning the last step) over 8
+    steps of 5 features, then Dense: the second LSTM reads the first's int8 sequence."""
+    x = keras.Input((8, 5), batch_size=1, name="x")
+    y = keras.layers.LSTM(8, return_sequences=True)(x)
+    y = keras.layers.LSTM(6)(y)
+    y = keras.layers.Dense(3)(y)
+    return keras.Model(x, y, name="stacked_lstm")
+
+
+#: int8 recurrent models through tf_keras (see the module doc), from seed 17 (in this order)
+RECURRENT_INT8 = {"kws_lstm": kws_lstm, "seq_lstm": seq_lstm, "stacked_lstm": stacked_lstm}
+#: random int8 inputs over the whole range per int8 recurrent model (M_int8_stress.npz): they
+#: drive the gates into the sigmoid table's saturation and the cell state to its int16 limits
+STRESS_CASES = 24
 
 #: made with their own seed after MODELS, so adding one leaves the others' weights unchanged
 STANDALONE = {"acts": acts}
@@ -230,11 +274,16 @@ def litert_outputs(blob, x):
     return np.stack(rows)
 
 
-def tflm_outputs(blob, x_q):
+def tflm_outputs(blob, x_q, reset=True):
+    """TFLite Micro's outputs, each case from a fresh interpreter (`reset`: a recurrent model's
+    state from its reset value), else every case from one interpreter in turn (the state carried
+    over from the case before, as Invoke() keeps variable tensors)."""
     from tflite_micro.python.tflite_micro import runtime
     rows = []
+    interpreter = None
     for case in x_q:
-        interpreter = runtime.Interpreter.from_bytes(blob)
+        if reset or interpreter is None:
+            interpreter = runtime.Interpreter.from_bytes(blob)
         interpreter.set_input(case[None], 0)
         interpreter.invoke()
         rows.append(np.array(interpreter.get_output(0))[0].copy())
@@ -266,15 +315,77 @@ def recurrent_fixtures():
         print(name, "written")
 
 
+def recurrent_int8_fixtures():
+    """The RECURRENT_INT8 models through tf_keras (Keras 2), full-integer int8 with TFLite Micro's
+    outputs (each case from a fresh interpreter: the LSTM state from its reset value), and float32
+    beside them with LiteRT's."""
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf
+    import tf_keras
+    tf_keras.utils.set_random_seed(17)
+    for name, build in RECURRENT_INT8.items():
+        model = build(tf_keras)
+        shape = tuple(model.input_shape[1:])
+        x = np.random.default_rng(19).normal(0, 1, (CASES,) + shape).astype(np.float32)
+        blob = convert(tf, model, shape, int8=False)
+        (HERE / f"{name}_float32.tflite").write_bytes(blob)
+        np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        blob = convert(tf, model, shape, int8=True)
+        int8_fixture(name, blob, x)
+        x_q = np.random.default_rng(23).integers(-128, 128, (STRESS_CASES,) + shape).astype(np.int8)
+        np.savez(HERE / f"{name}_int8_stress.npz", x_q=x_q, y_q=tflm_outputs(blob, x_q))
+        with np.load(HERE / f"{name}_int8.npz") as fixture:
+            x_q = fixture["x_q"]
+        np.savez(HERE / f"{name}_int8_stream.npz", x_q=x_q, y_q=tflm_outputs(blob, x_q, reset=False))
+        print(name, "written")
+
+
+def int8_fixture(name, blob, x):
+    """M_int8.tflite and M_int8.npz (x, x_q, y_q from TFLite Micro, y dequantized)."""
+    (HERE / f"{name}_int8.tflite").write_bytes(blob)
+    si, zi, so, zo = quantization(blob)
+    x_q = np.clip(np.round(x / si) + zi, -128, 127).astype(np.int8)
+    y_q = tflm_outputs(blob, x_q)
+    y = ((y_q.astype(np.float64) - zo) * so).astype(np.float32)
+    np.savez(HERE / f"{name}_int8.npz", x=x, x_q=x_q, y_q=y_q, y=y)
+
+
+def multiio_goldens():
+    """multiio_int8_tflm.npz: TFLite Micro's outputs for the hand-built two-input, two-output
+    multiio_int8.tflite (written by make_multiio.py) on seeded int8 cases, one interpreter per case."""
+    from tflite_micro.python.tflite_micro import runtime
+    blob = (HERE / "multiio_int8.tflite").read_bytes()
+    rng = np.random.default_rng(3)
+    in_a, in_b = (rng.integers(-128, 128, (CASES, 4)).astype(np.int8) for _ in range(2))
+    in_a[0], in_b[0], in_a[1], in_b[1] = -128, -128, 127, 127
+    dense, product = [], []
+    for a, b in zip(in_a, in_b):
+        interpreter = runtime.Interpreter.from_bytes(blob)
+        interpreter.set_input(a[None], 0)
+        interpreter.set_input(b[None], 1)
+        interpreter.invoke()
+        dense.append(np.array(interpreter.get_output(0))[0].copy())
+        product.append(np.array(interpreter.get_output(1))[0].copy())
+    np.savez(HERE / "multiio_int8_tflm.npz", in_a=in_a, in_b=in_b, out_dense=np.stack(dense),
+             out_product=np.stack(product))
+
+
 def main():
+    if sys.argv[1:] == ["multiio"]:
+        multiio_goldens()
+        return
     if sys.argv[1:] == ["lstm"]:
         recurrent_fixtures()
+        return
+    if sys.argv[1:] == ["lstm_int8"]:
+        recurrent_int8_fixtures()
         return
     if sys.argv[1:] == ["acts"]:
         import tensorflow as tf
         standalone_fixtures(tf)
         return
     recurrent_fixtures()   # first: it sets TF_USE_LEGACY_KERAS before TensorFlow is imported
+    recurrent_int8_fixtures()
     import tensorflow as tf
     import ai_edge_litert
     import tflite_micro
@@ -305,13 +416,7 @@ def feedforward_fixtures(tf, models):
             blob = convert(tf, model, shape, int8=False, float16=True)
             (HERE / f"{name}_float16.tflite").write_bytes(blob)
             np.savez(HERE / f"{name}_float16.npz", x=x, y=litert_outputs(blob, x))
-        blob = convert(tf, model, shape, int8=True)
-        (HERE / f"{name}_int8.tflite").write_bytes(blob)
-        si, zi, so, zo = quantization(blob)
-        x_q = np.clip(np.round(x / si) + zi, -128, 127).astype(np.int8)
-        y_q = tflm_outputs(blob, x_q)
-        y = ((y_q.astype(np.float64) - zo) * so).astype(np.float32)
-        np.savez(HERE / f"{name}_int8.npz", x=x, x_q=x_q, y_q=y_q, y=y)
+        int8_fixture(name, convert(tf, model, shape, int8=True), x)
         print(name, "written")
 
 
