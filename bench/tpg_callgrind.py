@@ -10,8 +10,10 @@ For each TPG and shape: generate the C (environment sips22-atari), build it with
 converts the frames to doubles first and then calls `<name>_infer` once per frame, run it under
 `valgrind --tool=callgrind --toggle-collect=<name>_infer`, and divide the collected Ir by the
 number of frames. The actions must be identical to the recorded ones (checked, printed). The
-ratios to GEGELATI's switch code are printed as measured, with the targets of issue 6 (median
-<= 0.8, max <= 0.95). --no-tables measures the code without the environment's integer tables
+ratios to GEGELATI's switch code are printed as measured, with the targets of issue 27 (median
+<= 0.4) and issue 6 (max <= 0.95). GEGELATI's figures are the recorded ones (its v1.4.0 code
+generator needs the C++ library and the trained application's instruction set; it is not built
+here), measured the same way on the same frames. --no-tables measures the code without the environment's integer tables
 (nnbuild's structural savings alone). The data stays in ../shared: nothing is copied.
 """
 
@@ -54,7 +56,7 @@ GEGELATI = {
     ("alien.0", "full"): ("505/13142/9352", 1_197_610, 13_850, 13_856),
 }
 CFLAGS = ["-O3", "-std=c11"]
-TARGET_MEDIAN, TARGET_MAX = 0.8, 0.95
+TARGET_MEDIAN, TARGET_MAX = 0.4, 0.95
 
 DRIVER = r"""
 #include <stdio.h>
@@ -142,7 +144,8 @@ def main(argv=None):
     rows = []
     gcc = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     print(f"instructions per inference, callgrind, {gcc}, {' '.join(CFLAGS)}, first {args.frames} frames"
-          + (", no integer tables" if args.no_tables else ""))
+          + (", no integer tables" if args.no_tables else "")
+          + "; GEGELATI v1.4.0 figures as recorded in ../shared/docs/tpg.md (same measurement, not rebuilt here)")
     header = f"{'TPG':28s} {'t/e/p':>15s} {'GEGELATI switch':>15s} {'GEGELATI stack':>14s}"
     for s in shapes:
         header += f" {'ours ' + s:>12s} {'ratio':>6s}"

@@ -92,9 +92,12 @@ def test_mac_lines_carry_the_weight_tags(tmp_path, shape, conv, dense):
     model, log = passes.run(Model("tapnet", (7, 6, 2), layers), None)
     codegen.generate(model, tmp_path, shape=shape, storage="const", passes_log=log)
     facts = json.loads((tmp_path / "tapnet.flowfacts.json").read_text())
-    tags = {}
+    tags, arm_tags = {}, {}
     for v in facts["values"]:
-        if v["op"] == "mul":
-            tags.setdefault(v["layer"], set()).update(v["tags"])
+        if v["op"] == "mul":   # the AVR __mulsf3 tags here; the ARM fmul tags beside them
+            tags.setdefault(v["layer"], set()).update(t for t in v["tags"] if t.startswith("__mulsf3:"))
+            arm_tags.setdefault(v["layer"], set()).update(t for t in v["tags"] if t.startswith("fmul:"))
+    if shape == "v2":   # every weight normal: the ARM soft-float facts' one-normal-factor tag
+        assert arm_tags == {conv: {"fmul:one.normal"}, dense: {"fmul:one.normal"}}
     assert tags == {conv: {"__mulsf3:C.e<=128", "__mulsf3:C.e>=126", "__mulsf3:C.e>=122", "__mulsf3:C.e>=118"},
                     dense: {"__mulsf3:C.e<=128", "__mulsf3:C.e>=118"}}

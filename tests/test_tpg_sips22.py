@@ -221,6 +221,33 @@ def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_p
 
 
 @needs_avr
+@pytest.mark.parametrize("shape", ["switch", "stack"])
+def test_avr_adversarial_search_never_beats_the_bound(avr_builds, shape, tmp_path):
+    """tests/adversarial_search.py over the screen cells the programs read (corners in -300..300,
+    NaN, infinities, subnormals, values beyond float range, then a hill-climb on simavr's cycles),
+    500 inputs per shape: none may run longer than the bound."""
+    import re
+
+    from adversarial_search import check_bound
+    board, program, harness, facts_path = avr_builds[shape]
+    code = (facts_path.parent / "fd.c").read_text()
+    cells = sorted({int(m) for m in re.findall(r"screen\[(\d+)\]", code)} - {1344})  # 1344: the parameter's size
+
+    def run(x):
+        screens = np.zeros((len(x), 1344))
+        screens[:, cells] = x
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # doubles beyond float range become inf on AVR
+            actions, cycles = tpg_run.run_simavr(program, screens, entry_symbol="fd_infer", mcu=board["mcu"],
+                                                 freq=board["clock_hz"], harness=harness, nm=board["nm"])
+        return np.asarray(actions)[:, None], np.asarray(cycles)
+
+    bound = wcet.analyze(board, program, "fd_infer", json.loads(facts_path.read_text()), tmp_path / "wcet")
+    check_bound(f"fishing_derby.9 cleaned, {shape}, AVR", bound.cycles, run, len(cells), -300.0, 300.0,
+                seed=11, total=500, batch=40)
+
+
+@needs_avr
 def test_avr_visit_facts_with_one_function_per_team(tmp_path, traces, monkeypatch):
     """The switch shape of a large graph (over SWITCH_INLINE_OPERATIONS; lowered to 0 here so the
     example's TPG takes that form and still fits the ATmega1284) calls each team body from its case:

@@ -39,6 +39,7 @@ class Node:
     args: Tuple[int, ...] = ()
     libm: bool = False
     origin: str = ""  # "P5 line 2" of the first line that produced it
+    chain: Tuple[int, ...] = ()  # tabled instructions applied in turn to `base`, outermost first
 
     @property
     def var(self) -> str:
@@ -60,10 +61,39 @@ class Table:
     hi: int
     values: List[str]  # C literals, lo first
     values32: List[str]  # the same rounded to binary32, for targets whose double is 32-bit (AVR)
+    #: (C condition on x under which libm is called, C expression of the result otherwise) or None
+    domain: Optional[Tuple[str, str]] = None
 
     @property
     def size(self) -> int:
         return self.hi - self.lo + 1
+
+
+@dataclass
+class Chain:
+    """Tabled one-operand instructions applied in turn to one value y (`cos(exp(y))`), tabled
+    whole on the integers lo..hi: the helper returns the entry for an integer y in range, and
+    otherwise the outer instruction's helper of the inner value, which the code computes anyway.
+    The entries compose the reference's doubles, so they are what the code computes step by step.
+    Hosts only: where double is binary32 (AVR) each step rounds to float, and libm's float results
+    are not the reference's, so there the code goes step by step."""
+
+    instructions: Tuple[int, ...]  # outermost first
+    helper: str
+    symbol: str
+    outer: str  # helper of the outermost instruction's table
+    call: str  # the composition with the operand named y, e.g. cos(exp(y))
+    lo: int
+    hi: int
+    values: List[str]
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+
+#: longest composition tabled (each one a table of its own)
+CHAIN_DEPTH = 3
 
 
 @dataclass
@@ -89,6 +119,11 @@ class TeamPlan:
     compute: List[int] = field(default_factory=list)  # nodes this team computes, in order
     reused: List[int] = field(default_factory=list)  # nodes it reads from dominating teams
     keep: List[int] = field(default_factory=list)  # computed nodes dominated teams read later
+    #: memoised <math.h> values this team computes: node -> ("check" and/or "set" the node's
+    #: computed-flag), and the team's nodes only they read (computed inside their `if`)
+    memo: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
+    blocks: Dict[int, List[int]] = field(default_factory=dict)
+    members: set = field(default_factory=set)
 
 
 @dataclass
@@ -101,6 +136,11 @@ class Plan:
     inputs: list  # DataSource of each argument
     stats: dict
     tables: List[Table] = field(default_factory=list)
+    flags: List[int] = field(default_factory=list)  # memoised nodes with a computed-flag
+    chains: List["Chain"] = field(default_factory=list)  # tables of compositions (hosts only)
+    #: inner values of compositions nothing else reads: written into the composition's expression
+    #: (evaluated only when its argument is off the table), not computed beforehand
+    inlined: set = field(default_factory=set)
 
 
 def _literal(value) -> str:
@@ -127,6 +167,52 @@ def _c_double(value) -> str:
     return text
 
 
+#: Per <math.h> function: the arguments libm is called for (a C condition on x), and the exact
+#: result for every other x (a C expression), as C99 Annex F prescribes and glibc returns bit for bit
+#: (the NaN an operation on x gives, not a fixed NaN), with the reference's values at the sample
+#: arguments checked at generation. The helpers answer those without the call: NaN and infinities
+#: reach cos/exp/log often (log of a negative difference, then cos of that NaN), and glibc's
+#: overflow, underflow and domain errors also set errno, slowly. exp's bounds are the largest double
+#: with a finite exp and the smallest with a non-zero one (any faithful libm: the next doubles are
+#: 1e-13 away in relative terms).
+DOMAINS = {
+    "cos": ("fabs(x) <= DBL_MAX", "x - x"),  # NaN -> that NaN; +-inf -> the default NaN (glibc: x / x)
+    "sin": ("fabs(x) <= DBL_MAX", "x - x"),
+    "exp": ("x >= -745.1332191019411 && x <= 709.782712893384",
+            "(x < 0.0) ? 0.0 : x * (double)INFINITY"),  # glibc: 0, inf (errno), 1.0 + x for NaN
+    "log": ("x > 0.0 && x <= DBL_MAX",
+            "(x > 0.0) ? x : (x == 0.0) ? -(double)INFINITY : (x - x) / (x - x)"),  # glibc's very formulas
+}
+#: arguments outside each domain and the results DOMAINS gives them, for the generation-time check
+_NAN, _INF = float("nan"), float("inf")
+_OUTSIDE = {
+    "cos": [(_NAN, _NAN), (_INF, _NAN), (-_INF, _NAN)],
+    "sin": [(_NAN, _NAN), (_INF, _NAN), (-_INF, _NAN)],
+    "exp": [(_NAN, _NAN), (_INF, _INF), (-_INF, 0.0), (709.7827128933841, _INF), (1e300, _INF),
+            (-745.1332191019412, 0.0), (-1e300, 0.0)],
+    "log": [(_NAN, _NAN), (_INF, _INF), (-_INF, _NAN), (0.0, -_INF), (-0.0, -_INF), (-1.5, _NAN),
+            (-1e300, _NAN)],
+}
+
+
+def domain_of(instruction, semantics):
+    """(condition, expression) of DOMAINS for a one-operand call of `instruction` when the reference
+    semantics give the same values (NaN-ness, value, sign) at the sample arguments; else None (the
+    helper calls libm for every argument off its table)."""
+    import numpy as np
+
+    from nnbuild.ir import tpg_template
+    tree = instruction.tree
+    if not (isinstance(tree, tpg_template.Call) and tree.function in DOMAINS and len(tree.args) == 1
+            and isinstance(tree.args[0], tpg_template.Operand)):
+        return None
+    x, expected = zip(*_OUTSIDE[tree.function])
+    got = semantics(np.array(x))
+    same = all((np.isnan(g) and np.isnan(e)) or (g == e and np.signbit(g) == np.signbit(e))
+               for g, e in zip(got, expected))
+    return DOMAINS[tree.function] if same else None
+
+
 def integer_tables(tpg, prefix):
     """Table of every one-operand <math.h> instruction of the environment, when it asks for them."""
     import numpy as np
@@ -151,15 +237,18 @@ def integer_tables(tpg, prefix):
             values32 = values.astype(np.float32)
         out[k] = Table(k, f"{prefix}_{cname}_int", f"{prefix}_{cname}_table",
                        _PLACEHOLDER.sub("x", ins.c_expression), lo, hi,
-                       [_c_double(float(v)) for v in values], [_c_double(float(v)) for v in values32])
+                       [_c_double(float(v)) for v in values], [_c_double(float(v)) for v in values32],
+                       domain_of(ins, f))
     return out
 
 
 class _Builder:
-    def __init__(self, tpg, tables=None):
+    def __init__(self, tpg, tables=None, prefix="tpg"):
         self.tpg = tpg
+        self.prefix = prefix
         self.env = tpg.environment
         self.tables = tables or {}
+        self.chains: Dict[tuple, Chain] = {}
         self.nodes: List[Node] = []
         self.table: Dict[tuple, int] = {}
         self.zero = self._node(("literal", "0.0"), "literal", "0.0")
@@ -192,14 +281,48 @@ class _Builder:
                     args.append(self._node(("input", name, loc), "input", f"{name}[{loc}]"))
             key = ("op", line.instruction) + tuple(args)
             if key not in self.table:
-                if line.instruction in self.tables:
+                chain, base = self._chain(line.instruction, args)
+                if chain:
+                    expr, args = f"{self.chain_table(chain).helper}($2, $1)", args[:1] + [base]
+                elif line.instruction in self.tables:
                     expr = f"{self.tables[line.instruction].helper}($1)"
                 else:
                     expr = ins.c_expression
                 self._node(key, "op", expr, instruction=line.instruction, args=tuple(args),
-                           libm=ins.libm, origin=f"{prog.label} line {n}")
+                           libm=ins.libm, origin=f"{prog.label} line {n}", chain=chain)
             regs[line.destination] = self.table[key]
         return regs[0]
+
+    def _chain(self, instruction, args):
+        """(instructions, base node) when tabled `instruction` applies to the result of another
+        tabled one-operand instruction (a composition worth a table of its own), else ((), None)."""
+        if instruction not in self.tables or len(args) != 1:
+            return (), None
+        inner = self.nodes[args[0]]
+        if inner.kind != "op" or inner.instruction not in self.tables:
+            return (), None
+        below = inner.chain or (inner.instruction,)
+        base = inner.args[-1] if inner.chain else inner.args[0]
+        if len(below) >= CHAIN_DEPTH:
+            return (), None
+        return (instruction,) + below, base
+
+    def chain_table(self, chain) -> "Chain":
+        if chain not in self.chains:
+            import numpy as np
+
+            from nnbuild.ir import tpg_reference
+            outer = self.tables[chain[0]]
+            lo, hi = outer.lo, outer.hi
+            values = np.arange(lo, hi + 1, dtype=np.float64)
+            call = "y"
+            for k in reversed(chain):
+                values = tpg_reference.compile_semantics(self.env.instructions[k])(values)
+                call = _PLACEHOLDER.sub(call, self.env.instructions[k].c_expression)
+            names = "_".join(self.tables[k].helper[len(self.prefix) + 1:-len("_int")] for k in chain)
+            self.chains[chain] = Chain(chain, f"{self.prefix}_{names}_int", f"{self.prefix}_{names}_table",
+                                       outer.helper, call, lo, hi, [_c_double(float(v)) for v in values])
+        return self.chains[chain]
 
     def closure(self, roots, available=frozenset()):
         """Op nodes needed for `roots`, not in `available`, in creation (= dependency) order."""
@@ -246,7 +369,7 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
     """The plan of the generated code: per team (topological order) the nodes to compute and the
     edges with their bid node and destination."""
     all_tables = integer_tables(tpg, name) if tables else {}
-    b = _Builder(tpg, all_tables)
+    b = _Builder(tpg, all_tables, name)
     order = tpg.reachable()
     state = {t: k for k, t in enumerate(order)}
     bids = {}
@@ -287,14 +410,100 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
         plan.reused = sorted(direct)
         for n in direct:
             readers.setdefault(n, set()).add(t)
-    shared = sorted(readers)
+    memo = _memoised(tpg, teams, b) if share else {}
+    shared = sorted(set(readers) | set(memo))
     shared_set = set(shared)
     for plan in teams:
         plan.keep = [n for n in plan.compute if n in shared_set]
+        _memo_blocks(plan, memo, b, set(readers))
     visits = _static_stats(tpg, teams, b)
     used = {b.nodes[n].instruction for p in teams for n in p.compute}
+    flags = sorted(n for n in memo if any(n in p.memo and p.memo[n] for p in teams))
+    chains = sorted({b.nodes[n].chain for p in teams for n in p.compute if b.nodes[n].chain})
+    inlined = _chain_inner_only(teams, b, shared_set)
+    for plan in teams:
+        plan.compute = [n for n in plan.compute if n not in inlined]
+        plan.blocks = {m: [n for n in ns if n not in inlined] for m, ns in plan.blocks.items()}
+        plan.members -= inlined
     return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
-                [t for k, t in sorted(all_tables.items()) if k in used])
+                [t for k, t in sorted(all_tables.items()) if k in used], flags,
+                [b.chains[ch] for ch in chains], inlined)
+
+
+def _chain_inner_only(teams, b, shared_set):
+    """Inner values of compositions that, in every team computing them, only that composition
+    reads (no bid, no other operation, not shared across teams, not memoised)."""
+    ok, seen = {}, set()
+    for p in teams:
+        bids = {e.bid for e in p.edges}
+        users = {}
+        for n in p.compute:
+            for a in b.nodes[n].args:
+                users.setdefault(a, []).append(n)
+        for n in p.compute:
+            seen.add(n)
+            readers = users.get(n, [])
+            only = (n not in bids and n not in shared_set and n not in p.memo and len(readers) == 1
+                    and b.nodes[readers[0]].chain and b.nodes[readers[0]].args[0] == n
+                    and b.nodes[readers[0]].args.count(n) == 1)
+            ok[n] = ok.get(n, True) and bool(only)
+    return {n for n in seen if ok.get(n)}
+
+
+def _memoised(tpg, teams, b):
+    """<math.h> values computed by two teams one inference can both visit, neither dominating the
+    other (dominated teams already reuse the dominator's value): {node: teams computing it}. Each
+    is computed once per inference, behind a computed-flag; a libm call costs far more than the
+    flag's test."""
+    below = {}  # team -> teams reachable from it (itself excluded)
+    for p in reversed(teams):
+        out = set()
+        for e in p.edges:
+            if e.dest_team is not None:
+                child = teams[e.dest_team].team
+                out.add(child)
+                out |= below[child]
+        below[p.team] = out
+    computing = {}
+    for p in teams:
+        for n in p.compute:
+            if b.nodes[n].libm:
+                computing.setdefault(n, []).append(p.team)
+    memo = {}
+    for n, where in computing.items():
+        if any(u in below[t] for t in where for u in where if u != t):
+            memo[n] = where
+    for p in teams:
+        for n in p.compute:
+            if n in memo:
+                others = [u for u in memo[n] if u != p.team]
+                mode = (("check",) if any(p.team in below[u] for u in others) else ()) + \
+                       (("set",) if any(u in below[p.team] for u in others) else ())
+                p.memo[n] = mode
+    return memo
+
+
+def _memo_blocks(plan, memo, b, read_later):
+    """The nodes of a team computed only for one memoised value of it (not bids, not read by other
+    teams): they move inside that value's `if (!computed)` block."""
+    bids = {e.bid for e in plan.edges}
+    users = {}
+    for n in plan.compute:
+        for a in b.nodes[n].args:
+            users.setdefault(a, set()).add(n)
+    block = {}
+    for n in reversed(plan.compute):
+        if n in plan.memo:
+            block[n] = n if plan.memo[n] and "check" in plan.memo[n] else None
+            continue
+        owners = {block.get(u) for u in users.get(n, ())}
+        if n not in bids and n not in read_later and len(owners) == 1 and None not in owners:
+            block[n] = owners.pop()
+        else:
+            block[n] = None
+    plan.blocks = {m: [n for n in plan.compute if block.get(n) == m and n != m]
+                   for m in plan.memo if block.get(m) == m}
+    plan.members = {n for ns in plan.blocks.values() for n in ns}
 
 
 def _static_stats(tpg, teams, b):
@@ -306,7 +515,8 @@ def _static_stats(tpg, teams, b):
             "program_lines": gegelati_lines, "operations": ops,
             "libm_operations": sum(1 for p in teams for n in p.compute if b.nodes[n].libm),
             "single_edge_teams": sum(1 for p in teams if len(p.edges) == 1),
-            "shared_values": len({n for p in teams for n in p.keep})}
+            "shared_values": len({n for p in teams for n in p.keep}),
+            "memoised_values": len({n for p in teams for n in p.memo})}
 
 
 def file_digest(path) -> Optional[str]:
@@ -450,6 +660,9 @@ class Context:
         self.params = ", ".join(s.name for s in plan.inputs)
         self.flat_call = flat_call(plan.name, plan.inputs)
         self.tables = plan.tables
+        self.flags = plan.flags
+        self.chains = plan.chains
+        self.inlined = plan.inlined
         #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
         self.flash = storage in FLASH_STORAGES
         self.near = storage == NEAR_STORAGE
@@ -460,11 +673,19 @@ class Context:
         self.team_args = self.args + (f", struct {self.name}_shared *sh" if self.shared else "")
 
     def ref(self, node_id):
-        """How C code reads a node: a literal, an input element, a local, or a shared value."""
+        """How C code reads a node: a literal, an input element, a local, a shared value, or the
+        expression itself (a composition's inner value that nothing else reads)."""
         node = self.nodes[node_id]
         if node.kind != "op":
             return node.text
+        if node_id in self.inlined:
+            return self.expr(node_id)
         return f"sh->{node.var}" if self.team_functions and node_id in self.shared_set else node.var
+
+    def flag(self, node_id):
+        """The computed-flag of a memoised node (a team visited later skips its computation)."""
+        var = f"have_{self.nodes[node_id].var}"
+        return f"sh->{var}" if self.team_functions else var
 
     def expr(self, node_id):
         """The C expression computing an op node from its operands."""
