@@ -375,7 +375,7 @@ def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
     assert report["deadline"]["met"] is False and not report["gates_passed"]
     page = (tmp_path / "report.html").read_text()
     bound = report["deadline"]["end_to_end_bound_ms"]
-    assert 1900 < bound < 2100   # float32 soft-float: about 2.0 s
+    assert 1600 < bound < 1800   # float32 soft-float with the CNN weight facts: about 1.72 s
     assert f"{bound} ms" in page and f"end-to-end bound {bound:.1f} ms &gt; deadline 1500 ms" in page
     assert report["deadline"]["items_on_own_cores_bound_ms"] < report["deadline"]["end_to_end_bound_ms"]
 
