@@ -25,6 +25,7 @@ import numpy as np
 from nnbuild import limits, names
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
+from nnbuild.numerics.tflm_int8 import slice_plan
 
 #: TFLite TensorType -> numpy dtype (the types a model nnbuild reads can hold)
 DTYPES = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_, 7: np.int16,
@@ -941,39 +942,13 @@ class _Converter:
         src, shape = self.tensor(op.inputs[0])
         begin, end, strides = (np.asarray(self.const(i, w)).astype(np.int64).reshape(-1)
                                for i, w in zip(op.inputs[1:4], ("begin", "end", "strides")))
-        options = op.options
-        if options.get("EllipsisMask", 0) or options.get("NewAxisMask", 0) or options.get("Offset", False):
-            raise Problem("ellipsis, new-axis or offset slicing")
-        full = (1,) + tuple(shape)
-        if not len(begin) == len(end) == len(strides) <= len(full):
-            raise Problem(f"begin/end/strides of lengths {len(begin)}, {len(end)}, {len(strides)} for rank {len(full)}")
-        starts, steps, counts, kept = [], [], [], []
-        for k, n in enumerate(full):
-            if k >= len(begin):
-                idx, shrink = range(n), False
-            elif strides[k] == 0:
-                raise Problem("a stride of 0")
-            elif options.get("ShrinkAxisMask", 0) >> k & 1:
-                i = int(begin[k])
-                if not -n <= i < n:
-                    raise Problem(f"index {i} out of range for an axis of size {n}")
-                idx, shrink = range(i % n, i % n + 1), True
-            else:
-                b = None if options.get("BeginMask", 0) >> k & 1 else int(begin[k])
-                e = None if options.get("EndMask", 0) >> k & 1 else int(end[k])
-                idx, shrink = range(n)[slice(b, e, int(strides[k]))], False
-            if len(idx) == 0:
-                raise Problem("an empty slice")
-            if k == 0:
-                if len(idx) != 1 or shrink:
-                    raise Problem("slicing the batch axis")
-                continue
-            starts.append(idx.start)
-            steps.append(idx.step)
-            counts.append(len(idx))
-            if not shrink:
-                kept.append(len(idx))
-        name = self.add(g.Slice(self.label(op), tuple(starts), tuple(steps), tuple(counts), source_type=op.op), [src])
+        if op.options.get("ShrinkAxisMask", 0) & 1:
+            raise Problem("slicing the batch axis")
+        try:   # TFLite's index arithmetic, one home: the int8 model's
+            starts, steps, counts, kept = slice_plan((1,) + tuple(shape), begin, end, strides, op.options)
+        except ValueError as e:
+            raise Problem(str(e)) from None
+        name = self.add(g.Slice(self.label(op), starts, steps, counts, source_type=op.op), [src])
         if len(kept) != len(counts):
             name = self.add(g.Reshape(self.unique(name + "_shrink"), tuple(kept) or (1,), source_type=op.op), [name])
         self.check_output(op)
