@@ -32,6 +32,22 @@ def slow(covered_by):
     return pytest.mark.skipif(not SLOW_TIER, reason=f"slow tier (NNBUILD_SLOW_TESTS=1): {covered_by}")
 
 
+def tflite_with_opcode(source, dest, builtin, code):
+    """A copy of the .tflite `source` at `dest` with the operator code `builtin` rewritten to `code`
+    in place (both the int field and the deprecated byte): a model whose operator nnbuild must refuse."""
+    import struct
+
+    import tflite
+    data = bytearray(Path(source).read_bytes())
+    model = tflite.Model.GetRootAsModel(data, 0)
+    entry = next(c for c in (model.OperatorCodes(k) for k in range(model.OperatorCodesLength()))
+                 if max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == builtin)
+    struct.pack_into("<i", data, entry._tab.Pos + entry._tab.Offset(10), code)
+    struct.pack_into("<b", data, entry._tab.Pos + entry._tab.Offset(4), code)
+    Path(dest).write_bytes(bytes(data))
+    return Path(dest)
+
+
 def have(*tools):
     return all(shutil.which(t) for t in tools)
 

@@ -4,13 +4,12 @@ make_fixtures.py with PyPI tflite-micro) and nnbuild.numerics.tflm_int8 bit for 
 cannot generate is refused in one line; the precision's name, default and refusals."""
 
 import json
-import struct
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tflite_with_opcode
 from nnbuild import kinds, pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import tflite as tfl
@@ -78,17 +77,8 @@ def test_generated_c_equals_the_bit_exact_model_on_random_inputs(name, tmp_path)
 
 
 def patched_opcode(tmp_path, builtin, code):
-    """mlp_int8 with the operator code `builtin` rewritten to `code` (as tests/test_tflm_int8.py does)."""
-    import tflite
-    data = bytearray((DATA / "mlp_int8.tflite").read_bytes())
-    model = tflite.Model.GetRootAsModel(data, 0)
-    entry = next(model.OperatorCodes(k) for k in range(model.OperatorCodesLength())
-                 if model.OperatorCodes(k).BuiltinCode() == builtin)
-    struct.pack_into("<i", data, entry._tab.Pos + entry._tab.Offset(10), code)
-    struct.pack_into("<b", data, entry._tab.Pos + entry._tab.Offset(4), code)
-    path = tmp_path / "m.tflite"
-    path.write_bytes(bytes(data))
-    return path
+    """mlp_int8 with the operator code `builtin` rewritten to `code`."""
+    return tflite_with_opcode(DATA / "mlp_int8.tflite", tmp_path / "m.tflite", builtin, code)
 
 
 def test_an_unsupported_int8_operator_is_refused_in_one_line(tmp_path):

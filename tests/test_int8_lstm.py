@@ -5,14 +5,13 @@ Cortex-M4, with a WCET bound; its variants are refused in one line."""
 
 import dataclasses
 import json
-import struct
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tflite_with_opcode
 from nnbuild import kinds, pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.frontends import tflite as tfl
@@ -173,16 +172,7 @@ def test_lstm_variants_the_kernel_does_not_compute_are_refused_in_one_line():
 
 def patched_opcode(tmp_path, builtin, code):
     """kws_lstm_int8 with the operator code `builtin` rewritten to `code`."""
-    import tflite
-    data = bytearray((DATA / "kws_lstm_int8.tflite").read_bytes())
-    model = tflite.Model.GetRootAsModel(data, 0)
-    codes = [model.OperatorCodes(k) for k in range(model.OperatorCodesLength())]
-    entry = next(c for c in codes if max(c.BuiltinCode(), c.DeprecatedBuiltinCode()) == builtin)
-    struct.pack_into("<i", data, entry._tab.Pos + entry._tab.Offset(10), code)
-    struct.pack_into("<b", data, entry._tab.Pos + entry._tab.Offset(4), code)
-    path = tmp_path / "m.tflite"
-    path.write_bytes(bytes(data))
-    return path
+    return tflite_with_opcode(DATA / "kws_lstm_int8.tflite", tmp_path / "m.tflite", builtin, code)
 
 
 def test_a_bidirectional_lstm_is_refused_naming_the_operator(tmp_path):

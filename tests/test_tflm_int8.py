@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tflite_with_opcode
 from nnbuild.frontends import tflite as tfl
 from nnbuild.numerics import tflm_int8
 
@@ -37,16 +37,7 @@ def test_int8_outputs_are_bit_exact_with_tflite_micro(name):
 
 def test_an_operator_without_an_int8_model_is_named(tmp_path):
     """mlp_int8 with its TANH operator code rewritten to LOG_SOFTMAX, which has no int8 model."""
-    import struct
-
-    import tflite
-    data = bytearray((DATA / "mlp_int8.tflite").read_bytes())
-    model = tflite.Model.GetRootAsModel(data, 0)
-    code = next(model.OperatorCodes(k) for k in range(model.OperatorCodesLength())
-                if model.OperatorCodes(k).BuiltinCode() == 28)
-    struct.pack_into("<i", data, code._tab.Pos + code._tab.Offset(10), 50)
-    struct.pack_into("<b", data, code._tab.Pos + code._tab.Offset(4), 50)
-    (tmp_path / "m.tflite").write_bytes(bytes(data))
+    tflite_with_opcode(DATA / "mlp_int8.tflite", tmp_path / "m.tflite", 28, 50)
     graph = tfl.read(tmp_path / "m.tflite")
     with np.load(DATA / "mlp_int8.npz") as gold:
         x = gold["x_q"][0]
