@@ -69,8 +69,11 @@ def tiny_cnn():
 
 
 def weights_of(out, name):
-    """Names of the arrays the weights header declares."""
-    return sorted(re.findall(r"^extern const \w+ (\w+)\[", (out / f"{name}_weights.h").read_text(), re.M))
+    """Names of the arrays the weights header declares for this target: a TPG's composition tables
+    are hosts-only (`#if DBL_MANT_DIG > 24`), never compiled where double is binary32, as on AVR."""
+    header = re.sub(r"^#if DBL_MANT_DIG > 24 /\* compositions: hosts only.*?^#endif\n", "",
+                    (out / f"{name}_weights.h").read_text(), flags=re.M | re.S)
+    return sorted(re.findall(r"^extern const \w+ (\w+)\[", header, re.M))
 
 
 @needs_avr

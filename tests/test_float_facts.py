@@ -73,7 +73,10 @@ def test_host_code_has_no_value_facts(tmp_path):
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
     codegen.generate(model, tmp_path)
     facts = json.loads((tmp_path / "f1tenth.flowfacts.json").read_text())
-    assert not any(v["op"] == "mul" for v in facts.get("values", []))
+    # no AVR multiply facts (they hold for the AVR flush shape only); the ARM soft-float tags, proved
+    # from the weights and the tanh outputs whatever the code shape, are there for the ARM boards
+    mul_tags = {t for v in facts.get("values", []) if v["op"] == "mul" for t in v["tags"]}
+    assert mul_tags == {"fmul:one.normal", "fmul:no.subnormal", "fmul:normal.product"}
     assert "nn_bits" not in (tmp_path / "f1tenth.c").read_text()
 
 
