@@ -132,14 +132,19 @@ def peer_reference(model, blob, x):
     return a
 
 
-def measure_peer(model, exe, count, workdir):
-    """(activate Ir, train Ir per sample, max activate error) of Gravity's own C."""
+def seeded_batches(model, count):
+    """`count` batches (x in [0, 1], one-hot y, the driver's stdin), the same for nnbuild and Gravity."""
     rng = np.random.default_rng(1)
-    act, train, err = [], [], 0.0
     for _ in range(count):
         x = rng.random((model.batch, model.inputs)).astype(np.float32)
         y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, model.batch)]
-        stdin = x.tobytes() + y.tobytes()
+        yield x, y, x.tobytes() + y.tobytes()
+
+
+def measure_peer(model, exe, count, workdir):
+    """(activate Ir, train Ir per sample, max activate error) of Gravity's own C."""
+    act, train, err = [], [], 0.0
+    for x, y, stdin in seeded_batches(model, count):
         ir_count, out = ir_of_one_call(exe, "mnist_activate", stdin, workdir)
         act.append(ir_count)
         outputs = np.frombuffer(out[:40], np.float32)
@@ -173,12 +178,8 @@ def measure(flags, count, workdir, storage):
     model, exe = build(workdir, flags, storage)
     plan = ir.plan(model)
     weights = ir.unpack(plan, ir.initial_blob(plan, 1))
-    rng = np.random.default_rng(1)
     act, train, act_err, train_err = [], [], 0.0, 0.0
-    for _ in range(count):
-        x = rng.random((model.batch, model.inputs)).astype(np.float32)
-        y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, model.batch)]
-        stdin = x.tobytes() + y.tobytes()
+    for x, y, stdin in seeded_batches(model, count):
         ir_count, out = ir_of_one_call(exe, "mnist_activate", stdin, workdir)
         act.append(ir_count)
         act_err = max(act_err, np.abs(np.frombuffer(out, np.float32) - ir.activate(model, weights, x[:1])[0]).max())

@@ -683,14 +683,19 @@ def sigmoid16(x):
     return _sigmoid_scaled(np.asarray(x, np.int64) * 3)
 
 
-def _sigmoid_scaled(v):
-    v = np.asarray(v, np.int64)
+def _interpolated(a, shift, saturated):
+    """The 256-entry table read TFLite Micro's way for |v| = a: entry a >> shift, linearly
+    interpolated on the low `shift` bits, `saturated` past the table's end."""
     table = np.array(SIGMOID_TABLE + (SIGMOID_TABLE[-1],), np.int64)
-    a = np.abs(v)
-    uh = a >> 9
+    uh = a >> shift
     inside = np.minimum(uh, 254)
     ua, ub = table[inside], table[inside + 1]
-    result = np.where(uh >= 255, 0x7FFF << 10, (ua << 9) + (a & 0x1FF) * (ub - ua))
+    return np.where(uh >= 255, saturated, (ua << shift) + (a & ((1 << shift) - 1)) * (ub - ua))
+
+
+def _sigmoid_scaled(v):
+    v = np.asarray(v, np.int64)
+    result = _interpolated(np.abs(v), 9, 0x7FFF << 10)
     result = np.where(v >= 0, result + (1 << 9), (1 << 25) - result + (1 << 9) - 1)
     return (result >> 10).astype(np.int64)
 
@@ -705,12 +710,7 @@ def tanh16(x, multiplier: int = 3, right_shift: int = 0):
 
 def _tanh_scaled(v):
     v = np.asarray(v, np.int64)
-    table = np.array(SIGMOID_TABLE + (SIGMOID_TABLE[-1],), np.int64)
-    a = np.abs(v)
-    uh = a >> 8
-    inside = np.minimum(uh, 254)
-    ua, ub = table[inside], table[inside + 1]
-    result = np.where(uh >= 255, 0xFFFF << 8, (ua << 8) + (a & 0xFF) * (ub - ua))
+    result = _interpolated(np.abs(v), 8, 0xFFFF << 8)
     result = np.where(v >= 0, result - (1 << 23) + (1 << 7), -result + (1 << 23) + (1 << 7) - 1)
     return result >> 8
 

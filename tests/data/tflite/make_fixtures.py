@@ -308,10 +308,7 @@ def recurrent_fixtures():
     for name, build in RECURRENT.items():
         model = build(tf_keras)
         shape = tuple(model.input_shape[1:])
-        x = np.random.default_rng(13).normal(0, 1, (CASES,) + shape).astype(np.float32)
-        blob = convert(tf, model, shape, int8=False)
-        (HERE / f"{name}_float32.tflite").write_bytes(blob)
-        np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        float32_fixture(tf, name, model, shape, np.random.default_rng(13).normal(0, 1, (CASES,) + shape))
         print(name, "written")
 
 
@@ -326,10 +323,7 @@ def recurrent_int8_fixtures():
     for name, build in RECURRENT_INT8.items():
         model = build(tf_keras)
         shape = tuple(model.input_shape[1:])
-        x = np.random.default_rng(19).normal(0, 1, (CASES,) + shape).astype(np.float32)
-        blob = convert(tf, model, shape, int8=False)
-        (HERE / f"{name}_float32.tflite").write_bytes(blob)
-        np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        x = float32_fixture(tf, name, model, shape, np.random.default_rng(19).normal(0, 1, (CASES,) + shape))
         blob = convert(tf, model, shape, int8=True)
         int8_fixture(name, blob, x)
         x_q = np.random.default_rng(23).integers(-128, 128, (STRESS_CASES,) + shape).astype(np.int8)
@@ -338,6 +332,15 @@ def recurrent_int8_fixtures():
             x_q = fixture["x_q"]
         np.savez(HERE / f"{name}_int8_stream.npz", x_q=x_q, y_q=tflm_outputs(blob, x_q, reset=False))
         print(name, "written")
+
+
+def float32_fixture(tf, name, model, shape, x):
+    """M_float32.tflite and M_float32.npz (x, LiteRT's float32 outputs); returns x as float32."""
+    x = x.astype(np.float32)
+    blob = convert(tf, model, shape, int8=False)
+    (HERE / f"{name}_float32.tflite").write_bytes(blob)
+    np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+    return x
 
 
 def int8_fixture(name, blob, x):
@@ -408,10 +411,7 @@ def feedforward_fixtures(tf, models):
     for name, build in models.items():
         model = build(tf.keras)
         shape = tuple(model.input_shape[1:])
-        x = np.random.default_rng(11).normal(0, 1, (CASES,) + shape).astype(np.float32)
-        blob = convert(tf, model, shape, int8=False)
-        (HERE / f"{name}_float32.tflite").write_bytes(blob)
-        np.savez(HERE / f"{name}_float32.npz", x=x, y=litert_outputs(blob, x))
+        x = float32_fixture(tf, name, model, shape, np.random.default_rng(11).normal(0, 1, (CASES,) + shape))
         if name == "mlp":  # float16 weights: DEQUANTIZE of constants ahead of float32 operators
             blob = convert(tf, model, shape, int8=False, float16=True)
             (HERE / f"{name}_float16.tflite").write_bytes(blob)
