@@ -138,6 +138,13 @@ FMUL_CASES = [("0.75f", "1.4e-45f", True), ("1.4e-45f", "0.75f", True), ("1.4e-4
               ("1e-30f", "1e-30f", True)]
 
 
+def fmul_elf(tmp_path):
+    """The ARM7TDMI program multiplying each pair of FMUL_CASES through libgcc's __aeabi_fmul."""
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES)).replace(
+        "@B@", ", ".join(b for _, b, _ in FMUL_CASES))
+    return arm7tdmi_elf(tmp_path, "fmul", source)
+
+
 def per_call(pcs, start, watched):
     """{address: executions} of `watched` for each call that enters `start`."""
     calls = []
@@ -152,9 +159,7 @@ def per_call(pcs, start, watched):
 @pytest.mark.e2e
 @needs_qemu_arm
 def test_arm_fmul_normalises_at_most_one_subnormal_factor_per_tagged_call(tmp_path):
-    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES)).replace(
-        "@B@", ", ".join(b for _, b, _ in FMUL_CASES))
-    elf = arm7tdmi_elf(tmp_path, "fmul", source)
+    elf = fmul_elf(tmp_path)
     functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
     fmul = functions["__aeabi_fmul"][0]
     rows = [e for e in arm_table()["paths"] if "__aeabi_fmul" in e["symbols"]]
@@ -365,9 +370,7 @@ def test_m0plus_fmul_underflow_block_runs_only_for_a_product_below_the_smallest_
 @pytest.mark.e2e
 @needs_qemu_arm
 def test_arm_fmul_out_of_range_block_runs_only_for_an_underflowing_or_overflowing_product(tmp_path):
-    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES)).replace(
-        "@B@", ", ".join(b for _, b, _ in FMUL_CASES))
-    elf = arm7tdmi_elf(tmp_path, "fmul", source)
+    elf = fmul_elf(tmp_path)
     fmul = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))["__aeabi_fmul"][0]
     entry = next(e for e in arm_table()["paths"] if "out_of_range" in e["blocks"])
     assert otawa.routine_digest(fmul) == entry["sha256"]
