@@ -6,9 +6,10 @@ is a literal and is repeated in NN_LOOPBOUND(n) for WCET tools; the same bounds 
 facts file. Weights live in `<name>_weights.c` so a weight edit leaves `<name>.c` byte-identical.
 On hosts (storage const-simd) float layers compute 16 neurons per pass with GCC/Clang vectors, one
 neuron per lane, from weights interleaved for them: the same sums in the same order. With the
-scalar storage const, up to BLOCK neurons per pass in `register` accumulators, their weights
-interleaved [block][input][neuron] so one pointer streams through them (AVR flash keeps one neuron
-at a time, rows in order).
+scalar storages, up to BLOCK neurons per pass in `register` accumulators: with const (the MCU
+targets') their rows read through one pointer at constant offsets; with const-host (a host's plain
+C99) their weights interleaved [block][input][neuron] and the activation in a pass of its own, the
+form gcc -O3 computes in vector registers (AVR flash keeps one neuron at a time).
 """
 
 import numpy as np
@@ -150,16 +151,18 @@ def layer_chunks(prefix, layer, storage, real):
 
 def scalar_chunks(prefix, layer, storage, real, first=0):
     """Scalar code's weight arrays (from row `first`): on AVR flash rows in order (one neuron at a
-    time); elsewhere BLOCK neurons per pass over the inputs, their weights interleaved for it."""
+    time); elsewhere BLOCK neurons per pass over the inputs, with const-host their weights
+    interleaved for it (`groups`), else rows in order (read at constant row offsets)."""
     chunks = weight_chunks(prefix, layer, storage, real, first=first)
     if storage not in common.FLASH_STORAGES:
         rows = np.asarray(layer.kernel, dtype=np.float32).T
         for chunk in chunks:
             passes = -(-chunk["rows"] // BLOCK)
             chunk["block"] = -(-chunk["rows"] // passes)   # balanced: 50 rows as 5 x 10, not 4 x 12 + 2
-            start = chunk["start"]
-            chunk["groups"] = blocked(rows[start:start + chunk["rows"]], chunk["block"], start, layer)
-            del chunk["values"]
+            if storage == common.HOST_STORAGE:
+                start = chunk["start"]
+                chunk["groups"] = blocked(rows[start:start + chunk["rows"]], chunk["block"], start, layer)
+                del chunk["values"]
     return chunks
 
 
@@ -192,11 +195,12 @@ def interleaved(rows, lanes, layer):
 
 
 def deferred_activation(entry, real):
-    """Blocked scalar layers apply relu, tanh or sigmoid in a pass after their sums: a block that
-    ends in plain stores is what gcc's SLP vectoriser turns into vector code at -O3 (a relu's
-    conditional or a call at the store stops it). float64 keeps it at the store into the float
-    `out` (the activation is computed in double before the conversion)."""
-    blocked = any(c.get("block") for c in entry["chunks"])
+    """With const-host, blocked layers apply relu, tanh or sigmoid in a pass after their sums: a
+    block that ends in plain stores is what gcc's SLP vectoriser turns into vector code at -O3 (a
+    relu's conditional or a call at the store stops it). float64 keeps it at the store into the
+    float `out` (the activation is computed in double before the conversion). Not with const: on
+    the MCU targets the pass would only cost cycles."""
+    blocked = any(c.get("groups") and c.get("block") for c in entry["chunks"])
     return (blocked and entry["activation"] not in ("linear", "softmax")
             and not (real != "float" and entry["dst"] == "out"))
 
