@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 
+import dataclasses
 import json
 
 import numpy as np
@@ -74,7 +75,7 @@ def test_unroll_is_written_for_the_scalar_host_storage_only(tmp_path, shape, mak
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("shape,make,storage", [("mlp", mlp, "const"), ("mlp", mlp, "const-host"), ("v2", mlp, "const"),
-                                                ("v2", cnn, "const")])
+                                                ("v2", cnn, "const"), ("v2", cnn, "const-host")])
 def test_unrolled_host_code_gives_the_bits_of_the_unoptimised_code(tmp_path, shape, make, storage):
     model, _ = generate(make(), shape, storage, tmp_path / "gen")
     gen, name = tmp_path / "gen", model.name
@@ -156,12 +157,34 @@ def test_const_host_interleaves_the_blocks_and_applies_the_activation_after_them
     assert "pass of its own" not in mcu and "interleaved" not in mcu and "acc1 += w[11u] * xi;" in mcu
 
 
+def test_v2_const_host_interleaves_dense_layers_only(tmp_path):
+    """v2 with const-host: a Dense's blocks interleaved (the weights file says so) and its relu in a
+    pass of its own, with a flow fact; a Conv2D keeps const's layout (gcc would pack and unpack its
+    accumulators once per kernel row)."""
+    base = cnn()
+    relu_dense = Model(base.name, base.input_shape, base.layers[:2] + [dataclasses.replace(base.layers[2], activation="relu")],
+                       meta=base.meta)
+    model, host = generate(relu_dense, "v2", "const-host", tmp_path / "host")
+    weights = (tmp_path / "host" / "hscnn_weights.c").read_text()
+    assert weights.count("interleaved by blocks of") == 1 and "Dense 'd'" in weights
+    kernel = np.asarray(model.layers[2].kernel, np.float32)      # 280 x 5: one block of 5
+    assert np.array_equal(weight_literals(weights, "hscnn_d_w0[1400]"), kernel.ravel())
+    assert "w += 5u;" in host and "acc4 += w[4u] * v;" in host and "acc1 += w[27u] * v;" in host
+    assert "/* activation relu of the 5 sums, a pass of its own" in host
+    lines = host.splitlines()
+    facts = json.loads((tmp_path / "host" / "hscnn.flowfacts.json").read_text())
+    assert sorted(f["line"] for f in facts["loops"]) == [i + 1 for i, l in enumerate(lines) if l.strip().startswith("for (")]
+    _, mcu = generate(cnn(), "v2", "const", tmp_path / "mcu")
+    assert "interleaved" not in (tmp_path / "mcu" / "hscnn_weights.c").read_text() and "pass of its own" not in mcu
+
+
 @pytest.mark.e2e
-def test_const_host_gives_the_bits_of_const_and_is_vectorised_at_O3(tmp_path):
+@pytest.mark.parametrize("shape", ["mlp", "v2"])
+def test_const_host_gives_the_bits_of_const_and_is_vectorised_at_O3(tmp_path, shape):
     """const-host == const bit for bit at -O0, -O2 -fno-tree-vectorize and -O3 (overflowing sums,
-    subnormal inputs, signed zeros too), float32 and float64; at -O3 gcc computes const-host's
-    blocks with packed adds (addps: lanes that are neurons; an in-order sum cannot use them), which
-    it does not for const."""
+    subnormal inputs, signed zeros too), float32 and float64, mlp and v2 shapes; at -O3 gcc computes
+    const-host's blocks with packed adds (addps: lanes that are neurons; an in-order sum cannot use
+    them), which it does not for const."""
     model = every_activation()
     x = np.random.default_rng(8).uniform(-3, 3, (48, 11)).astype(np.float32)
     x[:6] *= np.float32(1e30)
@@ -172,7 +195,7 @@ def test_const_host_gives_the_bits_of_const_and_is_vectorised_at_O3(tmp_path):
         runs = {}
         for storage in ("const", "const-host"):
             gen = tmp_path / f"{precision}-{storage}"
-            codegen.generate(passes.run(model)[0], gen, shape="mlp", precision=precision, storage=storage)
+            codegen.generate(passes.run(model)[0], gen, shape=shape, precision=precision, storage=storage)
             for flags in FLAG_SETS:
                 exe = tmp_path / "exe"
                 subprocess.run(["gcc", *flags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
