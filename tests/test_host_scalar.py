@@ -157,20 +157,25 @@ def test_const_host_interleaves_the_blocks_and_applies_the_activation_after_them
     assert "pass of its own" not in mcu and "interleaved" not in mcu and "acc1 += w[11u] * xi;" in mcu
 
 
-def test_v2_const_host_interleaves_dense_layers_only(tmp_path):
-    """v2 with const-host: a Dense's blocks interleaved (the weights file says so) and its relu in a
-    pass of its own, with a flow fact; a Conv2D keeps const's layout (gcc would pack and unpack its
-    accumulators once per kernel row)."""
+def test_v2_const_host_interleaves_dense_and_conv_blocks(tmp_path):
+    """v2 with const-host: a Dense's and a Conv2D's blocks interleaved (the weights file says so),
+    their relu in a pass of its own with a flow fact, the convolution window's loops unrolled whole
+    on x86-64 (NN_UNROLL of its rows and of a row's values); const keeps rows in order."""
     base = cnn()
     relu_dense = Model(base.name, base.input_shape, base.layers[:2] + [dataclasses.replace(base.layers[2], activation="relu")],
                        meta=base.meta)
     model, host = generate(relu_dense, "v2", "const-host", tmp_path / "host")
     weights = (tmp_path / "host" / "hscnn_weights.c").read_text()
-    assert weights.count("interleaved by blocks of") == 1 and "Dense 'd'" in weights
+    assert weights.count("interleaved by blocks of") == 2
     kernel = np.asarray(model.layers[2].kernel, np.float32)      # 280 x 5: one block of 5
     assert np.array_equal(weight_literals(weights, "hscnn_d_w0[1400]"), kernel.ravel())
-    assert "w += 5u;" in host and "acc4 += w[4u] * v;" in host and "acc1 += w[27u] * v;" in host
+    rows = np.transpose(np.asarray(model.layers[0].kernel, np.float32), (3, 0, 1, 2)).reshape(14, -1)  # blocks of 7
+    assert np.array_equal(weight_literals(weights, "hscnn_c_w0[378]"),
+                          np.concatenate([rows[b:b + 7].T.ravel() for b in (0, 7)]))
+    assert "w += 5u;" in host and "acc4 += w[4u] * v;" in host and "acc6 += w[6u] * v;" in host
+    assert "NN_UNROLL(3)" in host and "NN_UNROLL(9)" in host
     assert "/* activation relu of the 5 sums, a pass of its own" in host
+    assert "/* activation relu of the 280 sums, a pass of its own" in host
     lines = host.splitlines()
     facts = json.loads((tmp_path / "host" / "hscnn.flowfacts.json").read_text())
     assert sorted(f["line"] for f in facts["loops"]) == [i + 1 for i, l in enumerate(lines) if l.strip().startswith("for (")]
