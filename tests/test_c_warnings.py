@@ -125,6 +125,7 @@ CASES = [
     case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const",) + HOST_STORAGES),
     case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + HOST_STORAGES),
     *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
+    case("tinycnn-v2-host", built(cnn_model), "v2", storages=("const-host",)),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),
     case("tinyrnn-v2", built(rnn_model), "v2"),
