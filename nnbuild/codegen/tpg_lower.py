@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from nnbuild.codegen.common import FLASH_STORAGES, NEAR_STORAGE
 from nnbuild.errors import NNBuildError
+from nnbuild.numerics.float_facts import TPG_COS_TAGS
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 #: switch shape: above this many operations, team bodies become functions of their own
@@ -153,7 +154,7 @@ class Plan:
 #: (biased exponent <= 136, the value fact COS_SMALL_TAG); at or above it u +- cos(u) is outside
 #: exp's domain (|u +- c| >= 1023 > 745.14)
 GUARD_LIMIT = 1024.0
-COS_SMALL_TAG = "cos:|x|<1024"
+COS_SMALL_TAG = TPG_COS_TAGS[0]
 
 
 @dataclass
