@@ -74,7 +74,7 @@ def traced(tmp_path_factory):
                 probes[("loop", k, t)] = Probe(t, ent["within"], None, "sup", sorted(heads), group)
     counters = avr_loops.load_counters()
     for k, ent in enumerate(avr_loops.load_paths()):  # infeasible-path entries under value facts
-        if not value_fact_entry(ent):
+        if not value_fact_entry(ent) or set(ent["within"]) & set(float_facts.TPG_COS_TAGS):
             continue
         start = prog.address_of(ent["symbol"])
         pcs = [start + off for off, _ in ent["blocks"].values()]
