@@ -560,7 +560,7 @@ def emit_update(e, ar, plan, instr, api):
 NEAR_RATE_EXP = 88
 #: the value fact of the update's remaining __subsf3 calls (avr_libloops.json): at most one
 #: normalisation pass
-NO_CANCEL_TAGS = ("__addsf3x:no-cancel",)
+NO_CANCEL_TAGS = float_facts.NO_CANCEL_TAGS
 
 
 def emit_fact_subtract(e, rate_exp):
