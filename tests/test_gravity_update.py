@@ -14,7 +14,12 @@ from conftest import needs_avr
 from nnbuild import pipeline
 from nnbuild.codegen import common, gravity
 from nnbuild.runners import CHECK_MAIN, simavr
-from nnbuild.wcet import avr_ipet
+from nnbuild.numerics import float_facts
+from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
+from nnbuild.wcet import avr_timing as T
+
+from test_wcet_avr_context import (Probe, build_tracer, check_path_entry, entry_site, frames_reaching, loop_headers,
+                                   run_trace_sites)
 
 pytestmark = [pytest.mark.e2e, needs_avr]
 
@@ -142,3 +147,49 @@ def test_no_cancel_subtraction_is_driven_to_its_bound(built):
     _, cycles = run(built, "upd_sub", no_cancel_pairs(np.random.default_rng(5)))
     print(f"\n  __subsf3 in __addsf3x:no-cancel: bound {bound}, simavr max {cycles.max()}")
     assert cycles.max() <= bound <= cycles.max() + 8
+
+
+def test_no_cancel_table_entries_hold_per_call(built, tmp_path):
+    """Each avr_libloops.json entry under the no-cancel tag, per __subsf3 call on simavr (the F1/10
+    tracer of test_wcet_avr_context.py): the normalisation loop's header runs at most header_max
+    times and reaches it; the carry block's path rows hold for every count vector."""
+    b, elfs, facts, _ = built
+    tracer = build_tracer(tmp_path / "avr_trace")
+    if tracer is None:
+        pytest.skip("libsimavr not available")
+    elf = elfs["upd_sub"]
+    prog = avr_decode.load(elf)
+    an = avr_ipet.Analyzer(prog, T.family(b), facts, avr_loops.load_table(), None, avr_loops.load_paths())
+    an.region(prog.address_of("upd_sub"))
+    tags = set(float_facts.NO_CANCEL_TAGS)
+    probes, table, paths = {}, avr_loops.load_table(), avr_loops.load_paths()
+    for k, ent in enumerate(table):
+        if set(ent.get("within", [])) & tags:
+            header = prog.address_of(ent["symbol"]) + ent["offset"]
+            for start in sorted({a for a, _ in an.done}):
+                heads = loop_headers(an, prog, start, header)
+                for t in frames_reaching(an, prog, start) if heads else ():
+                    probes[("loop", k, t)] = Probe(t, ent["within"], None, "sup", sorted(heads), 1)
+    counters = avr_loops.load_counters()
+    for k, ent in enumerate(paths):
+        if set(ent.get("within", [])) & tags:
+            start = prog.address_of(ent["symbol"])
+            pcs = [start + off for off, _ in ent["blocks"].values()]
+            pcs += [prog.address_of(pt["symbol"]) + pt["offset"] for ctr in ent.get("counters", {}).values()
+                    for pt in counters[ctr]["points"]]
+            for t in frames_reaching(an, prog, start):
+                probes[("paths", k, t)] = Probe(t, ent["within"], entry_site(prog, ent), "sup+", pcs, 2)
+    assert {key[0] for key in probes} == {"loop", "paths"}
+    keys = list(probes)
+    run_trace_sites(tracer, elf, [probes[k] for k in keys], no_cancel_pairs(np.random.default_rng(5)),
+                    an.ctxs.names, an.ctxs.sites, tmp_path, an.site_tags)
+    print()
+    for key, p in probes.items():
+        ent = (table if key[0] == "loop" else paths)[key[1]]
+        if key[0] == "loop":
+            worst = max((sum(v) for _, _, v in p.vectors), default=0)
+            print(f"  {ent['symbol']}+{ent['offset']:#x} in {', '.join(ent['within'])}: header_max "
+                  f"{ent['header_max']}, simavr max {worst} over {p.invocations} calls")
+            assert p.invocations and worst == ent["header_max"]
+        else:
+            check_path_entry(ent, counters, p.vectors)
