@@ -57,6 +57,13 @@ def reals(precision):
     return {"real": real, "sfx": sfx, "exp": exp, "tanh_limit": tanh_limit, "tanh_gap": tanh_gap}
 
 
+def tanh_form(storage, precision):
+    """How the prelude computes tanh: "rational" (a clamped odd rational evaluated in double, no
+    libm call) for const-host float32, a host's storage; "exp" ((e^2x - 1) / (e^2x + 1), with
+    its WCET value facts) everywhere else, the MCU targets and their facts unchanged."""
+    return "rational" if storage == HOST_STORAGE and precision == "float32" else "exp"
+
+
 def weight_chunks(prefix, layer, storage, real="float", first=0):
     """The kernel as [out][in] rows (from row `first`), split into balanced chunks each under
     MAX_ARRAY_BYTES on AVR."""

@@ -104,6 +104,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         "weights_sha256": weights_digest(model),
         "index_type": index_type,
         **common.reals(precision),
+        "tanh_form": common.tanh_form(storage, precision),
     }
     code, facts, _ = common.render("mlp.c.j2", context, common.FlowFacts(name))
     files = {

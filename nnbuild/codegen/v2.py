@@ -336,6 +336,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
                                input_range=input_range, move_code=int16_move, **fixed_options)
     lowered = cnn.lower(model, storage)
     ctx = cnn.context(model, lowered, "v2", precision, storage)
+    ctx["tanh_form"] = common.tanh_form(storage, precision)
     if storage == common.HOST_STORAGE:
         for op in lowered["ops"]:
             host_layout(op, ctx["real"])
