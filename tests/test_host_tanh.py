@@ -1,0 +1,87 @@
+"""The const-host tanh (prelude, tanh_form "rational"): its properties on a strided sweep of float32,
+the compiled C bit for bit against a numpy model of the same operations, and which storages get it.
+The sweep over every float32 is bench/host_tanh_exhaustive.py."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnbuild.codegen import common
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import host_tanh_exhaustive  # noqa: E402
+
+P = [1.0, float.fromhex("0x1.182340a971850p-3"), float.fromhex("0x1.faceec16eab7dp-9"),
+     float.fromhex("0x1.d5471206db518p-16"), float.fromhex("0x1.05e5362268ee7p-25"), float.fromhex("-0x1.aa936c59bc995p-37")]
+Q = [1.0, float.fromhex("0x1.e166f51ba1380p-2"), float.fromhex("0x1.be4bd76aa1e62p-6"),
+     float.fromhex("0x1.9cacc5ce2335ap-12"), float.fromhex("0x1.58dc66a9c0dbdp-20")]
+STRIDE = 4099  # about 1M float32 of each sign
+
+
+def numpy_tanh(x):
+    """The prelude's operations in the same order in double, rounded once to float32."""
+    d = np.clip(x.astype(np.float64), -9.0625, 9.0625)
+    d = np.where(np.isnan(x), np.float64("nan"), d)
+    t = d * d
+    p = np.full_like(t, P[-1])
+    for c in P[-2::-1]:
+        p = p * t + c
+    q = np.full_like(t, Q[-1])
+    for c in Q[-2::-1]:
+        q = q * t + c
+    return (d * p / q).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def c_tanh(tmp_path_factory):
+    """The prelude's nn_tanh compiled (gcc -O2) over the strided sweep, both signs, NaN, inf, -0."""
+    tmp = tmp_path_factory.mktemp("tanh")
+    bits = np.concatenate([np.arange(0, 0x80000000, STRIDE, dtype=np.uint32),
+                           np.array([0x7f800000, 0x7fc00000, 0x41110000, 0x41100000, 1], dtype=np.uint32)])
+    bits = np.concatenate([bits, bits | np.uint32(0x80000000)])
+    (tmp / "in.bin").write_bytes(bits.tobytes())
+    src = host_tanh_exhaustive.tanh_source() + r"""
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    float x;
+    FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
+    (void)argc;
+    while (fread(&x, 4, 1, in) == 1) { x = nn_tanh(x); fwrite(&x, 4, 1, out); }
+    return fclose(in) | fclose(out);
+}
+"""
+    (tmp / "t.c").write_text(src)
+    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(tmp / "t"),
+                    str(tmp / "t.c"), "-lm"], check=True)
+    subprocess.run([str(tmp / "t"), str(tmp / "in.bin"), str(tmp / "out.bin")], check=True)
+    return bits.view(np.float32), np.frombuffer((tmp / "out.bin").read_bytes(), dtype=np.float32)
+
+
+def test_c_equals_numpy_model_bit_for_bit(c_tanh):
+    x, y = c_tanh
+    model = numpy_tanh(x)
+    number = ~np.isnan(x)  # NaN payloads and signs are the FPU's business; NaN-ness is checked below
+    assert np.array_equal(y[number].view(np.uint32), model[number].view(np.uint32))
+
+
+def test_error_and_special_values(c_tanh):
+    x, y = c_tanh
+    finite = np.isfinite(x)
+    ref = np.tanh(x[finite].astype(np.float64))
+    err = np.abs(y[finite].astype(np.float64) - ref)
+    ulp = np.maximum(np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64), 2.0 ** -149)
+    assert err.max() <= 3.2e-8 and (err / ulp).max() <= 0.53
+    assert np.isnan(y[np.isnan(x)]).all()
+    assert list(y[np.isinf(x)]) == [1.0, -1.0]
+    assert np.array_equal(y[x == 0].view(np.uint32), x[x == 0].view(np.uint32))  # +-0 -> +-0
+
+
+def test_only_const_host_float32_gets_it():
+    assert common.tanh_form("const-host", "float32") == "rational"
+    for storage in ("const", "const-simd", "avr-progmem-far", "avr-progmem-near"):
+        assert common.tanh_form(storage, "float32") == "exp"
+    assert common.tanh_form("const-host", "float64") == "exp"
