@@ -27,7 +27,8 @@ Counters. A counter name in "counters" refers to a table "counters" entry ({"nam
 [{"symbol", "offset", "pattern"}, ...]}): the executions of those instructions during the whole
 invocation, callees included. The analyser then charges each call that can reach a point with
 the callee's WCET per counter value ("choice" variables, avr_ilp), so a row can bound a sum
-over several calls (e.g. the denormalisation passes of all products of one polynomial).
+over several calls (e.g. the denormalisation passes of all products of one polynomial). A point
+with "weight": k counts k per execution (as if listed k times).
 
 Entry registers. A loop entry with "entry_regs": {"n": "r16"} bounds the loop by an expression
 of the register's value at the entry of its symbol ("header_max": "n // 8 + 1"), e.g. the count
@@ -402,5 +403,5 @@ def counter_nodes(region, prog, ent):
         if node is None:
             continue
         if pattern(prog, addr, len(pt["pattern"])) == pt["pattern"]:
-            nodes.append(node)
+            nodes.extend([node] * pt.get("weight", 1))
     return nodes
