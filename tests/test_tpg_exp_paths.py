@@ -5,7 +5,8 @@ in all (byte + bit steps of __addsf3x). z >= 1: modf splits z (its slow path, wi
 z - trunc(z)), f is 0 or a multiple of 2^-23, and the additions take <= 54 steps. Checked here: the
 two numbers recomputed from the coefficient table in the linked image (interval arithmetic over
 every binade of f, every f = m*2^-23 below 2^-12 one by one), the entry's rows on every exp call of
-a sweep under simavr (avr_trace), both maxima reached, and the bound of a lone expf covering the
+a sweep under simavr (avr_trace), both maxima reached, the split-kind entry of exp's products
+(__mulsf3x: K <= 1) likewise, and the bound of a lone expf covering the
 sweep's slowest run.
 """
 
@@ -61,7 +62,10 @@ def alignment_bound(coef, flo, fhi):
     lo, hi = np.full_like(flo, coef[0]), np.full_like(flo, coef[0])
     total = np.zeros(flo.shape, np.int64)
     for c in coef[1:]:
-        assert np.all(np.maximum(np.abs(lo), np.abs(hi)) < 2.0)  # |acc_k| < 2 (polynomial_alignment_bounds)
+        # acc_k: a known sign and 2^-17 <= |acc_k| < 2 (normal: the split-kind entry of __mulsf3x;
+        # below 2^-60 in polynomial_alignment_bounds)
+        assert np.all((lo > 0) | (hi < 0))
+        assert np.all(np.maximum(np.abs(lo), np.abs(hi)) < 2.0) and np.minimum(np.abs(lo), np.abs(hi)).min() >= 2.0 ** -17
         cand = np.stack([lo * flo, lo * fhi, hi * flo, hi * fhi])
         plo, phi = cand.min(axis=0), cand.max(axis=0)
         plo, phi = plo - np.abs(plo) * EPS, phi + np.abs(phi) * EPS
@@ -140,6 +144,8 @@ def sweep():
     for n in (1, 2, 3):
         z = n + (m if n == 1 else m[::8] & ~((1 << n) - 1)) * 2.0 ** -23
         xs.append(z / LOG2E)
+    xs.append(np.arange(1, 40) / LOG2E)  # z near integers: f = 0 or tiny
+    xs.append(np.float32([1e-40, 3e-39, 1e-45]))  # z subnormal: f = z subnormal
     x = np.concatenate(xs).astype(np.float32)
     x = np.concatenate([x, np.nextafter(x, np.float32(1)), np.nextafter(x, np.float32(0))])
     return np.concatenate([x, -x]).astype(np.float32)
@@ -170,6 +176,16 @@ def test_entry_holds_and_is_reached_under_simavr(driver, tmp_path):
     n = np.array([v[0] for _, _, v in probe.vectors])
     w = np.array([sum(a * b for a, b in zip(weights, v[1:])) for _, _, v in probe.vectors])
     assert w[n == 0].max() == small and w[n == 1].max() == k + big
+    # __mulsf3x's split-kind entry in exp's polynomial: K <= 1, reached (f zero or subnormal)
+    [mul] = [e for e in avr_loops.load_paths() if e["symbol"] == "__mulsf3x" and e.get("id") == "exp-powser-split-kind"]
+    split = counters[mul["counters"]["K"]]["points"]
+    mprobe = Probe(prog.address_of("__mulsf3x"), mul["within"], None, "sup+",
+                   [prog.address_of(pt["symbol"]) + pt["offset"] for pt in split])
+    run_trace_sites(tracer, elf, [mprobe], x[:, None], set(mul["within"]), (), tmp_path)
+    assert mprobe.invocations == 7 * np.sum(np.abs(x) < 128)  # 7 products per exp call
+    check_path_entry(mul, counters, mprobe.vectors)
+    ks = [sum(a * b for a, b in zip([pt.get("weight", 1) for pt in split], v)) for _, _, v in mprobe.vectors]
+    assert max(ks) == 1
     b = board()
     bound = avr_ipet.analyze(elf, "cg_exp", {"loops": [], "layers": []}, b, None).cycles
     _, cycles = simavr.run_cases(elf, x[:, None], 1, entry_symbol="cg_exp", mcu=b["mcu"], freq=b["clock_hz"],
