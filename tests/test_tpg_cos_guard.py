@@ -127,3 +127,13 @@ def test_tagged_cos_is_driven_to_its_bound(tmp_path):
     assert probe.invocations == len(small)
     assert counts[:, 1].max() == 10 and counts[:, 0].max() <= 10 and counts[:, 2].max() <= 10
     check_path_entry(ent, {}, [(m, c, v[:2]) for m, c, v in probe.vectors])
+    # every product of the sine polynomial multiplies two normal numbers: __fp_split3's
+    # exponent-0 and inf/NaN paths never run (the cos-sinus-split-kind entry, K = 0)
+    [mul] = [e for e in avr_loops.load_paths() if e.get("id") == "cos-sinus-split-kind"]
+    split = avr_loops.load_counters()[mul["counters"]["K"]]["points"]
+    mprobe = Probe(prog.address_of("__mulsf3x"), mul["within"], None, "sup+",
+                   [prog.address_of(pt["symbol"]) + pt["offset"] for pt in split])
+    both = np.concatenate([small, huge])
+    run_trace_sites(tracer, elf, [mprobe], both[:, None], set(mul["within"]), (), tmp_path)
+    assert mprobe.invocations == 7 * len(both)  # y*y, 5 Horner products, P(t)*y per call
+    check_path_entry(mul, avr_loops.load_counters(), mprobe.vectors)
