@@ -137,6 +137,22 @@ class Contexts:
         return Ctx(own, ctx.site, self._regs(state))
 
 
+def _unmatched_lower_bounded(prog, ent, counters):
+    """The first counter that a row of `ent` bounds from below (negative coefficient) and that has
+    a point whose code does not match (or is not in the ELF), else None."""
+    ctr = ent.get("counters", {})
+    lower = sorted({ctr[name] for terms, _ in ent["rows"] for name, c in terms.items() if name in ctr and c < 0})
+    for name in lower:
+        for pt in counters.get(name, {"points": [None]})["points"]:
+            try:
+                addr = prog.address_of(pt["symbol"]) + pt["offset"]
+            except (NNBuildError, TypeError):
+                return name
+            if pattern(prog, addr, len(pt["pattern"])) != pt["pattern"]:
+                return name
+    return None
+
+
 def _block_of(region, addr):
     for start, b in region.blocks.items():
         if start <= addr < b.last.end and any(i.addr == addr for i in b.insns):
@@ -144,15 +160,22 @@ def _block_of(region, addr):
     return None
 
 
-def path_rows(region, prog, entries, own, site):
+def path_rows(region, prog, entries, own, site, counters=None):
     """PathRows for the region from the table's "paths" entries whose symbol starts the region,
-    whose context holds and whose blocks all match; mismatches are reported, never applied."""
+    whose context holds and whose blocks all match; mismatches are reported, never applied. An
+    entry whose rows give a counter a negative coefficient (a lower bound on the counter) applies
+    only when every point of that counter (`counters`: {name: entry}) matches the code: a
+    mismatched point counts nothing, which only a row with positive coefficients survives."""
     out = PathRows()
     names = set(prog.names.get(region.start, []))
     for ent in entries:
         if ent["symbol"] not in names or not applies(ent, prog, own, site):
             continue
         tag = f"paths {ent['symbol']}" + (f" ({ent['id']})" if "id" in ent else "")
+        bad = _unmatched_lower_bounded(prog, ent, counters or {})
+        if bad:
+            out.sources.append(f"{tag}: counter {bad} does not match the code, not applied")
+            continue
         nodes, ok = {}, True
         for name, (off, mnemonics) in ent["blocks"].items():
             addr = region.start + off
