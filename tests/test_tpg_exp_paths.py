@@ -151,6 +151,7 @@ def sweep():
     return np.concatenate([x, -x]).astype(np.float32)
 
 
+@pytest.mark.e2e
 @needs_avr
 def test_entry_holds_and_is_reached_under_simavr(driver, tmp_path):
     """Every exp call of the sweep satisfies the rows; W reaches 63 with modf's fast path and
