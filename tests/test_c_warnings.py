@@ -122,7 +122,10 @@ CASES = [
     case("tinymlp-float32", built(mlp_float_model), "mlp", "float32", storages=STORAGES + ("const-simd",)),
     case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const", "const-simd")),
     case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + ("const-simd",)),
-    *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
+    *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2")),
+    # v3 in float reads no weight array (literals in the code): its far and near C differ from the
+    # const C only in the prelude's read macros, unused here, compiled where used by v1/v2's cases
+    case("tinycnn-v3", built(cnn_model), "v3", storages=("const",)),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),
     case("tinyrnn-v2", built(rnn_model), "v2"),
