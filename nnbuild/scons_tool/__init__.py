@@ -879,4 +879,7 @@ def binutil(board, tool):
 def step_node(env, step_name, targets, sources, **values):
     """One step's build node(s): the action's argument list is the step table's (steps.arguments)."""
     builder = getattr(env, builder_name(step_name))
+    if env.get("NNBUILD_STEP_SERVER", True):
+        from nnbuild.scons_tool import stepserver
+        stepserver.fork_server()
     return builder(targets, sources, NN_STEP_ARGV=steps.arguments(step_name, **values))

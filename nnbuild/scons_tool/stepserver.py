@@ -43,8 +43,19 @@ STARTUP_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSER
 
 
 def serve(path, lifeline):
+    """Answer steps until the lifeline closes; then remove the socket's folder."""
+    try:
+        _serve(path, lifeline)
+    finally:
+        import shutil
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def _serve(path, lifeline):
     for name in PRELOAD:
         _try_import(name)
+    import gc
+    gc.freeze()   # what the server imported stays shared with its children (no copy on write by the collector)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the children; the server leaves with SCons
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -77,7 +88,8 @@ def serve(path, lifeline):
                     _try_import(name)
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, connection, private, f"{path}.{os.getpid()}.modules")
+                    others = tuple(c.fileno() for c, _, _ in waiting.values())
+                    _child(request, connection, private + others, f"{path}.{os.getpid()}.modules")
                 waiting[pid] = (connection, step, f"{path}.{pid}.modules")
     finally:
         for connection, _, _ in waiting.values():
@@ -91,6 +103,9 @@ def _child(request, connection, private, modules_file):
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for number in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM"):   # a forked SCons' own
+            if hasattr(signal, number):
+                signal.signal(getattr(signal, number), signal.SIG_DFL)
         connection.close()
         for fd in private:
             os.close(fd)
@@ -151,7 +166,7 @@ def _reap(waiting, learned):
         connection, step, modules_file = waiting.pop(pid)
         code = os.waitstatus_to_exitcode(wait_status)
         try:
-            connection.sendall(str(code if code >= 0 else 128 - code).encode())
+            connection.sendall(f"{code if code >= 0 else 128 - code}\n".encode())
         except OSError:
             pass
         connection.close()
@@ -231,9 +246,12 @@ class StepServer:
         with client:
             client.sendall(json.dumps({"argv": list(argv), "env": env, "cwd": cwd}).encode())
             client.shutdown(socket.SHUT_WR)
-            answer = _read_all(client)
-        if not answer:   # the server went away during the step (SCons is stopping)
-            return None
+            answer = b""
+            while not answer.endswith(b"\n"):
+                chunk = client.recv(64)
+                if not chunk:   # the server went away during the step (SCons is stopping)
+                    return None
+                answer += chunk
         return int(answer)
 
     def close(self):
@@ -249,19 +267,97 @@ class StepServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+class _Forked:
+    """The little of Popen that StepServer uses, for a server forked from this process."""
+
+    def __init__(self, pid):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        import time
+        end = time.monotonic() + (timeout or 0)
+        while self.poll() is None:
+            if timeout is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("step server", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self):
+        os.kill(self.pid, signal.SIGKILL)
+        self.wait()
+
+
+class ForkedStepServer(StepServer):
+    """A step server forked from the SCons process while it reads the SConstructs (one thread, so a
+    safe fork): it starts with every module SCons already imported (nnbuild, numpy, jsonschema), no
+    interpreter start and no import paid again."""
+
+    def __init__(self):
+        self.python, self.env = sys.executable, {v: os.environ.get(v) for v in STARTUP_VARIABLES}
+        self.paths = {os.path.abspath(p) for p in sys.path if p}
+        self.folder = tempfile.mkdtemp(prefix="nnbuild-steps-")
+        self.path = os.path.join(self.folder, "s")
+        lifeline_r, self.lifeline = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(self.lifeline)
+                serve(self.path, lifeline_r)
+            finally:
+                os._exit(0)
+        os.close(lifeline_r)
+        self.process = _Forked(pid)
+
+    def serves(self, python, env):
+        """Whether a step of this interpreter and environment runs the same here as in a process of
+        its own: the same interpreter and PYTHON* start-up variables, and every PYTHONPATH folder
+        already on this process' import path (the locale variables are not compared: a step's
+        stdout and stderr take SCons' encoding)."""
+        if python != self.python:
+            return False
+        if any(env.get(v) != self.env[v] for v in STARTUP_VARIABLES if v.startswith("PYTHON") and v != "PYTHONPATH"):
+            return False
+        return all(os.path.abspath(p) in self.paths for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p)
+
+
 _SERVERS = {}
+_FORKED = []
 _LOCK = threading.Lock()
 
 
+def fork_server():
+    """Fork this SCons run's step server now, while the process has one thread (SCons starts its job
+    threads after reading the SConstructs); nothing where it cannot fork."""
+    with _LOCK:
+        if _FORKED or not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX") or threading.active_count() != 1:
+            return
+        _FORKED.append(ForkedStepServer())
+        if not _SERVERS:
+            import atexit
+            atexit.register(close_all)
+
+
 def server_for(python, env):
-    """The step server for this interpreter and start-up environment (started on first use)."""
+    """The step server for this interpreter and start-up environment: the forked one where it serves
+    the step, else one started for it on first use."""
+    if _FORKED and _FORKED[0].serves(python, env) and _FORKED[0].process.poll() is None:
+        return _FORKED[0]
     key = (python, tuple(env.get(v) for v in STARTUP_VARIABLES))
     with _LOCK:
         server = _SERVERS.get(key)
         if server is None:
             if not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX"):
                 return None
-            if not _SERVERS:
+            if not _SERVERS and not _FORKED:
                 import atexit
                 atexit.register(close_all)
             server = _SERVERS[key] = StepServer(python, env)
@@ -270,9 +366,10 @@ def server_for(python, env):
 
 def close_all():
     with _LOCK:
-        for server in _SERVERS.values():
+        for server in [*_FORKED, *_SERVERS.values()]:
             server.close()
         _SERVERS.clear()
+        _FORKED.clear()
 
 
 if __name__ == "__main__":
