@@ -120,6 +120,9 @@ def _child(request, connection, private, modules_file):
                 out.write("\n".join(sorted(set(sys.modules) - before)))
         except OSError:
             pass
+    except BaseException:   # the step's folder is gone, ...: said, and status 1
+        import traceback
+        traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
