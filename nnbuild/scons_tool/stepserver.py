@@ -51,11 +51,16 @@ def serve(path, lifeline):
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
-def _serve(path, lifeline):
-    for name in PRELOAD:
+def _preload(names):
+    """Import what the next steps need, once for all of them (on the first request: a build that
+    runs no step pays nothing)."""
+    for name in names:
         _try_import(name)
     import gc
     gc.freeze()   # what the server imported stays shared with its children (no copy on write by the collector)
+
+
+def _serve(path, lifeline):
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the children; the server leaves with SCons
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -67,6 +72,7 @@ def _serve(path, lifeline):
     listener.listen(64)
     waiting = {}       # child pid -> (connection, step, modules file)
     learned = {}       # step -> modules a run of it imported beyond the server's
+    preloaded = set()  # None once PRELOAD is imported, then each step whose learned modules are
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(lifeline, selectors.EVENT_READ, "lifeline")
@@ -84,8 +90,12 @@ def _serve(path, lifeline):
                 connection, _ = listener.accept()
                 request = json.loads(_read_all(connection))
                 step = request["argv"][0] if request["argv"] else ""
-                for name in learned.get(step, ()):
-                    _try_import(name)
+                if not preloaded:
+                    _preload(PRELOAD)
+                    preloaded.add(None)
+                if step in learned and step not in preloaded:   # a second run of the step: its imports once here
+                    _preload(learned[step])
+                    preloaded.add(step)
                 pid = os.fork()
                 if pid == 0:
                     others = tuple(c.fileno() for c, _, _ in waiting.values())
