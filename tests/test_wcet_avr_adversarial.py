@@ -4,8 +4,10 @@ Per build (the xor model as shape mlp, v1, v2 and v3 for the avr board): range c
 both signs, subnormals, NaN and infinities, huge and tiny magnitudes, random bit patterns, then a
 coordinate-wise hill-climb on simavr cycles from the slowest of them; at least 500 inputs, run in
 batches by one simavr process each. The bound must never be beaten; the worst ratio is printed
-(run with -s). The MLP shape's value facts and the library path entries conditioned on them are
-checked routine by routine in test_wcet_avr_value_facts.py; this is the whole-program check.
+(run with -s). Every shape's float32 sums are split by sign on AVR (flushed inputs, value facts on
+each split line: nnbuild.codegen.common.split_accumulation); the value facts and the library path
+entries conditioned on them are checked routine by routine in test_wcet_avr_value_facts.py; this
+is the whole-program check.
 
 Besides the input-space search, `exp_slow_inputs` aims at the output activation: avr-libc's expf
 runs longest when frac(|z| * log2(e)) is tiny (its polynomial's products denormalise), so inputs
