@@ -399,7 +399,8 @@ def render(model, *, precision, storage, passes_log, **options):
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
         add_activation_targets(facts["indirect"][0]["calls"], entries, f"{name}.c", marks["apply"][0])
-    add_entry_weight_facts(facts["indirect"][0]["calls"], lowered["ops"], per_op, f"{name}.c", marks, split)
+    add_entry_weight_facts(facts["indirect"][0]["calls"], lowered["ops"], per_op, f"{name}.c", marks,
+                           split, ctx["split_facts"])
     trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
                       storage=storage)
     for layer in trace["layers"]:
@@ -443,7 +444,7 @@ def split_line_facts(ops, per_op):
     return out
 
 
-def add_entry_weight_facts(calls, ops, per_op, file, marks, split=False):
+def add_entry_weight_facts(calls, ops, per_op, file, marks, split=False, split_facts=None):
     """Each network call of nn_conv2d or nn_dense: the __mulsf3 tags its own layer's weights prove,
     as `values` of that call on the kernel's multiply-accumulate line (the line's own facts hold
     for every entry's weights at once, so they are at most these)."""
@@ -455,8 +456,9 @@ def add_entry_weight_facts(calls, ops, per_op, file, marks, split=False):
             if not line or "weights" not in op:
                 continue
             tags, why = float_facts.weight_tags(op["weights"])
-            if split:  # the split line's facts when this entry's weights are zero or normal
-                tags, why = (float_facts.MUL_TAGS, op["facts"].why()) if op["facts"].weights_normal else ((), None)
+            if split:  # split sums: the line's facts, per call only when the line cannot hold them for all
+                normal = op["facts"].weights_normal and e["kernel"] not in (split_facts or {})
+                tags, why = (float_facts.MUL_TAGS, op["facts"].why()) if normal else ((), None)
             if tags:
                 call["values"] = [{"file": file, "line": line[0], "op": "mul", "tags": list(tags),
                                    "why": f"this table entry's layer: {why}"}]
