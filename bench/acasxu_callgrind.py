@@ -14,7 +14,11 @@ Two models:
     seeded weights, built as IR Dense layers: the same work as the peers measured, through the
     mlp shape and the v2 shape.
 
-For each model, shape and flag set: generate the C (host storage), build a driver that runs ONE
+The ACAS-like net is measured with the mlp shape in the weights storages const-simd (GCC vectors,
+the host board's), const-host (plain C99, weights interleaved by neuron blocks: gcc -O3 vectorises
+it) and const (what the MCU targets get), and with the v2 shape (const); the real net with v2.
+
+For each model, shape and flag set: generate the C, build a driver that runs ONE
 inference per process, run it under `valgrind --tool=callgrind --toggle-collect=<name>_infer` for
 each of the first N inputs, print the minimum Ir (as peers.md does), Ir per MAC and the ratio to the
 peers' Ir (the ACAS-like net) or Ir per MAC (the real net: another MAC count). The outputs are
@@ -71,6 +75,10 @@ int main(void)
 }
 """
 
+
+#: (shape, weights storage) of the ACAS-like net: the host board's vectors, the host's scalar layout,
+#: the MCU targets' scalar layout, then the v2 shape
+VARIANTS = (("mlp", "const-simd"), ("mlp", "const-host"), ("mlp", "const"), ("v2", "const"))
 
 def seeded_mlp(name, sizes, seed=1):
     """A relu MLP (linear last layer) of layer `sizes` with seeded He-scaled weights, as peers.md's
@@ -140,9 +148,9 @@ def peer_figures(python, model, x, workdir):
     return figures
 
 
-def measure(model, log, shape, x, workdir, results, label, peers_by_flags):
-    gen = workdir / f"gen_{model.name}_{shape}"
-    codegen.generate(model, gen, shape=shape, storage="const", passes_log=log)
+def measure(model, log, shape, x, workdir, results, label, peers_by_flags, storage="const"):
+    gen = workdir / f"gen_{model.name}_{shape}_{storage}"
+    codegen.generate(model, gen, shape=shape, storage=storage, passes_log=log)
     n_macs = macs(model)
     expected = reference.run(model, x.astype(np.float32).astype(np.float64))
     for flags, peers in peers_by_flags.items():
@@ -161,7 +169,7 @@ def measure(model, log, shape, x, workdir, results, label, peers_by_flags):
         print(f"  {label:<34} {flags:<24} {best:>9,} Ir ({best / n_macs:5.2f} Ir/MAC)  "
               f"{'vs' if same_work else 'Ir/MAC vs'} {peer_text} ({verdict} <= {GOALS[flags]}x); "
               f"max |C - reference| {err:.3g}{golden_text}")
-        results.append({"model": model.name, "shape": shape, "flags": flags, "macs": n_macs, "ir_min": best,
+        results.append({"model": model.name, "shape": shape, "storage": storage, "flags": flags, "macs": n_macs, "ir_min": best,
                         "ir_all": counts, "ir_per_mac": best / n_macs,
                         "peers_ir": {tool: ir for tool, (ir, _) in peers.items()},
                         "peers_figure": {tool: how for tool, (_, how) in peers.items()}, "peer_macs": PEER_MACS,
@@ -199,8 +207,9 @@ def main(argv=None):
             measure(real, real_log, "v2", x, workdir, results, "ACASXU_run2a_1_1 (13,000 MACs), v2", peers)
         else:
             print(f"  {NNET} not present (../shared beside the checkout): the real network is skipped")
-        for shape in ("mlp", "v2"):
-            measure(model, log, shape, normalised, workdir, results, f"ACAS-like 5-7x50-5, {shape}", peers)
+        for shape, storage in VARIANTS:
+            measure(model, log, shape, normalised, workdir, results, f"ACAS-like 5-7x50-5, {shape} {storage}", peers,
+                    storage)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:

@@ -115,6 +115,17 @@ def build_cache(tmp_path_factory):
 WHEEL_PARTS = ("nnbuild", "toolchains", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE")
 
 
+def user_files(parts):
+    """The files of `parts` (folders or files of the checkout) a user gets: tracked and new, not
+    ignored (git's view; every file but __pycache__ where the checkout is no git work tree)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "--", *parts], cwd=REPO,
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        return [name for name in listed.stdout.splitlines() if (REPO / name).is_file()]
+    return [str(p.relative_to(REPO)) for part in parts for p in ([REPO / part] if (REPO / part).is_file()
+            else sorted((REPO / part).rglob("*"))) if p.is_file() and "__pycache__" not in p.parts]
+
+
 def _run_base(tmp_path_factory):
     """This run's temporary base, the same for every xdist worker (each has base/popen-gwN)."""
     base = tmp_path_factory.getbasetemp()
@@ -123,8 +134,9 @@ def _run_base(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def nnbuild_wheel(tmp_path_factory):
-    """The nnbuild wheel of this checkout (`pip wheel --no-deps` of a clean copy), built once per run
-    and shared by the workers (a file lock: the first builds it, the others wait and read it)."""
+    """The nnbuild wheel of this checkout (`pip wheel --no-deps` of a copy of the files a user gets:
+    user_files), built once per run and shared by the workers (a file lock: the first builds it, the
+    others wait and read it)."""
     import fcntl
     root = _run_base(tmp_path_factory) / "nnbuild-wheel"
     root.mkdir(exist_ok=True)
@@ -134,12 +146,9 @@ def nnbuild_wheel(tmp_path_factory):
         if not wheels:
             src = root / "src"
             shutil.rmtree(src, ignore_errors=True)
-            for part in WHEEL_PARTS:
-                path = REPO / part
-                if path.is_dir():
-                    shutil.copytree(path, src / part, ignore=shutil.ignore_patterns("__pycache__"))
-                elif path.exists():
-                    shutil.copy2(path, src / part)
+            for name in user_files(WHEEL_PARTS):
+                (src / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, src / name)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
             built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"),
                                     str(src)], cwd=root, env=env, capture_output=True, text=True)

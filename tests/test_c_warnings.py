@@ -106,8 +106,10 @@ def built(model):
     return lambda: (model(), [])
 
 
-#: the weights storages every case is generated with; the float MLPs add the host's const-simd
+#: the weights storages every case is generated with; the float MLPs add the host layouts const-simd
+#: and const-host
 STORAGES = ("const", "avr-progmem-far", "avr-progmem-near")
+HOST_STORAGES = ("const-simd", "const-host")
 
 
 def case(label, load, shape, precision="float32", storages=STORAGES, marks=()):
@@ -119,10 +121,11 @@ def case(label, load, shape, precision="float32", storages=STORAGES, marks=()):
 E2E = [pytest.mark.e2e]
 CASES = [
     *(case(f"tinymlp-{p}", built(mlp_model), "mlp", p) for p in FIXED),
-    case("tinymlp-float32", built(mlp_float_model), "mlp", "float32", storages=STORAGES + ("const-simd",)),
-    case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const", "const-simd")),
-    case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + ("const-simd",)),
+    case("tinymlp-float32", built(mlp_float_model), "mlp", "float32", storages=STORAGES + HOST_STORAGES),
+    case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const",) + HOST_STORAGES),
+    case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + HOST_STORAGES),
     *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
+    case("tinycnn-v2-host", built(cnn_model), "v2", storages=("const-host",)),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),
     case("tinyrnn-v2", built(rnn_model), "v2"),

@@ -9,6 +9,7 @@ case's folder, no program run but the toolchain's.
 NNBUILD_FUZZ_SEED=N runs the seeded random mutations with another seed (the hand-made attacks
 are the same for every seed)."""
 
+import functools
 import os
 import re
 import resource
@@ -45,6 +46,15 @@ def cases():
             yield pytest.param(case, id=f"{fmt}:{case.name}")
 
 
+@functools.cache
+def seccomp_filter():
+    """strace's --seccomp-bpf where this strace has it: the kernel stops a traced process at the
+    traced calls only (the same log), not at each of the interpreter's other system calls."""
+    probe = subprocess.run(["strace", "--seccomp-bpf", "-f", "-qq", "-e", "trace=execve", "-o", os.devnull, "true"],
+                           capture_output=True)
+    return ["--seccomp-bpf"] if probe.returncode == 0 else []
+
+
 def limited():
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
 
@@ -71,7 +81,7 @@ def run_case(case, root):
            "PYTHONPATH": str(package)}
     log = root / "strace.log"
     start = time.monotonic()
-    done = subprocess.run(["strace", "-f", "-qq", "-s", "4096", "-e", f"trace={TRACED}", "-o", str(log), *command],
+    done = subprocess.run(["strace", *seccomp_filter(), "-f", "-qq", "-s", "4096", "-e", f"trace={TRACED}", "-o", str(log), *command],
                           cwd=cwd, env=env, capture_output=True, text=True, errors="replace", timeout=TIMEOUT_S,
                           preexec_fn=limited)
     return args, done, time.monotonic() - start, log.read_text(errors="replace").splitlines()

@@ -36,26 +36,12 @@ def test_every_data_file_of_the_package_matches_the_package_data_patterns():
     assert "jsonschema>=4" in PYPROJECT["project"]["dependencies"]
 
 
-def source_copy(dest):
-    """The project's files as a user would get them (tracked and new, not ignored; no build outputs)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.splitlines()
-    for name in listed:
-        if name.split("/")[0] in ("nnbuild", "toolchains") or name in ("pyproject.toml", "README.md", "LICENSE"):
-            if (REPO / name).is_file():
-                (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(REPO / name, dest / name)
-    return dest
-
-
 @pytest.mark.e2e
-def test_the_wheel_installed_in_a_fresh_venv_generates_checks_and_lists_boards(tmp_path):
-    """pip wheel, a venv without the system's packages (dependencies from the package index), then the
-    installed nnbuild from a directory that is not the checkout."""
-    src = source_copy(tmp_path / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "-w", str(tmp_path / "dist"), "--no-deps", "-q"],
-                   check=True, capture_output=True, text=True)
-    wheel, = (tmp_path / "dist").glob("nnbuild-*.whl")
+def test_the_wheel_installed_in_a_fresh_venv_generates_checks_and_lists_boards(tmp_path, nnbuild_wheel):
+    """The run's wheel (pip wheel of the files a user gets), a venv without the system's packages
+    (dependencies from the package index), then the installed nnbuild from a directory that is not
+    the checkout."""
+    wheel = nnbuild_wheel
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True)

@@ -108,12 +108,7 @@ def test_weight_change_reruns_only_downstream(tmp_path):
     assert "Semantic check" in out and "Report" in out
 
 
-def test_option_change_regenerates(tmp_path):
-    project = copy_project(tmp_path)
-    assert scons(project, "target=host", "model=xor").returncode == 0
-    again = scons(project, "target=host", "model=xor", "opt=-O0")
-    assert again.returncode == 0, again.stderr
-    assert "contents of the build action changed" in again.stdout
+# an option change regenerates: test_user_edge.py::test_the_repository_sconstruct_hint_speaks_its_options
 
 
 def test_unknown_option_and_target_fail_clearly(tmp_path):

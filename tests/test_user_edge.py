@@ -125,12 +125,17 @@ def test_waivers_read_the_same_in_nnmodel_and_the_hint_speaks_nnmodel(tmp_path):
 
 
 def test_the_repository_sconstruct_hint_speaks_its_options(tmp_path):
+    """The hint in the repository SConstruct's syntax; then, on the same build, a changed option
+    (opt) regenerates: SCons says the build action changed."""
     project = copy_project(tmp_path)
     failed = scons(project, "target=host", "model=xor", "deadline=5ms")
     assert failed.returncode != 0
     line = next(l for l in failure_lines(failed) if "cannot be checked" in l)
     assert "waive it with deadline=none or wcet=skip" in line, line
     assert scons(project, "target=host", "model=xor", "deadline=none").returncode == 0
+    again = scons(project, "target=host", "model=xor", "deadline=none", "opt=-O0")
+    assert again.returncode == 0, again.stderr
+    assert "contents of the build action changed" in again.stdout
 
 
 # --------------------------------------------------------------------------- point 2: nothing "passed" outlives a failure

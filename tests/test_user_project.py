@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, have
+from conftest import REPO, have, slow
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,14 @@ def boards():
     return ["host"] + (["avr"] if have("avr-gcc", "avr-objcopy", "simavr") or have("avr-gcc", "avr-objcopy") else [])
 
 
-@pytest.mark.parametrize("board", boards())
+#: the host board's run of the same project: NNFirmware on the host (build/app, app.hex, gates) is
+#: test_user_edge's, this project's SCons flow from the wheel (null build, weight edit) the avr run's
+HOST_COVERED_BY = ("test_scons_project[avr] (the same project, wheel, null build and weight edit) and "
+                   "tests/test_user_edge.py (NNFirmware on the host: build/app, app.hex, the gates)")
+
+
+@pytest.mark.parametrize("board", [pytest.param(b, marks=slow(HOST_COVERED_BY)) if b == "host" and len(boards()) > 1
+                                   else b for b in boards()])
 def test_scons_project(installed, board):
     python, env, work = installed
     project = work / "examples" / "scons_project"
@@ -97,7 +104,7 @@ def test_scons_project(installed, board):
 
 @pytest.mark.skipif(not have("cmake", "ninja"), reason="cmake and ninja not installed (pip install cmake ninja)")
 # one board: the CMake side is the same module and toolchain file on each (the host's CMake build of an
-# installed package is test_gravity_scons's; the SCons project above runs on both boards)
+# installed package is test_gravity_scons's; the SCons project above runs on avr, and on the host in the slow tier)
 @pytest.mark.parametrize("board", boards()[-1:])
 def test_cmake_project(installed, board):
     python, env, work = installed
@@ -129,6 +136,9 @@ def test_cmake_project(installed, board):
     assert not any("src/main.c" in l or "src/lidar.c" in l for l in ran), ran
 
 
+@slow("tests/test_cmake_module.py::test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path "
+      "(a deadline the avr build cannot meet fails ninja, no gate.json, no image, also on a rerun); the wheel's "
+      "avr-gcc.cmake: test_cmake_project[avr]")
 def test_a_gate_violation_fails_the_cmake_build(installed, tmp_path):
     """A deadline the model cannot meet fails `ninja`, leaving no gate output."""
     if not (have("cmake", "ninja") and have("avr-gcc", "avr-objcopy")):

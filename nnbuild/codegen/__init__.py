@@ -36,8 +36,10 @@ PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS
 #: How weights are stored: plain const arrays, AVR flash read with ELPM (pgm_read_*_far, anywhere
 #: in flash), or AVR flash read with LPM through 16-bit pointers (pgm_read_*, below 64 KB: chips
 #: without ELPM such as the ATmega328P), or const arrays the mlp shape lays out for 16-byte vectors
-#: (const-simd: GCC/Clang vector extension, one neuron per lane; the host board's).
-STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd")
+#: (const-simd: GCC/Clang vector extension, one neuron per lane; the host board's), or const arrays
+#: the mlp shape lays out for a host's scalar code (const-host: plain C99, weights interleaved by
+#: neuron blocks).
+STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd", "const-host")
 #: DSP capabilities of a board (its key "dsp") that shapes have kernels for (one home: common)
 DSP_CAPABILITIES = common.DSP_CAPABILITIES
 

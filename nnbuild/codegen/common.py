@@ -32,6 +32,10 @@ NEAR_STORAGE = "avr-progmem-near"
 #: plain const arrays that a shape may lay out for SIMD lanes, computed with GCC/Clang vectors (the
 #: host board's; every shape without a vector layout treats it as `const`)
 SIMD_STORAGE = "const-simd"
+#: plain const arrays that a shape may lay out for a host's scalar code (plain C99, no vector type):
+#: the mlp shape interleaves a block's weights so gcc -O3 can compute the block in vector registers;
+#: every other shape treats it as `const`. The MCU targets keep `const`, whose layout suits them.
+HOST_STORAGE = "const-host"
 
 
 #: weights storages whose float32 multiply-accumulates flush tiny inputs and sum their products by

@@ -533,13 +533,19 @@ def emit_update(e, ar, plan, instr, api):
     elif ar.value_facts and rate_exponent(scale) >= FLUSH_EXP - 1:
         e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
         e.loop("k", count)
-        e.line("gv_bits gv;")
+        e.line("gv_bits gv, pv;" if rate_exponent(scale) < NEAR_RATE_EXP else "gv_bits gv, wv, pv;")
         e.line("gv.f = g[k];")
         emit_flush(e, "gv")
-        e.line("w[k] -= rate * gv.f;" + e.ff.value(
+        e.line("pv.f = rate * gv.f;" + e.ff.value(
             "mul", float_facts.MUL_TAGS, f"rate / batch is a normal constant of biased exponent "
             f"{rate_exponent(scale)} >= 63 and g is flushed to a zero of its sign below 2^-63 just before: "
             "non-zero factors are normal with exponents summing to >= 127"))
+        if rate_exponent(scale) >= NEAR_RATE_EXP:
+            e.line("wv.f = w[k];")
+            emit_fact_subtract(e, rate_exponent(scale))
+            e.line("w[k] = wv.f;")
+        else:
+            e.line("w[k] -= pv.f;")
     else:
         e.line(f"const gv_t rate = {literal(ar.num, scale)}; /* rate / batch */")
         e.loop("k", count)
@@ -547,6 +553,68 @@ def emit_update(e, ar, plan, instr, api):
     e.line("g[k] = 0;")
     e.end()
     e.close()
+
+
+#: the update's exact near subtraction needs p = rate * g, when non-zero, of biased exponent >= 25
+#: (g flushed below 2^-63: exponent >= 64 + e(rate) - 127), so that its results are normal
+NEAR_RATE_EXP = 88
+#: the value fact of the update's remaining __subsf3 calls (avr_libloops.json): at most one
+#: normalisation pass
+NO_CANCEL_TAGS = float_facts.NO_CANCEL_TAGS
+
+
+def emit_fact_subtract(e, rate_exp):
+    """wv = wv - pv with no massive cancellation left to __subsf3: the subtractions whose result can
+    lose more than one leading bit (same sign bits, both normal, biased exponents at most 1 apart)
+    are done exactly in integers. There the difference of the 24-bit mantissas (the larger one
+    doubled when the exponents differ) is r > 0 in units of 2^(e - 150) or 2^(e - 151), e the
+    larger exponent: r < 2^24 is exact, __floatunsisf converts it exactly and the exponent moves
+    into place (p's exponent is >= 25, so the result is normal); r >= 2^24 (exponents 1 apart, no
+    cancellation) drops one bit, rounded to nearest even as __fp_round does; equal magnitudes give
+    +0, as __subsf3 does. Bit for bit __subsf3's result (tests/test_gravity_update.py)."""
+    why = (f"the subtraction's operands have different sign bits (an addition of magnitudes), or one is zero, "
+           f"infinite or NaN, or their biased exponents differ by >= 2 (p = rate * g is zero, inf, NaN or "
+           f"normal of exponent >= {rate_exp - 63}: never subnormal): at most one normalisation shift")
+    e.line(f"const uint8_t ew = {exponent_field('wv')}, ep = {exponent_field('pv')};")
+    e.line("if (((wv.u ^ pv.u) & 0x80000000UL) == 0u && (uint8_t)(ew - 1u) < 254u && (uint8_t)(ep - 1u) < 254u &&")
+    e.line("        (uint8_t)(ew - ep + 1u) <= 2u) {")
+    e.line("    /* same signs, both normal, exponents <= 1 apart: the exact difference */")
+    e.line("    int32_t r = (int32_t)((wv.u & 0x7FFFFFUL) | 0x800000UL), q = (int32_t)((pv.u & 0x7FFFFFUL) | 0x800000UL);")
+    e.line("    uint32_t top = wv.u & 0x7F800000UL, scale = 0x4B000000UL; /* units of 2^(e - 150), e the larger exponent */")
+    e.line("    if (ew != ep) { /* units of 2^(e - 151): the larger mantissa doubled */")
+    e.line("        scale = 0x4B800000UL;")
+    e.line("        if (ew > ep) {")
+    e.line("            r <<= 1;")
+    e.line("        } else {")
+    e.line("            q <<= 1;")
+    e.line("            top = pv.u & 0x7F800000UL;")
+    e.line("        }")
+    e.line("    }")
+    e.line("    r -= q; /* |w| - |p| */")
+    e.line("    if (r == 0) {")
+    e.line("        wv.u = 0u; /* equal magnitudes: +0 */")
+    e.line("    } else {")
+    e.line("        uint32_t sign = wv.u & 0x80000000UL;")
+    e.line("        if (r < 0) {")
+    e.line("            r = -r;")
+    e.line("            sign ^= 0x80000000UL;")
+    e.line("        }")
+    e.line("        if (r < 0x1000000L) {")
+    e.line("            gv_bits unit;")
+    e.line("            unit.f = (gv_t)(uint32_t)r; /* exact: r < 2^24 */")
+    e.line("            wv.u = (unit.u + top - scale) | sign;")
+    e.line("        } else { /* r in [2^24, 2^25): halved, rounded to nearest, ties to even (__fp_round's rule) */")
+    e.line("            wv.u = (top - 0x800000UL + (((uint32_t)r + (((uint32_t)r >> 1) & 1u)) >> 1)) | sign;")
+    e.line("        }")
+    e.line("    }")
+    e.line("} else {")
+    e.line("    wv.f -= pv.f;" + e.ff.value("add", NO_CANCEL_TAGS, why))
+    e.line("}")
+
+
+def exponent_field(name):
+    """The biased exponent of a gv_bits as a byte, from its top 16 bits (no 32-bit shift loop on AVR)."""
+    return f"(uint8_t)((uint16_t)((uint16_t)({name}.u >> 16) << 1) >> 8)"
 
 
 def rate_exponent(scale):

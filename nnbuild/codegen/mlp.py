@@ -6,8 +6,10 @@ is a literal and is repeated in NN_LOOPBOUND(n) for WCET tools; the same bounds 
 facts file. Weights live in `<name>_weights.c` so a weight edit leaves `<name>.c` byte-identical.
 On hosts (storage const-simd) float layers compute 16 neurons per pass with GCC/Clang vectors, one
 neuron per lane, from weights interleaved for them: the same sums in the same order. With the
-scalar storage const, up to BLOCK neurons per pass in `register` accumulators, their rows read
-through one pointer at constant offsets (AVR flash keeps one neuron at a time).
+scalar storages, up to BLOCK neurons per pass in `register` accumulators: with const (the MCU
+targets') their rows read through one pointer at constant offsets; with const-host (a host's plain
+C99) their weights interleaved [block][input][neuron] and the activation in a pass of its own, the
+form gcc -O3 computes in vector registers (AVR flash keeps one neuron at a time).
 """
 
 import numpy as np
@@ -142,14 +144,33 @@ def layer_chunks(prefix, layer, storage, real):
 
 
 def scalar_chunks(prefix, layer, storage, real, first=0):
-    """Scalar code's weight arrays (from row `first`), rows in order; off AVR flash marked for
-    BLOCK neurons per pass over the inputs (read through one pointer at constant row offsets)."""
+    """Scalar code's weight arrays (from row `first`): on AVR flash rows in order (one neuron at a
+    time); elsewhere BLOCK neurons per pass over the inputs, with const-host their weights
+    interleaved for it (`groups`), else rows in order (read at constant row offsets)."""
     chunks = weight_chunks(prefix, layer, storage, real, first=first)
     if storage not in common.FLASH_STORAGES:
+        rows = np.asarray(layer.kernel, dtype=np.float32).T
         for chunk in chunks:
             passes = -(-chunk["rows"] // BLOCK)
             chunk["block"] = -(-chunk["rows"] // passes)   # balanced: 50 rows as 5 x 10, not 4 x 12 + 2
+            if storage == common.HOST_STORAGE:
+                start = chunk["start"]
+                chunk["groups"] = blocked(rows[start:start + chunk["rows"]], chunk["block"], start, layer)
+                del chunk["values"]
     return chunks
+
+
+def blocked(rows, per_block, first, layer):
+    """Rows [out][in] as [block][in][neuron], blocks of `per_block` neurons (the last may be
+    smaller): a pass over one block's inputs reads its weights in storage order, the block's
+    weights of one input side by side. One group of lines per block, a line per input."""
+    common.check_finite(rows, layer)
+    groups = []
+    for start in range(0, rows.shape[0], per_block):
+        block = rows[start:start + per_block]
+        lines = [", ".join(common.float_literal(v) for v in block[:, k].tolist()) for k in range(rows.shape[1])]
+        groups.append({"first": first + start, "last": first + start + block.shape[0] - 1, "lines": lines})
+    return groups
 
 
 def interleaved(rows, lanes, layer):
@@ -165,6 +186,17 @@ def interleaved(rows, lanes, layer):
                  for k in range(rows.shape[1])]
         groups.append({"first": start, "last": start + block.shape[0] - 1, "lines": lines})
     return groups
+
+
+def deferred_activation(entry, real):
+    """With const-host, blocked layers apply relu, tanh or sigmoid in a pass after their sums: a
+    block that ends in plain stores is what gcc's SLP vectoriser turns into vector code at -O3 (a
+    relu's conditional or a call at the store stops it). float64 keeps it at the store into the
+    float `out` (the activation is computed in double before the conversion). Not with const: on
+    the MCU targets the pass would only cost cycles."""
+    blocked = any(c.get("groups") and c.get("block") for c in entry["chunks"])
+    return (blocked and entry["activation"] not in ("linear", "softmax")
+            and not (real != "float" and entry["dst"] == "out"))
 
 
 def plan_layers(model, storage, real="float"):
@@ -188,6 +220,7 @@ def plan_layers(model, storage, real="float"):
                          weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel),
                          input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
+            entry["deferred"] = deferred_activation(entry, real)
             if entry["split"]:
                 entry["facts"] = float_facts.mac_facts(layer.kernel)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
