@@ -119,12 +119,6 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
     return files
 
 
-def split_accumulation(storage, real):
-    """float32 on AVR (soft-float): sum the products by sign and flush tiny inputs, so the WCET
-    analyser can drop the soft-float paths that cannot run (nnbuild.numerics.float_facts)."""
-    return storage in common.FLASH_STORAGES and real == "float"
-
-
 def flushed_source(layer):
     """The buffer a split layer reads its flushed inputs from (`in` is const: copied to xin)."""
     return "xin" if layer["src"] == "in" else layer["src"]
@@ -222,7 +216,7 @@ def plan_layers(model, storage, real="float"):
             entry.update(kind="dense", activation=layer.activation,
                          chunks=layer_chunks(model.name, layer, storage, real),
                          bias=bias_array(model.name, layer, real),
-                         split=split_accumulation(storage, real),
+                         split=common.split_accumulation(storage, real),
                          weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel),
                          input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
