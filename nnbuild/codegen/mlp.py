@@ -57,11 +57,13 @@ def vector_lanes(storage, real):
 
 #: the fixed-point layers have DSP-extension kernels (common.DSP_CAPABILITIES, mlp_fixed.dsp_layer)
 DSP_KERNELS = True
+#: the flush + sign-split accumulation is generated for soft-float boards (board key soft_float)
+SOFT_FLOAT_SPLIT = True
 
 
-def render(model, *, precision, storage, passes_log, input_range=None, dsp=None):
+def render(model, *, precision, storage, passes_log, input_range=None, dsp=None, soft_float=False):
     """All output files of `model` as {file name: text or JSON-able object}; `dsp`: the board's DSP
-    capability (fixed-point precisions only)."""
+    capability (fixed-point precisions only); `soft_float`: the board has no FPU (split_accumulation)."""
     from nnbuild.numerics import formats as quantize
     if quantize.is_fixed(precision):
         from nnbuild.codegen import mlp_fixed
@@ -71,7 +73,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         raise NNBuildError("precision float64 needs a 64-bit double; avr-gcc's double is 32 bits")
     real = common.REALS[precision][0]
     name = model.name
-    layers = plan_layers(model, storage, real)
+    layers = plan_layers(model, storage, real, soft_float)
     context = {
         "name": name,
         "guard": name.upper(),
@@ -117,10 +119,19 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
     return files
 
 
-def split_accumulation(storage, real):
-    """float32 on AVR (soft-float): sum the products by sign and flush tiny inputs, so the WCET
-    analyser can drop the soft-float paths that cannot run (nnbuild.numerics.float_facts)."""
-    return storage in common.FLASH_STORAGES and real == "float"
+def split_accumulation(storage, real, soft_float=False):
+    """float32 on AVR or on a soft-float ARM board (ARM7TDMI, Cortex-M0+): sum the products by sign
+    and flush tiny inputs, so the WCET analyser can drop the soft-float paths that cannot run
+    (nnbuild.numerics.float_facts). Boards with an FPU and hosts keep one accumulator."""
+    return real == "float" and (storage in common.FLASH_STORAGES or soft_float)
+
+
+def split_tags(storage):
+    """(multiply tags, addition tags) of a split layer's lines: avr-libc's __mulsf3/__addsf3 on AVR,
+    libgcc's __aeabi_fmul/__aeabi_fadd on ARM (arm_libloops.json, thumb2_libloops.json `paths`)."""
+    if storage in common.FLASH_STORAGES:
+        return float_facts.MUL_TAGS, float_facts.ADD_TAGS
+    return float_facts.NO_SUBNORMAL_TAGS, float_facts.FADD_SAME_SIGN_TAGS
 
 
 def flushed_source(layer):
@@ -128,13 +139,13 @@ def flushed_source(layer):
     return "xin" if layer["src"] == "in" else layer["src"]
 
 
-def layer_chunks(prefix, layer, storage, real):
+def layer_chunks(prefix, layer, storage, real, split=False):
     """The weight arrays of a Dense layer: row chunks; with const-simd first the rows that fill
     whole vectors, interleaved for them, then the rows left (scalar code)."""
     lanes = vector_lanes(storage, real)
     vector_rows = layer.units // lanes * lanes if lanes else 0
     if not vector_rows:
-        return scalar_chunks(prefix, layer, storage, real)
+        return scalar_chunks(prefix, layer, storage, real, split=split)
     rows = np.asarray(layer.kernel, dtype=np.float32).T
     count = vector_rows // lanes
     chunk = {"symbol": f"{prefix}_{c_identifier(layer.name)}_wv", "start": 0, "rows": vector_rows,
@@ -147,11 +158,12 @@ def layer_chunks(prefix, layer, storage, real):
     return [chunk] + rest
 
 
-def scalar_chunks(prefix, layer, storage, real, first=0):
-    """Scalar code's weight arrays (from row `first`), rows in order; off AVR flash marked for
-    BLOCK neurons per pass over the inputs (read through one pointer at constant row offsets)."""
+def scalar_chunks(prefix, layer, storage, real, first=0, split=False):
+    """Scalar code's weight arrays (from row `first`), rows in order; off AVR flash and unsplit
+    marked for BLOCK neurons per pass over the inputs (read through one pointer at constant row
+    offsets); a split layer computes one neuron at a time."""
     chunks = weight_chunks(prefix, layer, storage, real, first=first)
-    if storage not in common.FLASH_STORAGES:
+    if storage not in common.FLASH_STORAGES and not split:
         for chunk in chunks:
             passes = -(-chunk["rows"] // BLOCK)
             chunk["block"] = -(-chunk["rows"] // passes)   # balanced: 50 rows as 5 x 10, not 4 x 12 + 2
@@ -173,7 +185,7 @@ def interleaved(rows, lanes, layer):
     return groups
 
 
-def plan_layers(model, storage, real="float"):
+def plan_layers(model, storage, real="float", soft_float=False):
     """Per layer: source/destination buffers, weight arrays (split in chunks) and loop bounds."""
     shapes = model.shapes()
     if any(len(s) != 1 for s in shapes):
@@ -187,16 +199,18 @@ def plan_layers(model, storage, real="float"):
                  "c_name": c_identifier(layer.name), "src": src, "dst": dst,
                  "inputs": shapes[index][0], "units": shapes[index + 1][0], "facts": None}
         if isinstance(layer, Dense):
+            split = split_accumulation(storage, real, soft_float)
             entry.update(kind="dense", activation=layer.activation,
-                         chunks=layer_chunks(model.name, layer, storage, real),
+                         chunks=layer_chunks(model.name, layer, storage, real, split),
                          bias=bias_array(model.name, layer, real),
-                         split=split_accumulation(storage, real),
+                         split=split,
                          weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel),
                          input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             if entry["split"]:
                 entry["facts"] = float_facts.mac_facts(layer.kernel)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
+                entry["mul_tags"], entry["add_tags"] = split_tags(storage)
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:

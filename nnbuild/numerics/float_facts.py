@@ -45,6 +45,10 @@ NO_SUBNORMAL_TAGS = ("fmul:no.subnormal",)
 #: ... and the product of the two is zero, NaN or normal (no underflow, no overflow): the weights'
 #: smallest non-zero magnitude is at least 2^-68 (`normal_products`)
 NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
+#: an addition of two values with a clear sign bit (a split layer's pos += p, neg -= p): libgcc's
+#: __aeabi_fadd adds the significands, never subtracts, so it never cancels nor normalises leftwards
+#: (arm_libloops.json and thumb2_libloops.json "paths")
+FADD_SAME_SIGN_TAGS = ("fadd:same-sign",)
 #: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
