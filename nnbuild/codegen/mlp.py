@@ -208,9 +208,11 @@ def plan_layers(model, storage, real="float", soft_float=False):
                          input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             if entry["split"]:
-                entry["facts"] = float_facts.mac_facts(layer.kernel)
+                entry["facts"] = float_facts.mac_facts(layer.kernel, normal_products=storage not in common.FLASH_STORAGES)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
                 entry["mul_tags"], entry["add_tags"] = split_tags(storage)
+                entry["add_note"] = "" if storage in common.FLASH_STORAGES else \
+                    "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)"
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:
