@@ -95,7 +95,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None,
         "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
-        "block": block_for(storage),
+        "block": 1 if split_accumulation(storage, real, soft_float) else block_for(storage),
         # the host's blocked loops only (not AVR flash, not the vector code)
         "unroll": UNROLL if any(c.get("block") for l in layers for c in l.get("chunks") or ()) else 0,
         "simd": any(c.get("lanes") for l in layers for c in l.get("chunks") or ()),
