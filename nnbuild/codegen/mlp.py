@@ -213,6 +213,9 @@ def plan_layers(model, storage, real="float", soft_float=False):
                 entry["mul_tags"], entry["add_tags"] = split_tags(storage)
                 entry["add_note"] = "" if storage in common.FLASH_STORAGES else \
                     "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)"
+                # libgcc's ARM soft float: neg += |p| calls __aeabi_fadd, whose same-sign path is
+                # shorter than __aeabi_fsub's on the Cortex-M0+ (avr-libc's __subsf3 is __addsf3's)
+                entry["add_magnitude"] = storage not in common.FLASH_STORAGES
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:
