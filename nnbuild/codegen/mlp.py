@@ -63,7 +63,7 @@ SOFT_FLOAT_SPLIT = True
 
 def render(model, *, precision, storage, passes_log, input_range=None, dsp=None, soft_float=False):
     """All output files of `model` as {file name: text or JSON-able object}; `dsp`: the board's DSP
-    capability (fixed-point precisions only); `soft_float`: the board has no FPU (split_accumulation)."""
+    capability (fixed-point precisions only); `soft_float`: the board has no FPU (common.split_accumulation)."""
     from nnbuild.numerics import formats as quantize
     if quantize.is_fixed(precision):
         from nnbuild.codegen import mlp_fixed
@@ -95,7 +95,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None,
         "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
-        "block": 1 if split_accumulation(storage, real, soft_float) else block_for(storage),
+        "block": 1 if common.split_accumulation(storage, real, soft_float) else block_for(storage),
         # the host's blocked loops only (not AVR flash, not the vector code)
         "unroll": UNROLL if any(c.get("block") for l in layers for c in l.get("chunks") or ()) else 0,
         "simd": any(c.get("lanes") for l in layers for c in l.get("chunks") or ()),
@@ -117,13 +117,6 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None,
     if storage == common.NEAR_STORAGE:
         files[f"{name}.trace.json"]["near_flash_symbols"] = common.weight_symbols(layers)
     return files
-
-
-def split_accumulation(storage, real, soft_float=False):
-    """float32 on AVR or on a soft-float ARM board (ARM7TDMI, Cortex-M0+): sum the products by sign
-    and flush tiny inputs, so the WCET analyser can drop the soft-float paths that cannot run
-    (nnbuild.numerics.float_facts). Boards with an FPU and hosts keep one accumulator."""
-    return real == "float" and (storage in common.FLASH_STORAGES or soft_float)
 
 
 def split_tags(storage):
@@ -199,7 +192,7 @@ def plan_layers(model, storage, real="float", soft_float=False):
                  "c_name": c_identifier(layer.name), "src": src, "dst": dst,
                  "inputs": shapes[index][0], "units": shapes[index + 1][0], "facts": None}
         if isinstance(layer, Dense):
-            split = split_accumulation(storage, real, soft_float)
+            split = common.split_accumulation(storage, real, soft_float)
             entry.update(kind="dense", activation=layer.activation,
                          chunks=layer_chunks(model.name, layer, storage, real, split),
                          bias=bias_array(model.name, layer, real),
