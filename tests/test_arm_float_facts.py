@@ -110,6 +110,24 @@ def test_a_row_needs_the_pinned_code_and_every_block_once(tmp_path):
                                      otawa.routine_digest, otawa.same_file, lambda a: None) == []
 
 
+def test_a_falls_into_entry_needs_the_pinned_routine_right_after_it(tmp_path):
+    """libgcc's __aeabi_fsub is one instruction falling into __aeabi_fadd: its row names fadd's
+    blocks from fsub's start, so it applies only when the routine at fsub's end has fadd's digest."""
+    entry_fn, body = _function("s", 0x100, 1), _function("a", 0x104, 8)
+    functions = {"s": [entry_fn], "a": [body]}
+    blocks = tmp_path / "m.blocks"
+    blocks.write_text("B s 1 100\nB s 2 108\nB s 3 10c\n")
+    entry = dict(ENTRY, symbols=["s"], sha256=otawa.routine_digest(entry_fn),
+                 falls_into={"symbols": ["a"], "sha256": otawa.routine_digest(body)})
+    rows = otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), {}, [entry], otawa.routine_digest,
+                                 otawa.same_file, lambda a: None)
+    assert [r.coefs for r in rows] == [{"x3_s": 1.0, "x2_s": -24.0}]
+    for other in ({"a": [_function("a", 0x108, 8)]}, {"a": [_function("a", 0x104, 7)]}, {}):   # moved, changed, absent
+        assert otawa_paths.path_rows(dict(functions, **other) if other else {"s": [entry_fn]},
+                                     otawa_paths.read_block_map(blocks), {}, [entry], otawa.routine_digest,
+                                     otawa.same_file, lambda a: None) == []
+
+
 def test_named_variables_read_back():
     lp = otawa_ilp.parse_lp("/* IPET system */\nmax: 12 e3_5___aeabi_i2f + 4 x2_f.part.0;\n"
                             "x0_main = 1;\ne3_5___aeabi_i2f - 2 x2_f.part.0 <= 0;\nint x0_main;\n")
