@@ -43,7 +43,10 @@ PALETTE = np.array([0, 1, -1, 2, 0.5, -0.5, 1.5, 3.3, 255, -255, 256, 254.5, 88.
                     # expf over [80, 104] and of cosf over exponents 252-254 with bit-flip ascent): exp
                     # of a tiny fraction whose 2^-n is subnormal, cos with 128 reduction passes
                     103.2793, 102.5858, 101.893, 88.0297, 87.3369, -103.2793, 2.833547e38, 1.5497031e38,
-                    1.072566e38])
+                    1.072566e38,
+                    # beyond float range: +-inf on AVR (a bid inf + -inf is NaN, so a slow exp's
+                    # infinite result need not win its edge)
+                    1e39, -1e39])
 POPULATION, KEEP = 2000, 100
 
 
@@ -86,7 +89,8 @@ def float_patterns(rng, n):
 
 def neighbours(rng, value, n):
     """The float32 `value` with each single bit flipped, and n variants with random low bits flipped."""
-    bits = np.array([value], dtype=np.float32).view(np.uint32)[0]
+    with np.errstate(over="ignore"):  # a value beyond float range is an infinity on AVR too
+        bits = np.array([value], dtype=np.float32).view(np.uint32)[0]
     flips = np.concatenate([np.uint32(1) << np.arange(32, dtype=np.uint32),
                             rng.integers(1, 1 << 16, n, dtype=np.uint64).astype(np.uint32)])
     with np.errstate(invalid="ignore"):  # flips that make a NaN are dropped below

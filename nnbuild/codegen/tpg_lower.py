@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from nnbuild.codegen.common import FLASH_STORAGES, NEAR_STORAGE
 from nnbuild.errors import NNBuildError
+from nnbuild.numerics.float_facts import TPG_COS_TAGS
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 #: switch shape: above this many operations, team bodies become functions of their own
@@ -124,6 +125,10 @@ class TeamPlan:
     memo: Dict[int, Tuple[str, ...]] = field(default_factory=dict)
     blocks: Dict[int, List[int]] = field(default_factory=dict)
     members: set = field(default_factory=set)
+    #: exp(u +- cos(u)) under one test of |u| (Guard), keyed by the cos node; `guarded`: the sum and
+    #: exp nodes the guard computes (not emitted on their own)
+    guards: Dict[int, "Guard"] = field(default_factory=dict)
+    guarded: set = field(default_factory=set)
 
 
 @dataclass
@@ -141,6 +146,32 @@ class Plan:
     #: inner values of compositions nothing else reads: written into the composition's expression
     #: (evaluated only when its argument is off the table), not computed beforehand
     inlined: set = field(default_factory=set)
+    #: tables whose helper has a `_small` variant (arguments |x| < GUARD_LIMIT, see Guard)
+    small: List[Table] = field(default_factory=list)
+
+
+#: |u| bound of a Guard's test: below it avr-libc's cos reduces its argument in at most 10 passes
+#: (biased exponent <= 136, the value fact COS_SMALL_TAG); at or above it u +- cos(u) is outside
+#: exp's domain (|u +- c| >= 1023 > 745.14)
+GUARD_LIMIT = 1024.0
+COS_SMALL_TAG = TPG_COS_TAGS[0]
+
+
+@dataclass
+class Guard:
+    """exp(u + cos(u)) (or u - cos(u), cos(u) - u, ...) of one team, computed under one test of
+    |u| < GUARD_LIMIT: below it, cos goes through its helper's `_small` variant, whose libm call
+    carries a value fact (few range-reduction passes); at or above it, the sum is outside exp's
+    domain and the exp helper's own out-of-domain expression gives its value without a call. The
+    values are the helpers' very results; the point is the code's shape: the WCET analysis sees
+    that a slow cos (huge u) and a slow exp exclude each other."""
+
+    u: int
+    cos: int
+    sum: int
+    exp: int
+    cos_table: "Table"
+    exp_table: "Table"
 
 
 def _literal(value) -> str:
@@ -425,9 +456,54 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
         plan.compute = [n for n in plan.compute if n not in inlined]
         plan.blocks = {m: [n for n in ns if n not in inlined] for m, ns in plan.blocks.items()}
         plan.members -= inlined
+        _find_guards(plan, b, shared_set | inlined)
+    small = {id(g.cos_table): g.cos_table for p in teams for g in p.guards.values()}
     return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
                 [t for k, t in sorted(all_tables.items()) if k in used], flags,
-                [b.chains[ch] for ch in chains], inlined)
+                [b.chains[ch] for ch in chains], inlined,
+                sorted(small.values(), key=lambda t: t.instruction))
+
+
+def _table_function(b, node):
+    """The <math.h> function name of a plain (not composed) table helper call, else None."""
+    from nnbuild.ir import tpg_template
+    if node.kind != "op" or node.chain or node.instruction not in b.tables:
+        return None
+    tree = b.env.instructions[node.instruction].tree
+    return tree.function if isinstance(tree, tpg_template.Call) else None
+
+
+def _is_sum(b, node):
+    """Whether an op node is $1 + $2 or $1 - $2 of two distinct values."""
+    from nnbuild.ir import tpg_template
+    if node.kind != "op" or len(node.args) != 2 or node.args[0] == node.args[1]:
+        return False
+    tree = b.env.instructions[node.instruction].tree
+    return (isinstance(tree, tpg_template.Binary) and tree.op in "+-" and
+            {tree.left, tree.right} == {tpg_template.Operand(1), tpg_template.Operand(2)})
+
+
+def _find_guards(plan, b, excluded):
+    """Guards of one team: an exp table helper (with its domain shortcut) of s = u +- cos(u),
+    cos a table helper, all three plain locals of this team (not shared, memoised or inlined)."""
+    mine = set(plan.compute) - plan.members - set(plan.memo) - set(plan.blocks) - excluded
+    lo, hi = (float(v) for v in re.findall(r"-?[0-9.]+", DOMAINS["exp"][0]))
+    assert -lo < GUARD_LIMIT - 1 and hi < GUARD_LIMIT - 1  # |u +- cos(u)| >= 1023 is outside the domain
+    for e in plan.compute:
+        node = b.nodes[e]
+        if e not in mine or _table_function(b, node) != "exp" or b.tables[node.instruction].domain is None:
+            continue
+        s = node.args[0]
+        if s not in mine or s in plan.guarded or not _is_sum(b, b.nodes[s]):
+            continue
+        for c in b.nodes[s].args:
+            cos = b.nodes[c]
+            other = [a for a in b.nodes[s].args if a != c]
+            if (c in mine and c not in plan.guards and _table_function(b, cos) == "cos"
+                    and cos.args[0] == other[0]):
+                plan.guards[c] = Guard(other[0], c, s, e, b.tables[cos.instruction], b.tables[node.instruction])
+                plan.guarded |= {s, e}
+                break
 
 
 def _chain_inner_only(teams, b, shared_set):
@@ -663,6 +739,9 @@ class Context:
         self.flags = plan.flags
         self.chains = plan.chains
         self.inlined = plan.inlined
+        self.small = plan.small
+        self.guard_limit = _c_double(GUARD_LIMIT)
+        self.cos_small_tag = COS_SMALL_TAG
         #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
         self.flash = storage in FLASH_STORAGES
         self.near = storage == NEAR_STORAGE
@@ -691,6 +770,14 @@ class Context:
         """The C expression computing an op node from its operands."""
         node = self.nodes[node_id]
         return _PLACEHOLDER.sub(lambda m: self.ref(node.args[int(m.group(1)) - 1]), node.text)
+
+    def guard_small(self, g):
+        """The cos value of a Guard below its limit: the helper's `_small` variant."""
+        return f"{g.cos_table.helper}_small({self.ref(g.u)})"
+
+    def guard_outside(self, g):
+        """The exp value of a Guard at or above its limit: the helper's out-of-domain expression."""
+        return re.sub(r"\bx\b", self.ref(g.sum), g.exp_table.domain[1])
 
     def code(self, edge):
         """`next` value of an edge: the destination team's state, or -1 - action."""

@@ -53,8 +53,11 @@ FADD_SAME_SIGN_TAGS = ("fadd:same-sign",)
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
 SIGMOID_EXP_TAGS = ("exp:|x|<40",)
+#: a TPG's cos argument below 1024 in magnitude (nnbuild/codegen/tpg_lower.py Guard)
+TPG_COS_TAGS = ("cos:|x|<1024",)
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
-VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS)
+VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS
+                            + TPG_COS_TAGS)
 
 
 @dataclass(frozen=True)
