@@ -65,7 +65,7 @@ def generate(model, outdir, *, name=None, shape=kinds.DEFAULT_SHAPE, precision=N
     written = codegen.generate(model, outdir, shape=shape, precision=precision,
                                storage=storage or board.get("weights_storage", "const"),
                                passes_log=list(passes_log or []), input_range=input_range,
-                               dsp=dsp or board.get("dsp"))
+                               dsp=dsp or board.get("dsp"), soft_float=bool(board.get("soft_float")))
     try:
         _refuse_unfit_unrolled_code(board, outdir, model.name, shape)
     except NNBuildError:

@@ -1,6 +1,7 @@
 """Shared test helpers: where the repo and ../shared are, and how to run scons on a project copy."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,3 +189,16 @@ def run_cli(capfd, monkeypatch):
         err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in caught)
         return subprocess.CompletedProcess(["nnbuild", *map(str, args)], status or 0, out, err)
     return run
+
+
+#: a module whose `pytestmark` names e2e holds e2e tests only
+_ALL_E2E = re.compile(rb"^pytestmark\s*=\s*\[?\s*pytest\.mark\.e2e\b", re.M)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The quick tier (`-m "not e2e"`) does not import the modules whose every test is e2e (each
+    xdist worker would rewrite their asserts and import what they import, to deselect them all)."""
+    if config.getoption("markexpr", "") == "not e2e" and collection_path.suffix == ".py" \
+            and collection_path.name.startswith("test_") and _ALL_E2E.search(collection_path.read_bytes()):
+        return True
+    return None

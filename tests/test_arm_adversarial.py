@@ -3,8 +3,9 @@ tests/adversarial_search.py: range corners, special floats (subnormals, NaN, inf
 and a hill-climb on the clocks qemu-arm's executed instructions are charged, a batch of inputs per
 qemu-arm process). The builds are float32: their bound leans on the value facts of
 nnbuild/numerics/float_facts.py and the `paths`/`caller_tags` entries of nnbuild/wcet/arm_libloops.json
-(libgcc's __aeabi_fmul/__aeabi_fdiv normalise at most one subnormal operand, none for tanh/sigmoid
-outputs and inside newlib's expf), so a wrong fact shows here as an input over the bound. xor searches
+(libgcc's __aeabi_fmul/__aeabi_fdiv normalise no subnormal operand for a split layer's flushed
+inputs, tanh/sigmoid outputs and inside newlib's expf; __aeabi_fadd/__aeabi_fsub never cancel for a
+split layer's same-sign additions), so a wrong fact shows here as an input over the bound. xor searches
 its 500 inputs in the e2e tier (half a minute); the F1/10 controller (3.4 to 4.3 million clocks an
 inference, 6 minutes for 40 inputs) runs only with NNBUILD_SLOW_TESTS=1, with 40 inputs or
 NNBUILD_ADVERSARIAL_INPUTS (which sets the number of inputs of every search).
@@ -71,12 +72,12 @@ def ordinary_outputs_match(model, meta, xs, ys):
 def test_xor_float32_no_input_beats_the_otawa_bound(tmp_path):
     ratio, xs, ys, model, meta = search_build(tmp_path, "xor", "float32", seed=27, total=inputs(500))
     ordinary_outputs_match(model, meta, xs, ys)
-    assert ratio <= 1.5
+    assert ratio <= 1.42   # 1.38 with the split layers' facts (1.42 before them)
 
 
 @needs_otawa
 @pytest.mark.skipif(not SLOW, reason="slow tier (NNBUILD_SLOW_TESTS=1): 6 minutes for 40 inputs; the xor search above "
-                    "runs the same facts (fmul:one.normal, fmul:no.subnormal, expf's caller tags) in the e2e tier")
+                    "runs the same facts (fmul:no.subnormal, fadd:same-sign, expf's caller tags) in the e2e tier")
 def test_f1tenth_float32_no_input_beats_the_otawa_bound(tmp_path):
     ratio, xs, ys, model, meta = search_build(tmp_path, "f1tenth", "float32", seed=28,
                                               total=int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 40)))

@@ -8,7 +8,11 @@ Cortex-M0+) run under qemu with every instruction traced.
 * newlib's __ieee754_expf, over a sweep of arguments (subnormals, the 2^-28 and 0.5 ln2 edges,
   the floats nearest k ln2, the overflow and underflow edges, NaN, infinities, random values):
   no multiply or division it makes reaches the subnormal blocks (the caller tags' claim);
-* the Thumb-1 __aeabi_fmul/__aeabi_fdiv subnormal blocks run once, and only for a subnormal operand.
+* the Thumb-1 __aeabi_fmul/__aeabi_fdiv subnormal blocks run once, and only for a subnormal operand;
+* libgcc's __aeabi_fadd/__aeabi_fsub (ARM state and Thumb-1) per call: the block that starts a
+  cancellation runs at most once, never for two operands of the same sign that are not both
+  subnormal (fadd:same-sign, a split layer's pos += p and neg -= p), and once for operands of
+  opposite signs (the untagged row's limit).
 
 The unit tests check the row building of nnbuild/wcet/otawa_paths.py on a small block map."""
 
@@ -23,6 +27,7 @@ from conftest import have
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics import float_facts
 from nnbuild.wcet import otawa, otawa_ilp, otawa_paths
+from nnbuild.wcet.thumb2_decode import object_at
 
 ARM_TABLE = otawa.LIBLOOPS_PATH
 needs_qemu_arm = pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"),
@@ -103,6 +108,24 @@ def test_a_row_needs_the_pinned_code_and_every_block_once(tmp_path):
         blocks.write_text(text)
         assert otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), {}, [pinned],
                                      otawa.routine_digest, otawa.same_file, lambda a: None) == []
+
+
+def test_a_falls_into_entry_needs_the_pinned_routine_right_after_it(tmp_path):
+    """libgcc's __aeabi_fsub is one instruction falling into __aeabi_fadd: its row names fadd's
+    blocks from fsub's start, so it applies only when the routine at fsub's end has fadd's digest."""
+    entry_fn, body = _function("s", 0x100, 1), _function("a", 0x104, 8)
+    functions = {"s": [entry_fn], "a": [body]}
+    blocks = tmp_path / "m.blocks"
+    blocks.write_text("B s 1 100\nB s 2 108\nB s 3 10c\n")
+    entry = dict(ENTRY, symbols=["s"], sha256=otawa.routine_digest(entry_fn),
+                 falls_into={"symbols": ["a"], "sha256": otawa.routine_digest(body)})
+    rows = otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), {}, [entry], otawa.routine_digest,
+                                 otawa.same_file, lambda a: None)
+    assert [r.coefs for r in rows] == [{"x3_s": 1.0, "x2_s": -24.0}]
+    for other in ({"a": [_function("a", 0x108, 8)]}, {"a": [_function("a", 0x104, 7)]}, {}):   # moved, changed, absent
+        assert otawa_paths.path_rows(dict(functions, **other) if other else {"s": [entry_fn]},
+                                     otawa_paths.read_block_map(blocks), {}, [entry], otawa.routine_digest,
+                                     otawa.same_file, lambda a: None) == []
 
 
 def test_named_variables_read_back():
@@ -234,7 +257,12 @@ def test_arm_expf_never_hands_a_subnormal_to_fmul_or_fdiv(tmp_path):
     functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
     table = arm_table()
     expf = functions["__ieee754_expf"][0]
-    assert otawa.routine_data_digest(expf) == table["caller_tags"][0]["sha256"]
+    assert otawa.routine_data_digest(expf, elf) == table["caller_tags"][0]["sha256"]
+    # the digest holds ef_exp.c's static tables, reached from one anchor address of the literal pool
+    (anchor,) = [w for w in expf.words.values() if w < otawa.ADDRESS_WORD_LIMIT]
+    assert object_at(elf, anchor) == struct.pack("<6I", 0x3f317180, 0xbf317180, 0x3717f7d1, 0xb717f7d1,
+                                                 0x3f000000, 0xbf000000)
+    assert otawa.routine_data_digest(expf) != otawa.routine_data_digest(expf, elf)
     fmul, fdiv = functions["__aeabi_fmul"][0], functions["__aeabi_fdiv"][0]
     entries = {e["symbols"][0]: e for e in table["paths"] if e["row"] == {"subnormal": 1}}
     blocks = {fmul.start + entries["__aeabi_fmul"]["blocks"]["subnormal"],
@@ -342,10 +370,13 @@ def test_builtin_thumb2_solves_tagged_soft_float_calls_in_their_own_context(tmp_
     tagged = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "wcet")
     plain = wcet.analyze(board, elf, "xor_infer", dict(facts, values=[]), tmp_path / "plain")
     callees = tagged.details["callee_wcet"]
-    one = next(v for k, v in callees.items() if k.startswith("__aeabi_fmul") and "[fmul:one.normal]" in k)
+    # the rp2040 has no FPU: the MLP flushes and sign-splits (fmul:no.subnormal, fadd:same-sign)
+    assert not any("[fmul:one.normal]" in k for k in callees)
     none = next(v for k, v in callees.items() if k.startswith("__aeabi_fmul") and "[fmul:no.subnormal]" in k)
     untagged = next(v for k, v in plain.details["callee_wcet"].items() if k.startswith("__aeabi_fmul"))
-    assert none < one < untagged
+    assert none < untagged
+    same_sign = next(v for k, v in callees.items() if k.startswith("__aeabi_fadd") and "[fadd:same-sign]" in k)
+    assert same_sign < max(v for k, v in callees.items() if k.startswith("__aeabi_fadd") and "[" not in k)
     assert any("fdiv:no.subnormal" in k for k in tagged.details["value_facts"])
     # newlib's expf is tagged by its caller entry even without the generator's facts
     assert any("[fmul:no.subnormal]" in k for k in plain.details["callee_wcet"])
@@ -383,3 +414,91 @@ def test_arm_fmul_out_of_range_block_runs_only_for_an_underflowing_or_overflowin
             assert c[block] == 0, (a, b, c)
         else:
             assert c[block] == int(abs(x * y) < 2.0 ** -126 or abs(x * y) >= 2.0 ** 128), (a, b, c)
+
+
+# ------------------------------------------------------------------ __aeabi_fadd / __aeabi_fsub: same-sign calls
+
+FADD_C = r"""
+volatile float a[] = {@A@};
+volatile float b[] = {@B@};
+volatile float sink;
+__attribute__((noinline)) float add(float x, float y) { return x + y; }
+__attribute__((noinline)) float sub(float x, float y) { return x - y; }
+int main(void)
+{
+    unsigned k;
+    for (k = 0; k < sizeof a / sizeof a[0]; ++k) {
+        sink = add(a[k], b[k]);
+        sink = sub(a[k], -b[k]);
+    }
+    return 0;
+}
+"""
+#: (a, b): add(a, b) and sub(a, -b) (both an addition of a and b); the first four pairs have
+#: clear sign bits and are not both subnormal (fadd:same-sign), the rest are other calls
+FADD_CASES = [("1.5f", "1e-30f"), ("1.2e-38f", "1e-39f"), ("16777215.0f", "1.0f"), ("0.0f", "1e-40f"),
+              ("1.0f", "-0.99999994f"), ("-2.5f", "2.5000002f"), ("1e-40f", "2e-40f"), ("3.0f", "-1e-40f"),
+              ("1.0f/0.0f", "-1.0f")]
+SAME_SIGN_CASES = 4
+
+
+def fadd_source():
+    return FADD_C.replace("@A@", ", ".join(a for a, _ in FADD_CASES)).replace(
+        "@B@", ", ".join(b for _, b in FADD_CASES))
+
+
+def check_same_sign_limits(counts):
+    """Per call, the cancellation block's executions: at most once, never for a same-sign case,
+    once for the opposite-sign cases of normal operands (the untagged limit reached)."""
+    assert len(counts) == len(FADD_CASES)
+    for (a, b), n in zip(FADD_CASES, counts):
+        assert n <= 1, (a, b, n)
+    assert counts[:SAME_SIGN_CASES] == [0] * SAME_SIGN_CASES
+    assert counts[4] == counts[5] == 1
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fadd_and_fsub_never_cancel_for_same_sign_operands(tmp_path):
+    elf = arm7tdmi_elf(tmp_path, "fadd", fadd_source())
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add"}
+    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
+    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
+    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
+    assert otawa_paths.falls_into_pinned(functions, fsub, entries["__aeabi_fsub"], otawa.routine_digest)
+    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["normalise"]
+    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["normalise"] == block   # the same code
+    pcs = executed_pcs(elf, tmp_path / "step.log")
+    # a call enters at __addsf3 (add) or at __aeabi_fsub, which falls into it: one count per call
+    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
+    added, subtracted = calls[0::2], calls[1::2]
+    check_same_sign_limits(added)
+    check_same_sign_limits(subtracted)
+    assert added[6] == 1   # two subnormals of one sign do cancel-normalise: why the tag excludes them
+
+
+def entry_marks(pcs, fadd_start, fsub_start):
+    """The executed addresses with each call's entry (fsub's, or fadd's not reached from fsub) as 'call'."""
+    out = []
+    for k, pc in enumerate(pcs):
+        if pc == fsub_start or (pc == fadd_start and (k == 0 or pcs[k - 1] != fsub_start)):
+            out.append("call")
+        else:
+            out.append(pc)
+    return out
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_m0plus_fadd_and_fsub_never_subtract_for_same_sign_operands(tmp_path):
+    from nnbuild.wcet import thumb2_loops
+    prog, pcs = m0plus_trace(tmp_path, "fadd", fadd_source())
+    for symbol, parity in (("__aeabi_fadd", 0), ("__aeabi_fsub", 1)):
+        (entry,) = [e for e in thumb_entries(symbol) if e["when"] == "fadd:same-sign"]
+        start = prog.address_of(symbol)
+        assert thumb2_loops.code_hash(prog, start) == entry["sha256"]
+        (offset,) = [int(o, 0) for r in entry["rows"] for o in r["blocks"]]
+        counts = [c[start + offset] for c in per_call(pcs, start, {start + offset})]
+        check_same_sign_limits(counts)
+        assert counts[6] == 0   # Thumb-1 soft-fp decides by the signs alone

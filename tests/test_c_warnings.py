@@ -124,7 +124,10 @@ CASES = [
     case("tinymlp-float32", built(mlp_float_model), "mlp", "float32", storages=STORAGES + HOST_STORAGES),
     case("tinymlp-float64", built(mlp_float_model), "mlp", "float64", storages=("const",) + HOST_STORAGES),
     case("xor-float32", example(EX / "xor" / "xor.h5"), "mlp", storages=STORAGES + HOST_STORAGES),
-    *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2", "v3")),
+    *(case(f"tinycnn-{s}", built(cnn_model), s) for s in ("v1", "v2")),
+    # v3 in float reads no weight array (literals in the code): its far and near C differ from the
+    # const C only in the prelude's read macros, unused here, compiled where used by v1/v2's cases
+    case("tinycnn-v3", built(cnn_model), "v3", storages=("const",)),
     case("tinycnn-v2-host", built(cnn_model), "v2", storages=("const-host",)),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),

@@ -68,6 +68,38 @@ def test_f1tenth_avr_flow_facts_tag_every_mac_and_tanh(tmp_path):
         assert f"const uint8_t f1tenth_{layer.name}_keep_exp = {keep}u;" in weights
 
 
+def test_arm_threshold_makes_every_kept_product_normal():
+    """normal_products (ARM's split layers): keep_exp = 128 - smallest weight exponent, so a kept
+    input and any non-zero weight have eW + eX >= 128 and their product is at least 2^-126: never
+    subnormal, so __aeabi_fadd never adds two subnormals in a split sum (fadd:same-sign)."""
+    kernel = np.array([[0.75, -2.0 ** -20], [0.0, 3.0]], dtype=np.float32)
+    facts = F.mac_facts(kernel, normal_products=True)
+    assert facts.keep_exp == 21 and facts.exp_sum_min == 128 and "eW + eX >= 128" in facts.why()
+    smallest_kept = np.float32(2.0 ** (facts.keep_exp - 127))
+    assert np.float32(-2.0 ** -20) * smallest_kept == np.float32(-2.0 ** -126)   # the smallest normal
+    assert facts.flush_error == pytest.approx((2.0 ** -20 + 3.0) * 2.0 ** -106)
+    assert F.mac_facts(np.full((3, 2), 8.0, np.float32), normal_products=True).keep_exp == 1
+
+
+def test_f1tenth_soft_float_arm_code_splits_every_layer_with_the_arm_tags(tmp_path):
+    """A board without FPU (board key soft_float: arm, rp2040) gets the flush and sign split with
+    libgcc's tags, one neuron at a time; neg grows by |p| (an addition, as pos)."""
+    model, _ = pipeline.load_model(F1TENTH, "f1tenth")
+    codegen.generate(model, tmp_path, storage="const", soft_float=True)
+    facts = json.loads((tmp_path / "f1tenth.flowfacts.json").read_text())
+    code = (tmp_path / "f1tenth.c").read_text()
+    lines = code.splitlines()
+    mac = [v for v in facts["values"] if v["op"] in ("mul", "add") and "p.f" in lines[v["line"] - 1]]
+    assert [v["tags"] for v in mac if v["op"] == "mul"] == [["fmul:no.subnormal"]] * 3
+    assert sorted(lines[v["line"] - 1].strip() for v in mac if v["op"] == "add") == ["neg += p.f;"] * 3 + ["pos += p.f;"] * 3
+    assert all(v["tags"] == list(F.FADD_SAME_SIGN_TAGS) for v in mac if v["op"] == "add")
+    assert "acc0" not in code and code.count("p.u &= 0x7FFFFFFFUL;") == 3
+    weights = (tmp_path / "f1tenth_weights.c").read_text()
+    for layer in model.layers:
+        keep = F.mac_facts(layer.kernel, normal_products=True).keep_exp
+        assert f"const uint8_t f1tenth_{layer.name}_keep_exp = {keep}u;" in weights
+
+
 @pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_host_code_has_no_value_facts(tmp_path):
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")

@@ -43,6 +43,10 @@ from nnbuild.frontends.keras_h5 import SUPPORTED_LAYERS
 from nnbuild.ir import reference, tpg_reference
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native
 
+#: every test compiles and runs generated C (gcc) or reads the counts of those that do: the e2e tier
+#: (the quick tier does not import this module, nor hypothesis with it: tests/conftest.py)
+pytestmark = pytest.mark.e2e
+
 LONG = int(os.environ.get("NNBUILD_FUZZ_EXAMPLES", "0") or 0)
 #: examples per strategy: bounded and reproducible in CI, random and as long as asked otherwise
 FUZZ_EXAMPLES = LONG or 150
@@ -432,7 +436,6 @@ def fuzz_keras_bytes(case, damage):
         shutil.rmtree(work)
 
 
-@pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_base_models_are_valid(tmp_path):
     """Every unmutated base model generates (so refusals come from the mutations)."""
     for kind, styles in STYLES.items():
@@ -446,19 +449,16 @@ def test_base_models_are_valid(tmp_path):
                 assert codegen.generate(model, tmp_path / f"out_{path.name}", shape="auto", passes_log=log)
 
 
-@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_keras_full_h5():
     fuzz_keras_full()
     report("keras-h5")
 
 
-@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_keras_json_pair():
     fuzz_keras_pair()
     report("keras-json")
 
 
-@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_keras_h5_bytes():
     fuzz_keras_bytes()
     report("keras-h5-bytes")
@@ -570,13 +570,11 @@ def fuzz_tpg(case, canary_file):
         shutil.rmtree(work)
 
 
-@pytest.mark.e2e  # compiles and runs generated C (gcc): the e2e tier, in CI
 def test_fuzz_gegelati_dot_and_environment():
     fuzz_tpg()
     report("gegelati")
 
 
-@pytest.mark.e2e  # reads the counts of the fuzz tests above (same tier)
 def test_fuzz_strategies_reach_both_outcomes_quickly():
     """The strategies are not vacuous: a sample refuses some inputs and generates others, and the
     canary reaches generated code (checked inert) in the Keras strategies."""

@@ -156,8 +156,11 @@ def test_the_check_reads_the_quantized_members_of_the_data(tmp_path):
 
 #: every operator set on AVR (the 8-bit core, where int sizes differ most); the ARM cores run the
 #: dense, convolution and standalone-activation sets (the example adds a whole CNN on all four boards)
-BOARD_CHECKS = [*((name, "avr") for name in ("mlp", "cnn", "core", "merge", "acts")),
-                *((name, board) for name in ("mlp", "cnn", "acts") for board in ("arm", "stm32f407"))]
+#: cnn_int8 on avr, arm and stm32f407 is test_the_firmware_example_builds_with_its_gates': the
+#: example holds the same .tflite and, in golden.npz, the same 8 inputs and TFLite Micro outputs;
+#: its report's max_abs_error_by_run of 0 on each board is this check's (max |C - y| counts in it)
+BOARD_CHECKS = [*((name, "avr") for name in ("mlp", "core", "merge", "acts")),
+                *((name, board) for name in ("mlp", "acts") for board in ("arm", "stm32f407"))]
 
 
 @pytest.mark.e2e

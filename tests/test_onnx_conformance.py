@@ -6,13 +6,13 @@ import pytest
 
 import onnx_conformance as oc
 
+pytestmark = pytest.mark.e2e
 pytest.importorskip("onnxruntime")
 
 #: cases matched when this was written (README table); fewer is a regression
 MATCHED_AT_LEAST = {"pytorch-converted": 57, "pytorch-operator": 19, "simple": 3, "node-recurrent": 6}
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("suite", oc.SUITES)
 def test_backend_suite(tmp_path, suite):
     rows = oc.survey((suite,), workdir=tmp_path)[suite]

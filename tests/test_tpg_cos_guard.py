@@ -6,20 +6,19 @@ and its flow fact, and under simavr the tagged cos driven to its bound (argument
 """
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import needs_avr
 from test_wcet_avr import board
-from tpg_helpers import SIPS22, dot_file
+from tpg_helpers import SIPS22, avr_libm_driver, dot_file
 
 from nnbuild import codegen
 from nnbuild.frontends import gegelati_dot
 from nnbuild.ir.tpg import Environment
 from nnbuild.numerics.float_facts import TPG_COS_TAGS
-from nnbuild.runners import CHECK_MAIN, simavr
+from nnbuild.runners import simavr
 from nnbuild.wcet import avr_ipet
 
 #: fishing_derby.9's T2: v34 = v32 + cos(v32), v35 = exp(v34)
@@ -89,13 +88,8 @@ def test_tagged_cos_is_driven_to_its_bound(tmp_path):
     exactly the passes that cannot run."""
     from test_wcet_avr_context import Probe, build_tracer, check_path_entry, run_trace_sites
     from nnbuild.wcet import avr_decode, avr_loops
-    (tmp_path / "cg.h").write_text("void cg_cos(const float in[1], float out[1]);\n")
-    (tmp_path / "cg.c").write_text(DRIVER)
     b = board()
-    elf = str(tmp_path / "cg.elf")
-    subprocess.run([b["cc"], *b["cflags"], "-Os", f"-I{tmp_path}", '-DNN_HEADER="cg.h"', "-DNN_INFER=cg_cos",
-                    "-DNN_IN=1", "-DNN_OUT=1", str(tmp_path / "cg.c"), str(CHECK_MAIN), *b["ldflags"], "-lm",
-                    "-o", elf], check=True, capture_output=True)
+    elf = avr_libm_driver(tmp_path, "cos", DRIVER)
     facts = {"loops": [], "layers": [], "values": [{"file": "cg.c", "line": 2, "op": "cos", "tags": list(TPG_COS_TAGS),
                                                      "why": "the cases below keep |x| < 1024"}]}
     bound = avr_ipet.analyze(elf, "cg_cos", facts, b, None).cycles
@@ -127,3 +121,17 @@ def test_tagged_cos_is_driven_to_its_bound(tmp_path):
     assert probe.invocations == len(small)
     assert counts[:, 1].max() == 10 and counts[:, 0].max() <= 10 and counts[:, 2].max() <= 10
     check_path_entry(ent, {}, [(m, c, v[:2]) for m, c, v in probe.vectors])
+    # a product of the sine polynomial multiplies two normal numbers (__fp_split3's exponent-0 and
+    # inf/NaN paths do not run) or, for an infinite or NaN argument, has an inf/NaN operand and
+    # leaves before the product code (the cos-sinus-split-kind entry, K + 6 P <= 6)
+    [mul] = [e for e in avr_loops.load_paths() if e.get("id") == "cos-sinus-split-kind"]
+    counters = avr_loops.load_counters()
+    pcs = [prog.address_of(pt["symbol"]) + pt["offset"] for c in mul["counters"].values() for pt in counters[c]["points"]]
+    mprobe = Probe(prog.address_of("__mulsf3x"), mul["within"], None, "sup+", pcs)
+    both = np.concatenate([small, huge, np.float32([np.inf, -np.inf, np.nan])])
+    run_trace_sites(tracer, elf, [mprobe], both[:, None], set(mul["within"]), (), tmp_path)
+    assert mprobe.invocations == 7 * len(both)  # y*y, 5 Horner products, P(t)*y per call
+    check_path_entry(mul, counters, mprobe.vectors)
+    k_points = len(counters[mul["counters"]["K"]]["points"])
+    seen = {(sum(v[:k_points]), sum(v[k_points:])) for _, _, v in mprobe.vectors}
+    assert {(0, 1), (6, 0)} <= seen <= {(0, 1), (3, 0), (6, 0)}  # K counts 3 per inf/NaN operand

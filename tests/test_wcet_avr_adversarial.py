@@ -4,8 +4,10 @@ Per build (the xor model as shape mlp, v1, v2 and v3 for the avr board): range c
 both signs, subnormals, NaN and infinities, huge and tiny magnitudes, random bit patterns, then a
 coordinate-wise hill-climb on simavr cycles from the slowest of them; at least 500 inputs, run in
 batches by one simavr process each. The bound must never be beaten; the worst ratio is printed
-(run with -s). The MLP shape's value facts and the library path entries conditioned on them are
-checked routine by routine in test_wcet_avr_value_facts.py; this is the whole-program check.
+(run with -s). Every shape's float32 sums are split by sign on AVR (flushed inputs, value facts on
+each split line: nnbuild.codegen.common.split_accumulation); the value facts and the library path
+entries conditioned on them are checked routine by routine in test_wcet_avr_value_facts.py; this
+is the whole-program check.
 
 Besides the input-space search, `exp_slow_inputs` aims at the output activation: avr-libc's expf
 runs longest when frac(|z| * log2(e)) is tiny (its polynomial's products denormalise), so inputs
@@ -155,11 +157,12 @@ def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
     """xor as v1: avr-gcc resolves the const table's two kernel pointers into two direct calls of
     nn_dense on the network line; the `calls` fact still applies there (one per entry), each
     entry's `indirect` list sends nn_apply's pointer call to that entry's activation only (ReLU for
-    dense_1, sigmoid for dense_2) and its `values` give the MAC line the tags of that entry's own
-    weights. Without the lists every call is charged the sigmoid; without the values, the tags
-    all entries' weights share; a list naming a target outside the site's own entry is refused
-    in one line."""
+    dense_1, sigmoid for dense_2). Without the lists every call is charged the sigmoid. On AVR the
+    sums are split by sign: every entry's weights are zero or normal, so nn_dense's multiply line
+    carries the __mulsf3 value facts for all of them and no call needs `values` of its own. A
+    list naming a target outside the site's own entry is refused in one line."""
     from nnbuild.errors import NNBuildError
+    from nnbuild.numerics import float_facts
     board = pipeline.load_board("avr")
     elf, _ = pipeline.build_check_program(XOR, board, tmp_path, name="xor", shape="v1")
     facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
@@ -170,14 +173,14 @@ def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
     for c in generic["indirect"][0]["calls"]:
         del c["indirect"]
     worst_act = wcet.analyze(board, elf, "xor_infer", generic, tmp_path / "w2").cycles
-    assert "__mulsf3:C.e<=128" in calls[0]["values"][0]["tags"]  # dense_1's weights are all 1.0
+    assert any(v["op"] == "mul" and v["tags"] == list(float_facts.MUL_TAGS) for v in facts["values"])
+    assert all("values" not in c for c in calls)
     no_values = json.loads(json.dumps(facts))
-    for c in no_values["indirect"][0]["calls"]:
-        del c["values"]
-    shared = wcet.analyze(board, elf, "xor_infer", no_values, tmp_path / "w4").cycles
-    print(f"\n  xor v1: bound {per_entry} with each entry's activation and weight facts, {shared} with the kernel's "
-          f"weight facts only, {worst_act} with the slowest activation for every call")
-    assert per_entry < shared < worst_act
+    no_values["values"] = [v for v in facts["values"] if v["op"] != "mul" or v["tags"] != list(float_facts.MUL_TAGS)]
+    unsplit_facts = wcet.analyze(board, elf, "xor_infer", no_values, tmp_path / "w4").cycles
+    print(f"\n  xor v1: bound {per_entry} with each entry's activation and the split line's facts, {unsplit_facts} "
+          f"without the __mulsf3 facts, {worst_act} with the slowest activation for every call")
+    assert per_entry < unsplit_facts and per_entry < worst_act
     bad = json.loads(json.dumps(facts))
     bad["indirect"][0]["calls"][0]["indirect"][0]["targets"] = ["nn_dense"]
     with pytest.raises(NNBuildError, match=r"indirect flow fact: a call's target 0x[0-9a-f]+ at 0x[0-9a-f]+ is not "

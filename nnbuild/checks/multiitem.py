@@ -168,14 +168,15 @@ def failure(record):
 # ------------------------------------------------------------------------- single core (AVR)
 
 def merged_flowfacts(system, gen):
-    """One flow-facts record for the whole system: every segment's loops, layers and indirect calls."""
+    """One flow-facts record for the whole system: every segment's loops, layers, indirect calls and
+    value facts (each names its segment's file and line)."""
     import json
-    merged = {"entry": f"{system.name}_infer", "loops": [], "layers": [], "indirect": []}
+    merged = {"entry": f"{system.name}_infer", "loops": [], "layers": [], "indirect": [], "values": []}
     for item in system.items:
         for seg in item.segments:
             with open(Path(gen) / f"{seg}.flowfacts.json") as f:
                 facts = json.load(f)
-            for key in ("loops", "layers", "indirect"):
+            for key in ("loops", "layers", "indirect", "values"):
                 merged[key] += facts.get(key, [])
     return merged
 

@@ -170,11 +170,12 @@ def several_io_refusal(shape, module, precision, model):
 
 
 def generate(model, outdir, *, shape="auto", precision="float32", storage="const", passes_log=(),
-             input_range=None, dsp=None):
+             input_range=None, dsp=None, soft_float=False):
     """Render model into outdir; files appear all together (temp + rename) or not at all.
 
     Fixed-point precisions need `input_range` (lo, hi): their formats are proven over it. `dsp`: the
-    board's DSP capability (board key "dsp"), which shapes with DSP_KERNELS use and others ignore."""
+    board's DSP capability (board key "dsp"), which shapes with DSP_KERNELS use and others ignore.
+    `soft_float`: the board has no FPU (board key "soft_float"), which shapes with SOFT_FLOAT_SPLIT use."""
     check_precision(precision)
     check_model_name(model.name)
     check_layer_names(model)
@@ -194,6 +195,8 @@ def generate(model, outdir, *, shape="auto", precision="float32", storage="const
     if why:
         raise NNBuildError(why)
     extra = {"dsp": dsp} if dsp and getattr(module, "DSP_KERNELS", False) else {}
+    if soft_float and getattr(module, "SOFT_FLOAT_SPLIT", False):
+        extra["soft_float"] = True
     files = module.render(model, precision=precision, storage=storage,
                           passes_log=list(passes_log), input_range=input_range, **extra)
     trace_name = f"{model.name}.trace.json"

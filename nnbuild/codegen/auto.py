@@ -26,12 +26,16 @@ def choose(model):
 
 #: passes the board's DSP capability on to the shape it picks, if that one has DSP kernels
 DSP_KERNELS = True
+#: ... and the board's soft_float to the MLP shape
+SOFT_FLOAT_SPLIT = True
 
 
 def render(model, **options):
     shape, module, why = choose(model)
     if not getattr(module, "DSP_KERNELS", False):
         options.pop("dsp", None)
+    if not getattr(module, "SOFT_FLOAT_SPLIT", False):
+        options.pop("soft_float", None)
     files = module.render(model, **options)
     trace = files[f"{model.name}.trace.json"]
     if isinstance(trace, dict):

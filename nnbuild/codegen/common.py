@@ -38,6 +38,21 @@ SIMD_STORAGE = "const-simd"
 HOST_STORAGE = "const-host"
 
 
+#: weights storages whose float32 multiply-accumulates flush tiny inputs and sum their products by
+#: sign (`split_accumulation`): the AVR flash ones, where float32 is avr-libc's soft-float
+SPLIT_STORAGES = FLASH_STORAGES
+
+
+def split_accumulation(storage, real, soft_float=False):
+    """Whether float32 multiply-accumulates flush tiny inputs and sum products by sign (one
+    accumulator per sign, joined by one subtraction per output), so the soft-float WCET analysis
+    can drop __mulsf3's subnormal loops and __addsf3's cancellation loop
+    (nnbuild.numerics.float_facts). On for AVR flash (avr-libc soft-float) and, in the MLP shape,
+    for a board without FPU (`soft_float`, board key soft_float: libgcc's ARM soft-float); the MLP
+    and the CNN shapes v1, v2 and v3 all ask here, so another soft-float board is turned on in one
+    place. Elsewhere the sums stay sequential, in the reference's order."""
+    return real == "float" and (storage in SPLIT_STORAGES or soft_float)
+
 #: the prelude's comment above the near (LPM) weight readers of storage avr-progmem-near
 NEAR_COMMENT = ("/* Weights in AVR flash below 64 KB (storage avr-progmem-near, checked after linking): read with\n"
                 " * LPM through 16-bit pointers (pgm_read_*), for chips without ELPM. */")

@@ -59,11 +59,13 @@ def vector_lanes(storage, real):
 
 #: the fixed-point layers have DSP-extension kernels (common.DSP_CAPABILITIES, mlp_fixed.dsp_layer)
 DSP_KERNELS = True
+#: the flush + sign-split accumulation is generated for soft-float boards (board key soft_float)
+SOFT_FLOAT_SPLIT = True
 
 
-def render(model, *, precision, storage, passes_log, input_range=None, dsp=None):
+def render(model, *, precision, storage, passes_log, input_range=None, dsp=None, soft_float=False):
     """All output files of `model` as {file name: text or JSON-able object}; `dsp`: the board's DSP
-    capability (fixed-point precisions only)."""
+    capability (fixed-point precisions only); `soft_float`: the board has no FPU (common.split_accumulation)."""
     from nnbuild.numerics import formats as quantize
     if quantize.is_fixed(precision):
         from nnbuild.codegen import mlp_fixed
@@ -73,7 +75,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         raise NNBuildError("precision float64 needs a 64-bit double; avr-gcc's double is 32 bits")
     real = common.REALS[precision][0]
     name = model.name
-    layers = plan_layers(model, storage, real)
+    layers = plan_layers(model, storage, real, soft_float)
     context = {
         "name": name,
         "guard": name.upper(),
@@ -95,7 +97,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
         "flushed_source": flushed_source,
         # relu is written at its store (no call); the others are functions
         "activations": sorted({l["activation"] for l in layers} - {"linear", "relu"}),
-        "block": block_for(storage),
+        "block": 1 if common.split_accumulation(storage, real, soft_float) else block_for(storage),
         # the host's blocked loops only (not AVR flash, not the vector code)
         "unroll": UNROLL if any(c.get("block") for l in layers for c in l.get("chunks") or ()) else 0,
         "simd": any(c.get("lanes") for l in layers for c in l.get("chunks") or ()),
@@ -120,10 +122,12 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None)
     return files
 
 
-def split_accumulation(storage, real):
-    """float32 on AVR (soft-float): sum the products by sign and flush tiny inputs, so the WCET
-    analyser can drop the soft-float paths that cannot run (nnbuild.numerics.float_facts)."""
-    return storage in common.FLASH_STORAGES and real == "float"
+def split_tags(storage):
+    """(multiply tags, addition tags) of a split layer's lines: avr-libc's __mulsf3/__addsf3 on AVR,
+    libgcc's __aeabi_fmul/__aeabi_fadd on ARM (arm_libloops.json, thumb2_libloops.json `paths`)."""
+    if storage in common.FLASH_STORAGES:
+        return float_facts.MUL_TAGS, float_facts.ADD_TAGS
+    return float_facts.NO_SUBNORMAL_TAGS, float_facts.FADD_SAME_SIGN_TAGS
 
 
 def flushed_source(layer):
@@ -131,13 +135,13 @@ def flushed_source(layer):
     return "xin" if layer["src"] == "in" else layer["src"]
 
 
-def layer_chunks(prefix, layer, storage, real):
+def layer_chunks(prefix, layer, storage, real, split=False):
     """The weight arrays of a Dense layer: row chunks; with const-simd first the rows that fill
     whole vectors, interleaved for them, then the rows left (scalar code)."""
     lanes = vector_lanes(storage, real)
     vector_rows = layer.units // lanes * lanes if lanes else 0
     if not vector_rows:
-        return scalar_chunks(prefix, layer, storage, real)
+        return scalar_chunks(prefix, layer, storage, real, split=split)
     rows = np.asarray(layer.kernel, dtype=np.float32).T
     count = vector_rows // lanes
     chunk = {"symbol": f"{prefix}_{c_identifier(layer.name)}_wv", "start": 0, "rows": vector_rows,
@@ -150,12 +154,12 @@ def layer_chunks(prefix, layer, storage, real):
     return [chunk] + rest
 
 
-def scalar_chunks(prefix, layer, storage, real, first=0):
-    """Scalar code's weight arrays (from row `first`): on AVR flash rows in order (one neuron at a
-    time); elsewhere BLOCK neurons per pass over the inputs, with const-host their weights
-    interleaved for it (`groups`), else rows in order (read at constant row offsets)."""
+def scalar_chunks(prefix, layer, storage, real, first=0, split=False):
+    """Scalar code's weight arrays (from row `first`): on AVR flash and in a split layer rows in
+    order (one neuron at a time); elsewhere BLOCK neurons per pass over the inputs, with const-host
+    their weights interleaved for it (`groups`), else rows in order (read at constant row offsets)."""
     chunks = weight_chunks(prefix, layer, storage, real, first=first)
-    if storage not in common.FLASH_STORAGES:
+    if storage not in common.FLASH_STORAGES and not split:
         rows = np.asarray(layer.kernel, dtype=np.float32).T
         for chunk in chunks:
             passes = -(-chunk["rows"] // BLOCK)
@@ -206,7 +210,7 @@ def deferred_activation(entry, real):
             and not (real != "float" and entry["dst"] == "out"))
 
 
-def plan_layers(model, storage, real="float"):
+def plan_layers(model, storage, real="float", soft_float=False):
     """Per layer: source/destination buffers, weight arrays (split in chunks) and loop bounds."""
     shapes = model.shapes()
     if any(len(s) != 1 for s in shapes):
@@ -220,17 +224,24 @@ def plan_layers(model, storage, real="float"):
                  "c_name": c_identifier(layer.name), "src": src, "dst": dst,
                  "inputs": shapes[index][0], "units": shapes[index + 1][0], "facts": None}
         if isinstance(layer, Dense):
+            split = common.split_accumulation(storage, real, soft_float)
             entry.update(kind="dense", activation=layer.activation,
-                         chunks=layer_chunks(model.name, layer, storage, real),
+                         chunks=layer_chunks(model.name, layer, storage, real, split),
                          bias=bias_array(model.name, layer, real),
-                         split=split_accumulation(storage, real),
+                         split=split,
                          weights_normal=real == "float" and float_facts.zero_or_normal(layer.kernel),
                          input_not_subnormal=float_facts.not_subnormal_output(previous) if real == "float" else None,
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             entry["deferred"] = deferred_activation(entry, real)
             if entry["split"]:
-                entry["facts"] = float_facts.mac_facts(layer.kernel)
+                entry["facts"] = float_facts.mac_facts(layer.kernel, normal_products=storage not in common.FLASH_STORAGES)
                 entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
+                entry["mul_tags"], entry["add_tags"] = split_tags(storage)
+                entry["add_note"] = "" if storage in common.FLASH_STORAGES else \
+                    "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)"
+                # libgcc's ARM soft float: neg += |p| calls __aeabi_fadd, whose same-sign path is
+                # shorter than __aeabi_fsub's on the Cortex-M0+ (avr-libc's __subsf3 is __addsf3's)
+                entry["add_magnitude"] = storage not in common.FLASH_STORAGES
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:

@@ -230,10 +230,10 @@ def entries_of(op, index_of, int_index_of=None, bases=API_BASES):
 
 
 #: fields of struct nn_layer that are 8 bits wide (the others are 16 bits)
-BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "n_opd")
+BYTE_FIELDS = ("kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "n_opd", "ke")
 #: scalar fields written in the initializer (unsigned, 16 bits unless in BYTE_FIELDS)
 SCALARS = ("h", "w", "c", "oh", "ow", "oc", "kh", "kw", "sh", "sw", "dh", "dw", "pt", "pl", "mode", "k",
-           "cg", "og", "cb", "gi", "o0", "rows", "n", "outer", "chunk", "total", "at", "inner", "n_opd") + \
+           "cg", "og", "cb", "gi", "o0", "rows", "n", "outer", "chunk", "total", "at", "inner", "n_opd", "ke") + \
     tuple(f"d{i}" for i in range(RANK)) + tuple(f"r{i}" for i in range(RANK)) + tuple(f"tp{i}" for i in range(RANK))
 #: signed array fields: (low, high)
 SIGNED = {"st": (-32768, 32767), "rs": (0, 65535), "ti": (-1, 127), "tw": (-1, 127)}
@@ -269,7 +269,10 @@ MEMBERS = (
     ("uint8_t", ["n_opd"], "broadcast: operand count"),
     ("struct nn_operand", ["opd[{max_opd}]"], "broadcast: operands"),
     ("int8_t", ["wi", "bi"], "weight table indices (kernel/scale, bias/offset); -1: none"),
+    ("uint8_t", ["ke"], "float32 on AVR: inputs with a smaller biased exponent are flushed to zero"),
 )
+#: members only the split sums read (common.split_accumulation)
+SPLIT_MEMBERS = {"ke"}
 
 
 def _kernel_reads():
@@ -282,10 +285,13 @@ def _kernel_reads():
     return out
 
 
-def members(kinds, apply, real, max_src, max_opd):
-    """(declarations, member names) of struct nn_layer for the kernels `kinds`."""
+def members(kinds, apply, real, max_src, max_opd, split=False):
+    """(declarations, member names) of struct nn_layer for the kernels `kinds` (`split`: the
+    float32 sums split by sign, which read the flush threshold `ke`)."""
     reads = _kernel_reads()
     used = set().union(*(reads.get(k, set()) for k in kinds)) | ({"act"} if apply else set()) | {"dst"}
+    # the split sums' macros (read by nn_conv2d and nn_dense) sit above the kernels' parts
+    used = (used | SPLIT_MEMBERS) if split and kinds & {"conv2d", "dense"} else used - SPLIT_MEMBERS
     decls = []
     for ctype, names, comment in MEMBERS:
         keep = [n for n in names if re.match(r"\w+", n).group(0) in used]
@@ -351,12 +357,15 @@ def render(model, *, precision, storage, passes_log, **options):
     for a in api_args:
         a["base"] = bases[a["name"]]
     per_op = [entries_of(op, index_of, int_index_of, bases) for op in lowered["ops"]]
+    split = common.split_accumulation(storage, common.REALS[precision][0])
+    if split:
+        add_flush_thresholds(lowered["ops"], per_op)
     entries = [e for es in per_op for e in es]
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
     kinds = {e["kernel"] for e in entries}
     apply = bool(kinds & APPLY)
-    decls, used_members = members(kinds, apply, common.REALS[precision][0], max_src, max_opd)
+    decls, used_members = members(kinds, apply, common.REALS[precision][0], max_src, max_opd, split)
     for e in entries:
         e["init"] = initializer(e, max_src, max_opd, common.REALS[precision][1], used_members)
     bounds = {k: {f: max([int(e.get(f, 0)) for e in entries if e["kernel"] == k], default=0) for f in FIELDS}
@@ -373,7 +382,11 @@ def render(model, *, precision, storage, passes_log, **options):
                t_count=max(bases.values()) + 1 if api_args else 3)
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
-    ctx.update(apply=apply, members=decls, mul_facts=kernel_weight_tags(lowered["ops"], per_op))
+    ctx.update(apply=apply, members=decls, mul_facts=kernel_weight_tags(lowered["ops"], per_op), split=split,
+               split_facts=split_line_facts(lowered["ops"], per_op) if split else {},
+               add_tags=float_facts.ADD_TAGS, mul_tags=float_facts.MUL_TAGS)
+    if split:
+        ctx["split_ops"] = [op for op in lowered["ops"] if op.get("facts")]
     ctx.update(kinds=kinds, nd=bool(kinds & {"move", "broadcast", "reduce", "resample"}),
                strided=bool(kinds & {"move", "reduce", "resample"}), tabled=bool(kinds & {"move", "resample"}))
     if kinds & {"move", "resample"}:
@@ -386,7 +399,8 @@ def render(model, *, precision, storage, passes_log, **options):
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
         add_activation_targets(facts["indirect"][0]["calls"], entries, f"{name}.c", marks["apply"][0])
-    add_entry_weight_facts(facts["indirect"][0]["calls"], lowered["ops"], per_op, f"{name}.c", marks)
+    add_entry_weight_facts(facts["indirect"][0]["calls"], lowered["ops"], per_op, f"{name}.c", marks,
+                           split, ctx["split_facts"])
     trace = cnn.trace(model, lowered, facts, passes_log, "v1", [cnn.memory_log(lowered["memory"])],
                       storage=storage)
     for layer in trace["layers"]:
@@ -406,7 +420,31 @@ def kernel_weight_tags(ops, per_op):
     return out
 
 
-def add_entry_weight_facts(calls, ops, per_op, file, marks):
+def add_flush_thresholds(ops, per_op):
+    """float32 on AVR (common.split_accumulation): each conv2d and dense op's MacFacts (`facts`,
+    nnbuild.numerics.float_facts) and its table entries' flush threshold `ke`."""
+    for op, es in zip(ops, per_op):
+        if op["kind"] in ("conv2d", "dense"):
+            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
+            for e in es:
+                e["ke"] = op["facts"].keep_exp
+
+
+def split_line_facts(ops, per_op):
+    """{kernel: why} of nn_conv2d's and nn_dense's split multiply line when every table entry of
+    the kernel has zero-or-normal weights (each flushes its inputs with its own threshold, so the
+    __mulsf3 value facts hold for all of them); a kernel with another entry gets its facts per
+    call (add_entry_weight_facts)."""
+    out = {}
+    for kernel in ("conv2d", "dense"):
+        users = [op for op, es in zip(ops, per_op) if any(e["kernel"] == kernel for e in es)]
+        if users and all(op["facts"].weights_normal for op in users):
+            out[kernel] = ("every table entry of nn_" + kernel + " flushes its inputs with its own layer's threshold "
+                           "L->ke: " + "; ".join(f"'{op['name']}': {op['facts'].why()}" for op in users))
+    return out
+
+
+def add_entry_weight_facts(calls, ops, per_op, file, marks, split=False, split_facts=None):
     """Each network call of nn_conv2d or nn_dense: the __mulsf3 tags its own layer's weights prove,
     as `values` of that call on the kernel's multiply-accumulate line (the line's own facts hold
     for every entry's weights at once, so they are at most these)."""
@@ -418,6 +456,9 @@ def add_entry_weight_facts(calls, ops, per_op, file, marks):
             if not line or "weights" not in op:
                 continue
             tags, why = float_facts.weight_tags(op["weights"])
+            if split:  # split sums: the line's facts, per call only when the line cannot hold them for all
+                normal = op["facts"].weights_normal and e["kernel"] not in (split_facts or {})
+                tags, why = (float_facts.MUL_TAGS, op["facts"].why()) if normal else ((), None)
             if tags:
                 call["values"] = [{"file": file, "line": line[0], "op": "mul", "tags": list(tags),
                                    "why": f"this table entry's layer: {why}"}]

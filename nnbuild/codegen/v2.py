@@ -13,7 +13,7 @@ import types
 import numpy as np
 
 from nnbuild.codegen import cnn, common, recurrent
-from nnbuild.codegen.common import FLASH_STORAGES, float_literal
+from nnbuild.codegen.common import FLASH_STORAGES, float_literal, split_accumulation
 from nnbuild.numerics import float_facts
 from nnbuild.numerics.formats import is_fixed
 
@@ -300,6 +300,21 @@ DSP_KERNELS = True
 UNROLL = 4
 
 
+#: the layers whose multiply-accumulates split by sign (common.split_accumulation)
+MAC_KINDS = ("conv2d", "dense")
+
+
+def plan_split(ops, *, name, split):
+    """With `split` (float32 on AVR flash), give each conv2d and dense op its MacFacts (`facts`:
+    the flush threshold and why the value facts hold, nnbuild.numerics.float_facts) and the name of
+    its threshold constant in <name>_weights.c (`keep_exp`); otherwise leave them without."""
+    for op in ops:
+        op["facts"] = None
+        if split and op["kind"] in MAC_KINDS:
+            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
+            op["keep_exp"] = f"{name}_{op['c_name']}_keep_exp"
+
+
 #: the operations const-host lays out for gcc -O3's vectoriser (host_layout). A Conv2D only without
 #: padding, groups or dilation: its loops over a window's rows and columns are then unrolled whole
 #: (NN_UNROLL), so the accumulators stay in vector registers across the window (left as loops, gcc
@@ -349,6 +364,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
     # a float32 multiply whose weight factor is checked zero or normal (value fact for the soft-float WCET)
     ctx["weights_normal"] = lambda op: ctx["real"] == "float" and float_facts.zero_or_normal(op["weights"])
     ctx["one_normal_tags"] = float_facts.ONE_NORMAL_TAGS
+    plan_split(lowered["ops"], name=model.name, split=split_accumulation(storage, ctx["real"]))
+    ctx.update(split_ops=[op for op in lowered["ops"] if op.get("facts")], mul_tags=float_facts.MUL_TAGS,
+               add_tags=float_facts.ADD_TAGS)
     name = model.name
     code, facts, _ = cnn.render_code("v2.c.j2", ctx)
     record = cnn.trace(model, lowered, facts, passes_log, "v2", [cnn.memory_log(lowered["memory"])], storage=storage)

@@ -34,6 +34,7 @@ from nnbuild.codegen import cnn, common, tensor_ops
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import semantics
 from nnbuild.ir.graph import normal_axes
+from nnbuild.numerics import float_facts
 from nnbuild.numerics.formats import is_fixed
 
 #: number formats this shape generates (codegen.shape_refusal)
@@ -165,6 +166,25 @@ def softmax_lines(w, src, dst):
     return "{ /* softmax: subtract the max so exp never overflows */ " + " ".join(lines) + " }"
 
 
+#: marks the end of a NN_SPLIT_MAC line; v3.c.j2 puts the line's value facts there
+SPLIT_MARK = "\x01split\x01"
+
+
+def split_sum(w, op, cell, bias, pairs):
+    """One output of a split float32 layer (common.split_accumulation) as a block: the bias in pos
+    or neg by its sign bit (known here), one NN_SPLIT_MAC line per term (flush, multiply, add by
+    the product's sign: its value facts go on that line), then the activation of pos - neg."""
+    sign = bias is not None and bool(np.signbit(np.float32(bias)))
+    start = w.num.weight(abs(np.float32(bias))) if bias is not None else "0.0f"
+    pos, neg = ("0.0f", start) if sign else (start, "0.0f")
+    keep = f"{op['facts'].keep_exp}u"
+    lines = [f"{{ /* {w.at(op['dst'], cell)}: products summed by sign (NN_SPLIT_MAC) */",
+             f"    float pos = {pos}, neg = {neg};"]
+    lines += [f"    NN_SPLIT_MAC(pos, neg, {w.num.weight(wv)}, {x}, {keep});{SPLIT_MARK}" for wv, x in pairs]
+    lines += [f"    {w.store(op['dst'], cell, act(op['activation'], 'pos - neg'))}", "}"]
+    return "\n".join(lines)
+
+
 def layer_lines(op, w, layer=None):
     """Emit the unrolled statements of one op into Writer w (`layer`: its IR layer, for the N-d ops)."""
     k, a = op["kind"], op["activation"]
@@ -180,6 +200,7 @@ def layer_lines(op, w, layer=None):
                 for o in range(op["OC"]):
                     c0 = (o // OG) * CG
                     terms = [num.weight(bias[o])] if bias is not None else []
+                    pairs = []
                     for ky in range(op["KH"]):
                         iy = oy * op["SH"] + ky * op["DH"] - op["PT"]
                         if not 0 <= iy < H:
@@ -191,8 +212,13 @@ def layer_lines(op, w, layer=None):
                             for c in range(CG):
                                 wv = rows[o][(ky * op["KW"] + kx) * CG + c]
                                 terms.append(f"{num.weight(wv)} * {w.get(src[0], (iy * W + ix) * C + c0 + c)}")
+                                pairs.append((wv, w.get(src[0], (iy * W + ix) * C + c0 + c)))
                     expr = " + ".join(terms) if terms else zero
-                    w.emit(w.store(dst, (oy * op['OW'] + ox) * op['OC'] + o, act(a, expr)), len(terms), expr)
+                    cell = (oy * op['OW'] + ox) * op['OC'] + o
+                    if op.get("facts"):
+                        w.emit(split_sum(w, op, cell, None if bias is None else bias[o], pairs), len(terms), expr)
+                    else:
+                        w.emit(w.store(dst, cell, act(a, expr)), len(terms), expr)
     elif k == "dense":
         rows, bias, K, OC = op["weights"], op["bias_values"], op["k"], op["OC"]
         for p in range(op["outer"]):
@@ -200,7 +226,11 @@ def layer_lines(op, w, layer=None):
                 terms = [num.weight(bias[j])] if bias is not None else []
                 terms += [f"{num.weight(rows[j][i])} * {w.get(src[0], p * K + i)}" for i in range(K)]
                 expr = " + ".join(terms)
-                w.emit(w.store(dst, p * OC + j, act(a, expr or zero)), len(terms), expr)
+                if op.get("facts"):
+                    pairs = [(rows[j][i], w.get(src[0], p * K + i)) for i in range(K)]
+                    w.emit(split_sum(w, op, p * OC + j, None if bias is None else bias[j], pairs), len(terms), expr)
+                else:
+                    w.emit(w.store(dst, p * OC + j, act(a, expr or zero)), len(terms), expr)
     elif k == "pool2d":
         for i, window in cnn.pool_windows(op):
             cells = [w.get(src[0], j) for j in window]
@@ -435,6 +465,10 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
         return v3_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
                                input_range=input_range, lowered=lowered, part_terms=PART_TERMS)
     num = Numbers(precision)
+    split = common.split_accumulation(storage, num.real)
+    for op in lowered["ops"]:
+        if split and op["kind"] in ("conv2d", "dense"):
+            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
     api_args = cnn.api_context(model)["api_args"]
     layers, parts, written, distinct = [], [], 0, 0
     for op in lowered["ops"]:
@@ -460,7 +494,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     uses = "\n".join(line for p in parts for line in p["lines"])
     # the weights and tables are literals in the code: no array is read, no reader macro is needed
     code_ctx.update(layers=layers, parts=parts, part_terms=PART_TERMS, arrays=[], int_reads=[],
-                    uses_max="nn_max(" in uses, uses_min="nn_min(" in uses)
+                    uses_max="nn_max(" in uses, uses_min="nn_min(" in uses,
+                    split_ops=[op for op in lowered["ops"] if op.get("facts")], split_mark=SPLIT_MARK,
+                    mul_tags=float_facts.MUL_TAGS, add_tags=float_facts.ADD_TAGS)
     files_ctx = dict(code_ctx, arrays=[])
     name = model.name
     code, facts, _ = cnn.render_code("v3.c.j2", code_ctx)

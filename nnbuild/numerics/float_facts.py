@@ -45,6 +45,10 @@ NO_SUBNORMAL_TAGS = ("fmul:no.subnormal",)
 #: ... and the product of the two is zero, NaN or normal (no underflow, no overflow): the weights'
 #: smallest non-zero magnitude is at least 2^-68 (`normal_products`)
 NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
+#: an addition of two values with a clear sign bit, not both subnormal (a split layer's pos += p and
+#: neg -= p, p normal, zero, inf or NaN: mac_facts(normal_products=True)): libgcc's __aeabi_fadd
+#: adds the significands and never normalises leftwards (arm_libloops.json and thumb2_libloops.json "paths")
+FADD_SAME_SIGN_TAGS = ("fadd:same-sign",)
 #: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
@@ -71,13 +75,16 @@ class MacFacts:
     flush_error: float
     #: every weight is finite and zero or normal: only then are the multiply facts claimed
     weights_normal: bool = True
+    #: the flush makes eW + eX at least this for non-zero factors (128 with normal_products:
+    #: every product of normal factors is then at least 2^-126, normal or infinite)
+    exp_sum_min: int = BIAS
 
     def why(self):
         low = "no non-zero weight" if self.weight_exp_min is None else \
             f"smallest non-zero weight exponent {self.weight_exp_min - BIAS}"
         return (f"weights zero or normal ({low}); inputs with biased exponent < {self.keep_exp} "
                 f"(|x| < 2^{self.keep_exp - BIAS}) flushed to zero before the layer, so non-zero "
-                f"factors are normal with eW + eX >= 127 (sum changed by <= {self.flush_error:.3g})")
+                f"factors are normal with eW + eX >= {self.exp_sum_min} (sum changed by <= {self.flush_error:.3g})")
 
 
 def biased_exponents(values):
@@ -86,20 +93,23 @@ def biased_exponents(values):
     return ((bits >> 23) & 0xFF).astype(np.int64)
 
 
-def mac_facts(kernel):
+def mac_facts(kernel, normal_products=False):
     """MacFacts for a [inputs, units] float32 kernel. A subnormal or non-finite weight leaves
     weights_normal False (nothing is claimed about the products; subnormal inputs are still
-    flushed, keep_exp 1, so the code does not depend on the weights)."""
+    flushed, keep_exp 1, so the code does not depend on the weights). `normal_products` (ARM's
+    split layers): flush one binade more, so that no product of non-zero factors is subnormal and
+    libgcc's __aeabi_fadd never adds two subnormals in a split sum (FADD_SAME_SIGN_TAGS)."""
     w = np.asarray(kernel, dtype=np.float32)
     nonzero = w[(w != 0) & np.isfinite(w)]
     exps = biased_exponents(nonzero)
     normal = bool(np.all(np.isfinite(w)) and not np.any(exps == 0))
     e_min = int(exps[exps > 0].min()) if np.any(exps > 0) else None
-    keep = max(1, BIAS - e_min) if normal and e_min is not None else 1
+    floor = BIAS + 1 if normal_products else BIAS
+    keep = max(1, floor - e_min) if normal and e_min is not None else 1
     magnitudes = np.abs(np.where(np.isfinite(w), w, 0).astype(np.float64))
     per_unit = magnitudes.sum(axis=0) if w.ndim == 2 else magnitudes
     flush_error = float(per_unit.max(initial=0.0)) * 2.0 ** (keep - BIAS)
-    return MacFacts(keep, e_min, flush_error, normal)
+    return MacFacts(keep, e_min, flush_error, normal, floor)
 
 
 def flushed(x, keep_exp):

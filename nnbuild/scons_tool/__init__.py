@@ -183,7 +183,7 @@ class StepAction(SCons.Action._ActionAction):
     def execute(self, target, source, env, executor=None):
         argv = self.argv(target, source, env, executor)
         target, source = self._nodes(target, source, executor)
-        status = run_argv(argv, action_env(env, target, source))
+        status = run_step(argv, action_env(env, target, source), env.get("NNBUILD_STEP_SERVER", True))
         if status:
             return SCons.Errors.BuildError(errstr=f"Error {status}", status=status, action=self,
                                            command=shlex.join(argv))
@@ -198,6 +198,18 @@ def action_env(env, target, source):
             value = os.pathsep.join(map(str, SCons.Util.flatten_sequence(value)))
         out[str(key)] = str(value)
     return out
+
+
+def run_step(argv, env, use_server=True):
+    """A step's `python -m nnbuild STEP ...`: forked from this run's step server (stepserver: the
+    interpreter and nnbuild's imports paid once per SCons run), else as a process of its own."""
+    if use_server and argv[1:3] == ["-m", "nnbuild"]:
+        from nnbuild.scons_tool import stepserver
+        server = stepserver.server_for(argv[0], env)
+        status = server and server.run(argv[3:], env, os.getcwd())
+        if status is not None:
+            return status
+    return run_argv(argv, env)
 
 
 def run_argv(argv, env):
@@ -867,4 +879,7 @@ def binutil(board, tool):
 def step_node(env, step_name, targets, sources, **values):
     """One step's build node(s): the action's argument list is the step table's (steps.arguments)."""
     builder = getattr(env, builder_name(step_name))
+    if env.get("NNBUILD_STEP_SERVER", True):
+        from nnbuild.scons_tool import stepserver
+        stepserver.fork_server()
     return builder(targets, sources, NN_STEP_ARGV=steps.arguments(step_name, **values))

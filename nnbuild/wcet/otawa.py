@@ -27,6 +27,7 @@ from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
 from nnbuild.wcet import WcetResult, otawa_ilp, otawa_paths, otawa_timing, tools
+from nnbuild.wcet.thumb2_decode import object_at
 
 TOOL = "owcet"
 INSTALL_HINT = ("run `bash scripts/setup.sh --with-otawa` (builds OTAWA 2 with its ARM loader from "
@@ -598,16 +599,18 @@ def loop_pattern_bounds(functions, entries) -> List[LoopBound]:
     return found
 
 
-def library_paths(functions, block_map, facts, table_path=LIBLOOPS_PATH) -> List[otawa_paths.PathRow]:
+def library_paths(functions, block_map, facts, table_path=LIBLOOPS_PATH, elf=None) -> List[otawa_paths.PathRow]:
     """The table's `paths` rows for the routines in the ILP (otawa_paths), each call site's line
-    read from the DWARF line table to match the generator's value facts."""
+    read from the DWARF line table to match the generator's value facts; `elf` gives the bytes of
+    the tables a `caller_tags` routine's literal pool points to (routine_data_digest)."""
     with open(table_path) as f:
         table = json.load(f)
     entries = table.get("paths", [])
     if not entries:
         return []
     lines = {i.addr: (i.file, i.line) for parts in functions.values() for func in parts for i in func.insns}
-    callers = otawa_paths.caller_tags(functions, table.get("caller_tags", []), routine_data_digest)
+    callers = otawa_paths.caller_tags(functions, table.get("caller_tags", []),
+                                      lambda func: routine_data_digest(func, elf))
     return otawa_paths.path_rows(functions, otawa_paths.read_block_map(block_map), facts, entries,
                                  routine_digest, same_file, lambda addr: lines.get(addr), callers)
 
@@ -616,13 +619,21 @@ def library_paths(functions, block_map, facts, table_path=LIBLOOPS_PATH) -> List
 ADDRESS_WORD_LIMIT = 1 << 24
 
 
-def routine_data_digest(func: Function) -> str:
+def routine_data_digest(func: Function, elf=None) -> str:
     """sha256 of a routine's instructions and of its literal pool words (the float constants it
-    loads; a word below ADDRESS_WORD_LIMIT is an address and is written as `.word address`)."""
-    words = [f".word 0x{func.words[a]:08x}" if func.words[a] >= ADDRESS_WORD_LIMIT else ".word address"
+    loads); a word below ADDRESS_WORD_LIMIT is an address: `.table <bytes>` of the sized symbol of
+    `elf` it points to (newlib's halF, ln2HI, ln2LO: constants as much as the literal words), else
+    `.word address`."""
+    words = [f".word 0x{func.words[a]:08x}" if func.words[a] >= ADDRESS_WORD_LIMIT else pointed_table(func.words[a], elf)
              for a in sorted(func.words)]
     text = "\n".join(loop_text(i) for i in func.insns) + "\n" + "\n".join(words)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def pointed_table(address, elf) -> str:
+    """A literal pool address in routine_data_digest's text: the bytes of the table it points to."""
+    table = object_at(elf, address) if elf is not None else None
+    return ".word address" if table is None else f".table {table.hex()}"
 
 
 def routine_digest(func: Function) -> str:
@@ -941,7 +952,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     solved = None
     if ilp:
         require_clean_run(done.stdout, done.stderr, done.returncode, entry)
-        rows = library_paths(functions, block_map, facts)
+        rows = library_paths(functions, block_map, facts, elf=elf)
         lp = otawa_paths.add_rows(otawa_ilp.parse_lp(ilp.read_text()), rows)
         solved = otawa_ilp.maximise(lp, tools.timeout_of(board))
         solved["path_constraints"] = [r.record() for r in rows]

@@ -121,12 +121,23 @@ def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file,
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
-                if digest(func) != entry["sha256"]:
+                if digest(func) != entry["sha256"] or not falls_into_pinned(functions, func, entry, digest):
                     continue
                 row = routine_row(func, block_map, facts, entry, same_file, line_of, callers)
                 if row is not None:
                     rows.append(row)
     return rows
+
+
+def falls_into_pinned(functions, func, entry, digest) -> bool:
+    """True unless the entry has `falls_into` (a routine entered by falling through its last
+    instruction, as libgcc's __aeabi_fsub into __aeabi_fadd): then the routine starting where
+    `func` ends must be one of its symbols with its sha256 (the rest of the code the row names)."""
+    then = entry.get("falls_into")
+    if not then:
+        return True
+    return any(nxt.start == func.end and digest(nxt) == then["sha256"]
+               for name in then["symbols"] for nxt in functions.get(name, []))
 
 
 def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,

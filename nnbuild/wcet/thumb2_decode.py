@@ -73,6 +73,24 @@ _MEMORY: Dict[tuple, list] = {}
 def read_words(elf, addr, count):
     """`count` little-endian words of the loaded image at `addr` (from the ELF's allocated,
     non-NOBITS sections), or [] when they are not all in one section."""
+    data = read_bytes(elf, addr, 4 * count)
+    return [int.from_bytes(data[4 * k:4 * k + 4], "little") for k in range(count)] if data is not None else []
+
+
+def object_at(elf, addr) -> Optional[bytes]:
+    """The image bytes of the file-local sized symbols that follow each other from `addr` (the
+    static tables a routine's literal pool points to: gcc loads one anchor, newlib ef_exp.c's
+    ln2HI, and reaches ln2LO and halF at fixed offsets from it), or None: what a digest of the
+    routine's constants pins besides its literal words."""
+    local = {s.addr: s.size for s in elf_file.symbols(elf) if s.size and s.kind.islower()}
+    end = addr
+    while end in local:
+        end += local[end]
+    return read_bytes(elf, addr, end - addr) if end > addr else None
+
+
+def read_bytes(elf, addr, size) -> Optional[bytes]:
+    """`size` bytes of the loaded image at `addr`, or None when they are not all in one section."""
     st = os.stat(elf)
     key = (os.path.realpath(elf), st.st_mtime_ns, st.st_size)   # a rebuilt ELF is read again
     if key not in _MEMORY:
@@ -86,10 +104,9 @@ def read_words(elf, addr, count):
             _MEMORY.pop(next(iter(_MEMORY)))
         _MEMORY[key] = spans
     for start, data in _MEMORY[key]:
-        if start <= addr and addr + 4 * count <= start + len(data):
-            off = addr - start
-            return [int.from_bytes(data[off + 4 * k:off + 4 * k + 4], "little") for k in range(count)]
-    return []
+        if start <= addr and addr + size <= start + len(data):
+            return bytes(data[addr - start:addr - start + size])
+    return None
 
 
 def parse_listing(text, model):

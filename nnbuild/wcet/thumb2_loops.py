@@ -20,6 +20,7 @@ import json
 import os
 
 from nnbuild.errors import NNBuildError
+from nnbuild.wcet.thumb2_decode import object_at
 from nnbuild.wcet.avr_loops import _innermost, _lines, _range_owner, eval_expr, find_loops  # noqa: F401
 
 ANALYZER = "builtin-thumb2"
@@ -45,7 +46,8 @@ ADDRESS_WORD_LIMIT = 1 << 24
 
 def data_hash(prog, start):
     """code_hash of the function at `start` extended by the words its pc-relative loads read (the
-    constants a proof about its values leans on; addresses below ADDRESS_WORD_LIMIT left out)."""
+    constants a proof about its values leans on); a word below ADDRESS_WORD_LIMIT is an address,
+    written as the bytes of the sized symbol it points to (a constant table) or left out."""
     lo, hi = prog.interval(start)
     words = []
     for a in sorted(a for a in prog.insns if lo <= a < hi):
@@ -53,7 +55,11 @@ def data_hash(prog, start):
         if insn.base == "ldr" and len(insn.ops) == 2 and insn.ops[1].startswith("[pc"):
             offset = int(insn.ops[1].strip("[]").split("#")[1], 0) if "#" in insn.ops[1] else 0
             word = prog.word(((insn.addr + 4) & ~3) + offset)
-            words.append("address" if word is None or word < ADDRESS_WORD_LIMIT else f"{word:08x}")
+            if word is None or word < ADDRESS_WORD_LIMIT:
+                table = None if word is None else object_at(prog.elf, word)
+                words.append("address" if table is None else f"table {table.hex()}")
+            else:
+                words.append(f"{word:08x}")
     text = code_hash(prog, start) + "\n" + "\n".join(words)
     return hashlib.sha256(text.encode()).hexdigest()
 
