@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 from nnbuild import names
-from nnbuild.codegen import common
 from nnbuild.files import output_mode
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED, QUANTIZED_PRECISIONS
@@ -31,6 +30,10 @@ SHAPES = {
     "gravity": "nnbuild.codegen.gravity",
     "tflm": "nnbuild.codegen.int8",
 }
+#: the model kind of each shape that does not generate "nn" models: what the shape module's KIND
+#: says (tests/test_lazy_imports.py holds them equal), known here so that choosing a shape for a kind
+#: imports no shape module (nor jinja2, numpy)
+SHAPE_KINDS = {"switch": "tpg", "stack": "tpg", "gravity": "gravity", "tflm": "int8"}
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS
 #: How weights are stored: plain const arrays, AVR flash read with ELPM (pgm_read_*_far, anywhere
@@ -40,8 +43,10 @@ PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS
 #: the mlp shape lays out for a host's scalar code (const-host: plain C99, weights interleaved by
 #: neuron blocks).
 STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd", "const-host")
-#: DSP capabilities of a board (its key "dsp") that shapes have kernels for (one home: common)
-DSP_CAPABILITIES = common.DSP_CAPABILITIES
+#: DSP capabilities of a board (its key "dsp", board.schema.json) that shapes have kernels for:
+#: armv7e-m, the ARMv7E-M DSP extension (SMLAD, SXTB16) of the Cortex-M4/M7 (here, not in common,
+#: so the CLI reads it without numpy; common imports it)
+DSP_CAPABILITIES = ("armv7e-m",)
 
 
 def output_roles(name, shape=None):
@@ -118,7 +123,9 @@ def too_big_hint(shape):
 
 def kind_of_shape(shape):
     """The model kind a code shape generates."""
-    return getattr(shape_module(shape), "KIND", "nn")
+    if shape not in SHAPES:
+        shape_module(shape)  # the unknown-shape line
+    return SHAPE_KINDS.get(shape, "nn")
 
 
 def shapes_of_kind(kind):
