@@ -30,10 +30,6 @@ SHAPES = {
     "gravity": "nnbuild.codegen.gravity",
     "tflm": "nnbuild.codegen.int8",
 }
-#: the model kind of each shape that does not generate "nn" models: what the shape module's KIND
-#: says (tests/test_lazy_imports.py holds them equal), known here so that choosing a shape for a kind
-#: imports no shape module (nor jinja2, numpy)
-SHAPE_KINDS = {"switch": "tpg", "stack": "tpg", "gravity": "gravity", "tflm": "int8"}
 #: precisions with a fixed name; `fixedW.F` (Gravity's fixed[W, F]) is accepted too
 PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS
 #: How weights are stored: plain const arrays, AVR flash read with ELPM (pgm_read_*_far, anywhere
@@ -123,9 +119,7 @@ def too_big_hint(shape):
 
 def kind_of_shape(shape):
     """The model kind a code shape generates."""
-    if shape not in SHAPES:
-        shape_module(shape)  # the unknown-shape line
-    return SHAPE_KINDS.get(shape, "nn")
+    return getattr(shape_module(shape), "KIND", "nn")
 
 
 def shapes_of_kind(kind):
