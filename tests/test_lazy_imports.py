@@ -44,6 +44,10 @@ def test_shapes_load_jinja2_only_to_render():
     assert "jinja2" not in loaded_after("from nnbuild import codegen\ncodegen.shapes_of_kind('nn')")
 
 
+def test_telling_a_model_files_kind_loads_no_hdf5():
+    assert "h5py" not in loaded_after("from nnbuild import frontends\nfrontends.kind_of('model.h5')")
+
+
 def test_dsp_capabilities_have_one_home():
     from nnbuild.codegen import common
     assert common.DSP_CAPABILITIES is codegen.DSP_CAPABILITIES
