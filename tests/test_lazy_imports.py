@@ -48,6 +48,10 @@ def test_telling_a_model_files_kind_loads_no_hdf5():
     assert "h5py" not in loaded_after("from nnbuild import frontends\nfrontends.kind_of('model.h5')")
 
 
+def test_loading_a_board_loads_no_scipy():
+    assert "scipy" not in loaded_after("from nnbuild import boards\nboards.load_board('avr').analyzer")
+
+
 def test_dsp_capabilities_have_one_home():
     from nnbuild.codegen import common
     assert common.DSP_CAPABILITIES is codegen.DSP_CAPABILITIES
