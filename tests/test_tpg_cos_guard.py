@@ -127,3 +127,17 @@ def test_tagged_cos_is_driven_to_its_bound(tmp_path):
     assert probe.invocations == len(small)
     assert counts[:, 1].max() == 10 and counts[:, 0].max() <= 10 and counts[:, 2].max() <= 10
     check_path_entry(ent, {}, [(m, c, v[:2]) for m, c, v in probe.vectors])
+    # a product of the sine polynomial multiplies two normal numbers (__fp_split3's exponent-0 and
+    # inf/NaN paths do not run) or, for an infinite or NaN argument, has an inf/NaN operand and
+    # leaves before the product code (the cos-sinus-split-kind entry, K + 6 P <= 6)
+    [mul] = [e for e in avr_loops.load_paths() if e.get("id") == "cos-sinus-split-kind"]
+    counters = avr_loops.load_counters()
+    pcs = [prog.address_of(pt["symbol"]) + pt["offset"] for c in mul["counters"].values() for pt in counters[c]["points"]]
+    mprobe = Probe(prog.address_of("__mulsf3x"), mul["within"], None, "sup+", pcs)
+    both = np.concatenate([small, huge, np.float32([np.inf, -np.inf, np.nan])])
+    run_trace_sites(tracer, elf, [mprobe], both[:, None], set(mul["within"]), (), tmp_path)
+    assert mprobe.invocations == 7 * len(both)  # y*y, 5 Horner products, P(t)*y per call
+    check_path_entry(mul, counters, mprobe.vectors)
+    k_points = len(counters[mul["counters"]["K"]]["points"])
+    seen = {(sum(v[:k_points]), sum(v[k_points:])) for _, _, v in mprobe.vectors}
+    assert {(0, 1), (6, 0)} <= seen <= {(0, 1), (3, 0), (6, 0)}  # K counts 3 per inf/NaN operand

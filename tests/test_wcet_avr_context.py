@@ -350,12 +350,14 @@ def value_fact_entry(ent):
 
 
 def check_path_entry(ent, counters, vecs):
-    """Every observed count vector of one "paths" entry satisfies its rows for some binaries."""
+    """Every observed count vector of one "paths" entry satisfies its rows for some binaries
+    (`vecs`: the blocks' counts, then one count per counter point, each weighed by its "weight")."""
     names = list(ent["blocks"])
     for name, ctr in ent.get("counters", {}).items():  # sum each counter's points
-        width = len(counters[ctr]["points"])
-        vecs = [(m, c, v[:len(names)] + [sum(v[len(names):len(names) + width])] + v[len(names) + width:])
-                for m, c, v in vecs]
+        weights = [pt.get("weight", 1) for pt in counters[ctr]["points"]]
+        width = len(weights)
+        vecs = [(m, c, v[:len(names)] + [sum(w * x for w, x in zip(weights, v[len(names):len(names) + width]))]
+                 + v[len(names) + width:]) for m, c, v in vecs]
         names.append(name)
     assert vecs, f"paths entry {ent['symbol']} never exercised"
     maxima = np.max([v for _, _, v in vecs], axis=0)

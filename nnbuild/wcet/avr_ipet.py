@@ -248,7 +248,7 @@ class Analyzer:
         for a, extra in self._value_tags(region).items():
             tags[a] = frozenset(tags.get(a, ())) | extra
             self.site_tags[a] = tags[a]
-        paths = P.path_rows(region, prog, self.paths, own, ctx.site)
+        paths = P.path_rows(region, prog, self.paths, own, ctx.site, self.counters)
         wanted = set(counters) | paths.counters
         for name in wanted:
             if name not in self.counters:

@@ -27,7 +27,8 @@ Counters. A counter name in "counters" refers to a table "counters" entry ({"nam
 [{"symbol", "offset", "pattern"}, ...]}): the executions of those instructions during the whole
 invocation, callees included. The analyser then charges each call that can reach a point with
 the callee's WCET per counter value ("choice" variables, avr_ilp), so a row can bound a sum
-over several calls (e.g. the denormalisation passes of all products of one polynomial).
+over several calls (e.g. the denormalisation passes of all products of one polynomial). A point
+with "weight": k counts k per execution (as if listed k times).
 
 Entry registers. A loop entry with "entry_regs": {"n": "r16"} bounds the loop by an expression
 of the register's value at the entry of its symbol ("header_max": "n // 8 + 1"), e.g. the count
@@ -136,6 +137,22 @@ class Contexts:
         return Ctx(own, ctx.site, self._regs(state))
 
 
+def _unmatched_lower_bounded(prog, ent, counters):
+    """The first counter that a row of `ent` bounds from below (negative coefficient) and that has
+    a point whose code does not match (or is not in the ELF), else None."""
+    ctr = ent.get("counters", {})
+    lower = sorted({ctr[name] for terms, _ in ent["rows"] for name, c in terms.items() if name in ctr and c < 0})
+    for name in lower:
+        for pt in counters.get(name, {"points": [None]})["points"]:
+            try:
+                addr = prog.address_of(pt["symbol"]) + pt["offset"]
+            except (NNBuildError, TypeError):
+                return name
+            if pattern(prog, addr, len(pt["pattern"])) != pt["pattern"]:
+                return name
+    return None
+
+
 def _block_of(region, addr):
     for start, b in region.blocks.items():
         if start <= addr < b.last.end and any(i.addr == addr for i in b.insns):
@@ -143,15 +160,22 @@ def _block_of(region, addr):
     return None
 
 
-def path_rows(region, prog, entries, own, site):
+def path_rows(region, prog, entries, own, site, counters=None):
     """PathRows for the region from the table's "paths" entries whose symbol starts the region,
-    whose context holds and whose blocks all match; mismatches are reported, never applied."""
+    whose context holds and whose blocks all match; mismatches are reported, never applied. An
+    entry whose rows give a counter a negative coefficient (a lower bound on the counter) applies
+    only when every point of that counter (`counters`: {name: entry}) matches the code: a
+    mismatched point counts nothing, which only a row with positive coefficients survives."""
     out = PathRows()
     names = set(prog.names.get(region.start, []))
     for ent in entries:
         if ent["symbol"] not in names or not applies(ent, prog, own, site):
             continue
         tag = f"paths {ent['symbol']}" + (f" ({ent['id']})" if "id" in ent else "")
+        bad = _unmatched_lower_bounded(prog, ent, counters or {})
+        if bad:
+            out.sources.append(f"{tag}: counter {bad} does not match the code, not applied")
+            continue
         nodes, ok = {}, True
         for name, (off, mnemonics) in ent["blocks"].items():
             addr = region.start + off
@@ -402,5 +426,5 @@ def counter_nodes(region, prog, ent):
         if node is None:
             continue
         if pattern(prog, addr, len(pt["pattern"])) == pt["pattern"]:
-            nodes.append(node)
+            nodes.extend([node] * pt.get("weight", 1))
     return nodes

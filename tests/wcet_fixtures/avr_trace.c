@@ -39,9 +39,9 @@
 #include "sim_elf.h"
 
 #define FLASH_WORDS 0x10000u
-#define MAXP 128
+#define MAXP 192
 #define MAXPC 96
-#define MAXG 32
+#define MAXG 48
 #define MAXDEPTH 64
 #define HBITS 14
 
