@@ -6,20 +6,19 @@ and its flow fact, and under simavr the tagged cos driven to its bound (argument
 """
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import needs_avr
 from test_wcet_avr import board
-from tpg_helpers import SIPS22, dot_file
+from tpg_helpers import SIPS22, avr_libm_driver, dot_file
 
 from nnbuild import codegen
 from nnbuild.frontends import gegelati_dot
 from nnbuild.ir.tpg import Environment
 from nnbuild.numerics.float_facts import TPG_COS_TAGS
-from nnbuild.runners import CHECK_MAIN, simavr
+from nnbuild.runners import simavr
 from nnbuild.wcet import avr_ipet
 
 #: fishing_derby.9's T2: v34 = v32 + cos(v32), v35 = exp(v34)
@@ -89,13 +88,8 @@ def test_tagged_cos_is_driven_to_its_bound(tmp_path):
     exactly the passes that cannot run."""
     from test_wcet_avr_context import Probe, build_tracer, check_path_entry, run_trace_sites
     from nnbuild.wcet import avr_decode, avr_loops
-    (tmp_path / "cg.h").write_text("void cg_cos(const float in[1], float out[1]);\n")
-    (tmp_path / "cg.c").write_text(DRIVER)
     b = board()
-    elf = str(tmp_path / "cg.elf")
-    subprocess.run([b["cc"], *b["cflags"], "-Os", f"-I{tmp_path}", '-DNN_HEADER="cg.h"', "-DNN_INFER=cg_cos",
-                    "-DNN_IN=1", "-DNN_OUT=1", str(tmp_path / "cg.c"), str(CHECK_MAIN), *b["ldflags"], "-lm",
-                    "-o", elf], check=True, capture_output=True)
+    elf = avr_libm_driver(tmp_path, "cos", DRIVER)
     facts = {"loops": [], "layers": [], "values": [{"file": "cg.c", "line": 2, "op": "cos", "tags": list(TPG_COS_TAGS),
                                                      "why": "the cases below keep |x| < 1024"}]}
     bound = avr_ipet.analyze(elf, "cg_cos", facts, b, None).cycles

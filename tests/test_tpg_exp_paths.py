@@ -17,8 +17,9 @@ import pytest
 
 from conftest import needs_avr
 from test_wcet_avr import board
+from tpg_helpers import avr_libm_driver
 
-from nnbuild.runners import CHECK_MAIN, simavr
+from nnbuild.runners import simavr
 from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
 
 ENTRY = "fraction-or-small-argument"
@@ -111,13 +112,7 @@ def entry_numbers():
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     d = tmp_path_factory.mktemp("expdrv")
-    (d / "cg.h").write_text("void cg_exp(const float in[1], float out[1]);\n")
-    (d / "cg.c").write_text(DRIVER)
-    b = board()
-    elf = str(d / "cg.elf")
-    subprocess.run([b["cc"], *b["cflags"], "-Os", f"-I{d}", '-DNN_HEADER="cg.h"', "-DNN_INFER=cg_exp",
-                    "-DNN_IN=1", "-DNN_OUT=1", str(d / "cg.c"), str(CHECK_MAIN), *b["ldflags"], "-lm",
-                    "-o", elf], check=True, capture_output=True)
+    elf = avr_libm_driver(d, "exp", DRIVER)
     return elf, avr_decode.load(elf), d
 
 

@@ -153,3 +153,19 @@ def trace(game):
 def dot_file(game, kind):
     return (SIPS22 / "cleaned" / f"out_best_cleaned.{game}.t48.dot" if kind == "cleaned"
             else SIPS22 / "full" / f"out_best.{game}.t48.dot")
+
+
+def avr_libm_driver(folder, routine, driver):
+    """A one-float-in, one-float-out AVR program `cg_<routine>` around check_main.c, from the C
+    text `driver` (defining cg_<routine>), linked with avr-libc's libm: the ELF's path."""
+    from nnbuild.runners import CHECK_MAIN
+    from test_wcet_avr import board
+    folder = Path(folder)
+    (folder / "cg.h").write_text(f"void cg_{routine}(const float in[1], float out[1]);\n")
+    (folder / "cg.c").write_text(driver)
+    b = board()
+    elf = str(folder / "cg.elf")
+    subprocess.run([b["cc"], *b["cflags"], "-Os", f"-I{folder}", '-DNN_HEADER="cg.h"', f"-DNN_INFER=cg_{routine}",
+                    "-DNN_IN=1", "-DNN_OUT=1", str(folder / "cg.c"), str(CHECK_MAIN), *b["ldflags"], "-lm",
+                    "-o", elf], check=True, capture_output=True)
+    return elf
