@@ -13,6 +13,7 @@ nnbuild.wcet.ANALYZERS / STACK_ANALYZERS); nothing else in nnbuild branches on t
 """
 
 import difflib
+import functools
 import json
 import os
 from pathlib import Path
@@ -122,15 +123,13 @@ def board_path(name, project_dir=None) -> Path:
 def validate(data, where):
     """The board data against the schema: the first problem as one line naming the file and the key
     (an unknown key with the nearest known one)."""
-    import jsonschema
     unknown = sorted(set(data) - set(KEYS)) if isinstance(data, dict) else []
     if unknown:
         key = unknown[0]
         near = difflib.get_close_matches(key, KEYS, n=1)
         hint = f" (did you mean '{near[0]}'?)" if near else f" (known: {', '.join(sorted(KEYS))})"
         raise NNBuildError(f"unknown key '{key}'{hint}", path=where)
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    errors = sorted(board_validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
     if not errors:
         return
     error = errors[0]
@@ -144,6 +143,14 @@ def validate(data, where):
     allowed = error.schema.get("description") if error.validator in ("type", "enum", "pattern") else None
     raise NNBuildError(f"key '{key}{rest}': {error.message}" + (f" ({allowed})" if allowed and not rest else ""),
                        path=where)
+
+
+@functools.lru_cache(maxsize=None)
+def board_validator():
+    """The schema's validator, built once per process (jsonschema is loaded only when a board is
+    validated)."""
+    import jsonschema
+    return jsonschema.Draft202012Validator(schema())
 
 
 class Board(dict):

@@ -13,8 +13,6 @@ import stat
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 from nnbuild import limits
 from nnbuild.errors import NNBuildError
 
@@ -102,7 +100,8 @@ def parse_json(text, what, path=None, max_depth=None):
         raise NNBuildError(deep, path=path) from None
     except ValueError as error:
         raise NNBuildError(f"{what} is not valid JSON ({error})", path=path) from None
-    if json_depth(text) > limit:
+    # a text with at most `limit` brackets cannot nest deeper: no vectorised pass (nor numpy) for it
+    if text.count("[") + text.count("{") > limit and json_depth(text) > limit:
         raise NNBuildError(deep, path=path)
     return value
 
@@ -111,6 +110,7 @@ def json_depth(text) -> int:
     """How deep the arrays and objects of a valid JSON text nest (0 for a scalar): one vectorised
     pass over its bytes (brackets outside strings; a quote after an odd run of backslashes is
     escaped), in chunks, so a 64 MB file takes a second, whatever it holds."""
+    import numpy as np  # here, not at the top: reading a board or an option must not load numpy
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     depth = deepest = 0
     in_string, backslashes = 0, 0   # carried across chunks: inside a string; backslashes just before

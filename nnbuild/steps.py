@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Tuple
 
-import numpy as np
-
 from nnbuild import boards, codegen, files, kinds, options
 from nnbuild.checks.deadline import INTERFACES
 from nnbuild.errors import NNBuildError
@@ -29,6 +27,7 @@ from nnbuild.errors import NNBuildError
 
 def save_npz(path, **arrays):
     """np.savez, atomically: a failed step leaves no output behind."""
+    import numpy as np
     with files.atomic(path, suffix=".npz") as tmp:
         np.savez(tmp, **arrays)
 
@@ -96,6 +95,7 @@ def reference(model, output, *, count=32, seed=1, input_range=(-1.0, 1.0), envir
 def run(program, output, *, board, inputs, entry=None, harness=None):
     """run_<label>.npz: the outputs (and cycles, and the stack high-water mark of each call where the
     runner measures it) of a check program on the board's runner."""
+    import numpy as np
     board = boards.load_board(board)
     runner = board.runner
     if runner is None:
@@ -119,6 +119,7 @@ def run(program, output, *, board, inputs, entry=None, harness=None):
 
 def compare(reference, output, *, runs, tolerance=1e-4):
     """semantic.json: each run against the reference, measured the way the model's kind measures."""
+    import numpy as np
     labelled = dict(spec.partition("=")[::2] for spec in runs) if not isinstance(runs, dict) else runs
     with np.load(reference) as data:
         kind = kinds.get(npz_kind(data))

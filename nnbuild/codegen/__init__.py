@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 from nnbuild import names
-from nnbuild.codegen import common
 from nnbuild.files import output_mode
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics.formats import FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED, QUANTIZED_PRECISIONS
@@ -40,8 +39,10 @@ PRECISIONS = FLOAT_PRECISIONS + FIXED_PRECISIONS + QUANTIZED_PRECISIONS
 #: the mlp shape lays out for a host's scalar code (const-host: plain C99, weights interleaved by
 #: neuron blocks).
 STORAGES = ("const", "avr-progmem-far", "avr-progmem-near", "const-simd", "const-host")
-#: DSP capabilities of a board (its key "dsp") that shapes have kernels for (one home: common)
-DSP_CAPABILITIES = common.DSP_CAPABILITIES
+#: DSP capabilities of a board (its key "dsp", board.schema.json) that shapes have kernels for:
+#: armv7e-m, the ARMv7E-M DSP extension (SMLAD, SXTB16) of the Cortex-M4/M7 (here, not in common,
+#: so the CLI reads it without numpy; common imports it)
+DSP_CAPABILITIES = ("armv7e-m",)
 
 
 def output_roles(name, shape=None):

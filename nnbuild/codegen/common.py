@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from nnbuild.codegen import DSP_CAPABILITIES  # noqa: F401 (one home: the package)
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier, c_text
 
@@ -109,9 +110,6 @@ def weight_symbols(layers):
     return sorted(set(names + [l["bias"]["symbol"] for l in layers if l.get("bias")]))
 
 
-#: DSP capabilities of a board (its key "dsp", board.schema.json) that shapes have kernels for:
-#: armv7e-m, the ARMv7E-M DSP extension (SMLAD, SXTB16) of the Cortex-M4/M7
-DSP_CAPABILITIES = ("armv7e-m",)
 
 
 def row_chunks(n_rows, row_bytes, storage, item):

@@ -6,23 +6,28 @@ string literal; symbols come from nnbuild.names.c_identifier. tests/test_injecti
 every code shape with a canary name.
 """
 
+import functools
 from pathlib import Path
-
-import jinja2
 
 from nnbuild.names import c_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_ENV.filters["ctext"] = c_text
+
+@functools.lru_cache(maxsize=None)
+def environment():
+    """The one environment, made on the first render: importing a shape loads no jinja2."""
+    import jinja2
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ctext"] = c_text
+    return env
 
 
 def render(template, context):
-    return _ENV.get_template(template).render(**context)
+    return environment().get_template(template).render(**context)

@@ -112,7 +112,7 @@ def load(path) -> Model:
 
 def _model(path, config, weights: bytes, version) -> Model:
     h5py = keras_h5.h5py
-    if h5py is None:  # pragma: no cover
+    if keras_h5._h5py_missing():  # pragma: no cover
         raise _err("h5py is required to read Keras archives (pip install h5py)", path)
     wpath = f"{path}:{WEIGHTS}"
     try:

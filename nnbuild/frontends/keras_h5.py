@@ -34,10 +34,24 @@ from nnbuild.ir.graph import (ACTIVATIONS, Activation, Add, BatchNorm, Concatena
                               Elementwise, Flatten, Model, Pool2D, Reduce, Reshape, Resize, Slice, Softmax,
                               Recurrent, Unary, ZeroPadding2D, same_padding, weight_problem)
 
-try:  # h5py is a declared dependency; import errors surface as one line at load time.
-    import h5py
-except ImportError:  # pragma: no cover
-    h5py = None
+
+class _LazyH5py:
+    """h5py, imported on first use: telling a model file's kind (every scons run) loads no HDF5."""
+
+    def __getattr__(self, name):
+        import h5py
+        return getattr(h5py, name)
+
+
+def _h5py_missing():
+    try:  # h5py is a declared dependency; import errors surface as one line at load time.
+        import h5py  # noqa: F401
+    except ImportError:  # pragma: no cover
+        return True
+    return False
+
+
+h5py = _LazyH5py()
 
 #: read in a child process with a time limit (frontends.load): HDF5 can hang on a damaged file
 ISOLATE = True
@@ -111,7 +125,7 @@ def _name_list(attrs, key: str, path, layer=None) -> Optional[List[str]]:
 
 def _open_h5(path):
     """Open read-only; h5py's OSError (truncated, corrupt, not HDF5) becomes a one-line error."""
-    if h5py is None:  # pragma: no cover
+    if _h5py_missing():  # pragma: no cover
         raise _err("h5py is required to read Keras HDF5 files (pip install h5py)", path)
     try:
         size = Path(path).stat().st_size

@@ -14,9 +14,26 @@ other nnbuild stage (layers are read by duck type: `kind`, `kernel`, `bias`, `ac
 - graph_plan, graph_bitexact: the same for the CNN shapes' graphs (`quantize_graph`, `run_graph`).
 """
 
+import importlib
+
 from nnbuild.numerics.formats import (FIXED_PRECISIONS, FLOAT_PRECISIONS, GENERIC_FIXED, Z_FRAC, Z_LIMIT,  # noqa: F401
                                       Tensor, check_precision, frac_for, is_fixed, round_half_away, to_int)
-from nnbuild.numerics.plan import QLayer, QPlan, fuse_activations, qlayer_interval, quantize  # noqa: F401
-from nnbuild.numerics.proof import Policy, activation_interval  # noqa: F401
-from nnbuild.numerics.tables import (EXP_POINTS, EXP_STEP_BITS, TANH_POINTS, TANH_STEP_BITS,  # noqa: F401
-                                     exp_table, tanh_table)
+
+#: names the package offers from its heavier modules (numpy), imported on first use: reading a
+#: precision name (the CLI, option parsing) loads formats only
+LAZY = {"QLayer": "plan", "QPlan": "plan", "fuse_activations": "plan", "qlayer_interval": "plan",
+        "quantize": "plan", "Policy": "proof", "activation_interval": "proof",
+        "EXP_POINTS": "tables", "EXP_STEP_BITS": "tables", "TANH_POINTS": "tables",
+        "TANH_STEP_BITS": "tables", "exp_table": "tables", "tanh_table": "tables"}
+
+
+def __getattr__(name):
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(LAZY))

@@ -6,8 +6,6 @@ import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from nnbuild.errors import NNBuildError
 
 FLOAT_PRECISIONS = ("float32", "float64")
@@ -67,11 +65,13 @@ def frac_for(bound, bits, cap=30):
 
 
 def round_half_away(values):
+    import numpy as np  # here: precision names and formats are read without numpy (the CLI)
     return np.where(values >= 0, np.floor(values + 0.5), -np.floor(-values + 0.5))
 
 
 def to_int(values, frac, bits, what):
     """Exact integer representation of float32 parameters at 2^-frac, refused if it overflows."""
+    import numpy as np
     q = round_half_away(np.asarray(values, dtype=np.float64) * 2.0 ** frac)
     limit = (1 << (bits - 1)) - 1
     if np.any(np.abs(q) > limit):

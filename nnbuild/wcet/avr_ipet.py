@@ -21,8 +21,6 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import scipy
-
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import WcetResult, command_line
 from nnbuild.wcet import avr_cfg as C
@@ -477,6 +475,7 @@ def analyze(elf, entry, flowfacts, board, workdir):
                  for (a, _), r in sorted(an.done.items(),
                                          key=lambda kv: (kv[0][0], sorted(kv[0][1].names), sorted(kv[0][1].regs)))
                  if (a, r.ctx) != (start, P.EMPTY)}
+    import scipy  # here, not at the top: loading a board's analyzer (every scons run) needs no scipy
     details = {
         "timing_model": (board or {}).get("timing_model", "avre-16bit-pc"),
         "core_family": fam,
