@@ -70,7 +70,7 @@ def tanh_source(form="rational"):
     """The prelude's nn_tanh of `form` as compilable C (the same macro the shapes render)."""
     from nnbuild.codegen import templating
     recorder = common.FlowFacts("t")
-    text = templating._ENV.from_string(
+    text = templating.environment().from_string(
         '{% import "prelude.c.j2" as prelude %}#include <math.h>\n{{ prelude.noinline() }}'
         '{{ prelude.activations(ff, ["tanh"], real, sfx, exp, tanh_limit, tanh_gap, form) }}'
     ).render(**common.reals("float32"), ff=recorder, form=form)
