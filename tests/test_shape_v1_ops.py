@@ -16,6 +16,7 @@ from nnbuild.ir import graph as g
 from nnbuild.ir import reference
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native
 from test_shape_v2_ops import CASES, WARNINGS, inputs
+from test_shape_v3_ops import QUICK_CASES
 
 #: the cases v1 compiles (the others must be refused naming their layer)
 SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
@@ -38,7 +39,8 @@ def build(tmp_path, m, precision="float32"):
 
 
 @pytest.mark.parametrize("precision", ["float32", pytest.param("float64", marks=pytest.mark.e2e)])
-@pytest.mark.parametrize("case", list(CASES))   # float32 in the quick tier (under 60 s overall); float64 in e2e
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[] if c in QUICK_CASES or c in REFUSED else [pytest.mark.e2e])
+                                  for c in CASES])   # the refused cases and one per family in the quick tier
 def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case, precision):
     m = CASES[case]
     g.validate(m)

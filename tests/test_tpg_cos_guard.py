@@ -79,6 +79,7 @@ def huge_arguments(rng):
     return np.concatenate([x, np.float32([2.833547e38, 1.5497031e38, 1.072566e38])])
 
 
+@pytest.mark.e2e
 @needs_avr
 def test_tagged_cos_is_driven_to_its_bound(tmp_path):
     """cos behind a cos:|x|<1024 fact, analysed in that context, against simavr on arguments below
