@@ -122,12 +122,20 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None,
     return files
 
 
-def split_tags(storage):
-    """(multiply tags, addition tags) of a split layer's lines: avr-libc's __mulsf3/__addsf3 on AVR,
-    libgcc's __aeabi_fmul/__aeabi_fadd on ARM (arm_libloops.json, thumb2_libloops.json `paths`)."""
+def split_plan(layer, storage, keep_exp):
+    """What a split layer's lines need: its value facts and tags for avr-libc's __mulsf3/__addsf3 on
+    AVR flash, else for libgcc's __aeabi_fmul/__aeabi_fadd (soft-float ARM: arm_libloops.json,
+    thumb2_libloops.json `paths`), where the threshold keeps every product normal."""
     if storage in common.FLASH_STORAGES:
-        return float_facts.MUL_TAGS, float_facts.ADD_TAGS
-    return float_facts.NO_SUBNORMAL_TAGS, float_facts.FADD_SAME_SIGN_TAGS
+        return {"facts": float_facts.mac_facts(layer.kernel, normal_products=False), "keep_exp": keep_exp,
+                "mul_tags": float_facts.MUL_TAGS, "add_tags": float_facts.ADD_TAGS, "add_note": "",
+                "add_magnitude": False}
+    # libgcc: neg += |p| calls __aeabi_fadd, whose same-sign path is shorter than __aeabi_fsub's on
+    # the Cortex-M0+ (avr-libc's __subsf3 is __addsf3's)
+    return {"facts": float_facts.mac_facts(layer.kernel, normal_products=True), "keep_exp": keep_exp,
+            "mul_tags": float_facts.NO_SUBNORMAL_TAGS, "add_tags": float_facts.FADD_SAME_SIGN_TAGS,
+            "add_note": "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)",
+            "add_magnitude": True}
 
 
 def flushed_source(layer):
@@ -234,14 +242,7 @@ def plan_layers(model, storage, real="float", soft_float=False):
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             entry["deferred"] = deferred_activation(entry, real)
             if entry["split"]:
-                entry["facts"] = float_facts.mac_facts(layer.kernel, normal_products=storage not in common.FLASH_STORAGES)
-                entry["keep_exp"] = f"{model.name}_{entry['c_name']}_keep_exp"
-                entry["mul_tags"], entry["add_tags"] = split_tags(storage)
-                entry["add_note"] = "" if storage in common.FLASH_STORAGES else \
-                    "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)"
-                # libgcc's ARM soft float: neg += |p| calls __aeabi_fadd, whose same-sign path is
-                # shorter than __aeabi_fsub's on the Cortex-M0+ (avr-libc's __subsf3 is __addsf3's)
-                entry["add_magnitude"] = storage not in common.FLASH_STORAGES
+                entry.update(split_plan(layer, storage, f"{model.name}_{entry['c_name']}_keep_exp"))
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:
