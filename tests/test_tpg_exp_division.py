@@ -54,6 +54,7 @@ def prenorm_quotient(m):
     return p, q
 
 
+@pytest.mark.e2e  # 2^24 divisors, 24 quotient steps each: about 45 s on a loaded machine
 def test_the_row_bounds_every_divisor():
     """12 P + 3 Q over every divisor mantissa 1..2^24-1: the entry's bound, reached at m = 3."""
     ent, row, rhs = entry()
