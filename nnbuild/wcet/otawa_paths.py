@@ -92,24 +92,50 @@ class PathRow:
 @dataclass(frozen=True)
 class CallerTags:
     """Tags every call from inside [start, end) gets, by op (a `caller_tags` entry: a library
-    routine whose arguments to the soft-float calls are proved whatever its own argument)."""
+    routine whose arguments to the soft-float calls are proved whatever its own argument), and the
+    tags only the calls at some addresses get (`sites`: op -> {call address: tags})."""
 
     start: int
     end: int
     tags: Dict[str, Tuple[str, ...]]
+    sites: Dict[str, Dict[int, Tuple[str, ...]]] = None
+
+    def of_call(self, op, address) -> frozenset:
+        """The tags of op `op` a call at `address` (inside the routine) gets."""
+        site = ((self.sites or {}).get(op) or {}).get(address, ())
+        return frozenset(self.tags.get(op, ())) | frozenset(site)
 
 
 def caller_tags(functions, entries, digest) -> List[CallerTags]:
     """The table's `caller_tags` entries whose routine is in the program with the pinned code and
-    literal data (`digest` with data: the constants are part of the proof)."""
+    literal data (`digest` with data: the constants are part of the proof). An entry's `sites`
+    (op -> [{"offsets": [call offsets], "tags": [...]}]) tag only the calls at those offsets from the
+    routine's start; an offset that is not a call of the routine is an error (the table and the
+    pinned code disagree), never dropped."""
     found = []
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
                 if digest(func) == entry["sha256"]:
                     found.append(CallerTags(func.start, func.end,
-                                            {op: tuple(tags) for op, tags in entry["tags"].items()}))
+                                            {op: tuple(tags) for op, tags in entry["tags"].items()},
+                                            site_tags(func, entry)))
     return found
+
+
+def site_tags(func, entry) -> Dict[str, Dict[int, Tuple[str, ...]]]:
+    """op -> {call address: tags} of a `caller_tags` entry's `sites` in this copy of its routine."""
+    calls = {i.addr for i in func.insns if i.mnemonic == "bl"}
+    out: Dict[str, Dict[int, Tuple[str, ...]]] = {}
+    for op, groups in (entry.get("sites") or {}).items():
+        for group in groups:
+            for offset in group["offsets"]:
+                address = func.start + int(offset)
+                if address not in calls:
+                    raise NNBuildError(f"arm_libloops.json caller_tags {func.name}: offset {int(offset)} "
+                                       f"(0x{int(offset):x}) is not a call of the routine")
+                out.setdefault(op, {})[address] = tuple(out.get(op, {}).get(address, ())) + tuple(group["tags"])
+    return out
 
 
 def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file, line_of,
@@ -171,7 +197,7 @@ def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
         tags = set()
         for caller in callers:
             if caller.start <= call.call_address < caller.end:
-                line_tags = frozenset(caller.tags.get(entry["op"], ()))
+                line_tags = caller.of_call(entry["op"], call.call_address)
                 tags |= {key for key in named if set(key.split("+")) <= line_tags}
         if where:
             for file, line, line_tags in lines:
