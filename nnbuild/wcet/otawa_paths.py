@@ -147,9 +147,15 @@ def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file,
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
-                if digest(func) != entry["sha256"] or not falls_into_pinned(functions, func, entry, digest):
+                if (digest(func) != entry["sha256"] or not falls_into_pinned(functions, func, entry, digest)
+                        or not words_match(func, entry)):
                     continue
-                row = routine_row(func, block_map, facts, entry, same_file, line_of, callers)
+                through = None
+                if entry.get("through"):
+                    through = only_caller(functions, func, entry["through"], block_map, digest)
+                    if through is None:
+                        continue
+                row = routine_row(func, block_map, facts, entry, same_file, line_of, callers, through)
                 if row is not None:
                     rows.append(row)
     return rows
@@ -166,8 +172,47 @@ def falls_into_pinned(functions, func, entry, digest) -> bool:
                for name in then["symbols"] for nxt in functions.get(name, []))
 
 
+def words_match(func, entry) -> bool:
+    """The literal pool words the entry's argument reads (`words`: offset from the routine's start ->
+    hex value, e.g. a wrapper's thresholds) are the routine's, besides its instructions (sha256)."""
+    return all(func.words.get(func.start + int(offset)) == int(value, 16)
+               for offset, value in (entry.get("words") or {}).items())
+
+
+def only_caller(functions, func, through, block_map: BlockMap, digest):
+    """The routine named by an entry's `through` (symbols, sha256, words) when it is the only caller
+    of `func` in the ILP, calls it from one site and cannot run that call twice in one invocation (no
+    branch inside it goes back to or before the call): its calls then stand for `func`'s. Else None
+    (no row: the loop bounds alone stay)."""
+    callee = {cfg for cfg, _ in block_map.basic.get(func.start, [])}
+    for name in through["symbols"]:
+        for wrapper in functions.get(name, []):
+            if digest(wrapper) != through["sha256"] or not words_match(wrapper, through):
+                continue
+            sites = {c.call_address for c in block_map.calls if c.callee in callee}
+            if len(sites) != 1 or not all(wrapper.start <= a < wrapper.end for a in sites):
+                return None
+            (site,) = sites
+            for insn in wrapper.insns:
+                target = branch_target(insn)
+                if target is not None and wrapper.start <= target <= site:
+                    return None
+            return wrapper
+    return None
+
+
+def branch_target(insn) -> Optional[int]:
+    """The target address of a direct branch (b, bl and their conditional forms), else None."""
+    if not insn.mnemonic.startswith("b") or insn.mnemonic.startswith(("bic", "bx", "blx")):
+        return None
+    try:
+        return int(insn.operands.split()[0], 16)
+    except (ValueError, IndexError):
+        return None
+
+
 def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
-                callers: Sequence[CallerTags] = ()) -> Optional[PathRow]:
+                callers: Sequence[CallerTags] = (), through=None) -> Optional[PathRow]:
     """The entry's row for this copy of the routine, or None if OTAWA has no single CFG starting at
     the routine or that CFG does not hold every named block once (then no row: the loop bounds
     alone stay, still sound). Another routine's CFG may hold the same blocks (libgcc's fdiv
@@ -190,8 +235,15 @@ def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
     # a key "t1+t2" names calls whose line carries every one of the tags
     named = {key: float(coef) for key, coef in entry["calls"].items() if key != "other"}
     counts: Dict[str, int] = {}
+    # with `through`, the calls of the only caller stand for this routine's (one call each)
+    called = cfg
+    if through is not None:
+        wrappers = {c for c, _ in block_map.basic.get(through.start, [])}
+        if len(wrappers) != 1:
+            return None
+        called = wrappers.pop()
     for call in block_map.calls:
-        if call.callee != cfg:
+        if call.callee != called:
             continue
         where = line_of(call.call_address)
         tags = set()
