@@ -18,7 +18,10 @@ expf, or a build without facts); a call with several named tags takes the larges
 (the smallest allowance: each tag's argument holds for it). The entry's `why` argues the row per
 invocation for each tag's coefficient, so the sum over all invocations holds. Without tags the row
 is implied by the loop bounds (sound either way). `caller_tags` entries give every call from a
-pinned library routine (code and literal pool: newlib's __ieee754_expf) tags argued for any argument.
+pinned library routine (code and literal pool: newlib's __ieee754_expf) tags argued for any argument,
+and their `sites` tags to the calls at given offsets only. An entry with `words` also pins literal
+pool words of its routine (a wrapper's thresholds); one with `through` names the only caller of its
+routine (newlib's expf wrapper of __ieee754_expf), whose call sites then stand for the routine's.
 """
 
 from dataclasses import dataclass
