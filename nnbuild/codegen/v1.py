@@ -358,8 +358,7 @@ def render(model, *, precision, storage, passes_log, **options):
         a["base"] = bases[a["name"]]
     per_op = [entries_of(op, index_of, int_index_of, bases) for op in lowered["ops"]]
     split = common.split_accumulation(storage, common.REALS[precision][0])
-    if split:
-        add_flush_thresholds(lowered["ops"], per_op)
+    join = split and add_flush_thresholds(lowered["ops"], per_op, storage, common.REALS[precision][0])
     entries = [e for es in per_op for e in es]
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
@@ -383,6 +382,7 @@ def render(model, *, precision, storage, passes_log, **options):
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
     ctx.update(apply=apply, members=decls, mul_facts=kernel_weight_tags(lowered["ops"], per_op), split=split,
+               split_join=join,
                split_facts=split_line_facts(lowered["ops"], per_op) if split else {},
                add_tags=float_facts.ADD_TAGS, mul_tags=float_facts.MUL_TAGS)
     if split:
@@ -420,14 +420,16 @@ def kernel_weight_tags(ops, per_op):
     return out
 
 
-def add_flush_thresholds(ops, per_op):
+def add_flush_thresholds(ops, per_op, storage, real):
     """float32 on AVR (common.split_accumulation): each conv2d and dense op's MacFacts (`facts`,
-    nnbuild.numerics.float_facts) and its table entries' flush threshold `ke`."""
+    nnbuild.numerics.float_facts) and its table entries' flush threshold `ke`; returns whether
+    nn_join ends the sums (common.split_facts)."""
+    join = common.split_facts(ops, storage, real)
     for op, es in zip(ops, per_op):
         if op["kind"] in ("conv2d", "dense"):
-            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
             for e in es:
                 e["ke"] = op["facts"].keep_exp
+    return join
 
 
 def split_line_facts(ops, per_op):
