@@ -207,3 +207,36 @@ def test_join_equals_float_subtraction_on_the_host(tmp_path):
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(y), nan)
     assert np.array_equal(y[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_conv_call_totals_count_the_taps_nn_conv2d_runs():
+    """v1's per-call total_iterations of nn_conv2d's kw and channel loops (v1.add_conv_call_totals)
+    equal the body executions of the kernel's loop nest as v1.c.j2 writes it (rows inside the
+    input enter the kw loop, taps inside it the channel loop), counted here by running the nest,
+    for strides, dilations, paddings and sizes that leave taps outside on every side."""
+    from nnbuild.codegen import v1
+    rng = np.random.default_rng(4)
+    loops = [{"file": "m.c", "line": 10, "why": "v1 largest kw of nn_conv2d"},
+             {"file": "m.c", "line": 12, "why": "v1 largest cg of nn_conv2d"},
+             {"file": "m.c", "line": 14, "why": "v1 largest ow of nn_conv2d"}]
+    for _ in range(200):
+        e = {"kernel": "conv2d", "h": int(rng.integers(1, 9)), "w": int(rng.integers(1, 9)), "kh": int(rng.integers(1, 4)),
+             "kw": int(rng.integers(1, 4)), "sh": int(rng.integers(1, 3)), "sw": int(rng.integers(1, 3)),
+             "dh": int(rng.integers(1, 4)), "dw": int(rng.integers(1, 4)), "pt": int(rng.integers(0, 3)),
+             "pl": int(rng.integers(0, 3)), "oh": int(rng.integers(1, 7)), "ow": int(rng.integers(1, 7)),
+             "rows": int(rng.integers(1, 4)), "cg": int(rng.integers(1, 5))}
+        kw_bodies = cg_bodies = 0
+        for oy in range(e["oh"]):
+            for ox in range(e["ow"]):
+                for o in range(e["rows"]):
+                    for ky in range(e["kh"]):
+                        iy = oy * e["sh"] + ky * e["dh"] - e["pt"]
+                        if 0 <= iy < e["h"]:
+                            for kx in range(e["kw"]):
+                                kw_bodies += 1
+                                ix = ox * e["sw"] + kx * e["dw"] - e["pl"]
+                                if 0 <= ix < e["w"]:
+                                    cg_bodies += e["cg"]
+        calls = [{"target": "nn_conv2d", "loops": [{"file": "m.c", "line": n, "max_iterations": 9} for n in (10, 12, 14)]}]
+        got = {l["line"]: l.get("total_iterations") for l in v1.add_conv_call_totals(calls, [e], loops)[0]["loops"]}
+        assert got == {10: kw_bodies, 12: cg_bodies, 14: None}, e

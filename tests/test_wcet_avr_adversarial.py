@@ -192,13 +192,14 @@ def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
 CNN_INPUTS = {"e2e": 150, "slow": 500}
 
 
-@pytest.mark.parametrize("tier", ["e2e", pytest.param("slow", marks=slow("the e2e tier's 150-input search of the "
-                                                                        "same build"))])
-def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
+@pytest.mark.parametrize("shape,tier", [("v2", "e2e"), ("v1", "e2e"),
+                                        pytest.param("v2", "slow", marks=slow("the e2e tier's 150-input search of the "
+                                                                              "same build"))])
+def test_small_cnn_search_never_beats_the_bound(tmp_path, shape, tier):
     """The v1 tests' 6x6x2 CNN (zero padding, padded conv ReLU, max and average pooling, add,
-    batchnorm tanh, concat, dense sigmoid, softmax) as float32 v2 on AVR: the padded conv's tap
-    loops carry total_iterations (taps inside the input), which builtin-avr applies per
-    invocation; corners, specials, constructed alignment inputs (alignment_inputs) and a
+    batchnorm tanh, concat, dense sigmoid, softmax) as float32 v2 and v1 on AVR: the padded conv's
+    tap loops carry total_iterations (taps inside the input), which builtin-avr applies per
+    invocation (v1: per call of the network loop's `calls` fact, v1.add_conv_call_totals); corners, specials, constructed alignment inputs (alignment_inputs) and a
     hill-climb never beat the bound."""
     from adversarial_search import check_bound
     from nnbuild import codegen, passes
@@ -206,7 +207,7 @@ def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
     from test_wcet_avr_v1 import small_cnn
     board = pipeline.load_board("avr")
     model, log = passes.run(small_cnn(), None)
-    files = codegen.generate(model, tmp_path / "gen", shape="v2", storage=board.get("weights_storage", "const"),
+    files = codegen.generate(model, tmp_path / "gen", shape=shape, storage=board.get("weights_storage", "const"),
                              passes_log=log)
     defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)
     elf = board.compiler.build_executable(board, [f for f in files if str(f).endswith(".c")] + [CHECK_MAIN],
@@ -214,6 +215,8 @@ def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
                                           defines=[d[2:] for d in defines])
     facts = json.loads((tmp_path / "gen" / f"{model.name}.flowfacts.json").read_text())
     assert any("total_iterations" in f for f in facts["loops"])
+    if shape == "v1":
+        assert any("total_iterations" in f for c in facts["indirect"][0]["calls"] for f in c["loops"])
     bound = wcet.analyze(board, elf, f"{model.name}_infer", facts, tmp_path / "wcet").cycles
     harness = simavr.build_harness(tmp_path / "simavr_run")
 
@@ -221,7 +224,7 @@ def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
         return simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{model.name}_infer", mcu=board["mcu"],
                                 freq=board["clock_hz"], harness=harness)
 
-    check_bound(f"small CNN v2 float32 ({tier})", bound, run, model.input_size, -1.0, 1.0, 27, CNN_INPUTS[tier],
+    check_bound(f"small CNN {shape} float32 ({tier})", bound, run, model.input_size, -1.0, 1.0, 27, CNN_INPUTS[tier],
                 extra=alignment_inputs(model.input_shape, np.random.default_rng(27)))
 
 

@@ -394,7 +394,8 @@ def render(model, *, precision, storage, passes_log, **options):
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
     add_loop_totals(code, facts, entries)
     facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)],
-                          "calls": v1_fixed.entry_calls(entries, facts["loops"])}]
+                          "calls": add_conv_call_totals(v1_fixed.entry_calls(entries, facts["loops"]), entries,
+                                                        facts["loops"])}]
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
@@ -418,6 +419,31 @@ def kernel_weight_tags(ops, per_op):
         if users and all("weights" in op for op in users):
             out[kernel] = float_facts.weight_tags(np.concatenate([np.ravel(op["weights"]) for op in users]))
     return out
+
+
+def inside_taps(n_out, stride, dilation, pad, size, taps):
+    """Taps of one axis inside the input, summed over the outputs: nn_conv2d skips the others."""
+    return sum(1 for o in range(n_out) for k in range(taps) if 0 <= o * stride + k * dilation - pad < size)
+
+
+def add_conv_call_totals(calls, entries, loops):
+    """Give each nn_conv2d call of the network loop the total_iterations of its kw and channel
+    loops in that call: nn_conv2d enters the kw loop only for rows inside the input and the channel
+    loop only for taps inside it, so a padded or dilated layer runs fewer bodies than its loop
+    bounds multiply to (the `calls` bounds alone charge every tap)."""
+    field = {(f["file"], f["line"]): m.group(1) for f in loops
+             for m in [re.fullmatch(r"v1 largest (\w+) of nn_conv2d", str(f.get("why")))] if m}
+    for call, e in zip(calls, entries):
+        if e["kernel"] != "conv2d":
+            continue
+        rows_y = inside_taps(e["oh"], e["sh"], e["dh"], e.get("pt", 0), e["h"], e["kh"])
+        cols_x = inside_taps(e["ow"], e["sw"], e["dw"], e.get("pl", 0), e["w"], e["kw"])
+        totals = {"kw": e["rows"] * e["ow"] * e["kw"] * rows_y, "cg": e["rows"] * e["cg"] * rows_y * cols_x}
+        for loop in call["loops"]:
+            what = field.get((loop["file"], loop["line"]))
+            if what in totals:
+                loop["total_iterations"] = totals[what]
+    return calls
 
 
 def add_flush_thresholds(ops, per_op, storage, real):
