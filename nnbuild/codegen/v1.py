@@ -394,8 +394,9 @@ def render(model, *, precision, storage, passes_log, **options):
     code, facts, marks = cnn.render_code("v1.c.j2", ctx, lambda text: strip_unused(text, kinds))
     add_loop_totals(code, facts, entries)
     facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)],
-                          "calls": add_conv_call_totals(v1_fixed.entry_calls(entries, facts["loops"]), entries,
-                                                        facts["loops"])}]
+                          "calls": v1_fixed.entry_calls(entries, facts["loops"])}]
+    if storage in common.FLASH_STORAGES:  # builtin-avr is the one analyser that reads `calls` (AVR flash)
+        add_conv_call_totals(facts["indirect"][0]["calls"], entries, facts["loops"])
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
@@ -436,8 +437,8 @@ def add_conv_call_totals(calls, entries, loops):
     for call, e in zip(calls, entries):
         if e["kernel"] != "conv2d":
             continue
-        rows_y = inside_taps(e["oh"], e["sh"], e["dh"], e.get("pt", 0), e["h"], e["kh"])
-        cols_x = inside_taps(e["ow"], e["sw"], e["dw"], e.get("pl", 0), e["w"], e["kw"])
+        rows_y = inside_taps(e["oh"], e["sh"], e.get("dh", 1), e.get("pt", 0), e["h"], e["kh"])
+        cols_x = inside_taps(e["ow"], e["sw"], e.get("dw", 1), e.get("pl", 0), e["w"], e["kw"])
         totals = {"kw": e["rows"] * e["ow"] * e["kw"] * rows_y, "cg": e["rows"] * e["cg"] * rows_y * cols_x}
         for loop in call["loops"]:
             what = field.get((loop["file"], loop["line"]))
