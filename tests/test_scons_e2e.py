@@ -300,8 +300,9 @@ def test_q8_f1tenth_on_avr_is_bit_exact_with_a_tight_sound_bound(avr_auto):
 
 @needs_avr
 def test_precision_auto_picks_the_fastest_qualifying_candidate(avr_auto, tmp_path):
-    """The whole precision=auto build of this suite (NNModel, `nnbuild check` and CMake pass the
-    option through on the xor network: test_user_edge.py, test_cmake_module.py)."""
+    """The suite's one whole precision=auto build of an MLP: every fixed-point candidate, ranked by
+    WCET. NNModel, `nnbuild check` and CMake show they pass the option through and choose on models
+    with two candidates (float32, float64) on the host: test_user_edge.py, test_cmake_module.py."""
     project, first = avr_auto
     assert f"precision=auto candidates for f1tenth on avr: {', '.join(AVR_CANDIDATES)}" in first.stdout
     report = report_of(project, "avr", "f1tenth")
