@@ -74,7 +74,7 @@ FACT_CODE = {
     "nn_tanh": "prelude.c.j2: float nn_tanh's x + x, expf(2x), e + 1 and (e - 1) / (e + 1)",
     "nn_sigmoid": "prelude.c.j2: float nn_sigmoid's expf(-x)",
     "gravity": "nnbuild/codegen/gravity.py: Gravity's activate and SGD update",
-    "tpg": "nnbuild/codegen/tpg_lower.py: a TPG's guarded cos",
+    "tpg_lower": "nnbuild/codegen/tpg_lower.py: a TPG's guarded cos",
 }
 
 
