@@ -109,7 +109,9 @@ def _const(regs, r):
 
 
 class _FlowWalk(stack_walk.FlowWalk):
-    """The AVR instructions' effect on the SP depth and the register file."""
+    """The AVR instructions' effect on the SP depth and the register file (State.regs: r0-r31, each
+    ("lo"/"hi", depth) for a byte of the SP at that depth, ("hip", depth) for a pair's high byte
+    before its carry half, ("c", int), or None)."""
 
     def __init__(self, analysis, func, chain):
         super().__init__(analysis, func, chain)

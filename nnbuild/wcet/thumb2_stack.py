@@ -197,7 +197,8 @@ def _list_bytes(insn, ops):
 class _FlowWalk(stack_walk.FlowWalk):
     """The Thumb instructions' effect on the SP depth and the register file; one state per
     (address, local return point in LR), so code a `bl label` enters from two places returns to
-    each of them (libgcc's __aeabi_dmul)."""
+    each of them (libgcc's __aeabi_dmul). The register file (State.regs): sorted (name, value) pairs,
+    value ("sp", depth), ("c", int) or ("ret", address after a `bl label`) for LR."""
 
     def __init__(self, analysis, func, chain):
         super().__init__(analysis, func, chain)
