@@ -34,8 +34,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") a
 
 #: the generated code of the F1/10 controller (float32 MLP shape, tanh layers) that writes value facts
 #: (avr_libloops.json "emitted_by"); entries other code writes are traced where that code is built
-#: (nn_sigmoid's in test_wcet_avr_adversarial.py, a TPG's cos in test_tpg_cos_guard.py, Gravity's
-#: update subtraction in test_gravity_update.py)
+#: (nn_sigmoid's in test_wcet_avr_adversarial.py, a TPG's cos in test_tpg_cos_guard.py and its
+#: integer-test tags in test_tpg_int_facts.py, Gravity's update subtraction in test_gravity_update.py)
 F1_CODE = {"mlp", "nn_tanh"}
 
 

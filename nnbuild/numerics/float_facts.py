@@ -61,13 +61,17 @@ FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: a TPG's cos argument below 1024 in magnitude (nnbuild/codegen/tpg_lower.py Guard)
 TPG_COS_TAGS = ("cos:|x|<1024",)
+#: a TPG table helper's integer test `(double)(int)x == x` after testing -255 <= x <= 255: the
+#: truncation's argument and the converted int are below 256 in magnitude (nnbuild/codegen/tpg_lower.py)
+TPG_INT_TAGS = {"fix": "__fixsfsi:|x|<256", "float": "__floatsisf:|k|<256"}
+TPG_INT_LIMIT = 255
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
 #: Gravity's SGD update w - p on AVR: __subsf3 only where it needs at most one normalisation shift
 #: (nnbuild/codegen/gravity.py emit_fact_subtract)
 NO_CANCEL_TAGS = ("__addsf3x:no-cancel",)
 #: ... and the CNN shapes' nn_join (pos - neg of a split sum on AVR): the same tag, the same claim
 VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS
-                            + TPG_COS_TAGS + NO_CANCEL_TAGS)
+                            + TPG_COS_TAGS + tuple(TPG_INT_TAGS.values()) + NO_CANCEL_TAGS)
 #: the generated code that writes value facts, by the name avr_libloops.json's "emitted_by" gives it
 #: (every entry under a VALUE_ONLY_TAGS tag names its writers there, so a test traces each entry
 #: on the code that gives its fact, and a new kind's tag is filed under that kind, not by exclusion)
@@ -80,7 +84,7 @@ FACT_CODE = {
     "nn_tanh": "prelude.c.j2: float nn_tanh's x + x, expf(2x), e + 1 and (e - 1) / (e + 1)",
     "nn_sigmoid": "prelude.c.j2: float nn_sigmoid's expf(-x)",
     "gravity": "nnbuild/codegen/gravity.py: Gravity's activate and SGD update",
-    "tpg_lower": "nnbuild/codegen/tpg_lower.py: a TPG's guarded cos",
+    "tpg_lower": "nnbuild/codegen/tpg_lower.py: a TPG's guarded cos and its table helpers' integer test",
 }
 
 
