@@ -350,7 +350,7 @@ def test_avr_build_fails_its_deadline_on_the_end_to_end_bound(tmp_path):
     assert f"{bound} ms" in page and f"end-to-end bound {bound:.1f} ms &gt; deadline 800 ms" in page
     assert report["deadline"]["items_on_own_cores_bound_ms"] < report["deadline"]["end_to_end_bound_ms"]
     record = report["board"]
-    assert record["max_abs_error"] < 1e-5 and record["cases"] == 2
+    assert record["max_abs_error"] < 1e-5 and len(record["measured_cycles"]) == record["cases"] > 0
     bound = record["wcet"]["schedule_cycles"]
     assert max(record["measured_cycles"]) <= bound
     timing = record["timing"]
