@@ -54,6 +54,32 @@ def split_accumulation(storage, real, soft_float=False):
     place. Elsewhere the sums stay sequential, in the reference's order."""
     return real == "float" and (storage in SPLIT_STORAGES or soft_float)
 
+def split_facts(ops, storage, real, kinds=("conv2d", "dense")):
+    """Give each op of `kinds` its MacFacts (`facts`, nnbuild.numerics.float_facts) for a split
+    sum, and return whether nn_join ends the sums (the CNN shapes on AVR flash: pos - neg exact in
+    integers where it could cancel, __subsf3 elsewhere). The join needs its own flush threshold
+    (mac_facts(join=True)) and float_facts.join_holds for every split op; when one op does not
+    allow it, every op keeps the plain threshold and the sums end with pos - neg."""
+    from nnbuild.numerics import float_facts
+    macs = [op for op in ops if op["kind"] in kinds]
+    if real == "float" and storage in SPLIT_STORAGES:
+        joined = [float_facts.mac_facts(np.asarray(op["weights"]).T, join=True) for op in macs]
+        if all(float_facts.join_holds(f, bias_floats(op)) for f, op in zip(joined, macs)):
+            for op, f in zip(macs, joined):
+                op["facts"] = f
+            return True
+    for op in macs:
+        op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
+    return False
+
+
+def bias_floats(op):
+    """A lowered CNN op's bias as floats (its float32 literals), or None."""
+    if not op.get("bias"):
+        return None
+    return [float(v.rstrip("f")) for line in op["bias"]["values"] for v in line.split(", ")]
+
+
 #: the prelude's comment above the near (LPM) weight readers of storage avr-progmem-near
 NEAR_COMMENT = ("/* Weights in AVR flash below 64 KB (storage avr-progmem-near, checked after linking): read with\n"
                 " * LPM through 16-bit pointers (pgm_read_*), for chips without ELPM. */")

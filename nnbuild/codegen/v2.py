@@ -304,15 +304,20 @@ UNROLL = 4
 MAC_KINDS = ("conv2d", "dense")
 
 
-def plan_split(ops, *, name, split):
+def plan_split(ops, *, name, split, storage, real):
     """With `split` (float32 on AVR flash), give each conv2d and dense op its MacFacts (`facts`:
     the flush threshold and why the value facts hold, nnbuild.numerics.float_facts) and the name of
-    its threshold constant in <name>_weights.c (`keep_exp`); otherwise leave them without."""
+    its threshold constant in <name>_weights.c (`keep_exp`); otherwise leave them without. Returns
+    whether nn_join ends the split sums (common.split_facts)."""
     for op in ops:
         op["facts"] = None
-        if split and op["kind"] in MAC_KINDS:
-            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
+    if not split:
+        return False
+    join = common.split_facts(ops, storage, real, MAC_KINDS)
+    for op in ops:
+        if op["kind"] in MAC_KINDS:
             op["keep_exp"] = f"{name}_{op['c_name']}_keep_exp"
+    return join
 
 
 #: the operations const-host lays out for gcc -O3's vectoriser (host_layout). A Conv2D only without
@@ -364,7 +369,8 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
     # a float32 multiply whose weight factor is checked zero or normal (value fact for the soft-float WCET)
     ctx["weights_normal"] = lambda op: ctx["real"] == "float" and float_facts.zero_or_normal(op["weights"])
     ctx["one_normal_tags"] = float_facts.ONE_NORMAL_TAGS
-    plan_split(lowered["ops"], name=model.name, split=split_accumulation(storage, ctx["real"]))
+    ctx["split_join"] = plan_split(lowered["ops"], name=model.name, split=split_accumulation(storage, ctx["real"]),
+                             storage=storage, real=ctx["real"])
     ctx.update(split_ops=[op for op in lowered["ops"] if op.get("facts")], mul_tags=float_facts.MUL_TAGS,
                add_tags=float_facts.ADD_TAGS)
     name = model.name
