@@ -49,6 +49,12 @@ NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
 #: neg -= p, p normal, zero, inf or NaN: mac_facts(normal_products=True)): libgcc's __aeabi_fadd
 #: adds the significands and never normalises leftwards (arm_libloops.json and thumb2_libloops.json "paths")
 FADD_SAME_SIGN_TAGS = ("fadd:same-sign",)
+#: a multiply of two finite factors: libgcc's __aeabi_fmul never runs its inf/NaN cases (newlib expf's)
+FMUL_FINITE_TAGS = ("fmul:finite",)
+#: an addition neither of whose operands is subnormal (or one is, and the other is at least 2^-101 in
+#: magnitude): libgcc's __aeabi_fadd never rescales a denormal operand (Lad_d; arm_libloops.json "paths").
+#: A split layer's sums with zero-or-normal biases and normal products (`split_add_tags`), newlib expf's
+FADD_NO_SUBNORMAL_TAGS = ("fadd:no.subnormal",)
 #: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
