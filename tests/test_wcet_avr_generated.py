@@ -19,12 +19,13 @@ from nnbuild.wcet import avr_ipet
 from test_wcet_avr import MCU, FREQ, ROOT, board, harness, worst_case_search  # noqa: F401 (harness: a fixture)
 
 ARCH = os.path.join(ROOT, "firmware_examples", "f1tenth", "architecture.json")
-#: analysis time limit (s) and bound/measured cap for the generated F1/10 model at -Os (issue 27's
-#: goal is 1.3; the search starts from the slowest input bench/avr_float_worst.py found)
-TIME_LIMIT, RATIO_CAP = 30.0, 1.30
+#: bound/measured cap for the generated F1/10 model at -Os (issue 27's goal is 1.3; the search
+#: starts from the slowest input bench/avr_float_worst.py found). The analysis time is printed, not
+#: asserted: wall time on a shared machine is no test (speed targets live in bench/).
+RATIO_CAP = 1.30
 SLOW = os.path.join(ROOT, "tests", "data", "f1tenth_float_slow.json")
 #: the same for its q16 build (integer MACs; float only in the input quantisation)
-Q16_TIME_LIMIT, Q16_RATIO_CAP = 10.0, 1.03
+Q16_RATIO_CAP = 1.03
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
                                 reason="avr-gcc or the f1tenth example missing")]
@@ -75,14 +76,13 @@ def f1_bound(f1, tmp_path_factory):
     return res, time.perf_counter() - t0
 
 
-def test_f1tenth_analysis_time_and_layers(f1, f1_bound):
+def test_f1tenth_analysis_layers(f1, f1_bound):
     _, facts, _ = f1
     res, took = f1_bound
     print(f"\nWCET f1tenth -Os: bound {res.cycles} cycles ({res.cycles / FREQ * 1e3:.1f} ms at 20 MHz), "
           f"analysis {took:.2f} s, {res.details['regions']} regions")
     for name, cyc in res.per_layer.items():
         print(f"  layer {name}: {cyc} cycles ({100.0 * cyc / res.cycles:.1f}%)")
-    assert took < TIME_LIMIT
     with open(facts) as f:
         layers = [l["name"] for l in json.load(f)["layers"]]
     assert list(res.per_layer) == layers and all(res.per_layer[l] > 0 for l in layers)
@@ -161,4 +161,3 @@ def test_f1tenth_q16_bound_covers_worst_case_search(f1q16, harness):
           f"{int(cyc.max())}), bound/measured {ratio:.4f}; {shifts}")
     assert res.cycles >= worst, f"UNSOUND: bound {res.cycles} < measured {worst}"
     assert ratio <= Q16_RATIO_CAP
-    assert took < Q16_TIME_LIMIT
