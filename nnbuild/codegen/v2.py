@@ -322,35 +322,36 @@ def plan_split(ops, *, name, split):
 HOST_LAYOUT_KINDS = ("dense", "conv2d")
 
 
-#: const-host Conv2D with one input channel, pooled: LANES neighbouring output columns of one
-#: filter computed together (one float per SSE lane)
-LANES = 4
+#: const-host Conv2D with one input channel, pooled: neighbouring output columns of one filter
+#: computed together, 8 (two SSE vectors) when the width allows, else 4
+LANES = (8, 4)
 
 
 def lanes_layout(op):
     """Storage const-host, a float32 Conv2D with one input channel, stride and dilation 1 across
-    columns, no padding or groups, its output width a multiple of LANES, read by a pooling only
-    (pool_activations): LANES neighbouring outputs of one filter at a time (`chunk["lanes"]`), each
+    columns, no padding or groups, its output width a multiple of 4, read by a pooling only
+    (pool_activations): 8 or 4 neighbouring outputs of one filter at a time (`chunk["lanes"]`), each
     sum still the bias then its taps in the kernel's order (the bits of const). The input values
-    of LANES neighbouring columns are contiguous, each weight is repeated LANES times side by side,
+    of neighbouring columns are contiguous, each weight is repeated once per column side by side,
     and the sums are stored by rows of one filter (`rows_layout`: [oy][filter][ox], which the
-    pooling reads), so gcc -O3 computes a filter's LANES sums with packed multiplies and adds of two
+    pooling reads), so gcc -O3 computes a filter's neighbouring sums with packed multiplies and adds of two
     plain vector loads, without the broadcast of each input value the filter blocks need (LeNet-5's
-    first convolution: 150,912 -> about 86,000 Ir); without vectoriser each product is still one
-    load, one multiply and one add."""
+    first convolution at -O3: 150,912 -> about 80,000 Ir); without vectoriser each product is
+    still one load, one multiply and one add."""
     chunk = op["chunks"][0]
-    values = np.repeat(op["weights"][:, :, None], LANES, axis=2).ravel()    # [filter][tap][lane]
-    chunk.update(lanes=LANES, size=int(values.size), interleaved=False,
+    lanes = next(n for n in LANES if op["OW"] % n == 0)
+    values = np.repeat(op["weights"][:, :, None], lanes, axis=2).ravel()    # [filter][tap][lane]
+    chunk.update(lanes=lanes, size=int(values.size), interleaved=False,
                  values=common.format_values(values, types.SimpleNamespace(name=op["name"])),
                  comment=f"{op['source_type']} '{op['name']}': {op['OC']} filters of {op['k']} weights, each weight "
-                         f"{LANES} times side by side ({LANES} neighbouring output columns at a time)")
+                         f"{lanes} times side by side ({lanes} neighbouring output columns at a time)")
     op["rows_layout"] = True
 
 
 def lanes_fit(op):
     """Whether lanes_layout applies to `op` (a float32 const-host operation)."""
     return (op["kind"] == "conv2d" and op["C"] == 1 and op["SW"] == 1 and op["DW"] == 1 and not op["generic"]
-            and op["OW"] % LANES == 0 and len(op["chunks"]) == 1)
+            and op["OW"] % LANES[-1] == 0 and len(op["chunks"]) == 1)
 
 
 def host_layout(op, real):
