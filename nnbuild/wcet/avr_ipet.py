@@ -116,6 +116,18 @@ def indirect_targets(facts, prog):
     return avr_indirect.indirect_targets(facts, prog)
 
 
+def call_bound(fact, bound):
+    """A loop fact under one call's (max_iterations, total_iterations or None) from a `calls` flow
+    fact (None: the fact as it is). The call's total replaces the fact's (a sum over every call)."""
+    if bound is None:
+        return fact
+    most, total = bound
+    out = dict(fact, max_iterations=most)
+    if total is not None:
+        out["total_iterations"] = total
+    return out
+
+
 class Analyzer:
     """Memoised bottom-up analysis of every region reachable from the entry."""
 
@@ -334,8 +346,8 @@ class Analyzer:
             regions = ({}, {}, {}) if targets else (self.regions, self.reach, self.reach_sym)
             self.memos[key] = ({}, {}) + regions
         self.memo_tag = f"_calls{list(self.memos).index(key)}"
-        loops = [dict(f, max_iterations=bounds[(os.path.basename(f["file"]), int(f["line"]))])
-                 if (os.path.basename(f["file"]), int(f["line"])) in bounds else f for f in self.facts.get("loops", [])]
+        loops = [call_bound(f, bounds.get((os.path.basename(f["file"]), int(f["line"]))))
+                 for f in self.facts.get("loops", [])]
         self.facts = dict(self.facts, loops=loops)
         self.indirect = {**self.indirect, **{a: list(t) for a, t in targets.items()}} if targets else self.indirect
         if values:
