@@ -333,15 +333,16 @@ def horner(table, index, s):
     return text
 
 
-def fit(digits=30, nodes=48):
-    """The TABLE, recomputed (needs mpmath; a few seconds): python3 -m nnbuild.codegen.host_tanh"""
+def fit(digits=30, nodes=48, rows=None):
+    """The TABLE's rows (all, or those numbered in `rows`), recomputed (needs mpmath; a few
+    seconds for all): python3 -m nnbuild.codegen.host_tanh prints them"""
     import mpmath as mp
     mp.mp.dps = digits
 
     def r(a):
         return mp.mpf(1) if a == 0 else mp.tanh(a) / a
     table = []
-    for i in range(ROWS):
+    for i in range(ROWS) if rows is None else rows:
         ss = [mp.mpf(0.5) * mp.cos(mp.pi * (k + 0.5) / nodes) for k in range(nodes)]
         a = mp.matrix(nodes, DEGREE + 1)
         b = mp.matrix(nodes, 1)
