@@ -186,21 +186,36 @@ def test_boards_by_path_from_the_boards_folder_and_from_the_cached_nnbuild_board
 @needs_cmake
 @pytest.mark.e2e
 def test_precision_auto_builds_the_candidates_and_compiles_the_chosen_one(tmp_path):
-    root = project(tmp_path, "PRECISION auto RANGE 0,1 COUNT 4")
+    """PRECISION auto on a Gravity program (firmware_examples/gravity_digits: two candidates on the
+    host, float32 and float64, the cheapest real choice; NNModel(precision="auto") builds the same
+    program and chooses the same, test_user_edge.py): every candidate built, the library compiles the
+    chosen one's C, and nnbuild_add_firmware checks the app holding the Gravity program (the gravity
+    firmware test of test_gravity_scons.py, merged here). The whole precision=auto build of an MLP
+    (every fixed-point candidate, a WCET ranking):
+    test_scons_e2e.py::test_precision_auto_picks_the_fastest_qualifying_candidate."""
+    example = REPO / "firmware_examples" / "gravity_digits"
+    shutil.copy2(example / "main.c", tmp_path / "main.c")
+    (tmp_path / "CMakeLists.txt").write_text(
+        f'cmake_minimum_required(VERSION 3.20)\nproject(gdemo C)\nlist(APPEND CMAKE_MODULE_PATH "{CMAKE_DIR}")\n'
+        f"include(nnbuild)\nnnbuild_add_model(digits MODEL {example / 'gravity_digits.g'} NAME gravity_digits "
+        "PRECISION auto RANGE 0,1 COUNT 4)\nadd_executable(app main.c)\nnnbuild_add_firmware(app MODELS digits)\n")
+    root = tmp_path
     assert configure(root).returncode == 0
     built = ninja(root)
     assert built.returncode == 0, built.stdout[-3000:]
-    model = root / "b/nnbuild-models/ctl"
+    model = root / "b/nnbuild-models/digits"
     report = json.loads((model / "report.json").read_text())
     chosen = report["auto"]["chosen"]
     candidates = {row["precision"] for row in report["auto"]["candidates"]}
-    assert chosen in candidates and len(candidates) > 1 and report["precision"] == chosen
+    assert candidates == {"float32", "float64"} and chosen == "float32" and report["precision"] == chosen
     assert {p.name for p in (model / "candidates").iterdir()} == candidates
-    for name in ("xor.c", "xor_weights.c", "xor.h"):   # the library compiles the chosen candidate's C
+    for name in ("gravity_digits.c", "gravity_digits.h"):   # the library compiles the chosen candidate's C
         assert (model / "gen" / name).read_bytes() == (model / "candidates" / chosen / "gen" / name).read_bytes()
     assert "app.hex" in released(root / "b") and (model / "gate.json").exists()
-    firmware = json.loads((root / "b/app.checks/xor/report.json").read_text())   # over the chosen C
+    firmware = json.loads((root / "b/app.checks/gravity_digits/report.json").read_text())   # over the chosen C
     assert firmware["max_abs_error"] == report["max_abs_error"] and firmware["precision"] in ("auto", chosen)
+    assert firmware["kind"] == "gravity" and firmware["blob"]["memory_hard_bytes"] == 4944
+    assert (root / "b/app.checks/gravity_digits/gate.json").exists()
     assert "no work to do" in ninja(root).stdout
 
 

@@ -31,9 +31,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") a
                                 reason="avr-gcc or the f1tenth example missing")]
 
 #: the table tags that value facts give in F1/10 (nn_sigmoid's, which it has not, are checked in
-#: test_wcet_avr_adversarial.py; a TPG's cos tags in tests/test_tpg_cos_guard.py; Gravity's update
+#: test_wcet_avr_adversarial.py; a TPG's cos tags in tests/test_tpg_cos_guard.py, its integer-test tags in
+#: tests/test_tpg_int_facts.py; Gravity's update
 #: subtraction in tests/test_gravity_update.py)
-OTHER_TAGS = set(float_facts.TPG_COS_TAGS) | set(float_facts.NO_CANCEL_TAGS)
+OTHER_TAGS = set(float_facts.TPG_COS_TAGS) | set(float_facts.TPG_INT_TAGS.values()) | set(float_facts.NO_CANCEL_TAGS)
 VALUE_TAGS = (float_facts.VALUE_ONLY_TAGS - set(float_facts.SIGMOID_EXP_TAGS) - OTHER_TAGS) | {"__divsf3:A.normal"}
 
 

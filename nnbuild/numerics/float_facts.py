@@ -61,13 +61,17 @@ FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: a TPG's cos argument below 1024 in magnitude (nnbuild/codegen/tpg_lower.py Guard)
 TPG_COS_TAGS = ("cos:|x|<1024",)
+#: a TPG table helper's integer test `(double)(int)x == x` after testing -255 <= x <= 255: the
+#: truncation's argument and the converted int are below 256 in magnitude (nnbuild/codegen/tpg_lower.py)
+TPG_INT_TAGS = {"fix": "__fixsfsi:|x|<256", "float": "__floatsisf:|k|<256"}
+TPG_INT_LIMIT = 255
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
 #: Gravity's SGD update w - p on AVR: __subsf3 only where it needs at most one normalisation shift
 #: (nnbuild/codegen/gravity.py emit_fact_subtract)
 NO_CANCEL_TAGS = ("__addsf3x:no-cancel",)
 #: ... and the CNN shapes' nn_join (pos - neg of a split sum on AVR): the same tag, the same claim
 VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS
-                            + TPG_COS_TAGS + NO_CANCEL_TAGS)
+                            + TPG_COS_TAGS + tuple(TPG_INT_TAGS.values()) + NO_CANCEL_TAGS)
 
 
 @dataclass(frozen=True)
