@@ -128,6 +128,78 @@ def test_a_falls_into_entry_needs_the_pinned_routine_right_after_it(tmp_path):
                                      otawa.same_file, lambda a: None) == []
 
 
+def _call_function(name, start, calls):
+    """A routine of `calls` instructions, `bl <target>` at the given offsets (a dict offset -> target)
+    and movs elsewhere, ending in `bx lr`."""
+    func = otawa.Function(name, start)
+    for k in range(max(calls) // 4 + 2):
+        addr = start + 4 * k
+        if 4 * k in calls:
+            func.insns.append(otawa.Insn(addr, "bl", f"{calls[4 * k]:x} <callee>", "lib.c", 100 + k))
+        else:
+            func.insns.append(otawa.Insn(addr, "mov", f"r0, #{k}", "lib.c", 100 + k))
+    func.insns.append(otawa.Insn(start + 4 * len(func.insns), "bx", "lr", "lib.c", 99))
+    return func
+
+
+def test_caller_tags_of_one_call_site_reach_that_call_only(tmp_path):
+    """A `caller_tags` entry's `sites` tag the calls at their offsets only (newlib expf's
+    fmul:normal.product: every multiply but y * twom100 and huge * huge); the routine-wide tags
+    reach every call; an offset that is not a call is refused."""
+    lib = _call_function("lib", 0x300, {0: 0x100, 8: 0x100})
+    callee = _function("f", 0x100, 8)
+    functions = {"f": [callee], "lib": [lib]}
+    digest = otawa.routine_digest
+    table = [{"symbols": ["lib"], "sha256": digest(lib), "tags": {"mul": ["t2"]},
+              "sites": {"mul": [{"offsets": [8], "tags": ["t1"], "why": "test"}]}}]
+    callers = otawa_paths.caller_tags(functions, table, digest)
+    assert callers[0].of_call("mul", 0x308) == {"t1", "t2"} and callers[0].of_call("mul", 0x300) == {"t2"}
+    blocks = tmp_path / "m.blocks"
+    blocks.write_text("B f 1 100\nB f 2 108\nB f 3 10c\nB lib 1 300\nS lib 2 300 f\nS lib 3 308 f\n")
+    entry = dict(ENTRY, sha256=digest(callee), calls={"t1": 0, "other": -22})
+    (row,) = otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), {}, [entry], digest,
+                                   otawa.same_file, lambda a: None, callers)
+    assert row.coefs == {"x3_f": 1.0, "x2_f": -24.0, "x2_lib": -22.0} and row.calls == {"t1": 1, "other": 1}
+    table[0]["sites"]["mul"][0]["offsets"] = [4]
+    with pytest.raises(NNBuildError, match="offset 4 .* is not a call"):
+        otawa_paths.caller_tags(functions, table, digest)
+
+
+def test_a_through_entry_counts_the_only_callers_calls(tmp_path):
+    """A `through` entry (newlib's __ieee754_expf through expf's wrapper) charges the wrapper's
+    call sites by their lines' tags, only when the wrapper is the routine's one caller, calls it from
+    one site, cannot run that call twice, and has the pinned literal words; else no row."""
+    callee = _function("f", 0x100, 8)
+    wrapper = _call_function("w", 0x300, {4: 0x100})
+    wrapper.words[0x330] = 0x42b17180
+    caller = _function("main", 0x200, 6)
+    functions = {"f": [callee], "w": [wrapper], "main": [caller]}
+    digest = otawa.routine_digest
+    through = {"symbols": ["w"], "sha256": digest(wrapper), "words": {"48": "42b17180"}}
+    entry = dict(ENTRY, sha256=digest(callee), op="exp", calls={"t1": 0, "other": -22}, through=through)
+    blocks = tmp_path / "m.blocks"
+    text = "B f 1 100\nB f 2 108\nB f 3 10c\nB w 1 300\nS w 2 304 f\nS main 4 200 w\nS main 5 204 w\n"
+    blocks.write_text(text)
+    facts = {"values": [{"file": "m.c", "line": 10, "op": "exp", "tags": ["t1"]}]}
+    lines = {i.addr: (i.file, i.line) for i in caller.insns}
+
+    def rows(functions=functions, entry=entry):
+        return otawa_paths.path_rows(functions, otawa_paths.read_block_map(blocks), facts, [entry], digest,
+                                     otawa.same_file, lines.get)
+    (row,) = rows()
+    assert row.coefs == {"x3_f": 1.0, "x2_f": -24.0, "x5_main": -22.0} and row.calls == {"t1": 1, "other": 1}
+    # another caller of f, other literal words, a branch back to the call: no row
+    blocks.write_text(text + "S main 6 208 f\n")
+    assert rows() == []
+    blocks.write_text(text)
+    assert rows(entry=dict(entry, through=dict(through, words={"48": "42b17181"}))) == []
+    looped = _call_function("w", 0x300, {4: 0x100, 12: 0x304})
+    looped.insns[3] = otawa.Insn(0x30c, "bne", "304 <w+0x4>", "lib.c", 103)
+    looped.words[0x330] = 0x42b17180
+    assert rows(functions=dict(functions, w=[looped]),
+                entry=dict(entry, through=dict(through, sha256=digest(looped)))) == []
+
+
 def test_named_variables_read_back():
     lp = otawa_ilp.parse_lp("/* IPET system */\nmax: 12 e3_5___aeabi_i2f + 4 x2_f.part.0;\n"
                             "x0_main = 1;\ne3_5___aeabi_i2f - 2 x2_f.part.0 <= 0;\nint x0_main;\n")
@@ -273,6 +345,74 @@ def test_arm_expf_never_hands_a_subnormal_to_fmul_or_fdiv(tmp_path):
     assert not blocks & set(pcs)
 
 
+EXPF_POSIX_C = EXPF_C.replace("    unsigned k;\n", "    unsigned k;\n    _LIB_VERSION = _POSIX_; /* the wrapper's range tests run */\n")
+
+
+def calls_into(pcs, start, end, entries=None):
+    """(call address, set of executed addresses inside [start, end)) of each call entering the
+    routine at `start` (or at any of `entries`): a call ends when the trace leaves the range."""
+    entries = entries or {start}
+    calls, inside, previous = [], False, None
+    for pc in pcs:
+        if pc in entries and not inside:
+            calls.append((previous, set()))
+            inside = True
+        if inside:
+            if start <= pc < end:
+                calls[-1][1].add(pc)
+            else:
+                inside = False
+        previous = pc
+    return calls
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_expf_calls_meet_their_site_tags_and_the_sigmoid_range_rows(tmp_path):
+    """Over the expf sweep (and -90, 100, -110: the scaled, overflowing and underflowing results),
+    with the wrapper's range tests on (_LIB_VERSION = _POSIX_): no addition reaches __aeabi_fadd's
+    denormal block (fadd:no.subnormal), no multiply the inf/NaN cases (fmul:finite), the multiplies
+    at the tagged sites never the out-of-range block (fmul:normal.product) while the two untagged
+    sites do; for |x| < 40 or NaN neither the wrapper's range-error blocks nor __ieee754_expf's
+    scaling and overflow blocks run, and each of them runs for some argument (the untagged limit)."""
+    args = sorted(set(expf_arguments()) | {f32_bits(-90.0), f32_bits(100.0), f32_bits(-110.0)})
+    source = EXPF_POSIX_C.replace("@ARGS@", ", ".join(f"0x{a:08x}u" for a in args))
+    elf = arm7tdmi_elf(tmp_path, "expf", source, libs=("m",))
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    table = arm_table()
+    expf, wrapper = functions["__ieee754_expf"][0], functions["expf"][0]
+    fmul, fadd, fsub = functions["__aeabi_fmul"][0], functions["__addsf3"][0], functions["__aeabi_fsub"][0]
+    paths = {e["about"]: e for e in table["paths"]}
+    for about, func in (("finite factors", fmul), ("no denormal operand", fadd), ("no scaling for |x| < 40", expf),
+                        ("no range error for |x| < 40", wrapper)):
+        assert otawa.routine_digest(func) == paths[about]["sha256"], about
+    assert otawa_paths.words_match(wrapper, paths["no range error for |x| < 40"])
+    denormal = fadd.start + paths["no denormal operand"]["blocks"]["denormal"]
+    assert fsub.start + paths["no denormal operand (subtraction)"]["blocks"]["denormal"] == denormal
+    special = fmul.start + paths["finite factors"]["blocks"]["special"]
+    out_of_range = fmul.start + paths["product normal"]["blocks"]["out_of_range"]
+    (sites,) = table["caller_tags"][0]["sites"]["mul"]
+    tagged = {expf.start + o for o in sites["offsets"]}
+    pcs = executed_pcs(elf, tmp_path / "step.log", timeout=900)
+    executed = set(pcs)
+    assert fadd.start in executed and denormal not in executed and special not in executed
+    multiplies = calls_into(pcs, fmul.start, fmul.end)
+    assert {site for site, _ in multiplies} - {expf.start + o for o in (0x168, 0x188)} <= tagged
+    assert not [site for site, inside in multiplies if site in tagged and out_of_range in inside]
+    assert {site for site, inside in multiplies if out_of_range in inside} == {expf.start + 0x168, expf.start + 0x188}
+    rows = (paths["no range error for |x| < 40"], wrapper), (paths["no scaling for |x| < 40"], expf)
+    watched = {func.start + o for entry, func in rows for o in entry["blocks"].values()}
+    per_arg = [{pc for pc, n in c.items() if n} for c in per_call(pcs, wrapper.start, watched)]
+    assert len(per_arg) == len(args)
+    for a, hit in zip(args, per_arg):
+        x = struct.unpack("<f", struct.pack("<I", a))[0]
+        if math.isnan(x) or abs(x) < 40:
+            assert not hit, (hex(a), hit)
+        for entry, func in rows:
+            assert len(hit & {func.start + o for o in entry["blocks"].values()}) <= 1
+    assert set().union(*per_arg) == watched   # every block runs for some argument
+
+
 # ------------------------------------------------------------------ qemu-system-arm: the M0+'s soft float
 
 needs_qemu_system = pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-system-arm"),
@@ -328,9 +468,10 @@ def test_m0plus_fmul_and_fdiv_subnormal_blocks_run_once_and_only_for_a_subnormal
 
 
 def eval_float(text):
-    """A C float literal of FMUL_CASES as a Python float ("1.0f/0.0f" is infinity)."""
-    if text == "1.0f/0.0f":
-        return math.inf
+    """A C float literal of FMUL_CASES as a Python float ("1.0f/0.0f" is infinity, "0.0f/0.0f" NaN)."""
+    special = {"1.0f/0.0f": math.inf, "-1.0f/0.0f": -math.inf, "0.0f/0.0f": math.nan}
+    if text in special:
+        return special[text]
     return float(np.float32(float(text.rstrip("f"))))
 
 
@@ -462,7 +603,7 @@ def check_same_sign_limits(counts):
 def test_arm_fadd_and_fsub_never_cancel_for_same_sign_operands(tmp_path):
     elf = arm7tdmi_elf(tmp_path, "fadd", fadd_source())
     functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
-    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add"}
+    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "normalise" in e["blocks"]}
     fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
     assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
     assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
@@ -476,6 +617,58 @@ def test_arm_fadd_and_fsub_never_cancel_for_same_sign_operands(tmp_path):
     check_same_sign_limits(added)
     check_same_sign_limits(subtracted)
     assert added[6] == 1   # two subnormals of one sign do cancel-normalise: why the tag excludes them
+
+
+#: (a, b): add(a, b) and sub(a, -b); fadd:no.subnormal holds for the first five (no subnormal
+#: operand, or the other at least 2^-101), not for the rest (a subnormal beside a tiny value)
+DENORMAL_CASES = [("1.5f", "-1e-30f"), ("2e-38f", "-3e-38f"), ("1.0f", "1e-40f"), ("-3.0f", "1e-45f"),
+                  ("4e-31f", "-1e-40f"), ("1e-40f", "2e-40f"), ("1.2e-38f", "-1e-39f"), ("3e-31f", "1e-45f"),
+                  ("-1e-45f", "3e-45f")]
+NO_SUBNORMAL_CASES = 5
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fadd_and_fsub_rescale_a_denormal_only_beside_a_value_below_2_to_the_minus_101(tmp_path):
+    """__aeabi_fadd's denormal block (+0x120, fsub's +0x124) per call: never for the tagged cases
+    (fadd:no.subnormal: a subnormal beside 1.0 or 4e-31 > 2^-101 returns at the exponent-difference
+    test), once for a subnormal beside a value below 2^-101 (the untagged limit), never twice."""
+    source = FADD_C.replace("@A@", ", ".join(a for a, _ in DENORMAL_CASES)).replace(
+        "@B@", ", ".join(b for _, b in DENORMAL_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fadd", source)
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "denormal" in e["blocks"]}
+    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
+    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
+    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
+    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["denormal"]
+    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["denormal"] == block
+    pcs = executed_pcs(elf, tmp_path / "step.log")
+    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
+    assert len(calls) == 2 * len(DENORMAL_CASES)
+    for k in range(len(DENORMAL_CASES)):
+        expected = 0 if k < NO_SUBNORMAL_CASES else 1
+        assert calls[2 * k] == calls[2 * k + 1] == expected, (DENORMAL_CASES[k], calls[2 * k:2 * k + 2])
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fmul_inf_nan_block_runs_only_for_an_infinite_or_nan_factor(tmp_path):
+    source = FMUL_C.replace("@A@", ", ".join(a for a, _, _ in FMUL_CASES + NAN_CASES)).replace(
+        "@B@", ", ".join(b for _, b, _ in FMUL_CASES + NAN_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fmul", source)
+    fmul = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))["__aeabi_fmul"][0]
+    entry = next(e for e in arm_table()["paths"] if "special" in e["blocks"])
+    assert otawa.routine_digest(fmul) == entry["sha256"]
+    block = fmul.start + entry["blocks"]["special"]
+    calls = per_call(executed_pcs(elf, tmp_path / "step.log"), fmul.start, {block})
+    assert len(calls) == len(FMUL_CASES + NAN_CASES)
+    for (a, b, _), c in zip(FMUL_CASES + NAN_CASES, calls):
+        assert c[block] == int(not (math.isfinite(eval_float(a)) and math.isfinite(eval_float(b)))), (a, b, c)
+
+
+#: factors with NaN or infinity beside zero, a subnormal and a normal value
+NAN_CASES = [("0.0f/0.0f", "2.0f", False), ("0.0f", "-1.0f/0.0f", False), ("1e-40f", "0.0f/0.0f", False)]
 
 
 def entry_marks(pcs, fadd_start, fsub_start):

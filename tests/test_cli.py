@@ -31,9 +31,10 @@ def golden_data(tmp_path, y=GOLDEN_L61):
 
 
 @pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
-def test_check_matches_keras_golden_on_host(tmp_path):
+def test_check_matches_keras_golden_on_host(tmp_path, run_cli):
+    """In-process (run_cli): the real command runs on simavr below."""
     model = shared_file("data", "f1tenth", "TD3_L61_128x128_C1.h5")
-    result = nnbuild("check", str(model), "--data", str(golden_data(tmp_path)), "--tolerance", "1e-6")
+    result = run_cli("check", str(model), "--data", str(golden_data(tmp_path)), "--tolerance", "1e-6")
     assert result.returncode == 0, result.stderr
     assert "max |C - y|" in result.stdout and "max |C - reference|" in result.stdout
 
@@ -210,9 +211,11 @@ def test_models_named_like_headers_or_our_files_build(tmp_path, run_cli, stem):
     assert (tmp_path / "b" / "gen" / f"{stem}_model.h").exists()
 
 
-@pytest.mark.e2e  # two full project copies, each generating every file (3 s)
-def test_generated_files_are_identical_across_clones(tmp_path):
-    """No absolute path or machine detail in any output: two copies of a model give the same bytes."""
+@pytest.mark.e2e  # two full project copies, each generating every file
+def test_generated_files_are_identical_across_clones(tmp_path, run_cli):
+    """No absolute path or machine detail in any output: two copies of a model give the same bytes.
+    In-process (run_cli: no interpreter start and import per generation); the generate step in a
+    process of its own in each checkout, through SCons: test_reproducible.py."""
     import shutil
     dot = REPO.parent / "shared/data/tpg/sips22/cleaned/out_best_cleaned.fishing_derby.9.t48.dot"
     cases = [("xor.h5", XOR, []), ("architecture.json", REPO / "firmware_examples/f1tenth/architecture.json",
@@ -228,7 +231,7 @@ def test_generated_files_are_identical_across_clones(tmp_path):
             if filename == "architecture.json":
                 shutil.copy(src.parent / "weights.h5", d / "weights.h5")
             out = tmp_path / clone / "out"
-            result = nnbuild("generate", str(d / filename), "-o", str(out), "--name", "m", *extra)
+            result = run_cli("generate", str(d / filename), "-o", str(out), "--name", "m", *extra)
             assert result.returncode == 0, result.stderr
             outs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
         assert outs[0] == outs[1], filename

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import cmake_tools
 from conftest import REPO, have
 
 CMAKE_DIR = REPO / "nnbuild" / "cmake"
@@ -44,13 +45,13 @@ def project(root, model_args, *, languages="C", firmware=True):
 
 
 def configure(root, *args, env=None, build="b"):
-    return subprocess.run(["cmake", "-G", "Ninja", "-S", str(root), "-B", str(root / build),
+    return subprocess.run([cmake_tools.cmake(), "-G", "Ninja", "-S", str(root), "-B", str(root / build),
                            f"-DNNBUILD_PYTHON={sys.executable}", *args],
                           capture_output=True, text=True, env=env or environment())
 
 
 def ninja(root, *targets, env=None, build="b"):
-    return subprocess.run(["ninja", "-C", str(root / build), *targets], capture_output=True, text=True,
+    return subprocess.run([cmake_tools.ninja(), "-C", str(root / build), *targets], capture_output=True, text=True,
                           env=env or environment())
 
 
@@ -93,7 +94,8 @@ def test_a_bad_keyword_or_value_fails_configuration_in_one_line(tmp_path, args, 
 @needs_cmake
 @pytest.mark.e2e
 def test_a_misspelled_firmware_keyword_fails_configuration(tmp_path):
-    root = project(tmp_path, "PRECISION float32", firmware=False)
+    # no language: the call stops the configuration before CMake would need a compiler for app
+    root = project(tmp_path, "PRECISION float32", languages="NONE", firmware=False)
     with open(root / "CMakeLists.txt", "a") as f:
         f.write("add_executable(app main.c)\nnnbuild_add_firmware(app MODLES ctl)\n")
     result = configure(root)
@@ -138,64 +140,102 @@ def test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path(tmp_
     assert released(build) == []
 
 
-@needs_cmake
-@pytest.mark.e2e
-def test_boards_by_path_from_the_boards_folder_and_from_the_cached_nnbuild_boards(tmp_path):
-    """-DNNBUILD_BOARD=<relative file> builds the firmware; the project's boards/ folder is found
-    without a variable; NNBUILD_BOARDS given at configure time only is enough for ninja."""
-    root = project(tmp_path, "PRECISION float32 TOLERANCE 1e-5 RANGE 0,1 COUNT 4")
+@pytest.fixture(scope="module")
+def boards_project(tmp_path_factory):
+    """One host project configured three ways: b with -DNNBUILD_BOARD=mine/host2.json (built), c
+    with the boards/ folder's host3 (configured), d with host4 found through NNBUILD_BOARDS given
+    at configure time only (its checks built by a ninja without it). test_waivers_in_cmake_syntax
+    goes on from d's checks: (root, {build: CompletedProcess of its configure or ninja})."""
+    if not have("cmake", "ninja"):
+        pytest.skip("cmake and ninja needed (pip install cmake ninja)")
+    root = project(tmp_path_factory.mktemp("boards"), "PRECISION float32 TOLERANCE 1e-5 RANGE 0,1 COUNT 4")
     host = json.loads((REPO / "toolchains" / "host.json").read_text())
     for folder, name in (("mine", "host2"), ("boards", "host3"), ("shared", "host4")):
         (root / folder).mkdir()
         (root / folder / f"{name}.json").write_text(json.dumps(dict(host, name=name), indent=1))
+    done = {"b configure": configure(root, "-DNNBUILD_BOARD=mine/host2.json")}
+    done["b"] = ninja(root)
+    done["c configure"] = configure(root, "-DNNBUILD_BOARD=host3", build="c")
+    done["d configure"] = configure(root, "-DNNBUILD_BOARD=host4", build="d", env=environment(NNBUILD_BOARDS="shared"))
+    done["d"] = ninja(root, "ctl_checks", build="d")        # no NNBUILD_BOARDS in ninja's environment
+    return root, done
 
-    assert configure(root, "-DNNBUILD_BOARD=mine/host2.json").returncode == 0
-    built = ninja(root)
-    assert built.returncode == 0, built.stdout[-3000:]
+
+@needs_cmake
+@pytest.mark.e2e
+def test_boards_by_path_from_the_boards_folder_and_from_the_cached_nnbuild_boards(boards_project):
+    """-DNNBUILD_BOARD=<relative file> builds the firmware; the project's boards/ folder is found
+    without a variable; NNBUILD_BOARDS given at configure time only is enough for ninja."""
+    root, done = boards_project
+    assert done["b configure"].returncode == 0, done["b configure"].stderr
+    assert done["b"].returncode == 0, done["b"].stdout[-3000:]
     assert "app.hex" in released(root / "b")
     assert json.loads((root / "b/app.checks/xor/report.json").read_text())["target"] == "host2"
 
-    assert configure(root, "-DNNBUILD_BOARD=host3", build="c").returncode == 0
-    assert ninja(root, "ctl_checks", build="c").returncode == 0
-    assert json.loads((root / "c/nnbuild-models/ctl/report.json").read_text())["target"] == "host3"
+    # the boards/ folder is searched at configure time; every step then names the board by its file
+    # (build.ninja), so the build of "c" would run the same chain as "d" below, which builds it
+    assert done["c configure"].returncode == 0, done["c configure"].stderr
+    assert f"--board {root / 'boards' / 'host3.json'} " in (root / "c/build.ninja").read_text()
 
-    configured = configure(root, "-DNNBUILD_BOARD=host4", build="d", env=environment(NNBUILD_BOARDS="shared"))
-    assert configured.returncode == 0, configured.stderr
+    assert done["d configure"].returncode == 0, done["d configure"].stderr
     assert "NNBUILD_BOARDS:STRING=shared" in (root / "d/CMakeCache.txt").read_text()
-    checks = ninja(root, "ctl_checks", build="d")        # no NNBUILD_BOARDS in ninja's environment
-    assert checks.returncode == 0, checks.stdout[-3000:]
+    assert done["d"].returncode == 0, done["d"].stdout[-3000:]
     assert json.loads((root / "d/nnbuild-models/ctl/report.json").read_text())["target"] == "host4"
 
 
 @needs_cmake
 @pytest.mark.e2e
 def test_precision_auto_builds_the_candidates_and_compiles_the_chosen_one(tmp_path):
-    root = project(tmp_path, "PRECISION auto RANGE 0,1 COUNT 4")
+    """PRECISION auto on a Gravity program (firmware_examples/gravity_digits: two candidates on the
+    host, float32 and float64, the cheapest real choice; NNModel(precision="auto") builds the same
+    program and chooses the same, test_user_edge.py): every candidate built, the library compiles the
+    chosen one's C, and nnbuild_add_firmware checks the app holding the Gravity program (the gravity
+    firmware test of test_gravity_scons.py, merged here). The whole precision=auto build of an MLP
+    (every fixed-point candidate, a WCET ranking):
+    test_scons_e2e.py::test_precision_auto_picks_the_fastest_qualifying_candidate."""
+    example = REPO / "firmware_examples" / "gravity_digits"
+    shutil.copy2(example / "main.c", tmp_path / "main.c")
+    (tmp_path / "CMakeLists.txt").write_text(
+        f'cmake_minimum_required(VERSION 3.20)\nproject(gdemo C)\nlist(APPEND CMAKE_MODULE_PATH "{CMAKE_DIR}")\n'
+        f"include(nnbuild)\nnnbuild_add_model(digits MODEL {example / 'gravity_digits.g'} NAME gravity_digits "
+        "PRECISION auto RANGE 0,1 COUNT 4)\nadd_executable(app main.c)\nnnbuild_add_firmware(app MODELS digits)\n")
+    root = tmp_path
     assert configure(root).returncode == 0
     built = ninja(root)
     assert built.returncode == 0, built.stdout[-3000:]
-    model = root / "b/nnbuild-models/ctl"
+    model = root / "b/nnbuild-models/digits"
     report = json.loads((model / "report.json").read_text())
     chosen = report["auto"]["chosen"]
     candidates = {row["precision"] for row in report["auto"]["candidates"]}
-    assert chosen in candidates and len(candidates) > 1 and report["precision"] == chosen
+    assert candidates == {"float32", "float64"} and chosen == "float32" and report["precision"] == chosen
     assert {p.name for p in (model / "candidates").iterdir()} == candidates
-    for name in ("xor.c", "xor_weights.c", "xor.h"):   # the library compiles the chosen candidate's C
+    for name in ("gravity_digits.c", "gravity_digits.h"):   # the library compiles the chosen candidate's C
         assert (model / "gen" / name).read_bytes() == (model / "candidates" / chosen / "gen" / name).read_bytes()
     assert "app.hex" in released(root / "b") and (model / "gate.json").exists()
-    firmware = json.loads((root / "b/app.checks/xor/report.json").read_text())   # over the chosen C
+    firmware = json.loads((root / "b/app.checks/gravity_digits/report.json").read_text())   # over the chosen C
     assert firmware["max_abs_error"] == report["max_abs_error"] and firmware["precision"] in ("auto", chosen)
+    assert firmware["kind"] == "gravity" and firmware["blob"]["memory_hard_bytes"] == 4944
+    assert (root / "b/app.checks/gravity_digits/gate.json").exists()
     assert "no work to do" in ninja(root).stdout
 
 
 @needs_cmake
 @pytest.mark.e2e
-def test_waivers_in_cmake_syntax(tmp_path):
-    """On the host (no WCET analyzer) a DEADLINE cannot be checked and fails; DEADLINE none and
-    WCET skip are CMake's waivers, and the hint names them in that syntax."""
-    root = project(tmp_path, "PRECISION float32 RANGE 0,1 COUNT 4 DEADLINE 5ms", firmware=False)
-    assert configure(root).returncode == 0
-    failed = ninja(root)
+def test_waivers_in_cmake_syntax(boards_project):
+    """On a host board (no WCET analyzer) a DEADLINE cannot be checked and fails; DEADLINE none and
+    WCET skip are CMake's waivers, and the hint names them in that syntax. On boards_project's
+    build d (host4), whose chain is built: a deadline reconfigures it and reruns its report and gate
+    (ninja reconfigures with the cached NNBUILD_BOARDS)."""
+    root, done = boards_project
+    assert done["d"].returncode == 0, done["d"].stdout[-3000:]
+
+    def checks_of_d():
+        return ninja(root, "ctl_checks", build="d")
+
+    text = (root / "CMakeLists.txt").read_text()
+    text = re.sub(r"COUNT 4( DEADLINE [^\s)]+( WCET skip)?)?\)", "COUNT 4 DEADLINE 5ms)", text)
+    (root / "CMakeLists.txt").write_text(text)
+    failed = checks_of_d()
     assert failed.returncode != 0 and "deadline 5 ms cannot be checked" in failed.stdout, failed.stdout[-3000:]
     from nnbuild import steps
     if any(a.dest == "interface" for a in steps.STEPS["gate"].args):
@@ -203,10 +243,10 @@ def test_waivers_in_cmake_syntax(tmp_path):
     for waiver, line in (("DEADLINE 5ms WCET skip", "wcet=skip"), ("DEADLINE none", None)):
         text = re.sub(r"DEADLINE [^\s)]+( WCET skip)?", waiver, (root / "CMakeLists.txt").read_text())
         (root / "CMakeLists.txt").write_text(text)
-        passed = ninja(root)
+        passed = checks_of_d()
         assert passed.returncode == 0, passed.stdout[-3000:]
-        report = json.loads((root / "b/nnbuild-models/ctl/report.json").read_text())
-        assert report["deadline_ms"] is None and (root / "b/nnbuild-models/ctl/gate.json").exists()
+        report = json.loads((root / "d/nnbuild-models/ctl/report.json").read_text())
+        assert report["deadline_ms"] is None and (root / "d/nnbuild-models/ctl/gate.json").exists()
         if line:
             assert any(line in w for w in report.get("waivers", [])), report.get("waivers")
 

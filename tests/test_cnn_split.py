@@ -134,3 +134,109 @@ def test_nn_exp_is_the_biased_exponent(tmp_path):
     ctypes.CDLL(str(tmp_path / "e.so")).exps(values.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p),
                                              values.size)
     assert out.tolist() == float_facts.biased_exponents(values).tolist()
+
+
+def test_join_ends_the_avr_sums_where_its_flush_allows(tmp_path):
+    """On AVR flash every shape ends its split sums with nn_join (one no-cancel value fact, on
+    nn_join's own __subsf3 line) and flushes with mac_facts(join=True)'s threshold: non-zero
+    products >= 2^(JOIN_EXP - 127). A bias below 2^-102, or weights so small that the join's flush
+    would exceed 2^-60 (float_facts.JOIN_KEEP_MAX), leaves the plain pos - neg and threshold."""
+    for shape in ("v1", "v2", "v3"):
+        _, out, _ = generated(tmp_path, shape, "avr-progmem-far")
+        code = (out / "v1net.c").read_text()
+        assert "nn_join(pos" in code and "pos - neg)" not in code.replace("return pos - neg;", ""), shape
+        facts = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
+        join = [v for v in facts if v["tags"] == list(float_facts.NO_CANCEL_TAGS)]
+        assert len(join) == 1 and join[0]["layer"] is None and "2^-102" in join[0]["why"], shape
+    model, _ = passes.run(small_cnn(), None)
+    for k, (layer, attr, at, value) in enumerate((("c1", "bias", 0, 3e-32),            # a bias below 2^-102
+                                                  ("d1", "kernel", (0, 0), 1e-14))):  # a weight below 2^-42
+        source = small_cnn()
+        getattr(next(lay for lay in source.layers if lay.name == layer), attr)[at] = np.float32(value)
+        tweaked, log = passes.run(source, None)
+        out = tmp_path / f"tweak{k}"
+        codegen.generate(tweaked, out, shape="v2", precision="float32", storage="avr-progmem-far", passes_log=log)
+        code = (out / "v1net.c").read_text()
+        assert "nn_join" not in code and "pos - neg" in code
+    from nnbuild.codegen import cnn
+    lowered = cnn.lower(model, "avr-progmem-far")
+    assert common.split_facts(lowered["ops"], "avr-progmem-far", "float")
+    dense = next(op for op in lowered["ops"] if op["name"] == "d1")
+    assert dense["facts"].keep_exp == float_facts.mac_facts(np.asarray(dense["weights"]).T, join=True).keep_exp
+    assert dense["facts"].exp_sum_min == float_facts.BIAS + float_facts.JOIN_EXP
+    assert not common.split_facts(cnn.lower(model, "const")["ops"], "const", "float")
+
+
+JOIN_HOST = """#include "v1net.c"
+void join_all(const float *a, const float *b, float *y, int n);
+void join_all(const float *a, const float *b, float *y, int n) { for (int i = 0; i < n; ++i) y[i] = nn_join(a[i], b[i]); }
+"""
+
+
+@needs_gcc
+def test_join_equals_float_subtraction_on_the_host(tmp_path):
+    """nn_join as generated (v2, AVR flash, compiled for the host: IEEE float and int->float
+    conversion) against numpy's float32 pos - neg, bit for bit, on 600,000 pairs of the values a
+    split sum can end with: zero, inf, NaN or >= 2^-102, exponents equal, 1 apart (every rounding
+    case of the 25-bit difference) or further."""
+    _, out, files = generated(tmp_path, "v2", "avr-progmem-far")
+    (out / "jh.c").write_text(JOIN_HOST)
+    so = out / "jh.so"
+    subprocess.run(["gcc", *FLAGS, "-Wno-unused-function", "-shared", "-fPIC", f"-I{out}", str(out / "jh.c"),
+                    str(out / "v1net_weights.c"), "-o", str(so), "-lm"], check=True, capture_output=True)
+    rng = np.random.default_rng(8)
+    n = 100_000
+    m = rng.integers(0, 1 << 23, (2, n), dtype=np.uint32)
+    e = rng.integers(25, 254, n).astype(np.uint32)
+
+    def f(exp, man):
+        return ((exp << 23) | man).view(np.float32)
+    a = np.concatenate([f(e, m[0]), f(e + 1, m[0]), f(e, m[1]), f(e, m[0]), f(e + 1, np.zeros(n, np.uint32)),
+                        f(e, m[0])])
+    b = np.concatenate([f(e, m[1]), f(e, m[1]), f(e + 1, m[0]), f(e, m[0] ^ rng.integers(0, 16, n, dtype=np.uint32)),
+                        f(e, (1 << 23) - 1 - rng.integers(0, 16, n, dtype=np.uint32)),
+                        f(np.clip(e - rng.integers(2, 40, n).astype(np.uint32), 25, 254), m[1])])
+    specials = np.array([0.0, 2.0 ** -102, 1.0, 3.4028235e38, np.inf, np.nan], np.float32)
+    sa, sb = (v.ravel() for v in np.meshgrid(specials, specials))
+    a, b = np.concatenate([a, sa]).astype(np.float32), np.concatenate([b, sb]).astype(np.float32)
+    y = np.zeros_like(a)
+    ctypes.CDLL(str(so)).join_all(a.ctypes.data_as(ctypes.c_void_p), b.ctypes.data_as(ctypes.c_void_p),
+                                  y.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(a.size))
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a - b
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(y), nan)
+    assert np.array_equal(y[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_conv_call_totals_count_the_taps_nn_conv2d_runs():
+    """v1's per-call total_iterations of nn_conv2d's kw and channel loops (v1.add_conv_call_totals)
+    equal the body executions of the kernel's loop nest as v1.c.j2 writes it (rows inside the
+    input enter the kw loop, taps inside it the channel loop), counted here by running the nest,
+    for strides, dilations, paddings and sizes that leave taps outside on every side."""
+    from nnbuild.codegen import v1
+    rng = np.random.default_rng(4)
+    loops = [{"file": "m.c", "line": 10, "why": "v1 largest kw of nn_conv2d"},
+             {"file": "m.c", "line": 12, "why": "v1 largest cg of nn_conv2d"},
+             {"file": "m.c", "line": 14, "why": "v1 largest ow of nn_conv2d"}]
+    for _ in range(200):
+        e = {"kernel": "conv2d", "h": int(rng.integers(1, 9)), "w": int(rng.integers(1, 9)), "kh": int(rng.integers(1, 4)),
+             "kw": int(rng.integers(1, 4)), "sh": int(rng.integers(1, 3)), "sw": int(rng.integers(1, 3)),
+             "dh": int(rng.integers(1, 4)), "dw": int(rng.integers(1, 4)), "pt": int(rng.integers(0, 3)),
+             "pl": int(rng.integers(0, 3)), "oh": int(rng.integers(1, 7)), "ow": int(rng.integers(1, 7)),
+             "rows": int(rng.integers(1, 4)), "cg": int(rng.integers(1, 5))}
+        kw_bodies = cg_bodies = 0
+        for oy in range(e["oh"]):
+            for ox in range(e["ow"]):
+                for o in range(e["rows"]):
+                    for ky in range(e["kh"]):
+                        iy = oy * e["sh"] + ky * e["dh"] - e["pt"]
+                        if 0 <= iy < e["h"]:
+                            for kx in range(e["kw"]):
+                                kw_bodies += 1
+                                ix = ox * e["sw"] + kx * e["dw"] - e["pl"]
+                                if 0 <= ix < e["w"]:
+                                    cg_bodies += e["cg"]
+        calls = [{"target": "nn_conv2d", "loops": [{"file": "m.c", "line": n, "max_iterations": 9} for n in (10, 12, 14)]}]
+        got = {l["line"]: l.get("total_iterations") for l in v1.add_conv_call_totals(calls, [e], loops)[0]["loops"]}
+        assert got == {10: kw_bodies, 12: cg_bodies, 14: None}, e

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import copy_project, have, scons
+from conftest import copy_project, have, scons, slow
 from nnbuild import steps
 
 pytestmark = [pytest.mark.e2e,
@@ -20,9 +20,28 @@ pytestmark = [pytest.mark.e2e,
 TARGET_RUN = "run_qemu-system-arm.npz"
 
 
-#: (board, model, precision or None): the builds the issue names, and xor on the M4 with its example deadline
-BUILDS = [("stm32f407", "xor", None), ("stm32f407", "f1tenth", None), ("stm32f407", "lenet5", "q16-acc32"),
-          ("rp2040", "xor", None), ("rp2040", "f1tenth", None)]
+#: (board, model, precision or None): the builds the issue names, and xor on the M4 with its example deadline.
+#: One per core runs by default (M4: q16-acc32 on the DSP kernels; M0+: float32 in soft float); the others
+#: re-run the same SCons chain on a core already covered, with their code on the core held elsewhere:
+#: xor in float32 on the M4's FPU by tests/test_user_project.py's STM32F407 builds of the example project,
+#: LeNet-5 and F1/10 on the M0+ by tests/test_cortexm_adversarial.py (bound >= every input's cycles,
+#: bound/executed ratio, fixed-point outputs equal to the bit-exact model's): slow tier
+BUILDS = [pytest.param("stm32f407", "xor", None, marks=slow(
+              "tests/test_user_project.py::test_scons_project[stm32f407] and test_cmake_project[stm32f407] (xor in "
+              "float32 on the M4 through its chain: qemu-system-arm run, semantic and bound-soundness gates, stack "
+              "within its bound); [stm32f407-f1tenth-None] (the report's bound, deadline and instruction timing on "
+              "the M4); [rp2040-xor-None] (float32 outputs within tolerance, the same cycles on a second run)")),
+          ("stm32f407", "f1tenth", None),
+          pytest.param("stm32f407", "lenet5", "q16-acc32", marks=slow(
+              "[stm32f407-f1tenth-None] (the SCons chain, gates, stack, q16-acc32 on the DSP kernels, bound within 1.3 "
+              "of the run); test_cortexm_adversarial.py::test_lenet5_q16_acc32_on_the_m4_no_input_beats_the_bound "
+              "(LeNet-5 q16-acc32 on the M4: bound, ratio <= 1.03, bit-exact outputs); test_cortexm_dsp.py::"
+              "test_the_v2_kernels_equal_the_bit_exact_model (its DSP kernels' C)")),
+          ("rp2040", "xor", None),
+          pytest.param("rp2040", "f1tenth", None, marks=slow(
+              "[rp2040-xor-None] (the SCons chain, gates, stack on the M0+); test_cortexm_adversarial.py::"
+              "test_f1tenth_q16_acc32_no_input_beats_the_bound[rp2040] (F1/10 q16-acc32 on the M0+: bound, "
+              "ratio <= 1.01, bit-exact outputs)"))]
 
 
 @pytest.mark.parametrize("board, model, precision", BUILDS)

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import REPO, copy_project, have, scons
+from conftest import REPO, copy_project, have, scons, slow
 from nnbuild import boards, codegen, pipeline
 from nnbuild.codegen import mlp_fixed
 from nnbuild.errors import NNBuildError
@@ -226,7 +226,12 @@ def test_the_kernels_on_the_cortex_m4_equal_the_bit_exact_model(tmp_path, precis
 @pytest.mark.e2e
 @needs_arm
 # q16-acc32 (the example's own precision) is tests/test_cortexm.py's stm32f407 f1tenth build
-@pytest.mark.parametrize("precision, tolerance", [("q8", "tolerance=0.02")])
+@pytest.mark.parametrize("precision, tolerance", [pytest.param("q8", "tolerance=0.02", marks=slow(
+    "test_the_kernels_on_the_cortex_m4_equal_the_bit_exact_model[q8] (the q8 kernels through ACLE on the M4 under "
+    "qemu-system-arm equal the bit-exact model, every group remainder and input tail); "
+    "test_the_portable_dsp_c_equals_the_bit_exact_model[f1tenth-q8] (F1/10's q8 DSP C); "
+    "test_the_target_code_uses_smlad_and_compiles_clean[q8] (smlad and sxtb16 in the code); "
+    "tests/test_cortexm.py[stm32f407-f1tenth-None] (the SCons chain and gates with the DSP kernels on the M4)"))])
 def test_f1tenth_builds_with_the_dsp_kernels_and_passes_the_gate(tmp_path, precision, tolerance):
     project = copy_project(tmp_path)
     result = scons(project, "target=stm32f407", "model=f1tenth", f"precision={precision}", "deadline=none",

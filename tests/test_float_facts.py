@@ -92,7 +92,12 @@ def test_f1tenth_soft_float_arm_code_splits_every_layer_with_the_arm_tags(tmp_pa
     mac = [v for v in facts["values"] if v["op"] in ("mul", "add") and "p.f" in lines[v["line"] - 1]]
     assert [v["tags"] for v in mac if v["op"] == "mul"] == [["fmul:no.subnormal"]] * 3
     assert sorted(lines[v["line"] - 1].strip() for v in mac if v["op"] == "add") == ["neg += p.f;"] * 3 + ["pos += p.f;"] * 3
-    assert all(v["tags"] == list(F.FADD_SAME_SIGN_TAGS) for v in mac if v["op"] == "add")
+    # every bias zero or normal: no operand of the sums is subnormal (fadd:no.subnormal), the one
+    # pos - neg of each neuron included
+    assert all(F.zero_or_normal(l.bias) for l in model.layers)
+    assert all(v["tags"] == list(F.FADD_SAME_SIGN_TAGS + F.FADD_NO_SUBNORMAL_TAGS) for v in mac if v["op"] == "add")
+    joins = [v for v in facts["values"] if lines[v["line"] - 1].strip() == "acc = pos - neg;"]
+    assert [v["tags"] for v in joins] == [list(F.FADD_NO_SUBNORMAL_TAGS)] * 3
     assert "acc0" not in code and code.count("p.u &= 0x7FFFFFFFUL;") == 3
     weights = (tmp_path / "f1tenth_weights.c").read_text()
     for layer in model.layers:
@@ -139,3 +144,14 @@ def test_an_addend_fact_applies_only_to_the_call_adding_that_constant():
 def test_unknown_value_fact_op_is_one_clear_error():
     with pytest.raises(NNBuildError, match=r"m.c:3: unknown op 'sqrt'"):
         avr_paths.value_facts({"values": [{"file": "m.c", "line": 3, "op": "sqrt", "tags": []}]})
+
+
+def test_every_value_fact_entry_names_its_code():
+    """Each avr_libloops.json entry under a value-fact tag says which generated code writes the
+    fact ("emitted_by"), so the simavr tests trace it on that code (test_wcet_avr_value_facts.py
+    selects F1/10's by it); every value-fact tag has such an entry."""
+    from nnbuild.wcet import avr_loops
+    from test_wcet_avr_context import fact_code, value_fact_entry
+    entries = [e for e in avr_loops.load_table() + avr_loops.load_paths() if value_fact_entry(e)]
+    assert all(fact_code(e) for e in entries)
+    assert {t for e in entries for t in e["within"]} >= F.VALUE_ONLY_TAGS

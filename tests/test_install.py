@@ -40,11 +40,14 @@ def test_every_data_file_of_the_package_matches_the_package_data_patterns():
 def test_the_wheel_installed_in_a_fresh_venv_generates_checks_and_lists_boards(tmp_path, nnbuild_wheel):
     """The run's wheel (pip wheel of the files a user gets), a venv without the system's packages
     (dependencies from the package index), then the installed nnbuild from a directory that is not
-    the checkout."""
+    the checkout. The venv gets no pip of its own (ensurepip costs seconds): this interpreter's pip
+    installs into it (`pip --python`), without byte-compiling every dependency up front (the
+    installed modules compile as they are imported, as from any read-write site-packages)."""
     wheel = nnbuild_wheel
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    install = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                              "--no-compile", str(wheel)], capture_output=True, text=True)
     if install.returncode != 0 and "No matching distribution" in install.stderr:
         pytest.skip(f"the package index is not reachable: {install.stderr.strip().splitlines()[-1]}")
     assert install.returncode == 0, install.stderr
@@ -73,11 +76,12 @@ def test_the_wheel_installed_in_a_fresh_venv_generates_checks_and_lists_boards(t
         ["xor.h", "xor.c", "xor_weights.h", "xor_weights.c", "xor.flowfacts.json", "xor.trace.json"])
     import numpy as np
     np.savez(work / "xor.npz", x=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32))
-    for precision in ("float32", "q16"):
-        checked = run("check", "xor.h5", "--data", "xor.npz", "--precision", precision, "--range", "0,1")
-        assert checked.returncode == 0, checked.stderr
-        assert "xor on host: 4 inputs" in checked.stdout
-    assert json.loads(run("check", "xor.h5", "--data", "xor.npz", "--json").stdout)["passed"]
+    checked = run("check", "xor.h5", "--data", "xor.npz", "--precision", "q16", "--range", "0,1")
+    assert checked.returncode == 0, checked.stderr
+    assert "xor on host: 4 inputs" in checked.stdout
+    record = json.loads(run("check", "xor.h5", "--data", "xor.npz", "--precision", "float32", "--range", "0,1",
+                            "--json").stdout)   # float32, and the JSON record
+    assert record["passed"] and "xor on host: 4 inputs" in record["summary"][-1]
 
     mine = work / "boards"
     mine.mkdir()

@@ -1,7 +1,6 @@
 """Reproducible across checkouts: the same build in two copies of the project at different paths
 gives the same bytes in every output (objects, libraries, ELF, .hex, reports), and a shared SCons
-CacheDir (`scons ... cache=DIR`) serves a second checkout every cacheable step, simulator runs and
-WCET bounds included."""
+CacheDir serves another checkout every cacheable step, simulator runs and WCET bounds included."""
 
 import hashlib
 import json
@@ -38,16 +37,36 @@ def outputs(folder):
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_two_checkouts_at_different_paths_build_byte_identical_outputs(tmp_path):
-    """A user's firmware project (two models, NNFirmware: app.elf, app.hex, app.bin, per-model
-    reports over the image) built for avr in two checkouts: every output file is the same."""
-    built = []
-    for project, env in [checkout(where) for where in (tmp_path / "a", tmp_path / "second" / "clone-with-a-longer-path")]:
+def with_cache(app, cache):
+    """The user's SConstruct with a shared CacheDir: the one line a user adds for it."""
+    sconstruct = app / "SConstruct"
+    sconstruct.write_text(sconstruct.read_text() + f"CacheDir({str(cache)!r})\n")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A user's firmware project (examples/scons_project: two models, NNFirmware: app.elf, app.hex,
+    app.bin, per-model reports over the image) built for avr in two checkouts at different paths,
+    each on its own (the second has no cache); the first also fills a shared CacheDir, which a third
+    checkout then builds from (test_a_third_checkout_takes_every_cacheable_step_from_a_shared_cache).
+    Returns (cache, [{output: bytes} of the first, of the second])."""
+    root = tmp_path_factory.mktemp("checkouts")
+    cache = root / "cache"
+    builds = []
+    for where in (root / "a", root / "second" / "clone-with-a-longer-path"):
+        project, env = checkout(where)
         app = project / "examples" / "scons_project"
+        if not builds:
+            with_cache(app, cache)
         result = scons(app, "board=avr", env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        built.append(outputs(app / "build"))
-    first, second = built
+        builds.append(outputs(app / "build"))
+    return cache, builds
+
+
+def test_two_checkouts_at_different_paths_build_byte_identical_outputs(built):
+    """Every output file of the two independent builds is the same."""
+    _, (first, second) = built
     assert sorted(first) == sorted(second)
     assert {"avr/app.elf", "avr/app.hex", "avr/xor/check.elf", "avr/xor/libxor.a",
             "avr/app.checks/xor/report.json"} <= set(first)
@@ -66,26 +85,26 @@ def test_two_checkouts_at_different_paths_build_byte_identical_outputs(tmp_path)
     assert "-DF_CPU=20000000UL" in report["compiler"]["compile_flags"] and report["passed"] is True
 
 
-def test_a_second_checkout_takes_every_cacheable_step_from_a_shared_cache(tmp_path):
-    """`scons target=avr model=xor cache=DIR` in one checkout, then in another at another path:
-    the second compiles, links, runs and analyses nothing; it retrieves every one of those outputs
-    from the cache and runs only the steps that are never cached (memory report, semantic check,
-    report, gates); its outputs are the first's."""
-    cache = tmp_path / "cache"
-    logs, built = [], []
-    for project, env in [checkout(where) for where in (tmp_path / "a", tmp_path / "b" / "other")]:
-        result = scons(project, "target=avr", "model=xor", f"cache={cache}", env=env)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        logs.append(result.stdout)
-        built.append(outputs(project / "build" / "avr" / "xor"))
-    second = logs[1]
-    retrieved = set(re.findall(r"Retrieved `([^']+)' from cache", second))
-    ran = set(re.findall(r"^\[nnbuild\] (\S.*?)\s{2,}\S", second, re.M))
-    assert ran <= UNCACHED, f"the second checkout ran {sorted(ran - UNCACHED)}"
-    assert {"build/avr/xor/wcet.json", "build/avr/xor/run_simavr.npz", "build/avr/xor/run_host.npz",
-            "build/avr/xor/check.elf", "build/avr/xor/firmware.elf", "build/avr/xor/gen/xor.c",
-            "build/tools/simavr_run", "build/avr/xor/obj/xor.o"} <= retrieved, sorted(retrieved)
-    assert "WCET[" not in second and "builtin-avr:" not in second
-    first, other = built
+def test_a_third_checkout_takes_every_cacheable_step_from_a_shared_cache(built, tmp_path):
+    """The first checkout filled a shared CacheDir; a third at another path builds the same project:
+    it compiles, links, runs and analyses nothing; it retrieves every one of those outputs from the
+    cache and runs only the steps that are never cached (memory report, semantic check, report,
+    gates); its outputs are the first's. (The repository SConstruct's `cache=DIR` sets the same
+    CacheDir: test_cortexm.py builds through it.)"""
+    cache, (first, _) = built
+    project, env = checkout(tmp_path / "b" / "other")
+    app = project / "examples" / "scons_project"
+    with_cache(app, cache)
+    result = scons(app, "board=avr", env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    retrieved = set(re.findall(r"Retrieved `([^']+)' from cache", result.stdout))
+    ran = set(re.findall(r"^\[nnbuild\] (\S.*?)\s{2,}\S", result.stdout, re.M))
+    assert ran <= UNCACHED, f"the third checkout ran {sorted(ran - UNCACHED)}"
+    assert {"build/avr/xor/run_simavr.npz", "build/avr/xor/run_host.npz", "build/avr/xor/check.elf",
+            "build/avr/xor/gen/xor.c", "build/avr/xor/obj/xor.o", "build/avr/app.elf",
+            "build/avr/app.checks/xor/wcet.json", "build/avr/app.checks/steer/wcet.json"} <= retrieved, sorted(retrieved)
+    assert "WCET[" not in result.stdout and "builtin-avr:" not in result.stdout
+    other = outputs(app / "build")
+    assert {"avr/app.elf", "avr/app.hex", "avr/app.checks/xor/gate.json"} <= set(other)
     for path, data in other.items():
         assert first[path] == data, f"{path} differs"

@@ -95,11 +95,8 @@ def test_a_misspelled_nnfirmware_keyword_stops_the_build_in_one_line(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr and not (root / "build").exists()
 
 
-def test_a_misspelled_option_of_the_repository_sconstruct_names_the_nearest(tmp_path):
-    project = copy_project(tmp_path)
-    result = scons(project, "target=host", "model=xor", "deadlne=1us")
-    assert result.returncode == 2
-    assert "unknown option 'deadlne'; did you mean deadline?" in result.stderr, result.stderr
+# the repository SConstruct names the nearest option (exit 2, one line):
+# test_scons_e2e.py::test_unknown_option_and_target_fail_clearly
 
 
 # --------------------------------------------------------------------------- point 5: one waiver vocabulary
@@ -124,18 +121,8 @@ def test_waivers_read_the_same_in_nnmodel_and_the_hint_speaks_nnmodel(tmp_path):
     assert (root / "build/app.hex").is_file() and (root / "build/app.checks/xor/gate.json").is_file()
 
 
-def test_the_repository_sconstruct_hint_speaks_its_options(tmp_path):
-    """The hint in the repository SConstruct's syntax; then, on the same build, a changed option
-    (opt) regenerates: SCons says the build action changed."""
-    project = copy_project(tmp_path)
-    failed = scons(project, "target=host", "model=xor", "deadline=5ms")
-    assert failed.returncode != 0
-    line = next(l for l in failure_lines(failed) if "cannot be checked" in l)
-    assert "waive it with deadline=none or wcet=skip" in line, line
-    assert scons(project, "target=host", "model=xor", "deadline=none").returncode == 0
-    again = scons(project, "target=host", "model=xor", "deadline=none", "opt=-O0")
-    assert again.returncode == 0, again.stderr
-    assert "contents of the build action changed" in again.stdout
+# the hint in the repository SConstruct's syntax, and a changed option regenerating, on a copy of a
+# built tree: test_scons_e2e.py::test_the_repository_sconstruct_hint_speaks_its_options
 
 
 # --------------------------------------------------------------------------- point 2: nothing "passed" outlives a failure
@@ -176,28 +163,32 @@ def write_board(path, name, **changes):
     path.write_text(json.dumps(board, indent=1))
 
 
-def test_boards_by_path_and_from_the_project_boards_folder(tmp_path):
+def test_boards_by_path_and_from_the_project_boards_folder(tmp_path, run_cli, monkeypatch):
+    """A board named from the project's boards/ folder builds the model's library with it (a step
+    target: the whole chain is the board given by path's); `nnbuild check` finds both too."""
     root = user_project(tmp_path)
     write_board(root / "boards" / "host3.json", "host3")
     write_board(root / "myboards" / "host2.json", "host2")
-    named = build(root, "board=host3")   # found in the project's boards/ without any variable
+    named = build(root, "board=host3", "build/host3/xor/libxor.a")   # found in boards/ without any variable
     assert named.returncode == 0, named.stdout[-2000:] + named.stderr
-    assert (root / "build/host3/xor/libxor.a").is_file() and (root / "build/app.hex").is_file()
+    assert (root / "build/host3/xor/libxor.a").is_file()
     by_path = build(root, "board=myboards/host2.json")
     assert by_path.returncode == 0, by_path.stdout[-2000:] + by_path.stderr
     report = json.loads((root / "build/app.checks/xor/report.json").read_text())
-    assert report["target"] == "host2"
+    assert report["target"] == "host2" and (root / "build/app.hex").is_file()
     # the steps name the board by a relative path: no checkout path in their signatures
     explained = build(root, "board=myboards/host2.json", "-n", "--debug=presub", "build/app.checks/xor/report.json")
     assert str(root) not in "".join(l for l in explained.stdout.splitlines() if "-m nnbuild" in l)
     # editing the board file reruns what depends on it
     write_board(root / "myboards" / "host2.json", "host2", description="my host, edited")
-    again = build(root, "board=myboards/host2.json")
+    again = build(root, "board=myboards/host2.json", "build/app.checks/xor/report.json")
     assert again.returncode == 0 and "app.checks/xor/report.json" in again.stdout, again.stdout
     import numpy as np
     np.savez(root / "d.npz", x=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32))
-    for target in ("myboards/host2.json", "host3"):
-        check = nnbuild_cli(root, "check", "models/xor.h5", "--data", "d.npz", "--target", target)
+    for name in [k for k in os.environ if k.startswith("NNBUILD_")]:   # the user's shell (user_env)
+        monkeypatch.delenv(name)
+    for target in ("myboards/host2.json", "host3"):   # in-process: test_cli starts the real command
+        check = run_cli("check", "models/xor.h5", "--data", "d.npz", "--target", target, cwd=root)
         assert check.returncode == 0, check.stderr
         assert f"xor on {target.split('/')[-1].removesuffix('.json')}: 4 inputs" in check.stdout
 
@@ -205,31 +196,62 @@ def test_boards_by_path_and_from_the_project_boards_folder(tmp_path):
 # --------------------------------------------------------------------------- point 4: precision=auto
 
 
+GRAVITY_SCONSTRUCT = """import nnbuild.scons_tool
+env = Environment(tools=["default", "nnbuild_tool"], toolpath=[nnbuild.scons_tool.toolpath()], NNBOARD="host")
+digits = env.NNModel("gravity_digits", "models/gravity_digits.g", precision="auto", input_range=(0.0, 1.0), count=4)
+Default(env.NNFirmware("build/app", ["src/main.c"], models=[digits]))
+"""
+
+
 def test_precision_auto_from_nnmodel_links_the_chosen_candidate(tmp_path):
-    root = user_project(tmp_path, model='precision="auto"')
-    result = build(root)
+    """NNModel(precision="auto") on a Gravity program (two candidates on the host, float32 and
+    float64: the cheapest real choice; CMake's PRECISION auto builds the same program and chooses the
+    same, test_cmake_module.py): every candidate built, the chosen one's library linked into the
+    firmware and gated. The whole precision=auto build of an MLP, every fixed-point candidate
+    and a WCET ranking: test_scons_e2e.py::test_precision_auto_picks_the_fastest_qualifying_candidate."""
+    example = REPO / "firmware_examples" / "gravity_digits"
+    (tmp_path / "src").mkdir()
+    (tmp_path / "models").mkdir()
+    shutil.copy2(example / "main.c", tmp_path / "src" / "main.c")
+    shutil.copy2(example / "gravity_digits.g", tmp_path / "models" / "gravity_digits.g")
+    (tmp_path / "SConstruct").write_text(GRAVITY_SCONSTRUCT)
+    result = build(tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
-    report = json.loads((root / "build/host/xor/report.json").read_text())
+    assert "precision=auto candidates for gravity_digits on host: float32, float64" in result.stdout
+    model = tmp_path / "build/host/gravity_digits"
+    report = json.loads((model / "report.json").read_text())
     chosen, table = report["auto"]["chosen"], {r["precision"]: r for r in report["auto"]["candidates"]}
-    assert {"float32", "q16"} <= set(table) and not table[chosen]["violations"]
+    assert set(table) == {"float32", "float64"} and chosen == "float32" and not table[chosen]["violations"]
     assert report["precision"] == chosen and "smallest memory footprint" in report["auto"]["why"]
-    assert all((root / f"build/host/xor/candidates/{p}/report.json").is_file() for p in table)
-    assert (root / "build/app").is_file() and (root / "build/app.checks/xor/gate.json").is_file()
-    assert (root / "build/host/xor/report.html").is_file()
+    assert all((model / f"candidates/{p}/report.json").is_file() for p in table)
+    assert (tmp_path / "build/app").is_file() and (tmp_path / "build/app.checks/gravity_digits/gate.json").is_file()
+    assert (model / "report.html").is_file()
 
 
-def test_precision_auto_from_the_cli_is_cached(tmp_path):
-    root = user_project(tmp_path)
-    import numpy as np
-    np.savez(root / "d.npz", x=np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32))
-    args = ("check", "models/xor.h5", "--data", "d.npz", "--precision", "auto", "--build-dir", "auto")
-    first = nnbuild_cli(root, *args)
+#: a recurrent Keras model (stacked LSTM/GRU layers) and its check data: shape v2 generates recurrent
+#: layers in floating point only, so precision=auto has two candidates on the host
+RECURRENT = REPO / "tests" / "data" / "keras_recurrent" / "stacked"
+
+
+def test_precision_auto_from_the_cli_is_cached(tmp_path, run_cli, monkeypatch):
+    """`nnbuild check --precision auto` (the CLI writes an NNModel(precision="auto") build and runs
+    scons on it) on a recurrent model (two candidates, float32 and float64: the cheapest real
+    choice; NNModel and CMake choose the same, float32): the option and the data pass through, the
+    winner is named, the build is cached, and a deadline the host cannot check is refused in the
+    CLI's syntax. In-process (run_cli; scons still runs as its own process): test_cli.py starts the
+    real command."""
+    for name in [k for k in os.environ if k.startswith("NNBUILD_")]:   # the user's shell (user_env)
+        monkeypatch.delenv(name)
+    args = ("check", RECURRENT.with_suffix(".h5"), "--data", RECURRENT.with_suffix(".npz"), "--precision", "auto",
+            "--build-dir", "auto")
+    first = run_cli(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr
     assert "precision=auto: float32 chosen" in first.stdout
-    report = json.loads((root / "auto/build/report.json").read_text())
-    assert report["auto"]["chosen"] == "float32" and len(report["auto"]["candidates"]) >= 4
-    again = nnbuild_cli(root, *args)
+    report = json.loads((tmp_path / "auto/build/report.json").read_text())
+    assert report["auto"]["chosen"] == "float32"
+    assert {r["precision"] for r in report["auto"]["candidates"]} == {"float32", "float64"}
+    again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0 and "[nnbuild]" not in again.stdout, again.stdout
-    strict = nnbuild_cli(root, *args, "--deadline", "5ms")
+    strict = run_cli(*args, "--deadline", "5ms", cwd=tmp_path)
     assert strict.returncode == 2
     assert "waive it with --deadline none or --wcet skip" in strict.stderr, strict.stderr

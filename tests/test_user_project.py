@@ -1,17 +1,23 @@
 """nnbuild in a user's own project, as a user gets it: a wheel built from this checkout installed in
-a fresh venv, then examples/scons_project (SCons) and examples/cmake_project (CMake + Ninja) built
-on the host and for AVR: two models in one firmware, .elf/.hex/.bin, gates over the linked image, a
-null build that does nothing, and a weight change that reruns only its model's chain."""
+a fresh venv, then examples/scons_project (SCons) and examples/cmake_project (CMake + Ninja, through
+the arm-none-eabi-gcc.cmake toolchain file) built for the STM32F407 (Cortex-M4F, checks on
+qemu-system-arm): two models in one firmware, .elf/.hex/.bin, gates over the linked image with the
+static stack bound of `main` (RAM = data + bss + bound) and each model's run held to its
+inference's own bound, a null build that does nothing, and a weight change that reruns only its
+model's chain. The same project on the host and on AVR (a deadline per model) is the slow tier's."""
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import venv
 
 import h5py
 import numpy as np
 import pytest
 
+import cmake_tools
 from conftest import REPO, have, slow
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +38,12 @@ def installed(tmp_path_factory, nnbuild_wheel):
     root = tmp_path_factory.mktemp("user")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
     wheel = nnbuild_wheel
-    # the dependencies (numpy, scipy, h5py, jinja2, scons) come from this interpreter's site-packages
-    venv.create(root / "venv", system_site_packages=True, with_pip=True)
+    # the dependencies (numpy, scipy, h5py, jinja2, scons) come from this interpreter's site-packages;
+    # this interpreter's pip installs into the venv (--python): no copy of pip in it (ensurepip's ~7 s)
+    venv.create(root / "venv", system_site_packages=True, with_pip=False)
     python = str(root / "venv" / "bin" / "python")
-    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], root, env)
+    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        root, env)
     where = run([python, "-c", "import nnbuild, sys; print(nnbuild.__file__)"], root, env).stdout.strip()
     assert where.startswith(str(root / "venv")), where
     work = root / "work"
@@ -59,18 +67,44 @@ def restore(work, model):
     shutil.copytree(REPO / "firmware_examples" / model, work / "firmware_examples" / model)
 
 
-def boards():
-    return ["host"] + (["avr"] if have("avr-gcc", "avr-objcopy", "simavr") or have("avr-gcc", "avr-objcopy") else [])
+HAVE_CORTEX_M = have("arm-none-eabi-gcc", "arm-none-eabi-objcopy", "qemu-system-arm")
+HAVE_AVR = have("avr-gcc", "avr-objcopy", "simavr")
+#: where each board's run of the same project is covered when it is not run by default
+COVERED_BY = {
+    "host": "test_scons_project[stm32f407] (the same project, wheel, null build and weight edit) and "
+            "tests/test_user_edge.py (NNFirmware on the host: build/app, app.hex, the gates)",
+    "avr": "test_scons_project[stm32f407] and test_cmake_project[stm32f407] (the same project from the wheel, "
+           "null build, weight edit); tests/test_docs.py::test_the_readme_blocks_run_from_the_wheel (the wheel "
+           "on AVR with SCons and avr-gcc.cmake, a deadline held by the WCET bound over the image); "
+           "tests/test_cmake_module.py::test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path "
+           "(CMake AVR firmware, WCET and deadline per model)",
+}
 
 
-#: the host board's run of the same project: NNFirmware on the host (build/app, app.hex, gates) is
-#: test_user_edge's, this project's SCons flow from the wheel (null build, weight edit) the avr run's
-HOST_COVERED_BY = ("test_scons_project[avr] (the same project, wheel, null build and weight edit) and "
-                   "tests/test_user_edge.py (NNFirmware on the host: build/app, app.hex, the gates)")
+def boards(*candidates):
+    """The boards whose tools are here; the first of stm32f407, avr runs by default, the rest in
+    the slow tier."""
+    usable = [b for b in candidates if b == "host" or (b == "stm32f407" and HAVE_CORTEX_M) or (b == "avr" and HAVE_AVR)]
+    default = next((b for b in ("stm32f407", "avr") if b in usable), None)
+    return [b if b == default or default is None else pytest.param(b, marks=slow(COVERED_BY[b])) for b in usable]
 
 
-@pytest.mark.parametrize("board", [pytest.param(b, marks=slow(HOST_COVERED_BY)) if b == "host" and len(boards()) > 1
-                                   else b for b in boards()])
+def check_image_reports(out):
+    """STM32F407: both models' gates over the image passed; the stack bound is main's, counted in
+    RAM, and the check run's high-water mark is within its inference's own bound."""
+    for model, entry in (("xor", "xor_infer"), ("steer", "steer_infer")):
+        report = json.loads((out / "app.checks" / model / "report.json").read_text())
+        assert report["target"] == "stm32f407" and report["passed"]
+        stack = report["stack"]
+        assert stack["entry"] == "main" and stack["path"][0] == "main", stack   # the deepest model's chain
+        assert report["ram_bytes"] == report["data_bytes"] + report["bss_bytes"] + report["stack_bytes"]
+        assert report["measured_stack_entry"] == entry
+        assert 0 < report["measured_stack_bytes"] <= stack["entries"][entry] < stack["bytes"]
+        verdicts = {g["name"]: g["verdict"] for g in report["gates"]}
+        assert verdicts["stack bound soundness"] == "pass" and verdicts["memory (RAM)"] == "pass", verdicts
+
+
+@pytest.mark.parametrize("board", boards("host", "avr", "stm32f407"))
 def test_scons_project(installed, board):
     python, env, work = installed
     project = work / "examples" / "scons_project"
@@ -88,6 +122,9 @@ def test_scons_project(installed, board):
         for model in ("xor", "steer"):
             report = (out / "app.checks" / model / "report.json").read_text()
             assert '"wcet"' in report and "builtin-avr" in report
+    if board == "stm32f407":
+        assert "qemu-system-arm" in first.stdout
+        check_image_reports(out)
     null = run(scons, project, env)
     assert "[nnbuild]" not in null.stdout and "rebuilding" not in null.stdout, null.stdout
     edit_one_weight(work / "firmware_examples/xor/xor.h5")
@@ -102,29 +139,33 @@ def test_scons_project(installed, board):
     assert any("app.checks/steer/" in l for l in lines) and not any("app.obj" in l for l in lines), lines
 
 
+#: the CMake toolchain file of each board
+TOOLCHAIN_FILES = {"avr": "avr-gcc.cmake", "stm32f407": "arm-none-eabi-gcc.cmake"}
+
+
 @pytest.mark.skipif(not have("cmake", "ninja"), reason="cmake and ninja not installed (pip install cmake ninja)")
-# one board: the CMake side is the same module and toolchain file on each (the host's CMake build of an
-# installed package is test_gravity_scons's; the SCons project above runs on avr, and on the host in the slow tier)
-@pytest.mark.parametrize("board", boards()[-1:])
+# the host's CMake build of an installed package is test_gravity_scons's
+@pytest.mark.parametrize("board", boards("avr", "stm32f407"))
 def test_cmake_project(installed, board):
     python, env, work = installed
     project = work / "examples" / "cmake_project"
     build = project / "build" / board
     cmake_dir = run([python, "-m", "nnbuild.pipeline", "cmake-dir"], project, env).stdout.strip()
     assert cmake_dir.startswith(str(python).rsplit("/bin/", 1)[0])  # the installed package's folder
-    configure = ["cmake", "-G", "Ninja", "-S", str(project), "-B", str(build), f"-DNNBUILD_PYTHON={python}"]
-    if board != "host":
-        configure.append(f"-DCMAKE_TOOLCHAIN_FILE={cmake_dir}/avr-gcc.cmake")
+    configure = [cmake_tools.cmake(), "-G", "Ninja", "-S", str(project), "-B", str(build), f"-DNNBUILD_PYTHON={python}"]
+    configure.append(f"-DCMAKE_TOOLCHAIN_FILE={cmake_dir}/{TOOLCHAIN_FILES[board]}")
     run(configure, project, env)
-    first = run(["ninja", "-C", str(build)], project, env)
+    first = run([cmake_tools.ninja(), "-C", str(build)], project, env)
     suffix = ".elf" if board != "host" else ""
     for name in (f"app{suffix}", "app.hex", "app.bin", "app.checks/xor/gate.json", "app.checks/steer/gate.json"):
         assert (build / name).is_file(), (name, first.stdout[-2000:])
-    null = run(["ninja", "-C", str(build)], project, env)
+    if board == "stm32f407":
+        check_image_reports(build)
+    null = run([cmake_tools.ninja(), "-C", str(build)], project, env)
     assert "no work to do" in null.stdout, null.stdout
     edit_one_weight(work / "firmware_examples/xor/xor.h5")
     try:
-        again = run(["ninja", "-C", str(build)], project, env)
+        again = run([cmake_tools.ninja(), "-C", str(build)], project, env)
     finally:
         restore(work, "xor")
     ran = [l for l in again.stdout.splitlines() if l.startswith("[")]
@@ -138,7 +179,7 @@ def test_cmake_project(installed, board):
 
 @slow("tests/test_cmake_module.py::test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path "
       "(a deadline the avr build cannot meet fails ninja, no gate.json, no image, also on a rerun); the wheel's "
-      "avr-gcc.cmake: test_cmake_project[avr]")
+      "avr-gcc.cmake: tests/test_docs.py::test_the_readme_blocks_run_from_the_wheel")
 def test_a_gate_violation_fails_the_cmake_build(installed, tmp_path):
     """A deadline the model cannot meet fails `ninja`, leaving no gate output."""
     if not (have("cmake", "ninja") and have("avr-gcc", "avr-objcopy")):
@@ -151,8 +192,8 @@ def test_a_gate_violation_fails_the_cmake_build(installed, tmp_path):
     (strict / "CMakeLists.txt").write_text(text.replace("${CMAKE_CURRENT_SOURCE_DIR}/../../firmware_examples",
                                                         str(work / "firmware_examples")))
     cmake_dir = run([python, "-m", "nnbuild.pipeline", "cmake-dir"], strict, env).stdout.strip()
-    run(["cmake", "-G", "Ninja", "-S", str(strict), "-B", str(strict / "b"), f"-DNNBUILD_PYTHON={python}",
+    run([cmake_tools.cmake(), "-G", "Ninja", "-S", str(strict), "-B", str(strict / "b"), f"-DNNBUILD_PYTHON={python}",
          f"-DCMAKE_TOOLCHAIN_FILE={cmake_dir}/avr-gcc.cmake"], strict, env)
-    failed = run(["ninja", "-C", str(strict / "b"), "xor_checks"], strict, env, check=False)
+    failed = run([cmake_tools.ninja(), "-C", str(strict / "b"), "xor_checks"], strict, env, check=False)
     assert failed.returncode != 0 and "deadline" in (failed.stdout + failed.stderr)
     assert not (strict / "b" / "nnbuild-models" / "xor" / "gate.json").exists()

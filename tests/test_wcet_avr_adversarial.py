@@ -192,20 +192,22 @@ def test_v1_charges_each_table_entry_its_own_activation(tmp_path):
 CNN_INPUTS = {"e2e": 150, "slow": 500}
 
 
-@pytest.mark.parametrize("tier", ["e2e", pytest.param("slow", marks=slow("the e2e tier's 150-input search of the "
-                                                                        "same build"))])
-def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
+@pytest.mark.parametrize("shape,tier", [("v2", "e2e"), ("v1", "e2e"),
+                                        pytest.param("v2", "slow", marks=slow("the e2e tier's 150-input search of the "
+                                                                              "same build"))])
+def test_small_cnn_search_never_beats_the_bound(tmp_path, shape, tier):
     """The v1 tests' 6x6x2 CNN (zero padding, padded conv ReLU, max and average pooling, add,
-    batchnorm tanh, concat, dense sigmoid, softmax) as float32 v2 on AVR: the padded conv's tap
-    loops carry total_iterations (taps inside the input), which builtin-avr applies per
-    invocation; corners, specials and a hill-climb never beat the bound."""
+    batchnorm tanh, concat, dense sigmoid, softmax) as float32 v2 and v1 on AVR: the padded conv's
+    tap loops carry total_iterations (taps inside the input), which builtin-avr applies per
+    invocation (v1: per call of the network loop's `calls` fact, v1.add_conv_call_totals); corners, specials, constructed alignment inputs (alignment_inputs) and a
+    hill-climb never beat the bound."""
     from adversarial_search import check_bound
     from nnbuild import codegen, passes
     from nnbuild.runners import CHECK_MAIN, check_main_defines
     from test_wcet_avr_v1 import small_cnn
     board = pipeline.load_board("avr")
     model, log = passes.run(small_cnn(), None)
-    files = codegen.generate(model, tmp_path / "gen", shape="v2", storage=board.get("weights_storage", "const"),
+    files = codegen.generate(model, tmp_path / "gen", shape=shape, storage=board.get("weights_storage", "const"),
                              passes_log=log)
     defines = check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size)
     elf = board.compiler.build_executable(board, [f for f in files if str(f).endswith(".c")] + [CHECK_MAIN],
@@ -213,6 +215,8 @@ def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
                                           defines=[d[2:] for d in defines])
     facts = json.loads((tmp_path / "gen" / f"{model.name}.flowfacts.json").read_text())
     assert any("total_iterations" in f for f in facts["loops"])
+    if shape == "v1":
+        assert any("total_iterations" in f for c in facts["indirect"][0]["calls"] for f in c["loops"])
     bound = wcet.analyze(board, elf, f"{model.name}_infer", facts, tmp_path / "wcet").cycles
     harness = simavr.build_harness(tmp_path / "simavr_run")
 
@@ -220,4 +224,90 @@ def test_small_cnn_v2_search_never_beats_the_bound(tmp_path, tier):
         return simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{model.name}_infer", mcu=board["mcu"],
                                 freq=board["clock_hz"], harness=harness)
 
-    check_bound(f"small CNN v2 float32 ({tier})", bound, run, model.input_size, -1.0, 1.0, 27, CNN_INPUTS[tier])
+    check_bound(f"small CNN {shape} float32 ({tier})", bound, run, model.input_size, -1.0, 1.0, 27, CNN_INPUTS[tier],
+                extra=alignment_inputs(model.input_shape, np.random.default_rng(27)))
+
+
+def alignment_inputs(shape, rng, exponents=(24, 28, 30), periods=(2, 3)):
+    """Images of tiny values (2^-k, random signs) with values of magnitude 1..2 on a lattice of
+    every `period`-th row and column: each conv window holds a large product and tiny ones, so
+    most split additions align their operand by about k bits (__addsf3x's byte and bit steps,
+    its slowest same-sign additions)."""
+    rows = []
+    for k in exponents:
+        for period in periods:
+            x = rng.choice([-1.0, 1.0], shape) * rng.uniform(1.0, 2.0, shape)
+            big = np.zeros(shape, bool)
+            big[::period, ::period] = True
+            rows.append(np.where(big, x, x * 2.0 ** -k).ravel())
+    return np.asarray(rows, np.float32)
+
+
+JOIN_DRIVER = """#include "{name}.c"
+void jn_run(const float in[2], float out[1]);
+void jn_run(const float in[2], float out[1]) {{ out[0] = nn_join(in[0], in[1]); }}
+"""
+
+
+def join_cases(rng):
+    """(pos, neg) pairs the split sums can end with: zero, inf, NaN or >= 2^-102 with clear sign
+    bits (NaN of either sign), exponents equal, 1 apart (every rounding case of a 25-bit
+    difference, ties included) and 2..40 apart, near-equal magnitudes (massive cancellation)."""
+    def floats(e, m):
+        return ((np.asarray(e, np.uint32) << 23) | np.asarray(m, np.uint32)).view(np.float32)
+    n = 400
+    e = rng.integers(25, 255, n)
+    m = rng.integers(0, 1 << 23, (2, n), dtype=np.uint32)
+    rows = [np.stack([floats(e, m[0]), floats(e, m[1])], 1)]                        # same exponent
+    e1 = rng.integers(25, 254, n)
+    rows.append(np.stack([floats(e1 + 1, m[0]), floats(e1, m[1])], 1))             # 1 apart, both ways
+    rows.append(np.stack([floats(e1, m[1]), floats(e1 + 1, m[0])], 1))
+    near = m[0] ^ rng.integers(0, 8, n, dtype=np.uint32)                            # cancellation
+    rows.append(np.stack([floats(e, m[0]), floats(e, near)], 1))
+    top = floats(e1 + 1, np.zeros(n, np.uint32))                                   # 2^k - just below
+    rows.append(np.stack([top, floats(e1, (1 << 23) - 1 - rng.integers(0, 4, n, dtype=np.uint32))], 1))
+    odd = floats(e1, m[1] | 1)                                                      # ties of the 25-bit difference
+    rows.append(np.stack([floats(e1 + 1, m[0]), odd], 1))
+    d = rng.integers(2, 41, n)
+    eb = np.clip(e - d, 25, 254)
+    rows.append(np.stack([floats(e, m[0]), floats(eb, m[1])], 1))
+    rows.append(np.stack([floats(eb, m[1]), floats(e, m[0])], 1))
+    specials = np.array([0.0, 2.0 ** -102, 1.0, 3.4028235e38, np.inf, np.nan, -np.nan], np.float32)
+    rows.append(np.array(np.meshgrid(specials, specials)).reshape(2, -1).T)
+    return np.vstack(rows).astype(np.float32)
+
+
+def test_join_is_subtraction_and_its_fact_holds(tmp_path):
+    """nn_join (the CNN shapes' pos - neg on AVR) on the generated code itself (xor as v2: the
+    driver includes xor.c and calls its nn_join): its result equals numpy's float32 pos - neg bit
+    for bit (NaN: a NaN) on pairs that drive each path (exact integer path at every rounding case,
+    __subsf3 at exponent distances 2..40 and on zero, inf and NaN operands); the analyser's bound
+    with the no-cancel fact covers simavr on all of them, and without it the bound is larger."""
+    from nnbuild.runners import CHECK_MAIN, check_main_defines
+    board = pipeline.load_board("avr")
+    gen = tmp_path / "gen"
+    pipeline.build_check_program(XOR, board, tmp_path, name="xor", shape="v2")
+    facts = json.loads((gen / "xor.flowfacts.json").read_text())
+    tagged = [v for v in facts["values"] if v["tags"] == ["__addsf3x:no-cancel"]]
+    assert len(tagged) == 1 and tagged[0]["layer"] is None
+    (gen / "jn.h").write_text("void jn_run(const float in[2], float out[1]);\n")
+    (gen / "jn.c").write_text(JOIN_DRIVER.format(name="xor"))
+    elf = board.compiler.build_executable(board, [gen / "jn.c", gen / "xor_weights.c", CHECK_MAIN],
+                                          tmp_path / "jn.elf", include_dirs=[gen],
+                                          defines=[d[2:] for d in check_main_defines("jn.h", "jn_run", 2, 1)])
+    bound = wcet.analyze(board, elf, "jn_run", {"loops": [], "layers": [], "values": facts["values"]},
+                         tmp_path / "w").cycles
+    plain = wcet.analyze(board, elf, "jn_run", {"loops": [], "layers": []}, tmp_path / "w0").cycles
+    x = join_cases(np.random.default_rng(31))
+    y, cycles = simavr.run_cases(elf, x, 1, entry_symbol="jn_run", mcu=board["mcu"], freq=board["clock_hz"],
+                                 harness=simavr.build_harness(tmp_path / "simavr_run"))
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = (x[:, 0] - x[:, 1]).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(y[:, 0]), nan)
+    bad = np.flatnonzero(y[~nan, 0].view(np.uint32) != want[~nan].view(np.uint32))
+    assert bad.size == 0, f"nn_join({x[~nan][bad[0]].tolist()}) = {y[~nan][bad[0], 0]!r}, want {want[~nan][bad[0]]!r}"
+    worst = int(cycles.max())
+    print(f"\n  nn_join: bound {bound} with its value fact ({plain} without), simavr max {worst} over {len(x)} "
+          f"pairs, bound/measured {bound / worst:.3f}")
+    assert worst <= bound < plain

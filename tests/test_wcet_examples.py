@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import REPO, needs_avr, shared_file
+from conftest import REPO, needs_avr, shared_file, slow
 from nnbuild import pipeline, wcet
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.runners import simavr
@@ -31,8 +31,16 @@ def adversarial(n_in, rng):
     return np.array(rows, dtype=np.float32)
 
 
+#: the examples whose run re-tests a code path another example covers by default: the slow tier's
+SLOW_EXAMPLES = {
+    "f1real61": "[f1real21] (the same trained TD3 controller family: the float32 MLP code and its soft-float "
+                "paths on the same adversarial inputs) and [f1tenth]",
+}
+
+
 @needs_avr
-@pytest.mark.parametrize("example", sorted(EXAMPLES))
+@pytest.mark.parametrize("example", [pytest.param(e, marks=slow(SLOW_EXAMPLES[e])) if e in SLOW_EXAMPLES else e
+                                     for e in sorted(EXAMPLES)])
 def test_bound_is_never_below_a_measured_run(tmp_path, example):
     model_ref, input_range = EXAMPLES[example]
     model = shared_file(*model_ref) if isinstance(model_ref, tuple) else model_ref

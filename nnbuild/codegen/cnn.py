@@ -336,6 +336,7 @@ def context(model, lowered, shape, precision, storage):
         "index_type": index_type, "weights_sha256": common.weights_digest(model), **lowered,
         **common.reals(precision),
         "unary_functions": tensor_ops.unary_functions(lowered["unary_ops"], *common.REALS[precision][:2]),
+        "no_cancel_tags": float_facts.NO_CANCEL_TAGS,
     }
 
 

@@ -54,6 +54,60 @@ def split_accumulation(storage, real, soft_float=False):
     place. Elsewhere the sums stay sequential, in the reference's order."""
     return real == "float" and (storage in SPLIT_STORAGES or soft_float)
 
+
+def split_plan(kernel, storage, keep_exp, bias=None):
+    """What a split layer's lines need, for a [inputs, units] float32 `kernel` and its `bias`: its
+    value facts and tags for avr-libc's __mulsf3/__addsf3 on AVR flash, else for libgcc's
+    __aeabi_fmul/__aeabi_fadd (soft-float ARM: arm_libloops.json, thumb2_libloops.json `paths`),
+    where the threshold keeps every product normal. `keep_exp`: the name of its threshold constant.
+    `join_tags`: the tags of the one pos - neg of each output (none on AVR)."""
+    from nnbuild.numerics import float_facts
+    if storage in FLASH_STORAGES:
+        return {"facts": float_facts.mac_facts(kernel, normal_products=False), "keep_exp": keep_exp,
+                "mul_tags": float_facts.MUL_TAGS, "add_tags": float_facts.ADD_TAGS, "add_note": "",
+                "add_magnitude": False, "join_tags": (), "join_note": ""}
+    # libgcc: neg += |p| calls __aeabi_fadd, whose same-sign path is shorter than __aeabi_fsub's on
+    # the Cortex-M0+ (avr-libc's __subsf3 is __addsf3's)
+    facts = float_facts.mac_facts(kernel, normal_products=True)
+    # weights zero or normal and flushed inputs: every product is zero, normal, inf or NaN; with a
+    # zero-or-normal bias pos and neg are never subnormal either (sums of such values of one sign)
+    normal_sums = facts.weights_normal and (bias is None or float_facts.zero_or_normal(bias))
+    no_subnormal = float_facts.FADD_NO_SUBNORMAL_TAGS if normal_sums else ()
+    return {"facts": facts, "keep_exp": keep_exp,
+            "mul_tags": float_facts.NO_SUBNORMAL_TAGS, "add_tags": float_facts.FADD_SAME_SIGN_TAGS + no_subnormal,
+            "add_note": "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)"
+                        + ("; the bias is zero or normal, so neither operand is subnormal" if no_subnormal else ""),
+            "add_magnitude": True, "join_tags": no_subnormal,
+            "join_note": "pos and neg are zero, normal, inf or NaN: sums of one sign of the zero-or-normal bias and of "
+                         "products that are zero, normal, inf or NaN (never subnormal: non-zero factors have eW + eX >= 128)"}
+
+
+def split_facts(ops, storage, real, kinds=("conv2d", "dense")):
+    """Give each op of `kinds` its MacFacts (`facts`, nnbuild.numerics.float_facts) for a split
+    sum, and return whether nn_join ends the sums (the CNN shapes on AVR flash: pos - neg exact in
+    integers where it could cancel, __subsf3 elsewhere). The join needs its own flush threshold
+    (mac_facts(join=True)) and float_facts.join_holds for every split op; when one op does not
+    allow it, every op keeps the plain threshold and the sums end with pos - neg."""
+    from nnbuild.numerics import float_facts
+    macs = [op for op in ops if op["kind"] in kinds]
+    if real == "float" and storage in SPLIT_STORAGES:
+        joined = [float_facts.mac_facts(np.asarray(op["weights"]).T, join=True) for op in macs]
+        if all(float_facts.join_holds(f, bias_floats(op)) for f, op in zip(joined, macs)):
+            for op, f in zip(macs, joined):
+                op["facts"] = f
+            return True
+    for op in macs:
+        op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
+    return False
+
+
+def bias_floats(op):
+    """A lowered CNN op's bias as floats (its float32 literals), or None."""
+    if not op.get("bias"):
+        return None
+    return [float(v.rstrip("f")) for line in op["bias"]["values"] for v in line.split(", ")]
+
+
 #: the prelude's comment above the near (LPM) weight readers of storage avr-progmem-near
 NEAR_COMMENT = ("/* Weights in AVR flash below 64 KB (storage avr-progmem-near, checked after linking): read with\n"
                 " * LPM through 16-bit pointers (pgm_read_*), for chips without ELPM. */")

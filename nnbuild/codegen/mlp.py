@@ -122,22 +122,6 @@ def render(model, *, precision, storage, passes_log, input_range=None, dsp=None,
     return files
 
 
-def split_plan(layer, storage, keep_exp):
-    """What a split layer's lines need: its value facts and tags for avr-libc's __mulsf3/__addsf3 on
-    AVR flash, else for libgcc's __aeabi_fmul/__aeabi_fadd (soft-float ARM: arm_libloops.json,
-    thumb2_libloops.json `paths`), where the threshold keeps every product normal."""
-    if storage in common.FLASH_STORAGES:
-        return {"facts": float_facts.mac_facts(layer.kernel, normal_products=False), "keep_exp": keep_exp,
-                "mul_tags": float_facts.MUL_TAGS, "add_tags": float_facts.ADD_TAGS, "add_note": "",
-                "add_magnitude": False}
-    # libgcc: neg += |p| calls __aeabi_fadd, whose same-sign path is shorter than __aeabi_fsub's on
-    # the Cortex-M0+ (avr-libc's __subsf3 is __addsf3's)
-    return {"facts": float_facts.mac_facts(layer.kernel, normal_products=True), "keep_exp": keep_exp,
-            "mul_tags": float_facts.NO_SUBNORMAL_TAGS, "add_tags": float_facts.FADD_SAME_SIGN_TAGS,
-            "add_note": "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)",
-            "add_magnitude": True}
-
-
 def flushed_source(layer):
     """The buffer a split layer reads its flushed inputs from (`in` is const: copied to xin)."""
     return "xin" if layer["src"] == "in" else layer["src"]
@@ -242,7 +226,8 @@ def plan_layers(model, storage, real="float", soft_float=False):
                          normal_products=real == "float" and float_facts.normal_products(layer.kernel))
             entry["deferred"] = deferred_activation(entry, real)
             if entry["split"]:
-                entry.update(split_plan(layer, storage, f"{model.name}_{entry['c_name']}_keep_exp"))
+                entry.update(common.split_plan(layer.kernel, storage, f"{model.name}_{entry['c_name']}_keep_exp",
+                                               layer.bias))
         elif isinstance(layer, Activation):
             entry.update(kind="activation", activation=layer.activation)
         else:

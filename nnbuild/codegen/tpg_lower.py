@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from nnbuild.codegen.common import FLASH_STORAGES, NEAR_STORAGE
 from nnbuild.errors import NNBuildError
-from nnbuild.numerics.float_facts import TPG_COS_TAGS
+from nnbuild.numerics.float_facts import TPG_COS_TAGS, TPG_INT_LIMIT, TPG_INT_TAGS
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 #: switch shape: above this many operations, team bodies become functions of their own
@@ -148,6 +148,8 @@ class Plan:
     inlined: set = field(default_factory=set)
     #: tables whose helper has a `_small` variant (arguments |x| < GUARD_LIMIT, see Guard)
     small: List[Table] = field(default_factory=list)
+    #: helpers of `small` tables whose in-range arguments go to the `_small` variant (_routes_small)
+    routed: set = field(default_factory=set)
 
 
 #: |u| bound of a Guard's test: below it avr-libc's cos reduces its argument in at most 10 passes
@@ -457,11 +459,25 @@ def lower(tpg, name, *, share=False, tables=True) -> Plan:
         plan.blocks = {m: [n for n in ns if n not in inlined] for m, ns in plan.blocks.items()}
         plan.members -= inlined
         _find_guards(plan, b, shared_set | inlined)
+    tabled = [t for k, t in sorted(all_tables.items()) if k in used]
     small = {id(g.cos_table): g.cos_table for p in teams for g in p.guards.values()}
+    small.update((id(t), t) for t in tabled if _routes_small(b, t))
     return Plan(name, b.nodes, teams, shared, tpg.depth(), list(tpg.environment.inputs), visits,
-                [t for k, t in sorted(all_tables.items()) if k in used], flags,
+                tabled, flags,
                 [b.chains[ch] for ch in chains], inlined,
-                sorted(small.values(), key=lambda t: t.instruction))
+                sorted(small.values(), key=lambda t: t.instruction),
+                {t.helper for t in tabled if _routes_small(b, t)})
+
+
+def _routes_small(b, table):
+    """Whether a cos table's helper sends its in-range arguments that are not integers to its
+    `_small` variant: every table argument is below GUARD_LIMIT in magnitude, so that libm call gets
+    the variant's value fact, and the helper's own libm call keeps only the arguments off the table
+    (the WCET analysis then never charges the integer test and the slowest cos on one path)."""
+    from nnbuild.ir import tpg_template
+    tree = b.env.instructions[table.instruction].tree
+    return (isinstance(tree, tpg_template.Call) and tree.function == "cos"
+            and max(-table.lo, table.hi) < GUARD_LIMIT)
 
 
 def _table_function(b, node):
@@ -742,6 +758,10 @@ class Context:
         self.small = plan.small
         self.guard_limit = _c_double(GUARD_LIMIT)
         self.cos_small_tag = COS_SMALL_TAG
+        self.routed = plan.routed
+        #: value facts of the integer test `(double)(int)x == x` (x within the table's range, checked
+        #: just before): the conversions' slow paths (large magnitudes) cannot run
+        self.int_tags = TPG_INT_TAGS if plan.tables and max(-plan.tables[0].lo, plan.tables[0].hi) <= TPG_INT_LIMIT else None
         #: tables in AVR flash (PROGMEM), read with ELPM or, `near`, with LPM through 16-bit pointers
         self.flash = storage in FLASH_STORAGES
         self.near = storage == NEAR_STORAGE

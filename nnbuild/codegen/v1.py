@@ -358,8 +358,7 @@ def render(model, *, precision, storage, passes_log, **options):
         a["base"] = bases[a["name"]]
     per_op = [entries_of(op, index_of, int_index_of, bases) for op in lowered["ops"]]
     split = common.split_accumulation(storage, common.REALS[precision][0])
-    if split:
-        add_flush_thresholds(lowered["ops"], per_op)
+    join = split and add_flush_thresholds(lowered["ops"], per_op, storage, common.REALS[precision][0])
     entries = [e for es in per_op for e in es]
     max_src = max(len(e["src"]) for e in entries)
     max_opd = max([e.get("n_opd", 1) for e in entries] + [1])
@@ -383,6 +382,7 @@ def render(model, *, precision, storage, passes_log, **options):
     name = model.name
     # drop the kernels no entry calls (keeps -Wunused-function quiet and the code small)
     ctx.update(apply=apply, members=decls, mul_facts=kernel_weight_tags(lowered["ops"], per_op), split=split,
+               split_join=join,
                split_facts=split_line_facts(lowered["ops"], per_op) if split else {},
                add_tags=float_facts.ADD_TAGS, mul_tags=float_facts.MUL_TAGS)
     if split:
@@ -395,6 +395,8 @@ def render(model, *, precision, storage, passes_log, **options):
     add_loop_totals(code, facts, entries)
     facts["indirect"] = [{"file": f"{name}.c", "line": marks["call"][0], "targets": [f"nn_{k}" for k in sorted(kinds)],
                           "calls": v1_fixed.entry_calls(entries, facts["loops"])}]
+    if storage in common.FLASH_STORAGES:  # builtin-avr is the one analyser that reads `calls` (AVR flash)
+        add_conv_call_totals(facts["indirect"][0]["calls"], entries, facts["loops"])
     acts = pointers
     if acts:
         facts["indirect"].append({"file": f"{name}.c", "line": marks["apply"][0], "targets": acts})
@@ -420,14 +422,41 @@ def kernel_weight_tags(ops, per_op):
     return out
 
 
-def add_flush_thresholds(ops, per_op):
+def inside_taps(n_out, stride, dilation, pad, size, taps):
+    """Taps of one axis inside the input, summed over the outputs: nn_conv2d skips the others."""
+    return sum(1 for o in range(n_out) for k in range(taps) if 0 <= o * stride + k * dilation - pad < size)
+
+
+def add_conv_call_totals(calls, entries, loops):
+    """Give each nn_conv2d call of the network loop the total_iterations of its kw and channel
+    loops in that call: nn_conv2d enters the kw loop only for rows inside the input and the channel
+    loop only for taps inside it, so a padded or dilated layer runs fewer bodies than its loop
+    bounds multiply to (the `calls` bounds alone charge every tap)."""
+    field = {(f["file"], f["line"]): m.group(1) for f in loops
+             for m in [re.fullmatch(r"v1 largest (\w+) of nn_conv2d", str(f.get("why")))] if m}
+    for call, e in zip(calls, entries):
+        if e["kernel"] != "conv2d":
+            continue
+        rows_y = inside_taps(e["oh"], e["sh"], e.get("dh", 1), e.get("pt", 0), e["h"], e["kh"])
+        cols_x = inside_taps(e["ow"], e["sw"], e.get("dw", 1), e.get("pl", 0), e["w"], e["kw"])
+        totals = {"kw": e["rows"] * e["ow"] * e["kw"] * rows_y, "cg": e["rows"] * e["cg"] * rows_y * cols_x}
+        for loop in call["loops"]:
+            what = field.get((loop["file"], loop["line"]))
+            if what in totals:
+                loop["total_iterations"] = totals[what]
+    return calls
+
+
+def add_flush_thresholds(ops, per_op, storage, real):
     """float32 on AVR (common.split_accumulation): each conv2d and dense op's MacFacts (`facts`,
-    nnbuild.numerics.float_facts) and its table entries' flush threshold `ke`."""
+    nnbuild.numerics.float_facts) and its table entries' flush threshold `ke`; returns whether
+    nn_join ends the sums (common.split_facts)."""
+    join = common.split_facts(ops, storage, real)
     for op, es in zip(ops, per_op):
         if op["kind"] in ("conv2d", "dense"):
-            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
             for e in es:
                 e["ke"] = op["facts"].keep_exp
+    return join
 
 
 def split_line_facts(ops, per_op):

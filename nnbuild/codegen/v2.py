@@ -304,15 +304,32 @@ UNROLL = 4
 MAC_KINDS = ("conv2d", "dense")
 
 
-def plan_split(ops, *, name, split):
-    """With `split` (float32 on AVR flash), give each conv2d and dense op its MacFacts (`facts`:
-    the flush threshold and why the value facts hold, nnbuild.numerics.float_facts) and the name of
-    its threshold constant in <name>_weights.c (`keep_exp`); otherwise leave them without."""
+#: the float32 layers split on a board without FPU too (board key soft_float, common.split_accumulation)
+SOFT_FLOAT_SPLIT = True
+
+
+def plan_split(ops, *, name, split, storage, real, biases=None):
+    """With `split` (float32 on AVR flash or a soft-float board), give each conv2d and dense op its
+    MacFacts (`facts`: the flush threshold and why the value facts hold, nnbuild.numerics.float_facts),
+    the name of its threshold constant in <name>_weights.c (`keep_exp`) and the tags and add form
+    of its lines for the board's soft-float library (`split`: common.split_plan); otherwise leave
+    them without. `biases`: each layer's bias values by layer name. Returns whether nn_join ends
+    the split sums (AVR flash: common.split_facts)."""
     for op in ops:
         op["facts"] = None
-        if split and op["kind"] in MAC_KINDS:
-            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
-            op["keep_exp"] = f"{name}_{op['c_name']}_keep_exp"
+    if not split:
+        return False
+    join = common.split_facts(ops, storage, real, MAC_KINDS) if storage in FLASH_STORAGES else False
+    for op in ops:
+        if op["kind"] in MAC_KINDS:
+            plan = common.split_plan(np.asarray(op["weights"]).T, storage, f"{name}_{op['c_name']}_keep_exp",
+                                     (biases or {}).get(op["name"]))
+            facts = plan.pop("facts")
+            if storage not in FLASH_STORAGES:   # AVR flash: split_facts gave them (with nn_join's threshold)
+                op["facts"] = facts
+            op["keep_exp"] = plan.pop("keep_exp")
+            op["split"] = plan
+    return join
 
 
 #: the operations const-host lays out for gcc -O3's vectoriser (host_layout). A Conv2D only without
@@ -343,8 +360,9 @@ def host_layout(op, real):
     op["deferred"] = op["activation"] in ("relu", "tanh", "sigmoid") and any(c.get("interleaved") for c in op["chunks"])
 
 
-def render(model, *, precision, storage, passes_log, input_range=None, **fixed_options):
-    """The files of `model`; fixed_options (plan, int_input, int_output, dsp) go to v2_fixed.render."""
+def render(model, *, precision, storage, passes_log, input_range=None, soft_float=False, **fixed_options):
+    """The files of `model`; fixed_options (plan, int_input, int_output, dsp) go to v2_fixed.render;
+    `soft_float`: the board has no FPU (common.split_accumulation)."""
     if is_fixed(precision):
         from nnbuild.codegen import v2_fixed
         return v2_fixed.render(model, precision=precision, storage=storage, passes_log=passes_log,
@@ -364,7 +382,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, **fixed_o
     # a float32 multiply whose weight factor is checked zero or normal (value fact for the soft-float WCET)
     ctx["weights_normal"] = lambda op: ctx["real"] == "float" and float_facts.zero_or_normal(op["weights"])
     ctx["one_normal_tags"] = float_facts.ONE_NORMAL_TAGS
-    plan_split(lowered["ops"], name=model.name, split=split_accumulation(storage, ctx["real"]))
+    ctx["split_join"] = plan_split(lowered["ops"], name=model.name,
+                                   split=split_accumulation(storage, ctx["real"], soft_float), storage=storage,
+                                   real=ctx["real"], biases={l.name: getattr(l, "bias", None) for l in model.layers})
     ctx.update(split_ops=[op for op in lowered["ops"] if op.get("facts")], mul_tags=float_facts.MUL_TAGS,
                add_tags=float_facts.ADD_TAGS)
     name = model.name

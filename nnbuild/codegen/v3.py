@@ -173,7 +173,8 @@ SPLIT_MARK = "\x01split\x01"
 def split_sum(w, op, cell, bias, pairs):
     """One output of a split float32 layer (common.split_accumulation) as a block: the bias in pos
     or neg by its sign bit (known here), one NN_SPLIT_MAC line per term (flush, multiply, add by
-    the product's sign: its value facts go on that line), then the activation of pos - neg."""
+    the product's sign: its value facts go on that line), then the activation of pos - neg (nn_join's
+    on AVR, common.split_facts)."""
     sign = bias is not None and bool(np.signbit(np.float32(bias)))
     start = w.num.weight(abs(np.float32(bias))) if bias is not None else "0.0f"
     pos, neg = ("0.0f", start) if sign else (start, "0.0f")
@@ -181,7 +182,8 @@ def split_sum(w, op, cell, bias, pairs):
     lines = [f"{{ /* {w.at(op['dst'], cell)}: products summed by sign (NN_SPLIT_MAC) */",
              f"    float pos = {pos}, neg = {neg};"]
     lines += [f"    NN_SPLIT_MAC(pos, neg, {w.num.weight(wv)}, {x}, {keep});{SPLIT_MARK}" for wv, x in pairs]
-    lines += [f"    {w.store(op['dst'], cell, act(op['activation'], 'pos - neg'))}", "}"]
+    joined = "nn_join(pos, neg)" if op["join"] else "pos - neg"
+    lines += [f"    {w.store(op['dst'], cell, act(op['activation'], joined))}", "}"]
     return "\n".join(lines)
 
 
@@ -466,9 +468,9 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
                                input_range=input_range, lowered=lowered, part_terms=PART_TERMS)
     num = Numbers(precision)
     split = common.split_accumulation(storage, num.real)
+    join = split and common.split_facts(lowered["ops"], storage, num.real)
     for op in lowered["ops"]:
-        if split and op["kind"] in ("conv2d", "dense"):
-            op["facts"] = float_facts.mac_facts(np.asarray(op["weights"]).T)
+        op["join"] = join
     api_args = cnn.api_context(model)["api_args"]
     layers, parts, written, distinct = [], [], 0, 0
     for op in lowered["ops"]:
@@ -495,7 +497,7 @@ def render(model, *, precision, storage, passes_log, input_range=None, **_option
     # the weights and tables are literals in the code: no array is read, no reader macro is needed
     code_ctx.update(layers=layers, parts=parts, part_terms=PART_TERMS, arrays=[], int_reads=[],
                     uses_max="nn_max(" in uses, uses_min="nn_min(" in uses,
-                    split_ops=[op for op in lowered["ops"] if op.get("facts")], split_mark=SPLIT_MARK,
+                    split_ops=[op for op in lowered["ops"] if op.get("facts")], split_mark=SPLIT_MARK, split_join=join,
                     mul_tags=float_facts.MUL_TAGS, add_tags=float_facts.ADD_TAGS)
     files_ctx = dict(code_ctx, arrays=[])
     name = model.name

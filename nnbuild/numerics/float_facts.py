@@ -49,18 +49,43 @@ NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
 #: neg -= p, p normal, zero, inf or NaN: mac_facts(normal_products=True)): libgcc's __aeabi_fadd
 #: adds the significands and never normalises leftwards (arm_libloops.json and thumb2_libloops.json "paths")
 FADD_SAME_SIGN_TAGS = ("fadd:same-sign",)
+#: a multiply of two finite factors: libgcc's __aeabi_fmul never runs its inf/NaN cases (newlib expf's)
+FMUL_FINITE_TAGS = ("fmul:finite",)
+#: an addition neither of whose operands is subnormal (or one is, and the other is at least 2^-101 in
+#: magnitude): libgcc's __aeabi_fadd never rescales a denormal operand (Lad_d; arm_libloops.json "paths").
+#: A split layer's sums with zero-or-normal biases and normal products (`split_add_tags`), newlib expf's
+FADD_NO_SUBNORMAL_TAGS = ("fadd:no.subnormal",)
 #: a division whose operands are zero, normal, inf or NaN, never subnormal (nn_sigmoid's 1 / (1 + e))
 FDIV_NO_SUBNORMAL_TAGS = ("fdiv:no.subnormal",)
 #: nn_sigmoid's expf(-x) for |x| < 40 and its 1.0f / (1.0f + e)
 SIGMOID_EXP_TAGS = ("exp:|x|<40",)
 #: a TPG's cos argument below 1024 in magnitude (nnbuild/codegen/tpg_lower.py Guard)
 TPG_COS_TAGS = ("cos:|x|<1024",)
+#: a TPG table helper's integer test `(double)(int)x == x` after testing -255 <= x <= 255: the
+#: truncation's argument and the converted int are below 256 in magnitude (nnbuild/codegen/tpg_lower.py)
+TPG_INT_TAGS = {"fix": "__fixsfsi:|x|<256", "float": "__floatsisf:|k|<256"}
+TPG_INT_LIMIT = 255
 #: tags only value facts give (__divsf3:A.normal also comes from constant operands)
 #: Gravity's SGD update w - p on AVR: __subsf3 only where it needs at most one normalisation shift
 #: (nnbuild/codegen/gravity.py emit_fact_subtract)
 NO_CANCEL_TAGS = ("__addsf3x:no-cancel",)
+#: ... and the CNN shapes' nn_join (pos - neg of a split sum on AVR): the same tag, the same claim
 VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS
-                            + TPG_COS_TAGS + NO_CANCEL_TAGS)
+                            + TPG_COS_TAGS + tuple(TPG_INT_TAGS.values()) + NO_CANCEL_TAGS)
+#: the generated code that writes value facts, by the name avr_libloops.json's "emitted_by" gives it
+#: (every entry under a VALUE_ONLY_TAGS tag names its writers there, so a test traces each entry
+#: on the code that gives its fact, and a new kind's tag is filed under that kind, not by exclusion)
+FACT_CODE = {
+    "mlp": "nnbuild/codegen/mlp.py: a split layer's products and sums (float32 MLP shape)",
+    "v1": "nnbuild/codegen/v1.py: a split layer's products and sums",
+    "v2": "nnbuild/codegen/v2.py: a split layer's products and sums",
+    "v3": "nnbuild/codegen/v3.py: a split layer's products and sums",
+    "nn_join": "nnbuild/codegen/cnn.py: the CNN shapes' pos - neg of a split sum",
+    "nn_tanh": "prelude.c.j2: float nn_tanh's x + x, expf(2x), e + 1 and (e - 1) / (e + 1)",
+    "nn_sigmoid": "prelude.c.j2: float nn_sigmoid's expf(-x)",
+    "gravity": "nnbuild/codegen/gravity.py: Gravity's activate and SGD update",
+    "tpg_lower": "nnbuild/codegen/tpg_lower.py: a TPG's guarded cos and its table helpers' integer test",
+}
 
 
 @dataclass(frozen=True)
@@ -93,23 +118,46 @@ def biased_exponents(values):
     return ((bits >> 23) & 0xFF).astype(np.int64)
 
 
-def mac_facts(kernel, normal_products=False):
+def mac_facts(kernel, normal_products=False, join=False):
     """MacFacts for a [inputs, units] float32 kernel. A subnormal or non-finite weight leaves
     weights_normal False (nothing is claimed about the products; subnormal inputs are still
     flushed, keep_exp 1, so the code does not depend on the weights). `normal_products` (ARM's
     split layers): flush one binade more, so that no product of non-zero factors is subnormal and
-    libgcc's __aeabi_fadd never adds two subnormals in a split sum (FADD_SAME_SIGN_TAGS)."""
+    libgcc's __aeabi_fadd never adds two subnormals in a split sum (FADD_SAME_SIGN_TAGS).
+    `join` (AVR's nn_join ends the sums): flush JOIN_EXP binades more, so that every non-zero
+    product has a biased exponent >= JOIN_EXP (join_holds)."""
     w = np.asarray(kernel, dtype=np.float32)
     nonzero = w[(w != 0) & np.isfinite(w)]
     exps = biased_exponents(nonzero)
     normal = bool(np.all(np.isfinite(w)) and not np.any(exps == 0))
     e_min = int(exps[exps > 0].min()) if np.any(exps > 0) else None
-    floor = BIAS + 1 if normal_products else BIAS
+    floor = BIAS + JOIN_EXP if join else BIAS + 1 if normal_products else BIAS
     keep = max(1, floor - e_min) if normal and e_min is not None else 1
     magnitudes = np.abs(np.where(np.isfinite(w), w, 0).astype(np.float64))
     per_unit = magnitudes.sum(axis=0) if w.ndim == 2 else magnitudes
     flush_error = float(per_unit.max(initial=0.0)) * 2.0 ** (keep - BIAS)
     return MacFacts(keep, e_min, flush_error, normal, floor)
+
+
+#: AVR's nn_join (cnn_common.c.j2) subtracts exactly in integers where both of pos and neg have a
+#: biased exponent >= JOIN_EXP: its results are then normal (>= 2^(JOIN_EXP - 150) = 2^-125)
+JOIN_EXP = 25
+#: the join's flush threshold is used only up to this keep_exp (inputs below 2^-60 at most become
+#: zero); a layer with weights below about 2^-42 keeps the plain pos - neg
+JOIN_KEEP_MAX = BIAS - 60
+
+
+def join_holds(facts, bias):
+    """Whether nn_join's value fact holds for a split layer with these MacFacts (from
+    mac_facts(join=True)) and `bias` (floats or None): every weight zero or normal, non-zero
+    inputs (after the flush) of biased exponent >= keep_exp, so every non-zero product is
+    normal with a biased exponent >= eW + eX - 127 >= JOIN_EXP; every bias zero or of biased
+    exponent >= JOIN_EXP. Then pos and neg, sums of such values of one sign, are zero, inf, NaN
+    or >= 2^(JOIN_EXP - 127); and the flush stays below 2^-60 (JOIN_KEEP_MAX)."""
+    if not facts.weights_normal or facts.keep_exp > JOIN_KEEP_MAX:
+        return False
+    b = np.asarray([] if bias is None else bias, dtype=np.float32)
+    return bool(np.all(np.isfinite(b)) and np.all((b == 0) | (biased_exponents(b) >= JOIN_EXP)))
 
 
 def flushed(x, keep_exp):

@@ -32,21 +32,14 @@ import json
 import os
 
 from nnbuild.errors import NNBuildError
+from nnbuild.wcet import tools
 
 INDIRECT = ("icall", "eicall", "ijmp", "eijmp")
 
 
 def load_flowfacts(flowfacts):
-    """The flow-facts dict from a dict, a JSON path, or None (no facts)."""
-    if flowfacts is None:
-        return {}
-    if isinstance(flowfacts, dict):
-        return flowfacts
-    try:
-        with open(flowfacts) as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise NNBuildError(f"cannot read flow facts: {exc}", path=str(flowfacts))
+    """The flow-facts dict from a dict, a JSON path, or None (no facts: the stack analyzers)."""
+    return {} if flowfacts is None else tools.load_flowfacts(flowfacts)
 
 
 def _target(prog, t):
@@ -88,7 +81,8 @@ def indirect_targets(facts, prog, mnemonics=INDIRECT):
 
 
 def call_sequences(facts, prog):
-    """{instruction address: [(target address, {(file base name, line): max_iterations},
+    """{instruction address: [(target address, {(file base name, line): (max_iterations, total_iterations
+    or None: the body's executions in this call)},
     {site address: (target addresses)})]} for the 'indirect' entries with `calls`; every call's
     target must be one of the entry's targets, and every per-call site target one of that site's."""
     out = {}
@@ -103,7 +97,9 @@ def call_sequences(facts, prog):
             if target not in allowed:
                 raise NNBuildError(f"indirect flow fact: call target '{call['target']}' is not among the site's "
                                    "targets", path=prog.elf)
-            bounds = {(os.path.basename(l["file"]), int(l["line"])): int(l["max_iterations"]) for l in call["loops"]}
+            bounds = {(os.path.basename(l["file"]), int(l["line"])):
+                      (int(l["max_iterations"]), int(l["total_iterations"]) if "total_iterations" in l else None)
+                      for l in call["loops"]}
             values = tuple(json.dumps(v, sort_keys=True) for v in call.get("values", []))
             calls.append((target, bounds, _call_targets(call.get("indirect", []), prog, known), values))
         if not calls:

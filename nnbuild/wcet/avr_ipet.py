@@ -34,6 +34,7 @@ from nnbuild.wcet import avr_timing as T
 #: timing lines, shown with -v (nnbuild.cli configures the level)
 LOG = logging.getLogger(__name__)
 from nnbuild.wcet import avr_visits as V
+from nnbuild.wcet.tools import load_flowfacts
 
 ANALYZER = "builtin-avr"
 
@@ -89,17 +90,6 @@ class Phases:
                  f"{total - sum(self.seconds.values()):.2f} s)")
 
 
-def load_flowfacts(flowfacts):
-    """The flow-facts dict from a dict or a JSON path."""
-    if isinstance(flowfacts, dict):
-        return flowfacts
-    try:
-        with open(flowfacts) as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise NNBuildError(f"cannot read flow facts: {exc}", path=flowfacts)
-
-
 def layer_map(facts):
     """(basename, line) -> layer name from the flow facts' layer line ranges."""
     out = {}
@@ -114,6 +104,18 @@ def indirect_targets(facts, prog):
     """Optional 'indirect' flow facts: {address, function+offset or file+line, targets: [symbol|address]}
     -> {instruction address: [target addresses]} (nnbuild.wcet.avr_indirect)."""
     return avr_indirect.indirect_targets(facts, prog)
+
+
+def call_bound(fact, bound):
+    """A loop fact under one call's (max_iterations, total_iterations or None) from a `calls` flow
+    fact (None: the fact as it is). The call's total replaces the fact's (a sum over every call)."""
+    if bound is None:
+        return fact
+    most, total = bound
+    out = dict(fact, max_iterations=most)
+    if total is not None:
+        out["total_iterations"] = total
+    return out
 
 
 class Analyzer:
@@ -334,8 +336,8 @@ class Analyzer:
             regions = ({}, {}, {}) if targets else (self.regions, self.reach, self.reach_sym)
             self.memos[key] = ({}, {}) + regions
         self.memo_tag = f"_calls{list(self.memos).index(key)}"
-        loops = [dict(f, max_iterations=bounds[(os.path.basename(f["file"]), int(f["line"]))])
-                 if (os.path.basename(f["file"]), int(f["line"])) in bounds else f for f in self.facts.get("loops", [])]
+        loops = [call_bound(f, bounds.get((os.path.basename(f["file"]), int(f["line"]))))
+                 for f in self.facts.get("loops", [])]
         self.facts = dict(self.facts, loops=loops)
         self.indirect = {**self.indirect, **{a: list(t) for a, t in targets.items()}} if targets else self.indirect
         if values:

@@ -47,7 +47,7 @@ constant (from `ldi`/`mov`/`movw`/`eor`, call_constants) adds tags to the callee
 them in "within" like context functions (operand_tags lists them).
 
 Value facts. The generator may prove facts about the operands of the float operations it emits
-(flow facts "values": [{"file", "line", "op": "mul" | "add" | "div" | "exp" | "cos", "tags": [...], "why": ...}], e.g. both
+(flow facts "values": [{"file", "line", "op": "mul" | "add" | "div" | "exp" | "cos" | "fix" | "float", "tags": [...], "why": ...}], e.g. both
 factors of a multiply-accumulate are zero or normal). A call from compiled C on that line to a
 routine of the op (VALUE_OPS) gets those tags in its context exactly like operand tags; table
 entries name them in "within" (value_fact_tags). An "add" fact with "adds" (float32 bits) goes only
@@ -358,7 +358,8 @@ def operand_tags(callee_names, a, b):
 #: value fact op -> the float routines that implement it (a C `a - b` calls __subsf3, which flips
 #: b's sign and falls into __addsf3: the fact is about the addition __addsf3x performs)
 VALUE_OPS = {"mul": frozenset(["__mulsf3"]), "add": frozenset(["__addsf3", "__subsf3"]),
-             "div": frozenset(["__divsf3"]), "exp": frozenset(["exp", "expf"]), "cos": frozenset(["cos", "cosf"])}
+             "div": frozenset(["__divsf3"]), "exp": frozenset(["exp", "expf"]), "cos": frozenset(["cos", "cosf"]),
+             "fix": frozenset(["__fixsfsi"]), "float": frozenset(["__floatsisf"])}
 
 
 def value_facts(facts):

@@ -18,7 +18,10 @@ expf, or a build without facts); a call with several named tags takes the larges
 (the smallest allowance: each tag's argument holds for it). The entry's `why` argues the row per
 invocation for each tag's coefficient, so the sum over all invocations holds. Without tags the row
 is implied by the loop bounds (sound either way). `caller_tags` entries give every call from a
-pinned library routine (code and literal pool: newlib's __ieee754_expf) tags argued for any argument.
+pinned library routine (code and literal pool: newlib's __ieee754_expf) tags argued for any argument,
+and their `sites` tags to the calls at given offsets only. An entry with `words` also pins literal
+pool words of its routine (a wrapper's thresholds); one with `through` names the only caller of its
+routine (newlib's expf wrapper of __ieee754_expf), whose call sites then stand for the routine's.
 """
 
 from dataclasses import dataclass
@@ -92,24 +95,50 @@ class PathRow:
 @dataclass(frozen=True)
 class CallerTags:
     """Tags every call from inside [start, end) gets, by op (a `caller_tags` entry: a library
-    routine whose arguments to the soft-float calls are proved whatever its own argument)."""
+    routine whose arguments to the soft-float calls are proved whatever its own argument), and the
+    tags only the calls at some addresses get (`sites`: op -> {call address: tags})."""
 
     start: int
     end: int
     tags: Dict[str, Tuple[str, ...]]
+    sites: Dict[str, Dict[int, Tuple[str, ...]]] = None
+
+    def of_call(self, op, address) -> frozenset:
+        """The tags of op `op` a call at `address` (inside the routine) gets."""
+        site = ((self.sites or {}).get(op) or {}).get(address, ())
+        return frozenset(self.tags.get(op, ())) | frozenset(site)
 
 
 def caller_tags(functions, entries, digest) -> List[CallerTags]:
     """The table's `caller_tags` entries whose routine is in the program with the pinned code and
-    literal data (`digest` with data: the constants are part of the proof)."""
+    literal data (`digest` with data: the constants are part of the proof). An entry's `sites`
+    (op -> [{"offsets": [call offsets], "tags": [...]}]) tag only the calls at those offsets from the
+    routine's start; an offset that is not a call of the routine is an error (the table and the
+    pinned code disagree), never dropped."""
     found = []
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
                 if digest(func) == entry["sha256"]:
                     found.append(CallerTags(func.start, func.end,
-                                            {op: tuple(tags) for op, tags in entry["tags"].items()}))
+                                            {op: tuple(tags) for op, tags in entry["tags"].items()},
+                                            site_tags(func, entry)))
     return found
+
+
+def site_tags(func, entry) -> Dict[str, Dict[int, Tuple[str, ...]]]:
+    """op -> {call address: tags} of a `caller_tags` entry's `sites` in this copy of its routine."""
+    calls = {i.addr for i in func.insns if i.mnemonic == "bl"}
+    out: Dict[str, Dict[int, Tuple[str, ...]]] = {}
+    for op, groups in (entry.get("sites") or {}).items():
+        for group in groups:
+            for offset in group["offsets"]:
+                address = func.start + int(offset)
+                if address not in calls:
+                    raise NNBuildError(f"arm_libloops.json caller_tags {func.name}: offset {int(offset)} "
+                                       f"(0x{int(offset):x}) is not a call of the routine")
+                out.setdefault(op, {})[address] = tuple(out.get(op, {}).get(address, ())) + tuple(group["tags"])
+    return out
 
 
 def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file, line_of,
@@ -121,9 +150,15 @@ def path_rows(functions, block_map: BlockMap, facts, entries, digest, same_file,
     for entry in entries:
         for name in entry["symbols"]:
             for func in functions.get(name, []):
-                if digest(func) != entry["sha256"] or not falls_into_pinned(functions, func, entry, digest):
+                if (digest(func) != entry["sha256"] or not falls_into_pinned(functions, func, entry, digest)
+                        or not words_match(func, entry)):
                     continue
-                row = routine_row(func, block_map, facts, entry, same_file, line_of, callers)
+                through = None
+                if entry.get("through"):
+                    through = only_caller(functions, func, entry["through"], block_map, digest)
+                    if through is None:
+                        continue
+                row = routine_row(func, block_map, facts, entry, same_file, line_of, callers, through)
                 if row is not None:
                     rows.append(row)
     return rows
@@ -140,8 +175,47 @@ def falls_into_pinned(functions, func, entry, digest) -> bool:
                for name in then["symbols"] for nxt in functions.get(name, []))
 
 
+def words_match(func, entry) -> bool:
+    """The literal pool words the entry's argument reads (`words`: offset from the routine's start ->
+    hex value, e.g. a wrapper's thresholds) are the routine's, besides its instructions (sha256)."""
+    return all(func.words.get(func.start + int(offset)) == int(value, 16)
+               for offset, value in (entry.get("words") or {}).items())
+
+
+def only_caller(functions, func, through, block_map: BlockMap, digest):
+    """The routine named by an entry's `through` (symbols, sha256, words) when it is the only caller
+    of `func` in the ILP, calls it from one site and cannot run that call twice in one invocation (no
+    branch inside it goes back to or before the call): its calls then stand for `func`'s. Else None
+    (no row: the loop bounds alone stay)."""
+    callee = {cfg for cfg, _ in block_map.basic.get(func.start, [])}
+    for name in through["symbols"]:
+        for wrapper in functions.get(name, []):
+            if digest(wrapper) != through["sha256"] or not words_match(wrapper, through):
+                continue
+            sites = {c.call_address for c in block_map.calls if c.callee in callee}
+            if len(sites) != 1 or not all(wrapper.start <= a < wrapper.end for a in sites):
+                return None
+            (site,) = sites
+            for insn in wrapper.insns:
+                target = branch_target(insn)
+                if target is not None and wrapper.start <= target <= site:
+                    return None
+            return wrapper
+    return None
+
+
+def branch_target(insn) -> Optional[int]:
+    """The target address of a direct branch (b, bl and their conditional forms), else None."""
+    if not insn.mnemonic.startswith("b") or insn.mnemonic.startswith(("bic", "bx", "blx")):
+        return None
+    try:
+        return int(insn.operands.split()[0], 16)
+    except (ValueError, IndexError):
+        return None
+
+
 def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
-                callers: Sequence[CallerTags] = ()) -> Optional[PathRow]:
+                callers: Sequence[CallerTags] = (), through=None) -> Optional[PathRow]:
     """The entry's row for this copy of the routine, or None if OTAWA has no single CFG starting at
     the routine or that CFG does not hold every named block once (then no row: the loop bounds
     alone stay, still sound). Another routine's CFG may hold the same blocks (libgcc's fdiv
@@ -164,14 +238,21 @@ def routine_row(func, block_map: BlockMap, facts, entry, same_file, line_of,
     # a key "t1+t2" names calls whose line carries every one of the tags
     named = {key: float(coef) for key, coef in entry["calls"].items() if key != "other"}
     counts: Dict[str, int] = {}
+    # with `through`, the calls of the only caller stand for this routine's (one call each)
+    called = cfg
+    if through is not None:
+        wrappers = {c for c, _ in block_map.basic.get(through.start, [])}
+        if len(wrappers) != 1:
+            return None
+        called = wrappers.pop()
     for call in block_map.calls:
-        if call.callee != cfg:
+        if call.callee != called:
             continue
         where = line_of(call.call_address)
         tags = set()
         for caller in callers:
             if caller.start <= call.call_address < caller.end:
-                line_tags = frozenset(caller.tags.get(entry["op"], ()))
+                line_tags = caller.of_call(entry["op"], call.call_address)
                 tags |= {key for key in named if set(key.split("+")) <= line_tags}
         if where:
             for file, line, line_tags in lines:

@@ -1,0 +1,173 @@
+"""Shape v2's split float32 sums on the soft-float boards (board key soft_float: the ARM7TDMI and the
+RP2040; nnbuild.codegen.common.split_accumulation and split_plan).
+
+On a board without FPU the conv2d and dense sums of v2 flush each input below its layer's threshold
+(the normal-products one: every product of non-zero factors is normal) and add the products by
+sign, the negative ones as magnitudes (neg += |p|), with libgcc's value tags on each line
+(fmul:no.subnormal, fadd:same-sign, fadd:no.subnormal and the latter on the one pos - neg); the host
+and the FPU boards keep the sequential sums (their C does not change). These tests check the tags,
+the float floor of the split code (compiled for the host) against float64, and, in the e2e tier,
+an adversarial search of 500 inputs on the ARM7TDMI that never beats OTAWA's bound.
+"""
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import have, needs_otawa
+from nnbuild import codegen, passes
+from nnbuild.numerics import float_facts
+
+from test_wcet_avr_v1 import small_cnn
+
+needs_gcc = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed")
+FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-ffp-contract=off"]
+
+
+def generated(tmp_path, soft_float, precision="float32", model=None):
+    model, log = passes.run(model or small_cnn(), None)
+    out = tmp_path / f"v2-{soft_float}-{precision}"
+    files = codegen.generate(model, out, shape="v2", precision=precision, storage="const", passes_log=log,
+                             soft_float=soft_float)
+    return model, out, files
+
+
+def test_soft_float_v2_splits_every_sum_with_libgcc_tags(tmp_path):
+    """Each conv2d and dense multiply line carries fmul:no.subnormal, each signed addition
+    fadd:same-sign and fadd:no.subnormal (biases zero or normal), each output's pos - neg
+    fadd:no.subnormal; without soft_float (host, FPU boards) the same model keeps its sequential sums."""
+    _, out, _ = generated(tmp_path, True)
+    code = (out / "v1net.c").read_text()
+    assert "NN_EXP(" in code and "pr.u &= 0x7FFFFFFFUL" in code and "neg0 -= " not in code
+    assert "float32 on a soft-float board" in code
+    values = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
+    muls = [v for v in values if v["op"] == "mul" and v["tags"] == list(float_facts.NO_SUBNORMAL_TAGS)]
+    adds = [v for v in values if v["op"] == "add"
+            and v["tags"] == list(float_facts.FADD_SAME_SIGN_TAGS + float_facts.FADD_NO_SUBNORMAL_TAGS)]
+    joins = [v for v in values if v["op"] == "add" and v["tags"] == list(float_facts.FADD_NO_SUBNORMAL_TAGS)]
+    assert {v["layer"] for v in muls} == {v["layer"] for v in joins} == {"c1", "d1", "d2"}
+    assert len(adds) == 2 * len(muls)
+    lines = code.split("\n")
+    assert all("pos" in lines[v["line"] - 1] and "- neg" in lines[v["line"] - 1] for v in joins)
+    assert all("flushed" in v["why"] and "eW + eX >= 128" in v["why"] for v in muls)
+    weights = (out / "v1net_weights.c").read_text()
+    assert "_keep_exp = " in weights
+    _, plain, _ = generated(tmp_path, False)
+    assert "NN_EXP(" not in (plain / "v1net.c").read_text()
+
+
+def test_a_subnormal_bias_leaves_the_additions_without_fadd_no_subnormal(tmp_path):
+    model = small_cnn()
+    dense = next(l for l in model.layers if l.name == "d1")
+    dense.bias[0] = np.float32(1e-40)
+    _, out, _ = generated(tmp_path, True, model=model)
+    values = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
+    tags = {t for v in values if v["layer"] == "d1" and v["op"] == "add" for t in v["tags"]}
+    assert tags == set(float_facts.FADD_SAME_SIGN_TAGS)
+    assert any(float_facts.FADD_NO_SUBNORMAL_TAGS[0] in v["tags"] for v in values if v["layer"] == "c1")
+
+
+def host_library(tmp_path, soft_float, precision="float32"):
+    """v1net_infer of the generated C compiled for the host, as a function of one input row."""
+    model, out, files = generated(tmp_path, soft_float, precision)
+    so = out / "lib.so"
+    subprocess.run(["gcc", *FLAGS, "-shared", "-fPIC", f"-I{out}", *[str(f) for f in files if f.suffix == ".c"],
+                    "-o", str(so), "-lm"], check=True, capture_output=True)
+    fn = getattr(ctypes.CDLL(str(so)), f"{model.name}_infer")
+
+    def run(x):
+        y = np.zeros(model.output_size, np.float32)
+        fn(np.ascontiguousarray(x, np.float32).ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p))
+        return y.astype(np.float64)
+    return model, run
+
+
+@pytest.mark.e2e
+@needs_gcc
+def test_soft_float_split_sums_stay_at_the_float_floor_of_float64(tmp_path):
+    """The soft-float v2 code against v2 float64 on random inputs and on inputs with subnormal,
+    tiny and huge entries: the float floor of the sequential float32 sums."""
+    model, ref = host_library(tmp_path, False, "float64")
+    _, plain = host_library(tmp_path, False)
+    _, split = host_library(tmp_path, True)
+    rng = np.random.default_rng(5)
+    xs = rng.uniform(-1.0, 1.0, (40, model.input_size)).astype(np.float32)
+    odd = xs[:8].copy()
+    odd[:, ::3] = np.float32(1e-40)
+    odd[:, 1::5] = np.float32(-3e-39)
+    odd[:, 2::7] = np.float32(1e-20)
+    xs = np.vstack([xs, odd])
+    refs = [ref(x) for x in xs]
+    err_split = max(float(np.max(np.abs(split(x) - r))) for x, r in zip(xs, refs))
+    err_plain = max(float(np.max(np.abs(plain(x) - r))) for x, r in zip(xs, refs))
+    print(f"\n  v2 soft-float split sums: max |float32 - float64| {err_split:.3g} (sequential {err_plain:.3g})")
+    assert err_split < 1e-6
+
+
+def tiny_cnn():
+    """4x4x1: a padded conv relu (v2's generic loop), an unpadded one (the contiguous loop), a dense
+    sigmoid: the split sums of both conv forms and of dense, at about 1/15 of small_cnn's clocks."""
+    from nnbuild.ir.graph import Conv2D, Dense, Flatten, Model
+    rng = np.random.default_rng(13)
+
+    def f(*s):
+        return (rng.normal(size=s) * 0.5).astype(np.float32)
+    layers = [Conv2D("c1", f(3, 3, 1, 2), f(2), padding=(1, 1, 1, 1), activation="relu"),
+              Conv2D("c2", f(3, 3, 2, 2), f(2), activation="linear"),
+              Flatten("fl"),
+              Dense("d1", f(8, 2), f(2), "sigmoid")]
+    return Model("tinynet", (4, 4, 1), layers)
+
+
+def adversarial_search(tmp_path, model, name, seed, total):
+    """(bound / worst clocks) of `model` in shape v2 on the ARM7TDMI over `total` adversarial inputs
+    (corners, special floats, hill-climb) under qemu-arm; fails on any input over OTAWA's bound."""
+    from adversarial_search import check_bound
+    from nnbuild import pipeline, wcet
+    model, log = passes.run(model, None)
+    board = pipeline.load_board("arm")
+    elf, _ = pipeline.build_check_program(model, board, tmp_path, name=name, shape="v2", precision="float32",
+                                          input_range=(-1.0, 1.0), passes_log=log)
+    facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
+    assert any(v["tags"] == list(float_facts.FADD_NO_SUBNORMAL_TAGS) for v in facts["values"])
+    result = wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path / "wcet")
+    rows = result.details["ilp"]["path_constraints"]
+    assert any("fadd:no.subnormal" in r["call_sites"] for r in rows)
+
+    def run(x):
+        return pipeline.run_cases(board, elf, x, model.output_size, entry=f"{name}_infer")
+    ratio, _, _, _ = check_bound(f"arm {name} v2 float32", result.cycles, run, model.input_size, -1.0, 1.0, seed,
+                                 total, batch=50)
+    return ratio
+
+
+needs_qemu_arm = pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-arm"),
+                                    reason="arm-none-eabi-gcc or qemu-arm not installed")
+
+
+@pytest.mark.e2e
+@needs_otawa
+@needs_qemu_arm
+def test_v2_soft_float_no_input_beats_the_otawa_bound(tmp_path):
+    """The tiny CNN's 500 adversarial inputs never beat OTAWA's bound with the split layers' facts."""
+    total = int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 500))
+    ratio = adversarial_search(tmp_path, tiny_cnn(), "tinynet", 29, total)
+    assert ratio <= 1.3
+
+
+@pytest.mark.e2e
+@needs_otawa
+@needs_qemu_arm
+@pytest.mark.skipif(os.environ.get("NNBUILD_SLOW_TESTS") != "1",
+                    reason="slow tier (NNBUILD_SLOW_TESTS=1): about 4 minutes; the tiny CNN above runs the same facts")
+def test_v2_soft_float_small_cnn_no_input_beats_the_otawa_bound(tmp_path):
+    """The small CNN (conv relu, pools, add, batchnorm tanh, dense sigmoid, softmax): 500 inputs
+    (1.2385 measured: bound 908,340 clocks, worst 733,447)."""
+    total = int(os.environ.get("NNBUILD_ADVERSARIAL_INPUTS", 500))
+    ratio = adversarial_search(tmp_path, small_cnn(), "v1net", 29, total)
+    assert ratio <= 1.3
