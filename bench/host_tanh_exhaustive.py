@@ -1,4 +1,4 @@
-"""The const-host tanh (the prelude's rational nn_tanh, storage const-host, float32) against tanh
+"""The const-host tanh (the prelude's nn_tanh of form "table", storage const-host, float32) against tanh
 in double over EVERY float32: max absolute error, max error in float32 ulps (of the reference
 rounded to float32; subnormal ulp 2^-149), NaN -> NaN, +-inf -> +-1, -0 -> -0, and oddness
 bit for bit (the negative half is checked as -f(-x) == f(x), the positive half against libm).
@@ -66,12 +66,12 @@ int main(void)
 """
 
 
-def tanh_source(form="rational"):
+def tanh_source(form="table"):
     """The prelude's nn_tanh of `form` as compilable C (the same macro the shapes render)."""
     from nnbuild.codegen import templating
     recorder = common.FlowFacts("t")
     text = templating.environment().from_string(
-        '{% import "prelude.c.j2" as prelude %}#include <math.h>\n{{ prelude.noinline() }}'
+        '{% import "prelude.c.j2" as prelude %}#include <math.h>\n#include <stdint.h>\n{{ prelude.noinline() }}'
         '{{ prelude.activations(ff, ["tanh"], real, sfx, exp, tanh_limit, tanh_gap, form) }}'
     ).render(**common.reals("float32"), ff=recorder, form=form)
     return recorder.resolve(text)[0]
@@ -81,7 +81,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cc", default="gcc")
     ap.add_argument("--opt", default="-O2")
-    ap.add_argument("--form", default="rational", choices=("rational", "exp"))
+    ap.add_argument("--form", default="table", choices=("table", "exp"))
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "t.c"

@@ -9,9 +9,11 @@ variant, built side by side in the same run and measured the same way.
 topology, other weights, NCHW input): its outputs are checked against nnbuild's float64 reference.
 
 The C is generated in the weights storages const (the layout the MCU targets get) and const-host
-(plain C99 for hosts: the Dense layers' blocks interleaved and their activation in a pass of their
-own, which gcc -O3 vectorises; same bits). const-simd, the host board's, is const for the CNN shapes
-(the same C): its ratio is const's, and the bench says so.
+(plain C99 for hosts, same bits as const but for tanh: the blocks' weights interleaved, which gcc
+-O3 vectorises; each convolution's tanh applied by the pooling that reads it; the one-channel first
+convolution computed 8 columns at a time; tanh from a table of cubics, docs/_notes/lenh.md).
+const-simd, the host board's, is const for the CNN shapes (the same C): its ratio is const's, and
+the bench says so.
 
 For each storage and flag set: generate firmware_examples/lenet5, build a driver that runs
 ONE inference per process, run it under `valgrind --tool=callgrind --toggle-collect=lenet5_infer`

@@ -63,11 +63,13 @@ def test_no_page_of_the_manual_carries_a_commit_hash():
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory, nnbuild_wheel):
     """A fresh venv holding the nnbuild wheel built from this checkout (dependencies from this
-    interpreter's site-packages), with the console scripts its dependencies would install."""
+    interpreter's site-packages), with the console scripts its dependencies would install. No pip
+    of its own (ensurepip costs seconds and the README's blocks call no pip): the site-packages'
+    pip, run by the venv's python, installs the wheel into the venv."""
     root = tmp_path_factory.mktemp("readme")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
     wheel = nnbuild_wheel
-    venv.create(root / "venv", system_site_packages=True, with_pip=True)
+    venv.create(root / "venv", system_site_packages=True, with_pip=False)
     bin_dir = root / "venv" / "bin"
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
                    check=True, capture_output=True, env=env)

@@ -144,3 +144,14 @@ def test_an_addend_fact_applies_only_to_the_call_adding_that_constant():
 def test_unknown_value_fact_op_is_one_clear_error():
     with pytest.raises(NNBuildError, match=r"m.c:3: unknown op 'sqrt'"):
         avr_paths.value_facts({"values": [{"file": "m.c", "line": 3, "op": "sqrt", "tags": []}]})
+
+
+def test_every_value_fact_entry_names_its_code():
+    """Each avr_libloops.json entry under a value-fact tag says which generated code writes the
+    fact ("emitted_by"), so the simavr tests trace it on that code (test_wcet_avr_value_facts.py
+    selects F1/10's by it); every value-fact tag has such an entry."""
+    from nnbuild.wcet import avr_loops
+    from test_wcet_avr_context import fact_code, value_fact_entry
+    entries = [e for e in avr_loops.load_table() + avr_loops.load_paths() if value_fact_entry(e)]
+    assert all(fact_code(e) for e in entries)
+    assert {t for e in entries for t in e["within"]} >= F.VALUE_ONLY_TAGS

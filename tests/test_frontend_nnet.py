@@ -7,13 +7,11 @@ the goldens."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, SHARED, copy_project, needs_avr, scons, shared_file
+from conftest import SHARED, copy_project, needs_avr, scons, shared_file
 from nnbuild import frontends
 from nnbuild import limits
 from nnbuild.errors import NNBuildError
@@ -301,20 +299,16 @@ def test_long_rows_read_by_numpy_equal_the_decimals(tmp_path):
 # ----------------------------------------------------------------------------- e2e: generated C
 
 
-def _run_check(model, data, *args):
-    return subprocess.run([sys.executable, "-m", "nnbuild", "check", str(model), "--data", str(data), "--json",
-                           *args], cwd=REPO, capture_output=True, text=True)
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("net", NETS)
-def test_generated_host_c_gives_the_goldens(tmp_path, net):
-    """The v2 C of each real network (float32) against the README's float64 goldens."""
+def test_generated_host_c_gives_the_goldens(tmp_path, net, run_cli):
+    """The v2 C of each real network (float32) against the README's float64 goldens, by `nnbuild
+    check` in this process (run_cli; the command in its own process: test_cli)."""
     data = tmp_path / "goldens.npz"
     x = [GOLDEN_INPUT] + ([MEANS_INPUT] if net == "1_1" else [])
     y = [GOLDENS[net]] + ([MEANS_GOLDEN_1_1] if net == "1_1" else [])
     np.savez(data, x=np.array(x), y=np.array(y))
-    run = _run_check(net_path(net), data, "--tolerance", "1e-3")
+    run = run_cli("check", net_path(net), "--data", data, "--json", "--tolerance", "1e-3")
     assert run.returncode == 0, run.stdout + run.stderr
     host = json.loads(run.stdout)["semantic"]["runs"]["host"]
     assert host["vs_framework"] <= 1e-3, host  # float32 C against the float64 goldens (measured: 1.3e-5 for 1_1)

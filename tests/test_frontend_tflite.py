@@ -262,11 +262,13 @@ def _cli(*args):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name,precision", FLOATS)
-def test_generate_and_check_on_the_host_give_the_litert_outputs(tmp_path, name, precision):
-    generated = _cli("generate", str(fixture(name, precision)), "-o", str(tmp_path / "gen"))
+def test_generate_and_check_on_the_host_give_the_litert_outputs(tmp_path, name, precision, run_cli):
+    """`nnbuild generate` and `nnbuild check` in this process (run_cli: the same main, no interpreter
+    start); the two tests below run `nnbuild check` in its own process."""
+    generated = run_cli("generate", str(fixture(name, precision)), "-o", str(tmp_path / "gen"))
     assert generated.returncode == 0, generated.stderr
     assert (tmp_path / "gen" / f"{name}_{precision}.c").is_file()
-    run = _cli("check", str(fixture(name, precision)), "--data", str(DATA / f"{name}_{precision}.npz"), "--json")
+    run = run_cli("check", str(fixture(name, precision)), "--data", str(DATA / f"{name}_{precision}.npz"), "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     host = json.loads(run.stdout)["semantic"]["runs"]["host"]
     assert host["vs_framework"] <= 1e-4, host  # measured: 6e-8 or less

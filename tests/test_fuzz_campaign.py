@@ -7,7 +7,11 @@ no path of the canary folder or /proc/*/environ in any system call, no file writ
 case's folder, no program run but the toolchain's.
 
 NNBUILD_FUZZ_SEED=N runs the seeded random mutations with another seed (the hand-made attacks
-are the same for every seed)."""
+are the same for every seed). The first mutated file of each format runs as every other case;
+the format's further mutated files run the same command in this process (cli.main: the same
+outcome checks, without strace and the process limits: a random byte edit does not aim outside
+the folder, the first mutation and the hand-made attacks check that), and each in its own process
+under strace with NNBUILD_SLOW_TESTS=1."""
 
 import functools
 import os
@@ -22,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import fuzz_campaign as campaign
-from conftest import REPO, have
+from conftest import REPO, SLOW_TIER, have
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not have("strace"), reason="strace not installed (bash scripts/setup.sh)")]
@@ -40,10 +44,18 @@ WRITES = ("creat", "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkd
           "symlinkat", "link", "linkat")
 
 
-def cases():
+def further_mutation(case):
+    """A seeded random mutation of a format beyond its first (name <format>-mutated-<k>, k > 0)."""
+    found = re.search(r"-mutated-(\d+)$", case.name)
+    return bool(found) and int(found.group(1)) > 0
+
+
+def cases(in_process=False):
+    """The cases run each in its own process under strace (in_process: those run in this process)."""
     for fmt, make in campaign.FORMATS.items():
         for case in make(SEED):
-            yield pytest.param(case, id=f"{fmt}:{case.name}")
+            if in_process == (further_mutation(case) and not SLOW_TIER):
+                yield pytest.param(case, id=f"{fmt}:{case.name}")
 
 
 @functools.cache
@@ -59,20 +71,35 @@ def limited():
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
 
 
-def run_case(case, root):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The nnbuild the cases run: a copy of the checkout's package with its bytecode compiled, as an
+    installed nnbuild has it (a case writes no bytecode: without it, each case's interpreter would
+    compile every module of nnbuild from its source again), the boards and examples beside it."""
+    import compileall
+    root = tmp_path_factory.mktemp("installed")
+    shutil.copytree(REPO / "nnbuild", root / "nnbuild", ignore=shutil.ignore_patterns("__pycache__"))
+    assert compileall.compile_dir(root / "nnbuild", quiet=1)
+    shutil.copytree(REPO / "toolchains", root / "toolchains")
+    (root / "firmware_examples").symlink_to(REPO / "firmware_examples")
+    return root
+
+
+def run_case(case, root, installed):
     """(arguments, completed process, seconds, strace lines) of one case in root/case, the canary in
-    root/outside."""
+    root/outside, nnbuild from `installed`."""
     folder = root / "case"
     folder.mkdir()
     (folder / "tmp").mkdir()
     args = case.make(folder)
-    package = REPO
+    package = installed
     if case.scons:   # a copy of the project (its examples are found beside its package)
         package = project = folder / "project"
-        for part in ("SConstruct", "site_scons", "toolchains", "nnbuild"):
+        for part in ("SConstruct", "site_scons", "toolchains"):
             (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(
                 REPO / part, project / part, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                                if (REPO / part).is_dir() else {}))
+        shutil.copytree(installed / "nnbuild", project / "nnbuild")   # its bytecode too (copied with its times)
         command, cwd = [sys.executable, "-m", "SCons", *args], project
     else:
         command, cwd = [sys.executable, "-m", "nnbuild", *args], folder
@@ -120,17 +147,13 @@ def compiles(out, target):
     return done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("case", list(cases()))
-def test_hostile_input_is_refused_in_one_line_and_stays_in_its_folder(case, tmp_path):
-    args, done, seconds, lines = run_case(case, tmp_path)
+def check_outcome(args, done, out, seconds):
+    """Exit 0 (and, for `generate`, C that compiles) or 2 with one line naming the problem, in
+    time, with no partial outputs; never a traceback, a recursion or memory failure."""
     said = done.stdout + done.stderr
-    cwd = tmp_path / "case" / ("project" if case.scons else "")
-    found = trespasses(lines, tmp_path, cwd)
-    assert not found, "\n".join(found[:5])
     for word in ("Traceback", "RecursionError", "MemoryError", "out of memory", "Fatal Python error"):
         assert word not in said, said[-3000:]
     assert done.returncode in (0, 2), f"exit {done.returncode}: {said[-3000:]}"
-    out = tmp_path / "case" / "out"
     if done.returncode:
         errors = [line for line in done.stderr.splitlines() if "error" in line or line.startswith("scons: *** ")]
         assert errors and "nnbuild" in errors[0] and len(errors[0]) < 1000, done.stderr[-3000:]
@@ -141,3 +164,24 @@ def test_hostile_input_is_refused_in_one_line_and_stays_in_its_folder(case, tmp_
         target = args[args.index("--target") + 1] if "--target" in args else "host"
         ok, why = compiles(out, target)
         assert ok, why
+
+
+@pytest.mark.parametrize("case", list(cases()))
+def test_hostile_input_is_refused_in_one_line_and_stays_in_its_folder(case, tmp_path, installed):
+    args, done, seconds, lines = run_case(case, tmp_path, installed)
+    cwd = tmp_path / "case" / ("project" if case.scons else "")
+    found = trespasses(lines, tmp_path, cwd)
+    assert not found, "\n".join(found[:5])
+    check_outcome(args, done, tmp_path / "case" / "out", seconds)
+
+
+@pytest.mark.parametrize("case", list(cases(in_process=True)))
+def test_further_mutated_files_are_refused_in_one_line_or_compile(case, tmp_path, run_cli):
+    """The further seeded mutations of each format, through `nnbuild` in this process: an
+    exception other than a refusal escapes cli.main and fails the test as a traceback would."""
+    folder = tmp_path / "case"
+    (folder / "tmp").mkdir(parents=True)
+    args = case.make(folder)
+    start = time.monotonic()
+    done = run_cli(*args, cwd=folder)
+    check_outcome(args, done, folder / "out", time.monotonic() - start)

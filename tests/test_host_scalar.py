@@ -218,3 +218,72 @@ def test_const_host_gives_the_bits_of_const_and_is_vectorised_at_O3(tmp_path, sh
             assert asm["const-host"].count("addps") > 10 * max(1, asm["const"].count("addps"))
         for key, out in runs.items():
             assert out == runs[storages[0], "-O0"], (precision, storages, key)
+
+
+def pooled_cnn(name="hspool", first="relu", second="sigmoid", seed=6):
+    """A one-channel Conv2D (16 output columns: 8 at a time) under an average pooling, then a
+    5-channel Conv2D (6 columns) under a max pooling, a Dense: both convolutions' activations
+    move into their poolings under const-host, the first also computes by columns (lanes)."""
+    from nnbuild.ir.graph import Pool2D
+    rng = np.random.default_rng(seed)
+    return Model(name=name, input_shape=(12, 18, 1), layers=[
+        Conv2D(name="c1", kernel=rng.standard_normal((3, 3, 1, 5)).astype(np.float32),
+               bias=rng.standard_normal(5).astype(np.float32), activation=first),
+        Pool2D(name="p1", mode="avg", pool=(2, 2), strides=(2, 2), source_type="AveragePooling2D"),
+        Conv2D(name="c2", kernel=rng.standard_normal((3, 3, 5, 4)).astype(np.float32),
+               bias=rng.standard_normal(4).astype(np.float32), activation=second),
+        Pool2D(name="p2", mode="max", pool=(2, 2), strides=(2, 2)),
+        Flatten(name="f"),
+        Dense(name="d", kernel=rng.standard_normal((1 * 3 * 4, 3)).astype(np.float32),
+              bias=rng.standard_normal(3).astype(np.float32))], meta={"format": "test"})
+
+
+def test_v2_const_host_pools_apply_the_convolutions_activation(tmp_path):
+    """const-host: an unpadded pooling that is a Conv2D's only reader applies its activation as it
+    reads the sums (no pass of its own); the one-channel Conv2D computes 8 neighbouring columns of a
+    filter at a time, each weight 8 times in its array, its sums stored by rows for its pooling;
+    every loop has its flow fact. const (the MCU targets' C) keeps the activation at the store."""
+    model, host = generate(pooled_cnn(), "v2", "const-host", tmp_path / "host")
+    assert "/* activation relu of 'c1', applied as its sums are read */" in host
+    assert "/* activation sigmoid of 'c2', applied as its sums are read */" in host
+    assert "float v = nn_relu(xp[ky * 80u + kx]);" in host                  # [y][channel][x] rows of 16
+    assert "float acc = nn_sigmoid(xp[0]);" in host and "pass of its own" not in host
+    assert "acc7 += w[7u] * xr[kx + 7u];" in host and "yp[o * 16u + 7u] = acc7;" in host
+    weights = (tmp_path / "host" / "hspool_weights.c").read_text()
+    kernel = np.transpose(np.asarray(model.layers[0].kernel, np.float32), (3, 0, 1, 2)).reshape(5, -1)
+    assert np.array_equal(weight_literals(weights, "hspool_c1_w0[360]"), np.repeat(kernel[:, :, None], 8, axis=2).ravel())
+    lines = host.splitlines()
+    facts = json.loads((tmp_path / "host" / "hspool.flowfacts.json").read_text())
+    assert sorted(f["line"] for f in facts["loops"]) == [i + 1 for i, l in enumerate(lines) if l.strip().startswith("for (")]
+    _, mcu = generate(pooled_cnn(), "v2", "const", tmp_path / "mcu")
+    assert "applied as its sums are read" not in mcu and "stored by rows" not in mcu
+
+
+@pytest.mark.e2e
+def test_v2_const_host_pooled_convolutions_give_the_bits_of_const(tmp_path):
+    """The pooled, column-wise const-host C computes const's bits at -O0, -O2 -fno-tree-vectorize
+    and -O3 (relu and sigmoid, average and max pooling; subnormal, zero, huge inputs too), and with
+    tanh (const-host's own, test_host_tanh.py) the same bits at every flag set."""
+    x = np.random.default_rng(7).uniform(-3, 3, (24, 12, 18, 1)).astype(np.float32)
+    x[:3] *= np.float32(1e30)
+    x[3:6] *= np.float32(1e-41)
+    x[6], x[7] = 0.0, -0.0
+    (tmp_path / "driver.c").write_text(DRIVER.replace("UPPER", "HSPOOL").replace("NAME", "hspool"))
+    cases = [(pooled_cnn(), ("const", "const-host")), (pooled_cnn(first="tanh", second="tanh"), ("const-host",))]
+    for model, storages in cases:
+        runs = {}
+        for storage in storages:
+            gen = tmp_path / f"{model.layers[0].activation}-{storage}"
+            codegen.generate(passes.run(model)[0], gen, shape="v2", storage=storage)
+            for flags in FLAG_SETS:
+                exe = tmp_path / "exe"
+                subprocess.run(["gcc", *flags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
+                                str(tmp_path / "driver.c"), str(gen / "hspool.c"), str(gen / "hspool_weights.c"), "-o",
+                                str(exe), "-lm"], check=True)
+                runs[storage, flags] = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True,
+                                                      check=True).stdout
+        for key, out in runs.items():
+            assert out == runs[storages[0], "-O0"], key
+        expected = reference.run(passes.run(model)[0], x[8:].astype(np.float64)).reshape(16, -1)
+        got = np.frombuffer(runs[storages[-1], "-O3"], dtype=np.float32).reshape(len(x), -1)[8:]
+        assert np.max(np.abs(got - expected)) < 1e-5

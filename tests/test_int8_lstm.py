@@ -22,9 +22,11 @@ DATA = REPO / "tests" / "data" / "tflite"
 #: kws_lstm: LSTM(12) over 10 x 8, its last step, Dense(4); seq_lstm: LSTM(16) over 12 x 9, the
 #: whole sequence as the output; stacked_lstm: LSTM(8) -> LSTM(6) over 8 x 5, Dense(3)
 FIXTURES = ["kws_lstm", "seq_lstm", "stacked_lstm"]
-#: every fixture on AVR (the 8-bit core, where int sizes differ most); the ARM cores each run two
-BOARD_CHECKS = [*((name, "avr") for name in FIXTURES), ("kws_lstm", "arm"), ("seq_lstm", "arm"),
-                ("kws_lstm", "stm32f407"), ("stacked_lstm", "stm32f407")]
+#: every fixture on AVR (the 8-bit core, where int sizes differ most); the ARM cores each run two.
+#: kws_lstm on avr, arm and stm32f407 is test_the_wcet_bound_holds_the_measured_runs': its whole
+#: build's semantic gate runs kws_lstm_int8.npz at tolerance 0 on the same simulator, and its
+#: report's max_abs_error of 0 is max(|C - y|, |C - reference|) there, this check's two numbers
+BOARD_CHECKS = [("seq_lstm", "avr"), ("stacked_lstm", "avr"), ("seq_lstm", "arm"), ("stacked_lstm", "stm32f407")]
 
 
 def golden(name, stress=False):

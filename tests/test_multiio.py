@@ -337,6 +337,7 @@ def test_tflite_model_runs_as_c(tmp_path):
 
 
 def _cli(*args):
+    """`nnbuild` in its own process (the tests after the first run it in this one: run_cli)."""
     return subprocess.run([sys.executable, "-m", "nnbuild", *args], cwd=REPO, capture_output=True, text=True)
 
 
@@ -362,7 +363,7 @@ def test_nnbuild_check_on_avr_with_one_array_per_argument(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.parametrize("target,shape,tools", [("arm", "v1", ("arm-none-eabi-gcc", "qemu-arm")),
                                                 ("stm32f407", "v3", ("arm-none-eabi-gcc", "qemu-system-arm"))])
-def test_nnbuild_check_on_the_qemu_runners_with_the_flat_x(tmp_path, target, shape, tools):
+def test_nnbuild_check_on_the_qemu_runners_with_the_flat_x(tmp_path, target, shape, tools, run_cli):
     """The qemu-arm and qemu-system-arm runners pass the same flat vectors; check data as the flat x
     and y (every input's values one after the other, every output's)."""
     if not have(*tools):
@@ -370,7 +371,7 @@ def test_nnbuild_check_on_the_qemu_runners_with_the_flat_x(tmp_path, target, sha
     path = two_by_two(tmp_path)
     x, want = feeds_for(path, cases=3)
     np.savez(tmp_path / "data.npz", x=x, y=want)
-    run = _cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", target, "--shape", shape,
+    run = run_cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", target, "--shape", shape,
                "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     runs = json.loads(run.stdout)["semantic"]["runs"]
@@ -422,7 +423,7 @@ def test_fixed_point_c_is_its_numpy_model_bit_for_bit(tmp_path, shape, precision
 @pytest.mark.e2e
 @needs_avr
 @pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
-def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape):
+def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape, run_cli):
     """`nnbuild check` in q16-acc32 on AVR: the simavr outputs are the numpy model's bit for bit and
     builtin-avr bounds the inference."""
     from nnbuild.numerics import graph_bitexact, graph_plan
@@ -432,13 +433,13 @@ def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape):
     want = graph_bitexact.run_graph(graph_plan.quantize_graph(model, "q16-acc32", FIXED_RANGE), x)
     np.savez(tmp_path / "data.npz", x=x)
     build_dir = tmp_path / "build"
-    run = _cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--precision",
+    run = run_cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--precision",
                "q16-acc32", "--range=-2,2", "--shape", shape, "--build-dir", str(build_dir))
     assert run.returncode == 0, run.stdout + run.stderr
     record = np.load(build_dir / "run_simavr.npz")
     got = np.asarray(record["outputs"], np.float32).reshape(want.shape)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    bound = _cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "fio_infer", "--flowfacts",
+    bound = run_cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "fio_infer", "--flowfacts",
                  str(build_dir / "gen" / "fio.flowfacts.json"), "-o", str(tmp_path / "wcet.json"))
     assert bound.returncode == 0, bound.stderr
     cycles = json.loads((tmp_path / "wcet.json").read_text())["cycles"]
@@ -448,13 +449,13 @@ def test_fixed_point_on_avr_bit_exact_and_bounded(tmp_path, shape):
 
 
 @pytest.mark.e2e
-def test_fixed_point_on_qemu_arm(tmp_path):
+def test_fixed_point_on_qemu_arm(tmp_path, run_cli):
     if not have("arm-none-eabi-gcc", "qemu-arm"):
         pytest.skip("needs arm-none-eabi-gcc, qemu-arm")
     path = fixed_friendly(tmp_path)
     x, want = feeds_for(path, cases=4)
     np.savez(tmp_path / "data.npz", x=x, y=want)
-    run = _cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--precision", "q8",
+    run = run_cli("check", str(path), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--precision", "q8",
                "--range=-2,2", "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     runs = json.loads(run.stdout)["semantic"]["runs"]
@@ -540,17 +541,17 @@ def test_int8_c_is_tflm_bit_for_bit_on_the_host(tmp_path):
 
 @pytest.mark.e2e
 @needs_avr
-def test_int8_on_avr_with_one_array_per_argument_bit_exact_and_bounded(tmp_path):
+def test_int8_on_avr_with_one_array_per_argument_bit_exact_and_bounded(tmp_path, run_cli):
     x = int8_cases()
     np.savez(tmp_path / "data.npz", in_a=x[:, :4].astype(np.int8), in_b=x[:, 4:].astype(np.int8))
     build_dir = tmp_path / "build"
-    run = _cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--build-dir",
+    run = run_cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "avr", "--build-dir",
                str(build_dir), "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     avr = next(v for k, v in json.loads(run.stdout)["semantic"]["runs"].items() if k != "host")
     assert avr["max_abs_error"] == 0 and [o["output"] for o in avr["max_abs_error_by_output"]] == [
         "out_dense", "out_product"], avr
-    bound = _cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "multiio_int8_infer",
+    bound = run_cli("wcet", str(build_dir / "check.elf"), "--board", "avr", "--entry", "multiio_int8_infer",
                  "--flowfacts", str(build_dir / "gen" / "multiio_int8.flowfacts.json"), "-o", str(tmp_path / "w.json"))
     assert bound.returncode == 0, bound.stderr
     cycles = np.load(build_dir / "run_simavr.npz")["cycles"]
@@ -558,11 +559,11 @@ def test_int8_on_avr_with_one_array_per_argument_bit_exact_and_bounded(tmp_path)
 
 
 @pytest.mark.e2e
-def test_int8_on_qemu_arm(tmp_path):
+def test_int8_on_qemu_arm(tmp_path, run_cli):
     if not have("arm-none-eabi-gcc", "qemu-arm"):
         pytest.skip("needs arm-none-eabi-gcc, qemu-arm")
     x = int8_cases(4)
     np.savez(tmp_path / "data.npz", x=x.astype(np.float32))
-    run = _cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--json")
+    run = run_cli("check", str(TFLITE_INT8), "--data", str(tmp_path / "data.npz"), "--target", "arm", "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     assert all(r["max_abs_error"] == 0 for r in json.loads(run.stdout)["semantic"]["runs"].values())

@@ -12,7 +12,7 @@ from nnbuild.wcet import thumb2_cfg as C
 from nnbuild.wcet import thumb2_decode as D
 from nnbuild.wcet import thumb2_ipet as T
 from nnbuild.wcet import thumb2_loops as L
-from nnbuild.wcet.avr_cfg import EXIT
+from nnbuild.wcet.cfg import EXIT
 
 LISTING = """
 check.elf:     file format elf32-littlearm

@@ -5,8 +5,9 @@ with its WCET bound, and `scons model=tpg_fishing_derby` on host and AVR.
 
 What runs by default (about a minute): the reference on all 12 traced TPGs (6 games, cleaned and
 full) over the whole traces; the compiled C (host board flags, -O2) of both shapes on the whole
-traces for the 6 cleaned TPGs and the two small full ones (fishing_derby.9, frostbite.2); the
-other four full graphs (122 to 505 teams, up to 2.6 MB) take minutes to compile and run with
+traces for the 6 cleaned TPGs and the two small full ones (fishing_derby.9, frostbite.2), and of
+all 50 cleaned TPGs on random inputs, from one program compiled once (host_program); the other
+four full graphs (122 to 505 teams, up to 2.6 MB) take minutes to compile and run with
 NNBUILD_SLOW_TESTS=1. AVR: fishing_derby.9 cleaned, the example's TPG, on its whole trace, and on
 random and adversarial inputs (with the slowest ones bench/tpg_avr_wcet.py found) against its WCET
 bound, which the switch shape's visit facts tighten.
@@ -83,9 +84,46 @@ def replay_all(tmp_path, env, traces, pairs, opt="-O2"):
     return result
 
 
-def test_compiled_c_reproduces_the_traces(tmp_path, env, traces):
+def game_of(path):
+    """The game of a SiPS'22 .dot file (out_best[_cleaned].<game>.t48.dot)."""
+    return path.name.split(".", 1)[1].rsplit(".t48", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def host_program(tmp_path_factory, env):
+    """One host program (-O2, -Wall -Wextra -Werror -pedantic -std=c99) of both shapes of all 50
+    cleaned SiPS'22 TPGs and of the two small full ones (SMALL_FULL): (program, {(game, kind,
+    shape): index}, {(game, kind): model}). The trace replay and the random-input comparison both
+    run it: compiling the same generated C twice checked nothing more."""
+    files = sorted((SIPS22 / "cleaned").glob("*.dot"))
+    assert len(files) == 50
+    work = tmp_path_factory.mktemp("host_program")
+    gen, index, models = work / "gen", {}, {}
+    for path, kind in [(f, "cleaned") for f in files] + [(dot_file(g, "full"), "full") for g in SMALL_FULL]:
+        game = game_of(path)
+        m = gegelati_dot.load(path, env)
+        models[(game, kind)] = m
+        for shape in ("switch", "stack"):
+            m.name = f"{kind[0]}_{game.replace('.', '_')}_{shape}"
+            codegen.generate(m, gen, shape=shape)
+            index[(game, kind, shape)] = m.name
+    names = list(index.values())
+    program = build_replay(gen, names, 1344, work / "replay")
+    return program, {key: names.index(name) for key, name in index.items()}, models
+
+
+def test_compiled_c_reproduces_the_traces(host_program, traces):
+    program, index, _ = host_program
     pairs = [(g, "cleaned") for g in GAMES] + [(g, "full") for g in SMALL_FULL]
-    result = replay_all(tmp_path, env, traces, pairs)
+    result = {}
+    for game, kind in pairs:
+        obs, recorded = traces[game]
+        for shape in ("switch", "stack"):
+            actions = replay(program, index[(game, kind, shape)], obs, u8=True)
+            result[f"{kind}_{game}_{shape}"] = (int(np.sum(actions != recorded)), len(recorded))
+    print()
+    for name, (bad, n) in result.items():
+        print(f"  {name}: {n - bad}/{n} actions identical to the recorded ones")
     assert len(result) == 16 and all(bad == 0 for bad, _ in result.values()), result
 
 
@@ -96,10 +134,10 @@ def test_compiled_c_reproduces_the_traces_of_the_large_full_graphs(tmp_path, env
     assert all(bad == 0 for bad, _ in result.values()), result
 
 
-def test_every_cleaned_tpg_compiles_cleanly_and_equals_the_reference(tmp_path, env):
+def test_every_cleaned_tpg_compiles_cleanly_and_equals_the_reference(host_program):
     """All 50 cleaned SiPS'22 TPGs, both shapes, in one program (-O2, -Wall -Wextra -Werror
-    -pedantic -std=c99): random observations (reals, integers, extremes, NaN/inf) give the
-    reference's actions."""
+    -pedantic -std=c99: host_program): random observations (reals, integers, extremes, NaN/inf)
+    give the reference's actions."""
     rng = np.random.default_rng(22)
     x = rng.uniform(0, 255, size=(300, 1344))
     x[::2] = np.round(x[::2])
@@ -107,22 +145,14 @@ def test_every_cleaned_tpg_compiles_cleanly_and_equals_the_reference(tmp_path, e
     x[0] = 0.0
     x[3] = np.nan
     x[5, ::7] = np.inf
-    files = sorted((SIPS22 / "cleaned").glob("*.dot"))
-    assert len(files) == 50
-    gen, names, models = tmp_path / "gen", [], []
-    for f in files:
-        m = gegelati_dot.load(f, env)
-        base = m.name.replace("out_best_cleaned_", "c_")
+    program, index, models = host_program
+    cleaned = [(game, m) for (game, kind), m in models.items() if kind == "cleaned"]
+    assert len(cleaned) == 50
+    for game, m in cleaned:
+        want = tpg_reference.run(m, x)   # the reference does not depend on the shape
         for shape in ("switch", "stack"):
-            m.name = f"{base}_{shape}"
-            codegen.generate(m, gen, shape=shape)
-            names.append(m.name)
-            models.append(m)
-    program = build_replay(gen, names, 1344, tmp_path / "replay")
-    for k, (name, m) in enumerate(zip(names, models)):
-        want = tpg_reference.run(m, x)
-        got = replay(program, k, x)
-        assert np.array_equal(got, want), f"{name}: {np.sum(got != want)} of {len(x)} differ"
+            got = replay(program, index[(game, "cleaned", shape)], x)
+            assert np.array_equal(got, want), f"{game} {shape}: {np.sum(got != want)} of {len(x)} differ"
 
 
 def test_cli_check_on_a_recorded_trace(tmp_path, traces, run_cli):
@@ -152,9 +182,17 @@ def avr_builds(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def avr_bounds(avr_builds, tmp_path_factory):
+    """The WCET bound of each shape's program with its generated flow facts, analysed once: the
+    trace, the random and adversarial inputs and the adversarial search all check against it."""
+    return {shape: wcet.analyze(board, program, "fd_infer", str(facts), tmp_path_factory.mktemp(f"wcet_{shape}"))
+            for shape, (board, program, _, facts) in avr_builds.items()}
+
+
 @needs_avr
 @pytest.mark.parametrize("shape", ["switch", "stack"])
-def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, traces, shape, tmp_path):
+def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, avr_bounds, traces, shape):
     """avr-gcc's double is 32 bits: the mismatch count is reported as measured (the TPG is the
     example's, fixed before any AVR run). The WCET bound covers every measured inference."""
     board, program, harness, facts = avr_builds[shape]
@@ -163,7 +201,7 @@ def test_avr_on_the_whole_trace_and_a_sound_wcet_bound(avr_builds, traces, shape
     actions, cycles = tpg_run.run_simavr(program, obs.astype(float), entry_symbol="fd_infer", mcu=board["mcu"],
                                          freq=board["clock_hz"], harness=harness, nm=board["nm"])
     mismatches = int(np.sum(actions != recorded))
-    bound = wcet.analyze(board, program, "fd_infer", str(facts), tmp_path)
+    bound = avr_bounds[shape]
     print(f"\n  fishing_derby.9 cleaned, {shape}, simavr: {mismatches} of {len(obs)} actions differ from the "
           f"recorded ones; cycles per inference max {cycles.max():,} mean {cycles.mean():,.0f}; "
           f"WCET bound {bound.cycles:,} ({bound.cycles / cycles.max():.2f}x); {time.time() - t0:.1f} s")
@@ -193,7 +231,7 @@ def adversarial_screens(rng, n):
 
 @needs_avr
 @pytest.mark.parametrize("shape", ["switch", "stack"])
-def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_path):
+def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, avr_bounds, shape, tmp_path):
     """Soundness beyond the trace, and tightness: the switch bound uses the visit facts (each team
     once per inference: without them it charges the costliest team to every loop pass), and is
     within TIGHTNESS of the slowest input found."""
@@ -204,7 +242,7 @@ def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_p
         _, cycles = tpg_run.run_simavr(program, x, entry_symbol="fd_infer", mcu=board["mcu"],
                                        freq=board["clock_hz"], harness=harness, nm=board["nm"])
     facts = json.loads(facts_path.read_text())
-    bound = wcet.analyze(board, program, "fd_infer", facts, tmp_path / "visits")
+    bound = avr_bounds[shape]
     print(f"\n  fishing_derby.9 cleaned, {shape}: WCET bound {bound.cycles:,}; simavr max {cycles.max():,} over "
           f"{len(x)} random and adversarial inputs ({bound.cycles / cycles.max():.2f}x)")
     assert bound.cycles >= cycles.max()
@@ -222,7 +260,7 @@ def test_avr_bound_covers_random_and_adversarial_inputs(avr_builds, shape, tmp_p
 
 @needs_avr
 @pytest.mark.parametrize("shape", ["switch", "stack"])
-def test_avr_adversarial_search_never_beats_the_bound(avr_builds, shape, tmp_path):
+def test_avr_adversarial_search_never_beats_the_bound(avr_builds, avr_bounds, shape):
     """tests/adversarial_search.py over the screen cells the programs read (corners in -300..300,
     NaN, infinities, subnormals, values beyond float range, then a hill-climb on simavr's cycles),
     500 inputs per shape: none may run longer than the bound."""
@@ -242,7 +280,7 @@ def test_avr_adversarial_search_never_beats_the_bound(avr_builds, shape, tmp_pat
                                                  freq=board["clock_hz"], harness=harness, nm=board["nm"])
         return np.asarray(actions)[:, None], np.asarray(cycles)
 
-    bound = wcet.analyze(board, program, "fd_infer", json.loads(facts_path.read_text()), tmp_path / "wcet")
+    bound = avr_bounds[shape]
     check_bound(f"fishing_derby.9 cleaned, {shape}, AVR", bound.cycles, run, len(cells), -300.0, 300.0,
                 seed=11, total=500, batch=40)
 

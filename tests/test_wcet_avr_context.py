@@ -349,6 +349,20 @@ def value_fact_entry(ent):
     return bool(set(ent.get("within", [])) & float_facts.VALUE_ONLY_TAGS)
 
 
+def fact_code(ent):
+    """The generated code that writes a value-fact entry's facts (its "emitted_by", names from
+    float_facts.FACT_CODE): the code a test must trace the entry on. Fails naming the entry
+    when the field is missing or names code float_facts does not know."""
+    where = f"+{ent['offset']}" if "offset" in ent else f" ({ent.get('id')})"
+    name = f"avr_libloops.json entry {ent['symbol']}{where} within {ent.get('within', [])}"
+    code = ent.get("emitted_by")
+    assert code, (f"{name}: a value-fact tag without \"emitted_by\" (the generated code that writes the "
+                  f"fact, some of {sorted(float_facts.FACT_CODE)})")
+    unknown = sorted(set(code) - set(float_facts.FACT_CODE))
+    assert not unknown, f"{name}: \"emitted_by\" names {unknown}, not in float_facts.FACT_CODE"
+    return set(code)
+
+
 def check_path_entry(ent, counters, vecs):
     """Every observed count vector of one "paths" entry satisfies its rows for some binaries
     (`vecs`: the blocks' counts, then one count per counter point, each weighed by its "weight")."""

@@ -3,7 +3,7 @@ when avr-gcc's line table puts a `for` line into another loop. Hand-built CFGs, 
 ILP: the worst case must run the loop as often as its own `for` says, never fewer times."""
 
 from nnbuild.wcet import avr_ilp, avr_loops
-from nnbuild.wcet.avr_cfg import ENTRY, EXIT, Block, Edge, Region
+from nnbuild.wcet.cfg import ENTRY, EXIT, Block, Edge, Region
 from nnbuild.wcet.avr_decode import Insn
 
 #: loop A's `for` on line 10 (body 11-14, 12 turns), loop B's on line 20 (body 21-24, 16 turns)

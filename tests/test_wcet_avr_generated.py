@@ -9,36 +9,39 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from nnbuild.errors import NNBuildError
 from nnbuild.wcet import avr_ipet
 
-from test_wcet_avr import MCU, FREQ, ROOT, board, worst_case_search
+from test_wcet_avr import MCU, FREQ, ROOT, board, harness, worst_case_search  # noqa: F401 (harness: a fixture)
 
 ARCH = os.path.join(ROOT, "firmware_examples", "f1tenth", "architecture.json")
-#: analysis time limit (s) and bound/measured cap for the generated F1/10 model at -Os (issue 27's
-#: goal is 1.3; the search starts from the slowest input bench/avr_float_worst.py found)
-TIME_LIMIT, RATIO_CAP = 30.0, 1.30
+#: bound/measured cap for the generated F1/10 model at -Os (issue 27's goal is 1.3; the search
+#: starts from the slowest input bench/avr_float_worst.py found). The analysis time is printed, not
+#: asserted: wall time on a shared machine is no test (speed targets live in bench/).
+RATIO_CAP = 1.30
 SLOW = os.path.join(ROOT, "tests", "data", "f1tenth_float_slow.json")
 #: the same for its q16 build (integer MACs; float only in the input quantisation)
-Q16_TIME_LIMIT, Q16_RATIO_CAP = 10.0, 1.03
+Q16_RATIO_CAP = 1.03
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
                                 reason="avr-gcc or the f1tenth example missing")]
 
 
 def generate_and_build(outdir, model, name, opt="Os", extra=()):
-    """ELF and flow-facts path of `model` generated for the avr board (skip if the front-end is
-    missing); `extra`: more `nnbuild generate` options (precision, input range)."""
-    proc = subprocess.run([sys.executable, "-m", "nnbuild", "generate", model, "-o", str(outdir),
-                           "--target", "avr", "--name", name, *extra], cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"nnbuild generate failed: {(proc.stderr or proc.stdout).strip()[-200:]}")
+    """ELF and flow-facts path of `model` generated for the avr board by `nnbuild generate` (in this
+    process: the command in its own process is test_cli's) (skip if the front-end is missing);
+    `extra`: more `nnbuild generate` options (precision, input range)."""
+    from nnbuild import cli
+    try:
+        status = cli.main(["generate", model, "-o", str(outdir), "--target", "avr", "--name", name, *extra])
+    except SystemExit as exit_:
+        status = exit_.code
+    if status:
+        pytest.skip(f"nnbuild generate failed with status {status}")
     b, upper = board(), name.upper()
     elf = os.path.join(str(outdir), f"{name}.{opt}.elf")
     cmd = [b["cc"], *b["cflags"], f"-{opt}", f"-I{outdir}", f'-DNN_HEADER="{name}.h"',
@@ -64,16 +67,22 @@ def f1(tmp_path_factory):
     return elf, facts, n_inputs(out, "f1tenth")
 
 
-def test_f1tenth_analysis_time_and_layers(f1, tmp_path):
+@pytest.fixture(scope="module")
+def f1_bound(f1, tmp_path_factory):
+    """(bound, analysis seconds) of the -Os ELF, analysed once for both tests below."""
     elf, facts, _ = f1
     t0 = time.perf_counter()
-    res = avr_ipet.analyze(elf, "f1tenth_infer", facts, board(), str(tmp_path))
-    took = time.perf_counter() - t0
+    res = avr_ipet.analyze(elf, "f1tenth_infer", facts, board(), str(tmp_path_factory.mktemp("f1wcet")))
+    return res, time.perf_counter() - t0
+
+
+def test_f1tenth_analysis_layers(f1, f1_bound):
+    _, facts, _ = f1
+    res, took = f1_bound
     print(f"\nWCET f1tenth -Os: bound {res.cycles} cycles ({res.cycles / FREQ * 1e3:.1f} ms at 20 MHz), "
           f"analysis {took:.2f} s, {res.details['regions']} regions")
     for name, cyc in res.per_layer.items():
         print(f"  layer {name}: {cyc} cycles ({100.0 * cyc / res.cycles:.1f}%)")
-    assert took < TIME_LIMIT
     with open(facts) as f:
         layers = [l["name"] for l in json.load(f)["layers"]]
     assert list(res.per_layer) == layers and all(res.per_layer[l] > 0 for l in layers)
@@ -81,14 +90,10 @@ def test_f1tenth_analysis_time_and_layers(f1, tmp_path):
     assert res.details["unattributed_cycles"] < 0.001 * res.cycles
 
 
-def test_f1tenth_bound_covers_worst_case_search(f1, tmp_path):
+def test_f1tenth_bound_covers_worst_case_search(f1, f1_bound, harness):
     from nnbuild.runners import simavr
-    try:
-        harness = simavr.build_harness(tmp_path / "simavr_run")
-    except NNBuildError as exc:
-        pytest.skip(str(exc))
-    elf, facts, n_in = f1
-    res = avr_ipet.analyze(elf, "f1tenth_infer", facts, board(), None)
+    elf, _, n_in = f1
+    res, _ = f1_bound
 
     def run(cases):
         _, cyc = simavr.run_cases(elf, np.asarray(cases, np.float32), 1, entry_symbol="f1tenth_infer",
@@ -122,14 +127,10 @@ def f1q16(tmp_path_factory):
     return elf, facts, n_inputs(out, "f1tenth")
 
 
-def test_f1tenth_q16_bound_covers_worst_case_search(f1q16, tmp_path):
+def test_f1tenth_q16_bound_covers_worst_case_search(f1q16, harness):
     """q16: every __ashrdi3 call is analysed with its constant count (r16=15), the bound covers
     the slowest input found and stays within Q16_RATIO_CAP of it."""
     from nnbuild.runners import simavr
-    try:
-        harness = simavr.build_harness(tmp_path / "simavr_run")
-    except NNBuildError as exc:
-        pytest.skip(str(exc))
     elf, facts, n_in = f1q16
     t0 = time.perf_counter()
     res = avr_ipet.analyze(elf, "f1tenth_infer", facts, board(), None)
@@ -160,4 +161,3 @@ def test_f1tenth_q16_bound_covers_worst_case_search(f1q16, tmp_path):
           f"{int(cyc.max())}), bound/measured {ratio:.4f}; {shifts}")
     assert res.cycles >= worst, f"UNSOUND: bound {res.cycles} < measured {worst}"
     assert ratio <= Q16_RATIO_CAP
-    assert took < Q16_TIME_LIMIT

@@ -3,7 +3,7 @@ counter may be unable to take the low values (its first block holds the counted 
 then those values are left out instead of costing nothing. Hand-built CFG, real ILP."""
 
 from nnbuild.wcet import avr_ilp
-from nnbuild.wcet.avr_cfg import ENTRY, EXIT, Block, Edge, Region
+from nnbuild.wcet.cfg import ENTRY, EXIT, Block, Edge, Region
 from nnbuild.wcet.avr_decode import Insn
 from nnbuild.wcet.avr_paths import PathRows
 

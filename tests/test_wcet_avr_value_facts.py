@@ -10,6 +10,7 @@ A small driver (one addition, one product on lines carrying the facts) shows the
 bounds are reached: operands that take their slowest paths come within a few cycles of them.
 """
 
+import functools
 import os
 import shutil
 import subprocess
@@ -24,23 +25,33 @@ from nnbuild.wcet import avr_timing as T
 
 from test_wcet_avr import board
 from test_wcet_avr_context import (Probe, build_tracer, called_targets, check_path_entry, entry_site,
-                                   frames_reaching, loop_headers, run_trace_sites, value_fact_entry)
+                                   fact_code, frames_reaching, loop_headers, run_trace_sites,
+                                   value_fact_entry)
 from test_wcet_avr_generated import ARCH, generate_and_build, n_inputs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not (shutil.which("avr-gcc") and os.path.exists(ARCH)),
                                 reason="avr-gcc or the f1tenth example missing")]
 
-#: the table tags that value facts give in F1/10 (nn_sigmoid's, which it has not, are checked in
-#: test_wcet_avr_adversarial.py; a TPG's cos tags in tests/test_tpg_cos_guard.py, its integer-test tags in
-#: tests/test_tpg_int_facts.py; Gravity's update
-#: subtraction in tests/test_gravity_update.py)
-OTHER_TAGS = set(float_facts.TPG_COS_TAGS) | set(float_facts.TPG_INT_TAGS.values()) | set(float_facts.NO_CANCEL_TAGS)
-VALUE_TAGS = (float_facts.VALUE_ONLY_TAGS - set(float_facts.SIGMOID_EXP_TAGS) - OTHER_TAGS) | {"__divsf3:A.normal"}
+#: the generated code of the F1/10 controller (float32 MLP shape, tanh layers) that writes value facts
+#: (avr_libloops.json "emitted_by"); entries other code writes are traced where that code is built
+#: (nn_sigmoid's in test_wcet_avr_adversarial.py, a TPG's cos in test_tpg_cos_guard.py and its
+#: integer-test tags in test_tpg_int_facts.py, Gravity's update subtraction in test_gravity_update.py)
+F1_CODE = {"mlp", "nn_tanh"}
 
 
 def f1_entry(ent):
-    """A "paths" entry under a value tag F1/10's code gives (not a TPG's or Gravity's)."""
-    return value_fact_entry(ent) and not set(ent.get("within", [])) & OTHER_TAGS
+    """A value-fact entry whose fact F1/10's code writes (fails naming an entry without "emitted_by")."""
+    return value_fact_entry(ent) and bool(fact_code(ent) & F1_CODE)
+
+
+@functools.lru_cache(maxsize=None)
+def value_tags():
+    """The value tags F1/10's code gives: those of the table entries it writes the facts of, and
+    __divsf3:A.normal (nn_tanh's, which constant operands also give)."""
+    table = avr_loops.load_table() + avr_loops.load_paths()
+    entries = [ent for ent in table if f1_entry(ent)]
+    return frozenset({t for e in entries for t in e["within"] if t in float_facts.VALUE_ONLY_TAGS}
+                     | {"__divsf3:A.normal"})
 
 
 def cases(n_in):
@@ -67,10 +78,10 @@ def traced(tmp_path_factory):
     probes = {}
     targets = called_targets(prog)
     for (addr, ctx), res in an.done.items():
-        if addr in targets and ctx.names & VALUE_TAGS:
+        if addr in targets and ctx.names & value_tags():
             probes[("region", addr, ctx)] = Probe(addr, ctx.names, ctx.site if ctx.site is not None else "!", "eq")
     for k, ent in enumerate(avr_loops.load_table()):
-        if not set(ent.get("within", [])) & VALUE_TAGS:
+        if not set(ent.get("within", [])) & value_tags():
             continue
         header = prog.address_of(ent["symbol"]) + ent["offset"]
         group = 1 + len({key[1] for key in probes if key[0] == "loop"})
@@ -99,8 +110,8 @@ def test_every_value_tag_reaches_a_call(traced):
     """The generated code's facts land on calls: every value tag is in some analysed context."""
     facts, an, _ = traced
     assert {v["op"] for v in facts["values"]} == {"mul", "add", "div", "exp"}
-    seen = set().union(*(ctx.names for _, ctx in an.done)) & VALUE_TAGS
-    assert seen == VALUE_TAGS
+    seen = set().union(*(ctx.names for _, ctx in an.done)) & value_tags()
+    assert seen == value_tags()
 
 
 def test_tagged_regions_cover_every_invocation(traced):
@@ -135,7 +146,7 @@ def test_value_fact_loop_entries_hold(traced):
         assert worst <= ent["header_max"]
         if p.invocations:
             checked.add(key[1])
-    wanted = {k for k, e in enumerate(table) if set(e.get("within", [])) & VALUE_TAGS}
+    wanted = {k for k, e in enumerate(table) if set(e.get("within", [])) & value_tags()}
     assert wanted <= checked, [f"{table[k]['symbol']}+{table[k]['offset']:#x}" for k in wanted - checked]
 
 

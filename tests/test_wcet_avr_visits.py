@@ -3,7 +3,7 @@ call" row, and which do not because the binary shares code between teams. Hand-b
 team loop (header -> dispatch -> team cases -> latch -> header), solved with the real ILP."""
 
 from nnbuild.wcet import avr_ilp, avr_loops, avr_visits
-from nnbuild.wcet.avr_cfg import ENTRY, EXIT, Block, Edge, Region
+from nnbuild.wcet.cfg import ENTRY, EXIT, Block, Edge, Region
 from nnbuild.wcet.avr_decode import Insn
 from nnbuild.wcet.avr_paths import PathRows
 

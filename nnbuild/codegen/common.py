@@ -128,10 +128,11 @@ def reals(precision):
 
 
 def tanh_form(storage, precision):
-    """How the prelude computes tanh: "rational" (a clamped odd rational evaluated in double, no
-    libm call) for const-host float32, a host's storage; "exp" ((e^2x - 1) / (e^2x + 1), with
-    its WCET value facts) everywhere else, the MCU targets and their facts unchanged."""
-    return "rational" if storage == HOST_STORAGE and precision == "float32" else "exp"
+    """How the prelude computes tanh: "table" (x * R(|x|), R a polynomial per interval of |x|
+    evaluated in double, nnbuild.codegen.host_tanh; no libm call, no division) for const-host
+    float32, a host's storage; "exp" ((e^2x - 1) / (e^2x + 1), with its WCET value facts)
+    everywhere else, the MCU targets and their facts unchanged."""
+    return "table" if storage == HOST_STORAGE and precision == "float32" else "exp"
 
 
 def weight_chunks(prefix, layer, storage, real="float", first=0):

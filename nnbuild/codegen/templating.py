@@ -26,6 +26,8 @@ def environment():
         lstrip_blocks=True,
     )
     env.filters["ctext"] = c_text
+    from nnbuild.codegen import host_tanh
+    env.globals["host_tanh"] = host_tanh   # the const-host tanh table (prelude.c.j2)
     return env
 
 

@@ -72,6 +72,20 @@ NO_CANCEL_TAGS = ("__addsf3x:no-cancel",)
 #: ... and the CNN shapes' nn_join (pos - neg of a split sum on AVR): the same tag, the same claim
 VALUE_ONLY_TAGS = frozenset(MUL_TAGS + ADD_TAGS + EQUAL_TAGS + DIV_TAGS[1:] + EXP_TAGS + SIGMOID_EXP_TAGS
                             + TPG_COS_TAGS + tuple(TPG_INT_TAGS.values()) + NO_CANCEL_TAGS)
+#: the generated code that writes value facts, by the name avr_libloops.json's "emitted_by" gives it
+#: (every entry under a VALUE_ONLY_TAGS tag names its writers there, so a test traces each entry
+#: on the code that gives its fact, and a new kind's tag is filed under that kind, not by exclusion)
+FACT_CODE = {
+    "mlp": "nnbuild/codegen/mlp.py: a split layer's products and sums (float32 MLP shape)",
+    "v1": "nnbuild/codegen/v1.py: a split layer's products and sums",
+    "v2": "nnbuild/codegen/v2.py: a split layer's products and sums",
+    "v3": "nnbuild/codegen/v3.py: a split layer's products and sums",
+    "nn_join": "nnbuild/codegen/cnn.py: the CNN shapes' pos - neg of a split sum",
+    "nn_tanh": "prelude.c.j2: float nn_tanh's x + x, expf(2x), e + 1 and (e - 1) / (e + 1)",
+    "nn_sigmoid": "prelude.c.j2: float nn_sigmoid's expf(-x)",
+    "gravity": "nnbuild/codegen/gravity.py: Gravity's activate and SGD update",
+    "tpg_lower": "nnbuild/codegen/tpg_lower.py: a TPG's guarded cos and its table helpers' integer test",
+}
 
 
 @dataclass(frozen=True)

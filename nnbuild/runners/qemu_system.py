@@ -215,19 +215,24 @@ def _chunks(fd, proc, program, pause=False):
             raise NNBuildError(f"timed out after {TIMEOUT_S:g} s", path=program)
 
 
-def _traced_pc(line):
-    """The guest PC of a `-d exec` line `Trace N: HOST [CS_BASE/PC/FLAGS/CFLAGS] symbol`, or None."""
-    first = line.find("/", line.find("["))
-    second = line.find("/", first + 1)
+#: an instruction line of an `in_asm` listing, and the PC field of an `exec` line
+#: `Trace N: HOST [CS_BASE/PC/FLAGS/CFLAGS] symbol` (the second field between "[" and "/")
+_INSN_LINE_RE = re.compile(rb"^0x([0-9a-f]+):", re.M)
+_TRACE_PC_RE = re.compile(rb"^Trace [^\n\[]*\[[^/\n]*/([^/\n]*)/", re.M)
+
+
+def _pc(field):
+    """The PC of an exec line's PC field (bytes), or None when it is not hex."""
     try:
-        return int(line[first + 1:second], 16) if first > 0 and second > first else None
+        return int(field, 16)
     except ValueError:
         return None
 
 
-#: an instruction line of an `in_asm` listing, and the PC field of an `exec` line (see _traced_pc)
-_INSN_LINE_RE = re.compile(rb"^0x([0-9a-f]+):", re.M)
-_TRACE_PC_RE = re.compile(rb"^Trace [^\n\[]*\[[^/\n]*/([^/\n]*)/", re.M)
+def _traced_pc(line):
+    """The guest PC of one `-d exec` line (text), or None: the field _executed reads."""
+    found = _TRACE_PC_RE.match(line.encode("utf-8", "replace"))
+    return _pc(found.group(1)) if found else None
 #: byte -> its hex digit value, 16 for a byte that is not a lower-case hex digit
 _HEX = native.np.full(256, 16, dtype=native.np.int64)
 _HEX[native.np.frombuffer(b"0123456789", native.np.uint8)] = native.np.arange(10)
@@ -273,12 +278,7 @@ def _executed(text):
     pcs = _usual_pcs(text)
     if pcs is not None:
         return pcs
-    pcs = []
-    for field in _TRACE_PC_RE.findall(text):
-        try:
-            pcs.append(int(field, 16))
-        except ValueError:
-            continue
+    pcs = [pc for pc in map(_pc, _TRACE_PC_RE.findall(text)) if pc is not None]
     return native.np.asarray(pcs, dtype=native.np.int64)
 
 

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet.avr_cfg import ENTRY, EXIT
+from nnbuild.wcet.cfg import ENTRY, EXIT
 
 _STATUS = {0: "optimal", 1: "iteration or time limit", 2: "infeasible", 3: "unbounded", 4: "other"}
 

@@ -32,21 +32,14 @@ import json
 import os
 
 from nnbuild.errors import NNBuildError
+from nnbuild.wcet import tools
 
 INDIRECT = ("icall", "eicall", "ijmp", "eijmp")
 
 
 def load_flowfacts(flowfacts):
-    """The flow-facts dict from a dict, a JSON path, or None (no facts)."""
-    if flowfacts is None:
-        return {}
-    if isinstance(flowfacts, dict):
-        return flowfacts
-    try:
-        with open(flowfacts) as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise NNBuildError(f"cannot read flow facts: {exc}", path=str(flowfacts))
+    """The flow-facts dict from a dict, a JSON path, or None (no facts: the stack analyzers)."""
+    return {} if flowfacts is None else tools.load_flowfacts(flowfacts)
 
 
 def _target(prog, t):

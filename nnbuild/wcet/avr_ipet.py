@@ -34,6 +34,7 @@ from nnbuild.wcet import avr_timing as T
 #: timing lines, shown with -v (nnbuild.cli configures the level)
 LOG = logging.getLogger(__name__)
 from nnbuild.wcet import avr_visits as V
+from nnbuild.wcet.tools import load_flowfacts
 
 ANALYZER = "builtin-avr"
 
@@ -87,17 +88,6 @@ class Phases:
                           for name in self.NAMES)
         LOG.info(f"builtin-avr: {regions} regions in {total:.1f} s ({parts}, other "
                  f"{total - sum(self.seconds.values()):.2f} s)")
-
-
-def load_flowfacts(flowfacts):
-    """The flow-facts dict from a dict or a JSON path."""
-    if isinstance(flowfacts, dict):
-        return flowfacts
-    try:
-        with open(flowfacts) as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise NNBuildError(f"cannot read flow facts: {exc}", path=flowfacts)
 
 
 def layer_map(facts):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import List, Set
 
 from nnbuild.errors import NNBuildError
-from nnbuild.wcet.avr_cfg import ENTRY, EXIT
+from nnbuild.wcet.cfg import ENTRY, EXIT
 from nnbuild.wcet.avr_regs import applies, defs, entry_reg_numbers, pattern, reg
 
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "avr_libloops.json")

@@ -30,14 +30,12 @@ registers nor a flow fact give, recursion, a RET or tail call at a non-zero dept
 the entry SP, or two paths meeting at different depths.
 """
 
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
-
-from nnbuild.errors import NNBuildError
 from nnbuild.wcet.avr_regs import reg
 from nnbuild.wcet import avr_decode
 from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import avr_timing as T
+from nnbuild.wcet import stack_walk
+from nnbuild.wcet.stack_walk import State
 
 SPL, SPH = 0x3D, 0x3E          # I/O addresses of the stack pointer (data 0x5d/0x5e)
 SREG = 0x3F
@@ -51,24 +49,6 @@ _NO_DEST = frozenset({"st", "std", "sts", "out", "push", "cp", "cpc", "cpi", "cp
 _MULTIPLY = frozenset({"mul", "muls", "mulsu", "fmul", "fmuls", "fmulsu"})
 _POINTERS = {"X": 26, "Y": 28, "Z": 30}
 _SP_SAFE_WHILE_PENDING = frozenset({"cli", "sei", "in", "out", "nop"})
-
-
-@dataclass
-class Func:
-    """Result of one analysed code region (a function entered at `start`)."""
-
-    start: int
-    name: str
-    own: int = 0                       # deepest own depth below the entry SP, callees excluded
-    inner: int = 0                     # deepest depth below the entry SP, callees included
-    critical: Optional[int] = None     # callee start on the deepest chain (None: own frame)
-
-
-@dataclass
-class _State:
-    depth: int
-    regs: Tuple
-    pending: Optional[Tuple] = None    # first half of a two-instruction SP write
 
 
 def return_address_bytes(board):
@@ -89,45 +69,26 @@ def stack_bound(elf, entry, board, flowfacts=None):
     prog = avr_decode.load(elf, board)
     indirect = avr_indirect.indirect_targets(avr_indirect.load_flowfacts(flowfacts), prog)
     analysis = _Analysis(prog, return_address_bytes(board), indirect)
-    root = analysis.function(prog.address_of(entry), ())
-    path, f = [root.name], root
-    while f.critical is not None:
-        f = analysis.done[f.critical]
-        path.append(f.name)
-    return {"bytes": analysis.ret + root.inner, "path": path,
-            "per_function": {f.name: f.own for f in analysis.done.values()},
-            "return_address_bytes": analysis.ret}
+    return analysis.bound(prog.address_of(entry), analysis.ret)
 
 
-class _Analysis:
-    """Memoised per-function analyses of one program."""
+class _Analysis(stack_walk.Analysis):
+    """The AVR program's analyses, with the -mcall-prologues helpers inline in their callers."""
 
     def __init__(self, prog, ret, indirect=None):
-        self.prog, self.ret = prog, ret
+        super().__init__(prog)
+        self.ret = ret
         #: indirect call/jump address -> possible target addresses (flow facts)
         self.indirect = indirect or {}
-        self.done: Dict[int, Func] = {}
         self.helpers = [prog.interval(prog.address_of(h)) for h in HELPERS
                         if any(s.name == h for s in prog.symbols)]
+
+    def walk(self, func, chain):
+        return _FlowWalk(self, func, chain)
 
     def name(self, addr):
         d = self.prog.describe(addr)
         return d.rsplit(" (", 1)[0]
-
-    def error(self, addr, msg):
-        return NNBuildError(f"stack: {msg} in {self.name(addr)} at 0x{addr:x}", path=self.prog.elf)
-
-    def function(self, start, chain):
-        """The analysis of the function entered at `start` (`chain`: callers, for recursion)."""
-        if start in self.done:
-            return self.done[start]
-        if start in chain:
-            names = " -> ".join(self.name(a) for a in chain + (start,))
-            raise self.error(start, f"recursion ({names}): no static stack bound")
-        func = Func(start, self.name(start))
-        _FlowWalk(self, func, chain + (start,)).run()
-        self.done[start] = func
-        return func
 
     def in_helper(self, addr):
         return any(lo <= addr < hi for lo, hi in self.helpers)
@@ -147,62 +108,31 @@ def _const(regs, r):
     return v[1] if v and v[0] == "c" else None
 
 
-class _FlowWalk:
-    """Forward data flow over one function's instructions; fills in its Func."""
+class _FlowWalk(stack_walk.FlowWalk):
+    """The AVR instructions' effect on the SP depth and the register file (State.regs: r0-r31, each
+    ("lo"/"hi", depth) for a byte of the SP at that depth, ("hip", depth) for a pair's high byte
+    before its carry half, ("c", int), or None)."""
 
     def __init__(self, analysis, func, chain):
-        self.a, self.prog, self.func, self.chain = analysis, analysis.prog, func, chain
+        super().__init__(analysis, func, chain)
         self.lo, self.hi = self.prog.interval(func.start)
-        self.states: Dict[int, _State] = {}
 
-    def run(self):
+    def initial(self):
         regs = [None] * 32
         if self.prog.symbol_at(self.func.start) is not None:
             regs[1] = ("c", 0)         # ABI: __zero_reg__ at a public entry
-        work = [self.func.start]
-        self.states[self.func.start] = _State(0, tuple(regs))
-        while work:
-            addr = work.pop()
-            for succ, state in self.step(addr, self.states[addr]):
-                if self.merge(succ, state, addr):
-                    work.append(succ)
+        return State(0, tuple(regs))
 
-    def merge(self, addr, state, src):
-        """Join `state` into the state at `addr`; True when it changed."""
-        old = self.states.get(addr)
-        if old is None:
-            self.states[addr] = state
-            return True
-        if old.depth != state.depth or old.pending != state.pending:
-            raise self.a.error(addr, f"paths meet with SP depths {old.depth} and {state.depth} "
-                               f"(from 0x{src:x})")
-        regs = tuple(x if x == y else None for x, y in zip(old.regs, state.regs))
-        if regs == old.regs:
-            return False
-        self.states[addr] = _State(old.depth, regs, old.pending)
-        return True
+    def decode(self, addr):
+        return self.prog.insns.get(addr)
 
-    def fetch(self, addr):
-        insn = self.prog.insns.get(addr)
-        if insn is None:
-            raise self.a.error(addr, "no instruction decoded")
-        return insn
+    @staticmethod
+    def join(old, new):
+        return tuple(x if x == y else None for x, y in zip(old, new))
 
     def local(self, addr):
         """True when control at `addr` stays in this function (own interval or an inline helper)."""
         return self.lo <= addr < self.hi or self.a.in_helper(addr)
-
-    def peak(self, depth, callee=None):
-        f = self.func
-        if callee is None:
-            f.own = max(f.own, depth)
-        if depth > f.inner:
-            f.inner, f.critical = depth, callee
-
-    def call(self, insn, target, depth):
-        """Account for a callee entered at `depth` (with its return address already counted)."""
-        callee = self.a.function(target, self.chain)
-        self.peak(depth + callee.inner, callee.start)
 
     def step(self, addr, st):
         """Successors of one instruction: [(addr, state)]."""
@@ -222,7 +152,7 @@ class _FlowWalk:
             if insn.target == nxt:            # rcall .+0: reserves return-address bytes
                 depth += self.a.ret
             else:
-                self.call(insn, insn.target, depth + self.a.ret)
+                self.call(insn.target, depth + self.a.ret)
                 for r in CALL_USED:
                     regs[r] = None
                 regs[1] = ("c", 0)
@@ -231,7 +161,7 @@ class _FlowWalk:
             if not targets:
                 raise self.a.error(addr, f"indirect call '{m}': callee unknown")
             for target in targets:
-                self.call(insn, target, depth + self.a.ret)
+                self.call(target, depth + self.a.ret)
             for r in CALL_USED:
                 regs[r] = None
             regs[1] = ("c", 0)
@@ -251,7 +181,7 @@ class _FlowWalk:
         if depth < 0:
             raise self.a.error(addr, "pops below the function's entry SP")
         self.peak(depth)
-        return self.successors(insn, _State(depth, tuple(regs), pending))
+        return self.successors(insn, State(depth, tuple(regs), pending))
 
     def sp_write(self, addr, port, value, depth, pending):
         """One half of an SP write; the second half sets the depth from the register pair."""
@@ -354,5 +284,5 @@ class _FlowWalk:
             else:
                 if st.depth != 0 or st.pending:
                     raise self.a.error(insn.addr, f"tail call to 0x{t:x} at SP depth {st.depth}")
-                self.call(insn, t, st.depth)
+                self.call(t, st.depth)
         return out

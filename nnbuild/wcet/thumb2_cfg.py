@@ -1,5 +1,5 @@
-"""Control-flow graph of one Thumb code region for builtin-thumb2, in the AVR analyzer's shapes
-(nnbuild.wcet.avr_cfg Region, Block, Edge, Tail), so that its loop finder and ILP serve both.
+"""Control-flow graph of one Thumb code region for builtin-thumb2: the instruction facts
+nnbuild.wcet.cfg builds it from (the graph shapes, the loop finder and the ILP serve both ISAs).
 
 A region is the code reachable from a start address without leaving the interval between the
 enclosing symbol and the next one; control that leaves it (a branch, or a fall-through into the
@@ -15,7 +15,7 @@ PC (BLX/BX to a register, TBB/TBH, MOV/ADD/LDR to the PC) needs its targets from
 
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import cortexm_timing as timing
-from nnbuild.wcet.avr_cfg import ENTRY, EXIT, Block, Edge, Region, Tail
+from nnbuild.wcet import cfg
 from nnbuild.wcet.thumb2_decode import read_words
 
 ANALYZER = "builtin-thumb2"
@@ -175,25 +175,6 @@ def _successors(prog, insn, indirect):
     return None
 
 
-def _leaders(prog, start, lo, hi, indirect):
-    leaders, seen, work = {start}, set(), [start]
-    while work:
-        addr = work.pop()
-        while lo <= addr < hi and addr not in seen:
-            seen.add(addr)
-            insn = _fetch(prog, addr, start)
-            succ = _successors(prog, insn, indirect)
-            if succ is None:
-                addr = insn.end
-                continue
-            for s, _ in succ:
-                if s is not None and lo <= s < hi:
-                    leaders.add(s)
-                    work.append(s)
-            break
-    return leaders
-
-
 def cost_of(prog, insn):
     """(not taken, taken) clocks, or the one line that stops the analysis."""
     if insn.cost is None:
@@ -202,50 +183,28 @@ def cost_of(prog, insn):
     return insn.cost
 
 
+def isa(prog, start, indirect):
+    """The Thumb facts cfg.build_region reads, for the region starting at `start`."""
+
+    def taken_extra(insn):
+        not_taken, taken = cost_of(prog, insn)
+        return taken - not_taken
+
+    def callee(insn):
+        kind = control(insn, prog)
+        if kind == CALL:
+            return insn.target
+        if kind == INDIRECT_CALL:
+            return tuple(_indirect(prog, insn, indirect))
+        return None
+
+    return cfg.Isa(lambda addr: _fetch(prog, addr, start), lambda insn: _successors(prog, insn, indirect),
+                   taken_extra, callee)
+
+
 def build_region(prog, start, indirect=None):
     """Blocks, edges (taken extras) and call sites of the region starting at `start`."""
-    indirect = indirect or {}
-    lo, hi = prog.interval(start)
-    leaders = _leaders(prog, start, lo, hi, indirect)
-    blocks, tails, edges = {}, {}, [Edge(ENTRY, start, 0)]
-
-    def link(src, dst, extra, insn):
-        if dst is None:
-            edges.append(Edge(src, EXIT, extra))
-        elif lo <= dst < hi:
-            edges.append(Edge(src, dst, extra))
-        else:
-            key = ("tail", src, dst)
-            if key not in tails:
-                tails[key] = Tail(key, dst, insn)
-                edges.append(Edge(key, EXIT, 0))
-            edges.append(Edge(src, key, extra))
-
-    for lead in sorted(leaders):
-        insns, addr = [], lead
-        while True:
-            insn = _fetch(prog, addr, start)
-            insns.append(insn)
-            if _successors(prog, insn, indirect) is not None or insn.end in leaders or not lo <= insn.end < hi:
-                break
-            addr = insn.end
-        block = Block(lead, insns)
-        for i in insns:
-            kind = control(i, prog)
-            if kind == CALL:
-                block.calls.append((i, i.target))
-            elif kind == INDIRECT_CALL:
-                block.calls.append((i, tuple(_indirect(prog, i, indirect))))
-        blocks[lead] = block
-        last = block.last
-        not_taken, taken = cost_of(prog, last)
-        succ = _successors(prog, last, indirect)
-        if succ is None:
-            link(lead, last.end, 0, last)
-        else:
-            for dst, is_taken in succ:
-                link(lead, dst, taken - not_taken if is_taken else 0, last)
-    return Region(start, prog.describe(start), blocks, tails, edges)
+    return cfg.build_region(prog, start, isa(prog, start, indirect or {}))
 
 
 def block_cycles(prog, block):

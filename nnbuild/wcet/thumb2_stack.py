@@ -36,11 +36,11 @@ instruction capstone cannot decode.
 """
 
 import os
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
 
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import avr_indirect
+from nnbuild.wcet import stack_walk
+from nnbuild.wcet.stack_walk import State
 
 #: registers a call may clobber (AAPCS: r0-r3, r12 and lr)
 CALL_CLOBBERED = ("r0", "r1", "r2", "r3", "ip", "lr")
@@ -50,23 +50,6 @@ _BRANCHES = ("b", "cbz", "cbnz", "tbb", "tbh", "bx")
 _THUMB1_CASE = "__gnu_thumb1_case_"
 #: the helpers this analysis reads the table of: entry width in bytes and signedness
 _THUMB1_TABLES = {"uqi": (1, False), "sqi": (1, True), "uhi": (2, False), "shi": (2, True)}
-
-
-@dataclass
-class Func:
-    """Result of one analysed function (entered at `start`)."""
-
-    start: int
-    name: str
-    own: int = 0                       # deepest own depth below the entry SP, callees excluded
-    inner: int = 0                     # deepest depth below the entry SP, callees included
-    critical: Optional[int] = None     # callee start on the deepest chain (None: own frame)
-
-
-@dataclass(frozen=True)
-class _State:
-    depth: int
-    regs: Tuple                        # (name, value) pairs; value ("sp", depth) or ("c", int)
 
 
 def stack_bound(elf, entry, board=None, flowfacts=None):
@@ -81,13 +64,7 @@ def stack_bound(elf, entry, board=None, flowfacts=None):
     prog = Program(elf)
     facts = avr_indirect.load_flowfacts(flowfacts)
     analysis = _Analysis(prog, prog.indirect_targets(facts))
-    root = analysis.function(prog.address_of(entry), ())
-    path, f = [root.name], root
-    while f.critical is not None:
-        f = analysis.done[f.critical]
-        path.append(f.name)
-    return {"bytes": root.inner, "path": path,
-            "per_function": {f.name: f.own for f in analysis.done.values()}, "return_address_bytes": 0}
+    return analysis.bound(prog.address_of(entry), 0)
 
 
 class Program:
@@ -187,15 +164,15 @@ class Program:
         return out
 
 
-class _Analysis:
-    """Memoised per-function analyses of one program."""
+class _Analysis(stack_walk.Analysis):
+    """The program's analyses, with the indirect targets of the flow facts."""
 
     def __init__(self, prog, indirect):
-        self.prog, self.indirect = prog, indirect
-        self.done: Dict[int, Func] = {}
+        super().__init__(prog)
+        self.indirect = indirect
 
-    def error(self, addr, msg):
-        return NNBuildError(f"stack: {msg} in {self.prog.describe(addr)} at 0x{addr:x}", path=self.prog.elf)
+    def walk(self, func, chain):
+        return _FlowWalk(self, func, chain)
 
     def targets_of(self, addr):
         """Flow-fact targets of the indirect call or jump at `addr` (by address, else by line)."""
@@ -207,18 +184,6 @@ class _Analysis:
                 return self.indirect.get((os.path.basename(file), line))
         return None
 
-    def function(self, start, chain):
-        """The analysis of the function entered at `start` (`chain`: callers, for recursion)."""
-        if start in self.done:
-            return self.done[start]
-        if start in chain:
-            names = " -> ".join(self.prog.describe(a) for a in chain + (start,))
-            raise self.error(start, f"recursion ({names}): no static stack bound")
-        func = Func(start, self.prog.describe(start))
-        _FlowWalk(self, func, chain + (start,)).run()
-        self.done[start] = func
-        return func
-
 
 def _reg(insn, op):
     return insn.reg_name(op.reg)
@@ -229,60 +194,33 @@ def _list_bytes(insn, ops):
     return sum(8 if _reg(insn, o)[0] == "d" and _reg(insn, o)[1:].isdigit() else 4 for o in ops)
 
 
-class _FlowWalk:
-    """Forward data flow over one function's instructions; fills in its Func."""
+class _FlowWalk(stack_walk.FlowWalk):
+    """The Thumb instructions' effect on the SP depth and the register file; one state per
+    (address, local return point in LR), so code a `bl label` enters from two places returns to
+    each of them (libgcc's __aeabi_dmul). The register file (State.regs): sorted (name, value) pairs,
+    value ("sp", depth), ("c", int) or ("ret", address after a `bl label`) for LR."""
 
     def __init__(self, analysis, func, chain):
-        self.a, self.prog, self.func, self.chain = analysis, analysis.prog, func, chain
+        super().__init__(analysis, func, chain)
         sym = self.prog.symbol_at(func.start)
         self.lo, self.hi = (sym[0], sym[1]) if sym else (func.start, func.start + 2)
-        self.states: Dict[int, _State] = {}
         #: addresses inside an IT block (conditional whatever their encoding says)
         self.conditional = set()
 
-    def run(self):
-        """The walk: one state per (address, local return point in LR), so code a `bl label` enters
-        from two places returns to each of them (libgcc's __aeabi_dmul)."""
-        start = (self.func.start, None)
-        work = [start]
-        self.states[start] = _State(0, ())
-        while work:
-            key = work.pop()
-            for succ, state in self.step(key[0], self.states[key]):
-                lr = dict(state.regs).get("lr")
-                nxt = (succ, lr if lr and lr[0] == "ret" else None)
-                if self.merge(nxt, state, key[0]):
-                    work.append(nxt)
+    def key(self, addr, state):
+        lr = dict(state.regs).get("lr")
+        return addr, lr if lr and lr[0] == "ret" else None
 
-    def merge(self, key, state, src):
-        old = self.states.get(key)
-        if old is None:
-            self.states[key] = state
-            return True
-        if old.depth != state.depth:
-            raise self.a.error(key[0], f"paths meet with SP depths {old.depth} and {state.depth} (from 0x{src:x})")
-        regs = tuple(sorted(set(old.regs) & set(state.regs)))
-        if regs == old.regs:
-            return False
-        self.states[key] = _State(old.depth, regs)
-        return True
+    @staticmethod
+    def address(key):
+        return key[0]
 
-    def fetch(self, addr):
-        insn = self.prog.insn(addr)
-        if insn is None:
-            raise self.a.error(addr, "no instruction decoded")
-        return insn
+    def decode(self, addr):
+        return self.prog.insn(addr)
 
-    def peak(self, depth, callee=None):
-        f = self.func
-        if callee is None:
-            f.own = max(f.own, depth)
-        if depth > f.inner:
-            f.inner, f.critical = depth, callee
-
-    def call(self, target, depth):
-        callee = self.a.function(target, self.chain)
-        self.peak(depth + callee.inner, callee.start)
+    @staticmethod
+    def join(old, new):
+        return tuple(sorted(set(old) & set(new)))
 
     def mark_it_block(self, insn):
         """The 1-4 instructions an IT governs are conditional (the count: letters after 'i')."""
@@ -312,16 +250,16 @@ class _FlowWalk:
             # a BL to a label, not a function (libgcc's `bleq Lml_s`): code of this function that
             # either returns to the BL with `bx lr` or pops this function's frame and returns
             regs["lr"] = ("ret", nxt)
-            return out + [(insn.operands[0].imm & ~1, _State(depth, tuple(sorted(regs.items()))))]
+            return out + [(insn.operands[0].imm & ~1, State(depth, tuple(sorted(regs.items()))))]
         lr = regs.get("lr")
         if lr and lr[0] == "ret" and (m == "bx" or (m == "mov" and _reg(insn, insn.operands[0]) == "pc")) \
                 and _reg(insn, insn.operands[-1]) == "lr":
             del regs["lr"]                            # back from a `bl label` to the instruction after it
-            return out + [(lr[1], _State(depth, tuple(sorted(regs.items()))))]
+            return out + [(lr[1], State(depth, tuple(sorted(regs.items()))))]
         call = self.call_effect(insn, m, regs, depth)
         if not call:
             self.registers(insn, m, regs, writes, depth)
-        state = _State(depth, tuple(sorted(regs.items())))
+        state = State(depth, tuple(sorted(regs.items())))
         if call and self.prog.describe(insn.operands[0].imm & ~1).startswith(_THUMB1_CASE):
             return out + [(t, state) for t in self.thumb1_case(insn)]   # it returns into a case, not to nxt
         if returns:

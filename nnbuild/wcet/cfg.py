@@ -1,0 +1,141 @@
+"""Control-flow graph of one code region, for every instruction set the builtin analyzers read
+(nnbuild.wcet.avr_cfg, nnbuild.wcet.thumb2_cfg give the instruction facts; the loop finder
+avr_loops and the ILP avr_ilp read the graph).
+
+A region is the code reachable by jumps and branches from one start address (a function entry, a
+call target, or the target of a jump that leaves another region) without leaving the interval
+between the enclosing function symbol and the next symbol. Anything that leaves the interval (a
+jump, a conditional branch or a fall-through into the next symbol) is a *tail call*: a pseudo node
+whose cost is the WCET of the target analysed as its own region, followed by the region's exit.
+This handles shared library tails and branches into other routines soundly, because the target's
+own return ends the caller's invocation as well.
+
+What an instruction set says, as an `Isa` of four functions:
+  fetch(addr)       the decoded instruction at `addr` (raises naming the region when there is none)
+  exits(insn)       None when control falls through to insn.end (not a block end); else
+                    [(address or None for a return, taken?)] in edge order
+  taken_extra(insn) cycles a taken exit of a block ending in `insn` adds (asked once per block,
+                    before its exits)
+  callee(insn)      a call's target address, a tuple of addresses (indirect, from the flow facts),
+                    or None when `insn` calls nothing
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List
+
+ENTRY = "ENTRY"
+EXIT = "EXIT"
+
+
+@dataclass
+class Block:
+    """A basic block; `calls` are (call insn, target) pairs whose callee WCET is added to its cost."""
+
+    start: int
+    insns: list
+    calls: List[tuple] = field(default_factory=list)
+
+    @property
+    def last(self):
+        return self.insns[-1]
+
+
+@dataclass
+class Tail:
+    """Pseudo node for control leaving the region: `target` runs as a region, then we return."""
+
+    key: tuple
+    target: int
+    insn: object  # the jump/branch/last instruction that leaves
+
+
+@dataclass
+class Edge:
+    src: object
+    dst: object
+    extra: int = 0
+
+
+@dataclass
+class Region:
+    start: int
+    name: str
+    blocks: Dict[int, Block]
+    tails: Dict[tuple, Tail]
+    edges: List[Edge]
+
+    def node_ids(self):
+        return list(self.blocks) + list(self.tails)
+
+
+@dataclass
+class Isa:
+    """The instruction facts a region needs (see the module docstring)."""
+
+    fetch: Callable
+    exits: Callable
+    taken_extra: Callable
+    callee: Callable
+
+
+def leaders(isa, start, lo, hi):
+    """Block leaders reachable from `start` inside [lo, hi) (phase 1 of block building)."""
+    found, seen, work = {start}, set(), [start]
+    while work:
+        addr = work.pop()
+        while lo <= addr < hi and addr not in seen:
+            seen.add(addr)
+            insn = isa.fetch(addr)
+            succ = isa.exits(insn)
+            if succ is None:
+                addr = insn.end
+                continue
+            for s, _taken in succ:
+                if s is not None and lo <= s < hi:
+                    found.add(s)
+                    work.append(s)
+            break
+    return found
+
+
+def build_region(prog, start, isa):
+    """Blocks, edges (taken extras) and call sites of the region starting at `start`."""
+    lo, hi = prog.interval(start)
+    starts = leaders(isa, start, lo, hi)
+    blocks, tails, edges = {}, {}, [Edge(ENTRY, start, 0)]
+
+    def link(src, dst, extra, insn):
+        if dst is None:
+            edges.append(Edge(src, EXIT, extra))
+        elif lo <= dst < hi:
+            edges.append(Edge(src, dst, extra))
+        else:
+            key = ("tail", src, dst)
+            if key not in tails:
+                tails[key] = Tail(key, dst, insn)
+                edges.append(Edge(key, EXIT, 0))
+            edges.append(Edge(src, key, extra))
+
+    for lead in sorted(starts):
+        insns, addr = [], lead
+        while True:
+            insn = isa.fetch(addr)
+            insns.append(insn)
+            if isa.exits(insn) is not None or insn.end in starts or not lo <= insn.end < hi:
+                break
+            addr = insn.end
+        block = Block(lead, insns)
+        for i in insns:
+            target = isa.callee(i)
+            if target is not None:
+                block.calls.append((i, target))
+        blocks[lead] = block
+        last = block.last
+        extra = isa.taken_extra(last)
+        succ = isa.exits(last)
+        if succ is None:
+            link(lead, last.end, 0, last)
+        else:
+            for dst, taken in succ:
+                link(lead, dst, extra if taken else 0, last)
+    return Region(start, prog.describe(start), blocks, tails, edges)
