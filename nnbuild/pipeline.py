@@ -522,7 +522,7 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
                         passes_log=None):
     """Generate, compile and link the check program for `board` outside SCons: (program, harness).
     The generated files (with the flow facts) stay in workdir/gen; the harness is None unless the
-    board's runner needs one."""
+    board's runner needs one (then the runner's cached default harness)."""
     board = boards.load_board(board)
     if isinstance(model, (str, os.PathLike)):
         model, passes_log = load_model(model, name, environment)
@@ -539,7 +539,7 @@ def build_check_program(model, board, workdir, *, name=None, shape=kinds.DEFAULT
                                               **runners.script_option(runs_on.get("ldscript")))
     harness = None
     if board.runner is not None and getattr(board.runner, "NEEDS_HARNESS", False):
-        harness = board.runner.build_harness(workdir / "harness")
+        harness = board.runner.default_harness()   # one per user and harness source, not per check
     return program, harness
 
 

@@ -5,12 +5,12 @@ A runner is one module named by a board's "simulator" in RUNNERS. It offers
 `run(board, program, x, n_out, *, io, entry=None, harness=None) -> (outputs, cycles or None)`,
 `label(board)` (the run's name in reports), PROGRAM_SUFFIX, MEASURES_CYCLES (or `measures_cycles(board)`
 where it depends on the board; read through Board.measures_cycles), NEEDS_HARNESS (then
-`build_harness(dest)` too) and BOARD_NEEDS (board keys it reads). A new runner is one new module
+`build_harness(dest)` and `default_harness()`, a per-user cached one, too) and BOARD_NEEDS (board keys it reads). A new runner is one new module
 and one RUNNERS line.
 
 Submodules are not imported here, so `python -m nnbuild.runners.simavr` runs cleanly:
 - `nnbuild.runners.native`: run_cases(executable, inputs, n_out)
-- `nnbuild.runners.simavr`: build_harness, symbol_addresses, run_cases, measure_calls
+- `nnbuild.runners.simavr`: build_harness, default_harness, symbol_addresses, run_cases, measure_calls
 
 The C sources ship beside this file: CHECK_MAIN (the generic check firmware main) and
 SIMAVR_RUN_SRC (the libsimavr harness).
