@@ -410,20 +410,74 @@ def loops_for_fact(functions, fact) -> List[Loop]:
     return found
 
 
+def on_line(insn: Insn, fact, line=None) -> bool:
+    return insn.line == (fact["line"] if line is None else line) and same_file(insn.file, fact["file"])
+
+
+def in_body_of(insn: Insn, fact, facts) -> bool:
+    """`insn` is on a line of the fact's loop body, (line, last_line], and of no `for` nested in it."""
+    lo, hi = fact["line"], fact.get("last_line")
+    if hi is None or insn.line is None or not same_file(insn.file, fact["file"]) or not lo < insn.line <= hi:
+        return False
+    nested = [g for g in facts if g is not fact and g.get("last_line") is not None and g["file"] == fact["file"]
+              and lo < g["line"] and g["last_line"] <= hi]
+    return not any(g["line"] <= insn.line <= g["last_line"] for g in nested)
+
+
+def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, dict]]:
+    """Loops of `func` that no `for` line latches, each with the one fact whose `for` test leaves it.
+
+    gcc -O2 may thread the test at the top of a `for` body into the loop's back edge: the latch is
+    then `if (iy >= 0 && iy < H)` of the next pass (taken only while that pass does work) and the
+    `for` test and increment sit in an earlier block that leaves the loop. Such a loop is the
+    fact's when every latch is on a line of the fact's body outside any nested `for`, and a
+    conditional branch on the fact's `for` line leaves it from its own blocks (not from a loop
+    nested in it); a loop two facts fit gets neither. Its exits are not all latches, so it counts
+    as top-tested (max = N back edges per entry), the looser reading.
+    """
+    loops = [l for l in natural_loops(func) if l.header not in bound]
+    if not loops:
+        return []
+    blocks = build_cfg(func)
+    by_addr = {i.addr: i for i in func.insns}
+    block_of_last = {b.last.addr: s for s, b in blocks.items()}
+    bodies = {l.header: loop_body(blocks, l.header, [block_of_last[a] for a in l.latches])
+              for l in natural_loops(func)}
+    mine = [f for f in facts if f["function"] == func.name]
+    found = []
+    for loop in loops:
+        body = bodies[loop.header]
+        own = body - set().union(*(b for h, b in bodies.items() if h != loop.header and b < body))
+        latches = [by_addr[a] for a in loop.latches]
+        if any(on_line(i, f) for i in latches for f in mine):
+            continue
+        fits = [f for f in mine if all(in_body_of(i, f, mine) for i in latches)
+                and any(classify(blocks[s].last).conditional and on_line(blocks[s].last, f)
+                        and any(t not in body for t in blocks[s].succs) for s in own)]
+        if len(fits) == 1:
+            found.append((replace(loop, rotated=False), fits[0]))
+    return found
+
+
 def map_loops(functions, facts) -> Tuple[List[LoopBound], List[dict]]:
     """(bounds by header address, facts that matched no loop).
 
-    An unmatched fact is not an error here: if the loop still exists, owcet itself stops with
-    "no limit for the loop", so no unbounded loop can slip through; if the compiler unrolled it,
-    there is nothing to bound. Two different bounds on one header are an error.
+    A fact is matched by the latch line (`loops_for_fact`); a loop left without a bound is then
+    matched by the `for` test that leaves it (`loops_by_exit_test`). An unmatched fact is not an
+    error here: if the loop still exists, owcet itself stops with "no limit for the loop", so no
+    unbounded loop can slip through; if the compiler unrolled it, there is nothing to bound. Two
+    different bounds on one header are an error.
     """
     require_line_info(functions, facts)
     bounds: Dict[int, LoopBound] = {}
-    unmapped = []
-    for fact in facts:
-        loops = loops_for_fact(functions, fact)
-        if not loops:
-            unmapped.append(fact)
+    matches = [(fact, loops_for_fact(functions, fact)) for fact in facts]
+    taken = {loop.header for _, loops in matches for loop in loops}
+    for fs in functions.values():
+        for func in fs:
+            for loop, fact in loops_by_exit_test(func, facts, taken):
+                matches.append((fact, [loop]))
+    unmapped = [fact for fact in facts if not any(loops for f, loops in matches if f is fact)]
+    for fact, loops in matches:
         for loop in loops:
             total = fact.get("total_iterations")
             bound = LoopBound(loop.header, int(fact["max_iterations"]), loop.function,
