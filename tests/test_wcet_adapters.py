@@ -320,6 +320,38 @@ def test_loop_form_decided_by_where_the_loop_can_be_left():
     assert loop.rotated
 
 
+#: gcc -O2's cifarnet conv loops on the ARM7TDMI: `for o` (line 5) > `for ky` (10) > `for kx` (14); the
+#: `ky` loop's back edge is the threaded `if (iy < H)` of its body (line 12), its `for` test an exit
+#: before it, its header on a stray line (7)
+THREADED = [(0x100, "mov", "r6, #0", 5), (0x104, "mov", "r5, #0", 10), (0x108, "add", "r8, r5, r5", 7),
+            (0x10c, "mov", "r2, #0", 14), (0x110, "bl", "200 <g>", 20), (0x114, "add", "r2, r2, #1", 14),
+            (0x118, "cmp", "r2, #3", 14), (0x11c, "bne", "110 <f+0x10>", 14), (0x120, "add", "r5, r5, #1", 10),
+            (0x124, "cmp", "r5, #3", 10), (0x128, "beq", "134 <f+0x34>", 10), (0x12c, "cmp", "r8, #24", 12),
+            (0x130, "bne", "108 <f+0x8>", 12), (0x134, "add", "r6, r6, #1", 5), (0x138, "cmp", "r6, #8", 5),
+            (0x13c, "bne", "104 <f+0x4>", 5), (0x140, "bx", "lr", 5)]
+THREADED_FACTS = [{"function": "f", "file": "f.c", "line": 5, "last_line": 35, "max_iterations": 8},
+                  {"function": "f", "file": "f.c", "line": 10, "last_line": 30, "max_iterations": 3},
+                  {"function": "f", "file": "f.c", "line": 14, "last_line": 28, "max_iterations": 3}]
+
+
+def threaded(changes=None):
+    lines = {a: l for a, _, _, l in THREADED} | (changes or {})
+    return {"f": [otawa.Function("f", 0x100, [otawa.Insn(a, m, o, "f.c", lines[a]) for a, m, o, _ in THREADED])]}
+
+
+def test_a_loop_whose_back_edge_is_a_threaded_body_test_gets_its_for_by_the_exit_test():
+    """No `for` line on the `ky` loop's latch: its fact is the one whose `for` test leaves the loop
+    from its own blocks and whose body holds the latch's line outside any nested `for`; counted
+    top-tested (3 back edges per entry). A latch on a nested `for`'s lines, or no exit test on the
+    `for` line, leaves the loop to owcet's "no limit" error."""
+    bounds, unmapped = otawa.map_loops(threaded(), THREADED_FACTS)
+    got = {b.address: (b.max_back_edges, b.source) for b in bounds}
+    assert unmapped == [] and got == {0x104: (7, "f.c:5"), 0x108: (3, "f.c:10"), 0x110: (2, "f.c:14")}
+    for changes in ({0x12c: 20, 0x130: 20}, {0x128: 12}, {0x130: 40}):
+        bounds, unmapped = otawa.map_loops(threaded(changes), THREADED_FACTS)
+        assert 0x108 not in {b.address for b in bounds} and [f["line"] for f in unmapped] == [10], changes
+
+
 def test_back_edge_counts_written_per_loop_form():
     """OTAWA's max and total count back edges: a top-tested loop's N passes are N of them, a rotated
     loop's N passes per entry N - 1, and T passes over the call at most T (N - 1) / N."""
