@@ -352,6 +352,20 @@ def test_a_loop_whose_back_edge_is_a_threaded_body_test_gets_its_for_by_the_exit
         assert 0x108 not in {b.address for b in bounds} and [f["line"] for f in unmapped] == [10], changes
 
 
+def test_an_irreducible_cycle_gets_no_bound_by_its_exit_test():
+    """gcc -O2's tiny-CNN `kx` loop: the first `ix` test before the loop jumps into its body, so the
+    natural loop (header and threaded test) is not the whole cycle: no fact for it."""
+    rows = [(0x100, "mov", "r7, #0", 5), (0x104, "cmp", "r7, #3", 12), (0x108, "bls", "120 <f+0x20>", 12),
+            (0x10c, "add", "r7, r7, #1", 10), (0x110, "cmp", "r7, #3", 10), (0x114, "beq", "130 <f+0x30>", 10),
+            (0x118, "cmp", "r7, #3", 12), (0x11c, "bhi", "10c <f+0xc>", 12), (0x120, "bl", "200 <g>", 20),
+            (0x124, "b", "10c <f+0xc>", 20), (0x130, "bx", "lr", 5)]
+    func = otawa.Function("f", 0x100, [otawa.Insn(a, m, o, "f.c", l) for a, m, o, l in rows])
+    facts = [{"function": "f", "file": "f.c", "line": 10, "last_line": 30, "max_iterations": 3}]
+    assert [hex(l.header) for l in otawa.natural_loops(func)] == ["0x10c"]
+    assert otawa.irreducible_blocks(otawa.build_cfg(func), 0x100) == {0x118, 0x120}
+    assert otawa.loops_by_exit_test(func, facts, set()) == []
+
+
 def test_back_edge_counts_written_per_loop_form():
     """OTAWA's max and total count back edges: a top-tested loop's N passes are N of them, a rotated
     loop's N passes per entry N - 1, and T passes over the call at most T (N - 1) / N."""

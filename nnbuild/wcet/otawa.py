@@ -424,6 +424,28 @@ def in_body_of(insn: Insn, fact, facts) -> bool:
     return not any(g["line"] <= insn.line <= g["last_line"] for g in nested)
 
 
+def irreducible_blocks(blocks: Dict[int, Block], entry: int) -> set:
+    """Ends of the retreating edges (depth-first from `entry`) whose target does not dominate their
+    source: the blocks of a cycle entered at more than one block, which no natural loop describes."""
+    dom = dominators(blocks, entry)
+    state, found = {}, set()
+    stack = [(entry, iter(blocks[entry].succs))]
+    state[entry] = "open"
+    while stack:
+        b, succs = stack[-1]
+        nxt = next(succs, None)
+        if nxt is None:
+            state[b] = "done"
+            stack.pop()
+        elif state.get(nxt) == "open":
+            if nxt not in dom.get(b, ()):
+                found |= {b, nxt}
+        elif nxt not in state:
+            state[nxt] = "open"
+            stack.append((nxt, iter(blocks[nxt].succs)))
+    return found
+
+
 def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, dict]]:
     """Loops of `func` that no `for` line latches, each with the one fact whose `for` test leaves it.
 
@@ -432,8 +454,9 @@ def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, di
     `for` test and increment sit in an earlier block that leaves the loop. Such a loop is the
     fact's when every latch is on a line of the fact's body outside any nested `for`, and a
     conditional branch on the fact's `for` line leaves it from its own blocks (not from a loop
-    nested in it); a loop two facts fit gets neither. Its exits are not all latches, so it counts
-    as top-tested (max = N back edges per entry), the looser reading.
+    nested in it); a loop two facts fit gets neither, nor does a loop on a cycle entered mid-body
+    (irreducible: its natural loop is not the whole cycle). Its exits are not all latches, so it
+    counts as top-tested (max = N back edges per entry), the looser reading.
     """
     loops = [l for l in natural_loops(func) if l.header not in bound]
     if not loops:
@@ -444,9 +467,12 @@ def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, di
     bodies = {l.header: loop_body(blocks, l.header, [block_of_last[a] for a in l.latches])
               for l in natural_loops(func)}
     mine = [f for f in facts if f["function"] == func.name]
+    tangled = irreducible_blocks(blocks, func.insns[0].addr) if mine else set()
     found = []
     for loop in loops:
         body = bodies[loop.header]
+        if body & tangled:
+            continue
         own = body - set().union(*(b for h, b in bodies.items() if h != loop.header and b < body))
         latches = [by_addr[a] for a in loop.latches]
         if any(on_line(i, f) for i in latches for f in mine):
