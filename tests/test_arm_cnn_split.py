@@ -10,11 +10,9 @@ the float floor of the split code (compiled for the host) against float64, and, 
 an adversarial search of 500 inputs on the ARM7TDMI that never beats OTAWA's bound.
 """
 
-import ctypes
 import json
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -23,10 +21,10 @@ from conftest import have, needs_otawa
 from nnbuild import codegen, passes
 from nnbuild.numerics import float_facts
 
+from test_cnn_split import host_function
 from test_wcet_avr_v1 import small_cnn
 
 needs_gcc = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed")
-FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-ffp-contract=off"]
 
 
 def generated(tmp_path, soft_float, precision="float32", model=None):
@@ -74,17 +72,7 @@ def test_a_subnormal_bias_leaves_the_additions_without_fadd_no_subnormal(tmp_pat
 
 def host_library(tmp_path, soft_float, precision="float32"):
     """v1net_infer of the generated C compiled for the host, as a function of one input row."""
-    model, out, files = generated(tmp_path, soft_float, precision)
-    so = out / "lib.so"
-    subprocess.run(["gcc", *FLAGS, "-shared", "-fPIC", f"-I{out}", *[str(f) for f in files if f.suffix == ".c"],
-                    "-o", str(so), "-lm"], check=True, capture_output=True)
-    fn = getattr(ctypes.CDLL(str(so)), f"{model.name}_infer")
-
-    def run(x):
-        y = np.zeros(model.output_size, np.float32)
-        fn(np.ascontiguousarray(x, np.float32).ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p))
-        return y.astype(np.float64)
-    return model, run
+    return host_function(*generated(tmp_path, soft_float, precision))
 
 
 @pytest.mark.e2e

@@ -37,7 +37,12 @@ def generated(tmp_path, shape, storage, precision="float32"):
 def host_library(tmp_path, shape, storage, precision="float32"):
     """The model's <name>_infer compiled for the host (the AVR storages' weight readers fall back to
     plain arrays off AVR), as a function of one input row."""
-    model, out, files = generated(tmp_path, shape, storage, precision)
+    return host_function(*generated(tmp_path, shape, storage, precision))
+
+
+def host_function(model, out, files):
+    """(model, <name>_infer of the generated `files` in `out` compiled for the host as a function of
+    one input row, returning float64)."""
     so = out / "lib.so"
     subprocess.run(["gcc", *FLAGS, "-shared", "-fPIC", f"-I{out}", *[str(f) for f in files if f.suffix == ".c"],
                     "-o", str(so), "-lm"], check=True, capture_output=True)

@@ -10,14 +10,13 @@ a sweep under simavr (avr_trace), both maxima reached, the split-kind entry of e
 sweep's slowest run.
 """
 
-import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import needs_avr
 from test_wcet_avr import board
-from tpg_helpers import avr_libm_driver
+from tpg_helpers import avr_libm_driver, powser_table
 
 from nnbuild.runners import simavr
 from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
@@ -29,24 +28,6 @@ void cg_exp(const float in[1], float out[1]) { out[0] = expf(in[0]); }
 LOG2E = float(np.log2(np.e))
 #: per-step relative error the interval evaluation allows (the soft-float steps truncate to >= 24 bits)
 EPS = 2.0 ** -18
-
-
-def exp_table(elf, prog):
-    """exp's __fp_powser table (count, coefficients as exact 40-bit values: float plus the low
-    extension byte __fp_powser loads into r26), from the linked flash image."""
-    start = prog.address_of("exp")
-    ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
-           if start <= a < start + 0x40 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
-    addr = ldi["r30"] | ldi["r31"] << 8
-    image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
-                           capture_output=True, check=True).stdout
-    count, coef = image[addr], []
-    for k in range(count + 1):
-        ext = 0 if k == 0 else image[addr + 5 * k]  # the first r26 is the count byte
-        word = int.from_bytes(image[addr + 5 * k + 1:addr + 5 * k + 5], "little")
-        sign, e, m = word >> 31, (word >> 23) & 0xFF, (word & 0x7FFFFF) | 0x800000
-        coef.append((-1.0) ** sign * ((m << 8) | ext) * 2.0 ** (e - 127 - 31))
-    return count, coef
 
 
 def steps(d):
@@ -119,7 +100,7 @@ def driver(tmp_path_factory):
 @needs_avr
 def test_alignment_bounds_follow_from_the_linked_table(driver):
     elf, prog, _ = driver
-    count, coef = exp_table(elf, prog)
+    count, coef = powser_table(elf, prog, "exp")
     assert count == 7
     ent, k, small, big = entry_numbers()
     assert polynomial_alignment_bounds(coef) == (small, big) == (63, 54)

@@ -13,14 +13,12 @@ argument whose f lies above runs under simavr (tests/wcet_fixtures/avr_trace.c c
 passes per addition); sweeps of both functions drive the count to its bound, 1, and never above.
 """
 
-import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import needs_avr
-from test_wcet_avr import board
-from tpg_helpers import avr_libm_driver
+from tpg_helpers import avr_libm_driver, powser_table
 
 from nnbuild.wcet import avr_decode, avr_loops
 
@@ -40,24 +38,6 @@ def norm_entry(context):
     [ent] = [e for e in avr_loops.load_table() if e["symbol"] == "__addsf3x" and e["offset"] == NORM_HEADER
              and e.get("within") == list(context)]
     return ent
-
-
-def powser_table(elf, prog, symbol):
-    """The __fp_powser table `symbol` loads into Z before its call (count, coefficients as exact
-    40-bit values: float plus the extension byte __fp_powser loads into r26), from the flash image."""
-    start = prog.address_of(symbol)
-    ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
-           if start <= a < start + 0x40 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
-    addr = ldi["r30"] | ldi["r31"] << 8
-    image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
-                           capture_output=True, check=True).stdout
-    count, coef = image[addr], []
-    for k in range(count + 1):
-        ext = 0 if k == 0 else image[addr + 5 * k]  # the first r26 is the count byte
-        word = int.from_bytes(image[addr + 5 * k + 1:addr + 5 * k + 5], "little")
-        sign, e, m = word >> 31, (word >> 23) & 0xFF, (word & 0x7FFFFF) | 0x800000
-        coef.append((-1.0) ** sign * ((m << 8) | ext) * 2.0 ** (e - 127 - 31))
-    return count, coef
 
 
 def ratio_bounds(coef, lo_t, hi_t):

@@ -169,3 +169,22 @@ def avr_libm_driver(folder, routine, driver):
                     "-DNN_IN=1", "-DNN_OUT=1", str(folder / "cg.c"), str(CHECK_MAIN), *b["ldflags"], "-lm",
                     "-o", elf], check=True, capture_output=True)
     return elf
+
+
+def powser_table(elf, prog, symbol):
+    """The __fp_powser table `symbol` loads into Z before its call (count, coefficients as exact
+    40-bit values: float plus the extension byte __fp_powser loads into r26), from the flash image."""
+    from test_wcet_avr import board
+    start = prog.address_of(symbol)
+    ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
+           if start <= a < start + 0x40 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
+    addr = ldi["r30"] | ldi["r31"] << 8
+    image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
+                           capture_output=True, check=True).stdout
+    count, coef = image[addr], []
+    for k in range(count + 1):
+        ext = 0 if k == 0 else image[addr + 5 * k]  # the first r26 is the count byte
+        word = int.from_bytes(image[addr + 5 * k + 1:addr + 5 * k + 5], "little")
+        sign, e, m = word >> 31, (word >> 23) & 0xFF, (word & 0x7FFFFF) | 0x800000
+        coef.append((-1.0) ** sign * ((m << 8) | ext) * 2.0 ** (e - 127 - 31))
+    return count, coef
