@@ -439,15 +439,21 @@ def test_counter_mismatch_falls_back_to_the_unconstrained_bound(drv):
 
 # ------------------------------------------------------------------ polynomial facts
 
-def powser_table(elf, prog, symbol):
-    """(term count, coefficients as floats) of the __fp_powser table that `symbol` loads into Z
-    (its last `ldi r30` / `ldi r31`), read from the linked flash image."""
+def powser_location(elf, prog, symbol, window=0x60):
+    """(flash image, address) of the __fp_powser table that `symbol` loads into Z (its last
+    `ldi r30` / `ldi r31` within `window` bytes of its start), from the linked ELF."""
     start = prog.address_of(symbol)
     ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
-           if start <= a < start + 0x60 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
-    addr = ldi["r30"] | ldi["r31"] << 8
+           if start <= a < start + window and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
     image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
                            capture_output=True, check=True).stdout
+    return image, ldi["r30"] | ldi["r31"] << 8
+
+
+def powser_table(elf, prog, symbol):
+    """(term count, coefficients as floats) of the __fp_powser table that `symbol` loads into Z,
+    read from the linked flash image."""
+    image, addr = powser_location(elf, prog, symbol)
     count = image[addr]
     words = [image[addr + 1:addr + 5]] + [image[addr + 6 + 5 * k:addr + 10 + 5 * k] for k in range(count)]
     return count, [float(np.frombuffer(w, "<f4")[0]) for w in words]

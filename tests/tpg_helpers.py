@@ -174,13 +174,8 @@ def avr_libm_driver(folder, routine, driver):
 def powser_table(elf, prog, symbol):
     """The __fp_powser table `symbol` loads into Z before its call (count, coefficients as exact
     40-bit values: float plus the extension byte __fp_powser loads into r26), from the flash image."""
-    from test_wcet_avr import board
-    start = prog.address_of(symbol)
-    ldi = {i.ops[0]: int(i.ops[1], 0) for a, i in sorted(prog.insns.items())
-           if start <= a < start + 0x40 and i.mnem == "ldi" and i.ops[0] in ("r30", "r31")}
-    addr = ldi["r30"] | ldi["r31"] << 8
-    image = subprocess.run([board()["objcopy"], "-O", "binary", "-j", ".text", elf, "/dev/stdout"],
-                           capture_output=True, check=True).stdout
+    from test_wcet_avr_context import powser_location
+    image, addr = powser_location(elf, prog, symbol, window=0x40)
     count, coef = image[addr], []
     for k in range(count + 1):
         ext = 0 if k == 0 else image[addr + 5 * k]  # the first r26 is the count byte
