@@ -2,10 +2,13 @@
 
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
+import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -202,3 +205,47 @@ def pytest_ignore_collect(collection_path, config):
             and collection_path.name.startswith("test_") and _ALL_E2E.search(collection_path.read_bytes()):
         return True
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """On xdist workers: the test files heaviest first (CPU seconds of tests/suite_weights.tsv, the
+    quick tier's column under `-m "not e2e"`), so that `--dist loadfile` (with addopts'
+    --no-loadscope-reorder) starts the long files first and the two workers end together. Every
+    worker orders the same way; within a file the order stays. A run without workers keeps pytest's."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not items:
+        return
+    import suite_weights
+    quick = config.getoption("markexpr", "") == "not e2e"
+    weights = suite_weights.load("quick" if quick else "all")
+    counts = Counter(item.path.name for item in items)
+    rank = {name: k for k, name in enumerate(suite_weights.order_files(dict(counts), weights))}
+    items.sort(key=lambda item: rank[item.path.name])
+
+
+class CpuLog:
+    """NNBUILD_CPULOG=FILE: one line per test (nodeid, self CPU s, children CPU s, wall s, the xdist
+    worker), appended by every worker; tests/suite_weights.py turns a whole run's into the table the order comes from."""
+
+    def __init__(self, path):
+        self.path = path
+
+    @staticmethod
+    def _cpu(who):
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self_cpu, children, wall = self._cpu(resource.RUSAGE_SELF), self._cpu(resource.RUSAGE_CHILDREN), time.time()
+        yield
+        line = (f"{item.nodeid}\t{self._cpu(resource.RUSAGE_SELF) - self_cpu:.3f}\t"
+                f"{self._cpu(resource.RUSAGE_CHILDREN) - children:.3f}\t{time.time() - wall:.3f}\t"
+                f"{os.environ.get('PYTEST_XDIST_WORKER', '-')}\n")
+        with open(self.path, "a") as log:
+            log.write(line)
+
+
+def pytest_configure(config):
+    if os.environ.get("NNBUILD_CPULOG"):
+        config.pluginmanager.register(CpuLog(os.environ["NNBUILD_CPULOG"]), "nnbuild-cpulog")
