@@ -162,6 +162,38 @@ def nnbuild_wheel(tmp_path_factory):
     return wheel
 
 
+@pytest.fixture(scope="session")
+def nnbuild_venv(tmp_path_factory, nnbuild_wheel):
+    """(bin folder, environment) of a venv holding the run's nnbuild wheel, its dependencies taken
+    from this interpreter's site-packages (system_site_packages), with the `scons` console script pip
+    writes for that dependency: a user's install. Made once per run and shared by the workers (a file
+    lock, as nnbuild_wheel), read only after. No pip of its own (ensurepip costs seconds): this
+    interpreter's pip installs the wheel into it. The environment has its bin first on PATH and none
+    of the caller's NNBUILD_ or PYTHON variables. (A venv without the system's packages, dependencies
+    from the index: test_install.)"""
+    import fcntl
+    import venv
+    root = _run_base(tmp_path_factory) / "nnbuild-venv"
+    root.mkdir(exist_ok=True)
+    bin_dir = root / "venv" / "bin"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "done").exists():
+            shutil.rmtree(root / "venv", ignore_errors=True)
+            venv.create(root / "venv", system_site_packages=True, with_pip=False)
+            installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q",
+                                        "--no-deps", "--no-index", str(nnbuild_wheel)], env=env, capture_output=True,
+                                       text=True)
+            assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+            scons = bin_dir / "scons"
+            scons.write_text(f"#!{bin_dir / 'python'}\nimport sys\nfrom SCons.Script.Main import main\nsys.exit(main())\n")
+            scons.chmod(0o755)
+            (root / "done").write_text("")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return bin_dir, env
+
+
 #: the warnings a plain `python` prints (its default filters), so in-process runs see what a shell would
 _SILENT_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
