@@ -9,9 +9,10 @@ Refresh the table after a change that moves a file's cost (a whole run, then the
   NNBUILD_CPULOG=/tmp/quick.tsv python3 -m pytest -q -m "not e2e"
   python3 tests/suite_weights.py /tmp/all.tsv --quick /tmp/quick.tsv
 
-(NNBUILD_CPULOG: one line per test, nodeid, self CPU s, children CPU s, wall s; conftest's CpuLog.)
-`--simulate` prints the predicted wall of xdist's schedule (tests' CPU only, no collection) for the
-order of xdist's own reorder (files with most tests first) and for the table's, without writing.
+(NNBUILD_CPULOG: one line per test, nodeid, self CPU s, children CPU s, wall s, xdist worker;
+conftest's CpuLog.) `--simulate` writes nothing: it prints the predicted end of xdist's schedule (the
+tests' CPU seconds, or with --wall their wall seconds; no worker start, no collection) for xdist's
+own order (files with most tests first), for the log's own weights and for the table's.
 """
 
 import argparse
