@@ -7,7 +7,7 @@ host's `const-simd` (GCC vectors, compiled by every board's gcc too), is generat
 together with the check firmware main that is built around it (nnbuild/runners/check_main.c, tpg_check_main.c), by each gcc of the boards (host gcc,
 avr-gcc, arm-none-eabi-gcc) with the board's own flags plus STRICT. The quick cases use small models built here (every layer kind and activation, so every
 template branch is rendered) and the xor example; the repo's larger examples (f1tenth in every
-precision, cifarnet v1/v2, the SiPS'22 TPG) are e2e.
+precision, cifarnet v1/v2, LeNet-5) are e2e.
 """
 
 import shutil
@@ -75,6 +75,23 @@ def cnn_model():
     return Model("tinycnn", (6, 6, 2), layers, source_files=("tinycnn.h5",), edges=edges)
 
 
+def lenet_model():
+    """LeNet-5's layers at a tenth of its size (tanh convolutions, each read by an average pooling
+    only, the first with one input channel and an output width of 8): the const-host paths LeNet-5
+    takes (table tanh, the poolings applying their convolution's activation, the column-wise first
+    Conv2D, interleaved Dense blocks) in C that compiles in a fraction of LeNet-5's time."""
+    rng = np.random.default_rng(5)
+    w = lambda *s: (rng.normal(size=s) * 0.3).astype(np.float32)  # noqa: E731
+    layers = [Conv2D("conv1", w(3, 3, 1, 4), w(4), activation="tanh"),
+              Pool2D("pool1", "avg", (2, 2), (2, 2), source_type="AveragePooling2D"),
+              Conv2D("conv2", w(3, 3, 4, 8), w(8), activation="tanh"),
+              Pool2D("pool2", "avg", (2, 2), (2, 2), source_type="AveragePooling2D"),
+              Flatten("flat"),
+              Dense("dense1", w(8, 8), w(8), "tanh"),
+              Dense("dense2", w(8, 3), w(3), "softmax")]
+    return Model("tinylenet", (10, 10, 1), layers, source_files=("tinylenet.h5",))
+
+
 def rnn_model(dense=True):
     """The recurrent layer's C variants: a bidirectional LSTM sequence (peepholes, clip, an initial
     state, CIFG) into a GRU's last state (linear_before_reset, reverse), then Dense (not in float64:
@@ -129,8 +146,10 @@ CASES = [
     # const C only in the prelude's read macros, unused here, compiled where used by v1/v2's cases
     case("tinycnn-v3", built(cnn_model), "v3", storages=("const",)),
     case("tinycnn-v2-host", built(cnn_model), "v2", storages=("const-host",)),
-    # const-host's table tanh, poolings applying a convolution's activation, the column-wise Conv2D
-    case("lenet5-v2-host", example(EX / "lenet5" / "lenet5.h5"), "v2", storages=("const-host",)),
+    # const-host's table tanh, poolings applying a convolution's activation, the column-wise Conv2D:
+    # LeNet-5's own C (2 s a host compile) is e2e, tinylenet takes the same paths in the quick tier
+    case("tinylenet-v2-host", built(lenet_model), "v2", storages=("const-host",)),
+    case("lenet5-v2-host", example(EX / "lenet5" / "lenet5.h5"), "v2", storages=("const-host",), marks=E2E),
     *(case(f"tinycnn-{s}-{p}", built(cnn_model), s, p) for s in ("v2", "v3") for p in CNN_FIXED),
     *(case(f"tinycnn-{s}-q8", built(cnn_model), s, "q8") for s in ("v1", "v2")),
     case("tinyrnn-v2", built(rnn_model), "v2"),
