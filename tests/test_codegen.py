@@ -121,8 +121,10 @@ def compile_and_run(tmp_path, out, name, x, n_out, flags):
     return native.run_cases(exe, x, n_out)
 
 
-@pytest.mark.parametrize("storage", ["const", "avr-progmem-far"])
-@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+#: each storage and each level once in the quick tier (-O2 const, -O0 far); the other two pairs are e2e
+@pytest.mark.parametrize("opt, storage", [("-O0", "avr-progmem-far"), ("-O2", "const"),
+                                          pytest.param("-O0", "const", marks=pytest.mark.e2e),
+                                          pytest.param("-O2", "avr-progmem-far", marks=pytest.mark.e2e)])
 def test_host_build_is_clean_and_exact(tmp_path, storage, opt):
     out = generated(tmp_path, storage)
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
@@ -209,7 +211,10 @@ def every_path_model():
                                  Dense("d4", kernel(3, 6), None, "softmax")])
 
 
-@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O3"])
+#: -O3 in the quick tier (every -O2 transformation and the vectoriser: the level most likely to
+#: reorder a sum), -O0 and -O2 e2e
+@pytest.mark.parametrize("opt", [pytest.param("-O0", marks=pytest.mark.e2e), pytest.param("-O2", marks=pytest.mark.e2e),
+                                 "-O3"])
 def test_host_scalar_blocks_sum_each_neuron_in_input_order(tmp_path, opt):
     """storage const computes up to 12 neurons per pass (37 rows: 3 blocks of 10 and 7 left; 13
     rows: 7 and 6) with `register` accumulators: each output is still the bias plus the products
