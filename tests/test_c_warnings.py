@@ -220,13 +220,21 @@ def compile_strict(board, sources, gen_dir, workdir, defines=()):
     return result.returncode, result.stderr
 
 
+#: host variants whose C is another quick variant's byte for byte but for comments (a repetition in
+#: the quick tier, compiled in the e2e tier): tinymlp's q16 accumulators fit 32 bits, so its q16 C
+#: is its q16-acc32 C (tinycnn-v2-q16/-q16-acc32 are the two accumulator paths in the quick tier);
+#: xor's layers are too narrow for vectors, so its const-simd C is its const C (tinymlp-float32
+#: and -float64 const-simd are the vector code in the quick tier)
+HOST_REPEATS = {("tinymlp-q16-acc32", "const"), ("xor-float32", "const-simd")}
+
+
 def variants():
     for p in CASES:
         label, load, shape, precision, storages, rng = p.values
         for storage in storages:
             for board in targets(label, precision, storage):
                 # cross-compilers, and v3's unrolled code (about a second per compile), run in the e2e tier
-                cross = [] if board == "host" and shape != "v3" else E2E
+                cross = [] if board == "host" and shape != "v3" and (label, storage) not in HOST_REPEATS else E2E
                 yield pytest.param(label, load, shape, precision, storage, rng, board,
                                    id=f"{label}-{storage}-{board}", marks=list(p.marks) + cross)
 
@@ -240,8 +248,8 @@ def test_generated_c_compiles_without_a_warning(tmp_path, generated, label, load
     gen_dir, model = generated(label, load, shape, precision, storage, input_range)
     sources = sorted(gen_dir.glob("*.c"))
     assert len(sources) == 2
-    rc, err = compile_strict(spec, sources, gen_dir, tmp_path)
-    assert rc == 0 and "warning" not in err, f"{spec['cc']} on the generated C:\n{err[:6000]}"
+    # one compiler run for the generated C and the check main (the main's -D names are its own: the
+    # generated C uses none of them); the compiler's words name the file that warned
     main, defines = check_main(model)
-    rc, err = compile_strict(spec, [main], gen_dir, tmp_path, defines)
-    assert rc == 0 and "warning" not in err, f"{spec['cc']} on {main.name}:\n{err[:6000]}"
+    rc, err = compile_strict(spec, [*sources, main], gen_dir, tmp_path, defines)
+    assert rc == 0 and "warning" not in err, f"{spec['cc']} on the generated C and {main.name}:\n{err[:6000]}"
