@@ -72,7 +72,19 @@ CASES = {
 QUICK = ("transpose", "pad_constant", "broadcast_tensors", "resize_cubic")
 
 
+#: (model name, precision) -> (out, exe): a case's program, built once for the module's tests
+#: (test_movement_is_exact_and_needs_no_arithmetic runs pad_constant's float32 build again)
+_BUILT = {}
+
+
 def build(tmp_path, m, precision):
+    key = (m.name, precision)
+    if key not in _BUILT:
+        _BUILT[key] = _build(tmp_path, m, precision)
+    return _BUILT[key]
+
+
+def _build(tmp_path, m, precision):
     out = tmp_path / f"{m.name}_{precision}"
     codegen.generate(m, out, shape="v2", precision=precision, storage="const", passes_log=[])
     exe = out / "check"
