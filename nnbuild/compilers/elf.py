@@ -82,8 +82,32 @@ def _kind(symbol, sections):
     return letter.upper() if bind == "STB_GLOBAL" else letter
 
 
+def _file_key(path):
+    """What a per-file cache is keyed on: a rebuilt ELF (new mtime or size) is read again."""
+    st = os.stat(path)
+    return os.path.realpath(path), st.st_mtime_ns, st.st_size
+
+
+def _cached(cache, path, read):
+    """read(path), kept per file (the analyzers of one process read the same image several times)."""
+    key = _file_key(path)
+    if key not in cache:
+        if len(cache) >= 8:
+            cache.pop(next(iter(cache)))
+        cache[key] = read(path)
+    return cache[key]
+
+
+_SYMBOLS: dict = {}
+_LINES: dict = {}
+
+
 def symbols(path) -> List[ElfSymbol]:
     """Defined symbols of the symbol table, by address (section and file symbols left out, as nm does)."""
+    return list(_cached(_SYMBOLS, path, _read_symbols))
+
+
+def _read_symbols(path):
     found = []
     with open(path, "rb") as stream:
         elf = _elf(stream, path)
@@ -127,7 +151,12 @@ class LineTable:
 
 
 def line_table(path) -> LineTable:
-    """The ELF's DWARF line table (empty without debug information)."""
+    """The ELF's DWARF line table (empty without debug information); one table per file and
+    process, shared by its callers (read it, do not change it)."""
+    return _cached(_LINES, path, _read_line_table)
+
+
+def _read_line_table(path):
     from elftools.common.exceptions import DWARFError, ELFParseError
     rows = []
     with open(path, "rb") as stream:
