@@ -61,10 +61,28 @@ def stack_bound(elf, entry, board=None, flowfacts=None):
     Returns {"bytes", "path" (call chain to the maximum), "per_function" (own frame bytes of each
     function reached, callees excluded), "return_address_bytes" (0: BL keeps it in LR)}.
     """
-    prog = Program(elf)
+    prog = _program(elf)
     facts = avr_indirect.load_flowfacts(flowfacts)
     analysis = _Analysis(prog, prog.indirect_targets(facts))
     return analysis.bound(prog.address_of(entry), 0)
+
+
+_PROGRAMS = {}
+
+
+def _program(elf):
+    """The Program of `elf`, one per file and process (the size step bounds several entries of one
+    image; a rebuilt ELF, new mtime or size, is read again)."""
+    try:
+        st = os.stat(elf)
+    except OSError:
+        return Program(elf)                          # its one-line error names the file
+    key = (os.path.realpath(elf), st.st_mtime_ns, st.st_size)
+    if key not in _PROGRAMS:
+        if len(_PROGRAMS) >= 8:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        _PROGRAMS[key] = Program(elf)
+    return _PROGRAMS[key]
 
 
 class Program:
