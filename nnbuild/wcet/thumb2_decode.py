@@ -2,7 +2,9 @@
 
 The board's `objdump -d` decodes (the same reading of the same program the qemu-system-arm runner
 charges; literal pools are `.word` lines under the ELF's $d mapping symbols and are no
-instructions), pyelftools gives the symbols and the DWARF line table. Every instruction carries its
+instructions), pyelftools gives the symbols and the DWARF line table. An instruction is decoded and costed when
+the analysis first reaches it (Listing), its line read then from the line programs of the units
+it needs: the work follows what the entry reaches, not the image. Every instruction carries its
 (not taken, taken) clocks from the board's `instruction_timing` model in
 nnbuild/runners/cortexm_timing.py, or None where the table has no row: the analysis stops if such
 an instruction is reachable. Results are cached per ELF path, mtime, size and model.
@@ -188,15 +190,16 @@ def insns_between(prog, lo, hi):
 
 
 class _LazyLines:
-    """The ELF's DWARF line table, read when the first instruction asks for its line."""
+    """The ELF's DWARF line rows, read when an instruction first asks for its line, and then only
+    those of the compilation units the asked addresses need (elf.line_lookup)."""
 
     def __init__(self, elf):
-        self.elf, self.table = elf, None
+        self.elf, self.lookup = elf, None
 
     def at(self, addr):
-        if self.table is None:
-            self.table = elf_file.line_table(self.elf)
-        return self.table.at(addr)
+        if self.lookup is None:
+            self.lookup = elf_file.line_lookup(self.elf)
+        return self.lookup.at(addr)
 
 
 _CACHE: Dict[tuple, Program] = {}

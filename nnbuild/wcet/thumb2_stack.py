@@ -161,7 +161,7 @@ class Program:
     def line_at(self, addr):
         if self._lines is None:
             from nnbuild.compilers import elf as elf_file
-            self._lines = elf_file.line_table(self.elf)
+            self._lines = elf_file.line_lookup(self.elf)
         return self._lines.at(addr)
 
     def indirect_targets(self, facts):
