@@ -3,7 +3,8 @@ user's SConstruct (NNModel per model, one NNFirmware): each model's deadline gat
 model's own WCET bound over the linked image. The deadlines are set between the two models' bounds,
 so a gate that read the other model's bound would pass the one that misses and fail the one that
 meets: the build fails naming the model that misses, leaves no gate.json for it and no release image
-(.hex, .bin); with both deadlines met the build passes with both gates and the images."""
+(.hex, .bin), and keeps the other model's gate. With both deadlines met (the first build) it passes
+with both gates and the images. Two builds, about 12 CPU seconds."""
 
 import json
 import shutil
@@ -69,7 +70,7 @@ def project(root, **deadlines):
 
 
 def bounds(out):
-    """Each model's WCET bound (cycles) and clock over the linked image, from its report."""
+    """Each model's WCET bound (cycles) over the linked image, and its report."""
     reports = {m: json.loads((out / "app.checks" / m / "report.json").read_text()) for m in MODELS}
     return {m: r["wcet_cycles"] for m, r in reports.items()}, reports
 
@@ -98,6 +99,7 @@ def test_each_model_of_a_firmware_is_held_to_its_own_deadline(tmp_path):
     assert "no release image (app.hex, app.bin" in missed[0], missed
     assert "gate.json" not in listing(out / "app.checks" / slow)
     assert "app.hex" not in listing(out) and "app.bin" not in listing(out)
+    # the model that meets its deadline keeps its passed gate, judged on its own bound
     report = json.loads((out / "app.checks" / fast / "report.json").read_text())
     assert report["passed"] and report["wcet_cycles"] == cycles[fast], report
-    print(listing(out / "app.checks" / fast))
+    assert "gate.json" in listing(out / "app.checks" / fast)
