@@ -724,10 +724,10 @@ def load(path, name=None) -> MultiItem:
 
 def implicit_dependencies(path) -> List[str]:
     """The document and every variable's .dat."""
-    folder, doc_path = _folder_and_document(path)
-    try:
-        document = read_document(path)
-    except NNBuildError:
-        return [str(doc_path)]
+    return nnef.document_dependencies(path, read_document, _variable_labels)
+
+
+def _variable_labels(document) -> List[str]:
+    """Every item's variable labels, once each, sorted."""
     labels = {st.kwargs.get("label") for b in document.items for st in b.statements if st.op == "variable"}
-    return [str(doc_path)] + nnef.dat_files(folder, sorted(l for l in labels if isinstance(l, str)))
+    return sorted(l for l in labels if isinstance(l, str))

@@ -448,15 +448,22 @@ def dat_files(folder: Path, labels) -> List[str]:
     return deps
 
 
+def document_dependencies(path, read, labels_of) -> List[str]:
+    """The document of `path` (a folder: its graph.nnef) and the `.dat` of each variable label
+    labels_of(read(document)) names: what a build re-runs on (only the document when it cannot be
+    read: loading it says why)."""
+    folder, doc_path = _folder_and_graph(path)
+    try:
+        document = read(doc_path)
+    except NNBuildError:
+        return [str(doc_path)]
+    return [str(doc_path)] + dat_files(folder, labels_of(document))
+
+
 def implicit_dependencies(path) -> List[str]:
     """graph.nnef and every variable's .dat (what a build must re-run on)."""
-    folder, graph_path = _folder_and_graph(path)
-    try:
-        graph = _read_graph(graph_path)
-    except NNBuildError:
-        return [str(graph_path)]
-    return [str(graph_path)] + dat_files(folder, [st.kwargs.get("label") for st in graph.statements
-                                                   if st.op == "variable"])
+    return document_dependencies(path, _read_graph, lambda graph: [st.kwargs.get("label") for st in graph.statements
+                                                                   if st.op == "variable"])
 
 
 def load(path):
