@@ -18,7 +18,7 @@ import pytest
 
 from conftest import needs_avr
 from test_wcet_avr import board
-from tpg_helpers import avr_libm_driver, powser_table
+from tpg_helpers import avr_libm_driver, powser_table, trace_calls
 
 from nnbuild.runners import simavr
 from nnbuild.wcet import avr_decode, avr_ipet, avr_loops
@@ -204,12 +204,9 @@ def test_entries_hold_and_are_reached_under_simavr(driver, tmp_path):
     additions never take the same-sign block and a zero product aligns nothing; modf's subtraction
     aligns nothing; modf's loops run equally often; __mulsf3x's K <= 1 is reached; the lone expf's
     bound covers every run."""
-    from test_wcet_avr_context import build_tracer, check_path_entry, run_trace_sites
+    from test_wcet_avr_context import check_path_entry
     elf, prog, d = driver
     counters = avr_loops.load_counters()
-    tracer = build_tracer(tmp_path / "avr_trace")
-    if tracer is None:
-        pytest.skip("libsimavr not available")
     x = sweep()
     ent = paths_entry(ENTRY)
     m, b0, b1, b1s = entry_numbers()
@@ -219,7 +216,7 @@ def test_entries_hold_and_are_reached_under_simavr(driver, tmp_path):
     for k, p in enumerate(probes):
         p.group = k
     within = {n for e in ents for n in e.get("within", [])}
-    run_trace_sites(tracer, elf, probes, x[:, None], within, (), tmp_path)
+    trace_calls(elf, probes, x, tmp_path, within)
     assert probes[0].invocations == len(x)
     for e, p in zip(ents, probes):
         check_path_entry(e, counters, p.vectors)

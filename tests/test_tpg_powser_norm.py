@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from tpg_helpers import avr_libm_driver, powser_table
+from tpg_helpers import avr_libm_driver, powser_table, trace_calls
 
 from nnbuild.wcet import avr_decode, avr_loops
 
@@ -131,46 +131,50 @@ def exp_near_one():
 def count_norm_passes(drv, context, x, tmp_path):
     """Per __addsf3x invocation inside `context` (the functions active around the call): the
     normalisation header's passes, as (invocations, {passes: invocations})."""
-    from test_wcet_avr_context import Probe, build_tracer, run_trace_sites
+    from test_wcet_avr_context import Probe
     elf, prog, _ = drv
-    tracer = build_tracer(tmp_path / "avr_trace")
-    if tracer is None:
-        pytest.skip("libsimavr not available")
     header = prog.address_of("__addsf3x") + NORM_HEADER
     probe = Probe(prog.address_of("__addsf3x"), context, None, "sup", [header])
-    run_trace_sites(tracer, elf, [probe], np.asarray(x, np.float32)[:, None], set(context), (), tmp_path)
+    trace_calls(elf, [probe], x, tmp_path, context)
     seen = {}
     for mult, _, (passes,) in probe.vectors:
         seen[passes] = seen.get(passes, 0) + mult
     return probe.invocations, seen
 
 
-@pytest.mark.e2e
-@needs_avr
-def test_exp_additions_normalise_once_under_simavr(drivers, tmp_path):
+def exp_arguments():
     """Every argument whose f lies above the intervals' end, and the exp-path sweep (every binade
-    of f, z near integers, subnormal z): at most one normalisation pass per Horner addition, and
-    one is reached."""
+    of f, z near integers, subnormal z, the integer parts of ldexp's slow paths)."""
     from test_tpg_exp_paths import sweep
-    x = np.concatenate([exp_near_one(), sweep()])
-    calls, seen = count_norm_passes(drivers["exp"], ("exp", "__fp_powser"), x, tmp_path)
-    print(f"\n  exp: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
-    assert calls == 7 * np.sum(np.abs(x) < 128)
-    assert max(seen) == norm_entry(("exp", "__fp_powser"))["header_max"] == 1
+    return np.concatenate([exp_near_one(), sweep()])
 
 
-@pytest.mark.e2e
-@needs_avr
-def test_cos_additions_normalise_once_under_simavr(drivers, tmp_path):
+def cos_arguments():
     """Arguments below 1 (y = pi/2 - |x|), below 1024 and huge (remainders near pi/2, so small y),
-    random bit patterns: at most one normalisation pass per Horner addition, and one is reached."""
+    random bit patterns."""
     from test_tpg_cos_guard import huge_arguments, small_arguments
     rng = np.random.default_rng(17)
     bits = rng.integers(0, 0x7F800000, 4000, dtype=np.uint64).astype(np.uint32)
-    x = np.concatenate([small_arguments(rng), huge_arguments(rng), bits.view(np.float32),
-                        rng.uniform(-1, 1, 2000).astype(np.float32), floats_between(0.99, 1.0)[::32],
-                        floats_between(1.0, 1.0001), floats_between(2.0 ** -40, 2.0 ** -39)[::4096]])
-    calls, seen = count_norm_passes(drivers["cos"], ("cos", "__fp_powser"), x, tmp_path)
-    print(f"\n  cos: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
-    assert calls == 5 * len(x)
-    assert max(seen) == norm_entry(("cos", "__fp_powser"))["header_max"] == 1
+    return np.concatenate([small_arguments(rng), huge_arguments(rng), bits.view(np.float32),
+                           rng.uniform(-1, 1, 2000).astype(np.float32), floats_between(0.99, 1.0)[::32],
+                           floats_between(1.0, 1.0001), floats_between(2.0 ** -40, 2.0 ** -39)[::4096]])
+
+
+#: per routine: its arguments, the Horner additions one call makes (exp: 7 when |x| < 128, else none)
+SWEEPS = {"exp": (exp_arguments, lambda x: 7 * np.sum(np.abs(x) < 128)),
+          "cos": (cos_arguments, lambda x: 5 * len(x))}
+
+
+@pytest.mark.e2e
+@needs_avr
+@pytest.mark.parametrize("name", sorted(SWEEPS))
+def test_additions_normalise_once_under_simavr(drivers, tmp_path, name):
+    """At most one normalisation pass per Horner addition of the routine's polynomial, and one is
+    reached, on its sweep (SWEEPS)."""
+    arguments, additions = SWEEPS[name]
+    x = arguments()
+    context = (name, "__fp_powser")
+    calls, seen = count_norm_passes(drivers[name], context, x, tmp_path)
+    print(f"\n  {name}: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
+    assert calls == additions(x)
+    assert max(seen) == norm_entry(context)["header_max"] == 1
