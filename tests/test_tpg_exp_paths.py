@@ -211,7 +211,8 @@ def test_entries_hold_and_are_reached_under_simavr(driver, tmp_path):
     ent = paths_entry(ENTRY)
     m, b0, b1, b1s = entry_numbers()
     ents = [ent, paths_entry("exp-powser-opposite-signs"), paths_entry("modf-fraction-exact"),
-            paths_entry("shift-back-as-often"), paths_entry("exp-powser-split-kind")]
+            paths_entry("shift-back-as-often"), paths_entry("exp-powser-split-kind"),
+            paths_entry("exp-powser-zero-product-aligns-nothing"), paths_entry("modf-fraction-normal")]
     probes = [probe_for(prog, counters, e, () if e is ent else None) for e in ents]
     for k, p in enumerate(probes):
         p.group = k
@@ -227,11 +228,13 @@ def test_entries_hold_and_are_reached_under_simavr(driver, tmp_path):
     assert max(small) == b0 and max(big) == b1 and max(slow) == b1s
     assert all(r["L"] >= 7 for r in rows if r["S"] >= 2) and max(r["S"] for r in rows) == 72
     assert all(r["S"] <= 1 for r in rows if r["L"] < 7)
-    adds = summed(ents[1], counters, probes[1].vectors)
-    assert max(r["same"] for r in adds) == 0 and any(r["K"] == 1 for r in adds)
-    assert all(r["byte"] == r["bit"] == 0 for r in adds if r["K"] >= 1)
+    assert max(r["same"] for r in summed(ents[1], counters, probes[1].vectors)) == 0
+    adds = summed(ents[5], counters, probes[5].vectors)
+    assert any(r["K"] == 1 for r in adds) and all(r["byte"] == r["bit"] == 0 for r in adds if r["K"] >= 1)
+    assert max(8 * r["byte"] + r["bit"] for r in adds) == 32  # d = 32 reached with K = 0
     sub = summed(ents[2], counters, probes[2].vectors)
-    assert sub and all(r["same"] == r["byte"] == r["bit"] == r["K"] == 0 for r in sub)
+    assert sub and all(r["same"] == r["byte"] == r["bit"] == 0 for r in sub)
+    assert all(r["K"] == 0 for r in summed(ents[6], counters, probes[6].vectors))
     loops = summed(ents[3], counters, probes[3].vectors)
     assert max(r["l2"] for r in loops) == 23 and all(r["l2"] in (0, r["l1"]) for r in loops)
     muls = summed(ents[4], counters, probes[4].vectors)
