@@ -44,6 +44,9 @@ PALETTE = np.array([0, 1, -1, 2, 0.5, -0.5, 1.5, 3.3, 255, -255, 256, 254.5, 88.
                     # of a tiny fraction whose 2^-n is subnormal, cos with 128 reduction passes
                     103.2793, 102.5858, 101.893, 88.0297, 87.3369, -103.2793, 2.833547e38, 1.5497031e38,
                     1.072566e38,
+                    # exp's slowest found over z = n + m*2^-16 (n = 146..150, every m < 2^14): z just above
+                    # 149 (24 ldexp denormalisation passes, then 1/subnormal), the top one 3,675 cycles
+                    103.279106, 102.58596, 101.89281, -103.279106,
                     # beyond float range: +-inf on AVR (a bid inf + -inf is NaN, so a slow exp's
                     # infinite result need not win its edge)
                     1e39, -1e39])

@@ -11,6 +11,9 @@ widened by 2^-18 relative, far more than the soft-float truncation). exp's last 
 P(f) = acc_6*f + 1 ~ 2^-f, tends to 1/2 as f -> 1: the intervals stop at f = 1 - 2^-11 and every
 argument whose f lies above runs under simavr (tests/wcet_fixtures/avr_trace.c counting the header
 passes per addition); sweeps of both functions drive the count to its bound, 1, and never above.
+The same intervals show each partial sum keeping its coefficient's sign, the next coefficient having
+the other one: every addition subtracts (the opposite-signs paths entries of exp and cos), and the
+sweeps never run __addsf3x's same-sign addition block.
 """
 
 
@@ -45,7 +48,9 @@ def ratio_bounds(coef, lo_t, hi_t):
     intervals [lo_t, hi_t] of the argument (interval arithmetic, every step widened by EPS)."""
     lo, hi = np.full_like(lo_t, coef[0]), np.full_like(lo_t, coef[0])
     out = []
-    for c in coef[1:]:
+    for k, c in enumerate(coef[1:]):
+        # the opposite-signs entries: acc_k keeps c_k's sign, c_(k+1) has the other one (t > 0)
+        assert np.all(lo * np.sign(coef[k]) > 0) and np.all(hi * np.sign(coef[k]) > 0) and np.sign(c) == -np.sign(coef[k])
         cand = np.stack([lo * lo_t, lo * hi_t, hi * lo_t, hi * hi_t])
         plo, phi = cand.min(axis=0), cand.max(axis=0)
         plo, phi = plo - np.abs(plo) * EPS, phi + np.abs(phi) * EPS
@@ -128,18 +133,28 @@ def exp_near_one():
     return np.concatenate(parts)
 
 
+def same_sign_block(context):
+    """Offset of the same-sign addition block of __addsf3x that the context's opposite-signs entry
+    says never runs."""
+    [ent] = [e for e in avr_loops.load_paths() if e["symbol"] == "__addsf3x" and e.get("within") == list(context)
+             and e.get("id", "").endswith("opposite-signs")]
+    assert ent["rows"] == [[{"same": 1}, 0]]
+    return ent["blocks"]["same"][0]
+
+
 def count_norm_passes(drv, context, x, tmp_path):
     """Per __addsf3x invocation inside `context` (the functions active around the call): the
-    normalisation header's passes, as (invocations, {passes: invocations})."""
+    normalisation header's passes, as (invocations, {passes: invocations}, executions of the
+    same-sign addition block)."""
     from test_wcet_avr_context import Probe
     elf, prog, _ = drv
-    header = prog.address_of("__addsf3x") + NORM_HEADER
-    probe = Probe(prog.address_of("__addsf3x"), context, None, "sup", [header])
+    start = prog.address_of("__addsf3x")
+    probe = Probe(start, context, None, "sup", [start + NORM_HEADER, start + same_sign_block(context)])
     trace_calls(elf, [probe], x, tmp_path, context)
     seen = {}
-    for mult, _, (passes,) in probe.vectors:
+    for mult, _, (passes, _) in probe.vectors:
         seen[passes] = seen.get(passes, 0) + mult
-    return probe.invocations, seen
+    return probe.invocations, seen, sum(mult * same for mult, _, (_, same) in probe.vectors)
 
 
 def exp_arguments():
@@ -170,11 +185,12 @@ SWEEPS = {"exp": (exp_arguments, lambda x: 7 * np.sum(np.abs(x) < 128)),
 @pytest.mark.parametrize("name", sorted(SWEEPS))
 def test_additions_normalise_once_under_simavr(drivers, tmp_path, name):
     """At most one normalisation pass per Horner addition of the routine's polynomial, and one is
-    reached, on its sweep (SWEEPS)."""
+    reached, and never the same-sign addition block, on its sweep (SWEEPS)."""
     arguments, additions = SWEEPS[name]
     x = arguments()
     context = (name, "__fp_powser")
-    calls, seen = count_norm_passes(drivers[name], context, x, tmp_path)
+    calls, seen, same = count_norm_passes(drivers[name], context, x, tmp_path)
     print(f"\n  {name}: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
     assert calls == additions(x)
+    assert same == 0  # the opposite-signs entry: every addition subtracts
     assert max(seen) == norm_entry(context)["header_max"] == 1
