@@ -39,12 +39,17 @@ def test_soft_float_v2_splits_every_sum_with_libgcc_tags(tmp_path):
     """Each conv2d and dense multiply line carries fmul:no.subnormal, each signed addition
     fadd:same-sign and fadd:no.subnormal (biases zero or normal), each output's pos - neg
     fadd:no.subnormal; without soft_float (host, FPU boards) the same model keeps its sequential sums."""
-    _, out, _ = generated(tmp_path, True)
+    model, out, _ = generated(tmp_path, True)
     code = (out / "v1net.c").read_text()
     assert "NN_EXP(" in code and "pr.u &= 0x7FFFFFFFUL" in code and "neg0 -= " not in code
     assert "float32 on a soft-float board" in code
     values = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
-    muls = [v for v in values if v["op"] == "mul" and v["tags"] == list(float_facts.NO_SUBNORMAL_TAGS)]
+    muls = [v for v in values if v["op"] == "mul" and v["tags"][:1] == list(float_facts.NO_SUBNORMAL_TAGS)]
+    # fmul:in.range where every weight of the layer is below 1 (the product can neither underflow nor overflow)
+    below_one = {l.name: bool(np.all(np.abs(l.kernel) < 1)) for l in model.layers if getattr(l, "kernel", None) is not None}
+    assert {v["layer"]: v["tags"][1:] for v in muls} == {
+        name: list(float_facts.FMUL_IN_RANGE_TAGS) if small else [] for name, small in below_one.items()}
+    assert all(("eW + eX <= 380" in v["why"]) == bool(v["tags"][1:]) for v in muls)
     adds = [v for v in values if v["op"] == "add"
             and v["tags"] == list(float_facts.FADD_SAME_SIGN_TAGS + float_facts.FADD_NO_SUBNORMAL_TAGS)]
     joins = [v for v in values if v["op"] == "add" and v["tags"] == list(float_facts.FADD_NO_SUBNORMAL_TAGS)]

@@ -446,6 +446,96 @@ def irreducible_blocks(blocks: Dict[int, Block], entry: int) -> set:
     return found
 
 
+def strongly_connected(nodes: set, succs) -> List[set]:
+    """The strongly connected components of the graph `succs` restricted to `nodes` (Tarjan,
+    iterative: a function's CFG can be deeper than Python's recursion limit)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(nodes):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(s for s in succs(root) if s in nodes)))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    component = set()
+                    while True:
+                        u = stack.pop()
+                        on_stack.discard(u)
+                        component.add(u)
+                        if u == v:
+                            break
+                    found.append(component)
+            elif w not in index:
+                index[w] = low[w] = counter[0]
+                counter[0] += 1
+                stack.append(w)
+                on_stack.add(w)
+                work.append((w, iter(sorted(s for s in succs(w) if s in nodes))))
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+    return found
+
+
+def irreducible_regions(blocks: Dict[int, Block], entry: int) -> List[Tuple[set, set]]:
+    """(blocks, entry blocks) of every cycle region control can enter at more than one block.
+
+    The loop nesting by strongly connected components: a component with a cycle is a loop, its
+    entries are its blocks with a predecessor outside it (or the function's entry); the edges back
+    to the entries are removed and the inside is decomposed again (the nested loops). A loop with
+    one entry is a natural loop and gets a bound per header; one with two or more (gcc -O2's jump
+    threading can test a loop's first pass before the loop and jump into the body or to the
+    increment) has no header every pass goes through, and OTAWA's `loop` fact on the header its
+    own search picks would not bound the passes that enter elsewhere."""
+    preds = predecessors(blocks)
+    found, todo = [], [(set(blocks), set())]
+    while todo:
+        nodes, cut = todo.pop()
+
+        def succs(b, nodes=nodes, cut=cut):
+            return [s for s in blocks[b].succs if s in nodes and s not in cut]
+        for component in strongly_connected(nodes, succs):
+            if len(component) == 1 and not any(s == b for b in component for s in succs(b)):
+                continue
+            entries = {b for b in component if b == entry or any(p not in component for p in preds.get(b, ()))}
+            if len(entries) > 1:
+                found.append((component, entries))
+            todo.append((component, entries or {min(component)}))
+    return found
+
+
+def require_reducible(functions, facts, entry):
+    """Refuse a loop of the generated code that control can enter at two blocks (irreducible_regions),
+    before owcet stops on it or, worse, takes a bound that OTAWA's per-header constraint does not make
+    sound for the passes entered elsewhere."""
+    for name in sorted({f["function"] for f in facts}):
+        for func in functions.get(name, []):
+            if not func.insns:
+                continue
+            for region, entries in irreducible_regions(build_cfg(func), func.insns[0].addr):
+                raise NNBuildError(irreducible_message(func, region, entries), item=entry)
+
+
+def irreducible_message(func: Function, region: set, entries: set) -> str:
+    """The one line that names a loop entered mid-body and says what to do (-fthread-jumps is on
+    from -O1 up)."""
+    blocks = build_cfg(func)
+    lines = sorted({i.line for b in region for i in blocks[b].insns if i.line is not None})
+    where = ", ".join(f"{func.name}+0x{e - func.start:x}" for e in sorted(entries))
+    source = f" (C lines {lines[0]}-{lines[-1]})" if lines else ""
+    return (f"owcet: unbounded: the loop at {where}{source} is entered at {len(entries)} blocks (gcc's jump "
+            "threading made it irreducible) and no loop bound describes it; compile with -fno-thread-jumps "
+            "(the arm board's cflags have it) or at -O0")
+
+
 def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, dict]]:
     """Loops of `func` that no `for` line latches, each with the one fact whose `for` test leaves it.
 
@@ -1012,6 +1102,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     functions = with_lines(parse_objdump(text), elf)
     calls = indirect_calls(functions, facts)
     require_no_computed_jumps(functions, entry, calls)
+    require_reducible(functions, facts.get("loops", []), entry)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
     bounds += [b for b in library_bounds(functions, entry, calls) if b.address not in known]
