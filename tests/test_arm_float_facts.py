@@ -695,6 +695,34 @@ def test_arm_fadd_and_fsub_rescale_a_denormal_only_beside_a_value_below_2_to_the
         assert calls[2 * k] == calls[2 * k + 1] == expected, (DENORMAL_CASES[k], calls[2 * k:2 * k + 2])
 
 
+#: (a, b): add(a, b) and sub(a, -b); both clear sign bits for the first six (fadd:same-sign: a carry
+#: out of bit 24, one subnormal operand, equal exponents, a zero), then the larger magnitude negative
+NEGATE_CASES = [("1.5f", "1e-30f"), ("16777215.0f", "1.0f"), ("3.0f", "1e-40f"), ("2.5f", "2.5000002f"),
+                ("0.0f", "1.0f"), ("1.9999999f", "1.9999998f"), ("-3.0f", "1.0f"), ("1.0f", "-3.0f"),
+                ("-2.5000002f", "2.5f")]
+POSITIVE_CASES = 6
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fadd_and_fsub_never_negate_the_sum_of_same_sign_operands(tmp_path):
+    """__aeabi_fadd's negation block (+0x7c, fsub's +0x80) per call: never for two operands with
+    clear sign bits (fadd:same-sign), once when the larger magnitude is negative (the untagged limit)."""
+    source = FADD_C.replace("@A@", ", ".join(a for a, _ in NEGATE_CASES)).replace(
+        "@B@", ", ".join(b for _, b in NEGATE_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fadd", source)
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "negate" in e["blocks"]}
+    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
+    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
+    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
+    assert all(e["calls"] == {"fadd:same-sign": 0, "other": -1} for e in entries.values())
+    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["negate"]
+    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["negate"] == block
+    pcs = executed_pcs(elf, tmp_path / "step.log")
+    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
+    assert calls == [0] * 2 * POSITIVE_CASES + [1] * 2 * (len(NEGATE_CASES) - POSITIVE_CASES)
+
 @pytest.mark.e2e
 @needs_qemu_arm
 def test_arm_fmul_inf_nan_block_runs_only_for_an_infinite_or_nan_factor(tmp_path):
