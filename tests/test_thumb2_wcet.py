@@ -118,6 +118,23 @@ def test_a_loop_without_a_bound_stops_in_one_line_naming_function_and_address():
     assert str(error.value) == ("builtin-thumb2: unbounded loop in f at f+0x4 (0x104): no flow fact or table entry")
 
 
+def test_both_builtin_analyzers_word_a_missing_instruction_and_an_unbounded_loop_alike():
+    """cfg.fetch and cfg.require_bounds serve builtin-avr and builtin-thumb2: one wording, the
+    analyzer's name and what could bound a loop differ."""
+    from nnbuild.wcet import avr_loops, cfg
+    prog = program(lines={})
+    with pytest.raises(NNBuildError) as error:
+        cfg.fetch(prog, 0x10c, 0x100, "builtin-thumb2")
+    assert str(error.value) == "synthetic.elf: builtin-thumb2: no instruction at 0x10c in f (reached from the region at f (0x100))"
+    loops = L.find_loops(C.build_region(prog, 0x100))
+    with pytest.raises(NNBuildError) as thumb:
+        L.require_bounds(loops, prog)
+    with pytest.raises(NNBuildError) as avr:
+        avr_loops.require_bounds(None, loops, prog)
+    assert str(avr.value) == str(thumb.value).replace("builtin-thumb2", "builtin-avr").replace(
+        "flow fact or table entry", "flow fact, table entry or counter")
+
+
 def test_a_table_entry_applies_only_to_the_pinned_code():
     prog = program(lines={})
     entry = {"symbol": "f", "offset": 4, "header_max": 10, "sha256": L.code_hash(prog, 0x100), "justification": "-"}

@@ -13,19 +13,11 @@ def _indirect_error(prog, insn):
                         f"{prog.describe(insn.addr)}: targets unknown (give 'indirect' flow facts)")
 
 
-def _fetch(prog, addr, start):
-    insn = prog.insns.get(addr)
-    if insn is None:
-        raise NNBuildError(f"builtin-avr: no instruction at 0x{addr:x} (reached from region "
-                           f"{prog.describe(start)})", path=prog.elf)
-    return insn
-
-
 def isa(prog, start, fam, indirect):
     """The AVR facts cfg.build_region reads, for the region starting at `start`."""
 
     def fetch(addr):
-        return _fetch(prog, addr, start)
+        return cfg.fetch(prog, addr, start, "builtin-avr")
 
     def exits(insn):
         m = insn.mnem

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import List, Set
 
 from nnbuild.errors import NNBuildError
+from nnbuild.wcet import cfg
 from nnbuild.wcet.cfg import ENTRY, EXIT
 from nnbuild.wcet.avr_regs import applies, defs, entry_reg_numbers, pattern, reg
 
@@ -454,10 +455,5 @@ def _only_writer(region, body, regs, dec):
 
 
 def require_bounds(region, loops, prog):
-    """NNBuildError naming the function and header address of the first loop with no bound."""
-    for l in sorted(loops, key=lambda l: l.header if isinstance(l.header, int) else 0):
-        if not l.bounds:
-            note = "; ".join(l.sources)
-            raise NNBuildError(f"builtin-avr: unbounded loop in {prog.function_of(l.header)} at "
-                               f"{prog.describe(l.header)}: no flow fact, table entry or counter"
-                               + (f" ({note})" if note else ""))
+    """One line naming the function and header address of the first loop with no bound (cfg.require_bounds)."""
+    cfg.require_bounds(loops, prog, "builtin-avr", "flow fact, table entry or counter")

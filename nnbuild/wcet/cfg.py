@@ -23,6 +23,8 @@ What an instruction set says, as an `Isa` of four functions:
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
+from nnbuild.errors import NNBuildError
+
 ENTRY = "ENTRY"
 EXIT = "EXIT"
 
@@ -139,3 +141,23 @@ def build_region(prog, start, isa):
             for dst, taken in succ:
                 link(lead, dst, extra if taken else 0, last)
     return Region(start, prog.describe(start), blocks, tails, edges)
+
+
+def fetch(prog, addr, start, analyzer):
+    """The decoded instruction at `addr`, for an Isa's fetch: an address the region reaches without
+    an instruction (data, or code the disassembly does not cover) stops the analysis in one line."""
+    insn = prog.insns.get(addr)
+    if insn is None:
+        raise NNBuildError(f"{analyzer}: no instruction at 0x{addr:x} in {prog.function_of(addr)} (reached from "
+                           f"the region at {prog.describe(start)})", path=prog.elf)
+    return insn
+
+
+def require_bounds(loops, prog, analyzer, sources):
+    """Stops, in one line naming the function and header address, at the first loop (by address)
+    no bound reached; `sources` names what could have bounded it ("flow fact or table entry")."""
+    for loop in sorted(loops, key=lambda l: l.header if isinstance(l.header, int) else 0):
+        if not loop.bounds:
+            note = "; ".join(loop.sources)
+            raise NNBuildError(f"{analyzer}: unbounded loop in {prog.function_of(loop.header)} at "
+                               f"{prog.describe(loop.header)}: no {sources}" + (f" ({note})" if note else ""))

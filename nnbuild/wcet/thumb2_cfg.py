@@ -90,14 +90,6 @@ def control(insn, prog=None):
     return NEXT
 
 
-def _fetch(prog, addr, start):
-    insn = prog.insns.get(addr)
-    if insn is None:
-        raise NNBuildError(f"{ANALYZER}: no instruction at 0x{addr:x} in {prog.function_of(addr)} (reached "
-                           f"from {prog.describe(start)})", path=prog.elf)
-    return insn
-
-
 def _previous(prog, insn, lo):
     """The instruction that ends right before `insn` inside the interval, or None."""
     for size in (2, 4):
@@ -198,7 +190,7 @@ def isa(prog, start, indirect):
             return tuple(_indirect(prog, insn, indirect))
         return None
 
-    return cfg.Isa(lambda addr: _fetch(prog, addr, start), lambda insn: _successors(prog, insn, indirect),
+    return cfg.Isa(lambda addr: cfg.fetch(prog, addr, start, ANALYZER), lambda insn: _successors(prog, insn, indirect),
                    taken_extra, callee)
 
 

@@ -58,9 +58,12 @@ class ValueFacts:
     """Value tags of soft-float calls and the path rows they allow (thumb2_libloops.json `paths`
     and `caller_tags`, the Thumb-1 counterpart of arm_libloops.json's): a call to a routine some
     `paths` entry names gets, as part of its context, the tags of that entry's op that its source
-    line carries (the generator's flow facts "values") or that its pinned caller gives every call
-    (`caller_tags`); the callee's region is then solved with the entry's rows over its block counts
-    (one invocation per region: each row is argued per call)."""
+    line carries (the generator's flow facts "values"), that its pinned caller gives every call
+    (`caller_tags`) or the call at its offset (`caller_tags` `sites`), or, for an entry with
+    `through`, that the pinned routine making the call has in its own context (it hands its
+    argument on); the callee's region is then solved with the entry's rows over its block counts
+    (one invocation per region: each row is argued per call). An entry's `words` (offset -> hex
+    word) pins literal words of its routine that its argument reads."""
 
     def __init__(self, prog, facts, paths, callers):
         self.prog, self.paths = prog, paths
@@ -73,34 +76,77 @@ class ValueFacts:
         for ent in paths:
             op, tags = self.named.get(ent["symbol"], (ent["op"], set()))
             self.named[ent["symbol"]] = (op, tags | set(ent["when"].split("+")))
+        #: (lo, hi, {op: tags}, {call address: {op: tags}}) of each pinned caller in the program
         self.callers = []
         for ent in callers:
-            try:
-                start = prog.address_of(ent["symbol"])
-            except NNBuildError:
+            start = self._pinned(ent["symbol"], ent["sha256"], data=True)
+            if start is None:
                 continue
-            if L.data_hash(prog, start) == ent["sha256"]:
-                lo, hi = prog.interval(start)
-                self.callers.append((lo, hi, ent["tags"]))
+            lo, hi = prog.interval(start)
+            self.callers.append((lo, hi, ent["tags"], self._sites(ent, start, lo, hi)))
 
-    def call_tags(self, insn, target):
-        """Sorted tags of the call `insn` to `target` that some `paths` entry of the target needs."""
+    def _pinned(self, symbol, sha256, data=False, words=None):
+        """The start of `symbol` when its code (with data=True: and literal words, data_hash) has
+        the pinned sha256 and its `words` match, else None."""
+        try:
+            start = self.prog.address_of(symbol)
+        except NNBuildError:
+            return None
+        digest = L.data_hash(self.prog, start) if data else L.code_hash(self.prog, start)
+        if digest != sha256 or not self._words_match(start, words):
+            return None
+        return start
+
+    def _words_match(self, start, words):
+        return all(self.prog.word(start + int(off, 0)) == int(word, 16) for off, word in (words or {}).items())
+
+    def _sites(self, ent, start, lo, hi):
+        """{call address: {op: tags}} of a caller entry's `sites`; an offset that is not a call of the
+        routine is refused (the entry's proof names calls)."""
+        out = {}
+        for op, groups in ent.get("sites", {}).items():
+            for group in groups:
+                for off in group["offsets"]:
+                    insn = self.prog.insns.get(start + off)
+                    if insn is None or C.control(insn, self.prog) != C.CALL or not lo <= insn.addr < hi:
+                        raise NNBuildError(f"thumb2_libloops.json caller_tags {ent['symbol']}: offset {off} "
+                                           f"({off:#x}) is not a call of the routine")
+                    out.setdefault(insn.addr, {}).setdefault(op, set()).update(group["tags"])
+        return out
+
+    def call_tags(self, insn, target, caller_tags=()):
+        """Sorted tags of the call `insn` to `target` that some `paths` entry of the target needs;
+        `caller_tags`: the tags of the context the calling region is analysed in."""
         found = set()
         for name in self.prog.names.get(target, []):
             if name not in self.named:
                 continue
             op, wanted = self.named[name]
             tags = set(self.lines.get((os.path.basename(insn.file), insn.line, op), ())) if insn.file else set()
-            for lo, hi, by_op in self.callers:
+            for lo, hi, by_op, sites in self.callers:
                 if lo <= insn.addr < hi:
-                    tags |= set(by_op.get(op, ()))
+                    tags |= set(by_op.get(op, ())) | sites.get(insn.addr, {}).get(op, set())
+            tags |= self._through(name, insn, set(caller_tags))
             found |= tags & wanted
         return tuple(sorted(found))
 
+    def _through(self, name, insn, caller_tags):
+        """The caller's context tags an entry for `name` with `through` takes at this call: those of
+        its `when` when the call is made by the pinned routine `through` names."""
+        out = set()
+        for ent in self.paths:
+            via = ent.get("through")
+            if ent["symbol"] != name or via is None or not caller_tags:
+                continue
+            start = self._pinned(via["symbol"], via["sha256"], words=via.get("words"))
+            if start is not None and self.prog.interval(start)[0] <= insn.addr < self.prog.interval(start)[1]:
+                out |= caller_tags & set(ent["when"].split("+"))
+        return out
+
     def rows(self, region, addr, tags):
         """(avr_ilp.PathRows or None, descriptions) of the entries for the region at `addr` whose tag
-        the context carries and whose routine has the pinned code; an entry naming a block the
-        region does not have is not applied (the bound stays without it)."""
+        the context carries and whose routine has the pinned code (and `words`); an entry naming a
+        block the region does not have is not applied (the bound stays without it)."""
         if not tags:
             return None, []
         from nnbuild.wcet.avr_paths import PathRows
@@ -108,7 +154,7 @@ class ValueFacts:
         for ent in self.paths:
             if not set(ent["when"].split("+")) <= set(tags) or ent["symbol"] not in self.prog.names.get(addr, []):
                 continue
-            if L.code_hash(self.prog, addr) != ent["sha256"]:
+            if L.code_hash(self.prog, addr) != ent["sha256"] or not self._words_match(addr, ent.get("words")):
                 continue
             rows = []
             for row in ent["rows"]:
@@ -238,7 +284,8 @@ class Analyzer:
             for insn, target in block.calls:
                 targets = target if isinstance(target, tuple) else (target,)
                 known = call_constants(prog, block, insn) if not isinstance(target, tuple) else {}
-                sub = max((self.region(t, self._context(t, known), self.values.call_tags(insn, t)) for t in targets),
+                sub = max((self.region(t, self._context(t, known), self.values.call_tags(insn, t, tags))
+                           for t in targets),
                           key=lambda r: r.cycles)
                 callees[n].append((insn, sub))
                 cost[n] += sub.cycles

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 
-from nnbuild.errors import NNBuildError
+from nnbuild.wcet import cfg
 from nnbuild.wcet.thumb2_decode import object_at
 from nnbuild.wcet.avr_loops import _innermost, _lines, _range_owner, eval_expr, find_loops  # noqa: F401
 
@@ -148,10 +148,5 @@ def apply_table(region, loops, prog, table, regs=None):
 
 
 def require_bounds(loops, prog):
-    """The one line naming the function and header address of the first loop with no bound."""
-    for loop in sorted(loops, key=lambda l: l.header if isinstance(l.header, int) else 0):
-        if not loop.bounds:
-            note = "; ".join(loop.sources)
-            raise NNBuildError(f"{ANALYZER}: unbounded loop in {prog.function_of(loop.header)} at "
-                               f"{prog.describe(loop.header)}: no flow fact or table entry"
-                               + (f" ({note})" if note else ""))
+    """One line naming the function and header address of the first loop with no bound (cfg.require_bounds)."""
+    cfg.require_bounds(loops, prog, ANALYZER, "flow fact or table entry")
