@@ -27,6 +27,7 @@ from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
 from nnbuild.wcet import WcetResult, otawa_ilp, otawa_paths, otawa_timing, tools
+from nnbuild.wcet.avr_loops import sccs
 from nnbuild.wcet.thumb2_decode import object_at
 
 TOOL = "owcet"
@@ -424,67 +425,6 @@ def in_body_of(insn: Insn, fact, facts) -> bool:
     return not any(g["line"] <= insn.line <= g["last_line"] for g in nested)
 
 
-def irreducible_blocks(blocks: Dict[int, Block], entry: int) -> set:
-    """Ends of the retreating edges (depth-first from `entry`) whose target does not dominate their
-    source: the blocks of a cycle entered at more than one block, which no natural loop describes."""
-    dom = dominators(blocks, entry)
-    state, found = {}, set()
-    stack = [(entry, iter(blocks[entry].succs))]
-    state[entry] = "open"
-    while stack:
-        b, succs = stack[-1]
-        nxt = next(succs, None)
-        if nxt is None:
-            state[b] = "done"
-            stack.pop()
-        elif state.get(nxt) == "open":
-            if nxt not in dom.get(b, ()):
-                found |= {b, nxt}
-        elif nxt not in state:
-            state[nxt] = "open"
-            stack.append((nxt, iter(blocks[nxt].succs)))
-    return found
-
-
-def strongly_connected(nodes: set, succs) -> List[set]:
-    """The strongly connected components of the graph `succs` restricted to `nodes` (Tarjan,
-    iterative: a function's CFG can be deeper than Python's recursion limit)."""
-    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
-    for root in sorted(nodes):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(s for s in succs(root) if s in nodes)))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    component = set()
-                    while True:
-                        u = stack.pop()
-                        on_stack.discard(u)
-                        component.add(u)
-                        if u == v:
-                            break
-                    found.append(component)
-            elif w not in index:
-                index[w] = low[w] = counter[0]
-                counter[0] += 1
-                stack.append(w)
-                on_stack.add(w)
-                work.append((w, iter(sorted(s for s in succs(w) if s in nodes))))
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-    return found
-
-
 def irreducible_regions(blocks: Dict[int, Block], entry: int) -> List[Tuple[set, set]]:
     """(blocks, entry blocks) of every cycle region control can enter at more than one block.
 
@@ -496,19 +436,17 @@ def irreducible_regions(blocks: Dict[int, Block], entry: int) -> List[Tuple[set,
     increment) has no header every pass goes through, and OTAWA's `loop` fact on the header its
     own search picks would not bound the passes that enter elsewhere."""
     preds = predecessors(blocks)
-    found, todo = [], [(set(blocks), set())]
+    succ = {b: [(s, (b, s)) for s in blocks[b].succs if s in blocks] for b in blocks}
+    found, todo, removed = [], [set(blocks)], set()
     while todo:
-        nodes, cut = todo.pop()
-
-        def succs(b, nodes=nodes, cut=cut):
-            return [s for s in blocks[b].succs if s in nodes and s not in cut]
-        for component in strongly_connected(nodes, succs):
-            if len(component) == 1 and not any(s == b for b in component for s in succs(b)):
+        for component in sccs(todo.pop(), succ, removed):
+            if len(component) == 1 and not any(s == b and e not in removed for b in component for s, e in succ[b]):
                 continue
             entries = {b for b in component if b == entry or any(p not in component for p in preds.get(b, ()))}
             if len(entries) > 1:
                 found.append((component, entries))
-            todo.append((component, entries or {min(component)}))
+            removed.update(e for b in component for s, e in succ[b] if s in (entries or {min(component)}))
+            todo.append(component)
     return found
 
 
@@ -545,7 +483,7 @@ def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, di
     fact's when every latch is on a line of the fact's body outside any nested `for`, and a
     conditional branch on the fact's `for` line leaves it from its own blocks (not from a loop
     nested in it); a loop two facts fit gets neither, nor does a loop on a cycle entered mid-body
-    (irreducible: its natural loop is not the whole cycle). Its exits are not all latches, so it
+    (irreducible_regions: its natural loop is not the whole cycle). Its exits are not all latches, so it
     counts as top-tested (max = N back edges per entry), the looser reading.
     """
     loops = [l for l in natural_loops(func) if l.header not in bound]
@@ -557,7 +495,8 @@ def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, di
     bodies = {l.header: loop_body(blocks, l.header, [block_of_last[a] for a in l.latches])
               for l in natural_loops(func)}
     mine = [f for f in facts if f["function"] == func.name]
-    tangled = irreducible_blocks(blocks, func.insns[0].addr) if mine else set()
+    tangled = set().union(*(region for region, _ in irreducible_regions(blocks, func.insns[0].addr))) \
+        if mine else set()
     found = []
     for loop in loops:
         body = bodies[loop.header]
