@@ -31,7 +31,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PYTHON="${PYTHON:-python3}"
-if ! "$PYTHON" -c "import nnbuild, SCons, numpy, h5py, jinja2, scipy, jsonschema, elftools, pytest, xdist, hypothesis, yaml, onnx, onnxruntime, sklearn, tflite, capstone" 2>/dev/null \
+if ! "$PYTHON" -c "import nnbuild, SCons, numpy, h5py, jinja2, scipy, jsonschema, elftools, pytest, xdist, hypothesis, yaml, onnx, onnxruntime, sklearn, tflite, capstone; assert tuple(map(int, xdist.__version__.split('.')[:2])) >= (3, 6)" 2>/dev/null \
    || ! command -v cmake >/dev/null || ! command -v ninja >/dev/null \
    || [ "$("$PYTHON" -c 'import nnbuild, os; print(os.path.dirname(os.path.dirname(os.path.abspath(nnbuild.__file__))))' 2>/dev/null)" != "$PWD" ]; then
   echo "setup: installing nnbuild and its Python dependencies"

@@ -2,10 +2,13 @@
 
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
+import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -159,6 +162,38 @@ def nnbuild_wheel(tmp_path_factory):
     return wheel
 
 
+@pytest.fixture(scope="session")
+def nnbuild_venv(tmp_path_factory, nnbuild_wheel):
+    """(bin folder, environment) of a venv holding the run's nnbuild wheel, its dependencies taken
+    from this interpreter's site-packages (system_site_packages), with the `scons` console script pip
+    writes for that dependency: a user's install. Made once per run and shared by the workers (a file
+    lock, as nnbuild_wheel), read only after. No pip of its own (ensurepip costs seconds): this
+    interpreter's pip installs the wheel into it. The environment has its bin first on PATH and none
+    of the caller's NNBUILD_ or PYTHON variables. (A venv without the system's packages, dependencies
+    from the index: test_install.)"""
+    import fcntl
+    import venv
+    root = _run_base(tmp_path_factory) / "nnbuild-venv"
+    root.mkdir(exist_ok=True)
+    bin_dir = root / "venv" / "bin"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "done").exists():
+            shutil.rmtree(root / "venv", ignore_errors=True)
+            venv.create(root / "venv", system_site_packages=True, with_pip=False)
+            installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "-q",
+                                        "--no-deps", "--no-index", str(nnbuild_wheel)], env=env, capture_output=True,
+                                       text=True)
+            assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+            scons = bin_dir / "scons"
+            scons.write_text(f"#!{bin_dir / 'python'}\nimport sys\nfrom SCons.Script.Main import main\nsys.exit(main())\n")
+            scons.chmod(0o755)
+            (root / "done").write_text("")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return bin_dir, env
+
+
 #: the warnings a plain `python` prints (its default filters), so in-process runs see what a shell would
 _SILENT_BY_DEFAULT = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
@@ -202,3 +237,47 @@ def pytest_ignore_collect(collection_path, config):
             and collection_path.name.startswith("test_") and _ALL_E2E.search(collection_path.read_bytes()):
         return True
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """On xdist workers: the test files heaviest first (CPU seconds of tests/suite_weights.tsv, the
+    quick tier's column under `-m "not e2e"`), so that `--dist loadfile` (with addopts'
+    --no-loadscope-reorder) starts the long files first and the two workers end together. Every
+    worker orders the same way; within a file the order stays. A run without workers keeps pytest's."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not items:
+        return
+    import suite_weights
+    quick = config.getoption("markexpr", "") == "not e2e"
+    weights = suite_weights.load("quick" if quick else "all")
+    counts = Counter(item.path.name for item in items)
+    rank = {name: k for k, name in enumerate(suite_weights.order_files(dict(counts), weights))}
+    items.sort(key=lambda item: rank[item.path.name])
+
+
+class CpuLog:
+    """NNBUILD_CPULOG=FILE: one line per test (nodeid, self CPU s, children CPU s, wall s, the xdist
+    worker), appended by every worker; tests/suite_weights.py turns a whole run's into the table the order comes from."""
+
+    def __init__(self, path):
+        self.path = path
+
+    @staticmethod
+    def _cpu(who):
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self_cpu, children, wall = self._cpu(resource.RUSAGE_SELF), self._cpu(resource.RUSAGE_CHILDREN), time.time()
+        yield
+        line = (f"{item.nodeid}\t{self._cpu(resource.RUSAGE_SELF) - self_cpu:.3f}\t"
+                f"{self._cpu(resource.RUSAGE_CHILDREN) - children:.3f}\t{time.time() - wall:.3f}\t"
+                f"{os.environ.get('PYTEST_XDIST_WORKER', '-')}\n")
+        with open(self.path, "a") as log:
+            log.write(line)
+
+
+def pytest_configure(config):
+    if os.environ.get("NNBUILD_CPULOG"):
+        config.pluginmanager.register(CpuLog(os.environ["NNBUILD_CPULOG"]), "nnbuild-cpulog")

@@ -214,21 +214,27 @@ def memset_sites(tmp_path_factory):
     return arm7tdmi_elf(tmp_path_factory.mktemp("memset"), "sites", MEMSET_SITES_C)
 
 
+@pytest.fixture(scope="module")
+def memset_functions(memset_sites):
+    """The call-site program disassembled once for the tests that read it (library_bounds only reads)."""
+    return otawa.disassemble(memset_sites, ARM)
+
+
 @pytest.mark.parametrize("entry, passes", [("small", [3, 0, 0, 3]), ("mid", [3, 3, 3, 3]), ("both", [3, 3, 3, 3]),
                                            ("big", [3, 256, 3, 3])])
-def test_memset_bounds_follow_the_largest_constant_size_reachable(memset_sites, entry, passes):
+def test_memset_bounds_follow_the_largest_constant_size_reachable(memset_functions, entry, passes):
     """Each entry bounds memset's loops from the sizes of the calls it reaches: 3 bytes, 63, both
     (the larger wins) and 4100 (a literal-pool constant)."""
-    functions = otawa.disassemble(memset_sites, ARM)
+    functions = memset_functions
     start = functions["memset"][0].start
     bounds = [b for b in otawa.library_bounds(functions, entry) if b.function == "memset"]
     assert [b.address - start for b in bounds] == [loop["offset"] for loop in MEMSET["loops"]]
     assert [b.max for b in bounds] == passes
 
 
-def test_memset_with_a_size_that_is_not_a_constant_is_refused(memset_sites):
+def test_memset_with_a_size_that_is_not_a_constant_is_refused(memset_functions):
     """`any` passes its argument: one line naming memset's loops and the call site."""
-    functions = otawa.disassemble(memset_sites, ARM)
+    functions = memset_functions
     call = next(i for i in functions["any"][0].insns if i.mnemonic == "bl" and "<memset>" in i.operands)
     with pytest.raises(NNBuildError) as err:
         otawa.library_bounds(functions, "main")

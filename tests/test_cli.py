@@ -49,6 +49,9 @@ def test_check_matches_keras_golden_on_simavr(tmp_path):
     assert "on simavr" in result.stdout and "cycles" in result.stdout
 
 
+@pytest.mark.e2e  # f1tenth's check build; in the quick tier test_check_json_prints_the_record_on_stdout_pass_and_fail
+# (its failing check: exit 2, one "nnbuild: error:" line with "> tolerance") and
+# test_check_leaves_no_temp_dir_pass_or_fail_and_loads_the_model_once fail a check above its tolerance
 def test_check_fails_above_tolerance_with_one_line(tmp_path, run_cli):
     model = shared_file("data", "f1tenth", "TD3_L21_64x64_C1.h5")
     data = tmp_path / "bad.npz"
@@ -245,11 +248,17 @@ def xor_data(tmp_path, y=None):
     return data
 
 
+#: each a check build: the quick tier keeps the float default and the fixedW.F formula; the named
+#: fixed-point defaults (one table, one code path) are e2e (q16's is also checked in the quick tier
+#: by test_check_json_prints_the_record_on_stdout_pass_and_fail)
+E2E = pytest.mark.e2e
+
+
 @pytest.mark.parametrize("precision, tolerance, why", [
     ("float32", 1e-4, "the float default"),
-    ("q16", 1e-3, "the q16 default"),
-    ("q16-acc32", 2e-3, "the q16-acc32 default"),
-    ("q8", 2e-2, "the q8 default"),
+    pytest.param("q16", 1e-3, "the q16 default", marks=E2E),
+    pytest.param("q16-acc32", 2e-3, "the q16-acc32 default", marks=E2E),
+    pytest.param("q8", 2e-2, "the q8 default", marks=E2E),
     ("fixed8.12", 64 * 2.0 ** -12, "the fixedW.F default: 64 steps of 2^-12"),
 ])
 def test_check_default_tolerance_follows_the_precision_and_says_why(tmp_path, capsys, precision, tolerance, why):

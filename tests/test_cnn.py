@@ -2,6 +2,7 @@
 outputs (golden.npz fixtures, made once with Keras/TensorFlow), on the host and on simavr, with the
 keras2c issue 14 case, the memory gate and the Cortex-M4 board."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -179,7 +180,11 @@ def test_buffer_plan_reaches_the_liveness_lower_bound(name, peak, unplanned):
 # in the slow tier, on cifarnet only; v3's float C on the host against the reference is
 # test_every_layer_kind_in_awkward_settings' (every layer kind; the reference equals Keras on both
 # examples: test_examples_reference_equals_keras) and test_shape_v3_ops.py's (dilated, grouped convolution)
-@pytest.mark.parametrize("name,shape", [(n, s) for n in ("lenet5", "cifarnet") for s in ("v1", "v2")]
+# LeNet-5 on v1/v2 is e2e: cifarnet takes every layer kind LeNet-5 has (tanh convolutions, average
+# pooling, Dense) and more, and keeps each shape's host C against Keras in the quick tier; LeNet-5's
+# reference against Keras stays quick (test_examples_reference_equals_keras)
+@pytest.mark.parametrize("name,shape", [pytest.param("lenet5", s, marks=pytest.mark.e2e) for s in ("v1", "v2")]
+                         + [("cifarnet", s) for s in ("v1", "v2")]
                          + [pytest.param("cifarnet", "v3", marks=[pytest.mark.e2e, slow(
                              "v3 on the host: test_every_layer_kind_in_awkward_settings, test_shape_v3_ops.py")])])
 def test_every_shape_matches_keras_on_host(tmp_path, name, shape):
@@ -322,14 +327,62 @@ def odd_model():
     return Model("odd", (5, 5, 2), layers, edges=edges)
 
 
-@pytest.mark.parametrize("shape", ["v1", "v2", "v3"])
-@pytest.mark.parametrize("chosen", [None, "none"])
-def test_every_layer_kind_in_awkward_settings(tmp_path, shape, chosen):
+#: "none" (no passes: every layer kind standalone) on each shape, and the default passes (activations
+#: fused into convolutions and poolings) on v3 in the quick tier; the default passes' v1 and v2 C are
+#: e2e, their fused activations on v1/v2 quick in test_every_shape_matches_keras_on_host[cifarnet-*]
+#: (convolutions with relu, tanh and sigmoid fused, a pooling with relu)
+def awkward_is_e2e(chosen, shape):
+    return chosen is None and shape != "v3"
+
+
+AWKWARD = [pytest.param(chosen, shape, id=f"{chosen}-{shape}",
+                        marks=[pytest.mark.e2e] if awkward_is_e2e(chosen, shape) else [])
+           for chosen in (None, "none") for shape in ("v1", "v2", "v3")]
+
+
+#: the quick cases' programs in one host program at -O0 (test_shape_v3_ops.one_program: each case's
+#: C as build_host compiles it, the model named odd_<passes>_<shape> so that they link together),
+#: built at the first of them
+_AWKWARD_PROGRAM = {}
+
+
+def awkward_model(chosen, shape=None):
+    """odd_model after the passes `chosen`, named for its case when `shape` is given."""
     model, log = passes.run(odd_model(), chosen)
+    if shape is not None:
+        model = dataclasses.replace(model, name=f"odd_{chosen or 'default'}_{shape}")
+    return model, log
+
+
+def awkward_program(tmp_path, chosen, shape):
+    from test_shape_v3_ops import one_program
+    if not _AWKWARD_PROGRAM:
+        folder = tmp_path / "awkward_quick"
+        cases = [(c, s) for c, s in ((p.values[0], p.values[1]) for p in AWKWARD) if not awkward_is_e2e(c, s)]
+        generated = []
+        for c, s in cases:
+            model, log = awkward_model(c, s)
+            out = folder / model.name
+            codegen.generate(model, out, shape=s, storage="const", passes_log=log)
+            generated.append((model, out))
+        built = one_program(folder / "program", generated, ["-O0", *WARNINGS])
+        _AWKWARD_PROGRAM.update({case: built[model.name] for case, (model, _) in zip(cases, generated)})
+    exe = _AWKWARD_PROGRAM[chosen, shape]
+    if isinstance(exe, Exception):
+        raise exe
+    return exe
+
+
+@pytest.mark.parametrize("chosen, shape", AWKWARD)
+def test_every_layer_kind_in_awkward_settings(tmp_path, shape, chosen):
+    model, log = awkward_model(chosen)
     assert model.output_shape == (72,) and (chosen or any("'a1' (sigmoid)" in l for l in log))
     x = np.random.default_rng(6).uniform(-2, 2, (4, 50)).astype(np.float32)
     want = reference.run(odd_model(), x.reshape(4, 5, 5, 2)).reshape(4, -1)
-    _, exe = build_host(tmp_path, model, log, shape, "-O0")
+    if awkward_is_e2e(chosen, shape):
+        _, exe = build_host(tmp_path, model, log, shape, "-O0")
+    else:
+        exe = awkward_program(tmp_path, chosen, shape)
     assert np.max(np.abs(native.run_cases(exe, x, 72) - want)) <= 1e-6
 
 

@@ -27,10 +27,23 @@ FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-ffp-co
 SPLIT_MARKS = ("nn_bits", "NN_EXP(")
 
 
-def generated(tmp_path, shape, storage, precision="float32"):
+#: (shape, storage, precision, split storages) -> generated(): the files the tests only read,
+#: generated once for the module (the split storages key the monkeypatched generation apart)
+_READ_ONLY = {}
+
+
+def generated(tmp_path, shape, storage, precision="float32", read_only=False):
+    """(model, folder, files) of small_cnn generated in `tmp_path`; `read_only`: the module's copy
+    (made once, in the first asking test's tmp_path), for tests that read the files and write
+    nothing beside them but files of their own names."""
+    key = (shape, storage, precision, common.SPLIT_STORAGES)
+    if read_only and key in _READ_ONLY:
+        return _READ_ONLY[key]
     model, log = passes.run(small_cnn(), None)
     out = tmp_path / f"{shape}-{storage}-{precision}"
     files = codegen.generate(model, out, shape=shape, precision=precision, storage=storage, passes_log=log)
+    if read_only:
+        _READ_ONLY[key] = model, out, files
     return model, out, files
 
 
@@ -84,7 +97,7 @@ def test_only_the_avr_storages_split_and_every_shape_asks_one_predicate(tmp_path
     for shape in ("v1", "v2", "v3"):
         for storage, split in (("const", False), ("const-simd", False), ("avr-progmem-far", True),
                                ("avr-progmem-near", True)):
-            _, out, _ = generated(tmp_path, shape, storage)
+            _, out, _ = generated(tmp_path, shape, storage, read_only=True)
             code = (out / "v1net.c").read_text()
             assert all(m in code for m in SPLIT_MARKS) == split, (shape, storage)
             assert ("NN_EXP(" in code) == split
@@ -108,13 +121,13 @@ def test_split_lines_carry_the_mlp_value_facts(tmp_path):
     flushed below 2^(keep_exp - 127)) and each signed addition __addsf3x:same-sign; v2's
     thresholds are constants in <name>_weights.c, v1's a table field, v3's literals."""
     for shape in ("v1", "v2", "v3"):
-        _, out, _ = generated(tmp_path, shape, "avr-progmem-far")
+        _, out, _ = generated(tmp_path, shape, "avr-progmem-far", read_only=True)
         facts = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
         muls = [v for v in facts if v["op"] == "mul" and v["tags"] == list(float_facts.MUL_TAGS)]
         adds = [v for v in facts if v["op"] == "add" and v["tags"] == list(float_facts.ADD_TAGS) and "adds" not in v]
         assert muls and adds, shape
         assert all("flushed" in v["why"] for v in muls)
-    weights = (tmp_path / "v2-avr-progmem-far-float32" / "v1net_weights.c").read_text()
+    weights = (generated(tmp_path, "v2", "avr-progmem-far", read_only=True)[1] / "v1net_weights.c").read_text()
     assert "const uint8_t v1net_" in weights and "_keep_exp = " in weights
 
 
@@ -147,7 +160,7 @@ def test_join_ends_the_avr_sums_where_its_flush_allows(tmp_path):
     products >= 2^(JOIN_EXP - 127). A bias below 2^-102, or weights so small that the join's flush
     would exceed 2^-60 (float_facts.JOIN_KEEP_MAX), leaves the plain pos - neg and threshold."""
     for shape in ("v1", "v2", "v3"):
-        _, out, _ = generated(tmp_path, shape, "avr-progmem-far")
+        _, out, _ = generated(tmp_path, shape, "avr-progmem-far", read_only=True)
         code = (out / "v1net.c").read_text()
         assert "nn_join(pos" in code and "pos - neg)" not in code.replace("return pos - neg;", ""), shape
         facts = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
@@ -184,7 +197,7 @@ def test_join_equals_float_subtraction_on_the_host(tmp_path):
     conversion) against numpy's float32 pos - neg, bit for bit, on 600,000 pairs of the values a
     split sum can end with: zero, inf, NaN or >= 2^-102, exponents equal, 1 apart (every rounding
     case of the 25-bit difference) or further."""
-    _, out, files = generated(tmp_path, "v2", "avr-progmem-far")
+    _, out, files = generated(tmp_path, "v2", "avr-progmem-far", read_only=True)
     (out / "jh.c").write_text(JOIN_HOST)
     so = out / "jh.so"
     subprocess.run(["gcc", *FLAGS, "-Wno-unused-function", "-shared", "-fPIC", f"-I{out}", str(out / "jh.c"),

@@ -26,6 +26,18 @@ def generated(tmp_path, storage="const", model=F1TENTH, name="f1tenth"):
     return out
 
 
+#: storage -> f1tenth's generated folder, for the tests that only read it (generated once for the
+#: module, in the first asking test's tmp_path; test_output_is_byte_identical_across_runs and the
+#: tests that edit generate their own)
+_READ_ONLY = {}
+
+
+def generated_once(tmp_path, storage):
+    if storage not in _READ_ONLY:
+        _READ_ONLY[storage] = generated(tmp_path, storage)
+    return _READ_ONLY[storage]
+
+
 def test_output_is_byte_identical_across_runs(tmp_path):
     first = generated(tmp_path / "a", "avr-progmem-far")
     second = generated(tmp_path / "b", "avr-progmem-far")
@@ -46,7 +58,7 @@ def test_weight_edit_leaves_the_code_file_identical(tmp_path):
 
 
 def test_code_is_static_and_traced(tmp_path):
-    out = generated(tmp_path, "avr-progmem-far")
+    out = generated_once(tmp_path, "avr-progmem-far")
     code = (out / "f1tenth.c").read_text()
     for forbidden in ("malloc", "free(", "calloc", "goto", "while"):
         assert forbidden not in code, forbidden
@@ -63,7 +75,7 @@ def test_code_is_static_and_traced(tmp_path):
 
 
 def test_every_loop_has_a_literal_bound_in_the_flow_facts(tmp_path):
-    out = generated(tmp_path, "avr-progmem-far")
+    out = generated_once(tmp_path, "avr-progmem-far")
     code = (out / "f1tenth.c").read_text().splitlines()
     facts = json.loads((out / "f1tenth.flowfacts.json").read_text())
     fors = [i + 1 for i, l in enumerate(code) if l.strip().startswith("for (")]
@@ -107,7 +119,7 @@ def test_flow_fact_recorder_refuses_an_unclosed_loop():
 
 
 def test_avr_weight_arrays_stay_below_avr_gcc_object_limit(tmp_path):
-    header = (generated(tmp_path, "avr-progmem-far") / "f1tenth_weights.h").read_text()
+    header = (generated_once(tmp_path, "avr-progmem-far") / "f1tenth_weights.h").read_text()
     sizes = [int(n) * 4 for n in re.findall(r"\[(\d+)\] F1TENTH_FLASH", header)]
     assert sum(sizes) == (61 * 128 + 128 * 128 + 128 + 128 + 128 + 1) * 4
     assert max(sizes) <= 32767
@@ -121,10 +133,12 @@ def compile_and_run(tmp_path, out, name, x, n_out, flags):
     return native.run_cases(exe, x, n_out)
 
 
-@pytest.mark.parametrize("storage", ["const", "avr-progmem-far"])
-@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+#: each storage and each level once in the quick tier (-O2 const, -O0 far); the other two pairs are e2e
+@pytest.mark.parametrize("opt, storage", [("-O0", "avr-progmem-far"), ("-O2", "const"),
+                                          pytest.param("-O0", "const", marks=pytest.mark.e2e),
+                                          pytest.param("-O2", "avr-progmem-far", marks=pytest.mark.e2e)])
 def test_host_build_is_clean_and_exact(tmp_path, storage, opt):
-    out = generated(tmp_path, storage)
+    out = generated_once(tmp_path, storage)
     model, _ = pipeline.load_model(F1TENTH, "f1tenth")
     x = np.random.default_rng(3).uniform(-1, 1, (20, 61)).astype(np.float32)
     y = compile_and_run(tmp_path, out, "f1tenth", x, 1, [opt, "-ffp-contract=off"])
@@ -135,7 +149,7 @@ def test_host_build_is_clean_and_exact(tmp_path, storage, opt):
 @needs_avr
 @pytest.mark.parametrize("opt", ["-Os", "-O0"])
 def test_avr_build_is_clean_and_fits(tmp_path, opt):
-    out = generated(tmp_path, "avr-progmem-far")
+    out = generated_once(tmp_path, "avr-progmem-far")
     board = pipeline.load_board("avr")
     elf = gcc.build_executable(board, [out / "f1tenth.c", out / "f1tenth_weights.c", REPO / "firmware_examples/f1tenth/main.c"],
                                tmp_path / "fw.elf", include_dirs=[out], opt=opt)
@@ -209,7 +223,10 @@ def every_path_model():
                                  Dense("d4", kernel(3, 6), None, "softmax")])
 
 
-@pytest.mark.parametrize("opt", ["-O0", "-O2", "-O3"])
+#: -O3 in the quick tier (every -O2 transformation and the vectoriser: the level most likely to
+#: reorder a sum), -O0 and -O2 e2e
+@pytest.mark.parametrize("opt", [pytest.param("-O0", marks=pytest.mark.e2e), pytest.param("-O2", marks=pytest.mark.e2e),
+                                 "-O3"])
 def test_host_scalar_blocks_sum_each_neuron_in_input_order(tmp_path, opt):
     """storage const computes up to 12 neurons per pass (37 rows: 3 blocks of 10 and 7 left; 13
     rows: 7 and 6) with `register` accumulators: each output is still the bias plus the products

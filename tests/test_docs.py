@@ -3,10 +3,8 @@ exists, no prose carries a commit hash, and the README's runnable blocks (marked
 `<!-- runnable: NAME -->` before a ```sh fence) run, in order, from a fresh venv holding the
 nnbuild wheel, as a new user would copy and paste them."""
 
-import os
 import re
 import subprocess
-import venv
 from pathlib import Path
 
 import pytest
@@ -61,31 +59,19 @@ def test_no_page_of_the_manual_carries_a_commit_hash():
 
 
 @pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory, nnbuild_wheel):
-    """A fresh venv holding the nnbuild wheel built from this checkout (dependencies from this
-    interpreter's site-packages), with the console scripts its dependencies would install. No pip
-    of its own (ensurepip costs seconds and the README's blocks call no pip): the site-packages'
-    pip, run by the venv's python, installs the wheel into the venv."""
-    root = tmp_path_factory.mktemp("readme")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
-    wheel = nnbuild_wheel
-    venv.create(root / "venv", system_site_packages=True, with_pip=False)
-    bin_dir = root / "venv" / "bin"
-    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                   check=True, capture_output=True, env=env)
-    # scons is a dependency taken from the system's site-packages: its console script, as pip writes it
-    scons = bin_dir / "scons"
-    scons.write_text(f"#!{bin_dir / 'python'}\nimport sys\nfrom SCons.Script.Main import main\nsys.exit(main())\n")
-    scons.chmod(0o755)
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
-    return env, root
+def wheel_venv(tmp_path_factory, nnbuild_venv):
+    """The run's venv holding the nnbuild wheel built from this checkout (conftest's nnbuild_venv:
+    dependencies from this interpreter's site-packages, the console scripts its dependencies would
+    install; test_user_project's too) and this module's own folder for the user's files."""
+    bin_dir, env = nnbuild_venv
+    return dict(env), tmp_path_factory.mktemp("readme"), bin_dir.parent
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(not (have("avr-gcc", "avr-objcopy", "simavr", "cmake", "ninja")),
                     reason="the README's blocks build for AVR with SCons and CMake (bash scripts/setup.sh)")
 def test_the_readme_blocks_run_from_the_wheel(wheel_venv):
-    env, root = wheel_venv
+    env, root, venv_dir = wheel_venv
     work = root / "user"
     work.mkdir()
     script = "set -euo pipefail\n" + "\n".join(body for _, body in runnable_blocks(README.read_text()))
@@ -94,7 +80,7 @@ def test_the_readme_blocks_run_from_the_wheel(wheel_venv):
     hello = work / "hello"
     where = subprocess.run(["python3", "-c", "import nnbuild; print(nnbuild.__file__)"], cwd=hello, env=env,
                            capture_output=True, text=True).stdout
-    assert str(root / "venv") in where and str(REPO) not in where
+    assert str(venv_dir) in where and str(REPO) not in where
     for built in ("build/avr/app.hex", "build/avr/app.checks/ctl/gate.json", "build-cmake/app.hex",
                   "build-cmake/app.checks/ctl/gate.json", "gen/ctl.c"):
         assert (hello / built).is_file(), built

@@ -21,11 +21,11 @@ F1TENTH = REPO / "firmware_examples/f1tenth/architecture.json"
 PRECISIONS = ["q16", "q16-acc32", "q8", "fix16", "fixed4.12", "fixed8.24"]
 
 
-def mixed_model():
+def mixed_model(name="mix"):
     """Every activation the fixed-point shape implements, with a wide pre-activation range."""
     rng = np.random.default_rng(4)
     mk = lambda i, o, s: (rng.standard_normal((i, o)) * s).astype(np.float32)  # noqa: E731
-    return Model("mix", (6,), [Dense("d1", mk(6, 9, 0.8), mk(1, 9, 0.1)[0], "relu"),
+    return Model(name, (6,), [Dense("d1", mk(6, 9, 0.8), mk(1, 9, 0.1)[0], "relu"),
                                Dense("d2", mk(9, 7, 0.5), None, "sigmoid"),
                                Dense("d3", mk(7, 8, 1.5), mk(1, 8, 0.2)[0], "tanh"),
                                Dense("d4", mk(8, 5, 0.7), mk(1, 5, 0.1)[0], "linear"),
@@ -40,23 +40,65 @@ def probe_inputs(n_in, lo=-1.0, hi=1.0):
     return np.vstack([x, odd])
 
 
-def host_outputs(tmp_path, model, precision, x):
-    out = tmp_path / precision
+HOST_FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", "-ffp-contract=off"]
+
+
+def generate_far(folder, model, precision):
+    out = folder / precision
     codegen.generate(model, out, precision=precision, storage="avr-progmem-far", input_range=(-1, 1))
+    return out
+
+
+#: the quick mixed precisions' host program (test_shape_v3_ops.one_program: each precision's C as
+#: host_outputs compiles it, the model named mix_<precision> so that they link together), built at
+#: the first of them
+_MIXED_PROGRAM = {}
+
+
+def mixed_host_outputs(tmp_path, precision, x):
+    """The quick mixed model's host outputs in `precision`, from the module's one program."""
+    from test_shape_v3_ops import one_program
+    if not _MIXED_PROGRAM:
+        folder = tmp_path / "mixed_quick"
+        models = [(p, mixed_model("mix_" + p.replace("-", "_").replace(".", "_"))) for p in PRECISIONS
+                  if ("mixed", p) in QUICK_HOST]
+        generated = [(m, generate_far(folder, m, p)) for p, m in models]
+        built = one_program(folder / "program", generated, HOST_FLAGS)
+        _MIXED_PROGRAM.update({p: (built[m.name], m.output_size) for p, m in models})
+    exe, n_out = _MIXED_PROGRAM[precision]
+    if isinstance(exe, Exception):
+        raise exe
+    return native.run_cases(exe, x, n_out)
+
+
+def host_outputs(tmp_path, model, precision, x):
+    out = generate_far(tmp_path, model, precision)
     exe = out / "check"
-    cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", "-ffp-contract=off", f"-I{out}",
+    cmd = ["gcc", *HOST_FLAGS, f"-I{out}",
            *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size, model.output_size),
            str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return native.run_cases(exe, x, model.output_size)
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("which", ["f1tenth", "mixed"])
+#: f1tenth's host C in every precision but q16 is e2e: the quick tier keeps f1tenth-q16 (a real
+#: model's sizes; q16 with 64-bit accumulators there) and the mixed model in every precision (each
+#: precision's C and emulator path) but q16, whose C is mixed-q16-acc32's byte for byte (its sums
+#: fit 32 bits): a repetition, e2e
+QUICK_HOST = {("f1tenth", "q16")} | {("mixed", p) for p in PRECISIONS if p != "q16"}
+HOST_CASES = [pytest.param(which, precision, id=f"{which}-{precision}",
+                           marks=[] if (which, precision) in QUICK_HOST else [pytest.mark.e2e])
+              for which in ("f1tenth", "mixed") for precision in PRECISIONS]
+
+
+@pytest.mark.parametrize("which, precision", HOST_CASES)
 def test_host_c_equals_the_emulator_bit_for_bit(tmp_path, precision, which):
     model = pipeline.load_model(F1TENTH, "f1tenth")[0] if which == "f1tenth" else mixed_model()
     x = probe_inputs(model.input_size)
-    c = host_outputs(tmp_path, model, precision, x)
+    if (which, precision) in QUICK_HOST and which == "mixed":
+        c = mixed_host_outputs(tmp_path, precision, x)
+    else:
+        c = host_outputs(tmp_path, model, precision, x)
     emulated = fixed.run(quantize.quantize(model, precision, (-1, 1)), x)
     assert np.array_equal(c.view(np.uint32), emulated.view(np.uint32))
     assert np.all(np.isfinite(c))
@@ -197,7 +239,11 @@ def awkward_floats(frac, lo, hi, seed=0):
                            np.nextafter(ties, np.float32(-np.inf)), rng.uniform(lo, hi, 20000).astype(np.float32)])
 
 
-@pytest.mark.parametrize("lo, hi", [(-1.0, 1.0), (-3.5, 2.25), (0.0, 255.0), (-1000.0, 1000.0), (-1e-3, 1e-3)])
+#: the ranges give nn_quantize different shifts of one code path; the quick tier keeps the two ends
+#: (-1000..1000: the fewest fraction bits, -1e-3..1e-3: the most), the other three are e2e
+@pytest.mark.parametrize("lo, hi", [pytest.param(-1.0, 1.0, marks=pytest.mark.e2e),
+                                    pytest.param(-3.5, 2.25, marks=pytest.mark.e2e),
+                                    pytest.param(0.0, 255.0, marks=pytest.mark.e2e), (-1000.0, 1000.0), (-1e-3, 1e-3)])
 def test_generated_input_rounding_equals_the_model_on_every_awkward_float(tmp_path, lo, hi):
     """nn_quantize works on the float's bits (no float arithmetic): the generated function itself,
     compiled on the host, against bitexact.quantize_input on 100,011 floats per range."""

@@ -97,10 +97,16 @@ def assert_inert(files, raw_names):
 CASES = [("mlp", "float32", False), ("mlp", "q16", True), ("mlp", "q16-acc32", True), ("mlp", "q8", True), ("mlp", "fix16", True),
          ("mlp", "fixed16.8", True), ("v1", "float32", None), ("v2", "float32", None), ("v3", "float32", None),
          ("v2", "q16", None), ("v2", "q16-acc32", None), ("v2", "q8", None), ("v3", "q16-acc32", None)]
+#: within a shape the fixed-point precisions render the names through the same template lines (the
+#: lines that carry the canary are the same text but for numbers): the quick tier keeps q16 of mlp
+#: and v2, the other fixed-point precisions of those shapes are e2e
+E2E_CASES = {("mlp", "q16-acc32"), ("mlp", "q8"), ("mlp", "fix16"), ("mlp", "fixed16.8"), ("v2", "q16-acc32"),
+             ("v2", "q8")}
 
 
 @pytest.mark.skipif(not have("gcc"), reason="gcc not installed")
-@pytest.mark.parametrize("shape,precision,fixed", CASES, ids=[f"{s}-{p}" for s, p, _ in CASES])
+@pytest.mark.parametrize("shape,precision,fixed", [
+    pytest.param(s, p, f, id=f"{s}-{p}", marks=[pytest.mark.e2e] if (s, p) in E2E_CASES else []) for s, p, f in CASES])
 def test_canary_names_come_out_inert(tmp_path, shape, precision, fixed):
     model = cnn_model() if fixed is None else mlp_model(fixed)
     options = dict(shape=shape, precision=precision, storage="const",

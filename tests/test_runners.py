@@ -117,17 +117,23 @@ def harness(tmp_path_factory):
 
 # --- host -----------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def tiny_host(tmp_path_factory):
+    """The tiny model's host program, compiled once for the tests that run it unchanged."""
+    return compile_host(tmp_path_factory.mktemp("tiny_host"))
+
+
 @needs_gcc
-def test_native_bit_exact(tmp_path):
+def test_native_bit_exact(tiny_host):
     x = tiny_inputs()
-    y = native.run_cases(compile_host(tmp_path), x, 2)
+    y = native.run_cases(tiny_host, x, 2)
     assert y.dtype == np.float32 and y.shape == (len(x), 2)
     assert y.tobytes() == tiny_expected(x).tobytes()
 
 
 @needs_gcc
-def test_native_empty_batch(tmp_path):
-    y = native.run_cases(compile_host(tmp_path), np.zeros((0, 3), np.float32), 2)
+def test_native_empty_batch(tiny_host):
+    y = native.run_cases(tiny_host, np.zeros((0, 3), np.float32), 2)
     assert y.shape == (0, 2)
 
 

@@ -16,7 +16,7 @@ from nnbuild.ir import graph as g
 from nnbuild.ir import reference
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native
 from test_shape_v2_ops import CASES, WARNINGS, inputs
-from test_shape_v3_ops import QUICK_CASES
+from test_shape_v3_ops import QUICK_CASES, one_program
 
 #: the cases v1 compiles (the others must be refused naming their layer)
 SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
@@ -27,9 +27,32 @@ SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_re
 REFUSED = tuple(c for c in CASES if c not in SUPPORTED)
 
 
-def build(tmp_path, m, precision="float32"):
-    out = tmp_path / f"{m.name}_{precision}"
+#: the quick supported cases' float32 program (test_shape_v3_ops.one_program), built at the first
+_QUICK_PROGRAM = {}
+
+
+def generate(folder, m, precision):
+    out = folder / f"{m.name}_{precision}"
     codegen.generate(m, out, shape="v1", precision=precision, storage="const", passes_log=[])
+    return out
+
+
+def build(tmp_path, m, precision="float32"):
+    """(generated folder, executable) of `m`: a quick supported case in float32 runs in the module's
+    one program of those cases, any other in a check program of its own (a refused case raises
+    at generation)."""
+    if precision == "float32" and m.name in QUICK_CASES and m.name in SUPPORTED and CASES.get(m.name) is m:
+        if not _QUICK_PROGRAM:
+            quick = [CASES[c] for c in sorted(QUICK_CASES) if c in SUPPORTED]
+            folder = tmp_path / "quick_cases"
+            generated = [(q, generate(folder, q, precision)) for q in quick]
+            _QUICK_PROGRAM.update(folders={q.name: out for q, out in generated},
+                                  built=one_program(folder / "program", generated, ["-O2", *WARNINGS]))
+        exe = _QUICK_PROGRAM["built"][m.name]
+        if isinstance(exe, Exception):
+            raise exe
+        return _QUICK_PROGRAM["folders"][m.name], exe
+    out = generate(tmp_path, m, precision)
     exe = out / "check"
     subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
                     *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),

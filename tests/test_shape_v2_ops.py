@@ -72,9 +72,36 @@ CASES = {
 QUICK = ("transpose", "pad_constant", "broadcast_tensors", "resize_cubic")
 
 
-def build(tmp_path, m, precision):
-    out = tmp_path / f"{m.name}_{precision}"
+#: precision -> the QUICK cases' program in that precision (test_shape_v3_ops.one_program), built at
+#: the first quick case; test_movement_is_exact_and_needs_no_arithmetic runs pad_constant's float32 in it
+_QUICK_PROGRAM = {}
+
+
+def generate(folder, m, precision):
+    out = folder / f"{m.name}_{precision}"
     codegen.generate(m, out, shape="v2", precision=precision, storage="const", passes_log=[])
+    return out
+
+
+def build(tmp_path, m, precision):
+    """(generated folder, executable) of `m`: a QUICK case runs in the module's one program of the
+    QUICK cases in its precision, any other in a check program of its own."""
+    from test_shape_v3_ops import one_program
+    if m.name in QUICK and CASES.get(m.name) is m:
+        if precision not in _QUICK_PROGRAM:
+            folder = tmp_path / f"quick_cases_{precision}"
+            generated = [(CASES[c], generate(folder, CASES[c], precision)) for c in QUICK]
+            _QUICK_PROGRAM[precision] = ({q.name: out for q, out in generated},
+                                         one_program(folder / "program", generated, ["-O2", *WARNINGS]))
+        folders, built = _QUICK_PROGRAM[precision]
+        if isinstance(built[m.name], Exception):
+            raise built[m.name]
+        return folders[m.name], built[m.name]
+    return _build(tmp_path, m, precision)
+
+
+def _build(tmp_path, m, precision):
+    out = generate(tmp_path, m, precision)
     exe = out / "check"
     subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
                     *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),

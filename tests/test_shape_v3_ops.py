@@ -121,7 +121,88 @@ def generate(tmp_path, m, precision):
     return out
 
 
+#: the dispatcher of one_program: per case, check_main.c's record loop (check_io.h's nnbuild_serve)
+#: around that case's <name>_infer, chosen by the name the program is run under (argv[0])
+DISPATCH_STEP = """
+static void step_{name}(const unsigned char *inbuf, unsigned char *outbuf)
+{{
+    static float in[{n_in}];
+    static float out[{n_out}];
+    int i;
+
+    for (i = 0; i < {n_in}; ++i)
+        in[i] = nnbuild_get_f32(inbuf + 4 * i);
+    {name}_infer(in, out);
+    for (i = 0; i < {n_out}; ++i)
+        nnbuild_put_f32(outbuf + 4 * i, out[i]);
+}}
+"""
+DISPATCH_CASE = """
+    if (strcmp(name, "{name}") == 0) {{
+        static unsigned char inbuf[4 * {n_in}];
+        static unsigned char outbuf[4 * {n_out}];
+        return nnbuild_serve(name, "input vector", inbuf, sizeof inbuf, outbuf, sizeof outbuf, step_{name});
+    }}"""
+
+
+def one_program(folder, generated, flags):
+    """One host program for many float32 cases (one input, one output each): each case's
+    generated C compiled with `flags` as its own check program compiles it, one main (check_main's
+    record loop per case) and one link, instead of a check main and a link per case.
+    `generated`: [(model, folder of its generated C)]. Returns {name: executable or the exception
+    of that case's compile}: the executable is a link to the program under the case's name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    objects, built = [], {}
+    for m, out in generated:
+        objdir = folder / "obj" / m.name
+        objdir.mkdir(parents=True)
+        try:
+            subprocess.run(["gcc", *flags, f"-I{out}", "-c", str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c")],
+                           check=True, capture_output=True, text=True, cwd=objdir)
+        except subprocess.CalledProcessError as error:
+            built[m.name] = error
+            continue
+        objects += [objdir / f"{m.name}.o", objdir / f"{m.name}_weights.o"]
+        built[m.name] = m
+    cases = [m for m in built.values() if isinstance(m, g.Model)]
+    (folder / "dispatch.c").write_text(
+        "#include <string.h>\n#include \"check_io.h\"\n"
+        + "".join(f'#include "{m.name}.h"\n' for m in cases)
+        + "".join(DISPATCH_STEP.format(name=m.name, n_in=m.input_size, n_out=m.output_size) for m in cases)
+        + "\nint main(int argc, char **argv)\n{\n    const char *name = strrchr(argv[0], '/');\n\n"
+        + "    (void)argc;\n    name = name ? name + 1 : argv[0];"
+        + "".join(DISPATCH_CASE.format(name=m.name, n_in=m.input_size, n_out=m.output_size) for m in cases)
+        + '\n    fprintf(stderr, "%s: no such case\\n", name);\n    return 4;\n}\n')
+    names = {m.name for m in cases}
+    includes = [f"-I{CHECK_MAIN.parent}", *(f"-I{out}" for m, out in generated if m.name in names)]
+    program = folder / "check"
+    subprocess.run(["gcc", *flags, *includes, str(folder / "dispatch.c"), *map(str, objects), "-o", str(program), "-lm"],
+                   check=True, capture_output=True, text=True)
+    (folder / "bin").mkdir()
+    for m in cases:
+        (folder / "bin" / m.name).symlink_to(program)
+        built[m.name] = folder / "bin" / m.name
+    return built
+
+
+#: the quick cases' float32 program, built at the first quick case (test_v3_matches_the_reference)
+_QUICK_PROGRAM = {}
+
+
 def build(tmp_path, m, precision):
+    """(generated folder, executable) of `m`: a quick case in float32 runs in the module's one
+    program of the quick cases (one_program), any other model in a check program of its own."""
+    if precision == "float32" and m.name in QUICK_CASES and CASES.get(m.name) is m:
+        if not _QUICK_PROGRAM:
+            quick = [CASES[c] for c in sorted(QUICK_CASES)]
+            folder = tmp_path / "quick_cases"
+            generated = [(q, generate(folder, q, precision)) for q in quick]
+            _QUICK_PROGRAM.update(folders={q.name: out for q, out in generated},
+                                  built=one_program(folder / "program", generated, ["-O0", *WARNINGS, *STRICT]))
+        exe = _QUICK_PROGRAM["built"][m.name]
+        if isinstance(exe, Exception):
+            raise exe
+        return _QUICK_PROGRAM["folders"][m.name], exe
     out = generate(tmp_path, m, precision)
     exe = out / "check"
     subprocess.run(["gcc", "-O0", *WARNINGS, *STRICT, f"-I{out}",

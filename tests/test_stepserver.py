@@ -31,18 +31,27 @@ def server(capfd):
         started.close()
 
 
-@pytest.mark.parametrize("argv", [
+#: steps whose every outcome is compared, served one after the other by one server (a server start
+#: is an interpreter importing nnbuild: one per test, not one per step)
+ARGVS = [
     ["image", "missing.elf", "--board", "no_such_board", "--output", "out.hex"],   # one-line error, status 2
     ["gate", "--help"],                                                              # argparse's exit 0
     ["gate", "report.json", "--output", "gate.json", "--interface", "cobol"],        # a refused choice
-])
-def test_a_step_in_the_server_is_the_step_in_its_own_process(server, argv, tmp_path, capfd):
+]
+
+
+def test_a_step_in_the_server_is_the_step_in_its_own_process(server, tmp_path, capfd):
     started, env = server
-    alone = run_argv([sys.executable, "-m", "nnbuild", *argv], env)
-    own = capfd.readouterr()
-    served = started.run(argv, env, str(tmp_path))
-    assert (served, capfd.readouterr()) == (alone, own)
-    assert not list(tmp_path.iterdir())   # a failing step leaves nothing
+    for argv in ARGVS:
+        alone = run_argv([sys.executable, "-m", "nnbuild", *argv], env)
+        own = capfd.readouterr()
+        served = started.run(argv, env, str(tmp_path))
+        assert (served, capfd.readouterr()) == (alone, own), argv
+        assert not list(tmp_path.iterdir()), argv   # a failing step leaves nothing
+    # the same server then: an uncaught exception is a traceback and status 1 (was a test of its own)
+    status = started.run(["gate", "missing.json", "--output", "gate.json"], env, str(tmp_path))
+    assert status == 1
+    assert "FileNotFoundError" in capfd.readouterr().err
 
 
 def test_a_step_runs_in_the_actions_folder_with_the_actions_environment(server, tmp_path, capfd):
@@ -56,13 +65,6 @@ def test_a_step_runs_in_the_actions_folder_with_the_actions_environment(server, 
     assert str(tmp_path / "boards") in line and str(tmp_path / "mine") in line
     assert started.run(["boards"], env, str(REPO)) == 0   # the next step: no trace of the first one's
     assert str(tmp_path) not in capfd.readouterr().out
-
-
-def test_an_uncaught_exception_is_a_traceback_and_status_1(server, tmp_path, capfd):
-    started, env = server
-    status = started.run(["gate", "missing.json", "--output", "gate.json"], env, str(tmp_path))
-    assert status == 1
-    assert "FileNotFoundError" in capfd.readouterr().err
 
 
 def test_the_server_leaves_with_its_scons_run():

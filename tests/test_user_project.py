@@ -7,11 +7,8 @@ inference's own bound, a null build that does nothing, and a weight change that 
 model's chain. The same project on the host and on AVR (a deadline per model) is the slow tier's."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
-import venv
 
 import h5py
 import numpy as np
@@ -33,25 +30,20 @@ def run(cmd, cwd, env, check=True):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory, nnbuild_wheel):
-    """(python of a fresh venv with the nnbuild wheel, environment, work dir holding the examples)."""
+def installed(tmp_path_factory, nnbuild_venv):
+    """(python of the run's venv holding the nnbuild wheel, environment, work dir holding the examples).
+    The venv is conftest's nnbuild_venv (test_docs' too): the dependencies (numpy, scipy, h5py, jinja2,
+    scons) come from this interpreter's site-packages."""
+    bin_dir, env = nnbuild_venv
     root = tmp_path_factory.mktemp("user")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNBUILD_", "PYTHON"))}
-    wheel = nnbuild_wheel
-    # the dependencies (numpy, scipy, h5py, jinja2, scons) come from this interpreter's site-packages;
-    # this interpreter's pip installs into the venv (--python): no copy of pip in it (ensurepip's ~7 s)
-    venv.create(root / "venv", system_site_packages=True, with_pip=False)
-    python = str(root / "venv" / "bin" / "python")
-    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        root, env)
+    python = str(bin_dir / "python")
     where = run([python, "-c", "import nnbuild, sys; print(nnbuild.__file__)"], root, env).stdout.strip()
-    assert where.startswith(str(root / "venv")), where
+    assert where.startswith(str(bin_dir.parent)), where
     work = root / "work"
     shutil.copytree(REPO / "examples", work / "examples", ignore=shutil.ignore_patterns("build", ".sconsign*"))
     for model in MODELS:
         shutil.copytree(REPO / "firmware_examples" / model, work / "firmware_examples" / model)
-    env["PATH"] = f"{root / 'venv' / 'bin'}{os.pathsep}{env['PATH']}"
-    return python, env, work
+    return python, dict(env), work
 
 
 def edit_one_weight(path):
