@@ -702,9 +702,16 @@ def _model_stale(target, build_dir):
     return stale
 
 
+#: the model library's property nnbuild_add_firmware sets: the firmware's checks over the linked image
+#: stand for the model's own WCET, report and gate, which leave `all` (as NNFirmware's, FIRMWARE_REDOES)
+CMAKE_FIRMWARE_CHECKS = "NNBUILD_FIRMWARE_CHECKS"
+
+
 def _library(target, board, roles, opt, gate, harnesses):
     """The generated C (`roles`: each generated file by its role, codegen.output_roles) as a static
-    library built after the model's gate."""
+    library built after the model's gate (`<target>_checks`, in `all`), or, once a firmware holds
+    the model (CMAKE_FIRMWARE_CHECKS), built without it and `<target>_checks` left out of `all`:
+    each analysis runs once per build, over the linked image."""
     flags = board.compiler.compile_flags(board, opt)
     board_file = Path(board.path or boards.board_path(board.name)).resolve()
     sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
@@ -715,7 +722,10 @@ def _library(target, board, roles, opt, gate, harnesses):
             + CMAKE_DETERMINISTIC_ARCHIVES +
             f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
             f"add_custom_target({target}_checks ALL DEPENDS {_cm(gate)})\n"
-            f"add_dependencies({target} {target}_checks)\n")
+            # the library waits for the model's own gate, unless a firmware redoes its analyses
+            f"add_custom_target({target}_gated DEPENDS "
+            f"{_cm(f'$<$<NOT:$<BOOL:$<TARGET_PROPERTY:{target},{CMAKE_FIRMWARE_CHECKS}>>>:{gate}>')})\n"
+            f"add_dependencies({target} {target}_gated)\n")
     for guard in dict.fromkeys(harnesses):
         text += f"add_dependencies({target}_checks {guard})\n"
     return text
@@ -820,16 +830,21 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     any step of the image's checks first removes them and its own gate.json (and, before the
     report, its report), the link removes them all (PRE_LINK), and each model's steps remove them
     through the model target's NNBUILD_STALE. A failed gate therefore leaves no .hex, no .bin and
-    no gate.json, also after a rerun."""
+    no gate.json, also after a rerun.
+
+    Each analysis runs once per build, as under NNFirmware: the checks over the image stand for a
+    model's own WCET, report and gate (over its check program), which leave `all`
+    (CMAKE_FIRMWARE_CHECKS; `ninja <model>_checks` still builds them). A precision=auto model keeps
+    its own: its candidates' analyses choose the C the image holds."""
     models, model_gates, targets_of, auto = [], [], {}, set()
     for d in model_dirs:
         saved = steps.read_json(Path(d) / "plan.json")
         args = saved["args"]
         models.append((plan(kind=kinds.of_file(args["model"]), path=os.environ.get("PATH"), **args), d))
-        model_gates.append(str(Path(d) / "gate.json"))
         targets_of[models[-1][0].name] = saved["target"]
-        if saved.get("auto"):
+        if saved.get("auto"):   # its own gate (over the chosen candidate) stays in the build: the images wait for it
             auto.add(models[-1][0].name)
+            model_gates.append(str(Path(d) / "gate.json"))
     board = models[0][0].board
     the_plan = _speaks_cmake(firmware_plan(firmware=elf, stem=target, board=board, models=models,
                                            path=os.environ.get("PATH")))
@@ -860,6 +875,9 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
         checks = build_dir / f"{target}.checks" / name
         mine = images + [str(checks / f) for f in ("gate.json", "report.json", "report.html")]
         text += f"set_property(TARGET {model_target} APPEND PROPERTY NNBUILD_STALE {' '.join(map(_cm, mine))})\n"
+        if name not in auto:   # a precision=auto model's candidates' analyses choose its precision: kept
+            text += (f"set_property(TARGET {model_target} PROPERTY {CMAKE_FIRMWARE_CHECKS} TRUE)\n"
+                     f"set_property(TARGET {model_target}_checks PROPERTY EXCLUDE_FROM_ALL TRUE)\n")
     text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
              f"add_dependencies({target}_nnbuild {target})\n")
     return text

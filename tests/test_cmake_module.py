@@ -120,21 +120,29 @@ def test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path(tmp_
     first = ninja(root)
     build = root / "b"
     assert first.returncode == 0, first.stdout[-3000:]
-    assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex", "nnbuild-models/ctl/gate.json"]
-    report = json.loads((build / "nnbuild-models/ctl/report.json").read_text())
+    # each analysis once, over the linked image (as NNFirmware): the model's own WCET, report and gate
+    # over its check program are not in `all`
+    assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex"]
+    assert not (build / "nnbuild-models/ctl/wcet.json").exists()
+    report = json.loads((build / "app.checks/xor/report.json").read_text())
     assert report["target"] == "myavr" and report["wcet"]["met"] is True
     assert report["deadline_origin"] == "DEADLINE of nnbuild_add_model"
     lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
+    assert len([l for l in lines if "WCET analysis" in l]) == 1, lines
     images = [i for i, l in enumerate(lines) if "Writing image" in l]
     gates = [i for i, l in enumerate(lines) if "] Gates " in l]
     assert images and gates and min(images) > max(gates), lines    # the images come after every gate
+    own = ninja(root, "ctl_checks")   # the model's own gate, on demand
+    assert own.returncode == 0 and (build / "nnbuild-models/ctl/gate.json").exists(), own.stdout[-3000:]
+    assert "Writing image" not in own.stdout and "app.checks" not in own.stdout, own.stdout
 
     text = (root / "CMakeLists.txt").read_text().replace("DEADLINE 5ms", "DEADLINE 0.1ms")
     (root / "CMakeLists.txt").write_text(text)
     failed = ninja(root)   # ninja reconfigures: the CMakeLists.txt changed
     assert failed.returncode != 0 and "> deadline 0.1 ms" in failed.stdout, failed.stdout[-3000:]
     assert released(build) == []
-    assert (build / "nnbuild-models/ctl/report.json").exists()  # the new report, alone
+    assert (build / "app.checks/xor/report.json").exists()  # the new report, alone
+    assert not (build / "nnbuild-models/ctl/report.json").exists()   # the model's own, of the earlier run: removed
     again = ninja(root)
     assert again.returncode != 0 and "> deadline 0.1 ms" in again.stdout, again.stdout[-3000:]
     assert released(build) == []
