@@ -836,12 +836,13 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     model's own WCET, report and gate (over its check program), which leave `all`
     (CMAKE_FIRMWARE_CHECKS; `ninja <model>_checks` still builds them). A precision=auto model keeps
     its own: its candidates' analyses choose the C the image holds."""
-    models, model_gates, targets_of, auto = [], [], {}, set()
+    models, model_gates, targets_of, dirs_of, auto = [], [], {}, {}, set()
     for d in model_dirs:
         saved = steps.read_json(Path(d) / "plan.json")
         args = saved["args"]
         models.append((plan(kind=kinds.of_file(args["model"]), path=os.environ.get("PATH"), **args), d))
         targets_of[models[-1][0].name] = saved["target"]
+        dirs_of[models[-1][0].name] = d
         if saved.get("auto"):   # its own gate (over the chosen candidate) stays in the build: the images wait for it
             auto.add(models[-1][0].name)
             model_gates.append(str(Path(d) / "gate.json"))
@@ -861,6 +862,10 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
         folder = Path(targets[0]).parent
         own = [folder / "gate.json"] + ([] if task.step in ("report", "gate") else
                                         [folder / "report.json", folder / "report.html"])
+        name = task.role.split("/")[0]
+        if task.step in ("report", "gate") and name in dirs_of and name not in auto:
+            # the model's own gate and report (out of `all`, built on demand) of earlier options go too
+            own += [Path(dirs_of[name]) / f for f in ("gate.json", "report.json", "report.html")]
         return [] if task.step == "image" else list(map(_cm, dict.fromkeys(images + [str(p) for p in own])))
 
     text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale)
