@@ -609,14 +609,32 @@ def _speaks_cmake(the_plan):
     return the_plan
 
 
-def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None, stale=None):
+#: tasks of a model's plan that run as one `python -m nnbuild` process (cli.STEP_SEPARATOR): the same
+#: inputs (the generated C; the check programs) and the same reruns, one interpreter start-up instead
+#: of several. The model's WCET, report and gate are one more (a firmware leaves them out of `all`).
+CMAKE_MODEL_GROUPS = {"program": "programs", "size": "checks", "run": "checks", "compare": "checks",
+                      "wcet": "analysis", "report": "analysis", "gate": "analysis", "select": "analysis"}
+
+
+def _model_group(task):
+    return CMAKE_MODEL_GROUPS.get(task.step)
+
+
+def _firmware_group(task):
+    """A firmware's checks of one model (memory, WCET, report, gate) in one process; its images in one."""
+    return "images" if task.step == "image" else f"model:{task.role.split('/')[0]}"
+
+
+def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None, stale=None, group=_model_group):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
     step table and argument lists as the SCons actions (program tasks run the `program` step).
 
     Every command runs through ${NNBUILD_STEP_COMMAND} (nnbuild.cmake: the board folders of the
     cache in its environment), names the plan's board by its file (a board given by path works in
     every step), and first removes what `stale(task, targets)` lists (CMake arguments: the gate.json
-    and release images the step's outputs would otherwise sit beside, stale until the gates rerun)."""
+    and release images the step's outputs would otherwise sit beside, stale until the gates rerun).
+    Tasks of one `group(task)` key run in one command, one process (in dependency order, the first
+    failure stopping it): its outputs are every task's, its dependencies those from outside."""
     build_dir = Path(build_dir)
 
     def where(path):
@@ -630,7 +648,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
     def by_file(value):   # the plan's board by name or reference (Board.ref: relative to configure's cwd)
         return board_file if value in (the_plan.board.name, getattr(the_plan.board, "ref", None)) else value
 
-    out, made = [], {}
+    commands, made = {}, {}   # group key (or the task) -> [one entry per task]
     for task in the_plan.tasks:
         depends = [board_file, *extra_depends]
         if task.step == "program":
@@ -669,22 +687,51 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
         removed = list(stale(task, targets)) if stale and task.step != "harness" else []
+        entry = dict(targets=targets, argv=argv, depends=depends, removed=removed,
+                     comment=f"{label} {os.path.relpath(targets[0], label_base or build_dir)}")
+        key = None if task.step == "harness" else group(task)
+        commands.setdefault(key if key is not None else id(task), []).append(entry)
+        if task.step == "harness":
+            commands[id(task)][0]["harness"] = True
+        for t, path in zip(task.targets, targets):
+            made[t] = path
+    out = []
+    for entries in commands.values():
+        entries = _in_dependency_order(entries)
+        targets = [t for e in entries for t in e["targets"]]
+        depends = [d for e in entries for d in e["depends"] if d not in targets]
+        removed = list(dict.fromkeys(r for e in entries for r in e["removed"]))
+        argv = [word for i, e in enumerate(entries) for word in ([STEP_SEPARATOR] if i else []) + e["argv"]]
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
                    + (f"  COMMAND \"${{CMAKE_COMMAND}}\" -E rm -f {' '.join(removed)}\n" if removed else "")
                    + f"  COMMAND ${{NNBUILD_STEP_COMMAND}} -m nnbuild {' '.join(map(_cm, argv))}\n"
                    f"  DEPENDS {' '.join(map(_cm, dict.fromkeys(depends)))}\n"
-                   f"  COMMENT {_cm('[nnbuild] ' + label + ' ' + os.path.relpath(targets[0], label_base or build_dir))}\n"
+                   f"  COMMENT {_cm('[nnbuild] ' + '; '.join(e['comment'] for e in entries))}\n"
                    + ("  COMMAND_EXPAND_LISTS\n" if any("$<" in r for r in removed) else "")
                    + "  VERBATIM)\n")
-        if task.step == "harness":  # one harness per build tree, whichever model comes first
+        if entries[0].get("harness"):  # one harness per build tree, whichever model comes first
             guard = "nnbuild_tool_" + Path(targets[0]).name
             command = (f"if(NOT TARGET {guard})\n{command}add_custom_target({guard} DEPENDS {_cm(targets[0])})\n"
                        "endif()\n")
             made["harness"] = guard
         out.append(command)
-        for t, path in zip(task.targets, targets):
-            made[t] = path
     return "".join(out), made
+
+
+#: between the steps of one `python -m nnbuild` command (nnbuild.cli runs them in order)
+STEP_SEPARATOR = "--then"
+
+
+def _in_dependency_order(entries):
+    """The tasks of one command, each after those of the command whose outputs it reads (the memory
+    report before the target's run); otherwise in the plan's order."""
+    ordered, left = [], list(entries)
+    while left:
+        produced_later = {t for e in left for t in e["targets"]}
+        ready = next((e for e in left if not (set(e["depends"]) & produced_later) - set(e["targets"])), left[0])
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
 
 
 def _model_stale(target, build_dir):
@@ -868,7 +915,8 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
             own += [Path(dirs_of[name]) / f for f in ("gate.json", "report.json", "report.html")]
         return [] if task.step == "image" else list(map(_cm, dict.fromkeys(images + [str(p) for p in own])))
 
-    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale)
+    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale,
+                                 group=_firmware_group)
     outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
     outs += [made[v] for v in the_plan.nodes["gates"].values()]
     text = (f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n"
