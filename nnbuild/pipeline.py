@@ -739,14 +739,21 @@ def _model_stale(target, build_dir):
     (report.json, report.html) unless the step writes or reads it (report, select, gate): a report
     of an earlier run never sits beside a failed step's outputs; and the release images and
     firmware checks of every firmware holding the model (nnbuild_add_firmware appends them to the
-    target's NNBUILD_STALE property, read when the build files are generated)."""
+    target's NNBUILD_STALE property, read when the build files are generated), except by the
+    model's own WCET, report and gate where a firmware's checks stand for them (CMAKE_FIRMWARE_CHECKS:
+    the images do not wait for those, so `ninja <target>_checks` leaves the release alone)."""
     gate, reports = Path(build_dir) / "gate.json", [Path(build_dir) / "report.json", Path(build_dir) / "report.html"]
-    firmware = _cm(f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>")
+    firmware = f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>"
+    unless_redone = f"$<$<NOT:$<BOOL:$<TARGET_PROPERTY:{target},{CMAKE_FIRMWARE_CHECKS}>>>:{firmware}>"
 
     def stale(task, targets):
         own = [] if task.step == "gate" or str(reports[0]) in targets else reports
-        return [*map(_cm, [gate, *own]), firmware]
+        return [*map(_cm, [gate, *own]), _cm(unless_redone if task.step in FIRMWARE_REDOES else firmware)]
     return stale
+
+
+#: the steps of a model's own plan a firmware's checks over its linked image do again (as NNFirmware's)
+FIRMWARE_REDOES = ("wcet", "report", "gate")
 
 
 #: the model library's property nnbuild_add_firmware sets: the firmware's checks over the linked image
