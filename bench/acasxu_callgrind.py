@@ -179,6 +179,20 @@ def measure(model, log, shape, x, workdir, results, label, peers_by_flags, stora
                         **({"max_abs_error_vs_golden": golden_err} if model.name != "acas_like" else {})})
 
 
+def run_in_workdir(measure_all, json_path):
+    """measure_all(workdir, results) in a fresh temporary folder (removed after, whatever happens);
+    the results then written as {"runs": results} to json_path when one is given. main's exit status."""
+    workdir = Path(tempfile.mkdtemp(prefix="nnbuild-bench-"))
+    results = []
+    try:
+        measure_all(workdir, results)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps({"runs": results}, indent=1) + "\n")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", type=int, default=5)
@@ -187,7 +201,6 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         sys.exit("valgrind not found (apt-get install valgrind)")
-    workdir = Path(tempfile.mkdtemp(prefix="nnbuild-bench-"))
     x = inputs(args.inputs)
     gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
     print(f"ACAS Xu, gcc {gcc}, callgrind Ir per inference (min over {len(x)} inputs, callees included); "
@@ -197,8 +210,8 @@ def main(argv=None):
           "(../shared/docs/peers.md)" if python else
           "ACETONE and keras2c: RECORDED figures (../shared/docs/peers.md section 2): no Python with acetone-nnet "
           "found (--acetone-python, $NNBUILD_ACETONE_PYTHON)")
-    results = []
-    try:
+
+    def measure_all(workdir, results):
         model, log = passes.run(acas_like())
         normalised = np.random.default_rng(6).uniform(-0.5, 0.5, (len(x), 5))  # what the real net's Dense layers see
         peers = peer_figures(python, model, normalised, workdir)
@@ -210,11 +223,7 @@ def main(argv=None):
         for shape, storage in VARIANTS:
             measure(model, log, shape, normalised, workdir, results, f"ACAS-like 5-7x50-5, {shape} {storage}", peers,
                     storage)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": results}, indent=1) + "\n")
-    return 0
+    return run_in_workdir(measure_all, args.json)
 
 
 if __name__ == "__main__":

@@ -24,11 +24,9 @@ v2 shape (scalar). Each line says whether ACETONE's figure is measured in this r
 """
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import peer_acetone  # noqa: E402
-from acasxu_callgrind import acas_like, build, callgrind_runs, macs, seeded_mlp  # noqa: E402
+from acasxu_callgrind import acas_like, build, callgrind_runs, macs, run_in_workdir, seeded_mlp  # noqa: E402
 from nnbuild import codegen, passes  # noqa: E402
 from nnbuild.ir import reference  # noqa: E402
 
@@ -107,9 +105,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not shutil.which("valgrind"):
         sys.exit("valgrind not found (apt-get install valgrind)")
-    workdir = Path(tempfile.mkdtemp(prefix="nnbuild-bench-"))
     rng = np.random.default_rng(5)
-    results = []
     python = peer_acetone.interpreter(args.acetone_python)
     gcc = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True).stdout.strip()
     print(f"MLPs, gcc {gcc}, callgrind Ir per inference (min over {args.inputs} inputs, callees included)")
@@ -119,7 +115,8 @@ def main(argv=None):
     else:
         print("ACETONE and keras2c: RECORDED figures (../shared/docs/peers.md section 2): no Python with "
               "acetone-nnet found (--acetone-python, $NNBUILD_ACETONE_PYTHON)")
-    try:
+
+    def measure_all(workdir, results):
         for model in (f1tenth_like(), acas_like()):
             if model.name not in args.models.split(","):
                 continue
@@ -129,11 +126,7 @@ def main(argv=None):
             peers = peer_figures(python, model, x, expected, workdir)
             for shape, storage in VARIANTS:
                 measure(model, shape, storage, x, expected, peers, workdir, results)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"runs": results}, indent=1) + "\n")
-    return 0
+    return run_in_workdir(measure_all, args.json)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ simavr can be driven to, per code shape.
 
     python3 bench/tpg_avr_wcet.py [--shapes switch,stack] [--rounds 60] [--sweeps 4] [--seed 1] [--write-slow FILE]
     python3 bench/tpg_avr_wcet.py --bounds-only     # the bounds alone, for the six traced cleaned TPGs
+    python3 bench/tpg_avr_wcet.py --start tests/data/tpg_fishing_derby_slow.json --sweeps 3 --seed 7
+                                                    # coordinate ascent from the stored slowest inputs
 
 Per shape: the built-in analyzer's bound with the generator's visit facts (each team at most once
 per inference) and without them (the team loop's bound alone), and the worst cycles measured under
@@ -44,6 +46,9 @@ PALETTE = np.array([0, 1, -1, 2, 0.5, -0.5, 1.5, 3.3, 255, -255, 256, 254.5, 88.
                     # of a tiny fraction whose 2^-n is subnormal, cos with 128 reduction passes
                     103.2793, 102.5858, 101.893, 88.0297, 87.3369, -103.2793, 2.833547e38, 1.5497031e38,
                     1.072566e38,
+                    # exp's slowest found over z = n + m*2^-16 (n = 146..150, every m < 2^14): z just above
+                    # 149 (24 ldexp denormalisation passes, then 1/subnormal), the top one 3,675 cycles
+                    103.279106, 102.58596, 101.89281, -103.279106,
                     # beyond float range: +-inf on AVR (a bid inf + -inf is NaN, so a slow exp's
                     # infinite result need not win its edge)
                     1e39, -1e39])
@@ -125,7 +130,16 @@ def trace_frames():
         return np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, 1344).astype(float)
 
 
-def measure(shape, rounds, sweeps, seed, work):
+def stored_input(path, shape, cells):
+    """The screen of `shape` in a --write-slow file (its cells; every other cell 0)."""
+    x = np.zeros(1344)
+    for k, v in json.loads(Path(path).read_text())[shape].items():
+        x[int(k)] = v
+    assert set(np.flatnonzero(x)) <= set(cells), f"{path}: {shape} sets cells the programs do not read"
+    return x
+
+
+def measure(shape, rounds, sweeps, seed, work, start=None):
     board = pipeline.load_board("avr")
     program, harness = pipeline.build_check_program(str(DOT), board, work, name="fd", shape=shape,
                                                     environment="sips22-atari")
@@ -145,7 +159,11 @@ def measure(shape, rounds, sweeps, seed, work):
     mixed = np.zeros((POPULATION, 1344))
     mixed[:, cells] = np.stack([random_values(rng, POPULATION) for _ in cells], axis=1)
     t0 = time.time()
-    slow, slow_cycles = search(run, cells, rng, rounds)
+    if start:  # coordinate ascent from a stored input, no evolutionary search
+        slow = stored_input(start, shape, cells)
+        slow_cycles = int(run(slow[None])[0])
+    else:
+        slow, slow_cycles = search(run, cells, rng, rounds)
     slow, slow_cycles = ascend(run, slow, slow_cycles, cells, rng, sweeps)
     return {"shape": shape, "bound": bound.cycles, "bound_loop_only": loop_only.cycles,
             "visits": bound.details["paths"].get(next((k for k in bound.details["paths"] if k.startswith("fd_infer")), ""), []),
@@ -185,6 +203,7 @@ def main():
     ap.add_argument("--sweeps", type=int, default=4, help="coordinate-ascent sweeps after the rounds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--write-slow", help="JSON file for the slowest input of each shape")
+    ap.add_argument("--start", help="a --write-slow file: ascend from its input of each shape instead of searching")
     ap.add_argument("--json")
     ap.add_argument("--bounds-only", action="store_true", help="the six cleaned TPGs' bounds, no simavr search")
     args = ap.parse_args()
@@ -197,7 +216,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
-            rows.append(measure(shape, args.rounds, args.sweeps, args.seed, Path(tmp) / shape))
+            rows.append(measure(shape, args.rounds, args.sweeps, args.seed, Path(tmp) / shape, args.start))
     print("| shape | bound, loop bound only | bound, with visit facts | trace max | random bytes max "
           "| random doubles max | searched max | bound/measured |")
     print("|---|---|---|---|---|---|---|---|")

@@ -56,6 +56,18 @@ def cnn(name="hscnn", seed=4):
               bias=rng.standard_normal(5).astype(np.float32))], meta={"format": "test"})
 
 
+def outputs_by_flags(gen, sources, x):
+    """{flags: the program's stdout on x's bytes} for each of FLAG_SETS: `sources` (the driver, the
+    generated .c files) compiled with gcc at those flags, -I`gen`, warnings as errors."""
+    outputs = {}
+    for flags in FLAG_SETS:
+        exe = gen / re.sub(r"\W+", "_", flags)
+        subprocess.run(["gcc", *flags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
+                        *map(str, sources), "-o", str(exe), "-lm"], check=True)
+        outputs[flags] = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True).stdout
+    return outputs
+
+
 def generate(model, shape, storage, out):
     model, log = passes.run(model)
     codegen.generate(model, out, shape=shape, storage=storage, passes_log=log)
@@ -81,14 +93,8 @@ def test_unrolled_host_code_gives_the_bits_of_the_unoptimised_code(tmp_path, sha
     gen, name = tmp_path / "gen", model.name
     (tmp_path / "driver.c").write_text(DRIVER.replace("UPPER", name.upper()).replace("NAME", name))
     x = np.random.default_rng(9).uniform(-2, 2, (40,) + tuple(model.input_shape)).astype(np.float32)
-    outputs = {}
-    for flags in FLAG_SETS:
-        exe = tmp_path / re.sub(r"\W+", "_", flags)
-        subprocess.run(["gcc", *flags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
-                        str(tmp_path / "driver.c"), str(gen / f"{name}.c"), str(gen / f"{name}_weights.c"),
-                        "-o", str(exe), "-lm"], check=True)
-        run = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, check=True)
-        outputs[flags] = np.frombuffer(run.stdout, dtype=np.float32).reshape(len(x), -1)
+    outputs = {flags: np.frombuffer(out, dtype=np.float32).reshape(len(x), -1) for flags, out in
+               outputs_by_flags(gen, [tmp_path / "driver.c", gen / f"{name}.c", gen / f"{name}_weights.c"], x).items()}
     for flags in FLAG_SETS[1:]:
         assert outputs[flags].tobytes() == outputs["-O0"].tobytes(), flags
     expected = reference.run(model, x.astype(np.float64)).reshape(len(x), -1)
@@ -205,13 +211,8 @@ def test_const_host_gives_the_bits_of_const_and_is_vectorised_at_O3(tmp_path, sh
         for storage in storages:
             gen = tmp_path / f"{precision}-{storage}"
             codegen.generate(passes.run(model)[0], gen, shape=shape, precision=precision, storage=storage)
-            for flags in FLAG_SETS:
-                exe = tmp_path / "exe"
-                subprocess.run(["gcc", *flags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
-                                str(tmp_path / "driver.c"), str(gen / "hsact.c"), str(gen / "hsact_weights.c"), "-o",
-                                str(exe), "-lm"], check=True)
-                runs[storage, flags] = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True,
-                                                      check=True).stdout
+            sources = [tmp_path / "driver.c", gen / "hsact.c", gen / "hsact_weights.c"]
+            runs.update({(storage, flags): out for flags, out in outputs_by_flags(gen, sources, x).items()})
         if len(storages) == 2 and precision == "float32":
             asm = {s: subprocess.run(["gcc", "-O3", "-std=c99", "-S", "-o", "-", str(tmp_path / f"float32-{s}" / "hsact.c")],
                                      capture_output=True, text=True, check=True).stdout for s in ("const", "const-host")}
@@ -275,13 +276,8 @@ def test_v2_const_host_pooled_convolutions_give_the_bits_of_const(tmp_path):
         for storage in storages:
             gen = tmp_path / f"{model.layers[0].activation}-{storage}"
             codegen.generate(passes.run(model)[0], gen, shape="v2", storage=storage)
-            for flags in FLAG_SETS:
-                exe = tmp_path / "exe"
-                subprocess.run(["gcc", *flags.split(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{gen}",
-                                str(tmp_path / "driver.c"), str(gen / "hspool.c"), str(gen / "hspool_weights.c"), "-o",
-                                str(exe), "-lm"], check=True)
-                runs[storage, flags] = subprocess.run([str(exe)], input=x.tobytes(), capture_output=True,
-                                                      check=True).stdout
+            sources = [tmp_path / "driver.c", gen / "hspool.c", gen / "hspool_weights.c"]
+            runs.update({(storage, flags): out for flags, out in outputs_by_flags(gen, sources, x).items()})
         for key, out in runs.items():
             assert out == runs[storages[0], "-O0"], key
         expected = reference.run(passes.run(model)[0], x[8:].astype(np.float64)).reshape(16, -1)

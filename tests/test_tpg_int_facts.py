@@ -14,7 +14,7 @@ import pytest
 
 from conftest import needs_avr
 from test_wcet_avr import board
-from tpg_helpers import avr_libm_driver, small_graph, write, write_env
+from tpg_helpers import avr_libm_driver, small_graph, trace_calls, write, write_env
 
 from nnbuild import codegen
 from nnbuild.frontends import gegelati_dot
@@ -83,7 +83,7 @@ def arguments():
 @pytest.mark.e2e
 @needs_avr
 def test_conversions_stay_off_the_dropped_loops_and_reach_the_bound(tmp_path):
-    from test_wcet_avr_context import Probe, build_tracer, run_trace_sites
+    from test_wcet_avr_context import Probe
     b = board()
     elf = avr_libm_driver(tmp_path, "int", DRIVER)
     prog = avr_decode.load(elf)
@@ -100,9 +100,6 @@ def test_conversions_stay_off_the_dropped_loops_and_reach_the_bound(tmp_path):
     assert cycles.max() <= bound <= cycles.max() + 30
     assert bound <= free - 40
     # the loops the entries drop never run (every conversion call here is on a fact's line)
-    tracer = build_tracer(tmp_path / "avr_trace")
-    if tracer is None:
-        pytest.skip("libsimavr not available")
     probes = []
     for ent in avr_loops.load_table():
         tag = set(ent.get("within", [])) & set(TPG_INT_TAGS.values())
@@ -111,7 +108,7 @@ def test_conversions_stay_off_the_dropped_loops_and_reach_the_bound(tmp_path):
             start = prog.address_of(ent["symbol"])
             probes.append(Probe(start, (), None, "sup", [start + ent["offset"]], group=len(probes)))
     assert len(probes) == 2
-    run_trace_sites(tracer, elf, probes, x[:, None], set(), (), tmp_path)
+    trace_calls(elf, probes, x, tmp_path)
     for p in probes:
         assert p.invocations == np.sum(np.isfinite(x) & (np.abs(x) <= 255)) or p.invocations > 0
         assert max(v[0] for _, _, v in p.vectors) == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from tpg_helpers import avr_libm_driver
+from tpg_helpers import avr_libm_driver, trace_calls
 
 from nnbuild.wcet import avr_decode, avr_loops
 
@@ -37,17 +37,14 @@ def arguments(rng):
 @pytest.mark.e2e
 @needs_avr
 def test_modf_subtraction_normalises_at_most_23_times(tmp_path):
-    from test_wcet_avr_context import Probe, build_tracer, run_trace_sites
+    from test_wcet_avr_context import Probe
     ent = entry()
     elf = avr_libm_driver(tmp_path, "modf", DRIVER)
     prog = avr_decode.load(elf)
-    tracer = build_tracer(tmp_path / "avr_trace")
-    if tracer is None:
-        pytest.skip("libsimavr not available")
     header = prog.address_of("__addsf3x") + ent["offset"]
     probe = Probe(prog.address_of("__addsf3x"), ("modf",), None, "sup", [header])
     x = arguments(np.random.default_rng(3))
-    run_trace_sites(tracer, elf, [probe], x[:, None], {"modf"}, (), tmp_path)
+    trace_calls(elf, [probe], x, tmp_path, ["modf"])
     passes = max(v[0] for _, _, v in probe.vectors)
     print(f"\n  modf: {len(x)} arguments, {probe.invocations} subtractions, max normalisation passes {passes}")
     assert probe.invocations > len(x) // 2

@@ -11,6 +11,9 @@ widened by 2^-18 relative, far more than the soft-float truncation). exp's last 
 P(f) = acc_6*f + 1 ~ 2^-f, tends to 1/2 as f -> 1: the intervals stop at f = 1 - 2^-11 and every
 argument whose f lies above runs under simavr (tests/wcet_fixtures/avr_trace.c counting the header
 passes per addition); sweeps of both functions drive the count to its bound, 1, and never above.
+The same intervals show each partial sum keeping its coefficient's sign, the next coefficient having
+the other one: every addition subtracts (the opposite-signs paths entries of exp and cos), and the
+sweeps never run __addsf3x's same-sign addition block.
 """
 
 
@@ -18,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from tpg_helpers import avr_libm_driver, powser_table
+from tpg_helpers import avr_libm_driver, powser_table, trace_calls
 
 from nnbuild.wcet import avr_decode, avr_loops
 
@@ -45,7 +48,9 @@ def ratio_bounds(coef, lo_t, hi_t):
     intervals [lo_t, hi_t] of the argument (interval arithmetic, every step widened by EPS)."""
     lo, hi = np.full_like(lo_t, coef[0]), np.full_like(lo_t, coef[0])
     out = []
-    for c in coef[1:]:
+    for k, c in enumerate(coef[1:]):
+        # the opposite-signs entries: acc_k keeps c_k's sign, c_(k+1) has the other one (t > 0)
+        assert np.all(lo * np.sign(coef[k]) > 0) and np.all(hi * np.sign(coef[k]) > 0) and np.sign(c) == -np.sign(coef[k])
         cand = np.stack([lo * lo_t, lo * hi_t, hi * lo_t, hi * hi_t])
         plo, phi = cand.min(axis=0), cand.max(axis=0)
         plo, phi = plo - np.abs(plo) * EPS, phi + np.abs(phi) * EPS
@@ -128,49 +133,64 @@ def exp_near_one():
     return np.concatenate(parts)
 
 
+def same_sign_block(context):
+    """Offset of the same-sign addition block of __addsf3x that the context's opposite-signs entry
+    says never runs."""
+    [ent] = [e for e in avr_loops.load_paths() if e["symbol"] == "__addsf3x" and e.get("within") == list(context)
+             and e.get("id", "").endswith("opposite-signs")]
+    assert ent["rows"] == [[{"same": 1}, 0]]
+    return ent["blocks"]["same"][0]
+
+
 def count_norm_passes(drv, context, x, tmp_path):
     """Per __addsf3x invocation inside `context` (the functions active around the call): the
-    normalisation header's passes, as (invocations, {passes: invocations})."""
-    from test_wcet_avr_context import Probe, build_tracer, run_trace_sites
+    normalisation header's passes, as (invocations, {passes: invocations}, executions of the
+    same-sign addition block)."""
+    from test_wcet_avr_context import Probe
     elf, prog, _ = drv
-    tracer = build_tracer(tmp_path / "avr_trace")
-    if tracer is None:
-        pytest.skip("libsimavr not available")
-    header = prog.address_of("__addsf3x") + NORM_HEADER
-    probe = Probe(prog.address_of("__addsf3x"), context, None, "sup", [header])
-    run_trace_sites(tracer, elf, [probe], np.asarray(x, np.float32)[:, None], set(context), (), tmp_path)
+    start = prog.address_of("__addsf3x")
+    probe = Probe(start, context, None, "sup", [start + NORM_HEADER, start + same_sign_block(context)])
+    trace_calls(elf, [probe], x, tmp_path, context)
     seen = {}
-    for mult, _, (passes,) in probe.vectors:
+    for mult, _, (passes, _) in probe.vectors:
         seen[passes] = seen.get(passes, 0) + mult
-    return probe.invocations, seen
+    return probe.invocations, seen, sum(mult * same for mult, _, (_, same) in probe.vectors)
 
 
-@pytest.mark.e2e
-@needs_avr
-def test_exp_additions_normalise_once_under_simavr(drivers, tmp_path):
+def exp_arguments():
     """Every argument whose f lies above the intervals' end, and the exp-path sweep (every binade
-    of f, z near integers, subnormal z): at most one normalisation pass per Horner addition, and
-    one is reached."""
+    of f, z near integers, subnormal z, the integer parts of ldexp's slow paths)."""
     from test_tpg_exp_paths import sweep
-    x = np.concatenate([exp_near_one(), sweep()])
-    calls, seen = count_norm_passes(drivers["exp"], ("exp", "__fp_powser"), x, tmp_path)
-    print(f"\n  exp: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
-    assert calls == 7 * np.sum(np.abs(x) < 128)
-    assert max(seen) == norm_entry(("exp", "__fp_powser"))["header_max"] == 1
+    return np.concatenate([exp_near_one(), sweep()])
 
 
-@pytest.mark.e2e
-@needs_avr
-def test_cos_additions_normalise_once_under_simavr(drivers, tmp_path):
+def cos_arguments():
     """Arguments below 1 (y = pi/2 - |x|), below 1024 and huge (remainders near pi/2, so small y),
-    random bit patterns: at most one normalisation pass per Horner addition, and one is reached."""
+    random bit patterns."""
     from test_tpg_cos_guard import huge_arguments, small_arguments
     rng = np.random.default_rng(17)
     bits = rng.integers(0, 0x7F800000, 4000, dtype=np.uint64).astype(np.uint32)
-    x = np.concatenate([small_arguments(rng), huge_arguments(rng), bits.view(np.float32),
-                        rng.uniform(-1, 1, 2000).astype(np.float32), floats_between(0.99, 1.0)[::32],
-                        floats_between(1.0, 1.0001), floats_between(2.0 ** -40, 2.0 ** -39)[::4096]])
-    calls, seen = count_norm_passes(drivers["cos"], ("cos", "__fp_powser"), x, tmp_path)
-    print(f"\n  cos: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
-    assert calls == 5 * len(x)
-    assert max(seen) == norm_entry(("cos", "__fp_powser"))["header_max"] == 1
+    return np.concatenate([small_arguments(rng), huge_arguments(rng), bits.view(np.float32),
+                           rng.uniform(-1, 1, 2000).astype(np.float32), floats_between(0.99, 1.0)[::32],
+                           floats_between(1.0, 1.0001), floats_between(2.0 ** -40, 2.0 ** -39)[::4096]])
+
+
+#: per routine: its arguments, the Horner additions one call makes (exp: 7 when |x| < 128, else none)
+SWEEPS = {"exp": (exp_arguments, lambda x: 7 * np.sum(np.abs(x) < 128)),
+          "cos": (cos_arguments, lambda x: 5 * len(x))}
+
+
+@pytest.mark.e2e
+@needs_avr
+@pytest.mark.parametrize("name", sorted(SWEEPS))
+def test_additions_normalise_once_under_simavr(drivers, tmp_path, name):
+    """At most one normalisation pass per Horner addition of the routine's polynomial, and one is
+    reached, and never the same-sign addition block, on its sweep (SWEEPS)."""
+    arguments, additions = SWEEPS[name]
+    x = arguments()
+    context = (name, "__fp_powser")
+    calls, seen, same = count_norm_passes(drivers[name], context, x, tmp_path)
+    print(f"\n  {name}: {len(x)} arguments, {calls} Horner additions, normalisation passes {dict(sorted(seen.items()))}")
+    assert calls == additions(x)
+    assert same == 0  # the opposite-signs entry: every addition subtracts
+    assert max(seen) == norm_entry(context)["header_max"] == 1

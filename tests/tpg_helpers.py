@@ -183,3 +183,21 @@ def powser_table(elf, prog, symbol):
         sign, e, m = word >> 31, (word >> 23) & 0xFF, (word & 0x7FFFFF) | 0x800000
         coef.append((-1.0) ** sign * ((m << 8) | ext) * 2.0 ** (e - 127 - 31))
     return count, coef
+
+
+_TRACER = []
+
+
+def trace_calls(elf, probes, x, folder, within=()):
+    """Run the one-float driver `elf` (avr_libm_driver) under tests/wcet_fixtures/avr_trace.c on the
+    arguments `x`, filling `probes` (test_wcet_avr_context.Probe: cycles and counts per invocation);
+    the functions `within` are tracked as context. The tracer is compiled once per process; the
+    test is skipped when libsimavr is missing."""
+    import tempfile
+    import pytest
+    from test_wcet_avr_context import build_tracer, run_trace_sites
+    if not _TRACER:
+        _TRACER.append(build_tracer(Path(tempfile.mkdtemp(prefix="nnbuild_avr_trace")) / "avr_trace"))
+    if _TRACER[0] is None:
+        pytest.skip("libsimavr not available")
+    return run_trace_sites(_TRACER[0], elf, probes, np.asarray(x, np.float32)[:, None], set(within), (), folder)

@@ -348,39 +348,43 @@ def _action_lines(system, item, view, sync, codes, kind, name):
                      f"/* {', '.join(seg.instructions)} */")
         for ins in seg.instructions:
             lines.append(f"    NN_MI_EVENT({codes[f'{item.name}.{ins}']}); /* fired: {item.name}.{ins} */")
-    elif kind == "send":
-        s = system.syncs[name]
-        event = codes[f"sync.{name}"]
-        size = int(np.prod(s.shape))
-        if sync == "flags":
-            lines.append(f"    nn_mi_send(&nn_mi_s_{name}, nn_mi_v_{name}, {view.buffer(s.tensor)}, {size}u, "
-                         f"{len(s.readers)}u, {event}); /* send_var {name} */")
-        elif sync == "barrier":
-            lines += [f"    NN_MI_BEGIN({event}); /* send_var {name}: arrived */",
-                      f"    memcpy(nn_mi_v_{name}, {view.buffer(s.tensor)}, {size} * sizeof(nn_mi_value));",
-                      f"    NN_MI_EVENT({event});",
-                      f"    pthread_barrier_wait(&nn_mi_b_{name});",
-                      f"    NN_MI_BEGIN({event}); /* released: every reader has arrived */"]
-        else:
-            lines.append(f"    NN_MI_EVENT({event}); /* send_var {name}: the readers read "
-                         f"{view.buffer(s.tensor)} in place */")
     else:
-        s = system.syncs[name]
-        local = dict(s.readers)[item.name]
-        index = s.reader_items.index(item.name)
-        event = codes[f"get.{name}@{item.name}"]
-        size = int(np.prod(s.shape))
-        if sync == "flags":
-            lines.append(f"    nn_mi_get(&nn_mi_s_{name}, &nn_mi_r_{name}[{index}], {view.buffer(local)}, nn_mi_v_{name}, "
-                         f"{size}u, {event}); /* get_var {name} -> '{local}' */")
-        elif sync == "barrier":
-            lines += [f"    NN_MI_BEGIN({event}); /* get_var {name} -> '{local}': arrived */",
-                      f"    pthread_barrier_wait(&nn_mi_b_{name});",
-                      f"    memcpy({view.buffer(local)}, nn_mi_v_{name}, {size} * sizeof(nn_mi_value));",
-                      f"    NN_MI_EVENT({event});"]
-        else:
-            lines.append(f"    NN_MI_EVENT({event}); /* get_var {name} -> '{local}' */")
+        lines += _exchange_lines(system, item, view, sync, codes, kind, name)
     return lines
+
+
+#: the C of a send_var and of a get_var under each sync (schedule: one core, the readers read the
+#: sender's buffer in place), filled per action by _exchange_lines
+EXCHANGE_C = {
+    ("send", "flags"): ["    nn_mi_send(&nn_mi_s_{name}, nn_mi_v_{name}, {buffer}, {size}u, {readers}u, {event}); "
+                        "/* send_var {name} */"],
+    ("send", "barrier"): ["    NN_MI_BEGIN({event}); /* send_var {name}: arrived */",
+                          "    memcpy(nn_mi_v_{name}, {buffer}, {size} * sizeof(nn_mi_value));",
+                          "    NN_MI_EVENT({event});",
+                          "    pthread_barrier_wait(&nn_mi_b_{name});",
+                          "    NN_MI_BEGIN({event}); /* released: every reader has arrived */"],
+    ("send", "schedule"): ["    NN_MI_EVENT({event}); /* send_var {name}: the readers read {buffer} in place */"],
+    ("get", "flags"): ["    nn_mi_get(&nn_mi_s_{name}, &nn_mi_r_{name}[{index}], {buffer}, nn_mi_v_{name}, {size}u, "
+                       "{event}); /* get_var {name} -> '{local}' */"],
+    ("get", "barrier"): ["    NN_MI_BEGIN({event}); /* get_var {name} -> '{local}': arrived */",
+                         "    pthread_barrier_wait(&nn_mi_b_{name});",
+                         "    memcpy({buffer}, nn_mi_v_{name}, {size} * sizeof(nn_mi_value));",
+                         "    NN_MI_EVENT({event});"],
+    ("get", "schedule"): ["    NN_MI_EVENT({event}); /* get_var {name} -> '{local}' */"],
+}
+
+
+def _exchange_lines(system, item, view, sync, codes, kind, name):
+    """The C of a send_var (kind "send") or get_var of variablesync `name` by `item` (EXCHANGE_C)."""
+    s = system.syncs[name]
+    fields = {"name": name, "size": int(np.prod(s.shape)), "readers": len(s.readers)}
+    if kind == "send":
+        fields.update(event=codes[f"sync.{name}"], buffer=view.buffer(s.tensor))
+    else:
+        local = dict(s.readers)[item.name]
+        fields.update(event=codes[f"get.{name}@{item.name}"], buffer=view.buffer(local), local=local,
+                      index=s.reader_items.index(item.name))
+    return [line.format(**fields) for line in EXCHANGE_C[kind, sync if sync in ("flags", "barrier") else "schedule"]]
 
 
 def _threads_infer(system, sync):

@@ -167,48 +167,39 @@ def _given(cfg, key, default, path, layer):
     return value
 
 
-def _int(cfg: dict, key: str, path, layer, *, default=_REQUIRED, minimum: Optional[int] = 1):
-    """An integer config value >= minimum (booleans and floats are refused)."""
+def _typed(cfg, key, path, layer, default, accepts, must_be, minimum=None, convert=None):
+    """The config value `key` when `accepts` it and it is >= minimum (given), as `convert` makes it;
+    `default` when absent (_given: an error when required); anything else one line naming the key."""
     value = _given(cfg, key, default, path, layer)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _err(f"{key} must be an integer, got {_show(value)}", path, layer)
+    if not accepts(value):
+        raise _err(f"{key} must be {must_be}, got {_show(value)}", path, layer)
     if minimum is not None and value < minimum:
         raise _err(f"{key} must be >= {minimum}, got {value}", path, layer)
-    return value
+    return convert(value) if convert else value
+
+
+def _int(cfg: dict, key: str, path, layer, *, default=_REQUIRED, minimum: Optional[int] = 1):
+    """An integer config value >= minimum (booleans and floats are refused)."""
+    return _typed(cfg, key, path, layer, default, lambda v: isinstance(v, int) and not isinstance(v, bool),
+                  "an integer", minimum)
 
 
 def _bool(cfg: dict, key: str, path, layer, *, default=_REQUIRED) -> bool:
     """A true/false config value: anything else (1, "false") is refused, never read as true."""
-    value = _given(cfg, key, default, path, layer)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _err(f"{key} must be true or false, got {_show(value)}", path, layer)
-    return value
+    return _typed(cfg, key, path, layer, default, lambda v: isinstance(v, bool), "true or false")
 
 
 def _float(cfg: dict, key: str, path, layer, *, default=_REQUIRED, minimum: Optional[float] = None):
     """A finite number config value >= minimum."""
-    value = _given(cfg, key, default, path, layer)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(float(value)):
-        raise _err(f"{key} must be a finite number, got {_show(value)}", path, layer)
-    if minimum is not None and value < minimum:
-        raise _err(f"{key} must be >= {minimum}, got {value}", path, layer)
-    return float(value)
+    return _typed(cfg, key, path, layer, default, lambda v: not isinstance(v, bool) and isinstance(v, (int, float))
+                  and bool(np.isfinite(float(v))), "a finite number", minimum, float)
 
 
 def _str(cfg: dict, key: str, path, layer, *, default=_REQUIRED) -> str:
     """A string config value."""
-    value = _given(cfg, key, default, path, layer)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _err(f"{key} must be a string, got {_show(value)}", path, layer)
-    return value
+    return _typed(cfg, key, path, layer, default, lambda v: isinstance(v, str), "a string")
 
 
 def _int_list(cfg: dict, key: str, n: int, path, layer, *, default=_REQUIRED, minimum: int = 1):

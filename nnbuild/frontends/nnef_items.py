@@ -78,17 +78,7 @@ class Document:
 
 class _ItemParser(nnef._Parser):
     def document(self) -> Document:
-        self.expect("version")
-        version = self.next().text
-        if version not in ("1.0", "1"):
-            self.fail(f"NNEF version {version} is not supported (1.0 only)")
-        self.expect(";")
-        extensions = []
-        while self.accept("extension"):
-            extensions.append(self.ident())
-            while self.accept(","):
-                extensions.append(self.ident())
-            self.expect(";")
+        extensions = self.header()[1]
         items = []
         while self.peek().kind != "end":
             items.append(self.item())
@@ -713,22 +703,11 @@ def _topological(statements, path) -> List[Statement]:
 
 # ---------------------------------------------------------------------------------- loading
 
-def _folder_and_document(path) -> Tuple[Path, Path]:
-    path = Path(path)
-    return (path, path / GRAPH_FILE) if path.is_dir() else (path.parent, path)
+_folder_and_document = nnef._folder_and_graph
 
 
 def read_document(path) -> Document:
-    folder, doc_path = _folder_and_document(path)
-    data = nnef.read_capped(doc_path, nnef.MAX_GRAPH_BYTES, "multi-item document")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise NNBuildError(f"document is not UTF-8 text (byte {exc.start})", path=doc_path) from None
-    try:
-        return parse(text)
-    except nnef.ParseError as exc:
-        raise NNBuildError(f"syntax error at {exc}", path=doc_path) from None
+    return nnef.read_parsed(_folder_and_document(path)[1], parse, "multi-item document", "document")
 
 
 def build(document: Document, path, name=None) -> MultiItem:
@@ -745,16 +724,10 @@ def load(path, name=None) -> MultiItem:
 
 def implicit_dependencies(path) -> List[str]:
     """The document and every variable's .dat."""
-    folder, doc_path = _folder_and_document(path)
-    deps = [str(doc_path)]
-    try:
-        document = read_document(path)
-    except NNBuildError:
-        return deps
+    return nnef.document_dependencies(path, read_document, _variable_labels)
+
+
+def _variable_labels(document) -> List[str]:
+    """Every item's variable labels, once each, sorted."""
     labels = {st.kwargs.get("label") for b in document.items for st in b.statements if st.op == "variable"}
-    for label in sorted(l for l in labels if isinstance(l, str)):
-        try:
-            deps.append(str(nnef._dat_path(folder, label)))
-        except NNBuildError:
-            pass
-    return deps
+    return sorted(l for l in labels if isinstance(l, str))

@@ -167,7 +167,8 @@ class _Parser:
         return items
 
     # grammar
-    def document(self) -> Graph:
+    def header(self):
+        """`version 1.0;` then any `extension a, b;` lines: (version, extensions)."""
         self.expect("version")
         token = self.peek()
         if token.kind != "num":
@@ -182,6 +183,10 @@ class _Parser:
             while self.accept(","):
                 extensions.append(self.ident())
             self.expect(";")
+        return version, extensions
+
+    def document(self) -> Graph:
+        version, extensions = self.header()
         if self.peek().text == "fragment":
             self.fail("fragment definitions are not supported (a flat graph only)")
         self.expect("graph")
@@ -386,6 +391,7 @@ def dat_bytes(array) -> bytes:
 # --------------------------------------------------------------------------------- file layout
 
 def _folder_and_graph(path) -> Tuple[Path, Path]:
+    """(the model folder, the document): a folder holds graph.nnef, a file is the document itself."""
     path = Path(path)
     if path.is_dir():
         return path, path / GRAPH_FILE
@@ -411,34 +417,53 @@ def _dat_path(folder: Path, label, where="") -> Path:
     return candidate
 
 
-def _read_graph(graph_path: Path) -> Graph:
-    data = read_capped(graph_path, MAX_GRAPH_BYTES, "graph file")
+def read_parsed(path: Path, parse_text, what: str, short: str = ""):
+    """`parse_text` of the UTF-8 text of the file `path` (`what`, at most MAX_GRAPH_BYTES): a larger
+    file, one that is not UTF-8 or not NNEF syntax is refused in one line naming it (`short`: how the
+    encoding error names it, `what` by default)."""
+    data = read_capped(path, MAX_GRAPH_BYTES, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise NNBuildError(f"graph file is not UTF-8 text (byte {exc.start})", path=graph_path) from None
+        raise NNBuildError(f"{short or what} is not UTF-8 text (byte {exc.start})", path=path) from None
     try:
-        return parse(text)
+        return parse_text(text)
     except ParseError as exc:
-        raise NNBuildError(f"syntax error at {exc}", path=graph_path) from None
+        raise NNBuildError(f"syntax error at {exc}", path=path) from None
+
+
+def _read_graph(graph_path: Path) -> Graph:
+    return read_parsed(graph_path, parse, "graph file")
+
+
+def dat_files(folder: Path, labels) -> List[str]:
+    """The `.dat` file of each variable label that names one inside `folder`, in the order given
+    (loading the model says what is wrong with any other label): what a build re-runs on."""
+    deps = []
+    for label in labels:
+        try:
+            deps.append(str(_dat_path(folder, label)))
+        except NNBuildError:
+            pass
+    return deps
+
+
+def document_dependencies(path, read, labels_of) -> List[str]:
+    """The document of `path` (a folder: its graph.nnef) and the `.dat` of each variable label
+    labels_of(read(document)) names: what a build re-runs on (only the document when it cannot be
+    read: loading it says why)."""
+    folder, doc_path = _folder_and_graph(path)
+    try:
+        document = read(doc_path)
+    except NNBuildError:
+        return [str(doc_path)]
+    return [str(doc_path)] + dat_files(folder, labels_of(document))
 
 
 def implicit_dependencies(path) -> List[str]:
     """graph.nnef and every variable's .dat (what a build must re-run on)."""
-    folder, graph_path = _folder_and_graph(path)
-    deps = [str(graph_path)]
-    try:
-        graph = _read_graph(graph_path)
-    except NNBuildError:
-        return deps
-    for st in graph.statements:
-        if st.op == "variable":
-            label = st.kwargs.get("label")
-            try:
-                deps.append(str(_dat_path(folder, label)))
-            except NNBuildError:
-                pass
-    return deps
+    return document_dependencies(path, _read_graph, lambda graph: [st.kwargs.get("label") for st in graph.statements
+                                                                   if st.op == "variable"])
 
 
 def load(path):

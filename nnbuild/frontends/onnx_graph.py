@@ -529,14 +529,8 @@ class _Converter:
 
     def add(self, layer, sources):
         shape = tuple(int(d) for d in layer.output_shape(*[self.ir_shapes[s] for s in sources]))
-        elements = int(np.prod(shape, dtype=object))
-        if elements > limits.MAX_TENSOR_ELEMENTS:
-            raise Problem(f"output shape {shape} has {elements} elements (limit MAX_TENSOR_ELEMENTS = "
-                          f"{limits.MAX_TENSOR_ELEMENTS})")
-        self.tensor_elements += elements
-        if self.tensor_elements > limits.MAX_TOTAL_TENSOR_ELEMENTS:
-            raise Problem(f"the computed tensors reach {self.tensor_elements} elements (limit "
-                          f"MAX_TOTAL_TENSOR_ELEMENTS = {limits.MAX_TOTAL_TENSOR_ELEMENTS})")
+        self._count(int(np.prod(shape, dtype=object)), "tensor", f"output shape {shape} has",
+                    "the computed tensors reach")
         if len(self.layers) >= limits.MAX_LAYERS:
             raise Problem(f"more than {limits.MAX_LAYERS} layers (limit MAX_LAYERS)")
         self.layers.append(layer)
@@ -546,13 +540,19 @@ class _Converter:
 
     def count_constant(self, elements, what):
         """Account for a constant of `elements` before it is made: per tensor and in total."""
+        self._count(elements, "constant", f"{what} would make", f"{what} brings the constants to")
+
+    def _count(self, elements, kind, one, total):
+        """A tensor of `elements` checked against MAX_TENSOR_ELEMENTS, then added to the running total
+        of its kind ("tensor" or "constant") checked against MAX_TOTAL_<KIND>_ELEMENTS; `one` and
+        `total` open the refusals ("output shape (2, 3) has", "the computed tensors reach")."""
         if elements > limits.MAX_TENSOR_ELEMENTS:
-            raise Problem(f"{what} would make {elements} elements (limit MAX_TENSOR_ELEMENTS = "
-                          f"{limits.MAX_TENSOR_ELEMENTS})")
-        self.constant_elements += elements
-        if self.constant_elements > limits.MAX_TOTAL_CONSTANT_ELEMENTS:
-            raise Problem(f"{what} brings the constants to {self.constant_elements} elements (limit "
-                          f"MAX_TOTAL_CONSTANT_ELEMENTS = {limits.MAX_TOTAL_CONSTANT_ELEMENTS})")
+            raise Problem(f"{one} {elements} elements (limit MAX_TENSOR_ELEMENTS = {limits.MAX_TENSOR_ELEMENTS})")
+        counted = getattr(self, f"{kind}_elements") + elements
+        setattr(self, f"{kind}_elements", counted)
+        limit = f"MAX_TOTAL_{kind.upper()}_ELEMENTS"
+        if counted > getattr(limits, limit):
+            raise Problem(f"{total} {counted} elements (limit {limit} = {getattr(limits, limit)})")
 
     def tensor_array(self, tensor, what):
         """The array of a TensorProto held in the file (or beside it: external data), its declared
@@ -871,13 +871,19 @@ class _Converter:
 
     # ----------------------------------------------------------------------- spatial ops
 
-    def op_Conv(self, node, a, inputs, consts):
+    @staticmethod
+    def weights_and_bias(inputs, consts):
+        """A convolution's weights and its optional bias: initializers, never computed from the input."""
         w = consts[1]
         if w is None:
             raise Problem("weights computed from the input (only an initializer)")
         b = consts[2] if len(inputs) > 2 and inputs[2] else None
         if len(inputs) > 2 and inputs[2] and b is None:
             raise Problem("bias computed from the input")
+        return w, b
+
+    def op_Conv(self, node, a, inputs, consts):
+        w, b = self.weights_and_bias(inputs, consts)
         rank = w.ndim - 2
         if rank not in (1, 2, 3):
             raise Problem(f"{rank}-D convolution (1-D, 2-D and 3-D only)")
@@ -909,12 +915,7 @@ class _Converter:
         minus pads (plus output_padding at the end; a negative pad removes cells), then a stride-1
         Conv2D of the flipped kernel with in/out channels swapped. The non-zero products are the
         same ones ONNX sums; the added terms are exact zeros."""
-        w = consts[1]
-        if w is None:
-            raise Problem("weights computed from the input (only an initializer)")
-        b = consts[2] if len(inputs) > 2 and inputs[2] else None
-        if len(inputs) > 2 and inputs[2] and b is None:
-            raise Problem("bias computed from the input")
+        w, b = self.weights_and_bias(inputs, consts)
         rank = w.ndim - 2
         if rank not in (1, 2):
             raise Problem(f"{rank}-D transposed convolution (1-D and 2-D only)")

@@ -105,34 +105,39 @@ def _int8_end(model, sub, k, n, side):
     return False
 
 
+#: a float32 end's converter: input -> (the operator that reads it, its wording), output -> (that makes it)
+_FLOAT_END_OPS = {"input": ("QUANTIZE", "is read by", "one QUANTIZE to int8 expected"),
+                  "output": ("DEQUANTIZE", "is made by", "one DEQUANTIZE of int8 expected")}
+
+
+def _cut_float_ends(graph, role, removed, floats):
+    """The graph's inputs (role "input") or outputs with each float32 one replaced by the int8 tensor
+    of its one QUANTIZE (DEQUANTIZE), whose index goes to `removed` and the float tensor's name to
+    floats[role]; any other float32 end is refused in one line."""
+    op_name, verb, expected = _FLOAT_END_OPS[role]
+    ends = list(graph.inputs if role == "input" else graph.outputs)
+    for k, index in enumerate(ends):
+        tensor = graph.tensors[index]
+        if tensor.type_name != "float32":
+            continue
+        ops = [op for op in graph.operators if index in (op.inputs if role == "input" else op.outputs)]
+        if len(ops) != 1 or ops[0].op != op_name:
+            raise Problem(f"the float32 {role} '{tensor.name}' {verb} {', '.join(op.op for op in ops) or 'nothing'} "
+                          f"({expected})")
+        removed.add(ops[0].index)
+        ends[k] = ops[0].outputs[0] if role == "input" else ops[0].inputs[0]
+        floats[role].append(tensor.name)
+    return ends
+
+
 def _int8_ends(graph):
     """The graph with float32 ends cut off: a QUANTIZE of a float32 input and a DEQUANTIZE to a
     float32 output are removed, their int8 tensors become the input and the output (the C API is
     int8; the header gives the scales the QUANTIZE and DEQUANTIZE used). Every input and output of a
     model of several is cut alike (all float32 or all int8 at each end). (graph, the ends cut)."""
-    removed, inputs, outputs, floats = set(), list(graph.inputs), list(graph.outputs), {"input": [], "output": []}
-    for k, index in enumerate(graph.inputs):
-        t_in = graph.tensors[index]
-        if t_in.type_name != "float32":
-            continue
-        users = [op for op in graph.operators if index in op.inputs]
-        if len(users) != 1 or users[0].op != "QUANTIZE":
-            raise Problem(f"the float32 input '{t_in.name}' is read by {', '.join(op.op for op in users) or 'nothing'} "
-                          "(one QUANTIZE to int8 expected)")
-        removed.add(users[0].index)
-        inputs[k] = users[0].outputs[0]
-        floats["input"].append(t_in.name)
-    for k, index in enumerate(graph.outputs):
-        t_out = graph.tensors[index]
-        if t_out.type_name != "float32":
-            continue
-        makers = [op for op in graph.operators if index in op.outputs]
-        if len(makers) != 1 or makers[0].op != "DEQUANTIZE":
-            raise Problem(f"the float32 output '{t_out.name}' is made by "
-                          f"{', '.join(op.op for op in makers) or 'nothing'} (one DEQUANTIZE of int8 expected)")
-        removed.add(makers[0].index)
-        outputs[k] = makers[0].inputs[0]
-        floats["output"].append(t_out.name)
+    removed, floats = set(), {"input": [], "output": []}
+    inputs = _cut_float_ends(graph, "input", removed, floats)
+    outputs = _cut_float_ends(graph, "output", removed, floats)
     for role, count in (("input", len(graph.inputs)), ("output", len(graph.outputs))):
         if 0 < len(floats[role]) < count:
             raise Problem(f"{role}s {', '.join(floats[role])} are float32 and the other {role}s int8 (nnbuild "

@@ -60,6 +60,30 @@ class Index:
         return self.readers.get(name, []) == [reader_index] and not _is_output(self.model, name)
 
 
+def merge_into_producer(model, layer_type, merge):
+    """Each layer of `layer_type` whose one input comes from a layer it is the only reader of,
+    merged into that producer: merge(producer, layer) -> (the merged producer, or None to keep both;
+    a log line or None). The merged layer keeps the producer's name and its readers read it.
+    Returns (the rebuilt model, the log)."""
+    layers, log, renamed, removed = list(model.layers), [], {}, set()
+    index_of = Index(model)
+    for index, layer in enumerate(model.layers):
+        if not isinstance(layer, layer_type):
+            continue
+        src = index_of.source(index)
+        if src is None or src in removed or not index_of.only_reader(src, index):
+            continue
+        merged, line = merge(layers[src], layer)
+        if line:
+            log.append(line)
+        if merged is not None:
+            layers[src] = merged
+            removed.add(index)
+            renamed[layer.name] = merged.name
+    kept = [l for i, l in enumerate(layers) if i not in removed]
+    return rebuild(model, kept, renamed), log
+
+
 def rebuild(model, layers, renamed):
     """A copy of `model` with `layers` (in order); reads of a tensor in `renamed` (old -> new name)
     go to its replacement. Removing a layer whose only input replaces it keeps a chain a chain."""

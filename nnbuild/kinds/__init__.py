@@ -44,6 +44,23 @@ def get(name):
         raise NNBuildError(f"unknown model kind '{name}' (known: {', '.join(sorted(KINDS))})") from None
 
 
+def load_file(path, name=None, environment=None):
+    """The model a front-end reads from `path`, its C prefix `name` (checked) when one is given:
+    what every kind's load starts from."""
+    from nnbuild import frontends
+    model = frontends.load(path, environment=environment)
+    if name:
+        model.name = codegen.check_model_name(name)
+    return model
+
+
+def failed_run(results, label):
+    """The run `label` of a check's record when its error exceeds the tolerance (what `nnbuild
+    check` fails on: a NaN error fails too), else None."""
+    run = results["runs"][label]
+    return None if run["max_abs_error"] <= results["tolerance"] else run
+
+
 def of_model(model):
     """The kind module of a loaded model (`model.kind`, "nn" for the IR graph)."""
     return get(getattr(model, "kind", "nn"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import frontends
+from nnbuild import kinds
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import gravity as ir
@@ -41,11 +41,7 @@ def compare(runs, reference_npz, tolerance):
 
 def load(path, name=None, environment=None):
     """The program a .g file declares; no graph passes apply: (model, [])."""
-    model = frontends.load(path)
-    if name:
-        from nnbuild import codegen
-        model.name = codegen.check_model_name(name)
-    return model, []
+    return kinds.load_file(path, name), []
 
 
 def entries(name, model_path):

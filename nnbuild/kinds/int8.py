@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import codegen, frontends
+from nnbuild import codegen, kinds
 from nnbuild.checks import data as check_data
 from nnbuild.errors import NNBuildError
 from nnbuild.kinds import nn
@@ -33,10 +33,7 @@ ERROR_FORMAT = "{:.0f}"
 
 def load(path, name=None, environment=None):
     """The quantized graph as read (no float passes apply to it): (model, [])."""
-    model = frontends.load(path, environment=environment)
-    if name:
-        model.name = codegen.check_model_name(name)
-    return model, []
+    return kinds.load_file(path, name, environment), []
 
 
 def precision_refusal(precision):
@@ -51,12 +48,8 @@ def check_main():
     return CHECK_MAIN
 
 
-def check_defines(name):
-    """int8_check_main.c bound to model `name` through its generated header's macros."""
-    api = codegen.api(name)
-    return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
-            ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"]),
-            ("NN_INPUT_COUNT", api["input_count_macro"]), ("NN_ARGS", api["args_macro"])]
+#: int8_check_main.c takes check_main.c's macros
+check_defines = nn.check_defines
 
 
 def reference_arrays(model, count, seed, input_range, data=None):
@@ -82,14 +75,7 @@ def reference_arrays(model, count, seed, input_range, data=None):
         x[:1], x[1:2] = -128, 127
     x = np.asarray(x, np.int64)
     y = np.stack([_run_flat(model, row) for row in x]) if len(x) else np.zeros((0, model.output_size))
-    arrays = {"x": x.astype(np.float32), "y": y.astype(np.float64), "kind": np.array(NAME)}
-    if model.several_io:   # the outputs' C arguments, in the order y holds them: errors per output
-        outs = [a for a in model.arguments() if a["role"] == "out"]
-        arrays["output_names"] = np.array([a["name"] for a in outs])
-        arrays["output_sizes"] = np.array([a["size"] for a in outs])
-    if framework is not None:
-        arrays["y_framework"] = framework
-    return arrays
+    return nn.check_arrays(NAME, model, x.astype(np.float32), y.astype(np.float64), framework)
 
 
 def _run_flat(model, row):
@@ -164,8 +150,6 @@ def check_line(results, name, label, shape):
 
 
 def check_failure(results, label):
-    run = results["runs"][label]
-    if run["max_abs_error"] <= results["tolerance"]:
-        return None
-    return (f"max error {run['max_abs_error']:.0f} int8 steps > tolerance {results['tolerance']:g} "
-            "(vs TFLite Micro's int8 kernels)")
+    run = kinds.failed_run(results, label)
+    return run and (f"max error {run['max_abs_error']:.0f} int8 steps > tolerance {results['tolerance']:g} "
+                    "(vs TFLite Micro's int8 kernels)")

@@ -3,7 +3,7 @@ front-ends, run through the default passes, checked as max |C - float64 referenc
 
 import numpy as np
 
-from nnbuild import codegen, frontends, passes
+from nnbuild import codegen, kinds, passes
 from nnbuild.checks import data as check_data
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.checks.semantic import max_abs_error
@@ -23,10 +23,7 @@ ERROR_FORMAT = "{:.3g}"
 
 def load(path, name=None, environment=None):
     """Front-end, then the default passes: (model, passes log)."""
-    model = frontends.load(path, environment=environment)
-    if name:
-        model.name = codegen.check_model_name(name)
-    return passes.run(model)
+    return passes.run(kinds.load_file(path, name, environment))
 
 
 def precision_refusal(precision):
@@ -42,8 +39,9 @@ def check_main():
 
 
 def check_defines(name):
-    """check_main.c bound to model `name` through its generated header's macros (the model file is
-    not opened while SCons reads the build description)."""
+    """check_main.c (or int8_check_main.c, which takes the same macros) bound to model `name` through
+    its generated header's macros (the model file is not opened while SCons reads the build
+    description)."""
     api = codegen.api(name)
     return [("NN_HEADER", f'"{api["header"]}"'), ("NN_INFER", api["infer"]),
             ("NN_IN", api["inputs_macro"]), ("NN_OUT", api["outputs_macro"]),
@@ -60,7 +58,13 @@ def reference_arrays(model, count, seed, input_range, data=None):
     else:
         x = check_inputs(model.input_size, count, seed, input_range)
     y = reference.run_flat(model, x, dtype=np.float64)
-    arrays = {"x": x, "y": np.asarray(y).reshape(len(x), -1), "kind": np.array(NAME)}
+    return check_arrays(NAME, model, x, np.asarray(y).reshape(len(x), -1), framework)
+
+
+def check_arrays(kind_name, model, x, y, framework=None):
+    """inputs.npz's arrays: x, y, the kind, the outputs' C arguments of a model of several outputs
+    (in the order y holds them: errors per output), and a data file's own outputs as y_framework."""
+    arrays = {"x": x, "y": y, "kind": np.array(kind_name)}
     if model.several_io:   # the outputs' C arguments, in the order y holds them: errors per output
         outs = [a for a in model.arguments() if a["role"] == "out"]
         arrays["output_names"] = np.array([a["name"] for a in outs])
@@ -140,7 +144,5 @@ def check_line(results, name, label, shape):
 
 def check_failure(results, label):
     """The one line `nnbuild check` fails with, or None."""
-    run = results["runs"][label]
-    if run["max_abs_error"] <= results["tolerance"]:
-        return None
-    return f"max error {run['max_abs_error']:.3g} > tolerance {results['tolerance']:.3g}"
+    run = kinds.failed_run(results, label)
+    return run and f"max error {run['max_abs_error']:.3g} > tolerance {results['tolerance']:.3g}"

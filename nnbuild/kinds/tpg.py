@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbuild import codegen, frontends
+from nnbuild import codegen, kinds
 from nnbuild.checks import data as check_data
 from nnbuild.checks.inputs import check_inputs
 from nnbuild.errors import NNBuildError
@@ -31,10 +31,7 @@ ERROR_FORMAT = "{:.0f}"
 
 def load(path, name=None, environment=None):
     """The graph and its environment; no graph passes apply: (model, [])."""
-    model = frontends.load(path, environment=environment)
-    if name:
-        model.name = codegen.check_model_name(name)
-    return model, []
+    return kinds.load_file(path, name, environment), []
 
 
 def check_main():
@@ -171,8 +168,8 @@ def check_line(results, name, label, shape):
 
 def check_failure(results, label):
     """The one line `nnbuild check` fails with, or None."""
-    run = results["runs"][label]
-    if run["max_abs_error"] <= results["tolerance"]:
+    run = kinds.failed_run(results, label)
+    if run is None:
         return None
     framework = run.get("vs_framework", 0)
     if framework >= run["mismatches"]:

@@ -14,32 +14,22 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def fold_batchnorm(model):
-    layers, log, renamed, removed = list(model.layers), [], {}, set()
-    index_of = rewrite.Index(model)
-    for index, layer in enumerate(model.layers):
-        if not isinstance(layer, BatchNorm):
-            continue
-        src = index_of.source(index)
-        if src is None or src in removed:
-            continue
-        conv = layers[src]
-        if (getattr(conv, "kind", None) not in ("conv2d", "dense") or conv.activation != "linear"
-                or not index_of.only_reader(src, index)):
-            continue
-        alpha, offset = layer.scale_offset(np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            kernel64 = np.asarray(conv.kernel, np.float64) * alpha
-            bias64 = (np.zeros(alpha.shape) if conv.bias is None else np.asarray(conv.bias, np.float64)) * alpha + offset
-        if not all(np.all(np.isfinite(a)) and np.all(np.abs(a) <= FLOAT32_MAX) for a in (kernel64, bias64)):
-            log.append(f"fold_batchnorm: BatchNormalization '{layer.name}' not folded into {conv.source_type} "
-                       f"'{conv.name}': the rescaled weights would exceed float32")
-            continue
-        kernel, bias = kernel64.astype(np.float32), bias64.astype(np.float32)
-        kernel.flags.writeable = bias.flags.writeable = False
-        layers[src] = dataclasses.replace(conv, kernel=kernel, bias=bias, activation=layer.activation)
-        removed.add(index)
-        renamed[layer.name] = conv.name
-        log.append(f"fold_batchnorm: BatchNormalization '{layer.name}' folded into "
-                   f"{conv.source_type} '{conv.name}' (kernel and bias rescaled, Property 4)")
-    kept = [l for i, l in enumerate(layers) if i not in removed]
-    return rewrite.rebuild(model, kept, renamed), log
+    return rewrite.merge_into_producer(model, BatchNorm, _folded)
+
+
+def _folded(conv, layer):
+    """(conv with the BatchNorm `layer` folded in, log line); (None, ...) when it cannot be."""
+    if getattr(conv, "kind", None) not in ("conv2d", "dense") or conv.activation != "linear":
+        return None, None
+    alpha, offset = layer.scale_offset(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        kernel64 = np.asarray(conv.kernel, np.float64) * alpha
+        bias64 = (np.zeros(alpha.shape) if conv.bias is None else np.asarray(conv.bias, np.float64)) * alpha + offset
+    if not all(np.all(np.isfinite(a)) and np.all(np.abs(a) <= FLOAT32_MAX) for a in (kernel64, bias64)):
+        return None, (f"fold_batchnorm: BatchNormalization '{layer.name}' not folded into {conv.source_type} "
+                      f"'{conv.name}': the rescaled weights would exceed float32")
+    kernel, bias = kernel64.astype(np.float32), bias64.astype(np.float32)
+    kernel.flags.writeable = bias.flags.writeable = False
+    return (dataclasses.replace(conv, kernel=kernel, bias=bias, activation=layer.activation),
+            f"fold_batchnorm: BatchNormalization '{layer.name}' folded into "
+            f"{conv.source_type} '{conv.name}' (kernel and bias rescaled, Property 4)")

@@ -53,6 +53,23 @@ static inline void nnbuild_put_f32(unsigned char *b, float f)
     nnbuild_put_u32(b, w);
 }
 
+/* A record's n float32 values into v, and v's n values into a record. */
+static inline void nnbuild_get_f32s(float *v, const unsigned char *b, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; ++i)
+        v[i] = nnbuild_get_f32(b + 4 * i);
+}
+
+static inline void nnbuild_put_f32s(unsigned char *b, const float *v, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; ++i)
+        nnbuild_put_f32(b + 4 * i, v[i]);
+}
+
 static inline double nnbuild_get_f64(const unsigned char *b)
 {
     uint64_t w = ((uint64_t)nnbuild_get_u32(b + 4) << 32) | nnbuild_get_u32(b);

@@ -35,15 +35,12 @@ static void nnbuild_step(const unsigned char *inbuf, unsigned char *outbuf)
 {
     static float in[NN_IN];
     static float out[NN_OUT];
-    int i;
 
-    for (i = 0; i < NN_IN; ++i)
-        in[i] = nnbuild_get_f32(inbuf + 4 * i);
+    nnbuild_get_f32s(in, inbuf, NN_IN);
     NNBUILD_STACK_PAINT();
     NN_CALL(in, out);
     NNBUILD_STACK_REPORT();
-    for (i = 0; i < NN_OUT; ++i)
-        nnbuild_put_f32(outbuf + 4 * i, out[i]);
+    nnbuild_put_f32s(outbuf, out, NN_OUT);
 }
 
 NNBUILD_SERVE_VECTORS("check_main", nnbuild_step)

@@ -77,13 +77,10 @@ static void nnbuild_step(const unsigned char *inbuf, unsigned char *outbuf)
 {
     static float in[NN_CASE_IN];
     static float out[NN_OUT];
-    int i;
 
-    for (i = 0; i < NN_CASE_IN; ++i)
-        in[i] = nnbuild_get_f32(inbuf + 4 * i);
+    nnbuild_get_f32s(in, inbuf, NN_CASE_IN);
     learn(in, out);
-    for (i = 0; i < NN_OUT; ++i)
-        nnbuild_put_f32(outbuf + 4 * i, out[i]);
+    nnbuild_put_f32s(outbuf, out, NN_OUT);
 }
 
 int main(void)
