@@ -609,14 +609,32 @@ def _speaks_cmake(the_plan):
     return the_plan
 
 
-def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None, stale=None):
+#: tasks of a model's plan that run as one `python -m nnbuild` process (cli.STEP_SEPARATOR): the same
+#: inputs (the generated C; the check programs) and the same reruns, one interpreter start-up instead
+#: of several. The model's WCET, report and gate are one more (a firmware leaves them out of `all`).
+CMAKE_MODEL_GROUPS = {"program": "programs", "size": "checks", "run": "checks", "compare": "checks",
+                      "wcet": "analysis", "report": "analysis", "gate": "analysis", "select": "analysis"}
+
+
+def _model_group(task):
+    return CMAKE_MODEL_GROUPS.get(task.step)
+
+
+def _firmware_group(task):
+    """A firmware's checks of one model (memory, WCET, report, gate) in one process; its images in one."""
+    return "images" if task.step == "image" else f"model:{task.role.split('/')[0]}"
+
+
+def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base=None, stale=None, group=_model_group):
     """add_custom_command()s running `python -m nnbuild <step>` for every task of a plan: the same
     step table and argument lists as the SCons actions (program tasks run the `program` step).
 
     Every command runs through ${NNBUILD_STEP_COMMAND} (nnbuild.cmake: the board folders of the
     cache in its environment), names the plan's board by its file (a board given by path works in
     every step), and first removes what `stale(task, targets)` lists (CMake arguments: the gate.json
-    and release images the step's outputs would otherwise sit beside, stale until the gates rerun)."""
+    and release images the step's outputs would otherwise sit beside, stale until the gates rerun).
+    Tasks of one `group(task)` key run in one command, one process (in dependency order, the first
+    failure stopping it): its outputs are every task's, its dependencies those from outside."""
     build_dir = Path(build_dir)
 
     def where(path):
@@ -630,7 +648,7 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
     def by_file(value):   # the plan's board by name or reference (Board.ref: relative to configure's cwd)
         return board_file if value in (the_plan.board.name, getattr(the_plan.board, "ref", None)) else value
 
-    out, made = [], {}
+    commands, made = {}, {}   # group key (or the task) -> [one entry per task]
     for task in the_plan.tasks:
         depends = [board_file, *extra_depends]
         if task.step == "program":
@@ -669,22 +687,51 @@ def _cmake_commands(the_plan, build_dir, tools_dir, extra_depends=(), label_base
         targets = [where(t) for t in task.targets]
         label = steps.STEPS[task.step].label if task.step in steps.STEPS else "Building"
         removed = list(stale(task, targets)) if stale and task.step != "harness" else []
+        entry = dict(targets=targets, argv=argv, depends=depends, removed=removed,
+                     comment=f"{label} {os.path.relpath(targets[0], label_base or build_dir)}")
+        key = None if task.step == "harness" else group(task)
+        commands.setdefault(key if key is not None else id(task), []).append(entry)
+        if task.step == "harness":
+            commands[id(task)][0]["harness"] = True
+        for t, path in zip(task.targets, targets):
+            made[t] = path
+    out = []
+    for entries in commands.values():
+        entries = _in_dependency_order(entries)
+        targets = [t for e in entries for t in e["targets"]]
+        depends = [d for e in entries for d in e["depends"] if d not in targets]
+        removed = list(dict.fromkeys(r for e in entries for r in e["removed"]))
+        argv = [word for i, e in enumerate(entries) for word in ([STEP_SEPARATOR] if i else []) + e["argv"]]
         command = (f"add_custom_command(OUTPUT {' '.join(map(_cm, targets))}\n"
                    + (f"  COMMAND \"${{CMAKE_COMMAND}}\" -E rm -f {' '.join(removed)}\n" if removed else "")
                    + f"  COMMAND ${{NNBUILD_STEP_COMMAND}} -m nnbuild {' '.join(map(_cm, argv))}\n"
                    f"  DEPENDS {' '.join(map(_cm, dict.fromkeys(depends)))}\n"
-                   f"  COMMENT {_cm('[nnbuild] ' + label + ' ' + os.path.relpath(targets[0], label_base or build_dir))}\n"
+                   f"  COMMENT {_cm('[nnbuild] ' + '; '.join(e['comment'] for e in entries))}\n"
                    + ("  COMMAND_EXPAND_LISTS\n" if any("$<" in r for r in removed) else "")
                    + "  VERBATIM)\n")
-        if task.step == "harness":  # one harness per build tree, whichever model comes first
+        if entries[0].get("harness"):  # one harness per build tree, whichever model comes first
             guard = "nnbuild_tool_" + Path(targets[0]).name
             command = (f"if(NOT TARGET {guard})\n{command}add_custom_target({guard} DEPENDS {_cm(targets[0])})\n"
                        "endif()\n")
             made["harness"] = guard
         out.append(command)
-        for t, path in zip(task.targets, targets):
-            made[t] = path
     return "".join(out), made
+
+
+#: between the steps of one `python -m nnbuild` command (nnbuild.cli runs them in order)
+STEP_SEPARATOR = "--then"
+
+
+def _in_dependency_order(entries):
+    """The tasks of one command, each after those of the command whose outputs it reads (the memory
+    report before the target's run); otherwise in the plan's order."""
+    ordered, left = [], list(entries)
+    while left:
+        produced_later = {t for e in left for t in e["targets"]}
+        ready = next((e for e in left if not (set(e["depends"]) & produced_later) - set(e["targets"])), left[0])
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
 
 
 def _model_stale(target, build_dir):
@@ -692,19 +739,33 @@ def _model_stale(target, build_dir):
     (report.json, report.html) unless the step writes or reads it (report, select, gate): a report
     of an earlier run never sits beside a failed step's outputs; and the release images and
     firmware checks of every firmware holding the model (nnbuild_add_firmware appends them to the
-    target's NNBUILD_STALE property, read when the build files are generated)."""
+    target's NNBUILD_STALE property, read when the build files are generated), except by the
+    model's own WCET, report and gate where a firmware's checks stand for them (CMAKE_FIRMWARE_CHECKS:
+    the images do not wait for those, so `ninja <target>_checks` leaves the release alone)."""
     gate, reports = Path(build_dir) / "gate.json", [Path(build_dir) / "report.json", Path(build_dir) / "report.html"]
-    firmware = _cm(f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>")
+    firmware = f"$<TARGET_PROPERTY:{target},NNBUILD_STALE>"
+    unless_redone = f"$<$<NOT:$<BOOL:$<TARGET_PROPERTY:{target},{CMAKE_FIRMWARE_CHECKS}>>>:{firmware}>"
 
     def stale(task, targets):
         own = [] if task.step == "gate" or str(reports[0]) in targets else reports
-        return [*map(_cm, [gate, *own]), firmware]
+        return [*map(_cm, [gate, *own]), _cm(unless_redone if task.step in FIRMWARE_REDOES else firmware)]
     return stale
+
+
+#: the steps of a model's own plan a firmware's checks over its linked image do again (as NNFirmware's)
+FIRMWARE_REDOES = ("wcet", "report", "gate")
+
+
+#: the model library's property nnbuild_add_firmware sets: the firmware's checks over the linked image
+#: stand for the model's own WCET, report and gate, which leave `all` (as NNFirmware's, FIRMWARE_REDOES)
+CMAKE_FIRMWARE_CHECKS = "NNBUILD_FIRMWARE_CHECKS"
 
 
 def _library(target, board, roles, opt, gate, harnesses):
     """The generated C (`roles`: each generated file by its role, codegen.output_roles) as a static
-    library built after the model's gate."""
+    library built after the model's gate (`<target>_checks`, in `all`), or, once a firmware holds
+    the model (CMAKE_FIRMWARE_CHECKS), built without it and `<target>_checks` left out of `all`:
+    each analysis runs once per build, over the linked image."""
     flags = board.compiler.compile_flags(board, opt)
     board_file = Path(board.path or boards.board_path(board.name)).resolve()
     sources = [roles[r] for r in codegen.C_SOURCE_ROLES if r in roles]
@@ -715,7 +776,10 @@ def _library(target, board, roles, opt, gate, harnesses):
             + CMAKE_DETERMINISTIC_ARCHIVES +
             f"target_link_libraries({target} INTERFACE {' '.join(map(_cm, board.compiler.libs(board)))})\n"
             f"add_custom_target({target}_checks ALL DEPENDS {_cm(gate)})\n"
-            f"add_dependencies({target} {target}_checks)\n")
+            # the library waits for the model's own gate, unless a firmware redoes its analyses
+            f"add_custom_target({target}_gated DEPENDS "
+            f"{_cm(f'$<$<NOT:$<BOOL:$<TARGET_PROPERTY:{target},{CMAKE_FIRMWARE_CHECKS}>>>:{gate}>')})\n"
+            f"add_dependencies({target} {target}_gated)\n")
     for guard in dict.fromkeys(harnesses):
         text += f"add_dependencies({target}_checks {guard})\n"
     return text
@@ -820,16 +884,22 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
     any step of the image's checks first removes them and its own gate.json (and, before the
     report, its report), the link removes them all (PRE_LINK), and each model's steps remove them
     through the model target's NNBUILD_STALE. A failed gate therefore leaves no .hex, no .bin and
-    no gate.json, also after a rerun."""
-    models, model_gates, targets_of, auto = [], [], {}, set()
+    no gate.json, also after a rerun.
+
+    Each analysis runs once per build, as under NNFirmware: the checks over the image stand for a
+    model's own WCET, report and gate (over its check program), which leave `all`
+    (CMAKE_FIRMWARE_CHECKS; `ninja <model>_checks` still builds them). A precision=auto model keeps
+    its own: its candidates' analyses choose the C the image holds."""
+    models, model_gates, targets_of, dirs_of, auto = [], [], {}, {}, set()
     for d in model_dirs:
         saved = steps.read_json(Path(d) / "plan.json")
         args = saved["args"]
         models.append((plan(kind=kinds.of_file(args["model"]), path=os.environ.get("PATH"), **args), d))
-        model_gates.append(str(Path(d) / "gate.json"))
         targets_of[models[-1][0].name] = saved["target"]
-        if saved.get("auto"):
+        dirs_of[models[-1][0].name] = d
+        if saved.get("auto"):   # its own gate (over the chosen candidate) stays in the build: the images wait for it
             auto.add(models[-1][0].name)
+            model_gates.append(str(Path(d) / "gate.json"))
     board = models[0][0].board
     the_plan = _speaks_cmake(firmware_plan(firmware=elf, stem=target, board=board, models=models,
                                            path=os.environ.get("PATH")))
@@ -846,9 +916,14 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
         folder = Path(targets[0]).parent
         own = [folder / "gate.json"] + ([] if task.step in ("report", "gate") else
                                         [folder / "report.json", folder / "report.html"])
+        name = task.role.split("/")[0]
+        if task.step in ("report", "gate") and name in dirs_of and name not in auto:
+            # the model's own gate and report (out of `all`, built on demand) of earlier options go too
+            own += [Path(dirs_of[name]) / f for f in ("gate.json", "report.json", "report.html")]
         return [] if task.step == "image" else list(map(_cm, dict.fromkeys(images + [str(p) for p in own])))
 
-    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale)
+    text, made = _cmake_commands(the_plan, build_dir, build_dir, extra_depends=[elf], stale=stale,
+                                 group=_firmware_group)
     outs = [made[the_plan.nodes[k]] for k in sorted(the_plan.nodes) if k.startswith("image")]
     outs += [made[v] for v in the_plan.nodes["gates"].values()]
     text = (f"set_target_properties({target} PROPERTIES SUFFIX {_cm(board.program_suffix)})\n"
@@ -860,6 +935,9 @@ def cmake_firmware(target, elf, build_dir, model_dirs):
         checks = build_dir / f"{target}.checks" / name
         mine = images + [str(checks / f) for f in ("gate.json", "report.json", "report.html")]
         text += f"set_property(TARGET {model_target} APPEND PROPERTY NNBUILD_STALE {' '.join(map(_cm, mine))})\n"
+        if name not in auto:   # a precision=auto model's candidates' analyses choose its precision: kept
+            text += (f"set_property(TARGET {model_target} PROPERTY {CMAKE_FIRMWARE_CHECKS} TRUE)\n"
+                     f"set_property(TARGET {model_target}_checks PROPERTY EXCLUDE_FROM_ALL TRUE)\n")
     text += (f"add_custom_target({target}_nnbuild ALL DEPENDS {' '.join(map(_cm, outs))})\n"
              f"add_dependencies({target}_nnbuild {target})\n")
     return text

@@ -39,12 +39,17 @@ def test_soft_float_v2_splits_every_sum_with_libgcc_tags(tmp_path):
     """Each conv2d and dense multiply line carries fmul:no.subnormal, each signed addition
     fadd:same-sign and fadd:no.subnormal (biases zero or normal), each output's pos - neg
     fadd:no.subnormal; without soft_float (host, FPU boards) the same model keeps its sequential sums."""
-    _, out, _ = generated(tmp_path, True)
+    model, out, _ = generated(tmp_path, True)
     code = (out / "v1net.c").read_text()
     assert "NN_EXP(" in code and "pr.u &= 0x7FFFFFFFUL" in code and "neg0 -= " not in code
     assert "float32 on a soft-float board" in code
     values = json.loads((out / "v1net.flowfacts.json").read_text())["values"]
-    muls = [v for v in values if v["op"] == "mul" and v["tags"] == list(float_facts.NO_SUBNORMAL_TAGS)]
+    muls = [v for v in values if v["op"] == "mul" and v["tags"][:1] == list(float_facts.NO_SUBNORMAL_TAGS)]
+    # fmul:in.range where every weight of the layer is below 1 (the product can neither underflow nor overflow)
+    below_one = {l.name: bool(np.all(np.abs(l.kernel) < 1)) for l in model.layers if getattr(l, "kernel", None) is not None}
+    assert {v["layer"]: v["tags"][1:] for v in muls} == {
+        name: list(float_facts.FMUL_IN_RANGE_TAGS) if small else [] for name, small in below_one.items()}
+    assert all(("eW + eX <= 380" in v["why"]) == bool(v["tags"][1:]) for v in muls)
     adds = [v for v in values if v["op"] == "add"
             and v["tags"] == list(float_facts.FADD_SAME_SIGN_TAGS + float_facts.FADD_NO_SUBNORMAL_TAGS)]
     joins = [v for v in values if v["op"] == "add" and v["tags"] == list(float_facts.FADD_NO_SUBNORMAL_TAGS)]
@@ -126,15 +131,23 @@ def strided_cnn():
     return Model("stridenet", (4, 4, 3), layers)
 
 
-def adversarial_search(tmp_path, model, name, seed, total, opt=None, check_elf=None):
+def arm_board(*cflags):
+    """The ARM7TDMI board, with `cflags` after its own (gcc takes the last of -fX / -fno-X)."""
+    from nnbuild import pipeline
+    board = pipeline.load_board("arm")
+    board["cflags"] = [*board["cflags"], *cflags]
+    return board
+
+
+def adversarial_search(tmp_path, model, name, seed, total, opt=None, check_elf=None, cflags=()):
     """(bound / worst clocks) of `model` in shape v2 on the ARM7TDMI over `total` adversarial inputs
     (corners, special floats, hill-climb) under qemu-arm; fails on any input over OTAWA's bound.
     `opt`: the board's optimisation flag instead of its -O0; `check_elf(elf, flow facts)` looks at
-    the program before the analysis."""
+    the program before the analysis; `cflags` go after the board's."""
     from adversarial_search import check_bound
     from nnbuild import pipeline, wcet
     model, log = passes.run(model, None)
-    board = pipeline.load_board("arm")
+    board = arm_board(*cflags)
     elf, _ = pipeline.build_check_program(model, board, tmp_path, name=name, shape="v2", precision="float32",
                                           input_range=(-1.0, 1.0), passes_log=log, opt=opt)
     facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
@@ -170,18 +183,54 @@ def test_v2_soft_float_no_input_beats_the_otawa_bound(tmp_path):
 @needs_otawa
 @needs_qemu_arm
 def test_v2_soft_float_at_o2_gets_a_bound_no_input_beats(tmp_path):
-    """gcc -O2 threads the strided conv's `if (iy >= 0 && iy < H)` into its `ky` loop's back edge
-    (no `for` line on the latch; cifarnet's conv1 the same): the loop takes its fact by the `for`
-    test that leaves it (otawa.loops_by_exit_test) and 100 adversarial inputs stay under the bound."""
-    from nnbuild import pipeline
+    """With jump threading on (-fthread-jumps after the arm board's -fno-thread-jumps, as a board without
+    that flag builds), gcc -O2 threads the strided conv's `if (iy >= 0 && iy < H)` into its `ky` loop's
+    back edge (no `for` line on the latch): the loop takes its fact by the `for` test that leaves it
+    (otawa.loops_by_exit_test) and 100 adversarial inputs stay under the bound."""
     from nnbuild.wcet import otawa
 
     def threaded_loop(elf, facts):
-        (infer,) = otawa.disassemble(elf, pipeline.load_board("arm"))["stridenet_infer"]
+        (infer,) = otawa.disassemble(elf, arm_board())["stridenet_infer"]
         assert [fact["line"] for _, fact in otawa.loops_by_exit_test(infer, facts["loops"], set())] == [
             next(f["line"] for f in facts["loops"] if f["max_iterations"] == 3 and "total_iterations" not in f)]
-    ratio = adversarial_search(tmp_path, strided_cnn(), "stridenet", 31, 100, opt="-O2", check_elf=threaded_loop)
+    ratio = adversarial_search(tmp_path, strided_cnn(), "stridenet", 31, 100, opt="-O2", check_elf=threaded_loop,
+                               cflags=("-fthread-jumps",))
     assert ratio <= 1.8   # 1.66 measured: the top-tested reading of that loop and the skipped taps
+
+
+@pytest.mark.e2e
+@needs_otawa
+@needs_qemu_arm
+def test_v2_soft_float_tiny_cnn_at_o2_keeps_its_loops_reducible(tmp_path):
+    """gcc -O2's jump threading tests the tiny CNN's first `kx` pass (`if (ix >= 0 && ix < 4)`) before
+    the loop and jumps into the body or to the increment: a loop entered at two blocks, which no
+    per-header bound describes. The arm board's -fno-thread-jumps keeps every loop reducible: a bound
+    that 100 adversarial inputs never beat, outputs bit for bit those of -O0; the same C with threading
+    back on is refused before owcet, in one line that says what to do."""
+    from nnbuild import pipeline, wcet
+    from nnbuild.errors import NNBuildError
+    from nnbuild.wcet import otawa
+
+    def reducible(elf, facts):
+        (infer,) = otawa.disassemble(elf, arm_board())["tinynet_infer"]
+        assert otawa.irreducible_regions(otawa.build_cfg(infer), infer.start) == []
+    ratio = adversarial_search(tmp_path / "o2", tiny_cnn(), "tinynet", 37, 100, opt="-O2", check_elf=reducible)
+    assert ratio <= 1.6   # 1.53 on random inputs: the c1 taps in the padding (its 1-channel loop is gone at -O2)
+    model, log = passes.run(tiny_cnn(), None)
+    x = np.random.default_rng(3).uniform(-1, 1, (8, model.input_size)).astype(np.float32)
+    outputs = {}
+    for opt, cflags in (("-O0", ()), ("-O2", ()), ("-O2", ("-fthread-jumps",))):
+        where = tmp_path / f"{opt}{''.join(cflags)}"
+        board = arm_board(*cflags)
+        elf, _ = pipeline.build_check_program(model, board, where, name="tinynet", shape="v2", precision="float32",
+                                              input_range=(-1.0, 1.0), passes_log=log, opt=opt)
+        outputs[opt + "".join(cflags)] = pipeline.run_cases(board, elf, x, model.output_size)[0].tobytes()
+    assert len(set(outputs.values())) == 1
+    facts = json.loads((where / "gen" / "tinynet.flowfacts.json").read_text())
+    with pytest.raises(NNBuildError) as error:
+        wcet.analyze(board, elf, "tinynet_infer", facts, where / "wcet")
+    assert "is entered at 2 blocks" in str(error.value) and "compile with -fno-thread-jumps" in str(error.value)
+    assert not (where / "wcet" / "owcet.stdout").exists()
 
 
 @pytest.mark.e2e

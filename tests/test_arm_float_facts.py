@@ -472,7 +472,8 @@ def eval_float(text):
     special = {"1.0f/0.0f": math.inf, "-1.0f/0.0f": -math.inf, "0.0f/0.0f": math.nan}
     if text in special:
         return special[text]
-    return float(np.float32(float(text.rstrip("f"))))
+    number = text[:-1] if text.endswith("f") else text
+    return float(np.float32(float.fromhex(number) if "0x" in number else float(number)))
 
 
 @pytest.mark.e2e
@@ -556,6 +557,49 @@ def test_arm_fmul_out_of_range_block_runs_only_for_an_underflowing_or_overflowin
         else:
             assert c[block] == int(abs(x * y) < 2.0 ** -126 or abs(x * y) >= 2.0 ** 128), (a, b, c)
 
+
+def test_split_layer_products_are_in_range_when_every_weight_is_below_one():
+    """fmul:in.range (a soft-float split layer, mac_facts(normal_products=True)): weights zero or
+    normal below 1 (biased exponent <= 126) and the flush's eW + eX >= 128 keep every product of
+    non-zero finite factors in 2^-126 .. 2^128; a weight of 1 or more, a subnormal weight, or AVR's
+    plain threshold (exp_sum_min 127) claims nothing."""
+    facts = float_facts.mac_facts(np.array([[0.75, -2.0 ** -20], [0.0, 0.99999994]], np.float32), normal_products=True)
+    assert facts.in_range and facts.weight_exp_max == 126 and "eW + eX <= 380" in facts.why()
+    assert not float_facts.mac_facts(np.array([[0.5, 1.0]], np.float32), normal_products=True).in_range
+    assert not float_facts.mac_facts(np.array([[0.5, 1e-40]], np.float32), normal_products=True).in_range
+    plain = float_facts.mac_facts(np.array([[0.5, 0.25]], np.float32))
+    assert not plain.in_range and "380" not in plain.why()
+    assert float_facts.mac_facts(np.zeros((2, 2), np.float32), normal_products=True).in_range
+
+
+#: (weight, input): the corners fmul:in.range allows (eW + eX = 380 with the largest significands,
+#: eW + eX = 128 exactly 2^-126, both through the power-of-two shortcut and the full multiply), then
+#: a weight just above 1 (eW = 127: the product overflows) and an input one binade below the flush (eW + eX = 127)
+IN_RANGE_CASES = [("0x1.fffffep-1f", "0x1.fffffep+127f"), ("-0x1.fffffep-1f", "0x1.fffffep+127f"),
+                  ("0x1p-1f", "0x1p+127f"), ("0x1p-20f", "0x1p-106f"), ("0x1.000002p-20f", "-0x1p-106f"),
+                  ("0x1.fffffep-20f", "0x1.fffffep-106f")]
+OUT_OF_RANGE_CASES = [("0x1.000002p+0f", "0x1.fffffep+127f"), ("0x1p-20f", "0x1.fffffep-107f")]
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fmul_never_leaves_the_range_for_the_in_range_tag_and_does_just_beyond_it(tmp_path):
+    """Each pair's weight gives the MacFacts of a one-weight layer with the ARM threshold: the pairs the
+    flush keeps with fmul:in.range never reach __aeabi_fmul's out-of-range block (the `paths` row's claim);
+    the two just beyond the premises (|w| just above 1, an input the flush would zero) reach it once."""
+    cases = IN_RANGE_CASES + OUT_OF_RANGE_CASES
+    for k, (w, x) in enumerate(cases):
+        facts = float_facts.mac_facts(np.array([[eval_float(w)]], np.float32), normal_products=True)
+        kept = float_facts.biased_exponents(np.float32(eval_float(x)))[()] >= facts.keep_exp
+        assert (facts.in_range and kept) == (k < len(IN_RANGE_CASES)), (w, x)
+    source = FMUL_C.replace("@A@", ", ".join(w for w, _ in cases)).replace("@B@", ", ".join(x for _, x in cases))
+    elf = arm7tdmi_elf(tmp_path, "fmul_range", source)
+    fmul = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))["__aeabi_fmul"][0]
+    entry = next(e for e in arm_table()["paths"] if "fmul:in.range" in e["calls"])
+    assert otawa.routine_digest(fmul) == entry["sha256"] and entry["calls"]["fmul:in.range"] == 0
+    block = fmul.start + entry["blocks"]["out_of_range"]
+    calls = per_call(executed_pcs(elf, tmp_path / "step.log"), fmul.start, {block})
+    assert [c[block] for c in calls] == [0] * len(IN_RANGE_CASES) + [1] * len(OUT_OF_RANGE_CASES)
 
 # ------------------------------------------------------------------ __aeabi_fadd / __aeabi_fsub: same-sign calls
 
@@ -650,6 +694,34 @@ def test_arm_fadd_and_fsub_rescale_a_denormal_only_beside_a_value_below_2_to_the
         expected = 0 if k < NO_SUBNORMAL_CASES else 1
         assert calls[2 * k] == calls[2 * k + 1] == expected, (DENORMAL_CASES[k], calls[2 * k:2 * k + 2])
 
+
+#: (a, b): add(a, b) and sub(a, -b); both clear sign bits for the first six (fadd:same-sign: a carry
+#: out of bit 24, one subnormal operand, equal exponents, a zero), then the larger magnitude negative
+NEGATE_CASES = [("1.5f", "1e-30f"), ("16777215.0f", "1.0f"), ("3.0f", "1e-40f"), ("2.5f", "2.5000002f"),
+                ("0.0f", "1.0f"), ("1.9999999f", "1.9999998f"), ("-3.0f", "1.0f"), ("1.0f", "-3.0f"),
+                ("-2.5000002f", "2.5f")]
+POSITIVE_CASES = 6
+
+
+@pytest.mark.e2e
+@needs_qemu_arm
+def test_arm_fadd_and_fsub_never_negate_the_sum_of_same_sign_operands(tmp_path):
+    """__aeabi_fadd's negation block (+0x7c, fsub's +0x80) per call: never for two operands with
+    clear sign bits (fadd:same-sign), once when the larger magnitude is negative (the untagged limit)."""
+    source = FADD_C.replace("@A@", ", ".join(a for a, _ in NEGATE_CASES)).replace(
+        "@B@", ", ".join(b for _, b in NEGATE_CASES))
+    elf = arm7tdmi_elf(tmp_path, "fadd", source)
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "negate" in e["blocks"]}
+    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
+    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
+    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
+    assert all(e["calls"] == {"fadd:same-sign": 0, "other": -1} for e in entries.values())
+    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["negate"]
+    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["negate"] == block
+    pcs = executed_pcs(elf, tmp_path / "step.log")
+    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
+    assert calls == [0] * 2 * POSITIVE_CASES + [1] * 2 * (len(NEGATE_CASES) - POSITIVE_CASES)
 
 @pytest.mark.e2e
 @needs_qemu_arm

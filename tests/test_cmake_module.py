@@ -120,21 +120,30 @@ def test_a_failed_gate_leaves_no_gate_and_no_image_on_a_board_given_by_path(tmp_
     first = ninja(root)
     build = root / "b"
     assert first.returncode == 0, first.stdout[-3000:]
-    assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex", "nnbuild-models/ctl/gate.json"]
-    report = json.loads((build / "nnbuild-models/ctl/report.json").read_text())
+    # each analysis once, over the linked image (as NNFirmware): the model's own WCET, report and gate
+    # over its check program are not in `all`
+    assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex"]
+    assert not (build / "nnbuild-models/ctl/wcet.json").exists()
+    report = json.loads((build / "app.checks/xor/report.json").read_text())
     assert report["target"] == "myavr" and report["wcet"]["met"] is True
     assert report["deadline_origin"] == "DEADLINE of nnbuild_add_model"
     lines = [l for l in first.stdout.splitlines() if l.startswith("[")]
+    assert len([l for l in lines if "WCET analysis" in l]) == 1, lines
     images = [i for i, l in enumerate(lines) if "Writing image" in l]
-    gates = [i for i, l in enumerate(lines) if "] Gates " in l]
+    gates = [i for i, l in enumerate(lines) if "Gates " in l]
     assert images and gates and min(images) > max(gates), lines    # the images come after every gate
+    own = ninja(root, "ctl_checks")   # the model's own gate, on demand
+    assert own.returncode == 0, own.stdout[-3000:]
+    assert released(build) == ["app.bin", "app.checks/xor/gate.json", "app.hex", "nnbuild-models/ctl/gate.json"]
+    assert "Writing image" not in own.stdout and "app.checks" not in own.stdout, own.stdout
 
     text = (root / "CMakeLists.txt").read_text().replace("DEADLINE 5ms", "DEADLINE 0.1ms")
     (root / "CMakeLists.txt").write_text(text)
     failed = ninja(root)   # ninja reconfigures: the CMakeLists.txt changed
     assert failed.returncode != 0 and "> deadline 0.1 ms" in failed.stdout, failed.stdout[-3000:]
     assert released(build) == []
-    assert (build / "nnbuild-models/ctl/report.json").exists()  # the new report, alone
+    assert (build / "app.checks/xor/report.json").exists()  # the new report, alone
+    assert not (build / "nnbuild-models/ctl/report.json").exists()   # the model's own, of the earlier run: removed
     again = ninja(root)
     assert again.returncode != 0 and "> deadline 0.1 ms" in again.stdout, again.stdout[-3000:]
     assert released(build) == []
@@ -289,3 +298,38 @@ def test_cmake_model_values_use_the_shared_parsers(tmp_path):
     assert pipeline.cmake_model_values(SimpleNamespace(**dict(base, deadline="None")))["deadline"] is None
     with pytest.raises(NNBuildError, match="COUNT: check inputs"):
         pipeline.cmake_model_values(SimpleNamespace(**dict(base, count="0")))
+
+
+def test_one_nnbuild_run_takes_several_steps_in_order_and_stops_at_the_first_failure(tmp_path, capsys):
+    """CMake's grouped commands (`nnbuild STEP ... --then STEP ...`): each step as its own run would
+    do it, in order; the first failing one ends the run with its status, the steps after it do not run."""
+    from nnbuild import cli
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"tolerance": 1e-4, "max_abs_error_by_run": {"host": 0.0}}))
+    bad.write_text(json.dumps({"tolerance": 1e-4, "max_abs_error_by_run": {"host": 1.0}}))
+    outs = [tmp_path / f"gate{i}.json" for i in range(3)]
+    assert cli.main(["gate", str(good), "-o", str(outs[0]), "--then", "gate", str(good), "-o", str(outs[1])]) == 0
+    assert outs[0].is_file() and outs[1].is_file()
+    for out in outs:
+        out.unlink(missing_ok=True)
+    assert cli.main(["gate", str(good), "-o", str(outs[0]), "--then", "gate", str(bad), "-o", str(outs[1]),
+                     "--then", "gate", str(good), "-o", str(outs[2])]) == 2
+    assert outs[0].is_file() and not outs[1].exists() and not outs[2].exists()
+    assert "host run vs float64 reference" in capsys.readouterr().err
+    assert cli.main(["boards", "--then", "gate", str(good), "-o", str(outs[2])]) == 2   # pipeline steps only
+    assert "'--then' separates pipeline steps (got 'boards')" in capsys.readouterr().err and not outs[2].exists()
+
+
+def test_a_firmware_build_runs_each_analysis_once_in_few_processes(tmp_path):
+    """The firmware's CMake code (cmake_firmware over a model's export): per model one command for
+    its memory report, WCET bound, report and gate over the image, one for both images; the model's
+    own analysis (over its check program) leaves `all` and the images no longer wait for it."""
+    from nnbuild import pipeline
+    model_dir = tmp_path / "m"
+    text = pipeline.cmake_model("ctl", str(model_dir), str(tmp_path / "tools"), model=str(XOR / "xor.h5"),
+                                name="xor", board="avr", precision="float32", wcet=None)
+    assert text.count("-m nnbuild") == 6   # generate, reference, programs, checks (runs...), analysis
+    firmware = pipeline.cmake_firmware("app", "$<TARGET_FILE:app>", str(tmp_path), [str(model_dir)])
+    assert firmware.count("-m nnbuild") == 2 and firmware.count('"--then"') == 4, firmware
+    assert "PROPERTY NNBUILD_FIRMWARE_CHECKS TRUE" in firmware and "ctl_checks PROPERTY EXCLUDE_FROM_ALL TRUE" in firmware
+    assert str(model_dir / "gate.json") not in firmware.split("Writing image")[0].rsplit("add_custom_command", 1)[1]

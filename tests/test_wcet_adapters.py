@@ -362,8 +362,26 @@ def test_an_irreducible_cycle_gets_no_bound_by_its_exit_test():
     func = otawa.Function("f", 0x100, [otawa.Insn(a, m, o, "f.c", l) for a, m, o, l in rows])
     facts = [{"function": "f", "file": "f.c", "line": 10, "last_line": 30, "max_iterations": 3}]
     assert [hex(l.header) for l in otawa.natural_loops(func)] == ["0x10c"]
-    assert otawa.irreducible_blocks(otawa.build_cfg(func), 0x100) == {0x118, 0x120}
     assert otawa.loops_by_exit_test(func, facts, set()) == []
+    # the whole cycle, entered at the increment (0x10c) and in the body (0x120): refused before owcet,
+    # in one line that says what to do
+    assert otawa.irreducible_regions(otawa.build_cfg(func), 0x100) == [({0x10c, 0x118, 0x120, 0x124}, {0x10c, 0x120})]
+    with pytest.raises(NNBuildError) as error:
+        otawa.require_reducible({"f": [func]}, facts, "f")
+    message = str(error.value)
+    assert "\n" not in message and "f+0xc, f+0x20 (C lines 10-20) is entered at 2 blocks" in message
+    assert "compile with -fno-thread-jumps" in message
+
+
+def test_nested_reducible_loops_have_no_irreducible_region():
+    """The threaded cifarnet nest (three loops, a latch on a body line) and a top-tested loop each have
+    one entry per cycle: no region, nothing refused."""
+    top_tested = [(0x100, "mov", "r3, #0"), (0x104, "b", "110 <f+0x10>"), (0x108, "add", "r3, r3, #1"),
+                  (0x10c, "str", "r3, [sp]"), (0x110, "cmp", "r3, #9"), (0x114, "ble", "108 <f+0x8>"),
+                  (0x118, "bx", "lr")]
+    for func in (threaded()["f"][0], loop_function(top_tested)):
+        assert otawa.irreducible_regions(otawa.build_cfg(func), func.start) == []
+    otawa.require_reducible(threaded(), THREADED_FACTS, "f")
 
 
 def test_back_edge_counts_written_per_loop_form():

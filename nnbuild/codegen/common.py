@@ -74,7 +74,8 @@ def split_plan(kernel, storage, keep_exp, bias=None):
     normal_sums = facts.weights_normal and (bias is None or float_facts.zero_or_normal(bias))
     no_subnormal = float_facts.FADD_NO_SUBNORMAL_TAGS if normal_sums else ()
     return {"facts": facts, "keep_exp": keep_exp,
-            "mul_tags": float_facts.NO_SUBNORMAL_TAGS, "add_tags": float_facts.FADD_SAME_SIGN_TAGS + no_subnormal,
+            "mul_tags": float_facts.NO_SUBNORMAL_TAGS + (float_facts.FMUL_IN_RANGE_TAGS if facts.in_range else ()),
+            "add_tags": float_facts.FADD_SAME_SIGN_TAGS + no_subnormal,
             "add_note": "; p is zero, normal, inf or NaN, never subnormal (non-zero factors have eW + eX >= 128)"
                         + ("; the bias is zero or normal, so neither operand is subnormal" if no_subnormal else ""),
             "add_magnitude": True, "join_tags": no_subnormal,

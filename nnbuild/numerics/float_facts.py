@@ -51,6 +51,11 @@ NORMAL_PRODUCT_TAGS = ("fmul:normal.product",)
 FADD_SAME_SIGN_TAGS = ("fadd:same-sign",)
 #: a multiply of two finite factors: libgcc's __aeabi_fmul never runs its inf/NaN cases (newlib expf's)
 FMUL_FINITE_TAGS = ("fmul:finite",)
+#: a soft-float split layer's multiply whose weights are all zero or normal below 1 in magnitude
+#: (`MacFacts.in_range`): two normal factors have 128 <= eW + eX <= 126 + 254 = 380, so their product is
+#: normal before and after rounding (2^-126 <= |w x| < |x|); a zero, inf or NaN factor is a special case
+#: of the routine. libgcc's ARM __aeabi_fmul never takes its underflow/overflow block (arm_libloops.json "paths")
+FMUL_IN_RANGE_TAGS = ("fmul:in.range",)
 #: an addition neither of whose operands is subnormal (or one is, and the other is at least 2^-101 in
 #: magnitude): libgcc's __aeabi_fadd never rescales a denormal operand (Lad_d; arm_libloops.json "paths").
 #: A split layer's sums with zero-or-normal biases and normal products (`split_add_tags`), newlib expf's
@@ -103,13 +108,26 @@ class MacFacts:
     #: the flush makes eW + eX at least this for non-zero factors (128 with normal_products:
     #: every product of normal factors is then at least 2^-126, normal or infinite)
     exp_sum_min: int = BIAS
+    #: largest biased exponent of the non-zero weights (None: every weight is zero)
+    weight_exp_max: Optional[int] = None
+
+    @property
+    def in_range(self) -> bool:
+        """Products of non-zero finite factors are normal (FMUL_IN_RANGE_TAGS): every product is at
+        least 2^-126 (exp_sum_min 128) and every weight below 1 (biased exponent <= 126)."""
+        return (self.weights_normal and self.exp_sum_min >= BIAS + 1
+                and (self.weight_exp_max is None or self.weight_exp_max <= BIAS - 1))
 
     def why(self):
         low = "no non-zero weight" if self.weight_exp_min is None else \
             f"smallest non-zero weight exponent {self.weight_exp_min - BIAS}"
+        high = (f"; every weight below 1 (largest exponent {self.weight_exp_max - BIAS}) and finite inputs have "
+                f"eX <= 254, so eW + eX <= 380: the product is normal (2^-126 <= |w x| < |x|)"
+                if self.in_range and self.weight_exp_max is not None else "")
         return (f"weights zero or normal ({low}); inputs with biased exponent < {self.keep_exp} "
                 f"(|x| < 2^{self.keep_exp - BIAS}) flushed to zero before the layer, so non-zero "
-                f"factors are normal with eW + eX >= {self.exp_sum_min} (sum changed by <= {self.flush_error:.3g})")
+                f"factors are normal with eW + eX >= {self.exp_sum_min} (sum changed by <= {self.flush_error:.3g})"
+                + high)
 
 
 def biased_exponents(values):
@@ -131,12 +149,13 @@ def mac_facts(kernel, normal_products=False, join=False):
     exps = biased_exponents(nonzero)
     normal = bool(np.all(np.isfinite(w)) and not np.any(exps == 0))
     e_min = int(exps[exps > 0].min()) if np.any(exps > 0) else None
+    e_max = int(exps[exps > 0].max()) if np.any(exps > 0) else None
     floor = BIAS + JOIN_EXP if join else BIAS + 1 if normal_products else BIAS
     keep = max(1, floor - e_min) if normal and e_min is not None else 1
     magnitudes = np.abs(np.where(np.isfinite(w), w, 0).astype(np.float64))
     per_unit = magnitudes.sum(axis=0) if w.ndim == 2 else magnitudes
     flush_error = float(per_unit.max(initial=0.0)) * 2.0 ** (keep - BIAS)
-    return MacFacts(keep, e_min, flush_error, normal, floor)
+    return MacFacts(keep, e_min, flush_error, normal, floor, e_max)
 
 
 #: AVR's nn_join (cnn_common.c.j2) subtracts exactly in integers where both of pos and neg have a

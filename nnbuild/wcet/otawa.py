@@ -27,6 +27,7 @@ from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
 from nnbuild.wcet import WcetResult, otawa_ilp, otawa_paths, otawa_timing, tools
+from nnbuild.wcet.avr_loops import sccs
 from nnbuild.wcet.thumb2_decode import object_at
 
 TOOL = "owcet"
@@ -424,26 +425,53 @@ def in_body_of(insn: Insn, fact, facts) -> bool:
     return not any(g["line"] <= insn.line <= g["last_line"] for g in nested)
 
 
-def irreducible_blocks(blocks: Dict[int, Block], entry: int) -> set:
-    """Ends of the retreating edges (depth-first from `entry`) whose target does not dominate their
-    source: the blocks of a cycle entered at more than one block, which no natural loop describes."""
-    dom = dominators(blocks, entry)
-    state, found = {}, set()
-    stack = [(entry, iter(blocks[entry].succs))]
-    state[entry] = "open"
-    while stack:
-        b, succs = stack[-1]
-        nxt = next(succs, None)
-        if nxt is None:
-            state[b] = "done"
-            stack.pop()
-        elif state.get(nxt) == "open":
-            if nxt not in dom.get(b, ()):
-                found |= {b, nxt}
-        elif nxt not in state:
-            state[nxt] = "open"
-            stack.append((nxt, iter(blocks[nxt].succs)))
+def irreducible_regions(blocks: Dict[int, Block], entry: int) -> List[Tuple[set, set]]:
+    """(blocks, entry blocks) of every cycle region control can enter at more than one block.
+
+    The loop nesting by strongly connected components: a component with a cycle is a loop, its
+    entries are its blocks with a predecessor outside it (or the function's entry); the edges back
+    to the entries are removed and the inside is decomposed again (the nested loops). A loop with
+    one entry is a natural loop and gets a bound per header; one with two or more (gcc -O2's jump
+    threading can test a loop's first pass before the loop and jump into the body or to the
+    increment) has no header every pass goes through, and OTAWA's `loop` fact on the header its
+    own search picks would not bound the passes that enter elsewhere."""
+    preds = predecessors(blocks)
+    succ = {b: [(s, (b, s)) for s in blocks[b].succs if s in blocks] for b in blocks}
+    found, todo, removed = [], [set(blocks)], set()
+    while todo:
+        for component in sccs(todo.pop(), succ, removed):
+            if len(component) == 1 and not any(s == b and e not in removed for b in component for s, e in succ[b]):
+                continue
+            entries = {b for b in component if b == entry or any(p not in component for p in preds.get(b, ()))}
+            if len(entries) > 1:
+                found.append((component, entries))
+            removed.update(e for b in component for s, e in succ[b] if s in (entries or {min(component)}))
+            todo.append(component)
     return found
+
+
+def require_reducible(functions, facts, entry):
+    """Refuse a loop of the generated code that control can enter at two blocks (irreducible_regions),
+    before owcet stops on it or, worse, takes a bound that OTAWA's per-header constraint does not make
+    sound for the passes entered elsewhere."""
+    for name in sorted({f["function"] for f in facts}):
+        for func in functions.get(name, []):
+            if not func.insns:
+                continue
+            for region, entries in irreducible_regions(build_cfg(func), func.insns[0].addr):
+                raise NNBuildError(irreducible_message(func, region, entries), item=entry)
+
+
+def irreducible_message(func: Function, region: set, entries: set) -> str:
+    """The one line that names a loop entered mid-body and says what to do (-fthread-jumps is on
+    from -O1 up)."""
+    blocks = build_cfg(func)
+    lines = sorted({i.line for b in region for i in blocks[b].insns if i.line is not None})
+    where = ", ".join(f"{func.name}+0x{e - func.start:x}" for e in sorted(entries))
+    source = f" (C lines {lines[0]}-{lines[-1]})" if lines else ""
+    return (f"owcet: unbounded: the loop at {where}{source} is entered at {len(entries)} blocks (gcc's jump "
+            "threading made it irreducible) and no loop bound describes it; compile with -fno-thread-jumps "
+            "(the arm board's cflags have it) or at -O0")
 
 
 def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, dict]]:
@@ -455,7 +483,7 @@ def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, di
     fact's when every latch is on a line of the fact's body outside any nested `for`, and a
     conditional branch on the fact's `for` line leaves it from its own blocks (not from a loop
     nested in it); a loop two facts fit gets neither, nor does a loop on a cycle entered mid-body
-    (irreducible: its natural loop is not the whole cycle). Its exits are not all latches, so it
+    (irreducible_regions: its natural loop is not the whole cycle). Its exits are not all latches, so it
     counts as top-tested (max = N back edges per entry), the looser reading.
     """
     loops = [l for l in natural_loops(func) if l.header not in bound]
@@ -467,7 +495,8 @@ def loops_by_exit_test(func: Function, facts, bound: set) -> List[Tuple[Loop, di
     bodies = {l.header: loop_body(blocks, l.header, [block_of_last[a] for a in l.latches])
               for l in natural_loops(func)}
     mine = [f for f in facts if f["function"] == func.name]
-    tangled = irreducible_blocks(blocks, func.insns[0].addr) if mine else set()
+    tangled = set().union(*(region for region, _ in irreducible_regions(blocks, func.insns[0].addr))) \
+        if mine else set()
     found = []
     for loop in loops:
         body = bodies[loop.header]
@@ -1012,6 +1041,7 @@ def analyze(elf, entry, flowfacts, board, workdir) -> WcetResult:
     functions = with_lines(parse_objdump(text), elf)
     calls = indirect_calls(functions, facts)
     require_no_computed_jumps(functions, entry, calls)
+    require_reducible(functions, facts.get("loops", []), entry)
     bounds, unmapped = map_loops(functions, facts.get("loops", []))
     known = {b.address for b in bounds}
     bounds += [b for b in library_bounds(functions, entry, calls) if b.address not in known]
