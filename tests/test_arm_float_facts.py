@@ -499,34 +499,6 @@ def test_m0plus_expf_never_hands_a_subnormal_to_fmul_or_fdiv(tmp_path):
 
 @pytest.mark.e2e
 @needs_qemu_system
-def test_builtin_thumb2_solves_tagged_soft_float_calls_in_their_own_context(tmp_path):
-    import json
-    from conftest import REPO
-    from nnbuild import pipeline, wcet
-    meta = json.loads((REPO / "firmware_examples" / "xor" / "example.json").read_text())
-    model = pipeline.load_model(REPO / "firmware_examples" / "xor" / meta["model"], "xor")[0]
-    board = pipeline.load_board("rp2040")
-    elf, _ = pipeline.build_check_program(model, board, tmp_path, name="xor", precision="float32",
-                                          input_range=tuple(meta["input_range"]))
-    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
-    tagged = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "wcet")
-    plain = wcet.analyze(board, elf, "xor_infer", dict(facts, values=[]), tmp_path / "plain")
-    callees = tagged.details["callee_wcet"]
-    # the rp2040 has no FPU: the MLP flushes and sign-splits (fmul:no.subnormal, fadd:same-sign)
-    assert not any("[fmul:one.normal]" in k for k in callees)
-    none = next(v for k, v in callees.items() if k.startswith("__aeabi_fmul") and "[fmul:no.subnormal]" in k)
-    untagged = next(v for k, v in plain.details["callee_wcet"].items() if k.startswith("__aeabi_fmul"))
-    assert none < untagged
-    same_sign = next(v for k, v in callees.items() if k.startswith("__aeabi_fadd") and "[fadd:same-sign]" in k)
-    assert same_sign < max(v for k, v in callees.items() if k.startswith("__aeabi_fadd") and "[" not in k)
-    assert any("fdiv:no.subnormal" in k for k in tagged.details["value_facts"])
-    # newlib's expf is tagged by its caller entry even without the generator's facts
-    assert any("[fmul:no.subnormal]" in k for k in plain.details["callee_wcet"])
-    assert tagged.cycles < plain.cycles
-
-
-@pytest.mark.e2e
-@needs_qemu_system
 def test_m0plus_fmul_underflow_block_runs_only_for_a_product_below_the_smallest_normal(tmp_path):
     entry = next(e for e in thumb_entries("__aeabi_fmul") if e["when"] == "fmul:normal.product")
     (offset,) = [int(o, 0) for r in entry["rows"] for o in r["blocks"]]

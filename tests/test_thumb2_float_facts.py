@@ -14,7 +14,9 @@ driven to their limits on qemu-system-arm with every instruction traced:
   runs for some other argument); no call at a `fadd:no.subnormal.operand` site reaches a subnormal
   block, no multiply the inf/NaN blocks, no call at a `fmul:normal.product` site the underflow block;
 * builtin-thumb2 applies them to the xor build: expf in the `exp:|x|<40` context, its calls with
-  their site tags, and an entry whose pinned literal words differ from the image's is not applied.
+  their site tags, every tagged soft-float callee solved in its own context (the MLP's
+  fmul:no.subnormal and fadd:same-sign too), and an entry whose pinned literal words differ from the
+  image's is not applied.
 
 The rows' arguments are in each entry's `why`."""
 
@@ -202,7 +204,11 @@ def test_expf_range_rows_and_call_site_tags_hold_over_the_argument_sweep(tmp_pat
     assert untagged == {expf + 0x1ba}, sorted(hex(s - expf) for s in untagged)
 
 
-def test_builtin_thumb2_applies_the_expf_facts_to_the_xor_build(tmp_path):
+def test_builtin_thumb2_solves_tagged_calls_in_their_own_context_and_applies_the_expf_facts(tmp_path):
+    """The rp2040 xor build analysed with the generator's facts and without: the MLP's flush and sign
+    split (fmul:no.subnormal, fadd:same-sign) and newlib's expf in its `exp:|x|<40` context with its
+    site tags, each callee solved in its own tag context; an entry whose pinned words differ is not
+    applied."""
     from nnbuild import pipeline, wcet
     from nnbuild.wcet import thumb2_loops
     meta = json.loads((REPO / "firmware_examples" / "xor" / "example.json").read_text())
@@ -222,6 +228,16 @@ def test_builtin_thumb2_applies_the_expf_facts_to_the_xor_build(tmp_path):
     plain = wcet.analyze(board, elf, "xor_infer", dict(facts, values=[]), tmp_path / "plain")
     assert not any("[exp:|x|<40]" in k for k in plain.details["callee_wcet"])
     assert tagged.cycles < plain.cycles
+    # the rp2040 has no FPU: the MLP flushes and sign-splits (fmul:no.subnormal, fadd:same-sign)
+    assert not any("[fmul:one.normal]" in k for k in callees)
+    none = next(v for k, v in callees.items() if k.startswith("__aeabi_fmul") and "[fmul:no.subnormal]" in k)
+    untagged = next(v for k, v in plain.details["callee_wcet"].items() if k.startswith("__aeabi_fmul"))
+    assert none < untagged
+    same_sign = next(v for k, v in callees.items() if k.startswith("__aeabi_fadd") and "[fadd:same-sign]" in k)
+    assert same_sign < max(v for k, v in callees.items() if k.startswith("__aeabi_fadd") and "[" not in k)
+    assert any("fdiv:no.subnormal" in k for k in tagged.details["value_facts"])
+    # newlib's expf is tagged by its caller entry even without the generator's facts
+    assert any("[fmul:no.subnormal]" in k for k in plain.details["callee_wcet"])
     # a wrapper whose literal words differ from the pinned ones gets no range rows
     paths, callers = thumb2_loops.load_value_entries()
     changed = [dict(e, words={"0x58": "42b17181"}) if e["symbol"] == "expf" else e for e in paths]
