@@ -599,9 +599,30 @@ FADD_CASES = [("1.5f", "1e-30f"), ("1.2e-38f", "1e-39f"), ("16777215.0f", "1.0f"
 SAME_SIGN_CASES = 4
 
 
-def fadd_source():
-    return FADD_C.replace("@A@", ", ".join(a for a, _ in FADD_CASES)).replace(
-        "@B@", ", ".join(b for _, b in FADD_CASES))
+def fadd_source(cases=None):
+    cases = FADD_CASES if cases is None else cases
+    return FADD_C.replace("@A@", ", ".join(a for a, _ in cases)).replace("@B@", ", ".join(b for _, b in cases))
+
+
+def fadd_block_counts(tmp_path, cases, block_name):
+    """add(a, b) and sub(a, -b) of each case run under qemu-arm: how often each call ran the block
+    `block_name` of the `add` paths entries (one count per call, add then sub per case), after
+    checking that the linked __aeabi_fadd and __aeabi_fsub are the pinned ones and share the block;
+    and the entries by symbol."""
+    elf = arm7tdmi_elf(tmp_path, "fadd", fadd_source(cases))
+    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
+    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and block_name in e["blocks"]}
+    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
+    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
+    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
+    assert otawa_paths.falls_into_pinned(functions, fsub, entries["__aeabi_fsub"], otawa.routine_digest)
+    block = fadd.start + entries["__aeabi_fadd"]["blocks"][block_name]
+    assert fsub.start + entries["__aeabi_fsub"]["blocks"][block_name] == block   # the same code
+    pcs = executed_pcs(elf, tmp_path / "step.log")
+    # a call enters at __addsf3 (add) or at __aeabi_fsub, which falls into it: one count per call
+    counts = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
+    assert len(counts) == 2 * len(cases)
+    return counts, entries
 
 
 def check_same_sign_limits(counts):
@@ -617,18 +638,7 @@ def check_same_sign_limits(counts):
 @pytest.mark.e2e
 @needs_qemu_arm
 def test_arm_fadd_and_fsub_never_cancel_for_same_sign_operands(tmp_path):
-    elf = arm7tdmi_elf(tmp_path, "fadd", fadd_source())
-    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
-    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "normalise" in e["blocks"]}
-    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
-    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
-    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
-    assert otawa_paths.falls_into_pinned(functions, fsub, entries["__aeabi_fsub"], otawa.routine_digest)
-    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["normalise"]
-    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["normalise"] == block   # the same code
-    pcs = executed_pcs(elf, tmp_path / "step.log")
-    # a call enters at __addsf3 (add) or at __aeabi_fsub, which falls into it: one count per call
-    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
+    calls, _ = fadd_block_counts(tmp_path, FADD_CASES, "normalise")
     added, subtracted = calls[0::2], calls[1::2]
     check_same_sign_limits(added)
     check_same_sign_limits(subtracted)
@@ -649,19 +659,7 @@ def test_arm_fadd_and_fsub_rescale_a_denormal_only_beside_a_value_below_2_to_the
     """__aeabi_fadd's denormal block (+0x120, fsub's +0x124) per call: never for the tagged cases
     (fadd:no.subnormal: a subnormal beside 1.0 or 4e-31 > 2^-101 returns at the exponent-difference
     test), once for a subnormal beside a value below 2^-101 (the untagged limit), never twice."""
-    source = FADD_C.replace("@A@", ", ".join(a for a, _ in DENORMAL_CASES)).replace(
-        "@B@", ", ".join(b for _, b in DENORMAL_CASES))
-    elf = arm7tdmi_elf(tmp_path, "fadd", source)
-    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
-    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "denormal" in e["blocks"]}
-    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
-    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
-    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
-    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["denormal"]
-    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["denormal"] == block
-    pcs = executed_pcs(elf, tmp_path / "step.log")
-    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
-    assert len(calls) == 2 * len(DENORMAL_CASES)
+    calls, _ = fadd_block_counts(tmp_path, DENORMAL_CASES, "denormal")
     for k in range(len(DENORMAL_CASES)):
         expected = 0 if k < NO_SUBNORMAL_CASES else 1
         assert calls[2 * k] == calls[2 * k + 1] == expected, (DENORMAL_CASES[k], calls[2 * k:2 * k + 2])
@@ -680,20 +678,10 @@ POSITIVE_CASES = 6
 def test_arm_fadd_and_fsub_never_negate_the_sum_of_same_sign_operands(tmp_path):
     """__aeabi_fadd's negation block (+0x7c, fsub's +0x80) per call: never for two operands with
     clear sign bits (fadd:same-sign), once when the larger magnitude is negative (the untagged limit)."""
-    source = FADD_C.replace("@A@", ", ".join(a for a, _ in NEGATE_CASES)).replace(
-        "@B@", ", ".join(b for _, b in NEGATE_CASES))
-    elf = arm7tdmi_elf(tmp_path, "fadd", source)
-    functions = otawa.parse_objdump(otawa.disassembly(elf, otawa_arm_board()))
-    entries = {e["symbols"][0]: e for e in arm_table()["paths"] if e["op"] == "add" and "negate" in e["blocks"]}
-    fadd, fsub = functions["__addsf3"][0], functions["__aeabi_fsub"][0]
-    assert otawa.routine_digest(fadd) == entries["__aeabi_fadd"]["sha256"]
-    assert otawa.routine_digest(fsub) == entries["__aeabi_fsub"]["sha256"]
+    calls, entries = fadd_block_counts(tmp_path, NEGATE_CASES, "negate")
     assert all(e["calls"] == {"fadd:same-sign": 0, "other": -1} for e in entries.values())
-    block = fadd.start + entries["__aeabi_fadd"]["blocks"]["negate"]
-    assert fsub.start + entries["__aeabi_fsub"]["blocks"]["negate"] == block
-    pcs = executed_pcs(elf, tmp_path / "step.log")
-    calls = [c[block] for c in per_call(entry_marks(pcs, fadd.start, fsub.start), "call", {block})]
     assert calls == [0] * 2 * POSITIVE_CASES + [1] * 2 * (len(NEGATE_CASES) - POSITIVE_CASES)
+
 
 @pytest.mark.e2e
 @needs_qemu_arm
