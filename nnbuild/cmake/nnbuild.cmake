@@ -10,12 +10,14 @@
 #
 # nnbuild_add_model writes the model's plan (nnbuild.pipeline.plan: generate, reference, check
 # programs, runs, semantic check, memory report, WCET, report, gate) as custom commands running
-# `python -m nnbuild <step>` (the step table SCons runs too), and makes the generated C a static
-# library <target> (the board's flags) that depends on <target>_checks: a broken gate fails the
-# build. PRECISION auto builds every candidate precision in its own folder and compiles the chosen
-# one's C. nnbuild_add_firmware links the libraries into the executable and adds per model memory,
-# WCET and gates over the linked image, then <app>.hex and <app>.bin (<app>_nnbuild, in `all`):
-# the images exist only while every gate holds.
+# `python -m nnbuild <step> [--then <step> ...]` (the step table SCons runs too; steps of the same
+# inputs share one process), and makes the generated C a static library <target> (the board's
+# flags) that depends on <target>_checks: a broken gate fails the build. PRECISION auto builds every
+# candidate precision in its own folder and compiles the chosen one's C. nnbuild_add_firmware links
+# the libraries into the executable and adds per model memory, WCET and gates over the linked image,
+# then <app>.hex and <app>.bin (<app>_nnbuild, in `all`): the images exist only while every gate
+# holds. Those checks stand for a held model's own WCET, report and gate: its library no longer
+# waits for <target>_checks, which leaves `all` (`ninja <target>_checks` builds them on demand).
 # Every keyword is checked: an unknown one, one without a value, or a bad value stops the
 # configuration with one line (the nearest keyword suggested). BOARD defaults to NNBUILD_BOARD (set
 # by nnbuild's toolchain files), else host. The library's board must be the one CMake compiles for:
@@ -24,7 +26,7 @@ cmake_minimum_required(VERSION 3.20)
 
 include("${CMAKE_CURRENT_LIST_DIR}/nnbuild-boards.cmake")
 
-#: every keyword of each function (docs/_notes/cmake.md documents each one)
+#: every keyword of each function (docs/using.md documents each one)
 set(_NNBUILD_MODEL_KEYWORDS MODEL BOARD NAME PRECISION SHAPE DEADLINE WCET TOLERANCE RANGE COUNT SEED OPT
     ENVIRONMENT DATA)
 set(_NNBUILD_FIRMWARE_KEYWORDS MODELS)
