@@ -14,9 +14,8 @@ from nnbuild.codegen import cnn, v1
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
 from nnbuild.ir import reference
-from nnbuild.runners import CHECK_MAIN, check_main_defines, native
-from test_shape_v2_ops import CASES, WARNINGS, inputs
-from test_shape_v3_ops import QUICK_CASES, one_program
+from test_shape_v2_ops import CASES
+from test_shape_v3_ops import QUICK_CASES, WARNINGS, check, check_program, inputs, one_program
 
 #: the cases v1 compiles (the others must be refused naming their layer)
 SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
@@ -53,12 +52,7 @@ def build(tmp_path, m, precision="float32"):
             raise exe
         return _QUICK_PROGRAM["folders"][m.name], exe
     out = generate(tmp_path, m, precision)
-    exe = out / "check"
-    subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
-                    *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),
-                    str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe),
-                    "-lm"], check=True, capture_output=True, text=True)
-    return out, exe
+    return out, check_program(out, m, ["-O2", *WARNINGS])
 
 
 @pytest.mark.parametrize("precision", ["float32", pytest.param("float64", marks=pytest.mark.e2e)])
@@ -74,10 +68,7 @@ def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case, pr
         assert "\n" not in text and any(f"'{layer.name}'" in text for layer in m.layers), text
         return
     out, exe = build(tmp_path, m, precision)
-    x = inputs(m)
-    y = native.run_cases(exe, x.reshape(len(x), -1), m.output_size)
-    want = reference.run(m, x.astype(np.float64 if precision == "float64" else np.float32)).reshape(len(x), -1)
-    assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), case
+    check(exe, m, precision)
     code = (out / f"{m.name}.c").read_text()
     assert "malloc" not in code and "while" not in code
     assert f"(shape v1, {precision})" in code

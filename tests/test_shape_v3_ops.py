@@ -204,12 +204,17 @@ def build(tmp_path, m, precision):
             raise exe
         return _QUICK_PROGRAM["folders"][m.name], exe
     out = generate(tmp_path, m, precision)
+    return out, check_program(out, m, ["-O0", *WARNINGS, *STRICT])
+
+
+def check_program(out, m, flags):
+    """The host check program of `m`'s code generated in `out`, compiled with `flags`."""
     exe = out / "check"
-    subprocess.run(["gcc", "-O0", *WARNINGS, *STRICT, f"-I{out}",
+    subprocess.run(["gcc", *flags, f"-I{out}",
                     *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),
                     str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe),
                     "-lm"], check=True, capture_output=True, text=True)
-    return out, exe
+    return exe
 
 
 def inputs(m, count=4):
