@@ -497,18 +497,24 @@ def test_m0plus_expf_never_hands_a_subnormal_to_fmul_or_fdiv(tmp_path):
     assert not blocks & set(pcs)
 
 
-@pytest.mark.e2e
-@needs_qemu_system
-def test_builtin_thumb2_solves_tagged_soft_float_calls_in_their_own_context(tmp_path):
+def xor_rp2040_check_program(tmp_path):
+    """(board, ELF, flow facts) of the xor example's float32 check program built for the rp2040."""
     import json
     from conftest import REPO
-    from nnbuild import pipeline, wcet
+    from nnbuild import pipeline
     meta = json.loads((REPO / "firmware_examples" / "xor" / "example.json").read_text())
     model = pipeline.load_model(REPO / "firmware_examples" / "xor" / meta["model"], "xor")[0]
     board = pipeline.load_board("rp2040")
     elf, _ = pipeline.build_check_program(model, board, tmp_path, name="xor", precision="float32",
                                           input_range=tuple(meta["input_range"]))
-    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    return board, elf, json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+
+
+@pytest.mark.e2e
+@needs_qemu_system
+def test_builtin_thumb2_solves_tagged_soft_float_calls_in_their_own_context(tmp_path):
+    from nnbuild import wcet
+    board, elf, facts = xor_rp2040_check_program(tmp_path)
     tagged = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "wcet")
     plain = wcet.analyze(board, elf, "xor_infer", dict(facts, values=[]), tmp_path / "plain")
     callees = tagged.details["callee_wcet"]

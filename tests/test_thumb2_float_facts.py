@@ -18,14 +18,14 @@ driven to their limits on qemu-system-arm with every instruction traced:
 
 The rows' arguments are in each entry's `why`."""
 
-import json
 import math
 import struct
 
 import pytest
 
-from conftest import REPO, have
-from test_arm_float_facts import EXPF_POSIX_C, calls_into, expf_arguments, f32_bits, m0plus_trace
+from conftest import have
+from test_arm_float_facts import (EXPF_POSIX_C, calls_into, expf_arguments, f32_bits, m0plus_trace,
+                                  xor_rp2040_check_program)
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not have("arm-none-eabi-gcc", "qemu-system-arm"),
@@ -203,14 +203,9 @@ def test_expf_range_rows_and_call_site_tags_hold_over_the_argument_sweep(tmp_pat
 
 
 def test_builtin_thumb2_applies_the_expf_facts_to_the_xor_build(tmp_path):
-    from nnbuild import pipeline, wcet
+    from nnbuild import wcet
     from nnbuild.wcet import thumb2_loops
-    meta = json.loads((REPO / "firmware_examples" / "xor" / "example.json").read_text())
-    model = pipeline.load_model(REPO / "firmware_examples" / "xor" / meta["model"], "xor")[0]
-    board = pipeline.load_board("rp2040")
-    elf, _ = pipeline.build_check_program(model, board, tmp_path, name="xor", precision="float32",
-                                          input_range=tuple(meta["input_range"]))
-    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    board, elf, facts = xor_rp2040_check_program(tmp_path)
     tagged = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "wcet")
     callees = tagged.details["callee_wcet"]
     ranged = [k for k in callees if k.startswith(("expf ", "__ieee754_expf ")) and "[exp:|x|<40]" in k]
