@@ -15,7 +15,7 @@ from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
 from nnbuild.ir import reference
 from test_shape_v2_ops import CASES
-from test_shape_v3_ops import QUICK_CASES, WARNINGS, check, check_program, inputs, one_program
+from test_shape_v3_ops import QUICK_CASES, WARNINGS, check, check_program, in_one_program, inputs
 
 #: the cases v1 compiles (the others must be refused naming their layer)
 SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
@@ -41,16 +41,9 @@ def build(tmp_path, m, precision="float32"):
     one program of those cases, any other in a check program of its own (a refused case raises
     at generation)."""
     if precision == "float32" and m.name in QUICK_CASES and m.name in SUPPORTED and CASES.get(m.name) is m:
-        if not _QUICK_PROGRAM:
-            quick = [CASES[c] for c in sorted(QUICK_CASES) if c in SUPPORTED]
-            folder = tmp_path / "quick_cases"
-            generated = [(q, generate(folder, q, precision)) for q in quick]
-            _QUICK_PROGRAM.update(folders={q.name: out for q, out in generated},
-                                  built=one_program(folder / "program", generated, ["-O2", *WARNINGS]))
-        exe = _QUICK_PROGRAM["built"][m.name]
-        if isinstance(exe, Exception):
-            raise exe
-        return _QUICK_PROGRAM["folders"][m.name], exe
+        quick = [CASES[c] for c in sorted(QUICK_CASES) if c in SUPPORTED]
+        return in_one_program(_QUICK_PROGRAM, tmp_path / "quick_cases", quick, m,
+                              lambda folder, q: generate(folder, q, precision), ["-O2", *WARNINGS])
     out = generate(tmp_path, m, precision)
     return out, check_program(out, m, ["-O2", *WARNINGS])
 

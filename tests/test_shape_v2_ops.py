@@ -12,7 +12,7 @@ from nnbuild import codegen, pipeline, wcet
 from nnbuild.ir import graph as g
 from nnbuild.ir import reference
 from nnbuild.runners import native
-from test_shape_v3_ops import WARNINGS, check, check_program, inputs, one_program
+from test_shape_v3_ops import WARNINGS, check, check_program, in_one_program, inputs
 
 RNG = np.random.default_rng(12)
 S = (3, 4, 5)
@@ -85,15 +85,9 @@ def build(tmp_path, m, precision):
     """(generated folder, executable) of `m`: a QUICK case runs in the module's one program of the
     QUICK cases in its precision, any other in a check program of its own."""
     if m.name in QUICK and CASES.get(m.name) is m:
-        if precision not in _QUICK_PROGRAM:
-            folder = tmp_path / f"quick_cases_{precision}"
-            generated = [(CASES[c], generate(folder, CASES[c], precision)) for c in QUICK]
-            _QUICK_PROGRAM[precision] = ({q.name: out for q, out in generated},
-                                         one_program(folder / "program", generated, ["-O2", *WARNINGS]))
-        folders, built = _QUICK_PROGRAM[precision]
-        if isinstance(built[m.name], Exception):
-            raise built[m.name]
-        return folders[m.name], built[m.name]
+        return in_one_program(_QUICK_PROGRAM.setdefault(precision, {}), tmp_path / f"quick_cases_{precision}",
+                              [CASES[c] for c in QUICK], m, lambda folder, q: generate(folder, q, precision),
+                              ["-O2", *WARNINGS])
     return _build(tmp_path, m, precision)
 
 
