@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from nnbuild import codegen, pipeline, wcet
+from nnbuild import codegen
 from nnbuild.codegen import cnn, v1
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
-from nnbuild.ir import reference
-from test_shape_v2_ops import CASES
-from test_shape_v3_ops import QUICK_CASES, WARNINGS, check, check_program, in_one_program, inputs
+from test_shape_v2_ops import CASES, avr_runs_within_the_bound
+from test_shape_v3_ops import QUICK_CASES, WARNINGS, check, check_program, in_one_program
 
 #: the cases v1 compiles (the others must be refused naming their layer)
 SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
@@ -120,18 +119,7 @@ def test_avr_runs_the_new_operations_within_the_wcet_bound(tmp_path):
               g.Reduce("mean", "mean", (1, 2), False),
               g.Elementwise("scale", "mul", ((1, f32(4)),), "linear"),
               g.Softmax("soft", 0)]
-    m = g.Model("avr_v1_ops", (5, 4, 4), layers)
-    board = pipeline.load_board("avr")
-    program, harness = pipeline.build_check_program(m, board, tmp_path, shape="v1", passes_log=[])
-    x = inputs(m, 3)
-    y, cycles = pipeline.run_cases(board, program, x.reshape(3, -1), m.output_size, entry="avr_v1_ops_infer",
-                                   harness=harness)
-    want = reference.run(m, x).reshape(3, -1)
-    assert np.max(np.abs(y - want)) <= 1e-5
-    bound = wcet.analyze(board, program, "avr_v1_ops_infer", tmp_path / "gen" / "avr_v1_ops.flowfacts.json",
-                         tmp_path)
-    assert bound.cycles >= max(cycles)
-    print(f"avr_v1_ops: WCET {bound.cycles} cycles, measured max {max(cycles)}")
+    avr_runs_within_the_bound(tmp_path, g.Model("avr_v1_ops", (5, 4, 4), layers), "v1")
 
 
 def test_kernel_loop_totals_sum_each_entry_over_its_loop_nest():
