@@ -124,6 +124,23 @@ def test_arm_elf_reads_as_binutils_prints_it(tmp_path):
         == {(i.addr, i.mnemonic, i.file, i.line) for parts in listed.values() for f in parts for i in f.insns}
 
 
+@pytest.mark.e2e
+@pytest.mark.skipif(not have("arm-none-eabi-gcc"), reason="gcc-arm-none-eabi not installed")
+def test_the_line_lookup_reading_some_units_answers_as_the_whole_table(tmp_path):
+    """elf.line_lookup reads the line programs of the units an address needs (by .debug_aranges):
+    every address of a program linked with newlib's debug lines, and with sections the linker
+    dropped (their rows at 0), gets the whole table's row, asked for in any order."""
+    elf = build(tmp_path, "arm-none-eabi-gcc", ["-mcpu=cortex-m4", "-mthumb", "-specs=rdimon.specs",
+                                                  "-ffunction-sections", "-Wl,--gc-sections"])
+    whole = elf_file.line_table(elf)
+    addresses = sorted({a for row in whole.rows for a in (row[0], row[1] - 1, row[1])} | {0, 1, 0xFFFFFFFF})
+    lookup = elf_file._LineLookup(elf)
+    assert [lookup.at(a) for a in reversed(addresses)] == [whole.at(a) for a in reversed(addresses)]
+    for a in addresses[::max(1, len(addresses) // 40)]:
+        assert elf_file._LineLookup(elf).at(a) == whole.at(a)
+    assert elf_file.line_lookup(elf) is elf_file.line_lookup(elf)
+
+
 #: float32 LeNet-5 does not fit the ATmega1284's flash: its fixed-point build does
 FITTING = {"lenet5": {"precision": "q8"}}
 

@@ -63,6 +63,20 @@ def test_the_listing_decodes_with_sizes_targets_and_the_boards_costs():
     assert m0.insns[0x108].cost == (1, 2) and m0.insns[0x10a].cost == (3, 3)
 
 
+def test_the_listing_decodes_and_costs_only_the_instructions_asked_for(monkeypatch):
+    costed = []
+    model = timing.MODELS["cortex-m4"]
+    monkeypatch.setitem(timing.MODELS, "cortex-m4", lambda m, o: costed.append(m) or model(m, o))
+    listing = D.Listing(LISTING, "cortex-m4", lines=lambda addr: ("f.c", addr))
+    assert len(listing) == 11 and 0x118 not in listing and costed == []     # the .word is no instruction
+    assert listing[0x108].cost == (1, 4) and listing[0x108].line == 0x108 and costed == ["bne.n"]
+    assert [i.addr for i in listing.between(0x104, 0x10a)] == [0x104, 0x106, 0x108]
+    assert len(costed) == 3                                     # 0x108 was not costed twice
+    monkeypatch.undo()
+    assert {a: (i.mnem, i.cost) for a, i in D.Listing(LISTING, "cortex-m4").items()} == \
+        {a: (i.mnem, i.cost) for a, i in D.parse_listing(LISTING, "cortex-m4").items()}
+
+
 @pytest.mark.parametrize("mnemonic, operands, words", [
     ("ldr", "r3, [pc, #20]", 1), ("ldr", "r3, [sp, #4]", 0), ("ldrsh.w", "r0, [r3], #2", 1),
     ("ldrd", "r0, r1, [r2]", 2), ("ldmia", "r0!, {r1-r4}", 4), ("ldmia.w", "sp!, {r4, pc}", 0),

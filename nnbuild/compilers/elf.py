@@ -82,8 +82,32 @@ def _kind(symbol, sections):
     return letter.upper() if bind == "STB_GLOBAL" else letter
 
 
+def _file_key(path):
+    """What a per-file cache is keyed on: a rebuilt ELF (new mtime or size) is read again."""
+    st = os.stat(path)
+    return os.path.realpath(path), st.st_mtime_ns, st.st_size
+
+
+def _cached(cache, path, read):
+    """read(path), kept per file (the analyzers of one process read the same image several times)."""
+    key = _file_key(path)
+    if key not in cache:
+        if len(cache) >= 8:
+            cache.pop(next(iter(cache)))
+        cache[key] = read(path)
+    return cache[key]
+
+
+_SYMBOLS: dict = {}
+_LINES: dict = {}
+
+
 def symbols(path) -> List[ElfSymbol]:
     """Defined symbols of the symbol table, by address (section and file symbols left out, as nm does)."""
+    return list(_cached(_SYMBOLS, path, _read_symbols))
+
+
+def _read_symbols(path):
     found = []
     with open(path, "rb") as stream:
         elf = _elf(stream, path)
@@ -127,8 +151,12 @@ class LineTable:
 
 
 def line_table(path) -> LineTable:
-    """The ELF's DWARF line table (empty without debug information)."""
-    from elftools.common.exceptions import DWARFError, ELFParseError
+    """The ELF's DWARF line table (empty without debug information); one table per file and
+    process, shared by its callers (read it, do not change it)."""
+    return _cached(_LINES, path, _read_line_table)
+
+
+def _read_line_table(path):
     rows = []
     with open(path, "rb") as stream:
         elf = _elf(stream, path)
@@ -141,12 +169,103 @@ def line_table(path) -> LineTable:
                 program = dwarf.line_program_for_CU(unit)
                 if program is not None:
                     rows += _rows(program, _comp_dir(unit))
-        except (DWARFError, ELFParseError, KeyError, IndexError, ValueError) as error:
+        except _dwarf_errors() as error:
             raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=path)
     if not rows and stabs:
         raise NNBuildError("line information is STABS (avr-gcc's plain -g), which pyelftools does not read: "
                            "compile with -gdwarf-4", path=path)
     return LineTable(rows)
+
+
+def _dwarf_errors():
+    """What pyelftools raises on a line program it cannot decode."""
+    from elftools.common.exceptions import DWARFError, ELFParseError
+    return DWARFError, ELFParseError, KeyError, IndexError, ValueError
+
+
+def line_lookup(path):
+    """An object whose at(addr) is line_table(path).at(addr), reading only the line programs of the
+    compilation units an asked address needs (one per file and process): an analysis that reaches
+    a few functions does not decode the line rows of the whole C library."""
+    return _cached(_LOOKUPS, path, _LineLookup)
+
+
+_LOOKUPS: dict = {}
+
+
+class _LineLookup:
+    """LineTable.at over the units read so far. The answer for `addr` is the row with the highest
+    start <= addr among all units' rows; every unit's rows lie inside its .debug_aranges ranges, so
+    once the units whose ranges hold `addr` give a row starting at b <= addr, only the units whose
+    ranges meet [b, addr] can hold a better one. A unit without aranges is read at once; an image
+    without .debug_aranges, with STABS, or an address no read unit has a row below, reads them all."""
+
+    def __init__(self, path):
+        import io
+        self.path, self.table, self.rows = path, None, []
+        with open(path, "rb") as stream:
+            self.stream = io.BytesIO(stream.read())
+        elf = _elf(self.stream, path)
+        self.pending = []                            # (begin, end, unit offset) not read yet
+        self.read_units = set()
+        if not elf.has_dwarf_info() or elf.get_section_by_name(".stab") is not None:
+            self._read_all()
+            return
+        try:
+            self.dwarf = elf.get_dwarf_info()
+            aranges = self.dwarf.get_aranges()
+            if aranges is None:
+                self._read_all()
+                return
+            listed = set()
+            for entry in aranges.entries:
+                self.pending.append((entry.begin_addr, entry.begin_addr + entry.length, entry.info_offset))
+                listed.add(entry.info_offset)
+            for unit in self.dwarf.iter_CUs():
+                if unit.cu_offset not in listed:
+                    self._read_unit(unit.cu_offset)
+        except _dwarf_errors() as error:
+            raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=path)
+
+    def _read_all(self):
+        self.table, self.pending = line_table(self.path), []
+
+    def _read_unit(self, offset):
+        if offset in self.read_units:
+            return
+        self.read_units.add(offset)
+        unit = self.dwarf.get_CU_at(offset)
+        program = self.dwarf.line_program_for_CU(unit)
+        if program is not None:
+            self.rows += _rows(program, _comp_dir(unit))
+            self.table = None
+
+    def _read_meeting(self, low, high):
+        """Read the pending units whose ranges meet [low, high]."""
+        meeting = [p for p in self.pending if p[0] <= high and p[1] > low]
+        if meeting:
+            self.pending = [p for p in self.pending if not (p[0] <= high and p[1] > low)]
+            try:
+                for _begin, _end, offset in meeting:
+                    self._read_unit(offset)
+            except _dwarf_errors() as error:
+                raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=self.path)
+
+    def _current(self):
+        if self.table is None:
+            self.table = LineTable(self.rows)
+        return self.table
+
+    def at(self, addr):
+        if self.pending:
+            self._read_meeting(addr, addr)
+            table = self._current()
+            i = bisect.bisect_right(table.starts, addr) - 1
+            if i < 0:
+                self._read_all()
+            else:
+                self._read_meeting(table.starts[i], addr)
+        return self._current().at(addr)
 
 
 def _comp_dir(unit):

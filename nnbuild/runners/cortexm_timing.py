@@ -51,6 +51,7 @@ store may take one less), a refill its worst P. Everything else - SVC, BKPT, WFI
 and unknown encodings, literal words - has no cost: whoever charges it stops with its address.
 """
 
+import functools
 import re
 from typing import Dict, List, Optional, Tuple
 
@@ -79,6 +80,7 @@ _FP3 = set("vmla vmls vnmla vnmls vfma vfms vfnma vfnms".split())
 _FP14 = set("vdiv vsqrt".split())
 
 
+@functools.lru_cache(maxsize=None)   # a handful of mnemonics, asked for once per instruction
 def split_mnemonic(mnemonic) -> Tuple[str, Optional[str]]:
     """(base, condition) of an objdump mnemonic: width (.n/.w) and data-type (.f32, .s32.f32)
     suffixes and the flag-setting `s` dropped, in either UAL order (`addseq`, `addeqs`)."""

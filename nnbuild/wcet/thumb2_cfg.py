@@ -16,7 +16,7 @@ PC (BLX/BX to a register, TBB/TBH, MOV/ADD/LDR to the PC) needs its targets from
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import cortexm_timing as timing
 from nnbuild.wcet import cfg
-from nnbuild.wcet.thumb2_decode import read_words
+from nnbuild.wcet.thumb2_decode import insns_between, read_words
 
 ANALYZER = "builtin-thumb2"
 #: the mnemonics of indirect calls and jumps, as objdump writes them (flow facts by file + line)
@@ -56,7 +56,7 @@ def _far_jump_shape(prog, lo, hi):
     """True for a function of ARMv6-M instructions without BX LR or MOV PC, LR (cached per function)."""
     cache = prog.__dict__.setdefault("_far_jump_shape", {})
     if lo not in cache:
-        insns = [i for a, i in prog.insns.items() if lo <= a < hi]
+        insns = insns_between(prog, lo, hi)
         cache[lo] = not any(i.base == "bx" and i.ops == ("lr",) or i.base == "mov" and i.ops == ("pc", "lr")
                             or i.size == 4 and i.base not in _ARMV6M_WIDE for i in insns)
     return cache[lo]
@@ -134,7 +134,7 @@ def jump_table(prog, insn):
     if not (compare is not None and compare.base == "cmp" and len(compare.ops) == 2 and compare.ops[0] == x
             and compare.ops[1].startswith("#")):
         return None
-    into = [i for i in prog.insns.values() if lo <= i.addr < hi and i.target is not None
+    into = [i for i in insns_between(prog, lo, hi) if i.target is not None
             and start <= i.target <= jump.addr and i is not branch]
     table = prog.word(((literal.addr + 4) & ~3) + int(literal.ops[1].strip("[]").split("#")[1]))
     if into or table is None:

@@ -2,15 +2,19 @@
 
 The board's `objdump -d` decodes (the same reading of the same program the qemu-system-arm runner
 charges; literal pools are `.word` lines under the ELF's $d mapping symbols and are no
-instructions), pyelftools gives the symbols and the DWARF line table. Every instruction carries its
+instructions), pyelftools gives the symbols and the DWARF line table. An instruction is decoded and costed when
+the analysis first reaches it (Listing), its line read then from the line programs of the units
+it needs: the work follows what the entry reaches, not the image. Every instruction carries its
 (not taken, taken) clocks from the board's `instruction_timing` model in
 nnbuild/runners/cortexm_timing.py, or None where the table has no row: the analysis stops if such
 an instruction is reachable. Results are cached per ELF path, mtime, size and model.
 """
 
+import bisect
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -111,25 +115,62 @@ def read_bytes(elf, addr, size) -> Optional[bytes]:
 
 def parse_listing(text, model):
     """{address: Insn} from `objdump -d` (raw encodings shown) of a Thumb program."""
-    cycles = timing.MODELS[model]
-    insns = {}
-    for line in text.splitlines():
-        m = _INSN.match(line)
-        if not m:
-            continue
-        mnem = m.group(3)
-        if mnem.startswith(".") or "UNDEFINED" in line:
-            continue
-        raw = m.group(2).strip()
-        body = (m.group(4) or "")
-        operands = re.split(r"\s*[@;]", body, maxsplit=1)[0].strip()
-        base, cond = timing.split_mnemonic(mnem)
-        size = len(raw.replace(" ", "")) // 2
-        target = _TARGET.search(operands)
-        insns[int(m.group(1), 16)] = Insn(int(m.group(1), 16), size, mnem, operands, base, cond, raw,
-                                          cycles(mnem, operands),
-                                          int(target.group(1), 16) if target else None)
-    return insns
+    return dict(Listing(text, model).items())
+
+
+def _insn(m, model_cycles):
+    """The Insn of one matched listing line."""
+    mnem = m.group(3)
+    raw = m.group(2).strip()
+    body = (m.group(4) or "")
+    operands = re.split(r"\s*[@;]", body, maxsplit=1)[0].strip()
+    base, cond = timing.split_mnemonic(mnem)
+    size = len(raw.replace(" ", "")) // 2
+    target = _TARGET.search(operands)
+    addr = int(m.group(1), 16)
+    return Insn(addr, size, mnem, operands, base, cond, raw, model_cycles(mnem, operands),
+                int(target.group(1), 16) if target else None)
+
+
+class Listing(Mapping):
+    """{address: Insn} of an `objdump -d` listing, each Insn decoded and costed when it is first
+    asked for: an analysis pays for the functions it reaches, not for the whole image. `lines`
+    (address -> (file, line), optional) gives each Insn its source line as it is built."""
+
+    def __init__(self, text, model, lines=None):
+        self._cycles = timing.MODELS[model]
+        self._lines = lines
+        self._matches = {}
+        for line in text.splitlines():
+            m = _INSN.match(line)
+            if not m or m.group(3).startswith(".") or "UNDEFINED" in line:
+                continue
+            self._matches[int(m.group(1), 16)] = m   # a later line at the same address wins, as before
+        self._built = {}
+        self._sorted = sorted(self._matches)
+
+    def __getitem__(self, addr):
+        insn = self._built.get(addr)
+        if insn is None:
+            insn = _insn(self._matches[addr], self._cycles)   # KeyError: no instruction there
+            if self._lines is not None:
+                insn.file, insn.line = self._lines(addr)
+            self._built[addr] = insn
+        return insn
+
+    def __contains__(self, addr):
+        return addr in self._matches
+
+    def __iter__(self):
+        return iter(self._matches)
+
+    def __len__(self):
+        return len(self._matches)
+
+    def between(self, lo, hi):
+        """The instructions in [lo, hi), by address."""
+        i, j = bisect.bisect_left(self._sorted, lo), bisect.bisect_left(self._sorted, hi)
+        return [self[a] for a in self._sorted[i:j]]
 
 
 def code_symbols(elf):
@@ -139,6 +180,26 @@ def code_symbols(elf):
         if s.kind in "TtWw" and not s.name.startswith("."):
             out.append(Symbol(s.name, s.addr & ~1, s.size, s.kind))
     return out
+
+
+def insns_between(prog, lo, hi):
+    """The program's instructions in [lo, hi), by address (a Listing finds them without a scan)."""
+    if isinstance(prog.insns, Listing):
+        return prog.insns.between(lo, hi)
+    return [prog.insns[a] for a in sorted(a for a in prog.insns if lo <= a < hi)]
+
+
+class _LazyLines:
+    """The ELF's DWARF line rows, read when an instruction first asks for its line, and then only
+    those of the compilation units the asked addresses need (elf.line_lookup)."""
+
+    def __init__(self, elf):
+        self.elf, self.lookup = elf, None
+
+    def at(self, addr):
+        if self.lookup is None:
+            self.lookup = elf_file.line_lookup(self.elf)
+        return self.lookup.at(addr)
 
 
 _CACHE: Dict[tuple, Program] = {}
@@ -161,10 +222,7 @@ def load(elf, board):
         raise NNBuildError(f"{ANALYZER}: {objdump} could not run: {error}", path=elf) from None
     if done.returncode != 0:
         raise NNBuildError(f"{ANALYZER}: {objdump} failed: {done.stderr.strip()[:200]}", path=elf)
-    insns = parse_listing(done.stdout, model)
-    lines = elf_file.line_table(elf)
-    for insn in insns.values():
-        insn.file, insn.line = lines.at(insn.addr)
+    insns = Listing(done.stdout, model, _LazyLines(elf).at)
     syms = code_symbols(elf)
     prog = Program(str(elf), insns, syms)
     names = {}

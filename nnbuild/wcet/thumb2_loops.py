@@ -20,7 +20,7 @@ import json
 import os
 
 from nnbuild.wcet import cfg
-from nnbuild.wcet.thumb2_decode import object_at
+from nnbuild.wcet.thumb2_decode import insns_between, object_at
 from nnbuild.wcet.avr_loops import _innermost, _lines, _range_owner, eval_expr, find_loops  # noqa: F401
 
 ANALYZER = "builtin-thumb2"
@@ -50,8 +50,7 @@ def data_hash(prog, start):
     written as the bytes of the sized symbol it points to (a constant table) or left out."""
     lo, hi = prog.interval(start)
     words = []
-    for a in sorted(a for a in prog.insns if lo <= a < hi):
-        insn = prog.insns[a]
+    for insn in insns_between(prog, lo, hi):
         if insn.base == "ldr" and len(insn.ops) == 2 and insn.ops[1].startswith("[pc"):
             offset = int(insn.ops[1].strip("[]").split("#")[1], 0) if "#" in insn.ops[1] else 0
             word = prog.word(((insn.addr + 4) & ~3) + offset)
@@ -69,8 +68,7 @@ def code_hash(prog, start):
     call its mnemonic and target as symbol+offset (a BL's encoding moves with the callee)."""
     lo, hi = prog.interval(start)
     parts = []
-    for a in sorted(a for a in prog.insns if lo <= a < hi):
-        insn = prog.insns[a]
+    for insn in insns_between(prog, lo, hi):
         if insn.target is not None:
             where = f"+{insn.target - lo:#x}" if lo <= insn.target < hi else prog.describe(insn.target).split(" ")[0]
             parts.append(f"{insn.mnem} {where}")

@@ -61,10 +61,28 @@ def stack_bound(elf, entry, board=None, flowfacts=None):
     Returns {"bytes", "path" (call chain to the maximum), "per_function" (own frame bytes of each
     function reached, callees excluded), "return_address_bytes" (0: BL keeps it in LR)}.
     """
-    prog = Program(elf)
+    prog = _program(elf)
     facts = avr_indirect.load_flowfacts(flowfacts)
     analysis = _Analysis(prog, prog.indirect_targets(facts))
     return analysis.bound(prog.address_of(entry), 0)
+
+
+_PROGRAMS = {}
+
+
+def _program(elf):
+    """The Program of `elf`, one per file and process (the size step bounds several entries of one
+    image; a rebuilt ELF, new mtime or size, is read again)."""
+    try:
+        st = os.stat(elf)
+    except OSError:
+        return Program(elf)                          # its one-line error names the file
+    key = (os.path.realpath(elf), st.st_mtime_ns, st.st_size)
+    if key not in _PROGRAMS:
+        if len(_PROGRAMS) >= 8:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        _PROGRAMS[key] = Program(elf)
+    return _PROGRAMS[key]
 
 
 class Program:
@@ -88,9 +106,11 @@ class Program:
             raise NNBuildError(f"not a readable ELF file: {error}", path=self.elf) from None
         code = [s for s in elf_file.symbols(elf) if s.kind in "TtWw"]
         self.symbols = sorted(((s.addr & ~1, s.size, s.name) for s in code), key=lambda s: (s[0], s[2]))
+        self.entries = {start for start, _size, _name in self.symbols}
         self.cs = capstone.Cs(capstone.CS_ARCH_ARM, capstone.CS_MODE_THUMB | capstone.CS_MODE_MCLASS)
         self.cs.detail = True
         self.insns = {}
+        self._writes = {}
         self._lines = None
 
     def address_of(self, name):
@@ -115,7 +135,7 @@ class Program:
 
     def is_entry(self, addr):
         """True when a code symbol starts at `addr` (a function a tail call may enter)."""
-        return any(start == addr for start, _size, _name in self.symbols)
+        return addr in self.entries
 
     def describe(self, addr):
         sym = self.symbol_at(addr)
@@ -140,10 +160,18 @@ class Program:
             self.insns[addr] = next(self.cs.disasm(raw, addr, 1), None) if raw else None
         return self.insns[addr]
 
+    def writes(self, insn):
+        """The names of the registers the capstone instruction writes (worked out once per address:
+        the walk steps an instruction once per state reaching it, for every entry of the image)."""
+        found = self._writes.get(insn.address)
+        if found is None:
+            found = self._writes[insn.address] = frozenset(insn.reg_name(r) for r in insn.regs_access()[1])
+        return found
+
     def line_at(self, addr):
         if self._lines is None:
             from nnbuild.compilers import elf as elf_file
-            self._lines = elf_file.line_table(self.elf)
+            self._lines = elf_file.line_lookup(self.elf)
         return self._lines.at(addr)
 
     def indirect_targets(self, facts):
@@ -239,8 +267,7 @@ class _FlowWalk(stack_walk.FlowWalk):
         if m.startswith("it") and m[2:].strip("te") == "":
             self.mark_it_block(insn)
             return [(nxt, st)]
-        _reads, writes = insn.regs_access()
-        writes = {insn.reg_name(r) for r in writes}
+        writes = self.prog.writes(insn)
         depth, returns = self.sp_effect(insn, m, regs, st.depth, writes)
         if depth < 0:
             raise self.a.error(addr, "pops above the function's entry SP")
