@@ -36,6 +36,17 @@ def slow(covered_by):
     return pytest.mark.skipif(not SLOW_TIER, reason=f"slow tier (NNBUILD_SLOW_TESTS=1): {covered_by}")
 
 
+def error_of(path) -> str:
+    """The one-line refusal of loading the model file `path`, checked to name that file."""
+    from nnbuild import frontends
+    from nnbuild.errors import NNBuildError
+    with pytest.raises(NNBuildError) as info:
+        frontends.load(path)
+    msg = str(info.value)
+    assert "\n" not in msg and Path(path).name in msg, msg
+    return msg
+
+
 def tflite_with_opcode(source, dest, builtin, code):
     """A copy of the .tflite `source` at `dest` with the operator code `builtin` rewritten to `code`
     in place (both the int field and the deprecated byte): a model whose operator nnbuild must refuse."""

@@ -17,6 +17,15 @@ _DTYPE_POLICY = {"module": "keras", "class_name": "DTypePolicy", "config": {"nam
                  "registered_name": None}
 
 
+def edit_one_weight(path):
+    """Add 0.25 to the first element of the first kernel dataset of the HDF5 model file `path`, in place."""
+    with h5py.File(path, "r+") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and "kernel" in n else None)
+        data = f[names[0]]
+        data[0, 0] = data[0, 0] + np.float32(0.25)
+
+
 def dense(name, kernel, bias=None, activation="linear", *, input_dim=None, keras=2):
     """A Dense layer spec; keras=1 uses the Keras 1 config keys (output_dim, bias)."""
     kernel = np.asarray(kernel, dtype=np.float32)

@@ -19,6 +19,8 @@ from nnbuild import pipeline
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import CHECK_MAIN, check_main_defines, simavr
 from nnbuild.wcet.avr_stack import stack_bound
+from test_runners import harness  # noqa: F401 (fixture)
+from test_thumb2_stack import NESTED as NESTED_SIZED
 
 ROOT = Path(__file__).resolve().parents[1]
 BOARD = json.loads((ROOT / "toolchains" / "avr.json").read_text())
@@ -29,37 +31,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
 
 HEADER = "void {name}_infer(const float in[4], float out[2]);\n"
 
-# Three nested calls, each with a volatile local array: the deepest chain always runs.
-NESTED = """\
-#include "nested.h"
-static volatile unsigned char sink;
-__attribute__((noinline)) static void leaf(unsigned char v)
-{
-    volatile unsigned char buf[20];
-    buf[0] = v; buf[19] = v;
-    sink = buf[0] ^ buf[19];
-}
-__attribute__((noinline)) static void mid(unsigned char v)
-{
-    volatile unsigned char buf[100];
-    buf[0] = v; buf[99] = v;
-    leaf(buf[0]);
-    sink = buf[99];
-}
-__attribute__((noinline)) static void top(unsigned char v)
-{
-    volatile unsigned char buf[300];
-    buf[0] = v; buf[299] = v;
-    mid(buf[299]);
-    sink = buf[0];
-}
-void nested_infer(const float in[4], float out[2])
-{
-    top((unsigned char)in[0]);
-    out[0] = in[1];
-    out[1] = (float)sink;
-}
-"""
+# Three nested calls, each with a volatile local array (a 300-byte frame on top): the deepest chain always runs.
+NESTED = '#include "nested.h"\n' + NESTED_SIZED.replace("%SIZE%", "300")
 
 # Soft-float library calls (+ - * / expf) on a local float buffer, with a data-dependent branch.
 FLOATS = """\
@@ -96,16 +69,6 @@ def compile_fixture(d, name, body, opt="-Os", extra=()):
            "-o", str(elf)]
     subprocess.run(cmd, check=True)
     return elf
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    try:
-        return simavr.build_harness(tmp_path_factory.mktemp("harness") / "simavr_run")
-    except NNBuildError as exc:
-        if simavr.INSTALL_HINT in str(exc):
-            pytest.skip(str(exc))
-        raise
 
 
 def measured_stack(elf, entry, x, n_out, harness):

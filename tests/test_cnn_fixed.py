@@ -204,6 +204,18 @@ def adversarial(n_in, lo, hi, rng):
     return np.array(rows, dtype=np.float32)
 
 
+def bit_exact_run_and_bound(tmp_path, board, elf, harness, model, name, precision, input_range, x):
+    """`x` run under simavr, its outputs held bit for bit to the integer emulation of `model`; returns
+    the analyzer's bound for `name`_infer and the cycles of each run."""
+    from nnbuild import wcet
+    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{name}_infer", mcu=board["mcu"],
+                                 freq=board["clock_hz"], harness=harness)
+    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, input_range), x)
+    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
+    facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
+    return wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path), cycles
+
+
 @needs_avr
 @pytest.mark.e2e
 @pytest.mark.parametrize("name, precision", [("lenet5", "q16-acc32"), ("cifarnet", "q16-acc32"),
@@ -215,7 +227,6 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
     for bit: far-flash weights, the AVR201 MAC, the tables and the softmax division are exact (lenet5
     in q16-acc32 ran once more in a test of its own, the same C on the same avr-gcc: its probe
     inputs, uniform out-of-range rows, are among these)."""
-    from nnbuild import wcet
     example = REPO / "firmware_examples" / name
     lo, hi = json.loads((example / "example.json").read_text())["input_range"]
     board = pipeline.load_board("avr")
@@ -225,12 +236,7 @@ def test_fixed_cnn_bound_is_never_below_a_measured_run(tmp_path, name, precision
     x = np.vstack([check_inputs(model.input_size, 6, 3, (lo, hi)),
                    adversarial(model.input_size, lo, hi, np.random.default_rng(7)),
                    np.array([[5.0] * model.input_size, [-7.0] * model.input_size], np.float32)])
-    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{name}_infer", mcu=board["mcu"],
-                                 freq=board["clock_hz"], harness=harness)
-    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (lo, hi)), x)
-    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
-    facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
-    bound = wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path)
+    bound, cycles = bit_exact_run_and_bound(tmp_path, board, elf, harness, model, name, precision, (lo, hi), x)
     worst = int(cycles.max())
     print(f"\n{name} {precision}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
           f"bound/measured {bound.cycles / worst:.4f}")
@@ -246,7 +252,6 @@ def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name, precis
     """v1's generic integer kernels under simavr: C == model on random and adversarial inputs, and
     the analyzer's bound (one call site reaching every kernel, loops at the largest entry's sizes)
     is never below a run."""
-    from nnbuild import wcet
     example = REPO / "firmware_examples" / name
     lo, hi = json.loads((example / "example.json").read_text())["input_range"]
     board = pipeline.load_board("avr")
@@ -255,12 +260,7 @@ def test_fixed_v1_is_bit_exact_on_avr_and_its_bound_sound(tmp_path, name, precis
     model, _ = pipeline.load_model(example / f"{name}.h5", name)
     x = np.vstack([check_inputs(model.input_size, 3, 3, (lo, hi)),
                    adversarial(model.input_size, lo, hi, np.random.default_rng(7))[:8]])
-    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol=f"{name}_infer", mcu=board["mcu"],
-                                 freq=board["clock_hz"], harness=harness)
-    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (lo, hi)), x)
-    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
-    facts = json.loads((tmp_path / "gen" / f"{name}.flowfacts.json").read_text())
-    bound = wcet.analyze(board, elf, f"{name}_infer", facts, tmp_path)
+    bound, cycles = bit_exact_run_and_bound(tmp_path, board, elf, harness, model, name, precision, (lo, hi), x)
     worst = int(cycles.max())
     print(f"\n{name} v1 {precision}: WCET bound {bound.cycles:,} cycles, simavr worst {worst:,} over {len(x)} inputs, "
           f"bound/measured {bound.cycles / worst:.4f}")
@@ -275,19 +275,13 @@ def test_every_layer_kind_on_avr_is_bit_exact_and_bounded(tmp_path, shape, preci
     """Each layer kind's AVR code (near-flash NN_DOT16 rows, 64-bit requantisation, reciprocal
     average pooling, the unrolled v3 sums) under simavr: C == model, bound >= every run. (v3 q16's
     unrolled 64-bit sums of this model need 181 KB of flash: more than the ATmega1284 has.)"""
-    from nnbuild import wcet
     model = layered_model()
     board = pipeline.load_board("avr")
     elf, harness = pipeline.build_check_program(model, board, tmp_path, shape=shape, precision=precision,
                                                 input_range=(-1.0, 1.0))
     x = np.vstack([probe_inputs(model.input_size, -1.0, 1.0, count=8),
                    adversarial(model.input_size, -1.0, 1.0, np.random.default_rng(5))])
-    y, cycles = simavr.run_cases(elf, x, model.output_size, entry_symbol="layered_infer", mcu=board["mcu"],
-                                 freq=board["clock_hz"], harness=harness)
-    emulated = graph_bitexact.run_graph(graph_plan.quantize_graph(model, precision, (-1, 1)), x)
-    assert np.array_equal(y.view(np.uint32), emulated.view(np.uint32))
-    facts = json.loads((tmp_path / "gen" / "layered.flowfacts.json").read_text())
-    bound = wcet.analyze(board, elf, "layered_infer", facts, tmp_path)
+    bound, cycles = bit_exact_run_and_bound(tmp_path, board, elf, harness, model, "layered", precision, (-1, 1), x)
     print(f"\nlayered {shape} {precision}: WCET bound {bound.cycles:,}, simavr worst {int(cycles.max()):,}, "
           f"bound/measured {bound.cycles / cycles.max():.4f}")
     assert bound.cycles >= cycles.max()

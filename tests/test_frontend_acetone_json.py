@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import keras_files as kf
+from conftest import error_of
 from nnbuild import frontends, limits
 from nnbuild.frontends import acetone_json
 from nnbuild.errors import NNBuildError
@@ -184,14 +185,6 @@ def test_acetone_json_has_no_implicit_dependencies():
 # ----------------------------------------------------------------------------- refusals
 
 
-def error_of(path) -> str:
-    with pytest.raises(NNBuildError) as info:
-        frontends.load(path)
-    msg = str(info.value)
-    assert "\n" not in msg and Path(path).name in msg, msg
-    return msg
-
-
 def edited(tmp_path, source, edit, name="bad.json"):
     doc = json.loads((DATA / source).read_text())
     edit(doc)
@@ -249,21 +242,11 @@ def test_not_json_and_no_layers(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ["lenet", "merge"])
 def test_host_c_matches_acetone_semantics(tmp_path, name):
-    import subprocess
-    from nnbuild import codegen
-    from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+    from test_frontend_keras3 import host_outputs
     path = DATA / f"{name}.json"
     model = frontends.load(path)
-    out = tmp_path / "gen"
-    codegen.generate(model, out, shape="v2", storage="const", passes_log=[])
-    exe = tmp_path / "check"
-    subprocess.run(["gcc", "-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off",
-                    f"-I{out}", *check_main_defines(f"{model.name}.h", f"{model.name}_infer", model.input_size,
-                                                    model.output_size),
-                    str(out / f"{model.name}.c"), str(out / f"{model.name}_weights.c"), str(CHECK_MAIN),
-                    "-o", str(exe), "-lm"], check=True, capture_output=True, text=True)
     xs = np.random.default_rng(9).normal(size=(3,) + tuple(model.input_shape)).astype(np.float32)
-    got = native.run_cases(exe, xs.reshape(3, -1), model.output_size)
+    got = host_outputs(tmp_path, model, xs)
     doc = json.loads(path.read_text())
     want = np.array([acetone_numpy(doc, x) for x in xs.astype(np.float64)]).reshape(3, -1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -13,22 +13,14 @@ import h5py
 import numpy as np
 import pytest
 
+from conftest import error_of
 from nnbuild import frontends
-from nnbuild.errors import NNBuildError
 from nnbuild.frontends import keras3
 from nnbuild.ir import reference
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "keras3"
 GOLDEN = np.load(DATA / "golden.npz")
-
-
-def error_of(path) -> str:
-    with pytest.raises(NNBuildError) as info:
-        frontends.load(path)
-    msg = str(info.value)
-    assert "\n" not in msg and Path(path).name in msg, msg
-    return msg
 
 
 def members(name="conv1d"):

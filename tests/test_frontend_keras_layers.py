@@ -12,20 +12,12 @@ import numpy as np
 import pytest
 
 import keras_files as kf
+from conftest import error_of
 from nnbuild import frontends
-from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
 
 DATA = Path(__file__).resolve().parent / "data" / "keras3"
 GOLDEN = np.load(DATA / "golden.npz")
-
-
-def error_of(path) -> str:
-    with pytest.raises(NNBuildError) as info:
-        frontends.load(path)
-    msg = str(info.value)
-    assert "\n" not in msg and Path(path).name in msg, msg
-    return msg
 
 
 def by_name(model, name):

@@ -70,30 +70,28 @@ def test_generated_c_is_bit_exact_with_tflite_micro_and_the_numpy_model(tmp_path
         assert np.array_equal(got[len(y_q):], want), name
 
 
-def patched_opcode(tmp_path, builtin, code):
-    """mlp_int8 with the operator code `builtin` rewritten to `code`."""
-    return tflite_with_opcode(DATA / "mlp_int8.tflite", tmp_path / "m.tflite", builtin, code)
+def int8_refusal(tmp_path, model, builtin, code):
+    """(patched file, message) of precision int8 refusing tests/data/tflite/`model` with its operator
+    code `builtin` rewritten to `code`; the refusal leaves no generated folder."""
+    path = tflite_with_opcode(DATA / model, tmp_path / "m.tflite", builtin, code)
+    with pytest.raises(NNBuildError) as error:
+        pipeline.generate(path, tmp_path / "gen", precision="int8")
+    assert not (tmp_path / "gen").exists()
+    return path, str(error.value)
 
 
 def test_an_unsupported_int8_operator_is_refused_in_one_line(tmp_path):
-    path = patched_opcode(tmp_path, 28, 50)      # TANH -> LOG_SOFTMAX
-    with pytest.raises(NNBuildError) as error:
-        pipeline.generate(path, tmp_path / "gen", precision="int8")
-    message = str(error.value)
+    path, message = int8_refusal(tmp_path, "mlp_int8.tflite", 28, 50)      # TANH -> LOG_SOFTMAX
     assert "\n" not in message
     assert message.startswith(f"{path}: operator 2 (LOG_SOFTMAX): operator not supported in int8 (supported: ADD,")
-    assert not (tmp_path / "gen").exists()
 
 
 def test_relu_n1_to_1_is_refused_for_want_of_a_tflite_micro_kernel(tmp_path):
     """TFLite Micro registers no RELU_N1_TO_1 (its interpreter refuses the model: "Didn't find op for
     builtin opcode 'RELU_N1_TO_1'"), so int8 has no reference for it."""
-    path = patched_opcode(tmp_path, 28, 20)      # TANH -> RELU_N1_TO_1
-    with pytest.raises(NNBuildError) as error:
-        pipeline.generate(path, tmp_path / "gen", precision="int8")
-    assert str(error.value) == (f"{path}: operator 2 (RELU_N1_TO_1): TFLite Micro has no RELU_N1_TO_1 kernel, so "
-                                "int8 has no reference to be bit-exact with")
-    assert not (tmp_path / "gen").exists()
+    path, message = int8_refusal(tmp_path, "mlp_int8.tflite", 28, 20)      # TANH -> RELU_N1_TO_1
+    assert message == (f"{path}: operator 2 (RELU_N1_TO_1): TFLite Micro has no RELU_N1_TO_1 kernel, so "
+                       "int8 has no reference to be bit-exact with")
 
 
 def test_a_full_integer_model_is_generated_in_int8_only(tmp_path):
@@ -176,6 +174,12 @@ def test_the_wcet_bound_holds_the_measured_runs(board, name, tmp_path):
     """The whole build (semantic gate, memory, WCET: builtin-avr on AVR, OTAWA on ARM, builtin-thumb2
     on the Cortex-M4) of mlp_int8 and of acts_int8 (standalone RELU, RELU6, int8 QUANTIZE): a bound, at
     least every measured run, and no unbounded library routine reached."""
+    assert_int8_build_within_the_bound(tmp_path, board, name)
+
+
+def assert_int8_build_within_the_bound(tmp_path, board, name):
+    """The whole build of tests/data/tflite/`name`_int8.tflite for `board` (skipped where its WCET
+    analyzer is missing): bit-exact on its data, a bound of at least every measured run."""
     from nnbuild import wcet
     board_ = pipeline.load_board(board)
     if wcet.unavailable_reason(board_):

@@ -4,19 +4,18 @@ tflite-micro, the goldens of tests/data/tflite/make_fixtures.py) on the host, AV
 Cortex-M4, with a WCET bound; its variants are refused in one line."""
 
 import dataclasses
-import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, tflite_with_opcode
-from nnbuild import kinds, pipeline
-from nnbuild.errors import NNBuildError
+from conftest import REPO
+from nnbuild import pipeline
 from nnbuild.frontends import tflite as tfl
 from nnbuild.frontends import tflite_int8
 from nnbuild.numerics import tflm_int8
+from test_int8_codegen import assert_int8_build_within_the_bound, int8_refusal
 
 DATA = REPO / "tests" / "data" / "tflite"
 #: kws_lstm: LSTM(12) over 10 x 8, its last step, Dense(4); seq_lstm: LSTM(16) over 12 x 9, the
@@ -172,19 +171,12 @@ def test_lstm_variants_the_kernel_does_not_compute_are_refused_in_one_line():
                                                                          data=np.zeros((1, 12), np.int8)))
 
 
-def patched_opcode(tmp_path, builtin, code):
-    """kws_lstm_int8 with the operator code `builtin` rewritten to `code`."""
-    return tflite_with_opcode(DATA / "kws_lstm_int8.tflite", tmp_path / "m.tflite", builtin, code)
-
-
 def test_a_bidirectional_lstm_is_refused_naming_the_operator(tmp_path):
     """TFLite Micro has no BIDIRECTIONAL_SEQUENCE_LSTM kernel: no reference to be bit-exact with."""
-    path = patched_opcode(tmp_path, 44, 52)     # UNIDIRECTIONAL_SEQUENCE_LSTM -> BIDIRECTIONAL_SEQUENCE_LSTM
-    with pytest.raises(NNBuildError) as error:
-        pipeline.generate(path, tmp_path / "gen", precision="int8")
-    assert str(error.value) == (f"{path}: operator 0 (BIDIRECTIONAL_SEQUENCE_LSTM): TFLite Micro has no "
-                                "BIDIRECTIONAL_SEQUENCE_LSTM kernel, so int8 has no reference to be bit-exact with")
-    assert not (tmp_path / "gen").exists()
+    # UNIDIRECTIONAL_SEQUENCE_LSTM -> BIDIRECTIONAL_SEQUENCE_LSTM
+    path, message = int8_refusal(tmp_path, "kws_lstm_int8.tflite", 44, 52)
+    assert message == (f"{path}: operator 0 (BIDIRECTIONAL_SEQUENCE_LSTM): TFLite Micro has no "
+                       "BIDIRECTIONAL_SEQUENCE_LSTM kernel, so int8 has no reference to be bit-exact with")
 
 
 def test_the_c_api_makes_the_state_explicit(tmp_path):
@@ -300,16 +292,4 @@ def test_the_cli_check_on_avr_is_bit_exact(tmp_path):
 def test_the_wcet_bound_holds_the_measured_runs(board, tmp_path):
     """The whole build of kws_lstm_int8 (semantic gate, memory, WCET: builtin-avr, OTAWA on ARM,
     builtin-thumb2 on the Cortex-M4): a bound of at least every measured run."""
-    from nnbuild import wcet
-    board_ = pipeline.load_board(board)
-    if wcet.unavailable_reason(board_):
-        pytest.skip(wcet.unavailable_reason(board_))
-    model = str(DATA / "kws_lstm_int8.tflite")
-    the_plan = pipeline.plan(name="kws_lstm_int8", model=model, board=board, kind=kinds.of_file(model),
-                             data=str(DATA / "kws_lstm_int8.npz"), tolerance=0.0)
-    pipeline.execute(the_plan, tmp_path)
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["precision"] == "int8" and report["max_abs_error"] == 0.0
-    assert report["wcet_cycles"] >= report["measured_cycles"] > 0
-    print(f"\nkws_lstm_int8 on {board}: WCET {report['wcet_cycles']:,} cycles, measured "
-          f"{report['measured_cycles']:,}, bound/measured {report['wcet_cycles'] / report['measured_cycles']:.3f}")
+    assert_int8_build_within_the_bound(tmp_path, board, "kws_lstm")

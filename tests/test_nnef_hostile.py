@@ -47,14 +47,19 @@ def refusal(tmp_path, text, tensors=None):
 
 # ------------------------------------------------------------------------ element limits (point 4)
 
-def test_twelve_huge_constants_are_refused_before_any_is_allocated(tmp_path):
-    lines = [f"    c{k} = constant(shape = [134217728], value = [1.0]);" for k in range(12)]
+def refusal_and_peak(tmp_path, constants):
+    """The refusal of a graph of `constants` then a relu, and the peak traced allocation while loading it."""
     tracemalloc.start()
     try:
-        text = refusal(tmp_path, graph(*lines, "    y = relu(x);"))
-        peak = tracemalloc.get_traced_memory()[1]
+        text = refusal(tmp_path, graph(*constants, "    y = relu(x);"))
+        return text, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def test_twelve_huge_constants_are_refused_before_any_is_allocated(tmp_path):
+    lines = [f"    c{k} = constant(shape = [134217728], value = [1.0]);" for k in range(12)]
+    text, peak = refusal_and_peak(tmp_path, lines)
     assert "graph.nnef: line 5:" in text and "constant: shape [134217728] has 134,217,728 elements" in text
     assert "limit of 4,194,304 per tensor (limits.MAX_TENSOR_ELEMENTS)" in text
     assert peak < 32 << 20
@@ -62,12 +67,7 @@ def test_twelve_huge_constants_are_refused_before_any_is_allocated(tmp_path):
 
 def test_constants_within_the_tensor_limit_are_refused_by_the_total_before_allocating(tmp_path):
     lines = [f"    c{k} = constant(shape = [4194304], value = [1.0]);" for k in range(12)]
-    tracemalloc.start()
-    try:
-        text = refusal(tmp_path, graph(*lines, "    y = relu(x);"))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    text, peak = refusal_and_peak(tmp_path, lines)
     assert "line 13:" in text and "constant: shape [4194304] brings the graph's constants to 37,748,736" in text
     assert "above the limit of 33,554,432 in total (limits.MAX_TOTAL_CONSTANT_ELEMENTS)" in text
     assert peak < 32 << 20

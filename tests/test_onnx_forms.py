@@ -9,13 +9,14 @@ import sys
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from conftest import REPO, shared_file
 from nnbuild import codegen, frontends
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import reference
 from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+from test_frontend_onnx import make
 
 ort = pytest.importorskip("onnxruntime")
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off"]
@@ -23,14 +24,8 @@ FLOOR = 1e-5
 
 
 def save(tmp_path, name, nodes, in_shape, inits=(), opset=13, out_shape=None):
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = min(model.ir_version, 8)
-    path = tmp_path / f"{name}.onnx"
-    path.write_bytes(model.SerializeToString())
-    return path
+    """test_frontend_onnx.make with the output's shape left unknown unless given."""
+    return make(tmp_path, name, nodes, in_shape, out_shape, inits, opset)
 
 
 def onnxruntime_run(path, samples, batchless=False):

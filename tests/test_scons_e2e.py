@@ -5,11 +5,11 @@ import os
 import shutil
 import sys
 
-import h5py
 import numpy as np
 import pytest
 
 from conftest import copy_project, have, needs_avr, scons, shared_file
+from keras_files import edit_one_weight
 
 #: runs scons, cross-compilers or simulators: the e2e tier
 pytestmark = pytest.mark.e2e
@@ -96,14 +96,6 @@ def test_wcet_bound_is_sound_and_reported(avr_auto):
 # a missed deadline fails the repository SConstruct's gate every time, leaves no gate.json, then
 # passes: test_gravity_scons.py::test_a_train_deadline_it_cannot_meet_fails_the_build (and in a
 # user's SConstruct: test_user_edge.py::test_a_failed_gate_leaves_no_gate_and_no_release_image)
-
-
-def edit_one_weight(path):
-    with h5py.File(path, "r+") as f:
-        names = []
-        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and "kernel" in n else None)
-        data = f[names[0]]
-        data[0, 0] = data[0, 0] + np.float32(0.25)
 
 
 #: the xor network saved as check_main.h5, in float64: a model named like our own files (check_main.c,

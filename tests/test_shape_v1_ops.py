@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from nnbuild import codegen, pipeline, wcet
+from nnbuild import codegen
 from nnbuild.codegen import cnn, v1
 from nnbuild.errors import NNBuildError
 from nnbuild.ir import graph as g
-from nnbuild.ir import reference
-from nnbuild.runners import CHECK_MAIN, check_main_defines, native
-from test_shape_v2_ops import CASES, WARNINGS, inputs
-from test_shape_v3_ops import QUICK_CASES, one_program
+from test_shape_v2_ops import CASES, avr_runs_within_the_bound
+from test_shape_v3_ops import QUICK_CASES, WARNINGS, check, check_program, in_one_program
 
 #: the cases v1 compiles (the others must be refused naming their layer)
 SUPPORTED = ("transpose", "transpose_inner", "pad_constant", "pad_edge", "pad_reflect", "pad_wrap",
@@ -42,23 +40,11 @@ def build(tmp_path, m, precision="float32"):
     one program of those cases, any other in a check program of its own (a refused case raises
     at generation)."""
     if precision == "float32" and m.name in QUICK_CASES and m.name in SUPPORTED and CASES.get(m.name) is m:
-        if not _QUICK_PROGRAM:
-            quick = [CASES[c] for c in sorted(QUICK_CASES) if c in SUPPORTED]
-            folder = tmp_path / "quick_cases"
-            generated = [(q, generate(folder, q, precision)) for q in quick]
-            _QUICK_PROGRAM.update(folders={q.name: out for q, out in generated},
-                                  built=one_program(folder / "program", generated, ["-O2", *WARNINGS]))
-        exe = _QUICK_PROGRAM["built"][m.name]
-        if isinstance(exe, Exception):
-            raise exe
-        return _QUICK_PROGRAM["folders"][m.name], exe
+        quick = [CASES[c] for c in sorted(QUICK_CASES) if c in SUPPORTED]
+        return in_one_program(_QUICK_PROGRAM, tmp_path / "quick_cases", quick, m,
+                              lambda folder, q: generate(folder, q, precision), ["-O2", *WARNINGS])
     out = generate(tmp_path, m, precision)
-    exe = out / "check"
-    subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
-                    *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),
-                    str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe),
-                    "-lm"], check=True, capture_output=True, text=True)
-    return out, exe
+    return out, check_program(out, m, ["-O2", *WARNINGS])
 
 
 @pytest.mark.parametrize("precision", ["float32", pytest.param("float64", marks=pytest.mark.e2e)])
@@ -74,10 +60,7 @@ def test_v1_matches_the_reference_or_refuses_naming_the_layer(tmp_path, case, pr
         assert "\n" not in text and any(f"'{layer.name}'" in text for layer in m.layers), text
         return
     out, exe = build(tmp_path, m, precision)
-    x = inputs(m)
-    y = native.run_cases(exe, x.reshape(len(x), -1), m.output_size)
-    want = reference.run(m, x.astype(np.float64 if precision == "float64" else np.float32)).reshape(len(x), -1)
-    assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), case
+    check(exe, m, precision)
     code = (out / f"{m.name}.c").read_text()
     assert "malloc" not in code and "while" not in code
     assert f"(shape v1, {precision})" in code
@@ -136,18 +119,7 @@ def test_avr_runs_the_new_operations_within_the_wcet_bound(tmp_path):
               g.Reduce("mean", "mean", (1, 2), False),
               g.Elementwise("scale", "mul", ((1, f32(4)),), "linear"),
               g.Softmax("soft", 0)]
-    m = g.Model("avr_v1_ops", (5, 4, 4), layers)
-    board = pipeline.load_board("avr")
-    program, harness = pipeline.build_check_program(m, board, tmp_path, shape="v1", passes_log=[])
-    x = inputs(m, 3)
-    y, cycles = pipeline.run_cases(board, program, x.reshape(3, -1), m.output_size, entry="avr_v1_ops_infer",
-                                   harness=harness)
-    want = reference.run(m, x).reshape(3, -1)
-    assert np.max(np.abs(y - want)) <= 1e-5
-    bound = wcet.analyze(board, program, "avr_v1_ops_infer", tmp_path / "gen" / "avr_v1_ops.flowfacts.json",
-                         tmp_path)
-    assert bound.cycles >= max(cycles)
-    print(f"avr_v1_ops: WCET {bound.cycles} cycles, measured max {max(cycles)}")
+    avr_runs_within_the_bound(tmp_path, g.Model("avr_v1_ops", (5, 4, 4), layers), "v1")
 
 
 def test_kernel_loop_totals_sum_each_entry_over_its_loop_nest():

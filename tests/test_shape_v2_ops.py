@@ -4,8 +4,6 @@ element-wise ops with constants, reductions, axis softmax, LRN, linear/cubic res
 depthwise convolution, each compiled with the strict flags and run against nnbuild.ir.reference in
 float32 and float64 on the host; a model of many of them on AVR under simavr with its WCET bound."""
 
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -13,9 +11,9 @@ from conftest import needs_avr
 from nnbuild import codegen, pipeline, wcet
 from nnbuild.ir import graph as g
 from nnbuild.ir import reference
-from nnbuild.runners import CHECK_MAIN, check_main_defines, native
+from nnbuild.runners import native
+from test_shape_v3_ops import WARNINGS, check, check_program, in_one_program, inputs
 
-WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffp-contract=off"]
 RNG = np.random.default_rng(12)
 S = (3, 4, 5)
 
@@ -86,36 +84,16 @@ def generate(folder, m, precision):
 def build(tmp_path, m, precision):
     """(generated folder, executable) of `m`: a QUICK case runs in the module's one program of the
     QUICK cases in its precision, any other in a check program of its own."""
-    from test_shape_v3_ops import one_program
     if m.name in QUICK and CASES.get(m.name) is m:
-        if precision not in _QUICK_PROGRAM:
-            folder = tmp_path / f"quick_cases_{precision}"
-            generated = [(CASES[c], generate(folder, CASES[c], precision)) for c in QUICK]
-            _QUICK_PROGRAM[precision] = ({q.name: out for q, out in generated},
-                                         one_program(folder / "program", generated, ["-O2", *WARNINGS]))
-        folders, built = _QUICK_PROGRAM[precision]
-        if isinstance(built[m.name], Exception):
-            raise built[m.name]
-        return folders[m.name], built[m.name]
+        return in_one_program(_QUICK_PROGRAM.setdefault(precision, {}), tmp_path / f"quick_cases_{precision}",
+                              [CASES[c] for c in QUICK], m, lambda folder, q: generate(folder, q, precision),
+                              ["-O2", *WARNINGS])
     return _build(tmp_path, m, precision)
 
 
 def _build(tmp_path, m, precision):
     out = generate(tmp_path, m, precision)
-    exe = out / "check"
-    subprocess.run(["gcc", "-O2", *WARNINGS, f"-I{out}",
-                    *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),
-                    str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe),
-                    "-lm"], check=True, capture_output=True, text=True)
-    return out, exe
-
-
-def inputs(m, count=4):
-    """Random inputs, positive where log/sqrt/reciprocal need them."""
-    x = np.random.default_rng(5).normal(size=(count,) + tuple(m.input_shape))
-    if m.name == "unary_chain":
-        x = np.abs(x) + 0.1
-    return x.astype(np.float32)
+    return out, check_program(out, m, ["-O2", *WARNINGS])
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
@@ -124,10 +102,7 @@ def test_v2_matches_the_reference(tmp_path, case, precision):
     m = CASES[case]
     g.validate(m)
     out, exe = build(tmp_path, m, precision)
-    x = inputs(m)
-    y = native.run_cases(exe, x.reshape(len(x), -1), m.output_size)
-    want = reference.run(m, x.astype(np.float64 if precision == "float64" else np.float32)).reshape(len(x), -1)
-    assert np.max(np.abs(y - want)) <= 1e-5 * max(1.0, float(np.max(np.abs(want)))), case
+    check(exe, m, precision)
     code = (out / f"{m.name}.c").read_text()
     assert "malloc" not in code and "while" not in code
     assert f"(shape v2, {precision})" in code
@@ -154,15 +129,21 @@ def test_avr_runs_the_new_operations_within_the_wcet_bound(tmp_path):
               g.Reduce("mean", "mean", (1, 2), False),
               g.Elementwise("scale", "mul", ((1, f32(4)),), "linear"),
               g.Softmax("soft", 0)]
-    m = model("avr_ops", layers, shape=(5, 4, 4))
+    bound, cycles = avr_runs_within_the_bound(tmp_path, model("avr_ops", layers, shape=(5, 4, 4)), "v2")
+    assert bound.cycles <= 4 * max(cycles), (bound.cycles, cycles)
+
+
+def avr_runs_within_the_bound(tmp_path, m, shape):
+    """`m` generated in `shape` on the ATmega1284 under simavr: three inputs within 1e-5 of the
+    reference, each run within the WCET bound; returns (bound, each run's cycles)."""
     board = pipeline.load_board("avr")
-    program, harness = pipeline.build_check_program(m, board, tmp_path, shape="v2", passes_log=[])
+    program, harness = pipeline.build_check_program(m, board, tmp_path, shape=shape, passes_log=[])
     x = inputs(m, 3)
-    y, cycles = pipeline.run_cases(board, program, x.reshape(3, -1), m.output_size, entry="avr_ops_infer",
+    y, cycles = pipeline.run_cases(board, program, x.reshape(3, -1), m.output_size, entry=f"{m.name}_infer",
                                    harness=harness)
     want = reference.run(m, x).reshape(3, -1)
     assert np.max(np.abs(y - want)) <= 1e-5
-    bound = wcet.analyze(board, program, "avr_ops_infer", tmp_path / "gen" / "avr_ops.flowfacts.json", tmp_path)
+    bound = wcet.analyze(board, program, f"{m.name}_infer", tmp_path / "gen" / f"{m.name}.flowfacts.json", tmp_path)
     assert bound.cycles >= max(cycles)
-    print(f"avr_ops: WCET {bound.cycles} cycles, measured max {max(cycles)}")
-    assert bound.cycles <= 4 * max(cycles), (bound.cycles, cycles)
+    print(f"{m.name}: WCET {bound.cycles} cycles, measured max {max(cycles)}")
+    return bound, cycles

@@ -193,23 +193,34 @@ def build(tmp_path, m, precision):
     """(generated folder, executable) of `m`: a quick case in float32 runs in the module's one
     program of the quick cases (one_program), any other model in a check program of its own."""
     if precision == "float32" and m.name in QUICK_CASES and CASES.get(m.name) is m:
-        if not _QUICK_PROGRAM:
-            quick = [CASES[c] for c in sorted(QUICK_CASES)]
-            folder = tmp_path / "quick_cases"
-            generated = [(q, generate(folder, q, precision)) for q in quick]
-            _QUICK_PROGRAM.update(folders={q.name: out for q, out in generated},
-                                  built=one_program(folder / "program", generated, ["-O0", *WARNINGS, *STRICT]))
-        exe = _QUICK_PROGRAM["built"][m.name]
-        if isinstance(exe, Exception):
-            raise exe
-        return _QUICK_PROGRAM["folders"][m.name], exe
+        quick = [CASES[c] for c in sorted(QUICK_CASES)]
+        return in_one_program(_QUICK_PROGRAM, tmp_path / "quick_cases", quick, m,
+                              lambda folder, q: generate(folder, q, precision), ["-O0", *WARNINGS, *STRICT])
     out = generate(tmp_path, m, precision)
+    return out, check_program(out, m, ["-O0", *WARNINGS, *STRICT])
+
+
+def in_one_program(cache, folder, models, m, generate, flags):
+    """(generated folder, executable) of `m`, one of `models`, from their one_program kept in `cache`
+    (built in `folder` with `flags` at the first call); a case that failed raises its exception."""
+    if not cache:
+        generated = [(q, generate(folder, q)) for q in models]
+        cache.update(folders={q.name: out for q, out in generated},
+                     built=one_program(folder / "program", generated, flags))
+    exe = cache["built"][m.name]
+    if isinstance(exe, Exception):
+        raise exe
+    return cache["folders"][m.name], exe
+
+
+def check_program(out, m, flags):
+    """The host check program of `m`'s code generated in `out`, compiled with `flags`."""
     exe = out / "check"
-    subprocess.run(["gcc", "-O0", *WARNINGS, *STRICT, f"-I{out}",
+    subprocess.run(["gcc", *flags, f"-I{out}",
                     *check_main_defines(f"{m.name}.h", f"{m.name}_infer", m.input_size, m.output_size),
                     str(out / f"{m.name}.c"), str(out / f"{m.name}_weights.c"), str(CHECK_MAIN), "-o", str(exe),
                     "-lm"], check=True, capture_output=True, text=True)
-    return out, exe
+    return exe
 
 
 def inputs(m, count=4):

@@ -204,19 +204,25 @@ def test_expf_range_rows_and_call_site_tags_hold_over_the_argument_sweep(tmp_pat
     assert untagged == {expf + 0x1ba}, sorted(hex(s - expf) for s in untagged)
 
 
-def test_builtin_thumb2_solves_tagged_calls_in_their_own_context_and_applies_the_expf_facts(tmp_path):
-    """The rp2040 xor build analysed with the generator's facts and without: the MLP's flush and sign
-    split (fmul:no.subnormal, fadd:same-sign) and newlib's expf in its `exp:|x|<40` context with its
-    site tags, each callee solved in its own tag context; an entry whose pinned words differ is not
-    applied."""
-    from nnbuild import pipeline, wcet
-    from nnbuild.wcet import thumb2_loops
+def xor_rp2040_check_program(tmp_path):
+    """(board, ELF, flow facts) of the xor example's float32 check program built for the rp2040."""
+    from nnbuild import pipeline
     meta = json.loads((REPO / "firmware_examples" / "xor" / "example.json").read_text())
     model = pipeline.load_model(REPO / "firmware_examples" / "xor" / meta["model"], "xor")[0]
     board = pipeline.load_board("rp2040")
     elf, _ = pipeline.build_check_program(model, board, tmp_path, name="xor", precision="float32",
                                           input_range=tuple(meta["input_range"]))
-    facts = json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+    return board, elf, json.loads((tmp_path / "gen" / "xor.flowfacts.json").read_text())
+
+
+def test_builtin_thumb2_solves_tagged_calls_in_their_own_context_and_applies_the_expf_facts(tmp_path):
+    """The rp2040 xor build analysed with the generator's facts and without: the MLP's flush and sign
+    split (fmul:no.subnormal, fadd:same-sign) and newlib's expf in its `exp:|x|<40` context with its
+    site tags, each callee solved in its own tag context; an entry whose pinned words differ is not
+    applied."""
+    from nnbuild import wcet
+    from nnbuild.wcet import thumb2_loops
+    board, elf, facts = xor_rp2040_check_program(tmp_path)
     tagged = wcet.analyze(board, elf, "xor_infer", facts, tmp_path / "wcet")
     callees = tagged.details["callee_wcet"]
     ranged = [k for k in callees if k.startswith(("expf ", "__ieee754_expf ")) and "[exp:|x|<40]" in k]

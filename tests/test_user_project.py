@@ -10,12 +10,11 @@ import json
 import shutil
 import subprocess
 
-import h5py
-import numpy as np
 import pytest
 
 import cmake_tools
 from conftest import REPO, have, slow
+from keras_files import edit_one_weight
 
 pytestmark = pytest.mark.e2e
 
@@ -44,14 +43,6 @@ def installed(tmp_path_factory, nnbuild_venv):
     for model in MODELS:
         shutil.copytree(REPO / "firmware_examples" / model, work / "firmware_examples" / model)
     return python, dict(env), work
-
-
-def edit_one_weight(path):
-    with h5py.File(path, "r+") as f:
-        names = []
-        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and "kernel" in n else None)
-        data = f[names[0]]
-        data[0, 0] = data[0, 0] + np.float32(0.25)
 
 
 def restore(work, model):

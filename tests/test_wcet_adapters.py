@@ -143,18 +143,23 @@ def test_owcet_captured_success_is_the_number():
     assert otawa.parse_output(*captured("ok_arm7tdmi"), entry="dot") == 755
 
 
+def assert_one_line_failure(output, entry, words):
+    """owcet's (stdout, stderr, exit) `output` raises one line naming `entry` and holding each of `words`."""
+    with pytest.raises(NNBuildError) as e:
+        otawa.parse_output(*output, entry=entry)
+    msg = str(e.value)
+    assert "\n" not in msg and entry in msg
+    for w in words:
+        assert w in msg
+
+
 @pytest.mark.parametrize("case, entry, words", [
     ("unbounded", "dot", ["unbounded", "dot + 0x68 (00008368)", "exit 2"]),
     ("missing_cost", "dot", ["failed", "exit 2", "no ARM7TDMI cost", "00008368"]),
     ("no_such_entry", "nosuch", ["failed", "exit 2", "nosuch cannot be resolved"]),
 ])
 def test_owcet_captured_failures_raise_one_line(case, entry, words):
-    with pytest.raises(NNBuildError) as e:
-        otawa.parse_output(*captured(case), entry=entry)
-    msg = str(e.value)
-    assert "\n" not in msg and entry in msg
-    for w in words:
-        assert w in msg
+    assert_one_line_failure(captured(case), entry, words)
 
 
 @pytest.mark.parametrize("case, entry, words", [
@@ -163,12 +168,7 @@ def test_owcet_captured_failures_raise_one_line(case, entry, words):
 ])
 def test_owcet_older_versions_failures_raise_one_line(case, entry, words):
     """Formats of OTAWA versions before 2.3 (transcribed from their documentation: not runnable here)."""
-    with pytest.raises(NNBuildError) as e:
-        otawa.parse_output(*recorded(case), entry=entry)
-    msg = str(e.value)
-    assert "\n" not in msg and entry in msg
-    for w in words:
-        assert w in msg
+    assert_one_line_failure(recorded(case), entry, words)
 
 
 def test_owcet_error_line_or_nonzero_exit_is_never_a_number():

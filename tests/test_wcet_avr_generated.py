@@ -90,26 +90,33 @@ def test_f1tenth_analysis_layers(f1, f1_bound):
     assert res.details["unattributed_cycles"] < 0.001 * res.cycles
 
 
-def test_f1tenth_bound_covers_worst_case_search(f1, f1_bound, harness):
+def searched_worst(elf, harness, start, rng, kind):
+    """The most f1tenth_infer cycles simavr measured over the rows of `start` and a worst-case search
+    (`kind`, 48 runs) from the slowest of them: (worst, runs made, the slowest row's cycles)."""
     from nnbuild.runners import simavr
-    elf, _, n_in = f1
-    res, _ = f1_bound
 
     def run(cases):
         _, cyc = simavr.run_cases(elf, np.asarray(cases, np.float32), 1, entry_symbol="f1tenth_infer",
                                   mcu=MCU, freq=FREQ, harness=harness, timeout=600)
         return cyc
 
+    cyc = run(start)
+    i = int(np.argmax(cyc))
+    _, worst, evals = worst_case_search(run, (start[i], cyc[i]), rng, kind, budget=48)
+    return max(worst, int(cyc.max())), len(start) + evals, int(cyc.max())
+
+
+def test_f1tenth_bound_covers_worst_case_search(f1, f1_bound, harness):
+    elf, _, n_in = f1
+    res, _ = f1_bound
+
     rng = np.random.default_rng(61)
     start = np.concatenate([rng.uniform(-1, 1, (4, n_in)), rng.standard_normal((4, n_in)) * 30,
                             np.full((1, n_in), 1e-40), np.full((1, n_in), 1e30), stored_slow()]).astype(np.float32)
-    cyc = run(start)
-    i = int(np.argmax(cyc))
-    _, worst, evals = worst_case_search(run, (start[i], cyc[i]), rng, "float", budget=48)
-    worst = max(worst, int(cyc.max()))
+    worst, runs, start_worst = searched_worst(elf, harness, start, rng, "float")
     ratio = res.cycles / worst
-    print(f"\nWCET f1tenth -Os: bound {res.cycles}, simavr worst {worst} ({len(start) + evals} runs, "
-          f"search from {int(cyc.max())}), bound/measured {ratio:.3f}")
+    print(f"\nWCET f1tenth -Os: bound {res.cycles}, simavr worst {worst} ({runs} runs, "
+          f"search from {start_worst}), bound/measured {ratio:.3f}")
     assert res.cycles >= worst, f"UNSOUND: bound {res.cycles} < measured {worst}"
     assert ratio <= RATIO_CAP
 
@@ -130,18 +137,12 @@ def f1q16(tmp_path_factory):
 def test_f1tenth_q16_bound_covers_worst_case_search(f1q16, harness):
     """q16: every __ashrdi3 call is analysed with its constant count (r16=15), the bound covers
     the slowest input found and stays within Q16_RATIO_CAP of it."""
-    from nnbuild.runners import simavr
     elf, facts, n_in = f1q16
     t0 = time.perf_counter()
     res = avr_ipet.analyze(elf, "f1tenth_infer", facts, board(), None)
     took = time.perf_counter() - t0
     shifts = {k: v for k, v in res.details["callee_wcet"].items() if "di3" in k and "__adddi3" not in k}
     assert shifts and all("r16=15" in k for k in shifts), shifts
-
-    def run(cases):
-        _, cyc = simavr.run_cases(elf, np.asarray(cases, np.float32), 1, entry_symbol="f1tenth_infer",
-                                  mcu=MCU, freq=FREQ, harness=harness, timeout=600)
-        return cyc
 
     # slow inputs: every tanh argument inside (-8, 8) (no saturation shortcut), negative (two
     # extra negations), so constant small inputs of either sign, then random and extreme ones
@@ -151,13 +152,10 @@ def test_f1tenth_q16_bound_covers_worst_case_search(f1q16, harness):
                             rng.uniform(-1, 1, (4, n_in)) * rng.choice([1.0, 0.05], (4, 1)),
                             rng.choice([-1.0, 1.0], (2, n_in)), np.full((1, n_in), 1e-40),
                             np.full((1, n_in), -3e5)]).astype(np.float32)
-    cyc = run(start)
-    i = int(np.argmax(cyc))
-    _, worst, evals = worst_case_search(run, (start[i], cyc[i]), rng, "tanh", budget=48)
-    worst = max(worst, int(cyc.max()))
+    worst, runs, start_worst = searched_worst(elf, harness, start, rng, "tanh")
     ratio = res.cycles / worst
     print(f"\nWCET f1tenth q16 -Os: bound {res.cycles} ({res.cycles / FREQ * 1e3:.1f} ms at 20 MHz), "
-          f"analysis {took:.2f} s; simavr worst {worst} ({len(start) + evals} runs, search from "
-          f"{int(cyc.max())}), bound/measured {ratio:.4f}; {shifts}")
+          f"analysis {took:.2f} s; simavr worst {worst} ({runs} runs, search from "
+          f"{start_worst}), bound/measured {ratio:.4f}; {shifts}")
     assert res.cycles >= worst, f"UNSOUND: bound {res.cycles} < measured {worst}"
     assert ratio <= Q16_RATIO_CAP

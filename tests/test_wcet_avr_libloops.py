@@ -20,7 +20,8 @@ import pytest
 
 from nnbuild.wcet import avr_cfg, avr_decode, avr_loops
 
-from test_wcet_avr import FIX, FLOAT_SPECIALS, board, build
+from test_wcet_avr import FIX, FLOAT_SPECIALS, build
+from test_wcet_avr_context import data_symbol
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not shutil.which("avr-gcc"), reason="avr-gcc not installed")]
 
@@ -110,7 +111,7 @@ def test_every_table_entry_holds_under_simavr(tmp_path_factory, loopcount):
     spec = ";".join("+".join(f"{h:x}" for h in sorted(loops[k][0])) + ":" +
                     ",".join(f"{lo:x}-{hi:x}" for lo, hi in sorted(loops[k][1])) for k in keys)
     prog = avr_decode.load(elf)
-    ready, inbuf = prog.address_of("nnbuild_ready"), _data_symbol(elf, "nnbuild_in")
+    ready, inbuf = prog.address_of("nnbuild_ready"), data_symbol(elf, "nnbuild_in")
     cases = adversarial_pairs()
     proc = subprocess.run([loopcount, elf, "atmega1284", hex(ready), hex(inbuf), "8", spec],
                           input=cases.tobytes(), capture_output=True, timeout=300)
@@ -149,12 +150,3 @@ def test_pattern_mismatch_is_not_applied(tmp_path_factory):
     loops = avr_loops.find_loops(region, prog)
     avr_loops.apply_table(region, loops, prog, table)
     assert all(not l.bounds and "pattern mismatch" in " ".join(l.sources) for l in loops)
-
-
-def _data_symbol(elf, name):
-    out = subprocess.run([board()["nm"], elf], capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if parts[-1] == name:
-            return int(parts[0], 16) & 0xFFFF
-    raise KeyError(name)
