@@ -6,7 +6,6 @@ smallest memory footprint, flash plus RAM)."""
 import shutil
 
 from nnbuild.checks import gates
-from nnbuild.errors import NNBuildError
 
 
 def row(precision, report, interface=None):

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
 from nnbuild import files, limits
 from nnbuild.errors import NNBuildError
 from nnbuild.names import c_identifier
-from nnbuild.ir.graph import (Activation, Add, BatchNorm, Concatenate, Conv2D, Dense, Elementwise, Flatten,
+from nnbuild.ir.graph import (Add, BatchNorm, Concatenate, Conv2D, Dense, Elementwise, Flatten,
                               Model, Pool2D, Reshape, Unary, ZeroPadding2D, same_padding, weight_problem)
 
 #: Layer classes read (InputLayer first; Dropout skipped).

@@ -35,8 +35,8 @@ import numpy as np
 
 from nnbuild.errors import NNBuildError
 from nnbuild.numerics import proof
-from nnbuild.numerics.formats import (FIXED_PRECISIONS, GENERIC_FIXED, TABLE_ACTIVATIONS, Z_FRAC, Z_LIMIT,  # noqa: F401
-                                      Tensor, check_precision, to_int)
+from nnbuild.numerics.formats import (TABLE_ACTIVATIONS, Z_FRAC, Z_LIMIT, Tensor, check_precision,
+                                      to_int)
 from nnbuild.numerics.proof import activation_interval
 
 

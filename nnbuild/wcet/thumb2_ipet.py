@@ -30,7 +30,6 @@ from nnbuild.wcet import avr_indirect
 from nnbuild.wcet import thumb2_cfg as C
 from nnbuild.wcet import thumb2_decode as D
 from nnbuild.wcet import thumb2_loops as L
-from nnbuild.wcet.cfg import EXIT
 from nnbuild.wcet.avr_ipet import layer_map, load_flowfacts
 
 ANALYZER = "builtin-thumb2"
