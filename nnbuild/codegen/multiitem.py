@@ -216,7 +216,7 @@ def _declare(symbol, values, comment, pool):
 
 
 def source(system, net, sync, precision="float32", pool=None):
-    name, up = system.name, system.name.upper()
+    name = system.name
     value = _value_type(precision)
     codes = {t.name: i for i, t in enumerate(net.transitions)}
     lines = [f"/* {name}: the items of a multi-item system and their variablesync exchanges (sync={sync}),",

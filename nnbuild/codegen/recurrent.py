@@ -173,7 +173,7 @@ def _store_step(code, op, d, t):
 def render(code, op):
     """The statements of one recurrent op into `code` (a v2 TensorCode)."""
     code.header(op)
-    T, F, H, D = op["T"], op["F"], op["H"], op["D"]
+    T, F, H = op["T"], op["F"], op["H"]
     several = len(op["src"]) > 1
     x = "x0" if several else "x"
     # the state inputs follow the sequence: x1 (h, or c), x2 (c)

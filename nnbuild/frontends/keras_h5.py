@@ -1134,7 +1134,6 @@ def _layer(entry, in_shapes, prev_names, root, cpath, wpath, keras3=False) -> Li
     if cls not in _MERGES and len(in_shapes) != 1:
         raise _err(f"{cls} takes one input, but is fed by {len(in_shapes)} "
                    f"({', '.join(n or 'the model input' for n in prev_names)})", cpath, name)
-    shape = in_shapes[0]
     unary = None
     if cls in _FUSED + ("Activation",):
         unary = _unary_activation(_activation_text(cfg.get("activation")), keras3)

@@ -253,7 +253,6 @@ class _Builder:
             raise Problem(f"the input '{x.name}' has shape {shape}: expected a batch axis of 1 and a sample")
         self.input = self.activation(q.output[0], shape, scale[0], zp[0], "onnx")
         ends["float32_input"] = "QUANTIZE"
-        done = {q.output[0]: None}
         for label, node in self.nodes:
             if node is q or node.op_type == "DequantizeLinear":
                 continue

@@ -359,7 +359,7 @@ class _Converter:
             raise Problem(f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs (limit MAX_MODEL_IO = "
                           f"{limits.MAX_MODEL_IO} arguments of the C function)")
         t_ins, t_outs = [graph.tensors[i] for i in graph.inputs], [graph.tensors[i] for i in graph.outputs]
-        t_in, t_out = t_ins[0], t_outs[0]
+        t_in = t_ins[0]
         for t, role in [(t, "input") for t in t_ins] + [(t, "output") for t in t_outs]:
             if t.type_name in QUANTIZED:
                 raise Problem(f"the model's {role} '{t.name}' is {t.type_name}: quantized models are read as "

@@ -635,7 +635,6 @@ def check_traces(multi: Net, unsplit: Net, equivalence=True, limit=MAX_STATES) -
             if clash >= 0:
                 raise NNBuildError(f"the multi-item net is not 1-safe: place {multi.places[clash]} "
                                    "can hold two tokens")
-            nxt = (nm, nu)
             key = (mc.key(nm), uc.key(nu))
             if key not in seen:
                 seen.add(key)
