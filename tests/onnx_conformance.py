@@ -25,8 +25,6 @@ read at run time is refused).
 """
 
 import collections
-import glob
-import os
 import re
 import subprocess
 import sys

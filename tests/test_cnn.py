@@ -4,7 +4,6 @@ keras2c issue 14 case, the memory gate and the Cortex-M4 board."""
 
 import dataclasses
 import json
-import os
 import subprocess
 
 import numpy as np

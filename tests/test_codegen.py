@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import REPO, have, needs_avr
+from conftest import REPO, needs_avr
 from nnbuild import codegen, pipeline
 from nnbuild.codegen import common
 from nnbuild.errors import NNBuildError

@@ -5,7 +5,6 @@ nnbuild wheel, as a new user would copy and paste them."""
 
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ capabilities, boards' keys) live in light modules, so `python -m nnbuild --help`
 and every scons run start without numpy, jinja2, h5py or jsonschema unless a step needs them.
 Structural (sys.modules in a fresh interpreter), not timed."""
 
-import importlib
 import json
 import subprocess
 import sys

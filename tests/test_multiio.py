@@ -7,7 +7,6 @@ v1, v2 and v3) take and return each argument too, bit for bit their numpy model 
 on the host, on AVR (with a WCET bound) and on qemu-arm."""
 
 import json
-import re
 import subprocess
 import sys
 

@@ -123,7 +123,6 @@ def test_sync_shape_must_match_the_sent_tensor(tmp_path):
 
 # ------------------------------------------------------------------------------ Petri nets
 
-from nnbuild.frontends import nnef_text  # noqa: E402
 from nnbuild.ir import petri  # noqa: E402
 
 #: the seed's listing 1 (LeNet-5): its figure 4 net

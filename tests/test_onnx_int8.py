@@ -9,7 +9,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from conftest import REPO
 from nnbuild import frontends, kinds, pipeline

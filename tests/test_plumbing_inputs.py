@@ -143,7 +143,7 @@ def test_board_flags_of_the_usual_families_load(tmp_path, flag):
 
 @pytest.mark.e2e  # seconds of work: the whole suite runs it, the quick tier does not
 def test_the_wrapper_canary_never_fires_from_nnbuild_check(tmp_path):
-    path = board_file(tmp_path, "evil", name="evil", cflags=["-wrapper", f"sh,-c,touch {tmp_path / 'pwned'}"])
+    board_file(tmp_path, "evil", name="evil", cflags=["-wrapper", f"sh,-c,touch {tmp_path / 'pwned'}"])
     env = {**os.environ, "PYTHONPATH": str(REPO), "NNBUILD_BOARDS": str(tmp_path)}
     run = subprocess.run([sys.executable, "-m", "nnbuild", "check", str(XOR), "--data", "x.npz", "--target", "evil"],
                          capture_output=True, text=True, cwd=tmp_path, env=env)

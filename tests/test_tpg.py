@@ -9,13 +9,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import have, needs_avr
+from conftest import needs_avr
 from tpg_helpers import (DOT_HEADER, TEST_ENV, action, build_replay, program, replay, small_graph, write,
                          write_env)
 
 from nnbuild import codegen
 from nnbuild.errors import NNBuildError
-from nnbuild.frontends import gegelati_dot, load
+from nnbuild.frontends import load
 from nnbuild.ir import tpg_reference
 from nnbuild.ir.tpg import Environment
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from conftest import needs_avr
-from test_wcet_avr import board
 from tpg_helpers import avr_libm_driver
 
 from nnbuild.wcet import avr_decode, avr_loops

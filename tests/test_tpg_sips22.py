@@ -15,8 +15,6 @@ bound, which the switch shape's visit facts tighten.
 
 import json
 import os
-import shutil
-import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -25,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import copy_project, have, needs_avr, scons
-from tpg_helpers import GAMES, HOST_FLAGS, SIPS22, build_replay, dot_file, replay, trace
+from tpg_helpers import GAMES, SIPS22, build_replay, dot_file, replay, trace
 
 from nnbuild import codegen, pipeline, wcet
 from nnbuild.frontends import gegelati_dot

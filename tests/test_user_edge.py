@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, copy_project, have, scons
+from conftest import REPO, have, scons
 
 pytestmark = pytest.mark.e2e
 
