@@ -100,6 +100,7 @@ def _cached(cache, path, read):
 
 _SYMBOLS: dict = {}
 _LINES: dict = {}
+_LOOKUPS: dict = {}
 
 
 def symbols(path) -> List[ElfSymbol]:
@@ -170,7 +171,7 @@ def _read_line_table(path):
                 if program is not None:
                     rows += _rows(program, _comp_dir(unit))
         except _dwarf_errors() as error:
-            raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=path)
+            raise _unreadable(error, path)
     if not rows and stabs:
         raise NNBuildError("line information is STABS (avr-gcc's plain -g), which pyelftools does not read: "
                            "compile with -gdwarf-4", path=path)
@@ -183,14 +184,16 @@ def _dwarf_errors():
     return DWARFError, ELFParseError, KeyError, IndexError, ValueError
 
 
+def _unreadable(error, path):
+    """The one line for a line program pyelftools cannot decode."""
+    return NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=path)
+
+
 def line_lookup(path):
     """An object whose at(addr) is line_table(path).at(addr), reading only the line programs of the
     compilation units an asked address needs (one per file and process): an analysis that reaches
     a few functions does not decode the line rows of the whole C library."""
     return _cached(_LOOKUPS, path, _LineLookup)
-
-
-_LOOKUPS: dict = {}
 
 
 class _LineLookup:
@@ -225,7 +228,7 @@ class _LineLookup:
                 if unit.cu_offset not in listed:
                     self._read_unit(unit.cu_offset)
         except _dwarf_errors() as error:
-            raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=path)
+            raise _unreadable(error, path)
 
     def _read_all(self):
         self.table, self.pending = line_table(self.path), []
@@ -249,7 +252,7 @@ class _LineLookup:
                 for _begin, _end, offset in meeting:
                     self._read_unit(offset)
             except _dwarf_errors() as error:
-                raise NNBuildError(f"DWARF line table not readable by pyelftools: {error}", path=self.path)
+                raise _unreadable(error, self.path)
 
     def _current(self):
         if self.table is None:
