@@ -103,18 +103,14 @@ def test_additions_keep_more_than_half_the_larger_operand(drivers):
     the sticky borrow): one normalisation shift at most, the entries' bound."""
     assert norm_entry(("exp", "__fp_powser"))["header_max"] == 1
     assert norm_entry(("cos", "__fp_powser"))["header_max"] == 1
-    elf, prog, _ = drivers["exp"]
-    count, coef = powser_table(elf, prog, "exp")
-    assert count == 7 and coef[-1] == 1.0
-    ratios = exp_ratios(coef)
-    print(f"\n  exp: least ratio per addition {[round(r, 5) for r in ratios]}")
-    assert min(ratios) > 0.5 + 2.0 ** -20
-    elf, prog, _ = drivers["cos"]
-    count, coef = powser_table(elf, prog, "__fp_sinus")
-    assert count == 5 and coef[-1] == 1.0
-    ratios = cos_ratios(coef)
-    print(f"  cos: least ratio per addition {[round(r, 5) for r in ratios]}")
-    assert min(ratios) > 0.5 + 2.0 ** -20
+    print()
+    for routine, table, terms, ratios_of in (("exp", "exp", 7, exp_ratios), ("cos", "__fp_sinus", 5, cos_ratios)):
+        elf, prog, _ = drivers[routine]
+        count, coef = powser_table(elf, prog, table)
+        assert count == terms and coef[-1] == 1.0
+        ratios = ratios_of(coef)
+        print(f"  {routine}: least ratio per addition {[round(r, 5) for r in ratios]}")
+        assert min(ratios) > 0.5 + 2.0 ** -20
 
 
 def floats_between(lo, hi):
