@@ -42,14 +42,9 @@ def join_dash_values(argv):
     return out
 
 
-#: between the steps of one run, `nnbuild STEP ... --then STEP ...` (CMake's commands): one interpreter
-#: start-up for several steps, run in order, the first failure ending the run with its status
-STEP_SEPARATOR = pipeline.STEP_SEPARATOR
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if STEP_SEPARATOR in argv:
+    if pipeline.STEP_SEPARATOR in argv:
         return run_steps(argv)
     top = parser()
     args, unknown = top.parse_known_args(join_dash_values(argv))
@@ -71,17 +66,18 @@ def main(argv=None):
 
 
 def run_steps(argv):
-    """Each `--then`-separated pipeline step in order, as its own `nnbuild STEP` would run; the first
-    failing one's status ends the run (argparse's refusal too: status 2)."""
+    """Each `--then`-separated pipeline step in order, as its own `nnbuild STEP` would run (CMake's
+    grouped commands: one interpreter start-up for several steps); the first failing one's status
+    ends the run (argparse's refusal too: status 2)."""
     parts = [[]]
     for word in argv:
-        if word == STEP_SEPARATOR:
+        if word == pipeline.STEP_SEPARATOR:
             parts.append([])
         else:
             parts[-1].append(word)
     for part in parts:
         if not part or part[0] not in steps.STEPS:
-            print(f"nnbuild: error: '{STEP_SEPARATOR}' separates pipeline steps (got "
+            print(f"nnbuild: error: '{pipeline.STEP_SEPARATOR}' separates pipeline steps (got "
                   f"'{part[0] if part else ''}')", file=sys.stderr)
             return 2
     for part in parts:

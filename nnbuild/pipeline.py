@@ -609,7 +609,7 @@ def _speaks_cmake(the_plan):
     return the_plan
 
 
-#: tasks of a model's plan that run as one `python -m nnbuild` process (cli.STEP_SEPARATOR): the same
+#: tasks of a model's plan that run as one `python -m nnbuild` process (STEP_SEPARATOR, cli.run_steps): the same
 #: inputs (the generated C; the check programs) and the same reruns, one interpreter start-up instead
 #: of several. The model's WCET, report and gate are one more (a firmware leaves them out of `all`).
 CMAKE_MODEL_GROUPS = {"program": "programs", "size": "checks", "run": "checks", "compare": "checks",
