@@ -19,7 +19,7 @@ from typing import List, Set
 
 from nnbuild.errors import NNBuildError
 from nnbuild.wcet import cfg
-from nnbuild.wcet.cfg import ENTRY, EXIT
+from nnbuild.wcet.cfg import ENTRY, EXIT, node_address, sccs
 from nnbuild.wcet.avr_regs import applies, defs, entry_reg_numbers, pattern, reg
 
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "avr_libloops.json")
@@ -43,11 +43,7 @@ class Loop:
 
     @property
     def header(self):
-        return min(self.headers, key=_addr)
-
-
-def _addr(n):
-    return n if isinstance(n, int) else n[2]
+        return min(self.headers, key=node_address)
 
 
 def graph(region):
@@ -59,47 +55,6 @@ def graph(region):
             succ[e.src].append((e.dst, i))
             pred[e.dst].append((e.src, i))
     return succ, pred
-
-
-def sccs(nodes, succ, removed):
-    """Strongly connected components of the subgraph on `nodes` without edges in `removed` (Tarjan)."""
-    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
-    for root in sorted(nodes, key=_addr):
-        if root in index:
-            continue
-        work = [(root, iter(succ[root]))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            node, it = work[-1]
-            for nxt, i in it:
-                if nxt not in nodes or i in removed:
-                    continue
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter[0]
-                    counter[0] += 1
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(succ[nxt])))
-                    break
-                if nxt in on:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    comp = set()
-                    while True:
-                        n = stack.pop()
-                        on.discard(n)
-                        comp.add(n)
-                        if n == node:
-                            break
-                    out.append(comp)
-    return out
 
 
 def find_loops(region, prog=None):

@@ -1,6 +1,7 @@
 """Control-flow graph of one code region, for every instruction set the builtin analyzers read
 (nnbuild.wcet.avr_cfg, nnbuild.wcet.thumb2_cfg give the instruction facts; the loop finder
-avr_loops and the ILP avr_ilp read the graph).
+avr_loops and the ILP avr_ilp read the graph), and the strongly connected components the loop
+nestings of avr_loops and the OTAWA adapter's irreducible-loop check are built on (`sccs`).
 
 A region is the code reachable by jumps and branches from one start address (a function entry, a
 call target, or the target of a jump that leaves another region) without leaving the interval
@@ -161,3 +162,49 @@ def require_bounds(loops, prog, analyzer, sources):
             note = "; ".join(loop.sources)
             raise NNBuildError(f"{analyzer}: unbounded loop in {prog.function_of(loop.header)} at "
                                f"{prog.describe(loop.header)}: no {sources}" + (f" ({note})" if note else ""))
+
+
+def node_address(node):
+    """A block's address, or a tail node's (("tail", source, target): its target)."""
+    return node if isinstance(node, int) else node[2]
+
+
+def sccs(nodes, succ, removed):
+    """Strongly connected components of the subgraph on `nodes` without edges in `removed` (Tarjan)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(nodes, key=node_address):
+        if root in index:
+            continue
+        work = [(root, iter(succ[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            for nxt, i in it:
+                if nxt not in nodes or i in removed:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(succ[nxt])))
+                    break
+                if nxt in on:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = set()
+                    while True:
+                        n = stack.pop()
+                        on.discard(n)
+                        comp.add(n)
+                        if n == node:
+                            break
+                    out.append(comp)
+    return out

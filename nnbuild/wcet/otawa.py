@@ -27,7 +27,7 @@ from nnbuild.compilers import elf as elf_file
 from nnbuild.errors import NNBuildError
 from nnbuild.runners import arm7tdmi_timing
 from nnbuild.wcet import WcetResult, otawa_ilp, otawa_paths, otawa_timing, tools
-from nnbuild.wcet.avr_loops import sccs
+from nnbuild.wcet.cfg import sccs
 from nnbuild.wcet.thumb2_decode import object_at
 
 TOOL = "owcet"
